@@ -1,0 +1,140 @@
+// SmallPageAllocator: the second level of Jenga's allocator, one per layer group. It
+// carves large pages of its group into n = large/small small pages and places them
+// request-aware (Jenga §4.3): (1) a free small page in a large page associated with
+// the request, (2) a fresh large page, associated with the request, (3) any free small
+// page of the group. A large page goes back to the pool the moment its last small page
+// is freed. allocate/free are O(1) over intrusive lists in flat arrays; no heap use
+// after construction. Small page id s lives in large page s / n at slot s % n.
+#pragma once
+
+#include "kvmm/error.hpp"
+#include "kvmm/paging/large_page_pool.hpp"
+#include "kvmm/types.hpp"
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+namespace kvmm {
+
+enum class Placement : std::uint8_t {
+  kRequestAware,  // Jenga §4.3 steps 1-3
+  kInterleaved,   // naive first fit over the group (Jenga Fig. 8a), for comparison
+};
+
+class SmallPageAllocator {
+ public:
+  SmallPageAllocator(GroupId group, std::uint32_t pages_per_large, LargePagePool& pool,
+                     std::uint32_t max_requests, Placement placement = Placement::kRequestAware);
+
+  // O(1). A fresh large page (step 2) is taken only while the pool keeps more than
+  // `pool_reserve` free pages, so a multi-group allocation can keep the large pages
+  // other groups need; without a free small page the reserve is ignored.
+  // std::nullopt when neither a free small page nor a free large page exists.
+  std::optional<PageId> allocate(RequestId r, std::uint32_t pool_reserve = 0) {
+    if (r >= req_head_.size()) bad_request(r);
+    std::uint32_t lp = kNone;
+    if (placement_ == Placement::kRequestAware) {
+      lp = req_head_[r];
+      if (lp == kNone && pool_.num_free() > pool_reserve) lp = fresh(r);
+    }
+    if (lp == kNone) lp = group_head_;
+    if (lp == kNone && pool_.num_free() > 0)
+      lp = fresh(placement_ == Placement::kRequestAware ? r : kNoRequest);
+    if (lp == kNone) return std::nullopt;
+    return take(lp);
+  }
+
+  // O(1). Raises kvmm::Error for a page out of range or not allocated.
+  void free(PageId s) {
+    if (s >= allocated_.size() || !allocated_[s]) bad_free(s);
+    const std::uint32_t lp = s / n_;
+    LargeSlot& L = large_[lp];
+    allocated_[s] = 0;
+    next_free_[s] = L.free_head;
+    L.free_head = s;
+    ++L.free_count;
+    --num_used_;
+    ++num_free_;
+    if (L.free_count == n_) {
+      if (n_ > 1) unlink(lp);
+      num_free_ -= n_;
+      --num_large_;
+      L.assoc = kNoRequest;
+      pool_.free(lp);
+    } else if (L.free_count == 1) {
+      link(lp);
+    }
+  }
+
+  // Ends request r's association with its large pages (they stay with the group and
+  // serve step 3). O(large pages of r that have free small pages).
+  void release_request(RequestId r);
+
+  bool is_allocated(PageId s) const { return s < allocated_.size() && allocated_[s] != 0; }
+  GroupId group() const { return group_; }
+  std::uint32_t pages_per_large() const { return n_; }
+  PageId large_page_of(PageId s) const { return s / n_; }
+  // The request a large page of this group is associated with (kNoRequest if none).
+  RequestId associated_request(PageId large) const;
+  std::uint32_t num_used_small() const { return num_used_; }
+  // Free small pages inside large pages this group holds.
+  std::uint32_t num_free_small() const { return num_free_; }
+  std::uint32_t num_large_pages() const { return num_large_; }
+  // Free small pages in large page `large` (0 if the group does not hold it).
+  std::uint32_t free_in_large(PageId large) const;
+
+  // Recomputes every count and list from scratch; raises kvmm::Error on a mismatch.
+  // O(capacity * n): for tests and KVMM_DEBUG_CHECKS.
+  void check_invariants() const;
+
+ private:
+  static constexpr std::uint32_t kNone = ~std::uint32_t{0};
+  struct LargeSlot {
+    std::uint32_t free_head = kNone;   // intrusive list of returned small pages
+    std::uint32_t free_count = 0;      // free small pages (returned + never handed out)
+    std::uint32_t bump = 0;            // slots [bump, n) never handed out yet
+    RequestId assoc = kNoRequest;
+    std::uint32_t assoc_epoch = 0;
+    std::uint32_t rprev = kNone, rnext = kNone;  // request's list of pages with free slots
+    std::uint32_t gprev = kNone, gnext = kNone;  // group's list of pages with free slots
+  };
+
+  PageId take(std::uint32_t lp) {
+    LargeSlot& L = large_[lp];
+    PageId s;
+    if (L.free_head != kNone) {
+      s = L.free_head;
+      L.free_head = next_free_[s];
+    } else {
+      s = lp * n_ + L.bump++;
+    }
+    allocated_[s] = 1;
+    ++num_used_;
+    --num_free_;
+    if (--L.free_count == 0) unlink(lp);
+    return s;
+  }
+
+  std::uint32_t fresh(RequestId r);
+  void link(std::uint32_t lp);
+  void unlink(std::uint32_t lp);
+  [[noreturn, gnu::cold]] void bad_request(RequestId r) const;
+  [[noreturn, gnu::cold]] void bad_free(PageId s) const;
+
+  GroupId group_;
+  std::uint32_t n_;
+  LargePagePool& pool_;
+  Placement placement_;
+  std::vector<LargeSlot> large_;
+  std::vector<std::uint32_t> next_free_;
+  std::vector<std::uint8_t> allocated_;
+  std::vector<std::uint32_t> req_head_;
+  std::vector<std::uint32_t> req_epoch_;
+  std::uint32_t group_head_ = kNone;
+  std::uint32_t num_used_ = 0;
+  std::uint32_t num_free_ = 0;
+  std::uint32_t num_large_ = 0;
+};
+
+}  // namespace kvmm

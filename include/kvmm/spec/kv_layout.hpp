@@ -1,0 +1,73 @@
+// KVLayout: where every byte of a model's KV memory lives. Per group: the small page
+// size in the page-layer layout (Jenga Fig. 7b: per layer K then V, each
+// [tokens_per_page][kv_heads][head_dim]) and each layer's K/V byte offset inside it;
+// for the model: large_page_bytes = LCM of the small page sizes. When that LCM is over
+// LayoutOptions::max_large_page_bytes the planner pads small pages (never tokens_per_page)
+// to sizes whose LCM fits, picking the padding that wastes least. Planning is a one-off
+// search (milliseconds); every accessor afterwards is O(1).
+#pragma once
+
+#include "kvmm/spec/layer_group.hpp"
+#include "kvmm/types.hpp"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kvmm {
+
+struct LayoutOptions {
+  // Largest large page the planner accepts before it pads small pages. 64 MiB holds the
+  // unpadded LCM of every preset (Jamba's is 133 attention pages, about 33 MiB).
+  std::uint64_t max_large_page_bytes = std::uint64_t{64} << 20;
+  // A padded small page is a multiple of this, so kernels keep 16-byte aligned loads.
+  std::uint64_t padded_page_alignment = 256;
+};
+
+class KVLayout {
+ public:
+  // Validates every group (kvmm::Error naming the field and value) and plans the sizes.
+  static KVLayout plan(std::vector<LayerGroup> groups, const LayoutOptions& options = {});
+
+  std::size_t num_groups() const { return groups_.size(); }
+  const LayerGroup& group(GroupId g) const { return groups_[check(g)]; }
+  const std::vector<LayerGroup>& groups() const { return groups_; }
+  std::optional<GroupId> find_group(std::string_view name) const;
+
+  std::uint64_t large_page_bytes() const { return large_page_bytes_; }
+  // Small page size actually used (padded if the planner had to).
+  std::uint64_t small_page_bytes(GroupId g) const { return sizes_[check(g)].padded; }
+  std::uint64_t natural_page_bytes(GroupId g) const { return sizes_[check(g)].natural; }
+  std::uint32_t small_pages_per_large_page(GroupId g) const { return sizes_[check(g)].per_large; }
+  // (padded - natural) / padded for one group; the largest over groups for the model.
+  double padding_fraction(GroupId g) const;
+  double padding_fraction() const;
+  bool padded() const;
+  // The LCM of the natural sizes, before any padding (may exceed the limit).
+  std::uint64_t natural_lcm_bytes() const { return natural_lcm_; }
+
+  // Byte offsets inside a small page of group g (attention-like groups).
+  std::uint64_t k_offset(GroupId g, std::uint32_t layer) const;
+  std::uint64_t v_offset(GroupId g, std::uint32_t layer) const;
+  // Byte offset of one layer's state inside a state (Mamba) page.
+  std::uint64_t state_offset(GroupId g, std::uint32_t layer) const;
+
+  // Multi-line human-readable summary (sizes, pages per large page, padding).
+  std::string describe() const;
+
+ private:
+  struct Sizes {
+    std::uint64_t natural = 0;
+    std::uint64_t padded = 0;
+    std::uint32_t per_large = 0;
+  };
+  GroupId check(GroupId g) const;
+  std::vector<LayerGroup> groups_;
+  std::vector<Sizes> sizes_;
+  std::uint64_t large_page_bytes_ = 0;
+  std::uint64_t natural_lcm_ = 0;
+};
+
+}  // namespace kvmm

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Builds kvmm with warnings as errors and runs every test; then again under
+# AddressSanitizer + UndefinedBehaviorSanitizer; then builds and runs the consumer
+# project against the installed package (find_package(kvmm)).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/deps.sh
+kvmm_install_deps
+
+jobs=$(nproc)
+build=${KVMM_BUILD_ROOT:-build}
+
+echo "== release build (-Werror) and tests"
+cmake -S . -B "$build/release" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVMM_WERROR=ON \
+  -DKVMM_BUILD_TESTS=ON -DKVMM_BUILD_BENCH=ON -DKVMM_BUILD_EXAMPLES=ON
+cmake --build "$build/release" -j"$jobs"
+ctest --test-dir "$build/release" --output-on-failure -j"$jobs"
+
+echo "== AddressSanitizer + UndefinedBehaviorSanitizer build and tests"
+cmake -S . -B "$build/asan" -DCMAKE_BUILD_TYPE=Debug -DKVMM_WERROR=ON -DKVMM_CUDA=OFF \
+  -DKVMM_SANITIZE=address,undefined -DKVMM_DEBUG_CHECKS=ON \
+  -DKVMM_BUILD_TESTS=ON -DKVMM_BUILD_BENCH=OFF -DKVMM_BUILD_EXAMPLES=ON \
+  -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g"
+cmake --build "$build/asan" -j"$jobs"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  ctest --test-dir "$build/asan" --output-on-failure -j"$jobs"
+
+echo "== consumer: find_package(kvmm) against the installed tree"
+rm -rf "$build/install" "$build/consumer"
+cmake --install "$build/release" --prefix "$build/install" >/dev/null
+cmake -S tests/consumer -B "$build/consumer" -DCMAKE_PREFIX_PATH="$PWD/$build/install" -DCMAKE_BUILD_TYPE=Release
+cmake --build "$build/consumer" -j"$jobs"
+"$build/consumer/kvmm_consumer"
+
+echo "== all kvmm tests passed"

@@ -1,0 +1,154 @@
+#include "kvmm/paging/small_page_allocator.hpp"
+
+#include <limits>
+
+namespace kvmm {
+
+SmallPageAllocator::SmallPageAllocator(GroupId group, std::uint32_t pages_per_large,
+                                       LargePagePool& pool, std::uint32_t max_requests,
+                                       Placement placement)
+    : group_(group), n_(pages_per_large), pool_(pool), placement_(placement) {
+  if (pages_per_large == 0) fail("pages_per_large = 0: must be >= 1");
+  if (max_requests == 0 || max_requests == kNoRequest)
+    fail("max_requests = {}: must be in [1, 2^32-1)", max_requests);
+  const std::uint64_t total = std::uint64_t{pool.capacity()} * pages_per_large;
+  if (total >= kNullPage)
+    fail("pages_per_large = {}: {} large pages x {} small pages overflow 32-bit page ids",
+         pages_per_large, pool.capacity(), pages_per_large);
+  large_.resize(pool.capacity());
+  next_free_.assign(total, kNone);
+  allocated_.assign(total, 0);
+  req_head_.assign(max_requests, kNone);
+  req_epoch_.assign(max_requests, 0);
+}
+
+std::uint32_t SmallPageAllocator::fresh(RequestId r) {
+  const std::optional<PageId> lp = pool_.allocate(group_);
+  if (!lp) return kNone;
+  LargeSlot& L = large_[*lp];
+  L = LargeSlot{};
+  L.free_count = n_;
+  L.assoc = r;
+  L.assoc_epoch = r == kNoRequest ? 0 : req_epoch_[r];
+  num_free_ += n_;
+  ++num_large_;
+  link(*lp);
+  return *lp;
+}
+
+void SmallPageAllocator::link(std::uint32_t lp) {
+  LargeSlot& L = large_[lp];
+  L.gprev = kNone;
+  L.gnext = group_head_;
+  if (group_head_ != kNone) large_[group_head_].gprev = lp;
+  group_head_ = lp;
+  if (L.assoc != kNoRequest && L.assoc_epoch != req_epoch_[L.assoc]) L.assoc = kNoRequest;
+  if (L.assoc != kNoRequest) {
+    std::uint32_t& head = req_head_[L.assoc];
+    L.rprev = kNone;
+    L.rnext = head;
+    if (head != kNone) large_[head].rprev = lp;
+    head = lp;
+  }
+}
+
+void SmallPageAllocator::unlink(std::uint32_t lp) {
+  LargeSlot& L = large_[lp];
+  if (L.gprev != kNone) large_[L.gprev].gnext = L.gnext; else group_head_ = L.gnext;
+  if (L.gnext != kNone) large_[L.gnext].gprev = L.gprev;
+  L.gprev = L.gnext = kNone;
+  if (L.assoc != kNoRequest && L.assoc_epoch == req_epoch_[L.assoc]) {
+    if (L.rprev != kNone) large_[L.rprev].rnext = L.rnext; else req_head_[L.assoc] = L.rnext;
+    if (L.rnext != kNone) large_[L.rnext].rprev = L.rprev;
+  }
+  L.rprev = L.rnext = kNone;
+}
+
+void SmallPageAllocator::release_request(RequestId r) {
+  if (r >= req_head_.size()) bad_request(r);
+  for (std::uint32_t lp = req_head_[r]; lp != kNone;) {
+    LargeSlot& L = large_[lp];
+    const std::uint32_t next = L.rnext;
+    L.rprev = L.rnext = kNone;
+    L.assoc = kNoRequest;
+    lp = next;
+  }
+  req_head_[r] = kNone;
+  // Full large pages still name r; the new epoch makes them forget it when they relink.
+  ++req_epoch_[r];
+}
+
+RequestId SmallPageAllocator::associated_request(PageId large) const {
+  if (large >= large_.size()) fail("large page id = {}: pool capacity is {}", large, large_.size());
+  if (pool_.owner(large) != group_) return kNoRequest;
+  const LargeSlot& L = large_[large];
+  if (L.assoc == kNoRequest || L.assoc_epoch != req_epoch_[L.assoc]) return kNoRequest;
+  return L.assoc;
+}
+
+std::uint32_t SmallPageAllocator::free_in_large(PageId large) const {
+  if (large >= large_.size()) fail("large page id = {}: pool capacity is {}", large, large_.size());
+  return pool_.owner(large) == group_ ? large_[large].free_count : 0;
+}
+
+void SmallPageAllocator::bad_request(RequestId r) const {
+  fail("request = {}: out of range, max_requests is {}", r, req_head_.size());
+}
+
+void SmallPageAllocator::bad_free(PageId s) const {
+  if (s >= allocated_.size())
+    fail("small page id = {}: group {} has {} small page ids", s, group_, allocated_.size());
+  fail("small page id = {}: double free or never allocated in group {}", s, group_);
+}
+
+void SmallPageAllocator::check_invariants() const {
+  std::uint32_t used = 0, free = 0, held = 0, in_group_list = 0;
+  for (std::uint32_t lp = 0; lp < large_.size(); ++lp) {
+    const bool mine = pool_.owner(lp) == group_;
+    std::uint32_t alloc_here = 0;
+    for (std::uint32_t k = 0; k < n_; ++k) alloc_here += allocated_[lp * n_ + k];
+    if (!mine) {
+      if (alloc_here != 0) fail("invariant: large page {} not owned by group {} has small pages", lp, group_);
+      continue;
+    }
+    ++held;
+    const LargeSlot& L = large_[lp];
+    if (alloc_here == 0) fail("invariant: large page {} of group {} is empty but held", lp, group_);
+    if (alloc_here + L.free_count != n_)
+      fail("invariant: large page {} counts {} used + {} free != {}", lp, alloc_here, L.free_count, n_);
+    std::uint32_t listed = 0;
+    for (std::uint32_t s = L.free_head; s != kNone; s = next_free_[s]) {
+      if (s / n_ != lp || allocated_[s]) fail("invariant: free list of large page {} holds bad page {}", lp, s);
+      if (++listed > n_) fail("invariant: free list of large page {} has a cycle", lp);
+    }
+    for (std::uint32_t k = L.bump; k < n_; ++k)
+      if (allocated_[lp * n_ + k]) fail("invariant: unhanded slot {} of large page {} is allocated", k, lp);
+    if (listed + (n_ - L.bump) != L.free_count)
+      fail("invariant: large page {} free_count {} != listed {} + unhanded {}", lp, L.free_count, listed, n_ - L.bump);
+    used += alloc_here;
+    free += L.free_count;
+  }
+  for (std::uint32_t lp = group_head_; lp != kNone; lp = large_[lp].gnext) {
+    if (pool_.owner(lp) != group_ || large_[lp].free_count == 0)
+      fail("invariant: group list of group {} holds large page {} without free slots", group_, lp);
+    if (++in_group_list > large_.size()) fail("invariant: group list of group {} has a cycle", group_);
+  }
+  std::uint32_t with_free = 0;
+  for (std::uint32_t lp = 0; lp < large_.size(); ++lp)
+    with_free += pool_.owner(lp) == group_ && large_[lp].free_count > 0;
+  if (with_free != in_group_list)
+    fail("invariant: group {} lists {} large pages with free slots, has {}", group_, in_group_list, with_free);
+  for (RequestId r = 0; r < req_head_.size(); ++r) {
+    std::uint32_t steps = 0;
+    for (std::uint32_t lp = req_head_[r]; lp != kNone; lp = large_[lp].rnext) {
+      if (associated_request(lp) != r || large_[lp].free_count == 0)
+        fail("invariant: request {}'s list in group {} holds large page {} wrongly", r, group_, lp);
+      if (++steps > large_.size()) fail("invariant: request {}'s list has a cycle", r);
+    }
+  }
+  if (used != num_used_ || free != num_free_ || held != num_large_)
+    fail("invariant: group {} counters used {}/{} free {}/{} large {}/{}", group_, num_used_, used,
+         num_free_, free, num_large_, held);
+}
+
+}  // namespace kvmm

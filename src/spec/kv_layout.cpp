@@ -1,0 +1,243 @@
+#include "kvmm/spec/kv_layout.hpp"
+
+#include "kvmm/error.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <numeric>
+#include <set>
+#include <utility>
+
+namespace kvmm {
+
+namespace {
+
+constexpr std::uint64_t kOverflow = std::numeric_limits<std::uint64_t>::max();
+
+// lcm that saturates to kOverflow instead of wrapping.
+std::uint64_t lcm_sat(std::uint64_t a, std::uint64_t b) {
+  if (a == kOverflow || b == kOverflow) return kOverflow;
+  const std::uint64_t q = a / std::gcd(a, b);
+  std::uint64_t r = 0;
+  return __builtin_mul_overflow(q, b, &r) ? kOverflow : r;
+}
+
+using Factors = std::map<std::uint64_t, int>;
+
+Factors factorize(std::uint64_t n) {
+  Factors f;
+  for (std::uint64_t p = 2; p * p <= n; ++p) {
+    while (n % p == 0) {
+      ++f[p];
+      n /= p;
+    }
+  }
+  if (n > 1) ++f[n];
+  return f;
+}
+
+void divisors_rec(const std::vector<std::pair<std::uint64_t, int>>& fs, std::size_t i,
+                  std::uint64_t cur, std::vector<std::uint64_t>& out) {
+  if (i == fs.size()) {
+    out.push_back(cur);
+    return;
+  }
+  std::uint64_t v = cur;
+  for (int e = 0; e <= fs[i].second; ++e) {
+    divisors_rec(fs, i + 1, v, out);
+    v *= fs[i].first;
+  }
+}
+
+std::vector<std::uint64_t> sorted_divisors(const Factors& f) {
+  std::vector<std::pair<std::uint64_t, int>> fs(f.begin(), f.end());
+  std::vector<std::uint64_t> out;
+  divisors_rec(fs, 0, 1, out);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// 7-smooth numbers <= limit: multipliers with many divisors, so that a large page made
+// from them can be split into small pages close to any requested size.
+std::vector<std::uint64_t> smooth_numbers(std::uint64_t limit) {
+  std::vector<std::uint64_t> out;
+  for (std::uint64_t a = 1; a <= limit; a *= 2)
+    for (std::uint64_t b = a; b <= limit; b *= 3)
+      for (std::uint64_t c = b; c <= limit; c *= 5)
+        for (std::uint64_t d = c; d <= limit; d *= 7) out.push_back(d);
+  return out;
+}
+
+struct Candidate {
+  std::uint64_t large = 0;
+  std::vector<std::uint64_t> padded;
+  double max_frac = 2.0;
+  double sum_frac = 0.0;
+
+  bool better_than(const Candidate& o) const {
+    if (max_frac != o.max_frac) return max_frac < o.max_frac;
+    if (sum_frac != o.sum_frac) return sum_frac < o.sum_frac;
+    return large < o.large;
+  }
+};
+
+// For a large page with the given factorization, pick per group the smallest divisor
+// that holds the natural size (aligned when padded); returns false if some group fits
+// no divisor.
+bool evaluate(std::uint64_t large, const Factors& f, const std::vector<std::uint64_t>& natural,
+              std::uint64_t align, Candidate& out) {
+  const std::vector<std::uint64_t> divs = sorted_divisors(f);
+  out.large = large;
+  out.padded.assign(natural.size(), 0);
+  out.max_frac = 0.0;
+  out.sum_frac = 0.0;
+  for (std::size_t g = 0; g < natural.size(); ++g) {
+    auto it = std::lower_bound(divs.begin(), divs.end(), natural[g]);
+    while (it != divs.end() && *it != natural[g] && *it % align != 0) ++it;
+    if (it == divs.end()) return false;
+    out.padded[g] = *it;
+    const double frac = static_cast<double>(*it - natural[g]) / static_cast<double>(*it);
+    out.max_frac = std::max(out.max_frac, frac);
+    out.sum_frac += frac;
+  }
+  return true;
+}
+
+}  // namespace
+
+GroupId KVLayout::check(GroupId g) const {
+  if (g >= groups_.size()) fail("group = {}: layout has {} groups", g, groups_.size());
+  return g;
+}
+
+KVLayout KVLayout::plan(std::vector<LayerGroup> groups, const LayoutOptions& options) {
+  if (groups.empty()) fail("groups: empty, a layout needs at least one layer group");
+  if (options.max_large_page_bytes == 0) fail("max_large_page_bytes = 0, must be >= 1");
+  if (options.padded_page_alignment == 0) fail("padded_page_alignment = 0, must be >= 1");
+  std::set<std::string_view> names;
+  for (const LayerGroup& g : groups) {
+    g.validate();
+    if (!names.insert(g.name).second) fail("LayerGroup.name = '{}': duplicate group name", g.name);
+  }
+
+  KVLayout layout;
+  std::vector<std::uint64_t> natural;
+  std::uint64_t lcm = 1;
+  for (const LayerGroup& g : groups) {
+    natural.push_back(g.natural_page_bytes());
+    lcm = lcm_sat(lcm, natural.back());
+  }
+  layout.natural_lcm_ = lcm;
+
+  Candidate best;
+  if (lcm <= options.max_large_page_bytes) {
+    best.large = lcm;
+    best.padded = natural;
+  } else {
+    const std::uint64_t largest = *std::max_element(natural.begin(), natural.end());
+    if (largest > options.max_large_page_bytes)
+      fail("max_large_page_bytes = {}: smaller than the largest small page ({} bytes)",
+           options.max_large_page_bytes, largest);
+    // Candidate large pages: s_g * m for each group g (keeps g unpadded) and plain m,
+    // m 7-smooth. Each candidate costs one divisor enumeration.
+    const std::vector<std::uint64_t> smooth = smooth_numbers(options.max_large_page_bytes);
+    std::vector<std::pair<std::uint64_t, Factors>> bases{{1, Factors{}}};
+    for (std::uint64_t s : natural) bases.emplace_back(s, factorize(s));
+    std::set<std::uint64_t> seen;
+    for (const auto& [base, base_f] : bases) {
+      for (std::uint64_t m : smooth) {
+        std::uint64_t large = 0;
+        if (__builtin_mul_overflow(base, m, &large) || large > options.max_large_page_bytes)
+          continue;
+        if (large < largest || !seen.insert(large).second) continue;
+        Factors f = base_f;
+        for (std::uint64_t p : {2u, 3u, 5u, 7u}) {
+          for (std::uint64_t x = m; x % p == 0; x /= p) ++f[p];
+        }
+        Candidate c;
+        if (evaluate(large, f, natural, options.padded_page_alignment, c) && c.better_than(best))
+          best = std::move(c);
+      }
+    }
+    if (best.padded.empty())
+      fail("max_large_page_bytes = {}: no padded layout fits (natural LCM {} bytes)",
+           options.max_large_page_bytes, lcm);
+  }
+
+  layout.large_page_bytes_ = best.large;
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    Sizes s;
+    s.natural = natural[g];
+    s.padded = best.padded[g];
+    const std::uint64_t per = best.large / s.padded;
+    if (per > std::numeric_limits<std::uint32_t>::max())
+      fail("LayerGroup '{}': {} small pages per large page, over 2^32", groups[g].name, per);
+    s.per_large = static_cast<std::uint32_t>(per);
+    layout.sizes_.push_back(s);
+  }
+  layout.groups_ = std::move(groups);
+  return layout;
+}
+
+std::optional<GroupId> KVLayout::find_group(std::string_view name) const {
+  for (GroupId g = 0; g < groups_.size(); ++g)
+    if (groups_[g].name == name) return g;
+  return std::nullopt;
+}
+
+double KVLayout::padding_fraction(GroupId g) const {
+  const Sizes& s = sizes_[check(g)];
+  return static_cast<double>(s.padded - s.natural) / static_cast<double>(s.padded);
+}
+
+double KVLayout::padding_fraction() const {
+  double m = 0.0;
+  for (GroupId g = 0; g < groups_.size(); ++g) m = std::max(m, padding_fraction(g));
+  return m;
+}
+
+bool KVLayout::padded() const {
+  return std::any_of(sizes_.begin(), sizes_.end(),
+                     [](const Sizes& s) { return s.padded != s.natural; });
+}
+
+std::uint64_t KVLayout::k_offset(GroupId g, std::uint32_t layer) const {
+  const LayerGroup& grp = group(g);
+  if (grp.is_state() || grp.kind == LayerKind::kVisionEmbedding)
+    fail("group = {} ('{}'): kind {} has no K/V layout", g, grp.name, to_string(grp.kind));
+  if (layer >= grp.num_layers)
+    fail("layer = {}: group '{}' has {} layers", layer, grp.name, grp.num_layers);
+  return std::uint64_t{layer} * 2 * grp.tokens_per_page * grp.head_bytes_per_token();
+}
+
+std::uint64_t KVLayout::v_offset(GroupId g, std::uint32_t layer) const {
+  const LayerGroup& grp = group(g);
+  return k_offset(g, layer) + std::uint64_t{grp.tokens_per_page} * grp.head_bytes_per_token();
+}
+
+std::uint64_t KVLayout::state_offset(GroupId g, std::uint32_t layer) const {
+  const LayerGroup& grp = group(g);
+  if (!grp.is_state()) fail("group = {} ('{}'): not a state group", g, grp.name);
+  if (layer >= grp.num_layers)
+    fail("layer = {}: group '{}' has {} layers", layer, grp.name, grp.num_layers);
+  return std::uint64_t{layer} * grp.state_bytes_per_layer;
+}
+
+std::string KVLayout::describe() const {
+  std::string out = fmt::format("large page {} bytes ({:.2f} MiB){}\n", large_page_bytes_,
+                                static_cast<double>(large_page_bytes_) / (1 << 20),
+                                padded() ? fmt::format(", padded from LCM {}", natural_lcm_) : "");
+  for (GroupId g = 0; g < groups_.size(); ++g) {
+    const LayerGroup& grp = groups_[g];
+    out += fmt::format("  {:<14} {:<16} layers {:>3}  tokens/page {:>4}  small page {:>10} B  "
+                       "x{:<5} padding {:.2f}%\n",
+                       grp.name, to_string(grp.kind), grp.num_layers, grp.tokens_per_page,
+                       sizes_[g].padded, sizes_[g].per_large, 100.0 * padding_fraction(g));
+  }
+  return out;
+}
+
+}  // namespace kvmm
