@@ -45,6 +45,27 @@ class SmallPageAllocator {
     return take(lp);
   }
 
+  // The three placement steps on their own, for callers that interleave other steps
+  // (eviction, Jenga §5.4). Each is O(1) and returns std::nullopt when it cannot serve.
+  // Step 1: a free small page in a large page associated with r.
+  std::optional<PageId> allocate_associated(RequestId r) {
+    if (r >= req_head_.size()) bad_request(r);
+    if (req_head_[r] == kNone) return std::nullopt;
+    return take(req_head_[r]);
+  }
+  // Step 2: a fresh large page from the pool, associated with r (kNoRequest: none).
+  std::optional<PageId> allocate_fresh(RequestId r) {
+    if (r != kNoRequest && r >= req_head_.size()) bad_request(r);
+    const std::uint32_t lp = fresh(r);
+    if (lp == kNone) return std::nullopt;
+    return take(lp);
+  }
+  // Step 3: any free small page of the group.
+  std::optional<PageId> allocate_any() {
+    if (group_head_ == kNone) return std::nullopt;
+    return take(group_head_);
+  }
+
   // O(1). Raises kvmm::Error for a page out of range or not allocated.
   void free(PageId s) {
     if (s >= allocated_.size() || !allocated_[s]) bad_free(s);
