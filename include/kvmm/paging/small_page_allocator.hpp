@@ -69,6 +69,10 @@ class SmallPageAllocator {
     if (s >= slot_.size() || slot_[s] != kAllocated) bad_free(s);
     const std::uint32_t lp = s / n_;
     LargeSlot& L = pool_.slot(lp);
+#if KVMM_DEBUG_CHECKS
+    if (L.owner != group_ || L.free_count >= n_)
+      fail("debug check: group {} frees page {} of large page {} (owner {}, {} free)", group_, s, lp, L.owner, L.free_count);
+#endif
     slot_[s] = L.free_head;
     L.free_head = s;
     ++L.free_count;
@@ -113,6 +117,10 @@ class SmallPageAllocator {
 
   PageId take(std::uint32_t lp) {
     LargeSlot& L = pool_.slot(lp);
+#if KVMM_DEBUG_CHECKS
+    if (L.owner != group_ || L.free_count == 0 || L.free_count > n_)
+      fail("debug check: group {} takes from large page {} (owner {}, {} free)", group_, lp, L.owner, L.free_count);
+#endif
     PageId s;
     if (L.free_head != kNone) {
       s = L.free_head;
