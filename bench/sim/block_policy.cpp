@@ -184,6 +184,60 @@ class BlockPolicy final : public Policy {
     active_.erase(std::find(active_.begin(), active_.end(), id));
   }
 
+  void check_invariants() const override {
+    std::vector<std::uint32_t> refs(ref_.size(), 0);
+    for (std::uint32_t id : active_) {
+      const Req& q = reqs_[id];
+      for (std::size_t v = 0; v < vgs_.size(); ++v)
+        for (std::size_t b = 0; b < q.blocks[v].size(); ++b) {
+          const std::uint32_t s = q.blocks[v][b];
+          if ((s == kNull) != (b < q.first_live[v]))
+            fail("invariant: request {} vgroup {} block {} null-ness disagrees with first_live", id, v, b);
+          if (s == kNull) continue;
+          if (vg_[s] != v) fail("invariant: block {} of vgroup {} held by vgroup {}", s, vg_[s], v);
+          ++refs[s];
+        }
+    }
+    std::vector<std::uint64_t> in_use(vgs_.size(), 0), evictable(vgs_.size(), 0), cached(vgs_.size(), 0);
+    std::vector<std::uint8_t> free_slot(ref_.size(), 0);
+    for (std::uint32_t s : free_slots_) free_slot[s] = 1;
+    for (std::uint32_t s = 0; s < ref_.size(); ++s) {
+      if (refs[s] != ref_[s]) fail("invariant: block {} has ref {} but {} holders", s, ref_[s], refs[s]);
+      if (free_slot[s]) {
+        if (ref_[s] != 0 || cached_[s]) fail("invariant: free slot {} is referenced or cached", s);
+        continue;
+      }
+      const std::size_t v = vg_[s];
+      if (ref_[s] > 0) in_use[v] += vgs_[v].units;
+      else if (!cached_[s]) fail("invariant: block {} has no holder and is not cached", s);
+      else evictable[v] += vgs_[v].units;
+      if (cached_[s]) {
+        ++cached[v];
+        auto it = index_[v].find(key_[s]);
+        if (it == index_[v].end() || it->second != s) fail("invariant: cached block {} missing from the index", s);
+      }
+    }
+    for (std::size_t v = 0; v < vgs_.size(); ++v) {
+      if (in_use[v] != vg_in_use_[v] || evictable[v] != vg_evictable_[v] || cached[v] != index_[v].size())
+        fail("invariant: vgroup {} counts in use {}/{}, evictable {}/{}, cached {}/{}", vgs_[v].name, in_use[v],
+             vg_in_use_[v], evictable[v], vg_evictable_[v], cached[v], index_[v].size());
+    }
+    for (std::size_t p = 0; p < pools_.size(); ++p) {
+      std::uint64_t used = 0, lru = 0, lru_units = 0;
+      for (std::size_t v = 0; v < vgs_.size(); ++v)
+        if (vgs_[v].pool == p) used += in_use[v] + evictable[v];
+      for (std::uint32_t s = pools_[p].lru_head; s != kNull; s = next_[s]) {
+        ++lru;
+        lru_units += vgs_[vg_[s]].units;
+        if (ref_[s] != 0 || !cached_[s]) fail("invariant: LRU block {} is in use or not cached", s);
+      }
+      if (used + pools_[p].free != pools_[p].capacity || lru_units != pools_[p].evictable)
+        fail("invariant: pool {}: {} held + {} free != {} units, or LRU {} units != evictable {}", pools_[p].name,
+             used, pools_[p].free, pools_[p].capacity, lru_units, pools_[p].evictable);
+      (void)lru;
+    }
+  }
+
   void stats(MemoryStats& out) const override {
     out.groups.resize(vgs_.size());
     std::vector<std::uint64_t> in_use(vgs_.size(), 0);

@@ -91,6 +91,23 @@ class KvmmPolicy final : public Policy {
     active_.pop_back();
   }
 
+  void check_invariants() const override {
+    alloc_.check_invariants();
+    for (std::uint32_t id : active_) {
+      const Req& q = reqs_[id];
+      if (!q.active || alloc_.num_tokens(q.slot) != q.tokens)
+        fail("invariant: request {} holds {} tokens in the allocator, {} in the policy", id,
+             alloc_.num_tokens(q.slot), q.tokens);
+      for (GroupId g : windowed_) {
+        const auto pages = alloc_.page_tables(g).pages(q.slot);
+        for (std::size_t i = 0; i < pages.size(); ++i)
+          if ((pages[i] == kNullPage) != (i < q.first_live[g]))
+            fail("invariant: request {} group {} entry {} null-ness disagrees with first_live {}", id, g, i,
+                 q.first_live[g]);
+      }
+    }
+  }
+
   void stats(MemoryStats& out) const override {
     const KVLayout& l = alloc_.layout();
     out.groups.resize(l.num_groups());

@@ -63,6 +63,9 @@ class Policy {
   virtual void free(std::uint32_t id) = 0;
   // O(running requests x groups).
   virtual void stats(MemoryStats& out) const = 0;
+  // Recounts every page from scratch and raises kvmm::Error on a mismatch. O(memory):
+  // for tests (SchedulerOptions::check_invariants).
+  virtual void check_invariants() const = 0;
 };
 
 struct PolicyOptions {

@@ -191,6 +191,7 @@ Summary simulate(const Workload& w, const KVLayout& layout, Policy& policy, cons
     s.prefill_tokens += prefill;
     s.decode_tokens += decode;
 
+    if (o.check_invariants) policy.check_invariants();
     policy.stats(mem);
     s.capacity_bytes = mem.capacity;
     s.evictions = mem.evictions;

@@ -20,6 +20,7 @@ struct SchedulerOptions {
   std::uint32_t max_seqs = 256;       // running requests at most
   std::uint64_t max_steps = 0;        // 0: run until every request finished or aborted
   std::uint32_t csv_every = 1;        // write every n-th step row
+  bool check_invariants = false;      // policy.check_invariants() after every step (tests)
 };
 
 struct GroupSummary {

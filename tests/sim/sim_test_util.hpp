@@ -61,6 +61,7 @@ inline Run run(const kvmm::sim::Workload& w, const kvmm::KVLayout& layout, const
   kvmm::sim::SchedulerOptions so;
   so.token_budget = token_budget;
   so.max_seqs = max_seqs;
+  so.check_invariants = true;
   std::ostringstream csv;
   Run out;
   out.summary = kvmm::sim::simulate(w, layout, *p, so, &csv);
