@@ -252,13 +252,17 @@ class BlockPolicy final : public Policy {
         const std::vector<std::uint32_t>& bl = q.blocks[v];
         const std::uint64_t live = bl.size() - q.first_live[v];
         if (live == 0) continue;
+        // The next step writes position `tokens` too: it is needed when its block exists.
+        const std::uint64_t T = g.kind == VKind::kState
+                                    ? q.tokens
+                                    : std::min<std::uint64_t>(std::uint64_t{q.tokens} + 1, bl.size() * g.tpb);
         // Closed form as if no block were shared, then a correction for shared blocks.
         waste[v] += static_cast<double>(live) * bytes -
-                    static_cast<double>(live_need(g, q.first_live[v], q.tokens, q.info.encoder_tokens));
+                    static_cast<double>(live_need(g, q.first_live[v], T, q.info.encoder_tokens));
         for (std::size_t b = q.first_live[v]; b < bl.size(); ++b) {
           const std::uint32_t r = ref_[bl[b]];
           if (r > 1)
-            waste[v] -= (bytes - static_cast<double>(block_need(g, b, q.tokens, q.info.encoder_tokens))) *
+            waste[v] -= (bytes - static_cast<double>(block_need(g, b, T, q.info.encoder_tokens))) *
                         (1.0 - 1.0 / static_cast<double>(r));
         }
       }

@@ -114,7 +114,13 @@ class KvmmPolicy final : public Policy {
     for (GroupId g = 0; g < l.num_groups(); ++g) {
       const LayerGroup& grp = l.group(g);
       std::uint64_t need = 0;
-      for (std::uint32_t id : active_) need += needed_bytes(grp, reqs_[id].tokens, reqs_[id].encoder_tokens);
+      // The next step also writes position `tokens`: needed when its page exists.
+      for (std::uint32_t id : active_) {
+        const Req& q = reqs_[id];
+        const std::uint64_t cap = std::uint64_t{alloc_.page_tables(g).num_pages(q.slot)} * grp.tokens_per_page;
+        const std::uint64_t T = grp.is_state() ? q.tokens : std::min<std::uint64_t>(std::uint64_t{q.tokens} + 1, cap);
+        need += needed_bytes(grp, T, q.encoder_tokens);
+      }
       const SmallPageAllocator& a = alloc_.small_pages(g);
       const std::uint64_t held = std::uint64_t{a.num_used_small()} * l.small_page_bytes(g);
       GroupUsage& u = out.groups[g];

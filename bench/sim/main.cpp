@@ -155,7 +155,7 @@ int run(int argc, char** argv) {
   if (!out.empty()) std::filesystem::create_directories(out);
   fmt::print("model {}:\n{}\nworkload {}: {} requests\n", model, layout.describe(), w.name, w.requests.size());
   fmt::print("{:<14} {:>7} {:>9} {:>8} {:>8} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8}\n", "policy", "steps", "finished",
-             "batch", "decode", "preempt", "tok/step", "hit%", "waste%", "peakw%", "gfree%");
+             "batch", "decode", "preempt", "out/step", "hit%", "waste%", "peakw%", "gfree%");
   std::string csv_summary =
       "policy,steps,finished,aborted,mean_running,mean_decode_batch,preemptions,tokens_per_step,"
       "output_tokens_per_step,prefix_hit_rate,mean_used,mean_wasted,peak_wasted,mean_cached,mean_group_free,"
@@ -178,8 +178,8 @@ int run(int argc, char** argv) {
     }
     Summary s = simulate(w, layout, *policy, so, out.empty() ? nullptr : &csv);
     s.model = model;
-    fmt::print("{:<14} {:>7} {:>9} {:>8.2f} {:>8.2f} {:>9} {:>9.1f} {:>8.2f} {:>8.3f} {:>8.3f} {:>8.2f}  ({:.2f} s)\n",
-               s.policy, s.steps, s.finished, s.mean_running, s.mean_decode_batch, s.preemptions, s.tokens_per_step,
+    fmt::print("{:<14} {:>7} {:>9} {:>8.2f} {:>8.2f} {:>9} {:>9.2f} {:>8.2f} {:>8.3f} {:>8.3f} {:>8.2f}  ({:.2f} s)\n",
+               s.policy, s.steps, s.finished, s.mean_running, s.mean_decode_batch, s.preemptions, s.output_tokens_per_step,
                100 * s.prefix_hit_rate, 100 * s.mean_wasted, 100 * s.peak_wasted, 100 * s.mean_group_free,
                s.wall_seconds);
     csv_summary += fmt::format("{},{},{},{},{:.4f},{:.4f},{},{:.3f},{:.4f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{},{:.3f}\n",

@@ -25,7 +25,8 @@ struct SeqInfo {
   const std::vector<std::uint32_t>* token_ids = nullptr;  // optional prompt token ids
 };
 
-// Bytes of one policy group at one instant. used: needed to compute the next token;
+// Bytes of one policy group at one instant. used: needed to compute the next token
+// (the KV of every position it reads, and the slot of the position it writes);
 // wasted: allocated to running requests but not needed (partial pages, padding,
 // out-of-window tokens kept, layers that do not need the token); cached: evictable
 // prefix-cache pages; group_free: free memory only this group can use (a static

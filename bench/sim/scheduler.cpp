@@ -115,6 +115,7 @@ Summary simulate(const Workload& w, const KVLayout& layout, Policy& policy, cons
       waiting.push_back(i);
     }
     std::uint64_t budget = o.token_budget;
+    const std::uint64_t preemptions_before = s.preemptions;
     sched_id.clear();
     sched_n.clear();
     // 1. Running requests, oldest first; preempt the newest when memory runs out.
@@ -139,8 +140,10 @@ Summary simulate(const Workload& w, const KVLayout& layout, Policy& policy, cons
       sched_n.push_back(want);
       budget -= want;
     }
-    // 2. Waiting requests in arrival order (preempted ones first), while budget lasts.
-    while (!waiting.empty() && budget > 0 && running.size() < o.max_seqs) {
+    // 2. Waiting requests in arrival order (preempted ones first), while budget lasts;
+    //    none in a step that had to preempt (vLLM v1's rule against thrashing).
+    const bool preempted_now = s.preemptions != preemptions_before;
+    while (!preempted_now && !waiting.empty() && budget > 0 && running.size() < o.max_seqs) {
       const std::uint32_t r = waiting.front();
       ReqState& q = st[r];
       if (!q.added) {

@@ -1,5 +1,7 @@
 // Hand-worked traces per policy: every number below is derived in the comments from the
 // tiny layouts in sim_test_util.hpp (4 tokens per page, 32 B per token per layer).
+// "Needed" after a step with T computed tokens covers positions 0..T: the next step
+// reads 0..T-1 and writes T (window groups: the last min(T + 1, w) = w positions).
 #include "sim_test_util.hpp"
 
 #include "kvmm/error.hpp"
@@ -20,12 +22,12 @@ TEST_CASE("kvmm policy: one request on a full + sliding-window model, by hand", 
   const auto r = run(one_request(), simtest::hybrid_layout(), "kvmm", 16 * 256);
   REQUIRE(r.rows.size() == 3);
   const auto& s0 = r.rows[0];
-  // Step 0: prefill 10 tokens. full: 3 pages (384 B) for 320 B -> 64 wasted; its 2 large
-  // pages keep 1 free small page (128 B). sliding: 3 pages (768 B), the window needs
-  // min(10, 8) * 64 = 512 B -> 256 wasted. Free: 16 - 2 - 3 = 11 large pages.
+  // Step 0: prefill 10 tokens. full: 3 pages (384 B) for 11 * 32 = 352 B -> 32 wasted;
+  // its 2 large pages keep 1 free small page (128 B). sliding: 3 pages (768 B), the
+  // window needs 8 * 64 = 512 B -> 256 wasted. Free: 16 - 2 - 3 = 11 large pages.
   CHECK(s0.at("prefill_tokens") == 10);
-  CHECK(s0.at("full.used") == 320);
-  CHECK(s0.at("full.wasted") == 64);
+  CHECK(s0.at("full.used") == 352);
+  CHECK(s0.at("full.wasted") == 32);
   CHECK(s0.at("full.group_free") == 128);
   CHECK(s0.at("sliding.used") == 512);
   CHECK(s0.at("sliding.wasted") == 256);
@@ -35,8 +37,8 @@ TEST_CASE("kvmm policy: one request on a full + sliding-window model, by hand", 
   // (tokens 0-3) is freed at commit: 2 pages, 512 B, all needed.
   const auto& s1 = r.rows[1];
   CHECK(s1.at("decode_tokens") == 1);
-  CHECK(s1.at("full.used") == 352);
-  CHECK(s1.at("full.wasted") == 32);
+  CHECK(s1.at("full.used") == 384);
+  CHECK(s1.at("full.wasted") == 0);
   CHECK(s1.at("sliding.used") == 512);
   CHECK(s1.at("sliding.wasted") == 0);
   CHECK(s1.at("free") == 12 * 256);
@@ -53,14 +55,14 @@ TEST_CASE("paged-uniform: every layer keeps every token, blocks cached after fin
   // One block = 4 tokens x 3 layers x 32 B = 384 B; 4096 B hold 10 blocks (3840 B).
   const auto r = run(one_request(), simtest::hybrid_layout(), "paged-uniform", 4096);
   REQUIRE(r.rows.size() == 3);
-  // Step 0: 3 blocks = 1152 B; needed: full 10 * 32 + sliding min(10, 8) * 64 = 832.
-  CHECK(r.rows[0].at("uniform.used") == 832);
-  CHECK(r.rows[0].at("uniform.wasted") == 320);
+  // Step 0: 3 blocks = 1152 B; needed: full 11 * 32 + sliding 8 * 64 = 864.
+  CHECK(r.rows[0].at("uniform.used") == 864);
+  CHECK(r.rows[0].at("uniform.wasted") == 288);
   CHECK(r.rows[0].at("free") == 7 * 384);
   CHECK(r.rows[0].at("capacity") == 3840);
-  // Step 1: 11 tokens: needed 352 + 512.
-  CHECK(r.rows[1].at("uniform.used") == 864);
-  CHECK(r.rows[1].at("uniform.wasted") == 288);
+  // Step 1: 11 tokens: needed 12 * 32 + 512.
+  CHECK(r.rows[1].at("uniform.used") == 896);
+  CHECK(r.rows[1].at("uniform.wasted") == 256);
   // Step 2: finished; 12 computed tokens = 3 full blocks stay cached (evictable).
   CHECK(r.rows[2].at("uniform.used") == 0);
   CHECK(r.rows[2].at("uniform.cached") == 1152);
@@ -88,15 +90,15 @@ TEST_CASE("max-page: every page padded to the largest group's page", "[sim][max-
   // Page 256 B (the sliding group's); 16 pages.
   const auto r = run(one_request(), simtest::hybrid_layout(), "max-page", 4096);
   REQUIRE(r.rows.size() == 3);
-  // Step 0: full 3 pages x 256 = 768 for 320 -> 448 wasted; sliding 768 for 512.
-  CHECK(r.rows[0].at("full.used") == 320);
-  CHECK(r.rows[0].at("full.wasted") == 448);
+  // Step 0: full 3 pages x 256 = 768 for 352 -> 416 wasted; sliding 768 for 512.
+  CHECK(r.rows[0].at("full.used") == 352);
+  CHECK(r.rows[0].at("full.wasted") == 416);
   CHECK(r.rows[0].at("sliding.used") == 512);
   CHECK(r.rows[0].at("sliding.wasted") == 256);
   CHECK(r.rows[0].at("free") == 10 * 256);
   // Step 1: out-of-window pages are freed only when the next allocation runs (before
   // position 10: none), so sliding still holds 3 pages.
-  CHECK(r.rows[1].at("full.wasted") == 416);
+  CHECK(r.rows[1].at("full.wasted") == 384);
   CHECK(r.rows[1].at("sliding.wasted") == 256);
   CHECK(r.rows[2].at("free") == 16 * 256);
   CHECK(r.rows[2].at("full.cached") == 0);  // no prefix caching
@@ -109,7 +111,7 @@ TEST_CASE("static-split: fixed pools sized for a max-length request", "[sim][sta
   REQUIRE(r.rows.size() == 3);
   CHECK(r.rows[0].at("capacity") == 32 * 128 + 20 * 256);
   CHECK(r.rows[0].at("free") == 0);
-  CHECK(r.rows[0].at("full.used") == 320);
+  CHECK(r.rows[0].at("full.used") == 352);
   CHECK(r.rows[0].at("full.group_free") == 29 * 128);
   CHECK(r.rows[0].at("sliding.group_free") == 17 * 256);
   // Step 2: the allocation for position 11 frees sliding block 0 (cached, so it turns
@@ -123,7 +125,7 @@ TEST_CASE("unified-block: same block bytes per layer, lazy window freeing", "[si
   // Per-layer block 4 x 32 = 128 B; full blocks 1 unit, sliding blocks 2 units (layers).
   const auto r = run(one_request(), simtest::hybrid_layout(), "unified-block", 4096);
   REQUIRE(r.rows.size() == 3);
-  CHECK(r.rows[0].at("full.wasted") == 64);
+  CHECK(r.rows[0].at("full.wasted") == 32);
   CHECK(r.rows[0].at("sliding.wasted") == 256);
   CHECK(r.rows[0].at("free") == (32 - 3 - 6) * 128);
   // Step 1: unlike kvmm the window's first block is still held (freed at the next
@@ -155,12 +157,12 @@ TEST_CASE("unified-block: Mamba state pages padded to an enlarged attention bloc
                                             kvmm::LayerGroup::mamba_state("mamba", 1, 300, 4)});
   const auto r = run(one_request(), layout, "unified-block", 3840);
   REQUIRE(r.rows.size() == 3);
-  CHECK(r.rows[0].at("attention.used") == 320);
-  CHECK(r.rows[0].at("attention.wasted") == 64);
+  CHECK(r.rows[0].at("attention.used") == 352);
+  CHECK(r.rows[0].at("attention.wasted") == 32);
   CHECK(r.rows[0].at("mamba.used") == 300);
   CHECK(r.rows[0].at("mamba.wasted") == 84);
   CHECK(r.rows[0].at("free") == 8 * 384);
-  CHECK(r.rows[1].at("attention.wasted") == 32);
+  CHECK(r.rows[1].at("attention.wasted") == 0);
   CHECK(r.rows[2].at("free") == 3840);
   CHECK(r.rows[2].at("attention.cached") == 0);  // no prefix caching with Mamba
 }
@@ -172,16 +174,16 @@ TEST_CASE("cross-attention: paged-uniform keeps (T + I) tokens in every layer", 
   Workload w{"vision", {req(5, 2)}};
   w.requests[0].images.push_back({0, 8});
   // paged-uniform: block 4 x 2 layers x 32 = 256 B. Decoder table: 5 tokens, 2 blocks
-  // (512 B) of which self needs 160; cross table: 8 tokens, 2 blocks, cross needs 256.
+  // (512 B) of which self needs 6 * 32; cross table: 8 tokens, 2 blocks, cross needs 256.
   const auto u = run(w, layout, "paged-uniform", 4096, 8192, 64, 0, 8);
-  CHECK(u.rows[0].at("uniform.used") == 160);
-  CHECK(u.rows[0].at("uniform.wasted") == 352);
+  CHECK(u.rows[0].at("uniform.used") == 192);
+  CHECK(u.rows[0].at("uniform.wasted") == 320);
   CHECK(u.rows[0].at("uniform-cross.used") == 256);
   CHECK(u.rows[0].at("uniform-cross.wasted") == 256);
-  // kvmm: self 2 pages (256 B) for 160; cross 2 pages, all needed.
+  // kvmm: self 2 pages (256 B) for 192; cross 2 pages, all needed.
   const auto k = run(w, layout, "kvmm", 4096, 8192, 64, 0, 8);
-  CHECK(k.rows[0].at("self.used") == 160);
-  CHECK(k.rows[0].at("self.wasted") == 96);
+  CHECK(k.rows[0].at("self.used") == 192);
+  CHECK(k.rows[0].at("self.wasted") == 64);
   CHECK(k.rows[0].at("cross.used") == 256);
   CHECK(k.rows[0].at("cross.wasted") == 0);
 }
