@@ -563,7 +563,7 @@ std::unique_ptr<Policy> paged_uniform(const KVLayout& layout, const PolicyOption
   vgs.push_back(u);
   if (!x.covers.empty()) vgs.push_back(x);  // vLLM 0.6 encoder-decoder: a cross block table
   pools.push_back(make_pool("uniform", block, o.memory_bytes - reserved, true));
-  const bool caching = !has_kind(layout, is_state) && !has_kind(layout, is_encoder);
+  const bool caching = o.prefix_caching && !has_kind(layout, is_state) && !has_kind(layout, is_encoder);
   std::string d = fmt::format(
       "vLLM 0.6 PagedAttention: one block of {} tokens x {} attention layers x {} B per layer-token = {} B; "
       "every layer keeps every decoder token, and every encoder token in a cross block table from the same pool; "
@@ -619,7 +619,7 @@ std::unique_ptr<Policy> static_split(const KVLayout& layout, const PolicyOptions
     shares += fmt::format("{}{} {:.1f}%", shares.empty() ? "" : ", ", g.name,
                           100.0 * static_cast<double>(bytes) / static_cast<double>(o.memory_bytes));
   }
-  const bool caching = !has_kind(layout, is_state) && !has_kind(layout, is_encoder);
+  const bool caching = o.prefix_caching && !has_kind(layout, is_state) && !has_kind(layout, is_encoder);
   std::string d = fmt::format(
       "TensorRT-LLM style static split: {} state slots reserved per Mamba group, the rest split once into "
       "one pool per group in proportion to a max-length request ({} decoder / {} encoder tokens): {}; "
@@ -657,7 +657,7 @@ std::unique_ptr<Policy> unified_block(const KVLayout& layout, const PolicyOption
                         g.is_state() ? 0 : tpb, layers);
   }
   std::vector<Pool> pools{make_pool("unified", page, o.memory_bytes, true)};
-  const bool caching = !has_kind(layout, is_state) && !has_kind(layout, is_encoder);
+  const bool caching = o.prefix_caching && !has_kind(layout, is_state) && !has_kind(layout, is_encoder);
   std::string d = fmt::format(
       "vLLM v1 hybrid allocator: one pool of {} B per-layer blocks shared by every group ({}); state pages "
       "padded to the block; sliding windows freed; prefix caching {} (block hashes per group, hit = longest "

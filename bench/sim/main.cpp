@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -43,6 +44,8 @@ constexpr const char* kUsage = R"(usage: kvmm-sim --model PRESET|config.json --w
   --csv-every N       write every N-th step to the CSV (default 1)
   --out DIR           write DIR/<policy>.steps.csv, DIR/<policy>.summary.json,
                       DIR/summary.csv and DIR/run.json
+  --no-prefix-caching turn prefix caching off in every policy (compares the
+                      memory policies alone)
   --dump-trace FILE   write the workload as a JSONL trace and continue
   --list              list presets, workloads and policies
 )";
@@ -74,6 +77,7 @@ std::uint32_t to_u32(const std::string& flag, std::uint64_t x, std::uint64_t lo)
 int run(int argc, char** argv) {
   std::string model, workload, policies = "all", out, dump;
   double memory_gib = 40, rate = 0;
+  bool caching = true;
   std::uint64_t seed = 1, requests = 1000, max_steps = 0;
   std::uint32_t token_budget = 8192, max_seqs = 256, tpp = 16, dtype = 2, csv_every = 1;
   for (int i = 1; i < argc; ++i) {
@@ -86,6 +90,10 @@ int run(int argc, char** argv) {
       fmt::print("presets:   {}\nworkloads: {}\npolicies:  {}\n", fmt::join(kvmm::presets::names(), ", "),
                  fmt::join(workload_names(), ", "), fmt::join(policy_names(), ", "));
       return 0;
+    }
+    if (a == "--no-prefix-caching") {
+      caching = false;
+      continue;
     }
     if (i + 1 >= argc) kvmm::fail("{}: missing value (see --help)", a);
     const std::string v = argv[++i];
@@ -135,10 +143,14 @@ int run(int argc, char** argv) {
       p = e + 1;
     }
   }
+  for (const std::string& n : names)
+    if (std::find(policy_names().begin(), policy_names().end(), n) == policy_names().end())
+      kvmm::fail("--policy = '{}': unknown; known: {} or all", n, fmt::join(policy_names(), ", "));
   const ModelShape shape = shape_of(layout);
   PolicyOptions po;
   po.memory_bytes = static_cast<std::uint64_t>(memory_gib * 1073741824.0);
   po.max_seqs = max_seqs;
+  po.prefix_caching = caching;
   po.max_model_len = 1;
   po.max_encoder_tokens = 1;
   for (const SimRequest& r : w.requests) {

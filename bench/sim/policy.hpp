@@ -74,6 +74,7 @@ struct PolicyOptions {
   std::uint32_t max_seqs = 256;            // scheduler's batch limit; state slots
   std::uint32_t max_model_len = 131072;    // static-split sizing
   std::uint32_t max_encoder_tokens = 6404; // static-split sizing of encoder groups
+  bool prefix_caching = true;              // false: no policy caches (memory policy alone)
 };
 
 const std::vector<std::string>& policy_names();
