@@ -42,14 +42,16 @@ for spec in "${runs[@]}"; do
     flags=()
     [ "$mode" = nocache ] && flags=(--no-prefix-caching)
     dir=$out/$name-$mode
-    cmd="kvmm-sim --model $model --workload $workload --memory-gib $gib --requests $n --seed 1 ${flags[*]:-}"
+    cmd="kvmm-sim --model $model --workload $workload --memory-gib $gib --requests $n --seed 1${flags[*]:+ ${flags[*]}}"
     "$sim" --model "$model" --workload "$workload" --memory-gib "$gib" --requests "$n" --seed 1 \
       ${flags[@]+"${flags[@]}"} --out "$dir" > "$dir.log"
     if [ "$mode" = engine ]; then
       "$py" "$root/bench/sim/plot.py" "$dir" --title "$model, $workload, $gib GiB" --out "$png/$name" > /dev/null
     fi
     echo
-    echo "#### $model, $workload, $gib GiB, $n requests ($mode caching)"
+    label="each engine's own prefix caching"
+    [ "$mode" = nocache ] && label="prefix caching off in every policy"
+    echo "#### $model, $workload, $gib GiB, $n requests: $label"
     echo
     echo "\`$cmd\`"
     echo

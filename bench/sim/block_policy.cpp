@@ -566,11 +566,12 @@ std::unique_ptr<Policy> paged_uniform(const KVLayout& layout, const PolicyOption
   const bool caching = o.prefix_caching && !has_kind(layout, is_state) && !has_kind(layout, is_encoder);
   std::string d = fmt::format(
       "vLLM 0.6 PagedAttention: one block of {} tokens x {} attention layers x {} B per layer-token = {} B; "
-      "every layer keeps every decoder token, and every encoder token in a cross block table from the same pool; "
-      "sliding windows are not freed; "
-      "{} state slots reserved up front per Mamba group; vision embeddings are not cached; "
-      "prefix caching {} (block hashes, LRU over free blocks; off for encoder-decoder and Mamba models)",
-      u.tpb, layers, per_layer, block, o.max_seqs, caching ? "on" : "off");
+      "every layer keeps every decoder token{}; sliding windows are not freed{}; prefix caching {} (block "
+      "hashes of full blocks, LRU over free cached blocks; vLLM 0.6 has none for encoder-decoder or Mamba models)",
+      u.tpb, layers, per_layer, block,
+      x.covers.empty() ? "" : ", and every encoder token in a cross block table from the same pool",
+      reserved > 0 ? fmt::format("; {} Mamba state slots reserved up front ({} B)", o.max_seqs, reserved) : "",
+      caching ? "on" : "off");
   return std::make_unique<BlockPolicy>("paged-uniform", layout, std::move(vgs), std::move(pools), caching, d);
 }
 
@@ -586,7 +587,8 @@ std::unique_ptr<Policy> max_page(const KVLayout& layout, const PolicyOptions& o)
   std::vector<Pool> pools{make_pool("max", unit, o.memory_bytes, true)};
   std::string d = fmt::format(
       "MAX page (Jenga 4.4, vLLM-max): one pool of {} B pages (the largest group's page); each group "
-      "allocates its own pages at its own tokens per page, sliding windows freed, each page padded to {} B; "
+      "allocates its own pages at its own tokens per page, sliding windows freed at the next allocation, each page "
+      "padded to {} B; "
       "no prefix caching",
       unit, unit);
   return std::make_unique<BlockPolicy>("max-page", layout, std::move(vgs), std::move(pools), false, d);
@@ -621,10 +623,12 @@ std::unique_ptr<Policy> static_split(const KVLayout& layout, const PolicyOptions
   }
   const bool caching = o.prefix_caching && !has_kind(layout, is_state) && !has_kind(layout, is_encoder);
   std::string d = fmt::format(
-      "TensorRT-LLM style static split: {} state slots reserved per Mamba group, the rest split once into "
-      "one pool per group in proportion to a max-length request ({} decoder / {} encoder tokens): {}; "
-      "sliding windows freed; block reuse {} (per-pool hashes and LRU, hit = shortest over groups)",
-      o.max_seqs, o.max_model_len, o.max_encoder_tokens, shares, caching ? "on" : "off");
+      "TensorRT-LLM style static split: {}one pool per group in proportion to a max-length request ({} decoder / "
+      "{} encoder tokens): {}; sliding windows freed at the next allocation; block reuse {} (per-pool hashes "
+      "and LRU, hit = longest prefix valid in every group)",
+      reserved > 0 ? fmt::format("{} Mamba state slots reserved first ({} B), the rest split into ", o.max_seqs, reserved)
+                   : "",
+      o.max_model_len, o.max_encoder_tokens, shares, caching ? "on" : "off");
   return std::make_unique<BlockPolicy>("static-split", layout, std::move(vgs), std::move(pools), caching, d);
 }
 
@@ -653,14 +657,16 @@ std::unique_ptr<Policy> unified_block(const KVLayout& layout, const PolicyOption
     }
     const std::uint64_t layers = g.kind == LayerKind::kVisionEmbedding ? 1 : g.num_layers;
     vgs.push_back(own_group(layout, gid, tpb, layers, 0));
-    tpbs += fmt::format("{}{} {} tokens/block x {} layers", tpbs.empty() ? "" : ", ", g.name,
-                        g.is_state() ? 0 : tpb, layers);
+    if (g.is_state())
+      tpbs += fmt::format("{}{} 1 state block x {} layers", tpbs.empty() ? "" : ", ", g.name, layers);
+    else
+      tpbs += fmt::format("{}{} {} tokens/block x {} layers", tpbs.empty() ? "" : ", ", g.name, tpb, layers);
   }
   std::vector<Pool> pools{make_pool("unified", page, o.memory_bytes, true)};
   const bool caching = o.prefix_caching && !has_kind(layout, is_state) && !has_kind(layout, is_encoder);
   std::string d = fmt::format(
       "vLLM v1 hybrid allocator: one pool of {} B per-layer blocks shared by every group ({}); state pages "
-      "padded to the block; sliding windows freed; prefix caching {} (block hashes per group, hit = longest "
+      "padded to the block; sliding windows freed at the next allocation; prefix caching {} (block hashes per group, hit = longest "
       "prefix valid in all groups, one LRU free queue across groups; off with Mamba or encoder groups)",
       page, tpbs, caching ? "on" : "off");
   return std::make_unique<BlockPolicy>("unified-block", layout, std::move(vgs), std::move(pools), caching, d);

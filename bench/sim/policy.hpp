@@ -1,9 +1,8 @@
-// The memory-policy interface of kvmm-sim and its factory. A policy owns the KV memory
-// of one simulated engine; the scheduler calls it with the same shape as
-// kvmm::KVCacheManager (add_request, lookup_prefix, allocate all-or-nothing, commit,
-// free, stats), so the kvmm policy can switch to the manager by swapping one class.
-// Policies: kvmm (the real PagedKVAllocator), paged-uniform, max-page, static-split,
-// unified-block (models of vLLM 0.6, Jenga's MAX page, TensorRT-LLM, vLLM v1).
+// The memory-policy interface of kvmm-sim, shaped like kvmm::KVCacheManager (add_request,
+// lookup_prefix, all-or-nothing allocate, commit, free, stats) so the kvmm policy can move
+// to the manager by swapping one class; and its factory: kvmm, paged-uniform, max-page,
+// static-split, unified-block. allocate/free cost O(pages touched); stats O(requests x
+// groups) (block policies with shared prefixes: O(blocks held)).
 #pragma once
 
 #include "kvmm/spec/kv_layout.hpp"
