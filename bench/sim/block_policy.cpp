@@ -653,7 +653,7 @@ std::unique_ptr<Policy> unified_block(const KVLayout& layout, const PolicyOption
     const LayerGroup& g = layout.group(gid);
     std::uint32_t tpb = 1;
     if (!g.is_state()) {
-      tpb = static_cast<std::uint32_t>(page / per_layer_token(g));  // padded when not exact
+      tpb = static_cast<std::uint32_t>(std::max<std::uint64_t>(1, page / per_layer_token(g)));  // padded if not exact
     }
     const std::uint64_t layers = g.kind == LayerKind::kVisionEmbedding ? 1 : g.num_layers;
     vgs.push_back(own_group(layout, gid, tpb, layers, 0));

@@ -85,11 +85,19 @@ Summary simulate(const Workload& w, const KVLayout& layout, Policy& policy, cons
     waiting.push_front(v);
     ++s.preemptions;
   };
+  // An aborted request's follow-ups (multi-turn) are aborted with it: they never arrive.
+  std::vector<std::uint32_t> doomed;
   auto abort_request = [&](std::uint32_t v) {
     if (st[v].added) policy.free(v);
     st[v].added = false;
-    st[v].status = Status::kAborted;
-    ++s.aborted;
+    doomed.assign(1, v);
+    while (!doomed.empty()) {
+      const std::uint32_t d = doomed.back();
+      doomed.pop_back();
+      st[d].status = Status::kAborted;
+      ++s.aborted;
+      doomed.insert(doomed.end(), children[d].begin(), children[d].end());
+    }
   };
   auto finish = [&](std::uint32_t v) {
     policy.free(v);

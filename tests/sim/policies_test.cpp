@@ -221,6 +221,19 @@ TEST_CASE("a request that cannot fit even alone is aborted, others still finish"
   }
 }
 
+TEST_CASE("follow-ups of an aborted request are aborted too", "[sim][scheduler]") {
+  // Request 0 cannot fit; 1 follows 0, 2 follows 1; 3 is independent and finishes.
+  Workload w{"chain", {req(40, 1), req(4, 1), req(4, 1), req(4, 2)}};
+  w.requests[1].parent = 0;
+  w.requests[2].parent = 1;
+  for (const auto& p : kvmm::sim::policy_names()) {
+    INFO(p);
+    const auto r = run(w, simtest::full_layout(), p, 8 * 128, 100, 64, 41);
+    CHECK(r.summary.aborted == 3);
+    CHECK(r.summary.finished == 1);
+  }
+}
+
 TEST_CASE("policy factory and scheduler reject bad arguments", "[sim][errors]") {
   kvmm::sim::PolicyOptions po;
   po.memory_bytes = 100;
