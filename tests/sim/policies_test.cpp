@@ -5,6 +5,7 @@
 #include "sim_test_util.hpp"
 
 #include "kvmm/error.hpp"
+#include "sim/workload.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -84,6 +85,20 @@ TEST_CASE("paged-uniform: a later request hits the shared prefix", "[sim][unifor
   const auto k = run(w, simtest::hybrid_layout(), "kvmm", 4096);
   CHECK(k.summary.hit_tokens == 0);
   CHECK(k.summary.prefill_tokens == 22);
+}
+
+TEST_CASE("token-id traces: blocks hit by content, chained from the start", "[sim][uniform][prefix]") {
+  // A: tokens 1..12. B shares A's first 8 tokens, then differs. C has A's tokens 5..8
+  // at positions 0..3: the same block content but another prefix, so no hit.
+  const auto w = kvmm::sim::parse_trace(
+      "{\"prompt_tokens\": [1,2,3,4,5,6,7,8,9,10,11,12], \"output_len\": 1}\n"
+      "{\"arrival\": 5, \"prompt_tokens\": [1,2,3,4,5,6,7,8,20,21,22,23,24], \"output_len\": 1}\n"
+      "{\"arrival\": 9, \"prompt_tokens\": [5,6,7,8,1,2,3,4,9], \"output_len\": 1}\n",
+      "t.jsonl");
+  const auto r = run(w, simtest::hybrid_layout(), "paged-uniform", 8192);
+  CHECK(r.summary.hit_tokens == 8);
+  CHECK(r.summary.lookup_tokens == 12 + 13 + 9);
+  CHECK(r.summary.finished == 3);
 }
 
 TEST_CASE("max-page: every page padded to the largest group's page", "[sim][max-page]") {
