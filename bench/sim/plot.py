@@ -13,7 +13,10 @@ import csv
 import os
 import sys
 
-import matplotlib
+try:
+    import matplotlib
+except ImportError:
+    sys.exit("plot.py: needs matplotlib (Debian: python3-matplotlib; run it with /usr/bin/python3)")
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
