@@ -118,6 +118,17 @@ void PagedKVAllocator::free_request(RequestId r) {
   free_ids_.push_back(r);
 }
 
+void PagedKVAllocator::free_page(RequestId r, GroupId g, std::uint32_t index) {
+  check_active(r);
+  PageTableSet& t = tables_[group(g)];
+  if (index >= t.num_pages(r))
+    fail("index = {}: request {} holds {} pages in group {}", index, r, t.num_pages(r), g);
+  const PageId p = t.pages(r)[index];
+  if (p == kNullPage) fail("index = {}: entry of request {} in group {} is already the null page", index, r, g);
+  allocators_[g].free(p);
+  t.set(r, index, kNullPage);
+}
+
 void PagedKVAllocator::check_invariants() const {
   std::uint64_t held = 0;
   for (GroupId g = 0; g < allocators_.size(); ++g) {

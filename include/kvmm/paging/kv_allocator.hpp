@@ -49,6 +49,10 @@ class PagedKVAllocator {
   bool append_encoder_tokens(RequestId r, std::uint32_t num_tokens);
   // Frees every page of the request and ends its large-page associations. O(pages).
   void free_request(RequestId r);
+  // Frees one page of r's table in group g (a sliding-window page that left the window)
+  // and puts the null page in its entry. O(1). Raises kvmm::Error for an index out of
+  // range or an entry that is already the null page.
+  void free_page(RequestId r, GroupId g, std::uint32_t index);
 
   bool is_active(RequestId r) const { return r < active_.size() && active_[r]; }
   std::uint32_t num_active() const { return num_active_; }
