@@ -49,7 +49,8 @@ void ArenaPagePool::rerank_chunk(std::uint32_t c) {
   const PageId first = static_cast<PageId>(c * cb / lp);
   PageId last = static_cast<PageId>(((c + std::uint64_t{1}) * cb - 1) / lp);
   if (last >= capacity()) last = capacity() - 1;
-  for (PageId j = first; j <= last; ++j) {
+  // Descending, so the lowest id ends up at the head of its list.
+  for (PageId j = last + 1; j-- > first;) {
     if (rank_[j] == kUsed) continue;
     const Rank r = rank_of(j);
     if (r == rank_[j]) continue;
