@@ -232,31 +232,40 @@ bool VirtualKVCache::step(std::span<const std::uint32_t> seq_lens) {
     }
   }
   if (mapper_.joinable()) {
-    // Speculative pre-mapping: every running request will hold one more token next step.
+    // Speculative pre-mapping: every running request will hold one more token next
+    // step. One queue lock and one wake-up for the whole batch.
+    std::unique_lock lock(queue_mutex_, std::defer_lock);
     for (std::uint32_t s = 0; s < B; ++s) {
       const std::uint32_t len = seq_lens[s];
       if (len == 0 || len >= options_.max_context) continue;
       const std::uint32_t next = groups_for(len + 1);
       if (next > backed_[s].load(std::memory_order_acquire)) {
         want_[s].store(next, std::memory_order_relaxed);
-        enqueue(s);
+        if (!lock.owns_lock()) lock.lock();
+        push_locked(s);
       }
+    }
+    if (lock.owns_lock()) {
+      lock.unlock();
+      queue_cv_.notify_one();
     }
   }
   return true;
 }
 
+void VirtualKVCache::push_locked(std::uint32_t item) {
+  if (item == kHousekeeping) {
+    housekeeping_queued_ = true;
+  } else if (!queued_[item]) {
+    queued_[item] = 1;
+    ring_[(head_ + count_++) % ring_.size()] = item;
+  }
+}
+
 void VirtualKVCache::enqueue(std::uint32_t item) {
   {
     std::lock_guard lock(queue_mutex_);
-    if (item == kHousekeeping) {
-      if (housekeeping_queued_) return;
-      housekeeping_queued_ = true;
-    } else {
-      if (queued_[item]) return;
-      queued_[item] = 1;
-      ring_[(head_ + count_++) % ring_.size()] = item;
-    }
+    push_locked(item);
   }
   queue_cv_.notify_one();
 }

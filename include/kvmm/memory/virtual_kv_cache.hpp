@@ -129,6 +129,7 @@ class VirtualKVCache {
   // `only_if_enough`, does nothing unless that can succeed.
   bool reclaim_locked(std::uint32_t chunks, std::uint32_t keep, bool only_if_enough);
   void enqueue(std::uint32_t item);
+  void push_locked(std::uint32_t item);  // queue_mutex_ held
   void mapper_loop();
   void housekeeping();
 
