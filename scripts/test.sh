@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # Builds kvmm with warnings as errors and runs every test; then again under
 # AddressSanitizer + UndefinedBehaviorSanitizer; the memory tests under ThreadSanitizer;
-# then builds and runs the consumer
-# project against the installed package (find_package(kvmm)).
+# then builds and runs the consumer project against the installed package (find_package(kvmm)).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/deps.sh
