@@ -364,7 +364,7 @@ void VirtualKVCache::check_invariants() const {
           ++chunks;
         }
   }
-  if (spare_ != kNoSlot && active_[spare_] && options_.eager_tokens == 0) fail("virtual kv cache: spare slot {} is active", spare_);
+  if (spare_ != kNoSlot && active_[spare_]) fail("virtual kv cache: spare slot {} is active", spare_);
   if (chunks != pool_.owned(ChunkOwner::kVirtualTensor))
     fail("virtual kv cache: table holds {} chunks, pool says {} are owned by virtual tensors", chunks,
          pool_.owned(ChunkOwner::kVirtualTensor));
