@@ -32,8 +32,10 @@ VirtualKVCache::VirtualKVCache(ChunkPool& pool, const VirtualKVCacheOptions& opt
   active_.assign(o.max_batch, 0);
   backed_ = std::make_unique<std::atomic<std::uint32_t>[]>(o.max_batch);
   want_ = std::make_unique<std::atomic<std::uint32_t>[]>(o.max_batch);
+  capacity_ = std::make_unique<std::atomic<std::uint32_t>[]>(o.max_batch);
   for (std::uint32_t s = 0; s < o.max_batch; ++s) {
     backed_[s].store(0, std::memory_order_relaxed);
+    capacity_[s].store(0, std::memory_order_relaxed);
     want_[s].store(0, std::memory_order_relaxed);
   }
   table_.assign(std::size_t{o.max_batch} * groups_per_slot_ * num_tensors_ * chunks_per_group_, kNoChunk);
@@ -70,6 +72,14 @@ std::uint64_t VirtualKVCache::chunk_address(std::uint32_t t, std::uint32_t slot,
   return range_.base + t * tensor_bytes_ + slot * slot_bytes_ + g * options_.page_group_bytes + i * pool_.chunk_bytes();
 }
 
+// Publishes a slot's backing: groups for the mapper and tests, and the token capacity
+// that step() compares against (no division on the fast path).
+void VirtualKVCache::publish(std::uint32_t slot, std::uint32_t groups) {
+  const std::uint64_t cap = std::uint64_t{groups} * options_.page_group_bytes / token_bytes_;
+  capacity_[slot].store(static_cast<std::uint32_t>(std::min<std::uint64_t>(cap, options_.max_context)), std::memory_order_release);
+  backed_[slot].store(groups, std::memory_order_release);
+}
+
 bool VirtualKVCache::grow_locked(std::span<const std::uint32_t> slots, std::span<const std::uint32_t> targets) {
   addrs_.clear();
   for (std::size_t k = 0; k < slots.size(); ++k) {
@@ -87,7 +97,7 @@ bool VirtualKVCache::grow_locked(std::span<const std::uint32_t> slots, std::span
     for (std::uint32_t t = 0; t < num_tensors_; ++t)
       for (std::uint32_t g = from; g < targets[k]; ++g)
         for (std::uint32_t i = 0; i < chunks_per_group_; ++i) table(s, g, t, i) = ids_[n++];
-    backed_[s].store(std::max(from, targets[k]), std::memory_order_release);
+    publish(s, std::max(from, targets[k]));
   }
   return true;
 }
@@ -104,7 +114,7 @@ void VirtualKVCache::shrink_locked(std::uint32_t slot, std::uint32_t to_groups) 
         table(slot, g, t, i) = kNoChunk;
       }
   pool_.unmap_batch(ids_);
-  backed_[slot].store(to_groups, std::memory_order_release);
+  publish(slot, to_groups);
   reclaimed_groups_.fetch_add(from - to_groups, std::memory_order_relaxed);
 }
 
@@ -205,7 +215,7 @@ bool VirtualKVCache::step(std::span<const std::uint32_t> seq_lens) {
     if (len == 0) continue;
     if (len > options_.max_context) fail("seq_lens[{}] = {}: above max_context {}", s, len, options_.max_context);
     if (!active_[s]) fail("seq_lens[{}] = {}: slot is not active", s, len);
-    missing |= backed_[s].load(std::memory_order_acquire) < groups_for(len);
+    missing |= capacity_[s].load(std::memory_order_acquire) < len;
   }
   steps_.fetch_add(1, std::memory_order_relaxed);
   if (missing) {
@@ -238,9 +248,8 @@ bool VirtualKVCache::step(std::span<const std::uint32_t> seq_lens) {
     for (std::uint32_t s = 0; s < B; ++s) {
       const std::uint32_t len = seq_lens[s];
       if (len == 0 || len >= options_.max_context) continue;
-      const std::uint32_t next = groups_for(len + 1);
-      if (next > backed_[s].load(std::memory_order_acquire)) {
-        want_[s].store(next, std::memory_order_relaxed);
+      if (len + 1 > capacity_[s].load(std::memory_order_acquire)) {
+        want_[s].store(groups_for(len + 1), std::memory_order_relaxed);
         if (!lock.owns_lock()) lock.lock();
         push_locked(s);
       }

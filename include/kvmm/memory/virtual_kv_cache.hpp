@@ -125,6 +125,7 @@ class VirtualKVCache {
   // transaction; shrink unmaps a slot's groups [to, backed).
   bool grow_locked(std::span<const std::uint32_t> slots, std::span<const std::uint32_t> targets);
   void shrink_locked(std::uint32_t slot, std::uint32_t to_groups);
+  void publish(std::uint32_t slot, std::uint32_t groups);
   // Unmaps inactive slots (other than `keep`) until `chunks` are available; with
   // `only_if_enough`, does nothing unless that can succeed.
   bool reclaim_locked(std::uint32_t chunks, std::uint32_t keep, bool only_if_enough);
@@ -149,6 +150,7 @@ class VirtualKVCache {
   std::vector<std::uint8_t> active_;
   std::unique_ptr<std::atomic<std::uint32_t>[]> backed_;
   std::unique_ptr<std::atomic<std::uint32_t>[]> want_;
+  std::unique_ptr<std::atomic<std::uint32_t>[]> capacity_;  // tokens backed per slot
   std::vector<ChunkId> table_;
   std::uint32_t spare_ = kNoSlot;
   std::vector<std::uint64_t> addrs_;  // scratch for grow_locked
