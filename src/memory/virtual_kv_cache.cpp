@@ -2,6 +2,9 @@
 
 #include "kvmm/error.hpp"
 
+#include <pthread.h>
+#include <sched.h>
+
 #include <algorithm>
 
 namespace kvmm {
@@ -280,6 +283,10 @@ void VirtualKVCache::enqueue(std::uint32_t item) {
 }
 
 void VirtualKVCache::mapper_loop() {
+  // SCHED_BATCH: waking the mapper never preempts the scheduler thread that called
+  // step(), so the wake-up stays off the critical path even when cores are busy.
+  sched_param param{};
+  pthread_setschedparam(pthread_self(), SCHED_BATCH, &param);
   std::unique_lock lock(queue_mutex_);
   for (;;) {
     queue_cv_.wait(lock, [&] { return stop_ || count_ > 0 || housekeeping_queued_; });
