@@ -25,10 +25,14 @@ void forward_pass(std::chrono::microseconds d) {
   if (d.count() > 0) std::this_thread::sleep_for(d);
 }
 
-// Args: background mapper (0/1), simulated forward pass in µs.
+// Args: background mapper (0/1), simulated forward pass in µs, tokens added per step
+// (1: decode; 0: lengths frozen, so no step ever needs memory - the floor of step()
+// latency on this machine, including being descheduled), prefetch_tokens.
 void BM_DecodeStep(benchmark::State& state) {
   const bool mapper = state.range(0) != 0;
   const auto forward = std::chrono::microseconds(state.range(1));
+  const std::uint32_t grow = std::uint32_t(state.range(2));
+  const std::uint32_t ahead = std::uint32_t(state.range(3));
   // 2 layers, 2 KV heads x 128 dims x fp16 = 512 bytes per token per tensor; 16 KiB
   // page groups hold 32 tokens, so 256 staggered requests cross 8 boundaries a step.
   VirtualKVCacheOptions o;
@@ -40,6 +44,7 @@ void BM_DecodeStep(benchmark::State& state) {
   o.dtype_bytes = 2;
   o.page_group_bytes = 16 << 10;
   o.background_mapper = mapper;
+  o.prefetch_tokens = ahead;
   HostMemory mem({.chunk_bytes = 16 << 10});
   std::vector<double> lat;
   lat.reserve(std::size_t(kSteps) * 64);
@@ -57,7 +62,7 @@ void BM_DecodeStep(benchmark::State& state) {
     const auto sync0 = cache.stats().sync_steps;
     double total = 0;
     for (std::uint32_t t = 0; t < kSteps; ++t) {
-      for (auto& l : lens) ++l;
+      for (auto& l : lens) l += grow;
       const auto t0 = Clock::now();
       const bool ok = cache.step(lens);
       const double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
@@ -77,7 +82,15 @@ void BM_DecodeStep(benchmark::State& state) {
   state.counters["max_us"] = lat.back();
   state.counters["sync_step_frac"] = double(sync_steps) / double(steps);
 }
-BENCHMARK(BM_DecodeStep)->Args({0, 0})->Args({0, 1000})->Args({1, 0})->Args({1, 1000})->Args({1, 5000})->Iterations(4)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_DecodeStep)
+    ->Args({0, 0, 1, 1})
+    ->Args({0, 1000, 1, 1})
+    ->Args({1, 0, 1, 1})
+    ->Args({1, 1000, 1, 1})
+    ->Args({1, 1000, 1, 8})
+    ->Args({1, 5000, 1, 1})
+    ->Args({1, 5000, 1, 8})
+    ->Args({1, 5000, 0, 1})->Iterations(4)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
 // The fast path alone: 256 active slots, all backed, lengths unchanged: step() is the
 // validation loop and one atomic load per slot.

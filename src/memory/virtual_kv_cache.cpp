@@ -2,10 +2,8 @@
 
 #include "kvmm/error.hpp"
 
-#include <pthread.h>
-#include <sched.h>
-
 #include <algorithm>
+#include <chrono>
 
 namespace kvmm {
 
@@ -21,6 +19,7 @@ VirtualKVCache::VirtualKVCache(ChunkPool& pool, const VirtualKVCacheOptions& opt
   if (o.page_group_bytes == 0 || o.page_group_bytes % chunk != 0)
     fail("page_group_bytes = {}: must be a positive multiple of the chunk size {}", o.page_group_bytes, chunk);
   if (o.eager_tokens > o.max_context) fail("eager_tokens = {}: above max_context {}", o.eager_tokens, o.max_context);
+  if (o.prefetch_tokens == 0) fail("prefetch_tokens = {}: must be at least 1 (the next step's token)", o.prefetch_tokens);
   const std::uint64_t head_bytes = std::uint64_t{o.kv_heads} * o.head_dim * o.dtype_bytes;
   num_tensors_ = o.layout == TensorLayout::kPerLayer ? 2 * o.num_layers : 2;
   token_bytes_ = o.layout == TensorLayout::kPerLayer ? head_bytes : head_bytes * o.num_layers;
@@ -245,21 +244,25 @@ bool VirtualKVCache::step(std::span<const std::uint32_t> seq_lens) {
     }
   }
   if (mapper_.joinable()) {
-    // Speculative pre-mapping: every running request will hold one more token next
-    // step. One queue lock and one wake-up for the whole batch.
+    // Speculative pre-mapping: every running request holds one more token per step;
+    // back prefetch_tokens ahead. One queue lock (and no wake-up while the mapper
+    // polls) for the whole batch.
     std::unique_lock lock(queue_mutex_, std::defer_lock);
+    const std::uint32_t ahead = options_.prefetch_tokens;
     for (std::uint32_t s = 0; s < B; ++s) {
       const std::uint32_t len = seq_lens[s];
       if (len == 0 || len >= options_.max_context) continue;
-      if (len + 1 > capacity_[s].load(std::memory_order_acquire)) {
-        want_[s].store(groups_for(len + 1), std::memory_order_relaxed);
+      const std::uint32_t next = std::min(options_.max_context - len, ahead) + len;
+      if (next > capacity_[s].load(std::memory_order_acquire)) {
+        want_[s].store(groups_for(next), std::memory_order_relaxed);
         if (!lock.owns_lock()) lock.lock();
         push_locked(s);
       }
     }
     if (lock.owns_lock()) {
+      const bool wake = sleeping_;  // a polling mapper finds the work by itself
       lock.unlock();
-      queue_cv_.notify_one();
+      if (wake) queue_cv_.notify_one();
     }
   }
   return true;
@@ -283,14 +286,25 @@ void VirtualKVCache::enqueue(std::uint32_t item) {
 }
 
 void VirtualKVCache::mapper_loop() {
-  // SCHED_BATCH: waking the mapper never preempts the scheduler thread that called
-  // step(), so the wake-up stays off the critical path even when cores are busy.
-  sched_param param{};
-  pthread_setschedparam(pthread_self(), SCHED_BATCH, &param);
   std::unique_lock lock(queue_mutex_);
+  auto ready = [&] { return stop_ || count_ > 0 || housekeeping_queued_; };
+  auto last_work = std::chrono::steady_clock::now();
+  const auto poll = std::chrono::microseconds(options_.mapper_poll_us);
   for (;;) {
-    queue_cv_.wait(lock, [&] { return stop_ || count_ > 0 || housekeeping_queued_; });
+    // While steps keep coming, poll instead of blocking: step() then queues work without
+    // a wake-up (a cross-CPU wake costs microseconds, far more on a VM). After a second
+    // without work, block until someone wakes us.
+    while (!ready()) {
+      if (poll.count() > 0 && std::chrono::steady_clock::now() - last_work < std::chrono::seconds(1)) {
+        queue_cv_.wait_for(lock, poll, ready);
+      } else {
+        sleeping_ = true;
+        queue_cv_.wait(lock, ready);
+        sleeping_ = false;
+      }
+    }
     if (stop_) break;
+    last_work = std::chrono::steady_clock::now();
     std::uint32_t item = kHousekeeping;
     if (count_ > 0) {
       item = ring_[head_];

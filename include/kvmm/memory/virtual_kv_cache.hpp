@@ -38,6 +38,13 @@ struct VirtualKVCacheOptions {
   TensorLayout layout = TensorLayout::kPerLayer;
   // Run the background mapper thread (otherwise step() maps synchronously).
   bool background_mapper = true;
+  // While steps keep coming (within 1 s), the mapper polls its queue at this interval
+  // instead of sleeping, so step() never pays a thread wake-up. 0: always sleep.
+  std::uint32_t mapper_poll_us = 200;
+  // After each step the mapper backs every running request up to len + prefetch_tokens
+  // (1: just the next decode step; 8 gives a starved mapper several steps of slack at
+  // the cost of mapping a page group a few tokens earlier).
+  std::uint32_t prefetch_tokens = 8;
   // Tokens the mapper keeps backed in one inactive spare slot (0: no eager backing).
   std::uint32_t eager_tokens = 0;
   // The mapper unmaps cached chunks of inactive slots while fewer than this many chunks
@@ -166,6 +173,7 @@ class VirtualKVCache {
   bool housekeeping_queued_ = false;
   bool busy_ = false;
   bool stop_ = false;
+  bool sleeping_ = false;  // mapper blocked without a timeout: step() must wake it
   std::thread mapper_;
 
   std::atomic<std::uint64_t> steps_{0}, sync_steps_{0}, sync_groups_{0}, background_groups_{0}, reclaimed_groups_{0},
