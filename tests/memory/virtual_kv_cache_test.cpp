@@ -90,6 +90,9 @@ TEST_CASE("VirtualKVCache: init reserves 2N tensors (or 2 sliced ones) with vAtt
   bad.page_group_bytes = 6000;
   CHECK_THROWS_WITH(VirtualKVCache(pool, bad), Catch::Contains("page_group_bytes = 6000"));
   bad = small(false);
+  bad.prefetch_tokens = 0;
+  CHECK_THROWS_WITH(VirtualKVCache(pool, bad), Catch::Contains("prefetch_tokens = 0"));
+  bad = small(false);
   bad.head_dim = 0;
   CHECK_THROWS_WITH(VirtualKVCache(pool, bad), Catch::Contains("head_dim = 0"));
   CHECK(host.live_ranges() == 1);
@@ -258,11 +261,17 @@ TEST_CASE("VirtualKVCache: the background mapper keeps an eager spare slot backe
 }
 
 TEST_CASE("VirtualKVCache: the background mapper serves thousands of decode steps with data intact") {
+  // A polling mapper (step() never wakes it) and a sleeping one (step() wakes it), each
+  // with the next step's token only and with a lookahead.
+  const std::uint32_t poll = GENERATE(0u, 200u);
+  const std::uint32_t ahead = GENERATE(1u, 8u);
   HostMemory host({.chunk_bytes = kChunk});
   ChunkPool pool(host, {.max_chunks = 8 * 8 * 4});
   auto o = small(true, 8);
   o.eager_tokens = 16;
   o.reclaim_below_chunks = 24;
+  o.mapper_poll_us = poll;
+  o.prefetch_tokens = ahead;
   VirtualKVCache c(pool, o);
   std::mt19937 rng(7);
   std::vector<std::uint32_t> lens(8, 0);
