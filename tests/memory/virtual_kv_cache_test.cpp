@@ -373,3 +373,50 @@ TEST_CASE("VirtualKVCache: seeded random alloc/free/step sequence with faults ke
   CHECK(ok > 1000);
   CHECK(failed > 100);
 }
+
+TEST_CASE("VirtualKVCache: vAttention's sizing example and Table 10 tokens per 2 MiB page") {
+  HostMemory host({.chunk_bytes = 2 << 20});
+  ChunkPool pool(host, {.max_chunks = 4});
+  auto model = [](std::uint32_t n, std::uint32_t h, std::uint32_t l, TensorLayout layout) {
+    VirtualKVCacheOptions o;
+    o.num_layers = n;
+    o.max_batch = 1;
+    o.max_context = l;
+    o.kv_heads = h;
+    o.head_dim = 128;
+    o.dtype_bytes = 2;
+    o.page_group_bytes = 2 << 20;
+    o.layout = layout;
+    o.background_mapper = false;
+    return o;
+  };
+  // §5.1.3: Yi-34B, TP-2 (N = 60, H = 4, D = 128, P = 2), L = 200K: S = L*H*D*P per
+  // buffer per request, 2N = 120 buffers.
+  {
+    VirtualKVCache c(pool, model(60, 4, 200000, TensorLayout::kPerLayer));
+    CHECK(c.num_tensors() == 120);
+    CHECK(c.token_bytes() == 4 * 128 * 2);
+    CHECK(c.slot_bytes() >= std::uint64_t{200000} * 4 * 128 * 2);  // S = 204.8 MB ...
+    CHECK(c.slot_bytes() - std::uint64_t{200000} * 4 * 128 * 2 < (2u << 20));  // ... in whole 2 MiB groups
+  }
+  // Table 10: tokens held by one 2 MiB page without / with tensor slicing.
+  struct Row {
+    std::uint32_t n, h, without, with;
+  };
+  for (const Row r : {Row{32, 4, 2048, 64},    // Yi-6B TP-1
+                      Row{32, 2, 4096, 128},   // Yi-6B TP-2
+                      Row{32, 8, 1024, 32},    // Llama-3-8B TP-1
+                      Row{32, 4, 2048, 64}}) {  // Llama-3-8B TP-2
+    VirtualKVCache per(pool, model(r.n, r.h, 8192, TensorLayout::kPerLayer));
+    VirtualKVCache sliced(pool, model(r.n, r.h, 8192, TensorLayout::kSliced));
+    CHECK(per.groups_for(r.without) == 1);
+    CHECK(per.groups_for(r.without + 1) == 2);
+    CHECK(sliced.groups_for(r.with) == 1);
+    CHECK(sliced.groups_for(r.with + 1) == 2);
+  }
+  // Yi-34B TP-1 (N = 60, H = 8): 1024 tokens per page per layer; sliced, a 2 MiB page
+  // holds 2 MiB / (60 * 8 * 128 * 2 B) = 17.07 tokens (the paper's table prints 18).
+  VirtualKVCache yi(pool, model(60, 8, 8192, TensorLayout::kSliced));
+  CHECK(yi.groups_for(17) == 1);
+  CHECK(yi.groups_for(18) == 2);
+}
