@@ -78,6 +78,21 @@ void HostOffloadBuffer::on_slo_events(bool ttft_violation, bool tpot_violation, 
   }
 }
 
+void HostOffloadBuffer::check_invariants() const {
+  std::vector<std::uint8_t> seen(capacity_, 0);
+  for (std::uint32_t h : free_)
+    if (h >= capacity_ || seen[h]++) fail("host offload buffer: free page {} is out of range or listed twice", h);
+  std::uint64_t used = 0;
+  for (std::size_t r = 0; r < owned_.size(); ++r)
+    for (std::uint32_t h : owned_[r]) {
+      if (h >= capacity_ || seen[h]++) fail("host offload buffer: page {} of request {} is also free or held twice", h, r);
+      ++used;
+    }
+  if (used != used_ || used + free_.size() != capacity_)
+    fail("host offload buffer: {} pages held, counter says {}, {} free of {}", used, used_, free_.size(), capacity_);
+  if (logical_ < 1 || logical_ > capacity_) fail("host offload buffer: logical size {} outside [1, {}]", logical_, capacity_);
+}
+
 void HostOffloadBuffer::copy_to_host(std::span<const PageCopy> plan, const std::byte* device_base) const {
   for (const PageCopy& c : plan) std::memcpy(data_ + c.host_offset, device_base + c.device_offset, c.bytes);
 }

@@ -273,3 +273,120 @@ TEST_CASE("HostOffloadBuffer: the logical buffer scales as eLLM Algorithm 2") {
   CHECK(buf.free_logical_pages() == 0);
   CHECK_THROWS_WITH(buf.on_slo_events(true, false, 1.0), Catch::Contains("alpha = 1"));
 }
+
+TEST_CASE("ElasticMemory: seeded random inflate/deflate beside KV and activation traffic keeps every invariant") {
+  HostMemory host({.chunk_bytes = kChunk});
+  FaultyMemory faulty(host);
+  ChunkPool pool(faulty, {.max_chunks = 40});
+  pool.set_quota(ChunkOwner::kKVArena, 20);
+  pool.set_quota(ChunkOwner::kActivation, 20);
+  ActivationAllocator act(pool, 40 * kChunk);
+  const KVLayout layout = KVLayout::plan({LayerGroup::full_attention("full", 1, 1, 64, 2, 16)});  // 4 KiB pages
+  REQUIRE(layout.large_page_bytes() == kChunk);
+  KVArena arena(pool, layout, {.num_large_pages = 40, .backing = ArenaBacking::kElastic});
+  ArenaPagePool pages(arena);
+  ElasticMemory elastic(pool, act, ChunkOwner::kKVArena);
+  std::mt19937 rng(4242);
+  std::vector<std::pair<PageId, std::uint8_t>> kv;
+  std::vector<std::pair<std::uint64_t, std::uint8_t>> acts;
+  int inflated = 0, deflated = 0, refused = 0;
+  for (int op = 0; op < 6000; ++op) {
+    const int kind = int(rng() % 12);
+    if (rng() % 20 == 0) faulty.fail_at(1 + rng() % 3);
+    if (kind < 3) {
+      if (auto p = pages.allocate(0)) {
+        const std::uint8_t t = std::uint8_t(rng());
+        std::memset(ptr(arena.large_page_address(*p)), t, kChunk);
+        kv.push_back({*p, t});
+      }
+    } else if (kind < 5 && !kv.empty()) {
+      const std::size_t k = rng() % kv.size();
+      REQUIRE(ptr(arena.large_page_address(kv[k].first))[kChunk - 1] == std::byte{kv[k].second});
+      pages.free(kv[k].first);
+      kv[k] = kv.back();
+      kv.pop_back();
+    } else if (kind < 7) {
+      const std::uint64_t bytes = (1 + rng() % 3) * kChunk;
+      if (auto a = act.allocate(bytes)) {
+        const std::uint8_t t = std::uint8_t(rng());
+        std::memset(ptr(*a), t, bytes);
+        acts.push_back({*a, t});
+      }
+    } else if (kind < 9 && !acts.empty()) {
+      const std::size_t k = rng() % acts.size();
+      REQUIRE(ptr(acts[k].first)[0] == std::byte{acts[k].second});
+      act.free(acts[k].first);
+      acts[k] = acts.back();
+      acts.pop_back();
+    } else {
+      const std::uint32_t n = 1 + rng() % 6;
+      const std::uint32_t kq = elastic.kv_quota(), aq = elastic.activation_quota();
+      const std::uint32_t kv_owned = pool.owned(ChunkOwner::kKVArena), act_live = act.live_chunks();
+      const bool up = kind < 11;
+      const bool ok = up ? elastic.inflate(n) : elastic.deflate(n);
+      (ok ? (up ? inflated : deflated) : refused) += 1;
+      CHECK(elastic.kv_quota() == (ok ? (up ? kq + n : kq - n) : kq));
+      CHECK(elastic.activation_quota() == (ok ? (up ? aq - n : aq + n) : aq));
+      CHECK(pool.owned(ChunkOwner::kKVArena) == kv_owned);  // KV memory never taken away
+      CHECK(act.live_chunks() == act_live);                 // live activations never unmapped
+    }
+    faulty.fail_at(0);
+    REQUIRE(elastic.kv_quota() + elastic.activation_quota() == 40);
+    pool.check_invariants();
+    pages.check_invariants();
+    act.check_invariants();
+    REQUIRE(host.live_chunks() == pool.stats().created);
+  }
+  CHECK(inflated > 50);
+  CHECK(deflated > 20);
+  CHECK(refused > 20);
+  for (auto [p, t] : kv) pages.free(p);
+  for (auto [a, t] : acts) act.free(a);
+}
+
+TEST_CASE("HostOffloadBuffer: seeded random offload/fetch/drop/scaling keeps every page accounted for") {
+  HostOffloadBuffer buf(64, 32, 8);
+  std::mt19937 rng(77);
+  std::vector<std::vector<PageId>> held(10);
+  std::vector<PageCopy> plan;
+  int offloads = 0, refused = 0;
+  for (int op = 0; op < 5000; ++op) {
+    const RequestId r = rng() % 10;
+    const int kind = int(rng() % 8);
+    if (kind < 3 && held[r].empty()) {
+      std::vector<PageId> pages(1 + rng() % 6);
+      for (auto& p : pages) p = rng() % 1000;
+      plan.clear();
+      const std::uint32_t before = buf.used_pages();
+      if (buf.offload(r, pages, 64, plan)) {
+        ++offloads;
+        REQUIRE(plan.size() == pages.size());
+        held[r] = pages;
+      } else {
+        ++refused;
+        REQUIRE(buf.used_pages() == before);
+        REQUIRE(pages.size() > buf.free_logical_pages());
+      }
+    } else if (kind < 5 && !held[r].empty()) {
+      plan.clear();
+      std::vector<PageId> dst(held[r].size());
+      for (auto& p : dst) p = rng() % 1000;
+      buf.fetch(r, dst, 64, plan);
+      REQUIRE(plan.size() == dst.size());
+      for (std::size_t i = 0; i < dst.size(); ++i) REQUIRE(plan[i].device_offset == dst[i] * 64u);
+      held[r].clear();
+    } else if (kind == 5) {
+      buf.drop(r);
+      held[r].clear();
+    } else {
+      buf.on_slo_events(rng() % 2 == 0, rng() % 3 == 0);
+    }
+    buf.check_invariants();
+    std::uint32_t used = 0;
+    for (auto& h : held) used += std::uint32_t(h.size());
+    REQUIRE(buf.used_pages() == used);
+    for (RequestId q = 0; q < 10; ++q) REQUIRE(buf.pages_of(q) == held[q].size());
+  }
+  CHECK(offloads > 300);
+  CHECK(refused > 30);
+}

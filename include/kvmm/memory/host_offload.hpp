@@ -57,6 +57,10 @@ class HostOffloadBuffer {
   std::uint64_t page_bytes() const { return page_bytes_; }
   std::byte* data() const { return data_; }
 
+  // Raises kvmm::Error naming the first broken invariant (every host page free or held
+  // by exactly one request, counters agree). O(capacity).
+  void check_invariants() const;
+
   // Executes a plan with memcpy between a host-visible arena and this buffer.
   void copy_to_host(std::span<const PageCopy> plan, const std::byte* device_base) const;
   void copy_to_device(std::span<const PageCopy> plan, std::byte* device_base) const;
