@@ -1,9 +1,8 @@
-// ActivationAllocator: eLLM's activation eTensor pool. Best-fit with coalescing over
-// its own reserved virtual range, in whole chunks; the chunks under an allocation are
-// mapped from the shared ChunkPool on first use and stay mapped (idle) after free, so
-// reuse costs no backend call. gc() unmaps idle chunks so that KV can borrow them
-// (inflation). allocate/free are O(log extents) plus one ChunkPool transaction when
-// new chunks must be mapped; gc is O(chunks of the range). Not thread-safe.
+// ActivationAllocator: eLLM's activation eTensor pool: best fit with coalescing over its
+// own virtual range, in whole chunks mapped from the shared ChunkPool on first use and
+// kept mapped after free (reuse costs no backend call); gc() unmaps idle chunks for KV.
+// allocate/free: O(log extents) + one ChunkPool transaction for new chunks; gc: O(range
+// chunks). Not thread-safe.
 #pragma once
 
 #include "kvmm/memory/chunk_pool.hpp"

@@ -1,9 +1,7 @@
-// ArenaPagePool: a large-page id allocator over a KVArena with the interface of
-// LargePagePool (allocate(owner) / free(id) / num_free / capacity / owner). It prefers
-// free pages whose chunks are backed and busy, then backed idle chunks, then unbacked
-// ones, so in an elastic arena chunks empty out and are released. allocate/free are
-// O(1) plus O(large pages per chunk) to re-rank neighbours; backing a new chunk costs
-// one ChunkPool transaction. Engines use it where they would use LargePagePool.
+// ArenaPagePool: LargePagePool's interface (allocate(owner)/free/num_free/capacity/owner)
+// over a KVArena. Prefers free pages in backed busy chunks, then backed idle ones, then
+// unbacked ones, so elastic chunks empty out and are released. allocate/free: O(1) plus
+// re-ranking the pages that share a chunk; backing a chunk is one ChunkPool transaction.
 #pragma once
 
 #include "kvmm/memory/kv_arena.hpp"

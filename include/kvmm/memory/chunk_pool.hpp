@@ -1,10 +1,8 @@
-// ChunkPool: the one physical pool that the KV arena, virtual KV tensors and the
-// activation allocator draw from (eLLM's unified pool). Each chunk has an owner and a
-// per-owner quota that inflate/deflate move. map_batch() is a transaction: it acquires
-// chunks (idle handles first, creating new ones only when none is idle), maps them and
-// sets access once per contiguous run; any failure undoes everything. Bookkeeping is
-// O(chunks in the batch) with no heap use in steady state; the cost is the backend
-// calls (about one syscall or driver call per chunk plus one per run). Thread-safe.
+// ChunkPool: the one physical pool the KV arena, virtual KV tensors and activations draw
+// from (eLLM's unified pool); every chunk has an owner, every owner a quota. map_batch()
+// is a transaction (idle handles first, then create; map; one set_access per run; any
+// failure undoes all). Bookkeeping O(batch), no steady-state heap use; the cost is about
+// one backend call per chunk plus one per run. Thread-safe (one mutex).
 #pragma once
 
 #include "kvmm/memory/backend.hpp"

@@ -1,10 +1,8 @@
-// CudaMemory: the memory backend on the CUDA virtual memory management driver API
-// (cuMemAddressReserve/Create/Map/SetAccess/Unmap/Release). Driver entry points are
-// resolved at run time from libcuda.so.1, so kvmm never links libcuda: without a
-// driver available() is false and the constructor raises kvmm::Error. Chunks carry a
-// POSIX-fd shareable handle type so another process can import them. With a consumer
-// stream set, unmap() records an event and the unmap runs once it has completed.
-// Each call is one driver call (tens of µs for map/set-access/unmap, vAttention Table 3).
+// CudaMemory: the backend on the CUDA VMM driver API (cuMemAddressReserve/Create/Map/
+// SetAccess/Unmap/Release), resolved at run time from libcuda.so.1 (never linked): with
+// no driver available() is false and construction raises kvmm::Error. POSIX-fd
+// shareable chunks; unmaps can wait for an event on the consuming stream. Each call is
+// one driver call (tens of µs for map/set-access/unmap, vAttention Table 3).
 #pragma once
 
 #include "kvmm/memory/backend.hpp"

@@ -1,9 +1,8 @@
-// ElasticMemory: eLLM's intra-GPU elasticity (§4.3.1, §4.4.1) over one ChunkPool.
-// inflate(n) lends n chunks of activation quota to the KV side (after unmapping idle
-// activation chunks if needed); deflate(n) gives them back (after reclaiming cached KV
-// chunks if needed). Both are all or nothing and never wait, so no request holds
-// memory while waiting for more (no hold-and-wait). Costs: a few counter updates plus
-// the unmaps of the GC. plan_elastic_batch() is eLLM Algorithm 1 on chunk counts.
+// ElasticMemory: eLLM's intra-GPU elasticity (§4.3.1, §4.4.1) over one ChunkPool:
+// inflate(n) lends activation quota to KV (unmapping idle activation chunks first),
+// deflate(n) gives it back (reclaiming cached KV chunks first); all or nothing, never
+// waiting (no hold-and-wait). Cost: counter updates plus the GC's unmaps.
+// plan_elastic_batch() is eLLM Algorithm 1 on chunk counts.
 #pragma once
 
 #include "kvmm/memory/activation_allocator.hpp"

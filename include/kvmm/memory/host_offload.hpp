@@ -1,9 +1,7 @@
-// HostOffloadBuffer: eLLM's CPU buffer (§4.3.2, §4.4.2). Host pages of the KV page
-// size; offload() plans device->host copies of a request's pages and fetch() plans
-// host->device copies into newly allocated device pages. Its usable size is a logical
-// buffer inside the fixed physical one, scaled by SLO violations (eLLM Algorithm 2).
-// Planning is O(pages); the copies themselves are the caller's (cudaMemcpyAsync on a
-// GPU, copy_on_host() for HostMemory arenas).
+// HostOffloadBuffer: eLLM's CPU buffer (§4.3.2, §4.4.2): host pages of the KV page size;
+// offload()/fetch() append device->host / host->device copy plans for a request's pages.
+// Its usable size is a logical buffer scaled by SLO violations (eLLM Algorithm 2).
+// Planning is O(pages); the caller copies (cudaMemcpyAsync, or copy_to_host/device).
 #pragma once
 
 #include "kvmm/types.hpp"

@@ -1,9 +1,7 @@
-// KVArena: all large pages of the paging layer in one reserved virtual range, backed
-// by ChunkPool chunks either fully at construction or elastically (a chunk is mapped
-// when a large page in it is first needed and unmapped when every large page in it is
-// free). Large page j occupies [j * large_page_bytes, (j+1) * large_page_bytes); a
-// small page p of group g starts at base + p * small_page_bytes(g). Address queries
-// are O(1); backing a page costs one ChunkPool transaction over its missing chunks.
+// KVArena: all large pages of the paging layer in one reserved range, backed by ChunkPool
+// chunks fully at construction or elastically (via ArenaPagePool). Large page j is at
+// base + j * large_page_bytes, small page p of group g at base + p * small_page_bytes(g).
+// Address queries are O(1); backing is one ChunkPool transaction over missing chunks.
 #pragma once
 
 #include "kvmm/memory/chunk_pool.hpp"

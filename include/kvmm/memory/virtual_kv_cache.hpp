@@ -1,10 +1,8 @@
-// VirtualKVCache: vAttention's virtual KV tensors (§5, §6). init reserves 2N tensors
-// [B, L, H, D] (or, tensor-sliced §8.2, one K and one V tensor [B, L, N, H, D]); a
-// request gets a slot (reqId) whose sub-tensor is backed by page groups of ChunkPool
-// chunks on demand. step(seq_lens) is O(B) atomic loads when everything is already
-// backed - the usual case, since a persistent mapper thread backs the next step's page
-// groups, an eager spare slot and does reclamation in the background; only what is
-// still missing is mapped on the calling thread, as one transaction.
+// VirtualKVCache: vAttention's virtual KV tensors (§5, §6, §8.2): 2N tensors [B, L, H, D]
+// (or sliced: one K and one V [B, L, N, H, D]); a request's slot is backed by page groups
+// on demand. step(seq_lens) costs O(B) atomic loads when all is backed - the usual case,
+// as a background mapper thread pre-maps the next steps, an eager spare slot and does
+// reclamation; only what is still missing is mapped by the caller, in one transaction.
 #pragma once
 
 #include "kvmm/memory/chunk_pool.hpp"
