@@ -44,7 +44,7 @@ void ArenaPagePool::unlink(PageId j) {
 
 // Re-ranks the free pages that overlap chunk c after its backing or users changed.
 void ArenaPagePool::rerank_chunk(std::uint32_t c) {
-  const std::uint64_t cb = arena_.bytes() / arena_.num_chunks();
+  const std::uint64_t cb = arena_.chunk_bytes();
   const std::uint64_t lp = arena_.large_page_bytes();
   const PageId first = static_cast<PageId>(c * cb / lp);
   PageId last = static_cast<PageId>(((c + std::uint64_t{1}) * cb - 1) / lp);

@@ -43,6 +43,7 @@ class KVArena {
   std::uint64_t bytes() const { return range_.bytes; }
   std::uint32_t num_large_pages() const { return num_pages_; }
   std::uint64_t large_page_bytes() const { return large_page_bytes_; }
+  std::uint64_t chunk_bytes() const { return chunk_bytes_; }
   ArenaBacking backing() const { return backing_; }
   const KVLayout& layout() const { return layout_; }
 
