@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds kvmm with warnings as errors and runs every test; then again under
-# AddressSanitizer + UndefinedBehaviorSanitizer; then builds and runs the consumer
-# project against the installed package (find_package(kvmm)).
+# AddressSanitizer + UndefinedBehaviorSanitizer; the memory tests under ThreadSanitizer;
+# then builds and runs the consumer project against the installed package (find_package(kvmm)).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/deps.sh
@@ -24,6 +24,12 @@ cmake -S . -B "$build/asan" -DCMAKE_BUILD_TYPE=Debug -DKVMM_WERROR=ON -DKVMM_CUD
 cmake --build "$build/asan" -j"$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir "$build/asan" --output-on-failure -j"$jobs"
+
+echo "== ThreadSanitizer: memory tests (the background mapper thread)"
+cmake -S . -B "$build/tsan" -DCMAKE_BUILD_TYPE=Debug -DKVMM_WERROR=ON -DKVMM_CUDA=OFF -DKVMM_SANITIZE=thread \
+  -DKVMM_BUILD_TESTS=ON -DKVMM_BUILD_BENCH=OFF -DKVMM_BUILD_EXAMPLES=OFF -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g"
+cmake --build "$build/tsan" -j"$jobs" --target kvmm_test_memory
+TSAN_OPTIONS=halt_on_error=1 "$build/tsan/tests/kvmm_test_memory"
 
 echo "== consumer: find_package(kvmm) against the installed tree"
 rm -rf "$build/install" "$build/consumer"

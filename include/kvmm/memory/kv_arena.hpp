@@ -1,0 +1,83 @@
+// KVArena: all large pages of the paging layer in one reserved range, backed by ChunkPool
+// chunks fully at construction or elastically (via ArenaPagePool). Large page j is at
+// base + j * large_page_bytes, small page p of group g at base + p * small_page_bytes(g).
+// Address queries are O(1); backing is one ChunkPool transaction over missing chunks.
+#pragma once
+
+#include "kvmm/memory/chunk_pool.hpp"
+#include "kvmm/spec/kv_layout.hpp"
+#include "kvmm/types.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace kvmm {
+
+enum class ArenaBacking : std::uint8_t { kFull, kElastic };
+
+struct KVArenaOptions {
+  std::uint32_t num_large_pages = 0;
+  ArenaBacking backing = ArenaBacking::kElastic;
+};
+
+// What a paged kernel needs for one layer of one group: K and V base addresses and the
+// page stride in bytes (the small page size, never the layer's own slice size).
+struct PagedLayerView {
+  std::uint64_t k_base = 0;
+  std::uint64_t v_base = 0;
+  std::uint64_t page_stride = 0;
+};
+
+class KVArena {
+ public:
+  // Raises kvmm::Error if the range cannot be reserved, or (full backing) the pool
+  // cannot back every chunk.
+  KVArena(ChunkPool& pool, const KVLayout& layout, const KVArenaOptions& options);
+  ~KVArena();
+  KVArena(const KVArena&) = delete;
+  KVArena& operator=(const KVArena&) = delete;
+
+  std::uint64_t base() const { return range_.base; }
+  std::byte* data() const { return reinterpret_cast<std::byte*>(static_cast<std::uintptr_t>(range_.base)); }
+  std::uint64_t bytes() const { return range_.bytes; }
+  std::uint32_t num_large_pages() const { return num_pages_; }
+  std::uint64_t large_page_bytes() const { return large_page_bytes_; }
+  std::uint64_t chunk_bytes() const { return chunk_bytes_; }
+  ArenaBacking backing() const { return backing_; }
+  const KVLayout& layout() const { return layout_; }
+
+  std::uint64_t large_page_address(PageId large) const;
+  std::uint64_t small_page_address(GroupId g, PageId small) const;
+  PagedLayerView layer_view(GroupId g, std::uint32_t layer) const;
+
+  // Chunk-level backing, used by ArenaPagePool. Chunks of large page j are
+  // [first_chunk(j), last_chunk(j)].
+  std::uint32_t num_chunks() const { return static_cast<std::uint32_t>(chunk_id_.size()); }
+  std::uint32_t first_chunk(PageId large) const { return static_cast<std::uint32_t>(large * large_page_bytes_ / chunk_bytes_); }
+  std::uint32_t last_chunk(PageId large) const {
+    return static_cast<std::uint32_t>(((large + std::uint64_t{1}) * large_page_bytes_ - 1) / chunk_bytes_);
+  }
+  bool chunk_backed(std::uint32_t c) const { return chunk_id_[c] != kNoChunk; }
+  std::uint32_t num_backed_chunks() const { return num_backed_; }
+  // Maps every unbacked chunk of [first, last] in one transaction; false, nothing
+  // changed, if memory is short.
+  bool back_chunks(std::uint32_t first, std::uint32_t last);
+  // Unmaps one backed chunk (its large pages must hold no live data).
+  void release_chunk(std::uint32_t c);
+
+ private:
+  ChunkPool& pool_;
+  KVLayout layout_;
+  VirtualRange range_;
+  std::uint32_t num_pages_ = 0;
+  std::uint64_t large_page_bytes_ = 0;
+  std::uint64_t chunk_bytes_ = 0;
+  ArenaBacking backing_;
+  std::vector<ChunkId> chunk_id_;  // per arena chunk: pool chunk id or kNoChunk
+  std::uint32_t num_backed_ = 0;
+  std::vector<std::uint64_t> addrs_;  // scratch for back_chunks
+  std::vector<ChunkId> ids_;
+};
+
+}  // namespace kvmm

@@ -1,0 +1,128 @@
+#include "kvmm/memory/arena_page_pool.hpp"
+
+#include "kvmm/error.hpp"
+
+namespace kvmm {
+
+ArenaPagePool::ArenaPagePool(KVArena& arena)
+    : arena_(arena),
+      owner_(arena.num_large_pages(), kNoGroup),
+      users_(arena.num_chunks(), 0),
+      next_(arena.num_large_pages(), kNullPage),
+      prev_(arena.num_large_pages(), kNullPage),
+      rank_(arena.num_large_pages(), kUnbacked),
+      head_{kNullPage, kNullPage, kNullPage} {
+  // Push in reverse so each list hands out low ids first.
+  for (PageId j = capacity(); j-- > 0;) link(j, rank_of(j));
+  num_free_ = capacity();
+}
+
+ArenaPagePool::Rank ArenaPagePool::rank_of(PageId j) const {
+  bool busy = false;
+  for (std::uint32_t c = arena_.first_chunk(j); c <= arena_.last_chunk(j); ++c) {
+    if (!arena_.chunk_backed(c)) return kUnbacked;
+    busy |= users_[c] > 0;
+  }
+  return busy ? kBusy : kIdle;
+}
+
+void ArenaPagePool::link(PageId j, Rank r) {
+  rank_[j] = r;
+  prev_[j] = kNullPage;
+  next_[j] = head_[r];
+  if (head_[r] != kNullPage) prev_[head_[r]] = j;
+  head_[r] = j;
+}
+
+void ArenaPagePool::unlink(PageId j) {
+  const Rank r = rank_[j];
+  if (prev_[j] != kNullPage) next_[prev_[j]] = next_[j];
+  else head_[r] = next_[j];
+  if (next_[j] != kNullPage) prev_[next_[j]] = prev_[j];
+  rank_[j] = kUsed;
+}
+
+// Re-ranks the free pages that overlap chunk c after its backing or users changed.
+void ArenaPagePool::rerank_chunk(std::uint32_t c) {
+  const std::uint64_t cb = arena_.chunk_bytes();
+  const std::uint64_t lp = arena_.large_page_bytes();
+  const PageId first = static_cast<PageId>(c * cb / lp);
+  PageId last = static_cast<PageId>(((c + std::uint64_t{1}) * cb - 1) / lp);
+  if (last >= capacity()) last = capacity() - 1;
+  // Descending, so the lowest id ends up at the head of its list.
+  for (PageId j = last + 1; j-- > first;) {
+    if (rank_[j] == kUsed) continue;
+    const Rank r = rank_of(j);
+    if (r == rank_[j]) continue;
+    unlink(j);
+    link(j, r);
+  }
+}
+
+std::optional<PageId> ArenaPagePool::allocate(GroupId owner) {
+  if (owner == kNoGroup) fail("owner = {}: not a group id", owner);
+  PageId j = kNullPage;
+  for (int r = kBusy; r >= kUnbacked && j == kNullPage; --r) j = head_[r];
+  if (j == kNullPage) return std::nullopt;
+  const std::uint32_t first = arena_.first_chunk(j), last = arena_.last_chunk(j);
+  if (rank_[j] == kUnbacked && !arena_.back_chunks(first, last)) return std::nullopt;
+  unlink(j);
+  owner_[j] = owner;
+  --num_free_;
+  for (std::uint32_t c = first; c <= last; ++c) {
+    ++users_[c];
+    rerank_chunk(c);
+  }
+  return j;
+}
+
+void ArenaPagePool::free(PageId id) {
+  if (id >= capacity()) fail("large page id = {}: pool capacity is {}", id, capacity());
+  if (owner_[id] == kNoGroup) fail("large page id = {}: double free (page is already free)", id);
+  owner_[id] = kNoGroup;
+  ++num_free_;
+  const std::uint32_t first = arena_.first_chunk(id), last = arena_.last_chunk(id);
+  for (std::uint32_t c = first; c <= last; ++c) --users_[c];
+  for (std::uint32_t c = first; c <= last; ++c)
+    if (users_[c] == 0 && arena_.backing() == ArenaBacking::kElastic) arena_.release_chunk(c);
+  link(id, rank_of(id));
+  for (std::uint32_t c = first; c <= last; ++c) rerank_chunk(c);
+}
+
+void ArenaPagePool::check_invariants() const {
+  std::vector<std::uint32_t> users(users_.size(), 0);
+  std::uint32_t free_pages = 0;
+  for (PageId j = 0; j < capacity(); ++j) {
+    if (owner_[j] != kNoGroup) {
+      if (rank_[j] != kUsed) fail("arena page pool: used page {} is on a free list", j);
+      for (std::uint32_t c = arena_.first_chunk(j); c <= arena_.last_chunk(j); ++c) {
+        ++users[c];
+        if (!arena_.chunk_backed(c)) fail("arena page pool: used page {} sits on unbacked chunk {}", j, c);
+      }
+    } else {
+      ++free_pages;
+      if (rank_[j] != rank_of(j)) fail("arena page pool: free page {} has rank {}, expected {}", j, int(rank_[j]), int(rank_of(j)));
+    }
+  }
+  std::uint32_t listed = 0;
+  for (int r = kUnbacked; r <= kBusy; ++r) {
+    PageId prev = kNullPage;
+    for (PageId j = head_[r]; j != kNullPage; j = next_[j]) {
+      if (rank_[j] != r || prev_[j] != prev || owner_[j] != kNoGroup) fail("arena page pool: list {} is broken at page {}", r, j);
+      prev = j;
+      if (++listed > capacity()) fail("arena page pool: list {} has a cycle", r);
+    }
+  }
+  if (listed != free_pages || free_pages != num_free_) fail("arena page pool: {} free pages, {} listed, counter {}", free_pages, listed, num_free_);
+  std::uint32_t backed = 0;
+  for (std::uint32_t c = 0; c < users.size(); ++c) {
+    if (users[c] != users_[c]) fail("arena page pool: chunk {} has {} users, counter {}", c, users[c], users_[c]);
+    backed += arena_.chunk_backed(c);
+    if (arena_.backing() == ArenaBacking::kElastic && arena_.chunk_backed(c) != (users[c] > 0))
+      fail("arena page pool: elastic chunk {} backed = {} with {} users", c, arena_.chunk_backed(c), users[c]);
+    if (arena_.backing() == ArenaBacking::kFull && !arena_.chunk_backed(c)) fail("arena page pool: full arena chunk {} unbacked", c);
+  }
+  if (backed != arena_.num_backed_chunks()) fail("arena page pool: {} chunks backed, arena says {}", backed, arena_.num_backed_chunks());
+}
+
+}  // namespace kvmm
