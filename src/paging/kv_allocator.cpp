@@ -9,8 +9,12 @@ constexpr std::uint32_t kUnbounded = std::numeric_limits<std::uint32_t>::max();
 }
 
 PagedKVAllocator::PagedKVAllocator(KVLayout layout, const PagedKVAllocatorOptions& options)
-    : layout_(std::move(layout)), pool_(options.num_large_pages) {
-  if (options.num_large_pages == 0) fail("num_large_pages = 0: must be >= 1");
+    : layout_(std::move(layout)),
+      pool_(options.large_page_source && options.num_large_pages == 0
+                ? options.large_page_source->capacity()
+                : options.num_large_pages,
+            options.large_page_source) {
+  if (pool_.capacity() == 0) fail("num_large_pages = 0: must be >= 1");
   if (options.max_requests == 0 || options.max_requests == kNoRequest)
     fail("max_requests = {}: must be in [1, 2^32-1)", options.max_requests);
   const auto groups = static_cast<GroupId>(layout_.num_groups());
@@ -81,9 +85,11 @@ bool PagedKVAllocator::grow(RequestId r, const std::vector<GroupId>& groups,
   }
   if (large_needed > pool_.num_free()) return false;
   // Each group leaves in the pool the large pages that the groups after it need.
-  const std::uint64_t after = counter + num_tokens;
+  // Allocation can still fail when a LargePageSource cannot back a page (an elastic
+  // arena out of chunks): then every page taken here is given back.
   std::uint64_t reserve = large_needed;
-  for (GroupId g : groups) {
+  for (std::size_t i = 0; i < groups.size(); ++i) {
+    const GroupId g = groups[i];
     SmallPageAllocator& a = allocators_[g];
     if (need_[g] > a.num_free_small()) {
       const std::uint64_t n = a.pages_per_large();
@@ -91,9 +97,18 @@ bool PagedKVAllocator::grow(RequestId r, const std::vector<GroupId>& groups,
     }
     for (std::uint64_t k = 0; k < need_[g]; ++k) {
       const std::optional<PageId> p = a.allocate(r, static_cast<std::uint32_t>(reserve));
-      if (!p) fail("internal: group {} allocation failed after a successful capacity check", g);
+      if (!p) {
+        for (std::uint64_t j = 0; j < k; ++j) a.free(tables_[g].pop_back(r));
+        for (std::size_t h = 0; h < i; ++h)
+          for (std::uint64_t j = 0; j < need_[groups[h]]; ++j)
+            allocators_[groups[h]].free(tables_[groups[h]].pop_back(r));
+        return false;
+      }
       tables_[g].append(r, *p);
     }
+  }
+  const std::uint64_t after = counter + num_tokens;
+  for (GroupId g : groups) {
     tables_[g].set_num_tokens(r, after);
     if (layout_.groups()[g].is_state()) {
       slack[g] = kUnbounded;  // one state page, whatever the length

@@ -20,8 +20,10 @@ SmallPageAllocator::SmallPageAllocator(GroupId group, std::uint32_t pages_per_la
   req_epoch_.assign(max_requests, 0);
 }
 
-PageId SmallPageAllocator::take_fresh(RequestId r) {
-  const PageId lp = *pool_.allocate(group_);
+std::optional<PageId> SmallPageAllocator::take_fresh(RequestId r) {
+  const std::optional<PageId> id = pool_.allocate(group_);
+  if (!id) return std::nullopt;
+  const PageId lp = *id;
   LargeSlot& L = pool_.slot(lp);
   L.free_head = kNone;
   L.free_count = n_ - 1;

@@ -13,7 +13,7 @@
 
 namespace kvmm {
 
-class ArenaPagePool {
+class ArenaPagePool final : public LargePageSource {
  public:
   explicit ArenaPagePool(KVArena& arena);
 
@@ -23,8 +23,12 @@ class ArenaPagePool {
   // chunk whose large pages are all free is unmapped here.
   void free(PageId id);
 
-  std::uint32_t capacity() const { return static_cast<std::uint32_t>(owner_.size()); }
-  std::uint32_t num_free() const { return num_free_; }
+  // LargePageSource: the paging layer's pool calls these.
+  std::optional<PageId> acquire(GroupId owner) override { return allocate(owner); }
+  void release(PageId id) override { free(id); }
+
+  std::uint32_t capacity() const override { return static_cast<std::uint32_t>(owner_.size()); }
+  std::uint32_t num_free() const override { return num_free_; }
   std::uint32_t num_used() const { return capacity() - num_free_; }
   GroupId owner(PageId id) const {
     if (id >= owner_.size()) fail("large page id = {}: pool capacity is {}", id, owner_.size());

@@ -17,9 +17,12 @@
 namespace kvmm {
 
 struct PagedKVAllocatorOptions {
-  std::uint32_t num_large_pages = 0;
+  std::uint32_t num_large_pages = 0;  // 0 with a large_page_source: the source's capacity
   std::uint32_t max_requests = 1024;
   Placement placement = Placement::kRequestAware;
+  // Where large pages come from when they need real memory behind them (an elastic
+  // arena, memory/ArenaPagePool); null: a plain LargePagePool.
+  LargePageSource* large_page_source = nullptr;
 };
 
 class PagedKVAllocator {

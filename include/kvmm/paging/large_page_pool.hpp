@@ -17,6 +17,20 @@ namespace kvmm {
 
 inline constexpr GroupId kNoGroup = ~GroupId{0};
 
+// A provider of large page ids that need backing first (memory/ArenaPagePool backs
+// chunks of an elastic arena and prefers busy chunks). A pool built over a source asks
+// it for every id; the hot path of a plain pool does not pay for this.
+class LargePageSource {
+ public:
+  virtual ~LargePageSource() = default;
+  virtual std::uint32_t capacity() const = 0;
+  // Free ids, including ones whose memory must still be backed.
+  virtual std::uint32_t num_free() const = 0;
+  // std::nullopt when no id is free or no memory can be backed for one.
+  virtual std::optional<PageId> acquire(GroupId owner) = 0;
+  virtual void release(PageId id) = 0;
+};
+
 // Per-large-page record. `owner` belongs to the pool; the other words belong to the
 // owning group's SmallPageAllocator while it holds the page.
 struct LargePageSlot {
@@ -33,8 +47,11 @@ struct LargePageSlot {
 
 class LargePagePool {
  public:
-  explicit LargePagePool(std::uint32_t capacity) : free_(capacity), slots_(capacity) {
+  explicit LargePagePool(std::uint32_t capacity, LargePageSource* source = nullptr)
+      : free_(capacity), slots_(capacity), source_(source) {
     if (capacity == kNullPage) fail("capacity = {}: must be below 2^32-1", capacity);
+    if (source && source->capacity() != capacity)
+      fail("capacity = {}: the large page source holds {} pages", capacity, source->capacity());
     // Low ids on top of the stack: a fresh pool hands out 0, 1, 2, ...
     for (std::uint32_t i = 0; i < capacity; ++i) free_[i] = capacity - 1 - i;
     top_ = capacity;
@@ -42,6 +59,7 @@ class LargePagePool {
 
   // O(1). std::nullopt when every large page is in use (not an error).
   std::optional<PageId> allocate(GroupId owner) {
+    if (source_) return allocate_from_source(owner);
     if (top_ == 0) return std::nullopt;
     const PageId id = free_[--top_];
     slots_[id].owner = owner;
@@ -53,12 +71,16 @@ class LargePagePool {
     if (id >= slots_.size()) fail("large page id = {}: pool capacity is {}", id, slots_.size());
     if (slots_[id].owner == kNoGroup) fail("large page id = {}: double free (page is already free)", id);
     slots_[id].owner = kNoGroup;
+    if (source_) {
+      source_->release(id);
+      return;
+    }
     free_[top_++] = id;
   }
 
   std::uint32_t capacity() const { return static_cast<std::uint32_t>(slots_.size()); }
-  std::uint32_t num_free() const { return top_; }
-  std::uint32_t num_used() const { return capacity() - top_; }
+  std::uint32_t num_free() const { return source_ ? source_->num_free() : top_; }
+  std::uint32_t num_used() const { return capacity() - num_free(); }
   // kNoGroup while the page is free.
   GroupId owner(PageId id) const {
     if (id >= slots_.size()) fail("large page id = {}: pool capacity is {}", id, slots_.size());
@@ -70,7 +92,14 @@ class LargePagePool {
 
  private:
   std::vector<PageId> free_;    // stack of free ids, [0, top_)
+  std::optional<PageId> allocate_from_source(GroupId owner) {
+    const std::optional<PageId> id = source_->acquire(owner);
+    if (id) slots_[*id].owner = owner;
+    return id;
+  }
+
   std::vector<LargePageSlot> slots_;
+  LargePageSource* source_ = nullptr;
   std::uint32_t top_ = 0;
 };
 

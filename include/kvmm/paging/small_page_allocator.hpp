@@ -37,7 +37,8 @@ class SmallPageAllocator {
     if (placement_ == Placement::kRequestAware) {
       lp = req_head_[r];
       if (lp != kNone) return take(lp);
-      if (pool_.num_free() > pool_reserve) return take_fresh(r);
+      if (pool_.num_free() > pool_reserve)
+        if (const std::optional<PageId> p = take_fresh(r)) return p;
     }
     if (group_head_ != kNone) return take(group_head_);
     if (pool_.num_free() > 0) return take_fresh(placement_ == Placement::kRequestAware ? r : kNoRequest);
@@ -135,9 +136,10 @@ class SmallPageAllocator {
     return s;
   }
 
-  // Opens a large page from the (non-empty) pool for r and hands out its first slot;
-  // it joins the free lists only if slots remain (never for n = 1).
-  PageId take_fresh(RequestId r);
+  // Opens a large page from the pool for r and hands out its first slot; it joins the
+  // free lists only if slots remain (never for n = 1). std::nullopt if the pool has none
+  // (or its LargePageSource cannot back one).
+  std::optional<PageId> take_fresh(RequestId r);
   void link(std::uint32_t lp);
   void unlink(std::uint32_t lp);
   [[noreturn, gnu::cold]] void bad_request(RequestId r) const;
