@@ -100,7 +100,7 @@ std::uint32_t choose_num_splits(std::uint32_t rows, std::uint32_t q_heads, std::
   if (kv_heads == 0 || q_heads % kv_heads != 0)
     fail("q_heads = {}: must be a multiple of kv_heads ({})", q_heads, kv_heads);
   const std::uint64_t group = q_heads / kv_heads;
-  const std::uint64_t ctas = std::uint64_t{rows} * kv_heads * ((group + 7) / 8);
+  const std::uint64_t ctas = std::uint64_t{rows} * kv_heads * (group <= 4 ? 1 : (group + 7) / 8);
   const std::uint64_t target = std::uint64_t{num_sms} * std::max<std::uint32_t>(waves, 1);
   if (ctas == 0 || ctas >= target) return 1;
   std::uint64_t splits = (target + ctas - 1) / ctas;

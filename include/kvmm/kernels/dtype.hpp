@@ -3,19 +3,33 @@
 // conversion is a few integer operations; nothing here needs CUDA headers.
 #pragma once
 
-#include <bit>
 #include <cstdint>
+#include <cstring>
 
 namespace kvmm::kernels {
+
+namespace detail {
+// std::bit_cast without <bit>: this header is also compiled by nvcc in C++17 mode.
+inline float as_float(std::uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+inline std::uint32_t as_u32(float f) {
+  std::uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+}  // namespace detail
 
 enum class DType : std::uint8_t { kF16, kBF16 };
 
 inline constexpr std::uint32_t dtype_bytes(DType) { return 2; }
 
-inline float bf16_to_float(std::uint16_t h) { return std::bit_cast<float>(std::uint32_t{h} << 16); }
+inline float bf16_to_float(std::uint16_t h) { return detail::as_float(std::uint32_t{h} << 16); }
 
 inline std::uint16_t float_to_bf16(float f) {
-  const std::uint32_t u = std::bit_cast<std::uint32_t>(f);
+  const std::uint32_t u = detail::as_u32(f);
   if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((u >> 16) | 0x40u);  // quiet NaN
   const std::uint32_t rounded = u + 0x7fffu + ((u >> 16) & 1u);
   return static_cast<std::uint16_t>(rounded >> 16);
@@ -25,20 +39,20 @@ inline float f16_to_float(std::uint16_t h) {
   const std::uint32_t sign = std::uint32_t{h & 0x8000u} << 16;
   const std::uint32_t exp = (h >> 10) & 0x1fu;
   std::uint32_t mant = h & 0x3ffu;
-  if (exp == 0x1f) return std::bit_cast<float>(sign | 0x7f800000u | (mant << 13));
-  if (exp != 0) return std::bit_cast<float>(sign | ((exp + 112u) << 23) | (mant << 13));
-  if (mant == 0) return std::bit_cast<float>(sign);
+  if (exp == 0x1f) return detail::as_float(sign | 0x7f800000u | (mant << 13));
+  if (exp != 0) return detail::as_float(sign | ((exp + 112u) << 23) | (mant << 13));
+  if (mant == 0) return detail::as_float(sign);
   // Subnormal: normalise the mantissa.
   std::uint32_t e = 113;
   while ((mant & 0x400u) == 0) {
     mant <<= 1;
     --e;
   }
-  return std::bit_cast<float>(sign | (e << 23) | ((mant & 0x3ffu) << 13));
+  return detail::as_float(sign | (e << 23) | ((mant & 0x3ffu) << 13));
 }
 
 inline std::uint16_t float_to_f16(float f) {
-  const std::uint32_t u = std::bit_cast<std::uint32_t>(f);
+  const std::uint32_t u = detail::as_u32(f);
   const std::uint32_t sign = (u >> 16) & 0x8000u;
   const std::uint32_t abs = u & 0x7fffffffu;
   if (abs > 0x7f800000u) return static_cast<std::uint16_t>(sign | 0x7e00u);  // NaN
