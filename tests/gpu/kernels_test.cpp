@@ -39,7 +39,10 @@ class DeviceBuffer {
   void* get() const { return ptr_; }
   template <typename T>
   T* as() const { return static_cast<T*>(ptr_); }
-  void poison() { CUDA_OK(cudaMemset(ptr_, 0xff, bytes_)); }  // 0xffff: NaN in fp16 and bf16
+  void poison() {  // 0xffff: NaN in fp16 and bf16
+    CUDA_OK(cudaMemset(ptr_, 0xff, bytes_));
+    CUDA_OK(cudaDeviceSynchronize());
+  }
   template <typename T>
   std::vector<T> download(std::size_t count) const {
     std::vector<T> out(count);

@@ -58,6 +58,59 @@ inline bool visible(const AttentionOptions& o, std::uint32_t q_pos, std::uint32_
   return true;
 }
 
+// Naive dense attention in double: two-pass softmax over every visible key that is not
+// in a null page. Per request b: k_tok[b], v_tok[b] are [kv_lens[b], kv_heads, head_dim];
+// its query rows are q_indptr[b] .. q_indptr[b+1] at the last positions of its context.
+inline std::vector<double> naive_attention(DType dtype, std::uint32_t d, std::uint32_t kv_heads,
+                                           std::uint32_t q_heads, const AttentionOptions& o,
+                                           const std::vector<std::uint16_t>& q,
+                                           const std::vector<std::uint32_t>& kv_lens,
+                                           const std::vector<std::uint32_t>& q_indptr,
+                                           const std::vector<std::vector<std::uint16_t>>& k_tok,
+                                           const std::vector<std::vector<std::uint16_t>>& v_tok,
+                                           const std::vector<std::vector<bool>>& token_null) {
+  const std::uint32_t group = q_heads / kv_heads;
+  const double scale = o.scale > 0.0f ? double{o.scale} : 1.0 / std::sqrt(double(d));
+  const std::uint32_t batch = static_cast<std::uint32_t>(kv_lens.size());
+  std::vector<double> out(std::size_t{q_indptr[batch]} * q_heads * d, 0.0);
+  std::vector<double> logits;
+  for (std::uint32_t b = 0; b < batch; ++b) {
+    const std::uint32_t q_len = q_indptr[b + 1] - q_indptr[b];
+    for (std::uint32_t i = 0; i < q_len; ++i) {
+      const std::uint32_t row = q_indptr[b] + i;
+      const std::uint32_t q_pos = kv_lens[b] - q_len + i;
+      for (std::uint32_t hq = 0; hq < q_heads; ++hq) {
+        const std::uint32_t h = hq / group;
+        const std::uint16_t* qr = &q[(std::size_t{row} * q_heads + hq) * d];
+        logits.assign(kv_lens[b], -INFINITY);
+        double mx = -INFINITY;
+        for (std::uint32_t k = 0; k < kv_lens[b]; ++k) {
+          if (!visible(o, q_pos, k) || (!token_null.empty() && token_null[b][k])) continue;
+          const std::uint16_t* kr = &k_tok[b][(std::size_t{k} * kv_heads + h) * d];
+          double s = 0.0;
+          for (std::uint32_t j = 0; j < d; ++j) s += double(to_float(dtype, qr[j])) * to_float(dtype, kr[j]);
+          s *= scale;
+          if (o.soft_cap > 0.0f) s = o.soft_cap * std::tanh(s / o.soft_cap);
+          logits[k] = s;
+          mx = std::max(mx, s);
+        }
+        if (mx == -INFINITY) continue;  // no visible key: output 0
+        double sum = 0.0;
+        double* dst = &out[(std::size_t{row} * q_heads + hq) * d];
+        for (std::uint32_t k = 0; k < kv_lens[b]; ++k) {
+          if (logits[k] == -INFINITY) continue;
+          const double p = std::exp(logits[k] - mx);
+          sum += p;
+          const std::uint16_t* vr = &v_tok[b][(std::size_t{k} * kv_heads + h) * d];
+          for (std::uint32_t j = 0; j < d; ++j) dst[j] += p * to_float(dtype, vr[j]);
+        }
+        for (std::uint32_t j = 0; j < d; ++j) dst[j] /= sum;
+      }
+    }
+  }
+  return out;
+}
+
 struct Scenario {
   ScenarioConfig cfg;
   std::uint32_t q_heads = 0;
@@ -255,48 +308,9 @@ struct Scenario {
     return p;
   }
 
-  // Naive dense attention in double: two-pass softmax over every visible, non-null key.
   std::vector<double> naive() const {
-    const std::uint32_t d = cfg.head_dim;
-    const AttentionOptions& o = cfg.options;
-    const double scale = o.scale > 0.0f ? double{o.scale} : 1.0 / std::sqrt(double(d));
-    std::vector<double> out(out_elems(), 0.0);
-    std::vector<double> logits;
-    for (std::uint32_t b = 0; b < cfg.batch; ++b) {
-      const std::uint32_t q_len = q_indptr[b + 1] - q_indptr[b];
-      for (std::uint32_t i = 0; i < q_len; ++i) {
-        const std::uint32_t row = q_indptr[b] + i;
-        const std::uint32_t q_pos = kv_lens[b] - q_len + i;
-        for (std::uint32_t hq = 0; hq < q_heads; ++hq) {
-          const std::uint32_t h = hq / cfg.group;
-          const std::uint16_t* qr = &q[(std::size_t{row} * q_heads + hq) * d];
-          logits.assign(kv_lens[b], -INFINITY);
-          double mx = -INFINITY;
-          for (std::uint32_t k = 0; k < kv_lens[b]; ++k) {
-            if (!visible(o, q_pos, k) || token_null[b][k]) continue;
-            const std::uint16_t* kr = &k_tok[b][(std::size_t{k} * cfg.kv_heads + h) * d];
-            double s = 0.0;
-            for (std::uint32_t j = 0; j < d; ++j) s += double(to_float(cfg.dtype, qr[j])) * to_float(cfg.dtype, kr[j]);
-            s *= scale;
-            if (o.soft_cap > 0.0f) s = o.soft_cap * std::tanh(s / o.soft_cap);
-            logits[k] = s;
-            mx = std::max(mx, s);
-          }
-          if (mx == -INFINITY) continue;  // no visible key: output 0
-          double sum = 0.0;
-          double* dst = &out[(std::size_t{row} * q_heads + hq) * d];
-          for (std::uint32_t k = 0; k < kv_lens[b]; ++k) {
-            if (logits[k] == -INFINITY) continue;
-            const double p = std::exp(logits[k] - mx);
-            sum += p;
-            const std::uint16_t* vr = &v_tok[b][(std::size_t{k} * cfg.kv_heads + h) * d];
-            for (std::uint32_t j = 0; j < d; ++j) dst[j] += p * to_float(cfg.dtype, vr[j]);
-          }
-          for (std::uint32_t j = 0; j < d; ++j) dst[j] /= sum;
-        }
-      }
-    }
-    return out;
+    return naive_attention(cfg.dtype, cfg.head_dim, cfg.kv_heads, q_heads, cfg.options, q, kv_lens, q_indptr, k_tok,
+                           v_tok, token_null);
   }
 };
 
