@@ -204,3 +204,28 @@ TEST_CASE("attention misuse raises kvmm::Error naming the field and writes nothi
     CHECK(oc == before);
   }
 }
+
+TEST_CASE("launch-only and cache-op checks name the field", "[kernels][attention]") {
+  ScenarioConfig c;
+  c.seed = 10;
+  Scenario s(c);
+  std::vector<std::uint16_t> o(s.out_elems());
+  auto p = s.paged_params(o.data(), 2, true);
+  CHECK_NOTHROW(check_params(p, false, false));  // the references need no workspace
+  CHECK_THROWS_WITH(check_params(p, false, true), Catch::Contains("split.workspace = nullptr"));
+  p.split.num_splits = 2000;
+  CHECK_THROWS_WITH(check_params(p, false, false), Catch::Contains("split.num_splits = 2000"));
+  auto cp = s.contiguous_params(o.data(), 1);
+  cp.cache.slot_stride_bytes = 16;
+  CHECK_THROWS_WITH(check_params(cp, false, true), Catch::Contains("cache.slot_stride_bytes = 16"));
+  cp = s.contiguous_params(o.data(), 1);
+  CHECK_THROWS_WITH(check_params(cp, true, true), Catch::Contains("query.q_indptr = nullptr"));
+  PagedWriteParams w{s.paged_cache(s.arena.data()), nullptr, nullptr, nullptr, nullptr, 1};
+  CHECK_THROWS_WITH(check_params(w), Catch::Contains("k_new = nullptr"));
+  w.num_tokens = 0;
+  CHECK_NOTHROW(check_params(w));  // nothing to write
+  PageCopyParams cpy{s.arena.data(), s.arena.data(), 64, 64, 128, s.csr_indices.data(), s.csr_indices.data(), 1};
+  CHECK_THROWS_WITH(check_params(cpy), Catch::Contains("page_bytes = 128"));
+  cpy.src_pages = nullptr;
+  CHECK_THROWS_WITH(check_params(cpy), Catch::Contains("src_pages = nullptr"));
+}
