@@ -25,6 +25,7 @@ def median_ms(fn, reps=20):
 
 def sdpa(q, k, v):
     try:
+        F.scaled_dot_product_attention(q, k, v, enable_gqa=True)  # probes the keyword
         return lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
     except TypeError:  # pragma: no cover - torch < 2.5
         group = q.shape[1] // k.shape[1]
