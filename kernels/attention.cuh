@@ -84,9 +84,12 @@ template <typename T, int D, int kMaxGroup, typename Addr>
 __global__ void __launch_bounds__(kThreads, kMaxGroup == 4 ? 4 : 2) attention_kernel(AttnArgs a, Addr kv) {
   constexpr int kTeam = D / 8;  // threads per token row: 8, 16 or 32 (within one warp)
   constexpr int kTeams = kThreads / kTeam;
-  __shared__ float sm_m[kTeams][kMaxGroup];
-  __shared__ float sm_l[kTeams][kMaxGroup];
-  __shared__ __align__(16) float sm_o[kTeams][kMaxGroup][D];
+  struct alignas(16) Smem {  // the teams' softmax states, merged at the end
+    float o[kTeams][kMaxGroup][D];
+    float m[kTeams][kMaxGroup];
+    float l[kTeams][kMaxGroup];
+  };
+  __shared__ Smem sm;
 
   const std::uint32_t row = blockIdx.x;
   std::uint32_t b = row, q_len = 1, i = 0;
@@ -117,18 +120,18 @@ __global__ void __launch_bounds__(kThreads, kMaxGroup == 4 ? 4 : 2) attention_ke
   const int lane = static_cast<int>(threadIdx.x) % kTeam;
   float qf[kMaxGroup][8];
   float m[kMaxGroup], l[kMaxGroup], acc[kMaxGroup][8];
-#pragma unroll
+KVMM_UNROLL
   for (int g = 0; g < kMaxGroup; ++g) {
     if (g < ng) {
       const uint4 u = load16(a.q + (std::uint64_t{row} * a.q_heads + qh0 + g) * D + lane * 8);
       to_float8<T>(u, qf[g]);
     } else {
-#pragma unroll
+KVMM_UNROLL
       for (int j = 0; j < 8; ++j) qf[g][j] = 0.0f;
     }
     m[g] = -INFINITY;
     l[g] = 0.0f;
-#pragma unroll
+KVMM_UNROLL
     for (int j = 0; j < 8; ++j) acc[g][j] = 0.0f;
   }
 
@@ -140,7 +143,7 @@ __global__ void __launch_bounds__(kThreads, kMaxGroup == 4 ? 4 : 2) attention_ke
     const std::uint32_t base = base0 + static_cast<std::uint32_t>(team) * kTile;
     uint4 kr[kTile], vr[kTile];
     bool ok[kTile];
-#pragma unroll
+KVMM_UNROLL
     for (int t = 0; t < kTile; ++t) {
       const std::uint32_t tok = base + t;
       const long long off = tok < piece.hi ? kv.offset(r, tok) : -1;
@@ -154,17 +157,17 @@ __global__ void __launch_bounds__(kThreads, kMaxGroup == 4 ? 4 : 2) attention_ke
       }
     }
     float s[kTile][kMaxGroup];
-#pragma unroll
+KVMM_UNROLL
     for (int t = 0; t < kTile; ++t) {
       float kf[8];
       to_float8<T>(kr[t], kf);
-#pragma unroll
+KVMM_UNROLL
       for (int g = 0; g < kMaxGroup; ++g) {
         if (g < ng) {
           float dot = 0.0f;
-#pragma unroll
+KVMM_UNROLL
           for (int j = 0; j < 8; ++j) dot = fmaf(qf[g][j], kf[j], dot);
-#pragma unroll
+KVMM_UNROLL
           for (int off = kTeam / 2; off > 0; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);
           const float logit = a.soft_cap ? a.cap_log2 * tanhf(dot * a.scale_div_cap) : dot * a.scale_log2;
           s[t][g] = ok[t] ? logit : -INFINITY;
@@ -174,36 +177,36 @@ __global__ void __launch_bounds__(kThreads, kMaxGroup == 4 ? 4 : 2) attention_ke
       }
     }
     // Online softmax over the tile: s becomes the tile's probabilities.
-#pragma unroll
+KVMM_UNROLL
     for (int g = 0; g < kMaxGroup; ++g) {
       float mt = m[g];
-#pragma unroll
+KVMM_UNROLL
       for (int t = 0; t < kTile; ++t) mt = fmaxf(mt, s[t][g]);
       if (mt == -INFINITY) {
-#pragma unroll
+KVMM_UNROLL
         for (int t = 0; t < kTile; ++t) s[t][g] = 0.0f;
         continue;
       }
       const float corr = exp2f(m[g] - mt);
       float sum = 0.0f;
-#pragma unroll
+KVMM_UNROLL
       for (int t = 0; t < kTile; ++t) {
         s[t][g] = exp2f(s[t][g] - mt);
         sum += s[t][g];
       }
       l[g] = l[g] * corr + sum;
-#pragma unroll
+KVMM_UNROLL
       for (int j = 0; j < 8; ++j) acc[g][j] *= corr;
       m[g] = mt;
     }
-#pragma unroll
+KVMM_UNROLL
     for (int t = 0; t < kTile; ++t) {
       float vf[8];
       to_float8<T>(vr[t], vf);
-#pragma unroll
+KVMM_UNROLL
       for (int g = 0; g < kMaxGroup; ++g) {
         if (g < ng) {
-#pragma unroll
+KVMM_UNROLL
           for (int j = 0; j < 8; ++j) acc[g][j] = fmaf(s[t][g], vf[j], acc[g][j]);
         }
       }
@@ -211,14 +214,14 @@ __global__ void __launch_bounds__(kThreads, kMaxGroup == 4 ? 4 : 2) attention_ke
   }
 
   // Merge the teams' states in shared memory.
-#pragma unroll
+KVMM_UNROLL
   for (int g = 0; g < kMaxGroup; ++g) {
     if (g < ng) {
       if (lane == 0) {
-        sm_m[team][g] = m[g];
-        sm_l[team][g] = l[g];
+        sm.m[team][g] = m[g];
+        sm.l[team][g] = l[g];
       }
-      float4* dst = reinterpret_cast<float4*>(&sm_o[team][g][lane * 8]);
+      float4* dst = reinterpret_cast<float4*>(&sm.o[team][g][lane * 8]);
       dst[0] = make_float4(acc[g][0], acc[g][1], acc[g][2], acc[g][3]);
       dst[1] = make_float4(acc[g][4], acc[g][5], acc[g][6], acc[g][7]);
     }
@@ -228,15 +231,15 @@ __global__ void __launch_bounds__(kThreads, kMaxGroup == 4 ? 4 : 2) attention_ke
     const int g = idx / D;
     const int d = idx % D;
     float big_m = -INFINITY;
-#pragma unroll
-    for (int t = 0; t < kTeams; ++t) big_m = fmaxf(big_m, sm_m[t][g]);
+KVMM_UNROLL
+    for (int t = 0; t < kTeams; ++t) big_m = fmaxf(big_m, sm.m[t][g]);
     float big_l = 0.0f, out = 0.0f;
     if (big_m != -INFINITY) {
-#pragma unroll
+KVMM_UNROLL
       for (int t = 0; t < kTeams; ++t) {
-        const float w = exp2f(sm_m[t][g] - big_m);
-        big_l = fmaf(sm_l[t][g], w, big_l);
-        out = fmaf(sm_o[t][g][d], w, out);
+        const float w = exp2f(sm.m[t][g] - big_m);
+        big_l = fmaf(sm.l[t][g], w, big_l);
+        out = fmaf(sm.o[t][g][d], w, out);
       }
     }
     const float value = big_l > 0.0f ? out / big_l : 0.0f;
@@ -271,30 +274,12 @@ __global__ void merge_kernel(AttnArgs a, std::uint32_t head_dim) {
   a.o[head * head_dim + d] = T::from_float(weight > 0.0f ? out / weight : 0.0f);
 }
 
-template <typename T, int G, typename Addr>
-void launch_heads(const AttnArgs& a, const Addr& kv, dim3 grid, std::uint32_t head_dim, cudaStream_t s) {
-  switch (head_dim) {
-    case 64: attention_kernel<T, 64, G, Addr><<<grid, kThreads, 0, s>>>(a, kv); break;
-    case 128: attention_kernel<T, 128, G, Addr><<<grid, kThreads, 0, s>>>(a, kv); break;
-    default: attention_kernel<T, 256, G, Addr><<<grid, kThreads, 0, s>>>(a, kv); break;
-  }
-}
+// Query heads per CTA for a GQA group (the kernel's G), and CTAs per kv head.
+inline int heads_per_cta(std::uint32_t group) { return group <= 4 ? 4 : 8; }
 
-template <typename T, typename Addr>
-void launch_typed(const AttnArgs& a, const Addr& kv, dim3 grid, std::uint32_t head_dim, cudaStream_t s) {
-  if (a.group <= 4) {
-    launch_heads<T, 4>(a, kv, grid, head_dim, s);
-  } else {
-    launch_heads<T, 8>(a, kv, grid, head_dim, s);
-  }
-  if (a.num_splits > 1) merge_kernel<T><<<dim3(grid.x, a.q_heads), head_dim, 0, s>>>(a, head_dim);
-}
-
-// Common launcher: parameters already validated by check_params.
-template <typename Addr>
-void launch_attention(const QueryBatch& q, const AttentionOptions& opt, const SplitKV& split, std::uint32_t kv_heads,
-                      std::uint32_t head_dim, DType dtype, const Addr& kv, Stream stream, const char* name) {
-  if (q.rows == 0) return;
+// Kernel arguments and grid of one launch; parameters already validated by check_params.
+inline AttnArgs make_args(const QueryBatch& q, const AttentionOptions& opt, const SplitKV& split,
+                          std::uint32_t kv_heads, std::uint32_t head_dim) {
   AttnArgs a{};
   a.q = static_cast<const std::uint16_t*>(q.q);
   a.o = static_cast<std::uint16_t*>(q.o);
@@ -303,7 +288,8 @@ void launch_attention(const QueryBatch& q, const AttentionOptions& opt, const Sp
   a.batch = q.batch;
   a.q_heads = q.q_heads;
   a.group = q.q_heads / kv_heads;
-  a.head_chunks = a.group <= 4 ? 1 : (a.group + 7) / 8;
+  const auto g = static_cast<std::uint32_t>(heads_per_cta(a.group));
+  a.head_chunks = (a.group + g - 1) / g;
   a.num_splits = split.num_splits;
   if (split.num_splits > 1) {
     a.ws_o = static_cast<float*>(split.workspace);
@@ -317,7 +303,39 @@ void launch_attention(const QueryBatch& q, const AttentionOptions& opt, const Sp
   a.scale_log2 = scale * kLog2e;
   a.scale_div_cap = a.soft_cap ? scale / opt.soft_cap : 0.0f;
   a.cap_log2 = opt.soft_cap * kLog2e;
-  const dim3 grid(q.rows, kv_heads * a.head_chunks, split.num_splits);
+  return a;
+}
+
+inline dim3 attention_grid(const AttnArgs& a, std::uint32_t rows, std::uint32_t kv_heads) {
+  return dim3(rows, kv_heads * a.head_chunks, a.num_splits);
+}
+
+#if !defined(KVMM_SIMT_HOST)
+template <typename T, int G, typename Addr>
+void launch_heads(const AttnArgs& a, const Addr& kv, dim3 grid, std::uint32_t head_dim, cudaStream_t s) {
+  switch (head_dim) {
+    case 64: attention_kernel<T, 64, G, Addr><<<grid, kThreads, 0, s>>>(a, kv); break;
+    case 128: attention_kernel<T, 128, G, Addr><<<grid, kThreads, 0, s>>>(a, kv); break;
+    default: attention_kernel<T, 256, G, Addr><<<grid, kThreads, 0, s>>>(a, kv); break;
+  }
+}
+
+template <typename T, typename Addr>
+void launch_typed(const AttnArgs& a, const Addr& kv, dim3 grid, std::uint32_t head_dim, cudaStream_t s) {
+  if (heads_per_cta(a.group) == 4) {
+    launch_heads<T, 4>(a, kv, grid, head_dim, s);
+  } else {
+    launch_heads<T, 8>(a, kv, grid, head_dim, s);
+  }
+  if (a.num_splits > 1) merge_kernel<T><<<dim3(grid.x, a.q_heads), head_dim, 0, s>>>(a, head_dim);
+}
+
+template <typename Addr>
+void launch_attention(const QueryBatch& q, const AttentionOptions& opt, const SplitKV& split, std::uint32_t kv_heads,
+                      std::uint32_t head_dim, DType dtype, const Addr& kv, Stream stream, const char* name) {
+  if (q.rows == 0) return;
+  const AttnArgs a = make_args(q, opt, split, kv_heads, head_dim);
+  const dim3 grid = attention_grid(a, q.rows, kv_heads);
   if (dtype == DType::kF16) {
     launch_typed<Half>(a, kv, grid, head_dim, to_cuda(stream));
   } else {
@@ -325,5 +343,6 @@ void launch_attention(const QueryBatch& q, const AttentionOptions& opt, const Sp
   }
   check_launch(name);
 }
+#endif
 
 }  // namespace kvmm::kernels::device

@@ -5,9 +5,15 @@
 
 #include "kvmm/kernels/attention.hpp"
 
+#if defined(KVMM_SIMT_HOST)
+#include "simt_host.hpp"  // host emulation of the device code, for CI without a GPU
+#define KVMM_UNROLL
+#else
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#define KVMM_UNROLL _Pragma("unroll")
+#endif
 
 #include <cstdint>
 
@@ -49,6 +55,7 @@ __device__ __forceinline__ void to_float8(const uint4& u, float (&f)[8]) {
 
 __device__ __forceinline__ uint4 load16(const void* p) { return __ldg(static_cast<const uint4*>(p)); }
 
+#if !defined(KVMM_SIMT_HOST)
 // Raises kvmm::Error (through the host library) when the last launch failed.
 inline void check_launch(const char* kernel) {
   const cudaError_t e = cudaGetLastError();
@@ -56,5 +63,6 @@ inline void check_launch(const char* kernel) {
 }
 
 inline cudaStream_t to_cuda(Stream s) { return static_cast<cudaStream_t>(s); }
+#endif
 
 }  // namespace kvmm::kernels::device
