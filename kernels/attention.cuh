@@ -1,6 +1,8 @@
 // The attention kernel template behind all four launchers, and its split-KV merge.
 // One CTA = (query row, kv head, up to G query heads of its GQA group, split); G is 4
-// (groups of 1 to 4) or 8 (larger groups, several CTAs when over 8), to spare registers.
+// (decode, groups of 1 to 4) or 8 (larger groups, several CTAs when over 8; prefill).
+// In prefill a CTA takes G / group consecutive rows of one request when the group is
+// smaller than G, so those rows share each K/V load too ("slots" = row x head pairs).
 // Threads form teams of head_dim/8: a team streams one token's K and V row (16 bytes
 // per thread) and applies it to every query head of the CTA, so K/V are read once per
 // GQA group; each team keeps an online softmax state per head, kTile tokens in flight.
@@ -28,6 +30,7 @@ struct AttnArgs {
   std::uint32_t q_heads;
   std::uint32_t group;
   std::uint32_t head_chunks;
+  std::uint32_t rows_per_cta;  // prefill: rows of one request per CTA; decode: 1
   std::uint32_t num_splits;
   MaskKind mask;
   std::uint32_t window;
@@ -103,18 +106,36 @@ __global__ void __launch_bounds__(kThreads, kMaxGroup == 4 ? 4 : 2) attention_ke
     b = lo;
     q_len = __ldg(a.q_indptr + b + 1) - __ldg(a.q_indptr + b);
     i = row - __ldg(a.q_indptr + b);
+    if (i % a.rows_per_cta != 0) return;  // whole CTA: its row belongs to an earlier CTA's tile
   }
   const std::uint32_t kv_len = __ldg(a.kv_lens + b);
   const std::uint32_t h = blockIdx.y / a.head_chunks;
   const std::uint32_t g0 = (blockIdx.y % a.head_chunks) * kMaxGroup;
-  const int ng = static_cast<int>(min(static_cast<std::uint32_t>(kMaxGroup), a.group - g0));
+  // Slot j of the CTA: row `row + j / hg`, query head `qh0 + j % hg`.
+  const std::uint32_t hg = min(static_cast<std::uint32_t>(kMaxGroup), a.group - g0);
+  const std::uint32_t nrows = min(a.rows_per_cta, q_len - i);
+  const int ng = static_cast<int>(hg * nrows);
   const std::uint32_t qh0 = h * a.group + g0;
   const std::uint32_t split = blockIdx.z;
-  KeyRange piece{0, 0};
-  if (q_len <= kv_len) {
-    const std::uint32_t q_pos = kv_len - q_len + i;
-    piece = split_range(key_range(a.mask, a.window, a.chunk, q_pos), split, a.num_splits);
+  // Each slot's visible keys; the CTA walks (its piece of) their union. Only the G = 8
+  // kernel serves prefill row tiles; the G = 4 one (decode) has one row and no slot masks.
+  constexpr bool kRowTiles = kMaxGroup == 8;
+  constexpr int kMasks = kRowTiles ? kMaxGroup : 1;
+  std::uint32_t slot_lo[kMasks], slot_hi[kMasks];
+  KeyRange all{0xffffffffu, 0};
+KVMM_UNROLL
+  for (int g = 0; g < kMasks; ++g) {
+    slot_lo[g] = 0;
+    slot_hi[g] = 0;
+    if (g < ng && q_len <= kv_len) {
+      const KeyRange kr = key_range(a.mask, a.window, a.chunk, kv_len - q_len + i + g / hg);
+      slot_lo[g] = kr.lo;
+      slot_hi[g] = kr.hi;
+      all.lo = min(all.lo, kr.lo);
+      all.hi = max(all.hi, kr.hi);
+    }
   }
+  const KeyRange piece = all.lo < all.hi ? split_range(all, split, a.num_splits) : KeyRange{0, 0};
 
   const int team = static_cast<int>(threadIdx.x) / kTeam;
   const int lane = static_cast<int>(threadIdx.x) % kTeam;
@@ -123,7 +144,8 @@ __global__ void __launch_bounds__(kThreads, kMaxGroup == 4 ? 4 : 2) attention_ke
 KVMM_UNROLL
   for (int g = 0; g < kMaxGroup; ++g) {
     if (g < ng) {
-      const uint4 u = load16(a.q + (std::uint64_t{row} * a.q_heads + qh0 + g) * D + lane * 8);
+      const std::uint64_t slot_head = std::uint64_t{row + g / hg} * a.q_heads + qh0 + g % hg;
+      const uint4 u = load16(a.q + slot_head * D + lane * 8);
       to_float8<T>(u, qf[g]);
     } else {
 KVMM_UNROLL
@@ -170,7 +192,12 @@ KVMM_UNROLL
 KVMM_UNROLL
           for (int off = kTeam / 2; off > 0; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);
           const float logit = a.soft_cap ? a.cap_log2 * tanhf(dot * a.scale_div_cap) : dot * a.scale_log2;
-          s[t][g] = ok[t] ? logit : -INFINITY;
+          bool visible = ok[t];
+          if constexpr (kRowTiles) {
+            const std::uint32_t tok = base + t;
+            visible = visible && tok >= slot_lo[g] && tok < slot_hi[g];
+          }
+          s[t][g] = visible ? logit : -INFINITY;
         } else {
           s[t][g] = -INFINITY;
         }
@@ -243,7 +270,7 @@ KVMM_UNROLL
       }
     }
     const float value = big_l > 0.0f ? out / big_l : 0.0f;
-    const std::uint64_t head = std::uint64_t{row} * a.q_heads + qh0 + g;
+    const std::uint64_t head = std::uint64_t{row + g / hg} * a.q_heads + qh0 + g % hg;
     if (a.num_splits == 1) {
       a.o[head * D + d] = T::from_float(value);
     } else {
@@ -274,8 +301,8 @@ __global__ void merge_kernel(AttnArgs a, std::uint32_t head_dim) {
   a.o[head * head_dim + d] = T::from_float(weight > 0.0f ? out / weight : 0.0f);
 }
 
-// Query heads per CTA for a GQA group (the kernel's G), and CTAs per kv head.
-inline int heads_per_cta(std::uint32_t group) { return group <= 4 ? 4 : 8; }
+// Slots per CTA (the kernel's G): 4 for decode with groups up to 4, else 8.
+inline int heads_per_cta(std::uint32_t group, bool prefill) { return !prefill && group <= 4 ? 4 : 8; }
 
 // Kernel arguments and grid of one launch; parameters already validated by check_params.
 inline AttnArgs make_args(const QueryBatch& q, const AttentionOptions& opt, const SplitKV& split,
@@ -288,8 +315,9 @@ inline AttnArgs make_args(const QueryBatch& q, const AttentionOptions& opt, cons
   a.batch = q.batch;
   a.q_heads = q.q_heads;
   a.group = q.q_heads / kv_heads;
-  const auto g = static_cast<std::uint32_t>(heads_per_cta(a.group));
+  const auto g = static_cast<std::uint32_t>(heads_per_cta(a.group, q.q_indptr != nullptr));
   a.head_chunks = (a.group + g - 1) / g;
+  a.rows_per_cta = q.q_indptr != nullptr && a.group < g ? g / a.group : 1;
   a.num_splits = split.num_splits;
   if (split.num_splits > 1) {
     a.ws_o = static_cast<float*>(split.workspace);
@@ -322,7 +350,7 @@ void launch_heads(const AttnArgs& a, const Addr& kv, dim3 grid, std::uint32_t he
 
 template <typename T, typename Addr>
 void launch_typed(const AttnArgs& a, const Addr& kv, dim3 grid, std::uint32_t head_dim, cudaStream_t s) {
-  if (heads_per_cta(a.group) == 4) {
+  if (heads_per_cta(a.group, a.q_indptr != nullptr) == 4) {
     launch_heads<T, 4>(a, kv, grid, head_dim, s);
   } else {
     launch_heads<T, 8>(a, kv, grid, head_dim, s);

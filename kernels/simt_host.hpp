@@ -49,6 +49,7 @@ inline T __ldg(const T* p) {
   return *p;
 }
 inline unsigned int min(unsigned int a, unsigned int b) { return a < b ? a : b; }
+inline unsigned int max(unsigned int a, unsigned int b) { return a > b ? a : b; }
 inline float __uint_as_float(unsigned int u) {
   float f;
   std::memcpy(&f, &u, sizeof f);

@@ -2,7 +2,7 @@
 // kernels/simt_host.hpp (CTAs as fibers, barriers and warp shuffles emulated), against
 // the CPU references: attention (paged/contiguous, decode/prefill, every mask, GQA
 // 1/4/8/16, page sizes 1/16/17, split-KV with the merge kernel, soft cap, both dtypes,
-// all head dims), write_kv and copy_pages. It checks index arithmetic, masks, the online
+// all head dims, prefill row tiles), write_kv and copy_pages. It checks index arithmetic, masks, the online
 // softmax, the team and split merges, and that every barrier and shuffle is reached by
 // all threads of a CTA. It cannot check speed or the CUDA compiler.
 #if defined(__SANITIZE_ADDRESS__)
@@ -39,7 +39,7 @@ bool emulate_attention(const QueryBatch& q, const AttentionOptions& opt, const S
                        std::uint32_t d, DType dtype, const Addr& kv) {
   const dev::AttnArgs a = dev::make_args(q, opt, split, kv_heads, d);
   const dim3 grid = dev::attention_grid(a, q.rows, kv_heads);
-  const bool g4 = dev::heads_per_cta(a.group) == 4;
+  const bool g4 = dev::heads_per_cta(a.group, q.q_indptr != nullptr) == 4;
   bool ok;
   if (dtype == DType::kF16) {
     ok = g4 ? run_heads<dev::Half, 4>(a, kv, grid, d) : run_heads<dev::Half, 8>(a, kv, grid, d);
@@ -112,7 +112,7 @@ TEST_CASE("emulated attention kernels match the CPU references", "[kernels][simt
         c.kv_heads = group >= 8 ? 1 : 2;
         c.batch = 2;
         c.max_kv_len = 90;
-        c.max_q_len = 3;
+        c.max_q_len = 11;  // several row tiles per request, the last one partial
         c.nulls = static_cast<NullMode>(index % 3);
         c.seed = 9100 + index;
         Scenario s(c);
@@ -129,6 +129,38 @@ TEST_CASE("emulated attention kernels match the CPU references", "[kernels][simt
         CHECK(max_rel_error(c.dtype, got, widen(c.dtype, ref), 1e-2) <= 4.0 * unit_roundoff(c.dtype));
         if (!s.any_null) CHECK(run_contiguous(s, splits) == got);
       }
+}
+
+TEST_CASE("emulated prefill row tiles with groups that do not divide 8", "[kernels][simt]") {
+  // Group 2 packs 4 rows per CTA, group 3 packs 2 (6 of 8 slots); the rows of one CTA
+  // see different key ranges (causal end, window start, chunk start).
+  std::uint32_t index = 0;
+  for (std::uint32_t group : {2u, 3u})
+    for (MaskKind mask : {MaskKind::kCausal, MaskKind::kSlidingWindow, MaskKind::kChunkedLocal}) {
+      ++index;
+      ScenarioConfig c;
+      c.options.mask = mask;
+      c.options.window = 5;
+      c.options.chunk = 7;
+      c.group = group;
+      c.kv_heads = 2;
+      c.tokens_per_page = 16;
+      c.prefill = true;
+      c.head_dim = 64;
+      c.batch = 3;
+      c.max_kv_len = 60;
+      c.max_q_len = 13;
+      c.seed = 9300 + index;
+      Scenario s(c);
+      s.fill_host_caches();
+      INFO("group " << group << " mask " << static_cast<int>(mask));
+      for (std::uint32_t splits : {1u, 3u}) {
+        std::vector<std::uint16_t> ref(s.out_elems());
+        cpu::paged_prefill_attention(s.paged_params(ref.data(), splits, true));
+        const auto got = run_paged(s, splits, true);
+        CHECK(max_rel_error(c.dtype, got, widen(c.dtype, ref), 1e-2) <= 4.0 * unit_roundoff(c.dtype));
+      }
+    }
 }
 
 TEST_CASE("emulated write_kv and copy_pages kernels match the references", "[kernels][simt]") {
