@@ -1,10 +1,8 @@
-// Attention over the KV cache: paged and contiguous, decode (one query token per
-// request) and prefill (a causal chunk of new tokens over cached context). The launchers
-// (kvmm::cuda) enqueue one attention kernel, plus one merge kernel when num_splits > 1,
-// on the given stream; the grid depends only on (rows, heads, num_splits), never on
-// context lengths, so a launch can be captured in a CUDA graph. Each CTA streams the
-// K/V of one kv head once for all query heads of its GQA group. cpu:: holds the plain
-// C++ references (kvmm::kvmm), same parameters, accumulating in double.
+// Attention over the KV cache: paged and contiguous, decode (one query per request) and
+// prefill (a causal chunk over cached context). A launcher enqueues one kernel (plus a
+// merge when num_splits > 1) whose grid depends only on (rows, heads, num_splits), so it
+// can be captured in a CUDA graph; K/V are read once per GQA group, O(KV bytes) per call.
+// cpu:: holds the plain C++ references (kvmm::kvmm), same parameters, double accumulation.
 #pragma once
 
 #include "kvmm/kernels/kv_cache.hpp"
