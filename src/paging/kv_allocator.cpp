@@ -53,13 +53,6 @@ RequestId PagedKVAllocator::add_request() {
   return r;
 }
 
-std::uint32_t PagedKVAllocator::slack_after(GroupId g, std::uint64_t tokens) const {
-  const LayerGroup& grp = layout_.group(g);
-  if (grp.is_state()) return tokens > 0 ? kUnbounded : 0;
-  const std::uint64_t cap = grp.pages_for_tokens(tokens) * grp.tokens_per_page;
-  return static_cast<std::uint32_t>(cap - tokens);
-}
-
 bool PagedKVAllocator::append_encoder_tokens(RequestId r, std::uint32_t num_tokens) {
   check_active(r);
   return grow(r, encoder_groups_, num_tokens, encoder_tokens_[r]);
@@ -67,13 +60,19 @@ bool PagedKVAllocator::append_encoder_tokens(RequestId r, std::uint32_t num_toke
 
 bool PagedKVAllocator::grow(RequestId r, const std::vector<GroupId>& groups,
                             std::uint32_t num_tokens, std::uint64_t& counter) {
-  const std::uint64_t before = counter, after = before + num_tokens;
+  std::uint32_t* slack = &slack_[std::size_t{r} * allocators_.size()];
   // Exact feasibility check first, so that failure changes nothing: group g needs
   // ceil((need - free small pages of g) / n_g) fresh large pages.
   std::uint64_t large_needed = 0;
   for (GroupId g : groups) {
-    const LayerGroup& grp = layout_.group(g);
-    need_[g] = grp.pages_for_tokens(after) - grp.pages_for_tokens(before);
+    const LayerGroup& grp = layout_.groups()[g];
+    if (num_tokens <= slack[g]) {
+      need_[g] = 0;
+    } else if (grp.is_state()) {
+      need_[g] = 1;  // first token: the request's state page
+    } else {
+      need_[g] = (num_tokens - slack[g] + grp.tokens_per_page - 1) / grp.tokens_per_page;
+    }
     const SmallPageAllocator& a = allocators_[g];
     if (need_[g] > a.num_free_small()) {
       const std::uint64_t n = a.pages_per_large();
@@ -82,6 +81,7 @@ bool PagedKVAllocator::grow(RequestId r, const std::vector<GroupId>& groups,
   }
   if (large_needed > pool_.num_free()) return false;
   // Each group leaves in the pool the large pages that the groups after it need.
+  const std::uint64_t after = counter + num_tokens;
   std::uint64_t reserve = large_needed;
   for (GroupId g : groups) {
     SmallPageAllocator& a = allocators_[g];
@@ -94,11 +94,28 @@ bool PagedKVAllocator::grow(RequestId r, const std::vector<GroupId>& groups,
       if (!p) fail("internal: group {} allocation failed after a successful capacity check", g);
       tables_[g].append(r, *p);
     }
-    tables_[g].set_num_tokens(r, after);
-    slack_[std::size_t{r} * allocators_.size() + g] = slack_after(g, after);
+    if (layout_.groups()[g].is_state()) {
+      slack[g] = kUnbounded;  // one state page, whatever the length
+    } else {
+      slack[g] = static_cast<std::uint32_t>(slack[g] + need_[g] * layout_.groups()[g].tokens_per_page - num_tokens);
+    }
   }
   counter = after;
   return true;
+}
+
+std::size_t PagedKVAllocator::export_csr(GroupId g, std::span<const RequestId> batch,
+                                        std::span<std::uint32_t> indptr, std::span<PageId> indices,
+                                        std::span<std::uint32_t> last_page_len) const {
+  const PageTableSet& t = tables_[group(g)];
+  if (last_page_len.size() < batch.size())
+    fail("last_page_len: size {} < batch size {}", last_page_len.size(), batch.size());
+  for (RequestId r : batch) check_active(r);
+  const bool decoder = layout_.group(g).is_decoder();
+  const std::size_t nnz = t.export_csr(batch, indptr, indices);
+  for (std::size_t i = 0; i < batch.size(); ++i)
+    last_page_len[i] = t.last_page_len(decoder ? tokens_[batch[i]] : encoder_tokens_[batch[i]]);
+  return nnz;
 }
 
 void PagedKVAllocator::free_request(RequestId r) {

@@ -35,24 +35,14 @@ PageId PageTableSet::pop_back(RequestId r) {
 void PageTableSet::clear(RequestId r) {
   Row& w = row(r);
   w.pages.clear();
-  w.num_tokens = 0;
   w.dirty_lo = 0;
 }
 
-std::uint32_t PageTableSet::last_page_len_of(const Row& w) const {
-  if (w.num_tokens == 0) return 0;
-  return static_cast<std::uint32_t>((w.num_tokens - 1) % tokens_per_page_) + 1;
-}
-
-std::uint32_t PageTableSet::last_page_len(RequestId r) const { return last_page_len_of(row(r)); }
-
 std::size_t PageTableSet::export_csr(std::span<const RequestId> batch,
-                                     std::span<std::uint32_t> indptr, std::span<PageId> indices,
-                                     std::span<std::uint32_t> last_page_len) const {
+                                     std::span<std::uint32_t> indptr,
+                                     std::span<PageId> indices) const {
   if (indptr.size() < batch.size() + 1)
     fail("indptr: size {} < batch size + 1 = {}", indptr.size(), batch.size() + 1);
-  if (last_page_len.size() < batch.size())
-    fail("last_page_len: size {} < batch size {}", last_page_len.size(), batch.size());
   std::size_t nnz = 0;
   for (RequestId r : batch) nnz += row(r).pages.size();
   if (indices.size() < nnz) fail("indices: size {} < {} pages in the batch", indices.size(), nnz);
@@ -63,7 +53,6 @@ std::size_t PageTableSet::export_csr(std::span<const RequestId> batch,
     std::copy(w.pages.begin(), w.pages.end(), indices.begin() + static_cast<std::ptrdiff_t>(at));
     at += w.pages.size();
     indptr[i + 1] = static_cast<std::uint32_t>(at);
-    last_page_len[i] = last_page_len_of(w);
   }
   return at;
 }

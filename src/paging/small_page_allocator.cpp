@@ -16,24 +16,26 @@ SmallPageAllocator::SmallPageAllocator(GroupId group, std::uint32_t pages_per_la
     fail("pages_per_large = {}: {} large pages x {} small pages overflow 32-bit page ids",
          pages_per_large, pool.capacity(), pages_per_large);
   large_.resize(pool.capacity());
-  next_free_.assign(total, kNone);
-  allocated_.assign(total, 0);
+  slot_.assign(total, kNone);
   req_head_.assign(max_requests, kNone);
   req_epoch_.assign(max_requests, 0);
 }
 
-std::uint32_t SmallPageAllocator::fresh(RequestId r) {
-  const std::optional<PageId> lp = pool_.allocate(group_);
-  if (!lp) return kNone;
-  LargeSlot& L = large_[*lp];
+PageId SmallPageAllocator::take_fresh(RequestId r) {
+  const PageId lp = *pool_.allocate(group_);
+  LargeSlot& L = large_[lp];
   L = LargeSlot{};
-  L.free_count = n_;
+  L.free_count = n_ - 1;
+  L.bump = 1;
   L.assoc = r;
   L.assoc_epoch = r == kNoRequest ? 0 : req_epoch_[r];
-  num_free_ += n_;
+  const PageId s = lp * n_;
+  slot_[s] = kAllocated;
+  num_free_ += n_ - 1;
+  ++num_used_;
   ++num_large_;
-  link(*lp);
-  return *lp;
+  if (L.free_count > 0) link(lp);
+  return s;
 }
 
 void SmallPageAllocator::link(std::uint32_t lp) {
@@ -96,8 +98,8 @@ void SmallPageAllocator::bad_request(RequestId r) const {
 }
 
 void SmallPageAllocator::bad_free(PageId s) const {
-  if (s >= allocated_.size())
-    fail("small page id = {}: group {} has {} small page ids", s, group_, allocated_.size());
+  if (s >= slot_.size())
+    fail("small page id = {}: group {} has {} small page ids", s, group_, slot_.size());
   fail("small page id = {}: double free or never allocated in group {}", s, group_);
 }
 
@@ -106,7 +108,7 @@ void SmallPageAllocator::check_invariants() const {
   for (std::uint32_t lp = 0; lp < large_.size(); ++lp) {
     const bool mine = pool_.owner(lp) == group_;
     std::uint32_t alloc_here = 0;
-    for (std::uint32_t k = 0; k < n_; ++k) alloc_here += allocated_[lp * n_ + k];
+    for (std::uint32_t k = 0; k < n_; ++k) alloc_here += slot_[lp * n_ + k] == kAllocated;
     if (!mine) {
       if (alloc_here != 0) fail("invariant: large page {} not owned by group {} has small pages", lp, group_);
       continue;
@@ -117,12 +119,12 @@ void SmallPageAllocator::check_invariants() const {
     if (alloc_here + L.free_count != n_)
       fail("invariant: large page {} counts {} used + {} free != {}", lp, alloc_here, L.free_count, n_);
     std::uint32_t listed = 0;
-    for (std::uint32_t s = L.free_head; s != kNone; s = next_free_[s]) {
-      if (s / n_ != lp || allocated_[s]) fail("invariant: free list of large page {} holds bad page {}", lp, s);
+    for (std::uint32_t s = L.free_head; s != kNone; s = slot_[s]) {
+      if (s / n_ != lp || slot_[s] == kAllocated) fail("invariant: free list of large page {} holds bad page {}", lp, s);
       if (++listed > n_) fail("invariant: free list of large page {} has a cycle", lp);
     }
     for (std::uint32_t k = L.bump; k < n_; ++k)
-      if (allocated_[lp * n_ + k]) fail("invariant: unhanded slot {} of large page {} is allocated", k, lp);
+      if (slot_[lp * n_ + k] == kAllocated) fail("invariant: unhanded slot {} of large page {} is allocated", k, lp);
     if (listed + (n_ - L.bump) != L.free_count)
       fail("invariant: large page {} free_count {} != listed {} + unhanded {}", lp, L.free_count, listed, n_ - L.bump);
     used += alloc_here;

@@ -12,6 +12,7 @@
 #include "kvmm/spec/kv_layout.hpp"
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 namespace kvmm {
@@ -38,10 +39,7 @@ class PagedKVAllocator {
     bool fits = true;
     for (GroupId g : decoder_groups_) fits &= slack[g] >= num_tokens;
     if (!fits) return grow(r, decoder_groups_, num_tokens, tokens_[r]);
-    for (GroupId g : decoder_groups_) {
-      slack[g] -= num_tokens;
-      tables_[g].set_num_tokens(r, tokens_[r] + num_tokens);
-    }
+    for (GroupId g : decoder_groups_) slack[g] -= num_tokens;  // state groups: 4G tokens
     tokens_[r] += num_tokens;
     return true;
   }
@@ -59,6 +57,11 @@ class PagedKVAllocator {
   const SmallPageAllocator& small_pages(GroupId g) const { return allocators_[group(g)]; }
   const PageTableSet& page_tables(GroupId g) const { return tables_[group(g)]; }
   PageTableSet& page_tables(GroupId g) { return tables_[group(g)]; }
+  // CSR export of group g for `batch` with last_page_len from the requests' token counts
+  // (decoder or encoder tokens, by the group's kind). Returns the indices written.
+  std::size_t export_csr(GroupId g, std::span<const RequestId> batch,
+                         std::span<std::uint32_t> indptr, std::span<PageId> indices,
+                         std::span<std::uint32_t> last_page_len) const;
 
   // Recomputes the whole state: every large page free xor held by one group, every
   // small page free xor in exactly one page table, counts add up. O(memory).
@@ -72,7 +75,6 @@ class PagedKVAllocator {
   [[noreturn, gnu::cold]] void bad_request(RequestId r) const;
   bool grow(RequestId r, const std::vector<GroupId>& groups, std::uint32_t num_tokens,
             std::uint64_t& counter);
-  std::uint32_t slack_after(GroupId g, std::uint64_t tokens) const;
 
   KVLayout layout_;
   LargePagePool pool_;

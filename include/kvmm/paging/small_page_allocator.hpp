@@ -36,13 +36,12 @@ class SmallPageAllocator {
     std::uint32_t lp = kNone;
     if (placement_ == Placement::kRequestAware) {
       lp = req_head_[r];
-      if (lp == kNone && pool_.num_free() > pool_reserve) lp = fresh(r);
+      if (lp != kNone) return take(lp);
+      if (pool_.num_free() > pool_reserve) return take_fresh(r);
     }
-    if (lp == kNone) lp = group_head_;
-    if (lp == kNone && pool_.num_free() > 0)
-      lp = fresh(placement_ == Placement::kRequestAware ? r : kNoRequest);
-    if (lp == kNone) return std::nullopt;
-    return take(lp);
+    if (group_head_ != kNone) return take(group_head_);
+    if (pool_.num_free() > 0) return take_fresh(placement_ == Placement::kRequestAware ? r : kNoRequest);
+    return std::nullopt;
   }
 
   // The three placement steps on their own, for callers that interleave other steps
@@ -56,9 +55,8 @@ class SmallPageAllocator {
   // Step 2: a fresh large page from the pool, associated with r (kNoRequest: none).
   std::optional<PageId> allocate_fresh(RequestId r) {
     if (r != kNoRequest && r >= req_head_.size()) bad_request(r);
-    const std::uint32_t lp = fresh(r);
-    if (lp == kNone) return std::nullopt;
-    return take(lp);
+    if (pool_.num_free() == 0) return std::nullopt;
+    return take_fresh(r);
   }
   // Step 3: any free small page of the group.
   std::optional<PageId> allocate_any() {
@@ -68,11 +66,10 @@ class SmallPageAllocator {
 
   // O(1). Raises kvmm::Error for a page out of range or not allocated.
   void free(PageId s) {
-    if (s >= allocated_.size() || !allocated_[s]) bad_free(s);
+    if (s >= slot_.size() || slot_[s] != kAllocated) bad_free(s);
     const std::uint32_t lp = s / n_;
     LargeSlot& L = large_[lp];
-    allocated_[s] = 0;
-    next_free_[s] = L.free_head;
+    slot_[s] = L.free_head;
     L.free_head = s;
     ++L.free_count;
     --num_used_;
@@ -92,7 +89,7 @@ class SmallPageAllocator {
   // serve step 3). O(large pages of r that have free small pages).
   void release_request(RequestId r);
 
-  bool is_allocated(PageId s) const { return s < allocated_.size() && allocated_[s] != 0; }
+  bool is_allocated(PageId s) const { return s < slot_.size() && slot_[s] == kAllocated; }
   GroupId group() const { return group_; }
   std::uint32_t pages_per_large() const { return n_; }
   PageId large_page_of(PageId s) const { return s / n_; }
@@ -111,6 +108,7 @@ class SmallPageAllocator {
 
  private:
   static constexpr std::uint32_t kNone = ~std::uint32_t{0};
+  static constexpr std::uint32_t kAllocated = kNone - 1;
   struct LargeSlot {
     std::uint32_t free_head = kNone;   // intrusive list of returned small pages
     std::uint32_t free_count = 0;      // free small pages (returned + never handed out)
@@ -126,18 +124,20 @@ class SmallPageAllocator {
     PageId s;
     if (L.free_head != kNone) {
       s = L.free_head;
-      L.free_head = next_free_[s];
+      L.free_head = slot_[s];
     } else {
       s = lp * n_ + L.bump++;
     }
-    allocated_[s] = 1;
+    slot_[s] = kAllocated;
     ++num_used_;
     --num_free_;
     if (--L.free_count == 0) unlink(lp);
     return s;
   }
 
-  std::uint32_t fresh(RequestId r);
+  // Opens a large page from the (non-empty) pool for r and hands out its first slot;
+  // it joins the free lists only if slots remain (never for n = 1).
+  PageId take_fresh(RequestId r);
   void link(std::uint32_t lp);
   void unlink(std::uint32_t lp);
   [[noreturn, gnu::cold]] void bad_request(RequestId r) const;
@@ -148,8 +148,9 @@ class SmallPageAllocator {
   LargePagePool& pool_;
   Placement placement_;
   std::vector<LargeSlot> large_;
-  std::vector<std::uint32_t> next_free_;
-  std::vector<std::uint8_t> allocated_;
+  // Per small page: kAllocated, or the next free page of its large page (kNone: last).
+  // One array, so an allocation or a free touches one cache line of it.
+  std::vector<std::uint32_t> slot_;
   std::vector<std::uint32_t> req_head_;
   std::vector<std::uint32_t> req_epoch_;
   std::uint32_t group_head_ = kNone;
