@@ -93,16 +93,17 @@ struct ExportFixture {
     for (RequestId r = 0; r < kBatch; ++r) {
       batch.push_back(r);
       for (std::uint32_t i = 0; i < kPages - 1; ++i) tables.append(r, rng() % 1000000);
+      tables.set_num_tokens(r, std::uint64_t{kPages - 1} * 16);
     }
   }
 };
 
 void BM_ExportCsr(benchmark::State& state) {
   ExportFixture f;
-  std::vector<std::uint32_t> indptr(f.kBatch + 1);
+  std::vector<std::uint32_t> indptr(f.kBatch + 1), last(f.kBatch);
   std::vector<PageId> indices(std::size_t{f.kBatch} * f.kPages);
   for (auto _ : state) {
-    benchmark::DoNotOptimize(f.tables.export_csr(f.batch, indptr, indices));
+    benchmark::DoNotOptimize(f.tables.export_csr(f.batch, indptr, indices, last));
     benchmark::ClobberMemory();
   }
   state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * f.kBatch * (f.kPages - 1) * 4);

@@ -8,7 +8,7 @@ source scripts/deps.sh
 kvmm_install_deps
 
 jobs=$(nproc)
-build=${KVMM_BUILD_ROOT:-build}
+build=$(realpath -m "${KVMM_BUILD_ROOT:-build}")
 
 echo "== release build (-Werror) and tests"
 cmake -S . -B "$build/release" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVMM_WERROR=ON \
@@ -28,7 +28,7 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:ha
 echo "== consumer: find_package(kvmm) against the installed tree"
 rm -rf "$build/install" "$build/consumer"
 cmake --install "$build/release" --prefix "$build/install" >/dev/null
-cmake -S tests/consumer -B "$build/consumer" -DCMAKE_PREFIX_PATH="$PWD/$build/install" -DCMAKE_BUILD_TYPE=Release
+cmake -S tests/consumer -B "$build/consumer" -DCMAKE_PREFIX_PATH="$build/install" -DCMAKE_BUILD_TYPE=Release
 cmake --build "$build/consumer" -j"$jobs"
 "$build/consumer/kvmm_consumer"
 

@@ -94,6 +94,7 @@ bool PagedKVAllocator::grow(RequestId r, const std::vector<GroupId>& groups,
       if (!p) fail("internal: group {} allocation failed after a successful capacity check", g);
       tables_[g].append(r, *p);
     }
+    tables_[g].set_num_tokens(r, after);
     if (layout_.groups()[g].is_state()) {
       slack[g] = kUnbounded;  // one state page, whatever the length
     } else {
@@ -102,20 +103,6 @@ bool PagedKVAllocator::grow(RequestId r, const std::vector<GroupId>& groups,
   }
   counter = after;
   return true;
-}
-
-std::size_t PagedKVAllocator::export_csr(GroupId g, std::span<const RequestId> batch,
-                                        std::span<std::uint32_t> indptr, std::span<PageId> indices,
-                                        std::span<std::uint32_t> last_page_len) const {
-  const PageTableSet& t = tables_[group(g)];
-  if (last_page_len.size() < batch.size())
-    fail("last_page_len: size {} < batch size {}", last_page_len.size(), batch.size());
-  for (RequestId r : batch) check_active(r);
-  const bool decoder = layout_.group(g).is_decoder();
-  const std::size_t nnz = t.export_csr(batch, indptr, indices);
-  for (std::size_t i = 0; i < batch.size(); ++i)
-    last_page_len[i] = t.last_page_len(decoder ? tokens_[batch[i]] : encoder_tokens_[batch[i]]);
-  return nnz;
 }
 
 void PagedKVAllocator::free_request(RequestId r) {
@@ -129,6 +116,17 @@ void PagedKVAllocator::free_request(RequestId r) {
   active_[r] = 0;
   --num_active_;
   free_ids_.push_back(r);
+}
+
+void PagedKVAllocator::free_page(RequestId r, GroupId g, std::uint32_t index) {
+  check_active(r);
+  PageTableSet& t = tables_[group(g)];
+  if (index >= t.num_pages(r))
+    fail("index = {}: request {} holds {} pages in group {}", index, r, t.num_pages(r), g);
+  const PageId p = t.pages(r)[index];
+  if (p == kNullPage) fail("index = {}: entry of request {} in group {} is already the null page", index, r, g);
+  allocators_[g].free(p);
+  t.set(r, index, kNullPage);
 }
 
 void PagedKVAllocator::check_invariants() const {

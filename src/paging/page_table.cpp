@@ -5,7 +5,7 @@
 namespace kvmm {
 
 PageTableSet::PageTableSet(std::uint32_t max_requests, std::uint32_t tokens_per_page)
-    : rows_(max_requests), tokens_per_page_(tokens_per_page),
+    : rows_(max_requests), tokens_(max_requests, 0), tokens_per_page_(tokens_per_page),
       last_batch_(max_requests, kNoRequest), last_len_(max_requests, 0) {
   if (max_requests == 0) fail("max_requests = 0: must be >= 1");
   if (tokens_per_page == 0) fail("tokens_per_page = 0: must be >= 1");
@@ -35,14 +35,27 @@ PageId PageTableSet::pop_back(RequestId r) {
 void PageTableSet::clear(RequestId r) {
   Row& w = row(r);
   w.pages.clear();
+  tokens_[r] = 0;
   w.dirty_lo = 0;
 }
 
+std::uint32_t PageTableSet::last_page_len_of(std::uint64_t tokens) const {
+  if (tokens == 0) return 0;
+  return static_cast<std::uint32_t>((tokens - 1) % tokens_per_page_) + 1;
+}
+
+std::uint32_t PageTableSet::last_page_len(RequestId r) const {
+  (void)row(r);
+  return last_page_len_of(tokens_[r]);
+}
+
 std::size_t PageTableSet::export_csr(std::span<const RequestId> batch,
-                                     std::span<std::uint32_t> indptr,
-                                     std::span<PageId> indices) const {
+                                     std::span<std::uint32_t> indptr, std::span<PageId> indices,
+                                     std::span<std::uint32_t> last_page_len) const {
   if (indptr.size() < batch.size() + 1)
     fail("indptr: size {} < batch size + 1 = {}", indptr.size(), batch.size() + 1);
+  if (last_page_len.size() < batch.size())
+    fail("last_page_len: size {} < batch size {}", last_page_len.size(), batch.size());
   std::size_t nnz = 0;
   for (RequestId r : batch) nnz += row(r).pages.size();
   if (indices.size() < nnz) fail("indices: size {} < {} pages in the batch", indices.size(), nnz);
@@ -53,6 +66,7 @@ std::size_t PageTableSet::export_csr(std::span<const RequestId> batch,
     std::copy(w.pages.begin(), w.pages.end(), indices.begin() + static_cast<std::ptrdiff_t>(at));
     at += w.pages.size();
     indptr[i + 1] = static_cast<std::uint32_t>(at);
+    last_page_len[i] = last_page_len_of(tokens_[batch[i]]);
   }
   return at;
 }

@@ -15,7 +15,6 @@ SmallPageAllocator::SmallPageAllocator(GroupId group, std::uint32_t pages_per_la
   if (total >= kNullPage)
     fail("pages_per_large = {}: {} large pages x {} small pages overflow 32-bit page ids",
          pages_per_large, pool.capacity(), pages_per_large);
-  large_.resize(pool.capacity());
   slot_.assign(total, kNone);
   req_head_.assign(max_requests, kNone);
   req_epoch_.assign(max_requests, 0);
@@ -23,12 +22,13 @@ SmallPageAllocator::SmallPageAllocator(GroupId group, std::uint32_t pages_per_la
 
 PageId SmallPageAllocator::take_fresh(RequestId r) {
   const PageId lp = *pool_.allocate(group_);
-  LargeSlot& L = large_[lp];
-  L = LargeSlot{};
+  LargeSlot& L = pool_.slot(lp);
+  L.free_head = kNone;
   L.free_count = n_ - 1;
   L.bump = 1;
   L.assoc = r;
   L.assoc_epoch = r == kNoRequest ? 0 : req_epoch_[r];
+  L.rprev = L.rnext = L.gprev = L.gnext = kNone;
   const PageId s = lp * n_;
   slot_[s] = kAllocated;
   num_free_ += n_ - 1;
@@ -39,29 +39,29 @@ PageId SmallPageAllocator::take_fresh(RequestId r) {
 }
 
 void SmallPageAllocator::link(std::uint32_t lp) {
-  LargeSlot& L = large_[lp];
+  LargeSlot& L = pool_.slot(lp);
   L.gprev = kNone;
   L.gnext = group_head_;
-  if (group_head_ != kNone) large_[group_head_].gprev = lp;
+  if (group_head_ != kNone) pool_.slot(group_head_).gprev = lp;
   group_head_ = lp;
   if (L.assoc != kNoRequest && L.assoc_epoch != req_epoch_[L.assoc]) L.assoc = kNoRequest;
   if (L.assoc != kNoRequest) {
     std::uint32_t& head = req_head_[L.assoc];
     L.rprev = kNone;
     L.rnext = head;
-    if (head != kNone) large_[head].rprev = lp;
+    if (head != kNone) pool_.slot(head).rprev = lp;
     head = lp;
   }
 }
 
 void SmallPageAllocator::unlink(std::uint32_t lp) {
-  LargeSlot& L = large_[lp];
-  if (L.gprev != kNone) large_[L.gprev].gnext = L.gnext; else group_head_ = L.gnext;
-  if (L.gnext != kNone) large_[L.gnext].gprev = L.gprev;
+  LargeSlot& L = pool_.slot(lp);
+  if (L.gprev != kNone) pool_.slot(L.gprev).gnext = L.gnext; else group_head_ = L.gnext;
+  if (L.gnext != kNone) pool_.slot(L.gnext).gprev = L.gprev;
   L.gprev = L.gnext = kNone;
   if (L.assoc != kNoRequest && L.assoc_epoch == req_epoch_[L.assoc]) {
-    if (L.rprev != kNone) large_[L.rprev].rnext = L.rnext; else req_head_[L.assoc] = L.rnext;
-    if (L.rnext != kNone) large_[L.rnext].rprev = L.rprev;
+    if (L.rprev != kNone) pool_.slot(L.rprev).rnext = L.rnext; else req_head_[L.assoc] = L.rnext;
+    if (L.rnext != kNone) pool_.slot(L.rnext).rprev = L.rprev;
   }
   L.rprev = L.rnext = kNone;
 }
@@ -69,7 +69,7 @@ void SmallPageAllocator::unlink(std::uint32_t lp) {
 void SmallPageAllocator::release_request(RequestId r) {
   if (r >= req_head_.size()) bad_request(r);
   for (std::uint32_t lp = req_head_[r]; lp != kNone;) {
-    LargeSlot& L = large_[lp];
+    LargeSlot& L = pool_.slot(lp);
     const std::uint32_t next = L.rnext;
     L.rprev = L.rnext = kNone;
     L.assoc = kNoRequest;
@@ -81,16 +81,16 @@ void SmallPageAllocator::release_request(RequestId r) {
 }
 
 RequestId SmallPageAllocator::associated_request(PageId large) const {
-  if (large >= large_.size()) fail("large page id = {}: pool capacity is {}", large, large_.size());
+  if (large >= pool_.capacity()) fail("large page id = {}: pool capacity is {}", large, pool_.capacity());
   if (pool_.owner(large) != group_) return kNoRequest;
-  const LargeSlot& L = large_[large];
+  const LargeSlot& L = pool_.slot(large);
   if (L.assoc == kNoRequest || L.assoc_epoch != req_epoch_[L.assoc]) return kNoRequest;
   return L.assoc;
 }
 
 std::uint32_t SmallPageAllocator::free_in_large(PageId large) const {
-  if (large >= large_.size()) fail("large page id = {}: pool capacity is {}", large, large_.size());
-  return pool_.owner(large) == group_ ? large_[large].free_count : 0;
+  if (large >= pool_.capacity()) fail("large page id = {}: pool capacity is {}", large, pool_.capacity());
+  return pool_.owner(large) == group_ ? pool_.slot(large).free_count : 0;
 }
 
 void SmallPageAllocator::bad_request(RequestId r) const {
@@ -105,7 +105,7 @@ void SmallPageAllocator::bad_free(PageId s) const {
 
 void SmallPageAllocator::check_invariants() const {
   std::uint32_t used = 0, free = 0, held = 0, in_group_list = 0;
-  for (std::uint32_t lp = 0; lp < large_.size(); ++lp) {
+  for (std::uint32_t lp = 0; lp < pool_.capacity(); ++lp) {
     const bool mine = pool_.owner(lp) == group_;
     std::uint32_t alloc_here = 0;
     for (std::uint32_t k = 0; k < n_; ++k) alloc_here += slot_[lp * n_ + k] == kAllocated;
@@ -114,7 +114,7 @@ void SmallPageAllocator::check_invariants() const {
       continue;
     }
     ++held;
-    const LargeSlot& L = large_[lp];
+    const LargeSlot& L = pool_.slot(lp);
     if (alloc_here == 0) fail("invariant: large page {} of group {} is empty but held", lp, group_);
     if (alloc_here + L.free_count != n_)
       fail("invariant: large page {} counts {} used + {} free != {}", lp, alloc_here, L.free_count, n_);
@@ -130,22 +130,22 @@ void SmallPageAllocator::check_invariants() const {
     used += alloc_here;
     free += L.free_count;
   }
-  for (std::uint32_t lp = group_head_; lp != kNone; lp = large_[lp].gnext) {
-    if (pool_.owner(lp) != group_ || large_[lp].free_count == 0)
+  for (std::uint32_t lp = group_head_; lp != kNone; lp = pool_.slot(lp).gnext) {
+    if (pool_.owner(lp) != group_ || pool_.slot(lp).free_count == 0)
       fail("invariant: group list of group {} holds large page {} without free slots", group_, lp);
-    if (++in_group_list > large_.size()) fail("invariant: group list of group {} has a cycle", group_);
+    if (++in_group_list > pool_.capacity()) fail("invariant: group list of group {} has a cycle", group_);
   }
   std::uint32_t with_free = 0;
-  for (std::uint32_t lp = 0; lp < large_.size(); ++lp)
-    with_free += pool_.owner(lp) == group_ && large_[lp].free_count > 0;
+  for (std::uint32_t lp = 0; lp < pool_.capacity(); ++lp)
+    with_free += pool_.owner(lp) == group_ && pool_.slot(lp).free_count > 0;
   if (with_free != in_group_list)
     fail("invariant: group {} lists {} large pages with free slots, has {}", group_, in_group_list, with_free);
   for (RequestId r = 0; r < req_head_.size(); ++r) {
     std::uint32_t steps = 0;
-    for (std::uint32_t lp = req_head_[r]; lp != kNone; lp = large_[lp].rnext) {
-      if (associated_request(lp) != r || large_[lp].free_count == 0)
+    for (std::uint32_t lp = req_head_[r]; lp != kNone; lp = pool_.slot(lp).rnext) {
+      if (associated_request(lp) != r || pool_.slot(lp).free_count == 0)
         fail("invariant: request {}'s list in group {} holds large page {} wrongly", r, group_, lp);
-      if (++steps > large_.size()) fail("invariant: request {}'s list has a cycle", r);
+      if (++steps > pool_.capacity()) fail("invariant: request {}'s list has a cycle", r);
     }
   }
   if (used != num_used_ || free != num_free_ || held != num_large_)

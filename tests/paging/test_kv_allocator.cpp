@@ -178,24 +178,21 @@ TEST_CASE("PagedKVAllocator: 100k random operations against a model, several lay
   CHECK(failures > 100);  // the sizes above do run out of memory regularly
 }
 
-TEST_CASE("PagedKVAllocator: CSR export with last_page_len per group kind") {
+TEST_CASE("PagedKVAllocator: page tables carry each group's token count") {
   PagedKVAllocator kv(presets::llama3_2_11b_vision({.tokens_per_page = 16}), {.num_large_pages = 64, .max_requests = 4});
   const RequestId a = kv.add_request(), b = kv.add_request();
   REQUIRE(kv.append_tokens(a, 35));
   REQUIRE(kv.append_encoder_tokens(a, 20));
   REQUIRE(kv.append_tokens(b, 16));
+  REQUIRE(kv.append_tokens(b, 1));  // fast path: no new page, count still updated
   const std::vector<RequestId> batch{b, a};
   std::vector<std::uint32_t> indptr(3), last(2);
   std::vector<PageId> indices(8);
-  CHECK(kv.export_csr(0, batch, indptr, indices, last) == 4);
-  CHECK(indptr == std::vector<std::uint32_t>{0, 1, 4});
-  CHECK(last == std::vector<std::uint32_t>{16, 3});
-  CHECK(indices[1] == kv.page_tables(0).pages(a)[0]);
-  CHECK(kv.export_csr(1, batch, indptr, indices, last) == 2);  // cross: encoder tokens
+  CHECK(kv.page_tables(0).export_csr(batch, indptr, indices, last) == 5);
+  CHECK(indptr == std::vector<std::uint32_t>{0, 2, 5});
+  CHECK(last == std::vector<std::uint32_t>{1, 3});
+  CHECK(indices[2] == kv.page_tables(0).pages(a)[0]);
+  CHECK(kv.page_tables(1).export_csr(batch, indptr, indices, last) == 2);  // cross: encoder tokens
   CHECK(indptr == std::vector<std::uint32_t>{0, 0, 2});
   CHECK(last == std::vector<std::uint32_t>{0, 4});
-  std::vector<std::uint32_t> short_last(1);
-  CHECK_THROWS_WITH(kv.export_csr(0, batch, indptr, indices, short_last), Catch::Contains("last_page_len: size 1"));
-  kv.free_request(b);
-  CHECK_THROWS_WITH(kv.export_csr(0, batch, indptr, indices, last), Catch::Contains("request = "));
 }

@@ -10,25 +10,29 @@ using namespace kvmm;
 TEST_CASE("PageTableSet: CSR and dense export") {
   PageTableSet t(4, 16);
   for (PageId p : {5u, 9u, 2u}) t.append(0, p);
+  t.set_num_tokens(0, 35);
   t.append(2, 7);
+  t.set_num_tokens(2, 16);
   t.set(0, 0, kNullPage);  // an out-of-window page freed
   const std::vector<RequestId> batch{2, 0, 3};
-  std::vector<std::uint32_t> indptr(4);
+  std::vector<std::uint32_t> indptr(4), last(3);
   std::vector<PageId> indices(4);
-  CHECK(t.export_csr(batch, indptr, indices) == 4);
+  CHECK(t.export_csr(batch, indptr, indices, last) == 4);
   CHECK(indptr == std::vector<std::uint32_t>{0, 1, 4, 4});
   CHECK(indices == std::vector<PageId>{7, kNullPage, 9, 2});
-  CHECK(t.last_page_len(35) == 3);
-  CHECK(t.last_page_len(16) == 16);
-  CHECK(t.last_page_len(0) == 0);
+  CHECK(last == std::vector<std::uint32_t>{16, 3, 0});
+  CHECK(t.last_page_len(0) == 3);
+  CHECK(t.num_tokens(2) == 16);
   std::vector<PageId> dense(3 * 4, 123);
   t.export_dense(batch, dense, 4, kNullPage);
   const PageId N = kNullPage;
   CHECK(dense == std::vector<PageId>{7, N, N, N, N, 9, 2, N, N, N, N, N});
 
   std::vector<PageId> small(3);
-  CHECK_THROWS_WITH(t.export_csr(batch, indptr, small), Catch::Contains("indices: size 3"));
-  CHECK_THROWS_WITH(t.export_csr(batch, small, indices), Catch::Contains("indptr: size 3"));
+  CHECK_THROWS_WITH(t.export_csr(batch, indptr, small, last), Catch::Contains("indices: size 3"));
+  CHECK_THROWS_WITH(t.export_csr(batch, small, indices, last), Catch::Contains("indptr: size 3"));
+  std::vector<std::uint32_t> short_last(2);
+  CHECK_THROWS_WITH(t.export_csr(batch, indptr, indices, short_last), Catch::Contains("last_page_len: size 2"));
   CHECK_THROWS_WITH(t.export_dense(batch, dense, 2), Catch::Contains("max_pages = 2"));
   CHECK_THROWS_WITH(t.export_dense(batch, small, 4), Catch::Contains("table: size 3"));
   CHECK_THROWS_WITH(t.append(4, 1), Catch::Contains("request = 4"));

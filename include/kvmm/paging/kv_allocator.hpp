@@ -12,7 +12,6 @@
 #include "kvmm/spec/kv_layout.hpp"
 
 #include <cstdint>
-#include <span>
 #include <vector>
 
 namespace kvmm {
@@ -39,14 +38,21 @@ class PagedKVAllocator {
     bool fits = true;
     for (GroupId g : decoder_groups_) fits &= slack[g] >= num_tokens;
     if (!fits) return grow(r, decoder_groups_, num_tokens, tokens_[r]);
-    for (GroupId g : decoder_groups_) slack[g] -= num_tokens;  // state groups: 4G tokens
     tokens_[r] += num_tokens;
+    for (GroupId g : decoder_groups_) {
+      slack[g] -= num_tokens;  // a state group's "unbounded" slack lasts 4G tokens
+      tables_[g].set_num_tokens(r, tokens_[r]);
+    }
     return true;
   }
   // Adds encoder (image) tokens to the cross-attention and vision-embedding groups.
   bool append_encoder_tokens(RequestId r, std::uint32_t num_tokens);
   // Frees every page of the request and ends its large-page associations. O(pages).
   void free_request(RequestId r);
+  // Frees one page of r's table in group g (a sliding-window page that left the window)
+  // and puts the null page in its entry. O(1). Raises kvmm::Error for an index out of
+  // range or an entry that is already the null page.
+  void free_page(RequestId r, GroupId g, std::uint32_t index);
 
   bool is_active(RequestId r) const { return r < active_.size() && active_[r]; }
   std::uint32_t num_active() const { return num_active_; }
@@ -57,11 +63,6 @@ class PagedKVAllocator {
   const SmallPageAllocator& small_pages(GroupId g) const { return allocators_[group(g)]; }
   const PageTableSet& page_tables(GroupId g) const { return tables_[group(g)]; }
   PageTableSet& page_tables(GroupId g) { return tables_[group(g)]; }
-  // CSR export of group g for `batch` with last_page_len from the requests' token counts
-  // (decoder or encoder tokens, by the group's kind). Returns the indices written.
-  std::size_t export_csr(GroupId g, std::span<const RequestId> batch,
-                         std::span<std::uint32_t> indptr, std::span<PageId> indices,
-                         std::span<std::uint32_t> last_page_len) const;
 
   // Recomputes the whole state: every large page free xor held by one group, every
   // small page free xor in exactly one page table, counts add up. O(memory).

@@ -1,7 +1,9 @@
 // LargePagePool: the first level of Jenga's two-level allocator. Hands out large page
 // ids [0, capacity) and records which layer group owns each one. allocate/free are
 // O(1) (a LIFO stack in a flat array, so recently freed, cache-warm pages go out
-// first) and never touch the heap after construction.
+// first) and never touch the heap after construction. Each large page carries one
+// record (owner + the owning group's bookkeeping) in one shared array, so all groups'
+// live pages sit densely together: one cache line per large page touched.
 #pragma once
 
 #include "kvmm/error.hpp"
@@ -15,9 +17,23 @@ namespace kvmm {
 
 inline constexpr GroupId kNoGroup = ~GroupId{0};
 
+// Per-large-page record. `owner` belongs to the pool; the other words belong to the
+// owning group's SmallPageAllocator while it holds the page.
+struct LargePageSlot {
+  static constexpr std::uint32_t kNone = ~std::uint32_t{0};
+  GroupId owner = kNoGroup;
+  std::uint32_t free_head = kNone;   // intrusive list of returned small pages
+  std::uint32_t free_count = 0;      // free small pages (returned + never handed out)
+  std::uint32_t bump = 0;            // slots [bump, n) never handed out yet
+  RequestId assoc = kNoRequest;      // request this large page is associated with
+  std::uint32_t assoc_epoch = 0;
+  std::uint32_t rprev = kNone, rnext = kNone;  // request's list of pages with free slots
+  std::uint32_t gprev = kNone, gnext = kNone;  // group's list of pages with free slots
+};
+
 class LargePagePool {
  public:
-  explicit LargePagePool(std::uint32_t capacity) : free_(capacity), owner_(capacity, kNoGroup) {
+  explicit LargePagePool(std::uint32_t capacity) : free_(capacity), slots_(capacity) {
     if (capacity == kNullPage) fail("capacity = {}: must be below 2^32-1", capacity);
     // Low ids on top of the stack: a fresh pool hands out 0, 1, 2, ...
     for (std::uint32_t i = 0; i < capacity; ++i) free_[i] = capacity - 1 - i;
@@ -28,30 +44,33 @@ class LargePagePool {
   std::optional<PageId> allocate(GroupId owner) {
     if (top_ == 0) return std::nullopt;
     const PageId id = free_[--top_];
-    owner_[id] = owner;
+    slots_[id].owner = owner;
     return id;
   }
 
   // O(1). Raises kvmm::Error for an id out of range or already free.
   void free(PageId id) {
-    if (id >= owner_.size()) fail("large page id = {}: pool capacity is {}", id, owner_.size());
-    if (owner_[id] == kNoGroup) fail("large page id = {}: double free (page is already free)", id);
-    owner_[id] = kNoGroup;
+    if (id >= slots_.size()) fail("large page id = {}: pool capacity is {}", id, slots_.size());
+    if (slots_[id].owner == kNoGroup) fail("large page id = {}: double free (page is already free)", id);
+    slots_[id].owner = kNoGroup;
     free_[top_++] = id;
   }
 
-  std::uint32_t capacity() const { return static_cast<std::uint32_t>(owner_.size()); }
+  std::uint32_t capacity() const { return static_cast<std::uint32_t>(slots_.size()); }
   std::uint32_t num_free() const { return top_; }
   std::uint32_t num_used() const { return capacity() - top_; }
   // kNoGroup while the page is free.
   GroupId owner(PageId id) const {
-    if (id >= owner_.size()) fail("large page id = {}: pool capacity is {}", id, owner_.size());
-    return owner_[id];
+    if (id >= slots_.size()) fail("large page id = {}: pool capacity is {}", id, slots_.size());
+    return slots_[id].owner;
   }
+  // The record of large page `id`, unchecked: for the owning SmallPageAllocator.
+  LargePageSlot& slot(PageId id) { return slots_[id]; }
+  const LargePageSlot& slot(PageId id) const { return slots_[id]; }
 
  private:
   std::vector<PageId> free_;    // stack of free ids, [0, top_)
-  std::vector<GroupId> owner_;  // per large page: owning group or kNoGroup
+  std::vector<LargePageSlot> slots_;
   std::uint32_t top_ = 0;
 };
 

@@ -1,8 +1,7 @@
 // PageTableSet: the page tables of one layer group, one row per request slot: the
-// ordered small page ids of the request (token counts stay with the caller: one count
-// serves every group). Exports into caller-owned buffers as CSR (indptr, indices;
-// FlashInfer's paged-KV format) or as a dense [batch, max_pages] table; the incremental
-// dense export rewrites
+// ordered small page ids of the request plus its token count. Exports into
+// caller-owned buffers as CSR (indptr, indices, last_page_len; FlashInfer's paged-KV
+// format) or as a dense [batch, max_pages] table; the incremental dense export rewrites
 // only entries changed since the previous one (O(changed) per row). Rows keep their
 // capacity when cleared, so steady-state appends do not touch the heap.
 #pragma once
@@ -25,6 +24,7 @@ class PageTableSet {
 
   std::span<const PageId> pages(RequestId r) const { return row(r).pages; }
   std::uint32_t num_pages(RequestId r) const { return static_cast<std::uint32_t>(row(r).pages.size()); }
+  std::uint64_t num_tokens(RequestId r) const { (void)row(r); return tokens_[r]; }
 
   void append(RequestId r, PageId page) {
     Row& w = row(r);
@@ -34,19 +34,21 @@ class PageTableSet {
   // Replaces entry `index` (kNullPage for a freed out-of-window page, or a COW copy).
   void set(RequestId r, std::uint32_t index, PageId page);
   PageId pop_back(RequestId r);
+  void set_num_tokens(RequestId r, std::uint64_t num_tokens) {
+    if (r >= rows_.size()) bad_request(r);
+    tokens_[r] = num_tokens;
+  }
   // Empties the row (capacity kept).
   void clear(RequestId r);
 
-  // Tokens in the last page of a request of `num_tokens` tokens: ((n - 1) % tpp) + 1, 0 if n = 0.
-  std::uint32_t last_page_len(std::uint64_t num_tokens) const {
-    return num_tokens == 0 ? 0 : static_cast<std::uint32_t>((num_tokens - 1) % tokens_per_page_) + 1;
-  }
+  // Tokens in the request's last page: ((num_tokens - 1) % tokens_per_page) + 1, 0 if empty.
+  std::uint32_t last_page_len(RequestId r) const;
 
-  // CSR for `batch` rows: indptr[batch.size() + 1], indices[indptr.back()]. Returns the
-  // number of indices written. Buffers that are too small raise kvmm::Error naming the
-  // buffer and the size it needs.
+  // CSR for `batch` rows: indptr[batch.size() + 1], indices[indptr.back()],
+  // last_page_len[batch.size()]. Returns the number of indices written. Buffers that are
+  // too small raise kvmm::Error naming the buffer and the size it needs.
   std::size_t export_csr(std::span<const RequestId> batch, std::span<std::uint32_t> indptr,
-                         std::span<PageId> indices) const;
+                         std::span<PageId> indices, std::span<std::uint32_t> last_page_len) const;
 
   // Dense row-major [batch.size(), max_pages]; entries past a row's pages hold `pad`.
   void export_dense(std::span<const RequestId> batch, std::span<PageId> table,
@@ -77,11 +79,13 @@ class PageTableSet {
   static void mark(Row& w, std::size_t index) {
     if (index < w.dirty_lo) w.dirty_lo = static_cast<std::uint32_t>(index);
   }
+  std::uint32_t last_page_len_of(std::uint64_t tokens) const;
   [[noreturn, gnu::cold]] void bad_request(RequestId r) const;
   void check_dense(std::span<const RequestId> batch, std::span<PageId> table,
                    std::uint32_t max_pages) const;
 
   std::vector<Row> rows_;
+  std::vector<std::uint64_t> tokens_;  // apart from the rows: a decode step writes only these
   std::uint32_t tokens_per_page_;
   // Previous incremental export: which request each row held and how many pages.
   std::vector<RequestId> last_batch_;

@@ -68,7 +68,11 @@ class SmallPageAllocator {
   void free(PageId s) {
     if (s >= slot_.size() || slot_[s] != kAllocated) bad_free(s);
     const std::uint32_t lp = s / n_;
-    LargeSlot& L = large_[lp];
+    LargeSlot& L = pool_.slot(lp);
+#if KVMM_DEBUG_CHECKS
+    if (L.owner != group_ || L.free_count >= n_)
+      fail("debug check: group {} frees page {} of large page {} (owner {}, {} free)", group_, s, lp, L.owner, L.free_count);
+#endif
     slot_[s] = L.free_head;
     L.free_head = s;
     ++L.free_count;
@@ -109,18 +113,14 @@ class SmallPageAllocator {
  private:
   static constexpr std::uint32_t kNone = ~std::uint32_t{0};
   static constexpr std::uint32_t kAllocated = kNone - 1;
-  struct LargeSlot {
-    std::uint32_t free_head = kNone;   // intrusive list of returned small pages
-    std::uint32_t free_count = 0;      // free small pages (returned + never handed out)
-    std::uint32_t bump = 0;            // slots [bump, n) never handed out yet
-    RequestId assoc = kNoRequest;
-    std::uint32_t assoc_epoch = 0;
-    std::uint32_t rprev = kNone, rnext = kNone;  // request's list of pages with free slots
-    std::uint32_t gprev = kNone, gnext = kNone;  // group's list of pages with free slots
-  };
+  using LargeSlot = LargePageSlot;
 
   PageId take(std::uint32_t lp) {
-    LargeSlot& L = large_[lp];
+    LargeSlot& L = pool_.slot(lp);
+#if KVMM_DEBUG_CHECKS
+    if (L.owner != group_ || L.free_count == 0 || L.free_count > n_)
+      fail("debug check: group {} takes from large page {} (owner {}, {} free)", group_, lp, L.owner, L.free_count);
+#endif
     PageId s;
     if (L.free_head != kNone) {
       s = L.free_head;
@@ -147,8 +147,7 @@ class SmallPageAllocator {
   std::uint32_t n_;
   LargePagePool& pool_;
   Placement placement_;
-  std::vector<LargeSlot> large_;
-  // Per small page: kAllocated, or the next free page of its large page (kNone: last).
+    // Per small page: kAllocated, or the next free page of its large page (kNone: last).
   // One array, so an allocation or a free touches one cache line of it.
   std::vector<std::uint32_t> slot_;
   std::vector<std::uint32_t> req_head_;

@@ -1,0 +1,233 @@
+// kvmm-sim: replays a serving workload through kvmm and through models of today's
+// engines' KV memory policies, with one scheduler, and writes per-step CSV and summary
+// JSON per policy. Usage: kvmm-sim --help; docs/sim.md describes models and workloads.
+#include "sim/model_config.hpp"
+#include "sim/policy.hpp"
+#include "sim/scheduler.hpp"
+#include "sim/workload.hpp"
+
+#include "kvmm/error.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace kvmm::sim;
+
+constexpr const char* kUsage = R"(usage: kvmm-sim --model PRESET|config.json --workload NAME|trace.jsonl [options]
+
+  --model M           preset name (see --list) or a Hugging Face config.json
+                      (llama, mllama, gemma2, gemma3, mistral, jamba)
+  --workload W        sharegpt | mmmu-pro | arxiv-qa | multi-turn | path.jsonl
+  --policy P          kvmm | paged-uniform | max-page | static-split | unified-block,
+                      a comma-separated list, or all (default: all)
+  --memory-gib X      KV cache memory budget in GiB (default 40)
+  --seed N            workload seed (default 1)
+  --requests N        requests to generate for a synthetic workload (default 1000)
+  --rate R            Poisson arrivals, R requests per step (default 0: all at step 0)
+  --token-budget N    tokens computed per step (default 8192)
+  --max-seqs N        running requests at most (default 256)
+  --tokens-per-page N tokens per small page / block (default 16)
+  --kv-dtype-bytes N  KV element size in bytes (default 2)
+  --max-steps N       stop after N steps (default: run to completion)
+  --csv-every N       write every N-th step to the CSV (default 1)
+  --out DIR           write DIR/<policy>.steps.csv, DIR/<policy>.summary.json,
+                      DIR/summary.csv and DIR/run.json
+  --no-prefix-caching turn prefix caching off in every policy (compares the
+                      memory policies alone)
+  --dump-trace FILE   write the workload as a JSONL trace and continue
+  --list              list presets, workloads and policies
+)";
+
+std::uint64_t parse_uint(const std::string& flag, const std::string& v) {
+  std::uint64_t x = 0;
+  auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+  if (ec != std::errc() || p != v.data() + v.size())
+    kvmm::fail("{} = '{}': expected a non-negative integer", flag, v);
+  return x;
+}
+
+double parse_double(const std::string& flag, const std::string& v) {
+  try {
+    std::size_t used = 0;
+    const double x = std::stod(v, &used);
+    if (used != v.size() || !std::isfinite(x) || x < 0) throw std::invalid_argument(v);
+    return x;
+  } catch (const std::exception&) {
+    kvmm::fail("{} = '{}': expected a non-negative number", flag, v);
+  }
+}
+
+std::uint32_t to_u32(const std::string& flag, std::uint64_t x, std::uint64_t lo) {
+  if (x < lo || x > 0xffffffffULL) kvmm::fail("{} = {}: must be in [{}, 2^32)", flag, x, lo);
+  return static_cast<std::uint32_t>(x);
+}
+
+int run(int argc, char** argv) {
+  std::string model, workload, policies = "all", out, dump;
+  double memory_gib = 40, rate = 0;
+  bool caching = true;
+  std::uint64_t seed = 1, requests = 1000, max_steps = 0;
+  std::uint32_t token_budget = 8192, max_seqs = 256, tpp = 16, dtype = 2, csv_every = 1;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    if (a == "--list") {
+      fmt::print("presets:   {}\nworkloads: {}\npolicies:  {}\n", fmt::join(kvmm::presets::names(), ", "),
+                 fmt::join(workload_names(), ", "), fmt::join(policy_names(), ", "));
+      return 0;
+    }
+    if (a == "--no-prefix-caching") {
+      caching = false;
+      continue;
+    }
+    if (i + 1 >= argc) kvmm::fail("{}: missing value (see --help)", a);
+    const std::string v = argv[++i];
+    if (a == "--model") model = v;
+    else if (a == "--workload") workload = v;
+    else if (a == "--policy") policies = v;
+    else if (a == "--memory-gib") memory_gib = parse_double(a, v);
+    else if (a == "--seed") seed = parse_uint(a, v);
+    else if (a == "--requests") requests = parse_uint(a, v);
+    else if (a == "--rate") rate = parse_double(a, v);
+    else if (a == "--token-budget") token_budget = to_u32(a, parse_uint(a, v), 1);
+    else if (a == "--max-seqs") max_seqs = to_u32(a, parse_uint(a, v), 1);
+    else if (a == "--tokens-per-page") tpp = to_u32(a, parse_uint(a, v), 1);
+    else if (a == "--kv-dtype-bytes") dtype = to_u32(a, parse_uint(a, v), 1);
+    else if (a == "--max-steps") max_steps = parse_uint(a, v);
+    else if (a == "--csv-every") csv_every = to_u32(a, parse_uint(a, v), 1);
+    else if (a == "--out") out = v;
+    else if (a == "--dump-trace") dump = v;
+    else kvmm::fail("{}: unknown option (see --help)", a);
+  }
+  if (model.empty()) kvmm::fail("--model: required (a preset from --list or a config.json)");
+  if (workload.empty()) kvmm::fail("--workload: required (sharegpt, mmmu-pro, arxiv-qa, multi-turn or a .jsonl)");
+  if (memory_gib <= 0) kvmm::fail("--memory-gib = {}: must be > 0", memory_gib);
+
+  ModelOptions mo;
+  mo.tokens_per_page = tpp;
+  mo.dtype_bytes = dtype;
+  const kvmm::KVLayout layout = load_model(model, mo);
+  WorkloadOptions wo;
+  wo.num_requests = to_u32("--requests", requests, 1);
+  wo.seed = seed;
+  wo.rate = rate;
+  const Workload w = make_workload(workload, wo);
+  if (!dump.empty()) {
+    std::ofstream f(dump);
+    if (!f) kvmm::fail("--dump-trace = '{}': cannot write", dump);
+    write_trace(w, f);
+  }
+
+  std::vector<std::string> names;
+  if (policies == "all") {
+    names = policy_names();
+  } else {
+    for (std::size_t p = 0; p <= policies.size();) {
+      const std::size_t e = std::min(policies.find(',', p), policies.size());
+      names.push_back(policies.substr(p, e - p));
+      p = e + 1;
+    }
+  }
+  for (const std::string& n : names)
+    if (std::find(policy_names().begin(), policy_names().end(), n) == policy_names().end())
+      kvmm::fail("--policy = '{}': unknown; known: {} or all", n, fmt::join(policy_names(), ", "));
+  const ModelShape shape = shape_of(layout);
+  PolicyOptions po;
+  po.memory_bytes = static_cast<std::uint64_t>(memory_gib * 1073741824.0);
+  po.max_seqs = max_seqs;
+  po.prefix_caching = caching;
+  po.max_model_len = 1;
+  po.max_encoder_tokens = 1;
+  for (const SimRequest& r : w.requests) {
+    const std::uint32_t dec = r.prompt_len + (shape.cross_attention ? 0 : r.image_tokens()) + r.output_len;
+    po.max_model_len = std::max(po.max_model_len, dec);
+    po.max_encoder_tokens = std::max(po.max_encoder_tokens, r.image_tokens());
+  }
+  SchedulerOptions so;
+  so.token_budget = token_budget;
+  so.max_seqs = max_seqs;
+  so.max_steps = max_steps;
+  so.csv_every = csv_every;
+
+  if (!out.empty()) std::filesystem::create_directories(out);
+  fmt::print("model {}:\n{}\nworkload {}: {} requests\n", model, layout.describe(), w.name, w.requests.size());
+  fmt::print("{:<14} {:>7} {:>9} {:>8} {:>8} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8}\n", "policy", "steps", "finished",
+             "batch", "decode", "preempt", "out/step", "hit%", "waste%", "peakw%", "gfree%");
+  std::string csv_summary =
+      "policy,steps,finished,aborted,mean_running,mean_decode_batch,preemptions,tokens_per_step,"
+      "output_tokens_per_step,prefix_hit_rate,mean_used,mean_wasted,peak_wasted,mean_cached,mean_group_free,"
+      "mean_free,evictions,wall_seconds\n";
+  std::string run_json = fmt::format("{{\n  \"command\": \"{}\",\n  \"policies\": {{\n",
+                                     [&] {
+                                       std::string c;
+                                       for (int i = 0; i < argc; ++i) {
+                                         if (i > 0) c.push_back(' ');
+                                         c.append(argv[i]);
+                                       }
+                                       return c;
+                                     }());
+  for (std::size_t k = 0; k < names.size(); ++k) {
+    auto policy = make_policy(names[k], layout, po);
+    std::ofstream csv;
+    if (!out.empty()) {
+      csv.open(out + "/" + names[k] + ".steps.csv");
+      if (!csv) kvmm::fail("--out = '{}': cannot write {}.steps.csv", out, names[k]);
+    }
+    Summary s = simulate(w, layout, *policy, so, out.empty() ? nullptr : &csv);
+    s.model = model;
+    fmt::print("{:<14} {:>7} {:>9} {:>8.2f} {:>8.2f} {:>9} {:>9.2f} {:>8.2f} {:>8.3f} {:>8.3f} {:>8.2f}  ({:.2f} s)\n",
+               s.policy, s.steps, s.finished, s.mean_running, s.mean_decode_batch, s.preemptions, s.output_tokens_per_step,
+               100 * s.prefix_hit_rate, 100 * s.mean_wasted, 100 * s.peak_wasted, 100 * s.mean_group_free,
+               s.wall_seconds);
+    csv_summary += fmt::format("{},{},{},{},{:.4f},{:.4f},{},{:.3f},{:.4f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{},{:.3f}\n",
+                               s.policy, s.steps, s.finished, s.aborted, s.mean_running, s.mean_decode_batch,
+                               s.preemptions, s.tokens_per_step, s.output_tokens_per_step, s.prefix_hit_rate,
+                               s.mean_used, s.mean_wasted, s.peak_wasted, s.mean_cached, s.mean_group_free,
+                               s.mean_free, s.evictions, s.wall_seconds);
+    std::string desc;
+    for (char c : policy->describe()) {
+      if (c == '"' || c == '\\') desc.push_back('\\');
+      desc.push_back(c);
+    }
+    run_json += fmt::format("    \"{}\": \"{}\"{}\n", names[k], desc, k + 1 < names.size() ? "," : "");
+    if (!out.empty()) {
+      std::ofstream j(out + "/" + names[k] + ".summary.json");
+      j << summary_json(s, true) << '\n';
+    }
+  }
+  run_json += "  }\n}\n";
+  if (!out.empty()) {
+    std::ofstream(out + "/summary.csv") << csv_summary;
+    std::ofstream(out + "/run.json") << run_json;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const kvmm::Error& e) {
+    std::fprintf(stderr, "kvmm-sim: error: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kvmm-sim: error: %s\n", e.what());
+    return 2;
+  }
+}

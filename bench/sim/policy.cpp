@@ -1,0 +1,34 @@
+#include "sim/policy.hpp"
+
+#include "kvmm/error.hpp"
+
+#include <algorithm>
+
+namespace kvmm::sim {
+
+const std::vector<std::string>& policy_names() {
+  static const std::vector<std::string> kNames{"kvmm", "paged-uniform", "max-page", "static-split",
+                                               "unified-block"};
+  return kNames;
+}
+
+std::unique_ptr<Policy> make_policy(std::string_view name, const KVLayout& layout, const PolicyOptions& o) {
+  if (name == "kvmm") return make_kvmm_policy(layout, o);
+  if (std::find(policy_names().begin(), policy_names().end(), name) != policy_names().end())
+    return make_block_policy(name, layout, o);
+  fail("policy = '{}': unknown; known: kvmm, paged-uniform, max-page, static-split, unified-block", name);
+}
+
+std::uint64_t needed_bytes(const LayerGroup& g, std::uint64_t T, std::uint64_t E) {
+  switch (g.kind) {
+    case LayerKind::kFullAttention: return T * g.bytes_per_token();
+    case LayerKind::kSlidingWindow: return std::min<std::uint64_t>(T, g.window) * g.bytes_per_token();
+    case LayerKind::kChunkedLocal: return (T == 0 ? 0 : (T - 1) % g.chunk + 1) * g.bytes_per_token();
+    case LayerKind::kMambaState: return T > 0 ? g.natural_page_bytes() : 0;
+    case LayerKind::kCrossAttention:
+    case LayerKind::kVisionEmbedding: return E * g.bytes_per_token();
+  }
+  return 0;
+}
+
+}  // namespace kvmm::sim

@@ -1,0 +1,91 @@
+// The memory-policy interface of kvmm-sim, shaped like kvmm::KVCacheManager (add_request,
+// lookup_prefix, all-or-nothing allocate, commit, free, stats) so the kvmm policy can move
+// to the manager by swapping one class; and its factory: kvmm, paged-uniform, max-page,
+// static-split, unified-block. allocate/free cost O(pages touched); stats O(requests x
+// groups) (block policies with shared prefixes: O(blocks held)).
+#pragma once
+
+#include "kvmm/spec/kv_layout.hpp"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kvmm::sim {
+
+// What a policy knows about a request's content: enough to name its blocks.
+struct SeqInfo {
+  std::uint32_t uid = 0;             // request index, stable across preemptions
+  std::uint32_t encoder_tokens = 0;  // image tokens held by encoder groups (cross/vision)
+  std::uint64_t prefix_id = 0;
+  std::uint32_t prefix_len = 0;      // tokens [0, prefix_len) are stream prefix_id's
+  const std::vector<std::uint32_t>* token_ids = nullptr;  // optional prompt token ids
+};
+
+// Bytes of one policy group at one instant. used: needed to compute the next token
+// (the KV of every position it reads, and the slot of the position it writes);
+// wasted: allocated to running requests but not needed (partial pages, padding,
+// out-of-window tokens kept, layers that do not need the token); cached: evictable
+// prefix-cache pages; group_free: free memory only this group can use (a static
+// partition, reserved state slots, free small pages inside this group's large pages).
+struct GroupUsage {
+  std::string name;
+  std::uint64_t used = 0, wasted = 0, cached = 0, group_free = 0;
+};
+
+struct MemoryStats {
+  std::vector<GroupUsage> groups;
+  std::uint64_t free = 0;      // free memory any group can take
+  std::uint64_t capacity = 0;  // usable KV bytes (the budget rounded down to whole pages)
+  std::uint64_t evictions = 0; // cumulative evicted cache pages
+};
+
+class Policy {
+ public:
+  virtual ~Policy() = default;
+  virtual std::string_view name() const = 0;
+  // One paragraph: the engine modelled, page sizes, pools, caching rule.
+  virtual std::string describe() const = 0;
+  virtual bool prefix_caching() const = 0;
+
+  // Registers request `id` (dense, < the workload size) before its first allocation.
+  virtual void add_request(std::uint32_t id, const SeqInfo& info) = 0;
+  // Tokens of the prompt already cached (at most max_hit), pinned for the request.
+  virtual std::uint32_t lookup_prefix(std::uint32_t id, std::uint32_t max_hit) = 0;
+  // Memory for tokens [num_computed, num_computed + num_new) in every group, all or
+  // nothing (false: the scheduler preempts). The first call also takes encoder pages.
+  virtual bool allocate(std::uint32_t id, std::uint32_t num_computed, std::uint32_t num_new) = 0;
+  // The first num_computed tokens hold valid KV: full pages become cacheable.
+  virtual void commit(std::uint32_t id, std::uint32_t num_computed) = 0;
+  // Finished or preempted: pages go back (cacheable ones stay evictable).
+  virtual void free(std::uint32_t id) = 0;
+  // O(running requests x groups).
+  virtual void stats(MemoryStats& out) const = 0;
+  // Recounts every page from scratch and raises kvmm::Error on a mismatch. O(memory):
+  // for tests (SchedulerOptions::check_invariants).
+  virtual void check_invariants() const = 0;
+};
+
+struct PolicyOptions {
+  std::uint64_t memory_bytes = std::uint64_t{40} << 30;
+  std::uint32_t max_seqs = 256;            // scheduler's batch limit; state slots
+  std::uint32_t max_model_len = 131072;    // static-split sizing
+  std::uint32_t max_encoder_tokens = 6404; // static-split sizing of encoder groups
+  bool prefix_caching = true;              // false: no policy caches (memory policy alone)
+};
+
+const std::vector<std::string>& policy_names();
+// Raises kvmm::Error for an unknown name or a memory budget below one page per group.
+std::unique_ptr<Policy> make_policy(std::string_view name, const KVLayout& layout, const PolicyOptions& o);
+
+// Bytes group g needs to compute the next token of a request holding T decoder tokens
+// and E encoder tokens: full T tokens, window min(T, w), chunked the current chunk,
+// cross/vision E tokens, state one state.
+std::uint64_t needed_bytes(const LayerGroup& g, std::uint64_t T, std::uint64_t E);
+
+std::unique_ptr<Policy> make_kvmm_policy(const KVLayout& layout, const PolicyOptions& o);
+std::unique_ptr<Policy> make_block_policy(std::string_view name, const KVLayout& layout, const PolicyOptions& o);
+
+}  // namespace kvmm::sim

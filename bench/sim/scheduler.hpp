@@ -1,0 +1,60 @@
+// The one scheduler of kvmm-sim, shared by every policy: FCFS continuous batching with a
+// per-step token budget, chunked prefill, and preemption by recompute (the newest
+// running request goes back to the head of the queue and loses its KV) when the policy
+// cannot allocate. Each step is O(running requests x groups) plus the policy's page
+// work; per-step rows go to CSV, the summary to JSON.
+#pragma once
+
+#include "sim/policy.hpp"
+#include "sim/workload.hpp"
+
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+namespace kvmm::sim {
+
+struct SchedulerOptions {
+  std::uint32_t token_budget = 8192;  // tokens computed per step (prefill chunks + decodes)
+  std::uint32_t max_seqs = 256;       // running requests at most
+  std::uint64_t max_steps = 0;        // 0: run until every request finished or aborted
+  std::uint32_t csv_every = 1;        // write every n-th step row
+  bool check_invariants = false;      // policy.check_invariants() after every step (tests)
+};
+
+struct GroupSummary {
+  std::string name;
+  double mean_used = 0, mean_wasted = 0, mean_cached = 0, mean_group_free = 0;  // fractions of capacity
+};
+
+struct Summary {
+  std::string policy, model, workload;
+  std::uint64_t requests = 0, finished = 0, aborted = 0, steps = 0;
+  std::uint64_t preemptions = 0, evictions = 0;
+  std::uint64_t computed_tokens = 0, prefill_tokens = 0, decode_tokens = 0, output_tokens = 0;
+  std::uint64_t lookup_tokens = 0, hit_tokens = 0;
+  std::uint64_t capacity_bytes = 0;
+  double mean_running = 0, mean_decode_batch = 0;
+  std::uint64_t peak_running = 0;
+  double tokens_per_step = 0, output_tokens_per_step = 0, prefix_hit_rate = 0;
+  double mean_used = 0, mean_wasted = 0, peak_wasted = 0, mean_cached = 0, mean_group_free = 0, mean_free = 0;
+  std::vector<GroupSummary> groups;
+  double wall_seconds = 0;  // not part of the deterministic output
+};
+
+struct ModelShape {
+  bool cross_attention = false;  // images are encoder tokens, not decoder tokens
+  bool encoder_groups = false;   // some group holds image tokens
+};
+ModelShape shape_of(const KVLayout& layout);
+
+// Runs the workload through the policy. `csv` (may be null) receives a header and one
+// row per step (every csv_every-th).
+Summary simulate(const Workload& w, const KVLayout& layout, Policy& policy, const SchedulerOptions& o,
+                 std::ostream* csv);
+
+// The summary as a JSON object (wall time included only when with_wall_time).
+std::string summary_json(const Summary& s, bool with_wall_time);
+
+}  // namespace kvmm::sim

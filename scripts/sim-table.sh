@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Regenerates the kvmm-sim results of docs/results/sim.md: runs every policy on the five
+# model/workload pairs (with each engine's own prefix caching, then with caching off),
+# renders the charts into docs/results/sim/ and prints the markdown tables.
+#   scripts/sim-table.sh [BUILD_DIR] [OUT_DIR]
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${1:-$root/build}
+out=${2:-/tmp/kvmm-sim-table}
+sim=$build/bench/sim/kvmm-sim
+png=$root/docs/results/sim
+py=/usr/bin/python3
+[ -x "$py" ] || py=python3
+mkdir -p "$out" "$png"
+
+# name model workload memory_gib requests
+runs=(
+  "llama-vision-mmmu llama-3.2-11b-vision mmmu-pro 50 2000"
+  "gemma2-arxiv gemma-2-27b arxiv-qa 80 300"
+  "ministral-arxiv ministral-8b arxiv-qa 55 300"
+  "jamba-sharegpt jamba-1.5-mini sharegpt 4 2000"
+  "spec-sharegpt spec-70b-1b sharegpt 40 2000"
+)
+
+table() {  # $1 = run dir
+  "$py" - "$1" <<'PY'
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1] + "/summary.csv")))
+print("| policy | steps | finished | mean batch | out tokens/step | preemptions | prefix hit % | waste % (mean) | waste % (peak) | one-group free % | cached % |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+for r in rows:
+    f = lambda k, s=100.0, d=2: f"{float(r[k]) * s:.{d}f}"
+    print(f"| {r['policy']} | {r['steps']} | {r['finished']} | {f('mean_running', 1)} | {f('output_tokens_per_step', 1)} "
+          f"| {r['preemptions']} | {f('prefix_hit_rate', d=1)} | {f('mean_wasted', d=3)} | {f('peak_wasted', d=3)} "
+          f"| {f('mean_group_free')} | {f('mean_cached')} |")
+PY
+}
+
+for spec in "${runs[@]}"; do
+  read -r name model workload gib n <<<"$spec"
+  for mode in engine nocache; do
+    flags=()
+    [ "$mode" = nocache ] && flags=(--no-prefix-caching)
+    dir=$out/$name-$mode
+    cmd="kvmm-sim --model $model --workload $workload --memory-gib $gib --requests $n --seed 1${flags[*]:+ ${flags[*]}}"
+    "$sim" --model "$model" --workload "$workload" --memory-gib "$gib" --requests "$n" --seed 1 \
+      ${flags[@]+"${flags[@]}"} --out "$dir" > "$dir.log"
+    if [ "$mode" = engine ]; then
+      "$py" "$root/bench/sim/plot.py" "$dir" --title "$model, $workload, $gib GiB" --out "$png/$name" > /dev/null
+    fi
+    echo
+    label="each engine's own prefix caching"
+    [ "$mode" = nocache ] && label="prefix caching off in every policy"
+    echo "#### $model, $workload, $gib GiB, $n requests: $label"
+    echo
+    echo "\`$cmd\`"
+    echo
+    table "$dir"
+  done
+done
