@@ -1,0 +1,268 @@
+// GPU benchmarks of the kvmm kernels with Llama-3-8B attention shapes (32 query heads,
+// 8 kv heads, head_dim 128, bf16): batch decode over paged (page sizes 1/16/64/256,
+// page-layer layout, randomly permuted pages) and contiguous caches, reported as KV
+// bytes read per second next to a device-to-device copy measured in the same run;
+// prefill throughput; copy_pages bandwidth. Times come from CUDA events (manual time).
+#include <kvmm/kernels/attention.hpp>
+#include <kvmm/kernels/cache_ops.hpp>
+
+#include <benchmark/benchmark.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+using namespace kvmm;
+using namespace kvmm::kernels;
+
+namespace {
+
+constexpr std::uint32_t kQHeads = 32, kKvHeads = 8, kDim = 128, kLayers = 2;
+constexpr std::uint64_t kRowBytes = std::uint64_t{kKvHeads} * kDim * 2;
+constexpr std::uint64_t kMaxTokens = std::uint64_t{2} << 20;  // keeps every cache under ~17 GB
+int g_sms = 0;
+double g_copy_gbps = 0.0;  // device-to-device copy, (read + written) bytes per second
+
+bool ok(cudaError_t e, benchmark::State& state) {
+  if (e == cudaSuccess) return true;
+  state.SkipWithError(cudaGetErrorString(e));
+  return false;
+}
+
+struct Device {
+  void* p = nullptr;
+  explicit Device(std::size_t bytes) {
+    if (cudaMalloc(&p, std::max<std::size_t>(bytes, 16)) != cudaSuccess) p = nullptr;
+  }
+  Device(const Device&) = delete;
+  Device& operator=(const Device&) = delete;
+  ~Device() {
+    if (p != nullptr) cudaFree(p);
+  }
+  template <typename T>
+  T* as() const { return static_cast<T*>(p); }
+};
+
+template <typename T>
+void upload(Device& d, const std::vector<T>& v) {
+  cudaMemcpy(d.p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice);
+}
+
+// Times `launch` with CUDA events, one event pair per iteration.
+template <typename F>
+void time_loop(benchmark::State& state, F&& launch) {
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  launch();  // warm-up
+  cudaDeviceSynchronize();
+  for (auto _ : state) {
+    cudaEventRecord(start);
+    launch();
+    cudaEventRecord(stop);
+    cudaEventSynchronize(stop);
+    float ms = 0.0f;
+    cudaEventElapsedTime(&ms, start, stop);
+    state.SetIterationTime(ms / 1e3);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  ok(cudaGetLastError(), state);
+}
+
+void BM_copy_d2d(benchmark::State& state) {
+  const std::size_t bytes = std::size_t{1} << 30;
+  Device a(bytes), b(bytes);
+  if (a.p == nullptr || b.p == nullptr) return state.SkipWithError("cudaMalloc failed");
+  cudaMemset(a.p, 1, bytes);
+  time_loop(state, [&] { cudaMemcpyAsync(b.p, a.p, bytes, cudaMemcpyDeviceToDevice); });
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * 2 * bytes));
+}
+
+// A decode batch with every request at context `ctx`.
+struct DecodeSetup {
+  std::uint32_t batch, ctx, splits;
+  Device q, o, lens, ws;
+  DecodeSetup(std::uint32_t b, std::uint32_t c)
+      : batch(b), ctx(c), splits(choose_num_splits(b, kQHeads, kKvHeads, c, static_cast<std::uint32_t>(g_sms))),
+        q(std::size_t{b} * kQHeads * kDim * 2), o(std::size_t{b} * kQHeads * kDim * 2), lens(b * 4),
+        ws(attention_workspace_bytes(b, kQHeads, kDim, splits)) {
+    cudaMemset(q.p, 0x3c, std::size_t{b} * kQHeads * kDim * 2);
+    upload(lens, std::vector<std::uint32_t>(b, c));
+  }
+  QueryBatch query() const { return QueryBatch{q.p, o.p, batch, batch, kQHeads, lens.as<std::uint32_t>(), nullptr}; }
+  double kv_bytes() const { return double(batch) * ctx * kRowBytes * 2; }
+};
+
+void report(benchmark::State& state, double bytes, std::uint32_t splits) {
+  state.SetBytesProcessed(static_cast<std::int64_t>(bytes * state.iterations()));
+  state.counters["splits"] = splits;
+  state.counters["copy_GBps"] = g_copy_gbps / 1e9;
+}
+
+void BM_decode_paged(benchmark::State& state) {
+  const auto batch = static_cast<std::uint32_t>(state.range(0));
+  const auto ctx = static_cast<std::uint32_t>(state.range(1));
+  const auto tpp = static_cast<std::uint32_t>(state.range(2));
+  if (std::uint64_t{batch} * ctx > kMaxTokens) return state.SkipWithError("over the memory budget");
+  DecodeSetup d(batch, ctx);
+  const std::uint32_t per_req = (ctx + tpp - 1) / tpp;
+  const std::uint32_t pages = batch * per_req;
+  // Page-layer layout of a kLayers-layer group: per layer K then V, each [tpp][8][128].
+  const std::uint64_t stride = std::uint64_t{kLayers} * 2 * tpp * kRowBytes;
+  Device arena(pages * stride), table(std::size_t{pages} * 4);
+  if (arena.p == nullptr) return state.SkipWithError("cudaMalloc failed");
+  cudaMemset(arena.p, 0x3c, pages * stride);
+  std::vector<PageId> ids(pages);
+  std::iota(ids.begin(), ids.end(), PageId{0});
+  std::shuffle(ids.begin(), ids.end(), std::mt19937_64(1));
+  upload(table, ids);
+  PagedAttentionParams p;
+  p.query = d.query();
+  // Layer 1 of the group: its K and V sit behind layer 0's inside every page.
+  p.cache = PagedKVCache{arena.as<char>() + 2 * tpp * kRowBytes, arena.as<char>() + 3 * tpp * kRowBytes, stride, tpp,
+                         kKvHeads, kDim, DType::kBF16};
+  p.table = PageTableView{nullptr, table.as<PageId>(), per_req};
+  p.split = SplitKV{d.splits, d.ws.p};
+  time_loop(state, [&] { paged_decode_attention(p, nullptr); });
+  report(state, d.kv_bytes(), d.splits);
+}
+
+void BM_decode_contiguous(benchmark::State& state) {
+  const auto batch = static_cast<std::uint32_t>(state.range(0));
+  const auto ctx = static_cast<std::uint32_t>(state.range(1));
+  if (std::uint64_t{batch} * ctx > kMaxTokens) return state.SkipWithError("over the memory budget");
+  DecodeSetup d(batch, ctx);
+  const std::uint64_t slot = ctx * kRowBytes;
+  Device k(batch * slot), v(batch * slot), slots(batch * 4);
+  if (k.p == nullptr || v.p == nullptr) return state.SkipWithError("cudaMalloc failed");
+  cudaMemset(k.p, 0x3c, batch * slot);
+  cudaMemset(v.p, 0x3c, batch * slot);
+  std::vector<std::uint32_t> idx(batch);
+  std::iota(idx.begin(), idx.end(), 0u);
+  std::shuffle(idx.begin(), idx.end(), std::mt19937_64(2));
+  upload(slots, idx);
+  ContiguousAttentionParams p;
+  p.query = d.query();
+  p.cache = ContiguousKVCache{k.p, v.p, slot, ctx, kKvHeads, kDim, DType::kBF16};
+  p.slot_idx = slots.as<std::uint32_t>();
+  p.split = SplitKV{d.splits, d.ws.p};
+  time_loop(state, [&] { contiguous_decode_attention(p, nullptr); });
+  report(state, d.kv_bytes(), d.splits);
+}
+
+// One request: a chunk of `chunk` new tokens at the end of a `ctx`-token context, 16-token pages.
+void BM_prefill_paged(benchmark::State& state) {
+  const auto chunk = static_cast<std::uint32_t>(state.range(0));
+  const auto ctx = static_cast<std::uint32_t>(state.range(1));
+  const std::uint32_t tpp = 16, pages = (ctx + tpp - 1) / tpp;
+  const std::uint64_t stride = std::uint64_t{kLayers} * 2 * tpp * kRowBytes;
+  Device arena(pages * stride), table(pages * 4), q(std::size_t{chunk} * kQHeads * kDim * 2),
+      o(std::size_t{chunk} * kQHeads * kDim * 2), lens(4), indptr(8);
+  if (arena.p == nullptr) return state.SkipWithError("cudaMalloc failed");
+  cudaMemset(arena.p, 0x3c, pages * stride);
+  cudaMemset(q.p, 0x3c, std::size_t{chunk} * kQHeads * kDim * 2);
+  std::vector<PageId> ids(pages);
+  std::iota(ids.begin(), ids.end(), PageId{0});
+  upload(table, ids);
+  upload(lens, std::vector<std::uint32_t>{ctx});
+  upload(indptr, std::vector<std::uint32_t>{0, chunk});
+  PagedAttentionParams p;
+  p.query = QueryBatch{q.p, o.p, chunk, 1, kQHeads, lens.as<std::uint32_t>(), indptr.as<std::uint32_t>()};
+  p.cache = PagedKVCache{arena.p, arena.as<char>() + tpp * kRowBytes, stride, tpp, kKvHeads, kDim, DType::kBF16};
+  p.table = PageTableView{nullptr, table.as<PageId>(), pages};
+  time_loop(state, [&] { paged_prefill_attention(p, nullptr); });
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()) * chunk);  // query tokens per second
+  // Causal chunk: query i sees ctx - chunk + i + 1 keys; 4 flops per (query head, key, dim).
+  const double keys = double(chunk) * (ctx - chunk) + double(chunk) * (chunk + 1) / 2;
+  state.counters["TFLOPs"] = benchmark::Counter(4.0 * keys * kQHeads * kDim * double(state.iterations()) / 1e12,
+                                                benchmark::Counter::kIsRate);
+}
+
+// All copy-on-write copies of a step in one launch: `n` 16-token pages of a 32-layer group.
+void BM_copy_pages(benchmark::State& state) {
+  const auto n = static_cast<std::uint32_t>(state.range(0));
+  const std::uint64_t page = 32ull * 2 * 16 * kRowBytes;  // 8 MiB
+  const std::uint32_t pages = 2 * n;
+  Device arena(pages * page), src(n * 4), dst(n * 4);
+  if (arena.p == nullptr) return state.SkipWithError("cudaMalloc failed");
+  std::vector<PageId> ids(pages);
+  std::iota(ids.begin(), ids.end(), PageId{0});
+  std::shuffle(ids.begin(), ids.end(), std::mt19937_64(3));
+  upload(src, std::vector<PageId>(ids.begin(), ids.begin() + n));
+  upload(dst, std::vector<PageId>(ids.begin() + n, ids.end()));
+  const PageCopyParams p{arena.p, arena.p, page, page, page, src.as<PageId>(), dst.as<PageId>(), n};
+  time_loop(state, [&] { copy_pages(p, nullptr); });
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * 2 * page * n));
+  state.counters["copy_GBps"] = g_copy_gbps / 1e9;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    std::printf("bench_kernels: no CUDA device; nothing to measure\n");
+    return 0;
+  }
+  cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, 0);
+  cudaDeviceProp prop{};
+  cudaGetDeviceProperties(&prop, 0);
+  std::printf("bench_kernels: %s, %d SMs\n", prop.name, g_sms);
+  {
+    // The copy bandwidth the decode numbers are compared with, measured first.
+    const std::size_t bytes = std::size_t{1} << 30;
+    void *a = nullptr, *b = nullptr;
+    if (cudaMalloc(&a, bytes) == cudaSuccess && cudaMalloc(&b, bytes) == cudaSuccess) {
+      cudaEvent_t s, e;
+      cudaEventCreate(&s);
+      cudaEventCreate(&e);
+      cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice);
+      cudaEventRecord(s);
+      for (int i = 0; i < 10; ++i) cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice);
+      cudaEventRecord(e);
+      cudaEventSynchronize(e);
+      float ms = 0.0f;
+      cudaEventElapsedTime(&ms, s, e);
+      g_copy_gbps = 10.0 * 2 * bytes / (ms / 1e3);
+      cudaEventDestroy(s);
+      cudaEventDestroy(e);
+    }
+    cudaFree(a);
+    cudaFree(b);
+  }
+  benchmark::RegisterBenchmark("copy_d2d", BM_copy_d2d)->UseManualTime()->Unit(benchmark::kMicrosecond);
+  for (std::int64_t tpp : {1, 16, 64, 256})
+    for (std::int64_t batch : {1, 16, 64, 256})
+      for (std::int64_t ctx : {1024, 4096, 32768})
+        benchmark::RegisterBenchmark("decode_paged", BM_decode_paged)
+            ->Args({batch, ctx, tpp})
+            ->ArgNames({"batch", "ctx", "tpp"})
+            ->UseManualTime()
+            ->Unit(benchmark::kMicrosecond);
+  for (std::int64_t batch : {1, 16, 64, 256})
+    for (std::int64_t ctx : {1024, 4096, 32768})
+      benchmark::RegisterBenchmark("decode_contiguous", BM_decode_contiguous)
+          ->Args({batch, ctx})
+          ->ArgNames({"batch", "ctx"})
+          ->UseManualTime()
+          ->Unit(benchmark::kMicrosecond);
+  for (std::int64_t chunk : {512, 2048})
+    for (std::int64_t ctx : {2048, 8192})
+      benchmark::RegisterBenchmark("prefill_paged", BM_prefill_paged)
+          ->Args({chunk, ctx})
+          ->ArgNames({"chunk", "ctx"})
+          ->UseManualTime()
+          ->Unit(benchmark::kMicrosecond);
+  for (std::int64_t n : {1, 16, 64})
+    benchmark::RegisterBenchmark("copy_pages", BM_copy_pages)->Arg(n)->UseManualTime()->Unit(benchmark::kMicrosecond);
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

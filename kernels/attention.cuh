@@ -1,0 +1,376 @@
+// The attention kernel template behind all four launchers, and its split-KV merge.
+// One CTA = (query row, kv head, up to G query heads of its GQA group, split); G is 4
+// (decode, groups of 1 to 4) or 8 (larger groups, several CTAs when over 8; prefill).
+// In prefill a CTA takes G / group consecutive rows of one request when the group is
+// smaller than G, so those rows share each K/V load too ("slots" = row x head pairs).
+// Threads form teams of head_dim/8: a team streams one token's K and V row (16 bytes
+// per thread) and applies it to every query head of the CTA, so K/V are read once per
+// GQA group; each team keeps an online softmax state per head, kTile tokens in flight.
+// Teams merge in shared memory; split pieces merge in merge_kernel.
+#pragma once
+
+#include "common.cuh"
+
+#include <cmath>
+
+namespace kvmm::kernels::device {
+
+inline constexpr int kThreads = 128;
+inline constexpr int kTile = 4;
+inline constexpr float kLog2e = 1.4426950408889634f;
+
+struct AttnArgs {
+  const std::uint16_t* q;
+  std::uint16_t* o;
+  float* ws_o;    // [rows, q_heads, num_splits, head_dim] when num_splits > 1
+  float* ws_lse;  // [rows, q_heads, num_splits], log2 domain
+  const std::uint32_t* kv_lens;
+  const std::uint32_t* q_indptr;  // nullptr: decode
+  std::uint32_t batch;
+  std::uint32_t q_heads;
+  std::uint32_t group;
+  std::uint32_t head_chunks;
+  std::uint32_t rows_per_cta;  // prefill: rows of one request per CTA; decode: 1
+  std::uint32_t num_splits;
+  MaskKind mask;
+  std::uint32_t window;
+  std::uint32_t chunk;
+  float scale_log2;     // no soft cap: logit2 = dot * scale_log2
+  float scale_div_cap;  // soft cap: logit2 = cap_log2 * tanh(dot * scale_div_cap)
+  float cap_log2;
+  bool soft_cap;
+};
+
+// Paged addressing: byte offset of (token, kv head 0) from the layer's K/V base, or -1
+// for a token in a null page.
+struct PagedAddr {
+  const char* k;
+  const char* v;
+  std::uint64_t page_stride;
+  std::uint32_t tokens_per_page;
+  std::uint32_t row_bytes;
+  const std::uint32_t* indptr;
+  const std::uint32_t* pages;
+  std::uint32_t dense_stride;
+
+  struct Row {
+    const std::uint32_t* pages;
+  };
+  __device__ __forceinline__ Row row(std::uint32_t b) const {
+    return Row{indptr != nullptr ? pages + __ldg(indptr + b) : pages + std::uint64_t{b} * dense_stride};
+  }
+  __device__ __forceinline__ long long offset(const Row& r, std::uint32_t tok) const {
+    const std::uint32_t page = __ldg(r.pages + tok / tokens_per_page);
+    if (page == kNull) return -1;
+    return static_cast<long long>(page * page_stride + std::uint64_t{tok % tokens_per_page} * row_bytes);
+  }
+};
+
+// Contiguous addressing: slot base + token * row.
+struct ContiguousAddr {
+  const char* k;
+  const char* v;
+  std::uint64_t slot_stride;
+  std::uint32_t row_bytes;
+  const std::uint32_t* slot_idx;
+
+  struct Row {
+    std::uint64_t base;
+  };
+  __device__ __forceinline__ Row row(std::uint32_t b) const { return Row{__ldg(slot_idx + b) * slot_stride}; }
+  __device__ __forceinline__ long long offset(const Row& r, std::uint32_t tok) const {
+    return static_cast<long long>(r.base + std::uint64_t{tok} * row_bytes);
+  }
+};
+
+template <typename T, int D, int kMaxGroup, typename Addr>
+__global__ void __launch_bounds__(kThreads, kMaxGroup == 4 ? 4 : 2) attention_kernel(AttnArgs a, Addr kv) {
+  constexpr int kTeam = D / 8;  // threads per token row: 8, 16 or 32 (within one warp)
+  constexpr int kTeams = kThreads / kTeam;
+  struct alignas(16) Smem {  // the teams' softmax states, merged at the end
+    float o[kTeams][kMaxGroup][D];
+    float m[kTeams][kMaxGroup];
+    float l[kTeams][kMaxGroup];
+  };
+  __shared__ Smem sm;
+
+  const std::uint32_t row = blockIdx.x;
+  std::uint32_t b = row, q_len = 1, i = 0;
+  if (a.q_indptr != nullptr) {
+    if (row >= __ldg(a.q_indptr + a.batch)) return;  // whole CTA: rows past the last request
+    std::uint32_t lo = 0, hi = a.batch;             // q_indptr[lo] <= row < q_indptr[hi]
+    while (hi - lo > 1) {
+      const std::uint32_t mid = (lo + hi) / 2;
+      if (__ldg(a.q_indptr + mid) <= row) lo = mid; else hi = mid;
+    }
+    b = lo;
+    q_len = __ldg(a.q_indptr + b + 1) - __ldg(a.q_indptr + b);
+    i = row - __ldg(a.q_indptr + b);
+    if (i % a.rows_per_cta != 0) return;  // whole CTA: its row belongs to an earlier CTA's tile
+  }
+  const std::uint32_t kv_len = __ldg(a.kv_lens + b);
+  const std::uint32_t h = blockIdx.y / a.head_chunks;
+  const std::uint32_t g0 = (blockIdx.y % a.head_chunks) * kMaxGroup;
+  // Slot j of the CTA: row `row + j / hg`, query head `qh0 + j % hg`.
+  const std::uint32_t hg = min(static_cast<std::uint32_t>(kMaxGroup), a.group - g0);
+  const std::uint32_t nrows = min(a.rows_per_cta, q_len - i);
+  const int ng = static_cast<int>(hg * nrows);
+  const std::uint32_t qh0 = h * a.group + g0;
+  const std::uint32_t split = blockIdx.z;
+  // Each slot's visible keys; the CTA walks (its piece of) their union. Only the G = 8
+  // kernel serves prefill row tiles; the G = 4 one (decode) has one row and no slot masks.
+  constexpr bool kRowTiles = kMaxGroup == 8;
+  constexpr int kMasks = kRowTiles ? kMaxGroup : 1;
+  std::uint32_t slot_lo[kMasks], slot_hi[kMasks];
+  KeyRange all{0xffffffffu, 0};
+KVMM_UNROLL
+  for (int g = 0; g < kMasks; ++g) {
+    slot_lo[g] = 0;
+    slot_hi[g] = 0;
+    if (g < ng && q_len <= kv_len) {
+      const KeyRange kr = key_range(a.mask, a.window, a.chunk, kv_len - q_len + i + g / hg);
+      slot_lo[g] = kr.lo;
+      slot_hi[g] = kr.hi;
+      all.lo = min(all.lo, kr.lo);
+      all.hi = max(all.hi, kr.hi);
+    }
+  }
+  const KeyRange piece = all.lo < all.hi ? split_range(all, split, a.num_splits) : KeyRange{0, 0};
+
+  const int team = static_cast<int>(threadIdx.x) / kTeam;
+  const int lane = static_cast<int>(threadIdx.x) % kTeam;
+  float qf[kMaxGroup][8];
+  float m[kMaxGroup], l[kMaxGroup], acc[kMaxGroup][8];
+KVMM_UNROLL
+  for (int g = 0; g < kMaxGroup; ++g) {
+    if (g < ng) {
+      const std::uint64_t slot_head = std::uint64_t{row + g / hg} * a.q_heads + qh0 + g % hg;
+      const uint4 u = load16(a.q + slot_head * D + lane * 8);
+      to_float8<T>(u, qf[g]);
+    } else {
+KVMM_UNROLL
+      for (int j = 0; j < 8; ++j) qf[g][j] = 0.0f;
+    }
+    m[g] = -INFINITY;
+    l[g] = 0.0f;
+KVMM_UNROLL
+    for (int j = 0; j < 8; ++j) acc[g][j] = 0.0f;
+  }
+
+  const typename Addr::Row r = kv.row(b);
+  const std::uint64_t head_off = std::uint64_t{h} * D * 2 + std::uint64_t(lane) * 16;
+  // Every team runs the same number of iterations, so the team shuffles below always
+  // see a full warp.
+  for (std::uint32_t base0 = piece.lo; base0 < piece.hi; base0 += kTeams * kTile) {
+    const std::uint32_t base = base0 + static_cast<std::uint32_t>(team) * kTile;
+    uint4 kr[kTile], vr[kTile];
+    bool ok[kTile];
+KVMM_UNROLL
+    for (int t = 0; t < kTile; ++t) {
+      const std::uint32_t tok = base + t;
+      const long long off = tok < piece.hi ? kv.offset(r, tok) : -1;
+      ok[t] = off >= 0;
+      if (ok[t]) {
+        kr[t] = load16(kv.k + off + head_off);
+        vr[t] = load16(kv.v + off + head_off);
+      } else {
+        kr[t] = make_uint4(0, 0, 0, 0);
+        vr[t] = make_uint4(0, 0, 0, 0);
+      }
+    }
+    float s[kTile][kMaxGroup];
+KVMM_UNROLL
+    for (int t = 0; t < kTile; ++t) {
+      float kf[8];
+      to_float8<T>(kr[t], kf);
+KVMM_UNROLL
+      for (int g = 0; g < kMaxGroup; ++g) {
+        if (g < ng) {
+          float dot = 0.0f;
+KVMM_UNROLL
+          for (int j = 0; j < 8; ++j) dot = fmaf(qf[g][j], kf[j], dot);
+KVMM_UNROLL
+          for (int off = kTeam / 2; off > 0; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);
+          const float logit = a.soft_cap ? a.cap_log2 * tanhf(dot * a.scale_div_cap) : dot * a.scale_log2;
+          bool visible = ok[t];
+          if constexpr (kRowTiles) {
+            const std::uint32_t tok = base + t;
+            visible = visible && tok >= slot_lo[g] && tok < slot_hi[g];
+          }
+          s[t][g] = visible ? logit : -INFINITY;
+        } else {
+          s[t][g] = -INFINITY;
+        }
+      }
+    }
+    // Online softmax over the tile: s becomes the tile's probabilities.
+KVMM_UNROLL
+    for (int g = 0; g < kMaxGroup; ++g) {
+      float mt = m[g];
+KVMM_UNROLL
+      for (int t = 0; t < kTile; ++t) mt = fmaxf(mt, s[t][g]);
+      if (mt == -INFINITY) {
+KVMM_UNROLL
+        for (int t = 0; t < kTile; ++t) s[t][g] = 0.0f;
+        continue;
+      }
+      const float corr = exp2f(m[g] - mt);
+      float sum = 0.0f;
+KVMM_UNROLL
+      for (int t = 0; t < kTile; ++t) {
+        s[t][g] = exp2f(s[t][g] - mt);
+        sum += s[t][g];
+      }
+      l[g] = l[g] * corr + sum;
+KVMM_UNROLL
+      for (int j = 0; j < 8; ++j) acc[g][j] *= corr;
+      m[g] = mt;
+    }
+KVMM_UNROLL
+    for (int t = 0; t < kTile; ++t) {
+      float vf[8];
+      to_float8<T>(vr[t], vf);
+KVMM_UNROLL
+      for (int g = 0; g < kMaxGroup; ++g) {
+        if (g < ng) {
+KVMM_UNROLL
+          for (int j = 0; j < 8; ++j) acc[g][j] = fmaf(s[t][g], vf[j], acc[g][j]);
+        }
+      }
+    }
+  }
+
+  // Merge the teams' states in shared memory.
+KVMM_UNROLL
+  for (int g = 0; g < kMaxGroup; ++g) {
+    if (g < ng) {
+      if (lane == 0) {
+        sm.m[team][g] = m[g];
+        sm.l[team][g] = l[g];
+      }
+      float4* dst = reinterpret_cast<float4*>(&sm.o[team][g][lane * 8]);
+      dst[0] = make_float4(acc[g][0], acc[g][1], acc[g][2], acc[g][3]);
+      dst[1] = make_float4(acc[g][4], acc[g][5], acc[g][6], acc[g][7]);
+    }
+  }
+  __syncthreads();
+  for (int idx = static_cast<int>(threadIdx.x); idx < ng * D; idx += kThreads) {
+    const int g = idx / D;
+    const int d = idx % D;
+    float big_m = -INFINITY;
+KVMM_UNROLL
+    for (int t = 0; t < kTeams; ++t) big_m = fmaxf(big_m, sm.m[t][g]);
+    float big_l = 0.0f, out = 0.0f;
+    if (big_m != -INFINITY) {
+KVMM_UNROLL
+      for (int t = 0; t < kTeams; ++t) {
+        const float w = exp2f(sm.m[t][g] - big_m);
+        big_l = fmaf(sm.l[t][g], w, big_l);
+        out = fmaf(sm.o[t][g][d], w, out);
+      }
+    }
+    const float value = big_l > 0.0f ? out / big_l : 0.0f;
+    const std::uint64_t head = std::uint64_t{row + g / hg} * a.q_heads + qh0 + g % hg;
+    if (a.num_splits == 1) {
+      a.o[head * D + d] = T::from_float(value);
+    } else {
+      a.ws_o[(head * a.num_splits + split) * D + d] = value;
+      if (d == 0) a.ws_lse[head * a.num_splits + split] = big_l > 0.0f ? big_m + log2f(big_l) : -INFINITY;
+    }
+  }
+}
+
+// One CTA per (row, query head), one thread per output element: weights 2^(lse - max).
+template <typename T>
+__global__ void merge_kernel(AttnArgs a, std::uint32_t head_dim) {
+  const std::uint32_t row = blockIdx.x;
+  if (a.q_indptr != nullptr && row >= __ldg(a.q_indptr + a.batch)) return;
+  const std::uint64_t head = std::uint64_t{row} * a.q_heads + blockIdx.y;
+  const std::uint32_t d = threadIdx.x;
+  const float* lse = a.ws_lse + head * a.num_splits;
+  float big = -INFINITY;
+  for (std::uint32_t s = 0; s < a.num_splits; ++s) big = fmaxf(big, lse[s]);
+  float weight = 0.0f, out = 0.0f;
+  if (big != -INFINITY) {
+    for (std::uint32_t s = 0; s < a.num_splits; ++s) {
+      const float w = exp2f(lse[s] - big);
+      weight += w;
+      out = fmaf(w, a.ws_o[(head * a.num_splits + s) * head_dim + d], out);
+    }
+  }
+  a.o[head * head_dim + d] = T::from_float(weight > 0.0f ? out / weight : 0.0f);
+}
+
+// Slots per CTA (the kernel's G): 4 for decode with groups up to 4, else 8.
+inline int heads_per_cta(std::uint32_t group, bool prefill) { return !prefill && group <= 4 ? 4 : 8; }
+
+// Kernel arguments and grid of one launch; parameters already validated by check_params.
+inline AttnArgs make_args(const QueryBatch& q, const AttentionOptions& opt, const SplitKV& split,
+                          std::uint32_t kv_heads, std::uint32_t head_dim) {
+  AttnArgs a{};
+  a.q = static_cast<const std::uint16_t*>(q.q);
+  a.o = static_cast<std::uint16_t*>(q.o);
+  a.kv_lens = q.kv_lens;
+  a.q_indptr = q.q_indptr;
+  a.batch = q.batch;
+  a.q_heads = q.q_heads;
+  a.group = q.q_heads / kv_heads;
+  const auto g = static_cast<std::uint32_t>(heads_per_cta(a.group, q.q_indptr != nullptr));
+  a.head_chunks = (a.group + g - 1) / g;
+  a.rows_per_cta = q.q_indptr != nullptr && a.group < g ? g / a.group : 1;
+  a.num_splits = split.num_splits;
+  if (split.num_splits > 1) {
+    a.ws_o = static_cast<float*>(split.workspace);
+    a.ws_lse = a.ws_o + std::uint64_t{q.rows} * q.q_heads * split.num_splits * head_dim;
+  }
+  a.mask = opt.mask;
+  a.window = opt.window;
+  a.chunk = opt.chunk;
+  const float scale = opt.scale > 0.0f ? opt.scale : 1.0f / std::sqrt(static_cast<float>(head_dim));
+  a.soft_cap = opt.soft_cap > 0.0f;
+  a.scale_log2 = scale * kLog2e;
+  a.scale_div_cap = a.soft_cap ? scale / opt.soft_cap : 0.0f;
+  a.cap_log2 = opt.soft_cap * kLog2e;
+  return a;
+}
+
+inline dim3 attention_grid(const AttnArgs& a, std::uint32_t rows, std::uint32_t kv_heads) {
+  return dim3(rows, kv_heads * a.head_chunks, a.num_splits);
+}
+
+#if !defined(KVMM_SIMT_HOST)
+template <typename T, int G, typename Addr>
+void launch_heads(const AttnArgs& a, const Addr& kv, dim3 grid, std::uint32_t head_dim, cudaStream_t s) {
+  switch (head_dim) {
+    case 64: attention_kernel<T, 64, G, Addr><<<grid, kThreads, 0, s>>>(a, kv); break;
+    case 128: attention_kernel<T, 128, G, Addr><<<grid, kThreads, 0, s>>>(a, kv); break;
+    default: attention_kernel<T, 256, G, Addr><<<grid, kThreads, 0, s>>>(a, kv); break;
+  }
+}
+
+template <typename T, typename Addr>
+void launch_typed(const AttnArgs& a, const Addr& kv, dim3 grid, std::uint32_t head_dim, cudaStream_t s) {
+  if (heads_per_cta(a.group, a.q_indptr != nullptr) == 4) {
+    launch_heads<T, 4>(a, kv, grid, head_dim, s);
+  } else {
+    launch_heads<T, 8>(a, kv, grid, head_dim, s);
+  }
+  if (a.num_splits > 1) merge_kernel<T><<<dim3(grid.x, a.q_heads), head_dim, 0, s>>>(a, head_dim);
+}
+
+template <typename Addr>
+void launch_attention(const QueryBatch& q, const AttentionOptions& opt, const SplitKV& split, std::uint32_t kv_heads,
+                      std::uint32_t head_dim, DType dtype, const Addr& kv, Stream stream, const char* name) {
+  if (q.rows == 0) return;
+  const AttnArgs a = make_args(q, opt, split, kv_heads, head_dim);
+  const dim3 grid = attention_grid(a, q.rows, kv_heads);
+  if (dtype == DType::kF16) {
+    launch_typed<Half>(a, kv, grid, head_dim, to_cuda(stream));
+  } else {
+    launch_typed<BFloat>(a, kv, grid, head_dim, to_cuda(stream));
+  }
+  check_launch(name);
+}
+#endif
+
+}  // namespace kvmm::kernels::device

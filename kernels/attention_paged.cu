@@ -1,0 +1,31 @@
+// Launchers of the paged decode and prefill attention (page-layer layout, CSR or dense
+// page tables, null pages skipped).
+#include "attention.cuh"
+
+namespace kvmm::kernels {
+namespace {
+
+void paged(const PagedAttentionParams& p, bool prefill, Stream stream, const char* name) {
+  check_params(p, prefill, true);
+  const device::PagedAddr kv{static_cast<const char*>(p.cache.k),
+                             static_cast<const char*>(p.cache.v),
+                             p.cache.page_stride_bytes,
+                             p.cache.tokens_per_page,
+                             static_cast<std::uint32_t>(token_row_bytes(p.cache.kv_heads, p.cache.head_dim, p.cache.dtype)),
+                             p.table.indptr,
+                             p.table.pages,
+                             p.table.dense_stride};
+  device::launch_attention(p.query, p.options, p.split, p.cache.kv_heads, p.cache.head_dim, p.cache.dtype, kv, stream,
+                           name);
+}
+
+}  // namespace
+
+void paged_decode_attention(const PagedAttentionParams& p, Stream stream) {
+  paged(p, false, stream, "paged_decode_attention");
+}
+void paged_prefill_attention(const PagedAttentionParams& p, Stream stream) {
+  paged(p, true, stream, "paged_prefill_attention");
+}
+
+}  // namespace kvmm::kernels

@@ -1,0 +1,74 @@
+// Device code of write_kv (paged and contiguous destinations) and of copy/swap pages:
+// grid-stride loops moving 16-byte vectors, kept apart from the launchers so that the
+// host emulation test can run them too.
+#pragma once
+
+#include "common.cuh"
+
+#include "kvmm/kernels/cache_ops.hpp"
+
+namespace kvmm::kernels::device {
+
+inline constexpr int kCopyThreads = 256;
+
+struct PagedDst {
+  const std::uint32_t* page_ids;
+  const std::uint32_t* offsets;
+  std::uint64_t page_stride;
+  std::uint32_t row_bytes;
+  __device__ __forceinline__ long long offset(std::uint32_t token) const {
+    const std::uint32_t page = __ldg(page_ids + token);
+    if (page == kNull) return -1;
+    return static_cast<long long>(page * page_stride + std::uint64_t{__ldg(offsets + token)} * row_bytes);
+  }
+};
+
+struct ContiguousDst {
+  const std::uint32_t* slots;
+  const std::uint32_t* positions;
+  std::uint64_t slot_stride;
+  std::uint32_t row_bytes;
+  __device__ __forceinline__ long long offset(std::uint32_t token) const {
+    return static_cast<long long>(__ldg(slots + token) * slot_stride +
+                                  std::uint64_t{__ldg(positions + token)} * row_bytes);
+  }
+};
+
+// Vector v of the flat [2][num_tokens][row_vecs] index space: K rows, then V rows.
+template <typename Dst>
+__global__ void write_kv_kernel(char* k, char* v, const uint4* k_new, const uint4* v_new, std::uint32_t num_tokens,
+                                std::uint32_t row_vecs, Dst dst) {
+  const std::uint64_t per_side = std::uint64_t{num_tokens} * row_vecs;
+  const std::uint64_t stride = std::uint64_t{gridDim.x} * blockDim.x;
+  for (std::uint64_t idx = std::uint64_t{blockIdx.x} * blockDim.x + threadIdx.x; idx < 2 * per_side; idx += stride) {
+    const bool is_v = idx >= per_side;
+    const std::uint64_t rel = is_v ? idx - per_side : idx;
+    const auto token = static_cast<std::uint32_t>(rel / row_vecs);
+    const auto vec = static_cast<std::uint32_t>(rel % row_vecs);
+    const long long off = dst.offset(token);
+    if (off < 0) continue;
+    const uint4 x = __ldg((is_v ? v_new : k_new) + rel);
+    *reinterpret_cast<uint4*>((is_v ? v : k) + off + std::uint64_t{vec} * 16) = x;
+  }
+}
+
+// Block (page i, part y) copies its share of page i; 16-byte vectors when every base,
+// stride and the size allow it, bytes otherwise.
+__global__ void copy_pages_kernel(char* dst, const char* src, std::uint64_t dst_stride, std::uint64_t src_stride,
+                                  std::uint64_t page_bytes, const std::uint32_t* src_pages,
+                                  const std::uint32_t* dst_pages, bool vectors) {
+  const std::uint32_t i = blockIdx.x;
+  char* d = dst + __ldg(dst_pages + i) * dst_stride;
+  const char* s = src + __ldg(src_pages + i) * src_stride;
+  const std::uint64_t step = std::uint64_t{gridDim.y} * blockDim.x;
+  const std::uint64_t first = std::uint64_t{blockIdx.y} * blockDim.x + threadIdx.x;
+  if (vectors) {
+    const std::uint64_t n = page_bytes / 16;
+    for (std::uint64_t j = first; j < n; j += step)
+      reinterpret_cast<uint4*>(d)[j] = reinterpret_cast<const uint4*>(s)[j];
+  } else {
+    for (std::uint64_t j = first; j < page_bytes; j += step) d[j] = s[j];
+  }
+}
+
+}  // namespace kvmm::kernels::device
