@@ -812,12 +812,19 @@ std::optional<std::span<const PageCopy>> KVCacheManager::swap_in(RequestId r) {
       init_page(g, *p, grp.host_len[h]);
       grp.table.append(r, *p);
       plan_.push_back(PageCopy{g, h, *p});
-      if (grp.host_hashed[h]) register_page(g, *p, grp.host_hash[h]);
-      grp.host_alloc.free(h);
     }
     grp.table.set_num_tokens(r, grp.host_table.num_tokens(r));
-    grp.host_alloc.release_request(r);
-    grp.host_table.clear(r);
+  }
+  // Re-cache after every page is placed: an eviction above may have dropped the device
+  // copy of a hash that a swapped-in page now holds.
+  for (const PageCopy& c : plan_) {
+    Group& grp = groups_[c.group];
+    if (grp.host_hashed[c.src]) register_page(c.group, c.dst, grp.host_hash[c.src]);
+    grp.host_alloc.free(c.src);
+  }
+  for (GroupId g = 0; g < groups_.size(); ++g) {
+    groups_[g].host_alloc.release_request(r);
+    groups_[g].host_table.clear(r);
   }
   q.swapped = false;
   q.last_step = step_;
