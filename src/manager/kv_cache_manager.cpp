@@ -392,7 +392,10 @@ RequestId KVCacheManager::add_request(std::span<const std::uint32_t> tokens,
   Request& q = reqs_[r];
   q.active = true;
   q.swapped = q.looked_up = q.enc_ready = q.enc_registered = false;
+  const std::uint64_t reserve = std::max<std::uint64_t>(extras.max_tokens, tokens.size());
+  q.tokens.reserve(reserve);
   q.tokens.assign(tokens.begin(), tokens.end());
+  for (std::uint32_t c = 0; c < class_tokens_.size(); ++c) q.hashes[c].reserve(reserve / class_tokens_[c]);
   q.lora = extras.lora_id;
   q.salt.assign(extras.cache_salt);
   q.items.assign(extras.items.begin(), extras.items.end());

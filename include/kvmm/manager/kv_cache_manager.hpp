@@ -38,6 +38,9 @@ struct RequestExtras {
   std::span<const MultimodalItem> items = {};  // sorted by offset, not overlapping
   std::string_view cache_salt = {};
   std::uint32_t priority = 0;  // retention priority 0..3: pages of higher ones evicted later
+  // Expected final length (prompt + output); the slot reserves for it once, so steady-state
+  // decode steps never touch the heap. 0: grow on demand (amortized doubling).
+  std::uint64_t max_tokens = 0;
 };
 
 // Copy `src` to `dst` in `group` before the step's kernels run. Copy-on-write copies
