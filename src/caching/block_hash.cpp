@@ -3,6 +3,8 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#include "kvmm/error.hpp"
+
 #include <cstring>
 
 namespace kvmm {
@@ -17,19 +19,18 @@ constexpr std::uint64_t kTagSalt = 0x7361'6c74'0000'0003ULL;
 constexpr std::size_t kStackBytes = 2048;
 }  // namespace
 
-BlockHash hash_page(const BlockHash& parent, std::span<const std::uint32_t> tokens,
-                    const PageExtraKeys& extra) {
-  // Layout: parent(16) | tokens | [item tag, item hash, offset] | [lora tag, id] | [salt].
+namespace {
+// Digest of a page's own content: its token ids and extra keys (no parent). Pages'
+// digests are independent of each other, so a loop over pages overlaps them.
+BlockHash content_digest(std::span<const std::uint32_t> tokens, const PageExtraKeys& extra) {
   const std::size_t token_bytes = tokens.size_bytes();
   std::size_t extra_bytes = 0;
   if (extra.item != nullptr) extra_bytes += 8 + 16 + 8;
   if (extra.lora_id != 0) extra_bytes += 8 + 4;
-  const std::size_t total = 16 + token_bytes + extra_bytes;
-  if (total <= kStackBytes && extra.salt.empty()) {
+  if (token_bytes + extra_bytes <= kStackBytes && extra.salt.empty()) {
+    if (extra_bytes == 0) return to_hash(XXH3_128bits(tokens.data(), token_bytes));
     alignas(8) unsigned char buf[kStackBytes];
     unsigned char* p = buf;
-    std::memcpy(p, &parent, 16);
-    p += 16;
     if (token_bytes != 0) std::memcpy(p, tokens.data(), token_bytes);
     p += token_bytes;
     if (extra.item != nullptr) {
@@ -49,7 +50,6 @@ BlockHash hash_page(const BlockHash& parent, std::span<const std::uint32_t> toke
   XXH3_state_t state;
   XXH3_INITSTATE(&state);
   XXH3_128bits_reset(&state);
-  XXH3_128bits_update(&state, &parent, 16);
   XXH3_128bits_update(&state, tokens.data(), token_bytes);
   if (extra.item != nullptr) {
     XXH3_128bits_update(&state, &kTagItem, 8);
@@ -67,6 +67,33 @@ BlockHash hash_page(const BlockHash& parent, std::span<const std::uint32_t> toke
     XXH3_128bits_update(&state, extra.salt.data(), extra.salt.size());
   }
   return to_hash(XXH3_128bits_digest(&state));
+}
+
+// The chain link: XXH3-128 over (parent hash, content digest).
+BlockHash link(const BlockHash& parent, const BlockHash& content) {
+  const std::uint64_t buf[4] = {parent.lo, parent.hi, content.lo, content.hi};
+  return to_hash(XXH3_128bits(buf, sizeof buf));
+}
+}  // namespace
+
+BlockHash hash_page(const BlockHash& parent, std::span<const std::uint32_t> tokens,
+                    const PageExtraKeys& extra) {
+  return link(parent, content_digest(tokens, extra));
+}
+
+void hash_pages(const BlockHash& parent, std::span<const std::uint32_t> tokens,
+                std::uint32_t tokens_per_page, std::uint32_t lora_id,
+                std::span<BlockHash> out) {
+  const std::size_t pages = out.size();
+  if (tokens_per_page == 0 || tokens.size() < pages * tokens_per_page)
+    fail("tokens: size {} < {} pages x {} tokens", tokens.size(), pages, tokens_per_page);
+  PageExtraKeys ex;
+  ex.lora_id = lora_id;
+  // Pass 1: independent content digests (throughput-bound); pass 2: the chain.
+  for (std::size_t i = 0; i < pages; ++i)
+    out[i] = content_digest(tokens.subspan(i * tokens_per_page, tokens_per_page), ex);
+  BlockHash h = parent;
+  for (std::size_t i = 0; i < pages; ++i) out[i] = h = link(h, out[i]);
 }
 
 BlockHash hash_item_page(const BlockHash& item, std::uint32_t page_index, std::uint32_t lora_id) {

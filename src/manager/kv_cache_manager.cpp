@@ -23,19 +23,30 @@ std::uint64_t splitmix(std::uint64_t& state) {
   return z ^ (z >> 31);
 }
 
-// Probes one decoder group's prefix index with the request's precomputed page hashes.
+// Probes one decoder group's prefix index with the request's precomputed page hashes,
+// remembering every answer (page id or null) so repeated candidates cost an array read and
+// the pinning pass needs no second lookup. Prefetches the slot a few pages ahead.
+constexpr PageId kUnknown = kNullPage - 1;
 class IndexProbe final : public PageProbe {
  public:
-  IndexProbe(const PrefixIndex& index, GroupId g, const std::vector<BlockHash>& hashes)
-      : index_(index), g_(g), hashes_(hashes) {}
-  bool hit(std::uint64_t i) override {
-    return i < hashes_.size() && index_.find(g_, hashes_[i]) != kNullPage;
+  IndexProbe(const PrefixIndex& index, GroupId g, const std::vector<BlockHash>& hashes,
+             std::vector<PageId>& memo)
+      : index_(index), g_(g), hashes_(hashes), memo_(memo) {}
+  bool hit(std::uint64_t i) override { return page(i) != kNullPage; }
+  PageId page(std::uint64_t i) {
+    if (i >= hashes_.size()) return kNullPage;
+    if (memo_[i] == kUnknown) {
+      if (i + 8 < hashes_.size()) index_.prefetch(g_, hashes_[i + 8]);
+      memo_[i] = index_.find(g_, hashes_[i]);
+    }
+    return memo_[i];
   }
 
  private:
   const PrefixIndex& index_;
   GroupId g_;
   const std::vector<BlockHash>& hashes_;
+  std::vector<PageId>& memo_;
 };
 
 }  // namespace
@@ -101,6 +112,8 @@ KVCacheManager::KVCacheManager(KVLayout layout, const KVCacheManagerOptions& opt
   sim_a_.assign(G, 0);
   sim_f_.assign(G, 0);
   sim_e_.assign(G, 0);
+  probe_memo_.resize(G);
+  accepted_.assign(G, 0);
   copies_.reserve(256);
   events_.reserve(options.record_events ? 4096 : 0);
 }
@@ -203,6 +216,14 @@ void KVCacheManager::ensure_hashes(Request& q, std::uint32_t cls, std::uint64_t 
   const std::uint32_t P = class_tokens_[cls];
   const std::span<const std::uint32_t> tokens(q.tokens);
   const std::span<const MultimodalItem> items(q.items);
+  if (items.empty() && hv.size() < pages && (!hv.empty() || q.salt.empty())) {
+    // Plain text pages: the two-pass bulk hash.
+    const std::size_t from = hv.size();
+    hv.resize(pages);
+    hash_pages(from > 0 ? hv[from - 1] : BlockHash{}, tokens.subspan(from * P), P, q.lora,
+               std::span(hv).subspan(from));
+    return;
+  }
   for (std::uint64_t i = hv.size(); i < pages; ++i) {
     const std::uint64_t start = i * P, end = start + P;
     const BlockHash parent = i > 0 ? hv[i - 1] : BlockHash{};
@@ -455,7 +476,13 @@ std::uint64_t KVCacheManager::lookup_prefix(RequestId r) {
   const std::uint64_t limit = q.tokens.size() - 1;
   for (std::uint32_t c = 0; c < class_tokens_.size(); ++c)
     ensure_hashes(q, c, limit / class_tokens_[c]);
-  // The longest prefix valid in every group: shrink p until no group objects.
+  // The longest prefix valid in every group: shrink p until every group accepts it. A
+  // group whose last answer equals p is not asked again.
+  for (GroupId g = 0; g < groups_.size(); ++g) {
+    if (!groups_[g].decoder) continue;
+    probe_memo_[g].assign(q.hashes[groups_[g].hash_class].size(), kUnknown);
+    accepted_[g] = ~std::uint64_t{0};
+  }
   std::uint64_t p = limit;
   for (bool changed = true; changed && p > 0;) {
     changed = false;
@@ -463,8 +490,10 @@ std::uint64_t KVCacheManager::lookup_prefix(RequestId r) {
       const Group& grp = groups_[g];
       std::uint64_t v = p;
       if (grp.decoder) {
-        IndexProbe probe(index_, g, q.hashes[grp.hash_class]);
+        if (accepted_[g] == p) continue;
+        IndexProbe probe(index_, g, q.hashes[grp.hash_class], probe_memo_[g]);
         v = grp.policy->longest_valid_prefix(p, probe);
+        accepted_[g] = v;
       } else {
         for (std::uint32_t k = 0; k < q.items.size(); ++k) {
           const MultimodalItem& m = q.items[k];
@@ -490,17 +519,15 @@ std::uint64_t KVCacheManager::lookup_prefix(RequestId r) {
     if (grp.decoder) {
       const std::uint64_t pages = p / grp.P;
       const std::uint64_t lo = std::min(grp.policy->first_required_page(p), pages);
-      const std::vector<BlockHash>& hv = q.hashes[grp.hash_class];
-      for (std::uint64_t i = 0; i < pages; ++i) {
-        PageId page = kNullPage;
-        if (i >= lo) {
-          page = index_.find(g, hv[i]);
-          if (page == kNullPage) fail("internal: group {} lost page {} of a validated hit", g, i);
-          acquire_cached(g, page);
-          ++grp.hit_pages;
-        }
+      IndexProbe probe(index_, g, q.hashes[grp.hash_class], probe_memo_[g]);
+      for (std::uint64_t i = 0; i < lo; ++i) grp.table.append(r, kNullPage);
+      for (std::uint64_t i = lo; i < pages; ++i) {
+        const PageId page = probe.page(i);
+        if (page == kNullPage) fail("internal: group {} lost page {} of a validated hit", g, i);
+        acquire_cached(g, page);
         grp.table.append(r, page);
       }
+      grp.hit_pages += pages - lo;
       grp.table.set_num_tokens(r, p);
       q.lo[g] = lo;
       q.registered[g] = pages;
@@ -511,6 +538,7 @@ std::uint64_t KVCacheManager::lookup_prefix(RequestId r) {
         if (!grp.image.needs(m.offset, m.length, p)) continue;
         for (std::uint64_t j = 0; j < q.item_page[g][k + 1] - q.item_page[g][k]; ++j) {
           const PageId page = index_.find(g, item_page_hash(q, k, j));
+          if (page == kNullPage) fail("internal: group {} lost image page {} of a validated hit", g, j);
           acquire_cached(g, page);
           ++grp.hit_pages;
           grp.table.set(r, static_cast<std::uint32_t>(q.item_page[g][k] + j), page);

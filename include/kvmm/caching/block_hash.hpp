@@ -1,7 +1,7 @@
 // Block hashes for prefix caching: a page's 128-bit XXH3 hash chains its parent's hash
 // with the page's token ids and extra keys (LoRA id, multimodal item hash + offset, a
 // cache salt on the first page), so equal hashes mean equal prefixes. One page of 16
-// tokens costs about 10-20 ns; no heap use. xxHash stays inside src/ (no public dep).
+// tokens costs two XXH3-128 calls (tens of ns); no heap use. xxHash stays inside src/.
 #pragma once
 
 #include <cstdint>
@@ -32,9 +32,15 @@ struct PageExtraKeys {
   std::string_view salt = {};        // only on the first page of a request
 };
 
-// The chained hash of one page. O(tokens); hashes a stack buffer, no heap use.
+// The chained hash of one page: XXH3-128 over (parent, XXH3-128 of the page's tokens and
+// extra keys). O(tokens); no heap use.
 BlockHash hash_page(const BlockHash& parent, std::span<const std::uint32_t> tokens,
                     const PageExtraKeys& extra);
+// The same for out.size() consecutive pages with only a LoRA id as extra key (no salt, no
+// multimodal item): out[i] == hash_page(out[i-1], page i). Digests the pages' contents in
+// one independent pass, then chains them, which is about twice as fast as page by page.
+void hash_pages(const BlockHash& parent, std::span<const std::uint32_t> tokens,
+                std::uint32_t tokens_per_page, std::uint32_t lora_id, std::span<BlockHash> out);
 
 // Hash of one page of a multimodal item in an encoder-token group (cross attention,
 // vision embedding): depends only on the item, the page index inside it and the LoRA id.

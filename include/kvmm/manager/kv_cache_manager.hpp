@@ -252,6 +252,8 @@ class KVCacheManager {
   std::vector<std::uint64_t> need_;  // scratch per group
   std::vector<std::uint8_t> cow_;    // scratch per group
   std::vector<std::uint64_t> sim_a_, sim_f_, sim_e_;  // scratch of feasible()
+  std::vector<std::vector<PageId>> probe_memo_;  // scratch of lookup_prefix, per group
+  std::vector<std::uint64_t> accepted_;          // per group: its last valid prefix
   std::uint64_t lookups_ = 0, lookup_tokens_ = 0, hit_tokens_ = 0;
 };
 
