@@ -8,6 +8,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <map>
 #include <random>
 #include <set>
@@ -167,9 +168,21 @@ TEST_CASE("LRU evictor matches a sorted reference under random operations", "[ca
   LruEvictor lru(N);
   std::map<PageId, std::tuple<std::uint32_t, std::uint64_t, std::uint64_t, std::uint64_t>> ref;  // level, time, -len, seq
   std::uint64_t seq = 0, now = 0;
-  for (int op = 0; op < 20000; ++op) {
+  for (int op = 0; op < 40000; ++op) {
     const PageId p = static_cast<PageId>(rng() % N);
     if (rng() % 8 == 0) ++now;
+    if (op % 5000 == 0) {  // a batch of requests released in one step, each last page first
+      for (PageId x = 0; x < N; ++x)
+        if (lru.contains(x)) {
+          lru.erase(x);
+          ref.erase(x);
+        }
+      for (PageId r = 0; r < 8; ++r)
+        for (PageId i = 8; i-- > 0;) {
+          lru.insert(r * 8 + i, {now, i + 1}, 0);
+          ref[r * 8 + i] = {0, now, ~std::uint64_t{i + 1}, seq++};
+        }
+    }
     if (!lru.contains(p)) {
       const std::uint64_t t = now - std::min<std::uint64_t>(now, rng() % 3);
       const std::uint64_t len = rng() % 10;
@@ -181,6 +194,15 @@ TEST_CASE("LRU evictor matches a sorted reference under random operations", "[ca
       ref.erase(p);
     }
     REQUIRE(lru.size() == ref.size());
+    if (op % 64 == 0) {  // the whole order, not just the front
+      std::vector<std::pair<std::tuple<std::uint32_t, std::uint64_t, std::uint64_t, std::uint64_t>, PageId>> want;
+      for (const auto& [id, k] : ref) want.emplace_back(k, id);
+      std::sort(want.begin(), want.end());
+      std::vector<PageId> got;
+      for (PageId x = lru.front(); x != kNullPage; x = lru.after(x)) got.push_back(x);
+      REQUIRE(got.size() == want.size());
+      for (std::size_t i = 0; i < got.size(); ++i) REQUIRE(got[i] == want[i].second);
+    }
     if (!ref.empty()) {
       auto best = std::min_element(ref.begin(), ref.end(),
                                    [](const auto& a, const auto& b) { return a.second < b.second; });
