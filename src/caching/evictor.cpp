@@ -40,33 +40,46 @@ void LruEvictor::drop_run(std::uint64_t slot) {
   runs_[hole] = Run{};
 }
 
+// Runs of two or more equal keys are in the table; a page with neighbours of other keys
+// is its own run and costs no table access (a single request's pages all differ).
+PageId LruEvictor::run_tail(PageId x) const {
+  const std::uint32_t n = next_[x];
+  if (n == kNone || !(key_[n] == key_[x])) return x;
+  return runs_[find_run(level_[x], key_[x])].tail;
+}
+
+PageId LruEvictor::run_head(PageId x) const {
+  const std::uint32_t p = prev_[x];
+  if (p == kNone || !(key_[p] == key_[x])) return x;
+  return runs_[find_run(level_[x], key_[x])].head;
+}
+
 void LruEvictor::insert(PageId id, const EvictionKey& k, std::uint32_t level) {
   if (id >= level_.size()) fail("page id = {}: evictor capacity is {}", id, level_.size());
   if (level_[id] != kOut) fail("page id = {}: already evictable", id);
   if (level >= kLevels) level = kLevels - 1;
   List& l = lists_[level];
   std::uint32_t after;
-  if (const std::uint64_t run = find_run(level, k); run != ~std::uint64_t{0}) {
-    // Same key as pages already here (e.g. another request released in this step).
-    after = runs_[run].tail;
-    runs_[run].tail = id;
+  if (hint_ != kNone && level_[hint_] == level && !evicted_before(k, key_[hint_])) {
+    // After the previous insert (a request's pages come last page first; other requests
+    // of the same step interleave): walk forward over runs that stay before k.
+    after = run_tail(hint_);
+    while (next_[after] != kNone && !evicted_before(k, key_[next_[after]])) after = run_tail(next_[after]);
   } else {
-    if (hint_ != kNone && level_[hint_] == level && !evicted_before(k, key_[hint_])) {
-      // After the previous insert (a request's pages come last page first): walk
-      // forward over runs that must stay before k.
-      after = runs_[find_run(level, key_[hint_])].tail;
-      while (next_[after] != kNone && !evicted_before(k, key_[next_[after]]))
-        after = runs_[find_run(level, key_[next_[after]])].tail;
-    } else {
-      // Walk back from the tail over runs that must come after k.
-      after = l.tail;
-      while (after != kNone && evicted_before(k, key_[after]))
-        after = prev_[runs_[find_run(level, key_[after])].head];
-    }
-    add_run(level, k, id);
+    // Walk back from the tail over runs that must come after k.
+    after = l.tail;
+    while (after != kNone && evicted_before(k, key_[after])) after = prev_[run_head(after)];
   }
   key_[id] = k;
   level_[id] = static_cast<std::uint8_t>(level);
+  if (after != kNone && key_[after] == k) {  // joins the run of `after` as its new tail
+    if (prev_[after] != kNone && key_[prev_[after]] == k) {
+      runs_[find_run(level, k)].tail = id;
+    } else {
+      add_run(level, k, after);
+      runs_[find_run(level, k)].tail = id;
+    }
+  }
   prev_[id] = after;
   next_[id] = after == kNone ? l.head : next_[after];
   if (next_[id] != kNone) prev_[next_[id]] = id; else l.tail = id;
@@ -78,18 +91,21 @@ void LruEvictor::insert(PageId id, const EvictionKey& k, std::uint32_t level) {
 void LruEvictor::erase(PageId id) {
   if (!contains(id)) fail("page id = {}: not evictable", id);
   const std::uint32_t level = level_[id];
-  const std::uint64_t slot = find_run(level, key_[id]);
-  Run& run = runs_[slot];
-  if (run.head == id && run.tail == id) {
-    drop_run(slot);
-  } else if (run.head == id) {
-    run.head = next_[id];
-  } else if (run.tail == id) {
-    run.tail = prev_[id];
+  const std::uint32_t p = prev_[id], n = next_[id];
+  const bool same_prev = p != kNone && key_[p] == key_[id];
+  const bool same_next = n != kNone && key_[n] == key_[id];
+  if (same_prev != same_next) {  // id ends a run of >= 2: shrink it
+    const std::uint64_t slot = find_run(level, key_[id]);
+    Run& run = runs_[slot];
+    if (same_prev) {
+      if (run.head == p) drop_run(slot); else run.tail = p;
+    } else {
+      if (run.tail == n) drop_run(slot); else run.head = n;
+    }
   }
   List& l = lists_[level];
-  if (prev_[id] != kNone) next_[prev_[id]] = next_[id]; else l.head = next_[id];
-  if (next_[id] != kNone) prev_[next_[id]] = prev_[id]; else l.tail = prev_[id];
+  if (p != kNone) next_[p] = n; else l.head = n;
+  if (n != kNone) prev_[n] = p; else l.tail = p;
   prev_[id] = next_[id] = kNone;
   level_[id] = kOut;
   --size_;

@@ -1,11 +1,11 @@
 // LruEvictor: evictable pages (small pages of one group, or large pages) in eviction
 // order: retention priority ascending, then last access step ascending, then prefix
 // length descending (Jenga §5.1: balanced and aligned eviction). Intrusive lists in flat
-// arrays indexed by page id, plus a table of runs (pages with equal keys are contiguous).
-// pop/erase are O(1); insert is O(1) when a run with the same key exists (requests
-// released in the same step) or when it follows the previous insert (a request's pages,
-// released last page first); otherwise it walks back over runs (distinct keys) newer than
-// the new page. Never touches the heap after construction.
+// arrays indexed by page id, plus a table of runs (2+ contiguous pages of equal key).
+// pop/erase are O(1); insert is O(1) when it follows the previous insert (a request's
+// pages released last page first, or requests of one step released one after the other);
+// otherwise it walks back over the runs (distinct keys) newer than the new page. Never
+// touches the heap after construction.
 #pragma once
 
 #include "kvmm/error.hpp"
@@ -75,6 +75,8 @@ class LruEvictor {
   std::uint64_t find_run(std::uint32_t level, const EvictionKey& k) const;
   void add_run(std::uint32_t level, const EvictionKey& k, PageId id);
   void drop_run(std::uint64_t slot);
+  PageId run_tail(PageId x) const;
+  PageId run_head(PageId x) const;
 
   List lists_[kLevels];
   std::vector<std::uint32_t> prev_, next_;
