@@ -1,11 +1,8 @@
-// LruEvictor: evictable pages (small pages of one group, or large pages) in eviction
-// order: retention priority ascending, then last access step ascending, then prefix
-// length descending (Jenga §5.1: balanced and aligned eviction). Intrusive lists in flat
-// arrays indexed by page id, plus a table of runs (2+ contiguous pages of equal key).
-// pop/erase are O(1); insert is O(1) when it follows the previous insert (a request's
-// pages released last page first, or requests of one step released one after the other);
-// otherwise it walks back over the runs (distinct keys) newer than the new page. Never
-// touches the heap after construction.
+// LruEvictor: evictable pages (small pages of a group, or large pages) in eviction order:
+// retention priority, then last access step ascending, then prefix length descending
+// (Jenga §5.1). Intrusive lists in flat arrays plus a table of runs of 2+ equal keys;
+// erase/front O(1), insert O(1) when it follows the previous insert (how the manager
+// releases), else O(runs walked past). No heap use after construction.
 #pragma once
 
 #include "kvmm/error.hpp"

@@ -1,9 +1,8 @@
-// KVCacheManager: what an engine's scheduler calls every step. Prefix caching with
-// per-layer-kind hit and eviction rules (Jenga §5) on top of the two-level paging of
-// Jenga §4, plus PagedAttention's fork / copy-on-write / swap (§4.4-4.5). Costs: a decode
-// step's allocate + commit is O(groups) (a new page is O(1) per group unless it has to
-// evict); lookup_prefix is O(prompt pages) hashing plus O(pages probed); free is O(pages).
-// Metadata only (ids and plans): it never touches KV memory. Single-threaded by contract.
+// KVCacheManager: what a scheduler calls each step. Prefix caching with per-layer-kind
+// rules (Jenga §5) on Jenga §4's two-level paging, plus fork / copy-on-write / swap plans
+// (PagedAttention §4.4-4.5). A decode step's allocate + commit is O(groups); lookup_prefix
+// is O(prompt pages) hashing + O(pages probed); free is O(pages). Ids and plans only, no
+// KV memory is touched. Single-threaded by contract. Guide: docs/manager.md.
 #pragma once
 
 #include "kvmm/caching/block_hash.hpp"
