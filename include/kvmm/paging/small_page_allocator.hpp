@@ -106,6 +106,14 @@ class SmallPageAllocator {
   std::uint32_t num_large_pages() const { return num_large_; }
   // Free small pages in large page `large` (0 if the group does not hold it).
   std::uint32_t free_in_large(PageId large) const;
+  // Free small pages in large pages associated with r (what step 1 can serve).
+  // O(associated large pages that have a free slot).
+  std::uint32_t associated_free_small(RequestId r) const {
+    if (r >= req_head_.size()) bad_request(r);
+    std::uint32_t n = 0;
+    for (std::uint32_t lp = req_head_[r]; lp != kNone; lp = large_[lp].rnext) n += large_[lp].free_count;
+    return n;
+  }
 
   // Recomputes every count and list from scratch; raises kvmm::Error on a mismatch.
   // O(capacity * n): for tests and KVMM_DEBUG_CHECKS.

@@ -1,0 +1,31 @@
+// Block-hash throughput: chained XXH3-128 over pages of 16 tokens (and 512-token Mamba
+// checkpoint pages), the cost lookup_prefix and commit pay once per full page.
+#include "kvmm/caching/block_hash.hpp"
+
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace {
+
+void BM_HashChain(benchmark::State& state) {
+  const auto tokens_per_page = static_cast<std::uint32_t>(state.range(0));
+  const std::uint32_t pages = 8192;
+  std::vector<std::uint32_t> tokens(std::size_t{tokens_per_page} * pages);
+  for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<std::uint32_t>(i * 2654435761u);
+  const std::span<const std::uint32_t> all(tokens);
+  for (auto _ : state) {
+    kvmm::BlockHash h{};
+    for (std::uint32_t p = 0; p < pages; ++p)
+      h = kvmm::hash_page(h, all.subspan(std::size_t{p} * tokens_per_page, tokens_per_page), {});
+    benchmark::DoNotOptimize(h);
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()) * pages);
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * pages * tokens_per_page * 4);
+}
+BENCHMARK(BM_HashChain)->Arg(16)->Arg(64)->Arg(512);
+
+}  // namespace
+
+BENCHMARK_MAIN();

@@ -1,0 +1,260 @@
+// KVCacheManager: what an engine's scheduler calls every step. Prefix caching with
+// per-layer-kind hit and eviction rules (Jenga §5) on top of the two-level paging of
+// Jenga §4, plus PagedAttention's fork / copy-on-write / swap (§4.4-4.5). Costs: a decode
+// step's allocate + commit is O(groups) (a new page is O(1) per group unless it has to
+// evict); lookup_prefix is O(prompt pages) hashing plus O(pages probed); free is O(pages).
+// Metadata only (ids and plans): it never touches KV memory. Single-threaded by contract.
+#pragma once
+
+#include "kvmm/caching/block_hash.hpp"
+#include "kvmm/caching/evictor.hpp"
+#include "kvmm/caching/layer_policy.hpp"
+#include "kvmm/caching/prefix_index.hpp"
+#include "kvmm/paging/large_page_pool.hpp"
+#include "kvmm/paging/page_table.hpp"
+#include "kvmm/paging/small_page_allocator.hpp"
+#include "kvmm/spec/kv_layout.hpp"
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace kvmm {
+
+struct KVCacheManagerOptions {
+  std::uint32_t num_large_pages = 0;       // device pool
+  std::uint32_t num_host_large_pages = 0;  // host pool of the same layout, for swap_out
+  std::uint32_t max_requests = 1024;
+  bool prefix_caching = true;
+  bool record_events = false;  // keep stored/removed events for take_events()
+  std::uint64_t seed = 0x6b766d6d;  // random per-image prefix lengths
+};
+
+struct RequestExtras {
+  std::uint32_t lora_id = 0;
+  std::span<const MultimodalItem> items = {};  // sorted by offset, not overlapping
+  std::string_view cache_salt = {};
+  std::uint32_t priority = 0;  // retention priority 0..3: pages of higher ones evicted later
+  // Expected final length (prompt + output); the slot reserves for it once, so steady-state
+  // decode steps never touch the heap. 0: grow on demand (amortized doubling).
+  std::uint64_t max_tokens = 0;
+};
+
+// Copy `src` to `dst` in `group` before the step's kernels run. Copy-on-write copies
+// are device -> device; swap plans are device -> host (swap_out) or host -> device.
+struct PageCopy {
+  GroupId group = 0;
+  PageId src = kNullPage;
+  PageId dst = kNullPage;
+  friend bool operator==(const PageCopy&, const PageCopy&) = default;
+};
+
+enum class CacheEventKind : std::uint8_t { kStored, kRemoved };
+struct CacheEvent {
+  CacheEventKind kind = CacheEventKind::kStored;
+  GroupId group = 0;
+  PageId page = kNullPage;
+  BlockHash hash;
+};
+
+enum class PageState : std::uint8_t { kEmpty, kEvictable, kUsed };
+
+struct GroupStats {
+  std::uint32_t used_pages = 0;       // small pages with reference count > 0
+  std::uint32_t evictable_pages = 0;  // cached, reference count 0
+  std::uint32_t empty_pages = 0;      // free small pages inside this group's large pages
+  std::uint32_t large_pages = 0;      // large pages the group holds
+  std::uint64_t allocated_bytes = 0;  // used_pages * small_page_bytes
+  std::uint64_t needed_bytes = 0;     // bytes of tokens actually held by used pages
+  std::uint64_t waste_bytes = 0;      // allocated - needed
+  std::uint64_t hit_pages = 0;        // pages served from the cache by lookups
+  std::uint64_t evicted_pages = 0;
+};
+
+struct CacheStats {
+  std::vector<GroupStats> groups;
+  std::uint32_t free_large_pages = 0;
+  std::uint64_t lookups = 0;
+  std::uint64_t lookup_tokens = 0;  // prompt tokens looked up
+  std::uint64_t hit_tokens = 0;
+};
+
+using PinId = std::uint32_t;
+
+class KVCacheManager {
+ public:
+  KVCacheManager(KVLayout layout, const KVCacheManagerOptions& options);
+  KVCacheManager(const KVCacheManager&) = delete;  // allocators point into the pools
+  KVCacheManager& operator=(const KVCacheManager&) = delete;
+
+  const KVLayout& layout() const { return layout_; }
+  // Replaces a decoder group's policy (before the first request). Raises kvmm::Error for a
+  // group out of range, an encoder-token group, or a tokens_per_page mismatch.
+  void set_policy(GroupId g, std::unique_ptr<LayerPolicy> policy);
+  const LayerPolicy& policy(GroupId g) const;
+
+  // Starts a scheduler step: the timestamp of everything touched until the next call;
+  // clears copies(). O(1).
+  std::uint64_t begin_step();
+  std::uint64_t step() const { return step_; }
+
+  // Registers a request with its prompt token ids. O(tokens) copy (slot capacity kept).
+  RequestId add_request(std::span<const std::uint32_t> tokens, const RequestExtras& extras = {});
+  // Token ids the engine sampled; commit() hashes full pages, so it needs them first.
+  void append_tokens(RequestId r, std::span<const std::uint32_t> tokens);
+  void append_token(RequestId r, std::uint32_t token) { append_tokens(r, {&token, 1}); }
+  // The longest prefix valid in every group (at most prompt - 1 tokens), its pages pinned
+  // and mapped; the request continues from there. Once, before the first allocate.
+  std::uint64_t lookup_prefix(RequestId r);
+  // Pages for tokens [computed, computed + num_new_tokens + lookahead) in every group, or
+  // false with nothing changed. May evict (Jenga §5.4) and add copy-on-write copies.
+  bool allocate(RequestId r, std::uint32_t num_new_tokens, std::uint32_t lookahead = 0);
+  // Tokens [0, num_computed_tokens) now hold KV: full pages become cached, pages out of
+  // every policy's need are released. Raises kvmm::Error past the allocated tokens.
+  void commit(RequestId r, std::uint64_t num_computed_tokens);
+  // A new request sharing parent's computed pages (reference counts +1); a shared partial
+  // page is copied on the next write (copies()).
+  RequestId fork(RequestId parent);
+  void free(RequestId r);
+  // Preemption by swapping: every page of r to the host pool, all or nothing (std::nullopt:
+  // host full, nothing changed). The span stays valid until the next swap call.
+  std::optional<std::span<const PageCopy>> swap_out(RequestId r);
+  std::optional<std::span<const PageCopy>> swap_in(RequestId r);
+  // Copy-on-write copies made since begin_step().
+  std::span<const PageCopy> copies() const { return copies_; }
+  // Drops every cached hash; evictable pages become empty. O(pages).
+  void reset_prefix_cache();
+  // Keeps r's cached pages from eviction until unpin (a reference each). O(pages).
+  PinId pin_prefix(RequestId r);
+  void unpin(PinId pin);
+  void set_priority(RequestId r, std::uint32_t priority);
+
+  CacheStats stats() const;
+  // Moves the recorded events into `out` (cleared first; capacities swap, so a reused
+  // vector makes no heap allocation in steady state).
+  void take_events(std::vector<CacheEvent>& out);
+
+  // Queries.
+  bool is_active(RequestId r) const { return r < reqs_.size() && reqs_[r].active; }
+  bool is_swapped(RequestId r) const { return is_active(r) && reqs_[r].swapped; }
+  std::uint32_t num_active() const { return num_active_; }
+  std::uint64_t num_computed(RequestId r) const { return req(r).computed; }
+  std::uint64_t num_allocated(RequestId r) const { return req(r).slots; }
+  std::uint64_t num_tokens(RequestId r) const { return req(r).tokens.size(); }
+  std::span<const PageId> page_table(RequestId r, GroupId g) const;
+  const PageTableSet& page_tables(GroupId g) const { return groups_[check_group(g)].table; }
+  std::span<const PageId> host_page_table(RequestId r, GroupId g) const;
+  const LargePagePool& large_pages() const { return pool_; }
+  const SmallPageAllocator& small_pages(GroupId g) const { return groups_[check_group(g)].alloc; }
+  PageState page_state(GroupId g, PageId p) const;
+  std::uint32_t ref_count(GroupId g, PageId p) const;
+  EvictionKey eviction_key(GroupId g, PageId p) const;  // last access and prefix length
+  std::optional<BlockHash> page_hash(GroupId g, PageId p) const;
+  // Next victims: a group's small-page LRU front and the large-page LRU front (or null).
+  PageId next_small_victim(GroupId g) const { return groups_[check_group(g)].lru.front(); }
+  PageId next_large_victim() const { return large_lru_.front(); }
+  // Recomputes every count, list and reference from scratch. O(memory); for tests.
+  void check_invariants() const;
+
+ private:
+  struct Group {
+    Group(const KVLayout& layout, GroupId g, LargePagePool& pool, LargePagePool& host_pool,
+          std::uint32_t max_requests);
+    LayerGroup spec;
+    std::uint32_t P;  // tokens per page
+    std::uint32_t n;  // small pages per large page
+    bool decoder;
+    std::uint32_t hash_class;  // decoder groups of equal P share one hash chain
+    std::unique_ptr<LayerPolicy> policy;
+    ImagePolicy image;
+    SmallPageAllocator alloc;
+    PageTableSet table;
+    SmallPageAllocator host_alloc;
+    PageTableSet host_table;
+    // Per small page.
+    std::vector<std::uint32_t> ref;
+    std::vector<std::uint8_t> hashed;
+    std::vector<BlockHash> hash;
+    std::vector<std::uint64_t> time;
+    std::vector<std::uint64_t> len;
+    std::vector<std::uint8_t> prio;
+    LruEvictor lru;
+    // Per host small page.
+    std::vector<std::uint8_t> host_hashed;
+    std::vector<BlockHash> host_hash;
+    std::vector<std::uint64_t> host_len;
+    std::uint32_t evictable = 0;
+    std::uint64_t hit_pages = 0;
+    std::uint64_t evicted = 0;
+  };
+  struct Request {
+    bool active = false, swapped = false, looked_up = false, enc_ready = false,
+         enc_registered = false;
+    std::vector<std::uint32_t> tokens;
+    std::uint32_t lora = 0;
+    std::string salt;
+    std::vector<MultimodalItem> items;
+    std::vector<std::uint64_t> item_rank;  // random prefix length per item
+    std::uint32_t prio = 0;
+    std::uint64_t computed = 0, slots = 0, last_step = 0;
+    std::uint32_t items_consumed = 0;
+    std::vector<std::uint64_t> lo;          // per group: first page still held
+    std::vector<std::uint64_t> registered;  // per group: pages considered for caching
+    std::vector<std::vector<BlockHash>> hashes;  // per hash class
+    std::vector<std::vector<std::uint64_t>> item_page;  // per group: item k's first page
+  };
+
+  const Request& req(RequestId r) const;
+  Request& active_req(RequestId r);
+  Request& running(RequestId r);
+  GroupId check_group(GroupId g) const;
+  [[noreturn, gnu::cold]] void bad_request(RequestId r) const;
+  static std::uint64_t pages_for(std::uint64_t tokens, std::uint32_t P) { return (tokens + P - 1) / P; }
+
+  void ensure_hashes(Request& q, std::uint32_t cls, std::uint64_t pages);
+  BlockHash item_page_hash(const Request& q, std::uint32_t item, std::uint64_t page_in_item) const;
+  void register_page(GroupId g, PageId p, const BlockHash& h);
+  void acquire_cached(GroupId g, PageId p);
+  void release_page(GroupId g, PageId p, std::uint64_t t, std::uint32_t prio);
+  void evict_small(GroupId g, PageId p);
+  void evict_large(PageId lp);
+  EvictionKey large_key(GroupId g, PageId lp) const;
+  std::optional<PageId> take_page(GroupId g, RequestId r);
+  void init_page(GroupId g, PageId p, std::uint64_t prefix_len);
+  bool feasible(RequestId r);
+  void build_encoder_rows(RequestId r, Request& q);
+  std::uint64_t encoder_misses(RequestId r, const Request& q, GroupId g) const;
+  void release_rows(RequestId r, Request& q);
+  void record(CacheEventKind kind, GroupId g, PageId p, const BlockHash& h);
+
+  KVLayout layout_;
+  KVCacheManagerOptions options_;
+  LargePagePool pool_;
+  LargePagePool host_pool_;
+  std::vector<Group> groups_;
+  std::vector<std::uint32_t> class_tokens_;  // tokens per page of each hash class
+  LruEvictor large_lru_;
+  std::vector<std::uint32_t> ev_in_large_;  // evictable small pages per large page
+  PrefixIndex index_;
+  std::vector<Request> reqs_;
+  std::vector<RequestId> free_ids_;
+  std::uint32_t num_active_ = 0;
+  std::uint64_t step_ = 0;
+  std::uint64_t rng_;
+  std::vector<PageCopy> copies_;
+  std::vector<PageCopy> plan_;
+  std::vector<CacheEvent> events_;
+  std::vector<std::vector<std::pair<GroupId, PageId>>> pins_;
+  std::vector<PinId> free_pins_;
+  std::vector<std::uint64_t> need_;  // scratch per group
+  std::vector<std::uint8_t> cow_;    // scratch per group
+  std::vector<std::uint64_t> sim_a_, sim_f_, sim_e_;  // scratch of feasible()
+  std::vector<std::vector<PageId>> probe_memo_;  // scratch of lookup_prefix, per group
+  std::vector<std::uint64_t> accepted_;          // per group: its last valid prefix
+  std::uint64_t lookups_ = 0, lookup_tokens_ = 0, hit_tokens_ = 0;
+};
+
+}  // namespace kvmm

@@ -1,0 +1,1041 @@
+#include "kvmm/manager/kv_cache_manager.hpp"
+
+#include "kvmm/error.hpp"
+
+#include <algorithm>
+#include <utility>
+
+namespace kvmm {
+
+namespace {
+
+std::uint64_t total_small_pages(const KVLayout& layout, std::uint32_t large_pages) {
+  std::uint64_t total = 0;
+  for (GroupId g = 0; g < layout.num_groups(); ++g)
+    total += std::uint64_t{large_pages} * layout.small_pages_per_large_page(g);
+  return total;
+}
+
+std::uint64_t splitmix(std::uint64_t& state) {
+  std::uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+// Probes one decoder group's prefix index with the request's precomputed page hashes,
+// remembering every answer (page id or null) so repeated candidates cost an array read and
+// the pinning pass needs no second lookup. Prefetches the slot a few pages ahead.
+constexpr PageId kUnknown = kNullPage - 1;
+class IndexProbe final : public PageProbe {
+ public:
+  IndexProbe(const PrefixIndex& index, GroupId g, const std::vector<BlockHash>& hashes,
+             std::vector<PageId>& memo)
+      : index_(index), g_(g), hashes_(hashes), memo_(memo) {}
+  bool hit(std::uint64_t i) override { return page(i) != kNullPage; }
+  PageId page(std::uint64_t i) {
+    if (i >= hashes_.size()) return kNullPage;
+    if (memo_[i] == kUnknown) {
+      if (i + 8 < hashes_.size()) index_.prefetch(g_, hashes_[i + 8]);
+      memo_[i] = index_.find(g_, hashes_[i]);
+    }
+    return memo_[i];
+  }
+
+ private:
+  const PrefixIndex& index_;
+  GroupId g_;
+  const std::vector<BlockHash>& hashes_;
+  std::vector<PageId>& memo_;
+};
+
+}  // namespace
+
+KVCacheManager::Group::Group(const KVLayout& layout, GroupId g, LargePagePool& pool,
+                             LargePagePool& host_pool, std::uint32_t max_requests)
+    : spec(layout.group(g)),
+      P(spec.tokens_per_page),
+      n(layout.small_pages_per_large_page(g)),
+      decoder(spec.is_decoder()),
+      hash_class(0),
+      policy(decoder ? make_policy(spec) : nullptr),
+      alloc(g, n, pool, max_requests),
+      table(max_requests, P),
+      host_alloc(g, n, host_pool, max_requests),
+      host_table(max_requests, P),
+      ref(std::size_t{pool.capacity()} * n, 0),
+      hashed(std::size_t{pool.capacity()} * n, 0),
+      hash(std::size_t{pool.capacity()} * n),
+      time(std::size_t{pool.capacity()} * n, 0),
+      len(std::size_t{pool.capacity()} * n, 0),
+      prio(std::size_t{pool.capacity()} * n, 0),
+      lru(pool.capacity() * n),
+      host_hashed(std::size_t{host_pool.capacity()} * n, 0),
+      host_hash(std::size_t{host_pool.capacity()} * n),
+      host_len(std::size_t{host_pool.capacity()} * n, 0) {
+  image.release_when_consumed = spec.kind == LayerKind::kVisionEmbedding;
+}
+
+KVCacheManager::KVCacheManager(KVLayout layout, const KVCacheManagerOptions& options)
+    : layout_(std::move(layout)),
+      options_(options),
+      pool_(options.num_large_pages),
+      host_pool_(options.num_host_large_pages),
+      large_lru_(options.num_large_pages),
+      ev_in_large_(options.num_large_pages, 0),
+      index_(total_small_pages(layout_, options.num_large_pages)),
+      rng_(options.seed) {
+  if (options.num_large_pages == 0) fail("num_large_pages = 0: must be >= 1");
+  if (options.max_requests == 0 || options.max_requests == kNoRequest)
+    fail("max_requests = {}: must be in [1, 2^32-1)", options.max_requests);
+  const auto G = static_cast<GroupId>(layout_.num_groups());
+  groups_.reserve(G);
+  for (GroupId g = 0; g < G; ++g) {
+    groups_.emplace_back(layout_, g, pool_, host_pool_, options.max_requests);
+    Group& grp = groups_.back();
+    if (!grp.decoder) continue;
+    auto it = std::find(class_tokens_.begin(), class_tokens_.end(), grp.P);
+    grp.hash_class = static_cast<std::uint32_t>(it - class_tokens_.begin());
+    if (it == class_tokens_.end()) class_tokens_.push_back(grp.P);
+  }
+  reqs_.resize(options.max_requests);
+  for (Request& q : reqs_) {
+    q.lo.assign(G, 0);
+    q.registered.assign(G, 0);
+    q.hashes.resize(class_tokens_.size());
+    q.item_page.resize(G);
+  }
+  free_ids_.reserve(options.max_requests);
+  for (RequestId r = options.max_requests; r-- > 0;) free_ids_.push_back(r);
+  need_.assign(G, 0);
+  cow_.assign(G, 0);
+  sim_a_.assign(G, 0);
+  sim_f_.assign(G, 0);
+  sim_e_.assign(G, 0);
+  probe_memo_.resize(G);
+  accepted_.assign(G, 0);
+  copies_.reserve(256);
+  events_.reserve(options.record_events ? 4096 : 0);
+}
+
+// ---------------------------------------------------------------- small helpers
+
+GroupId KVCacheManager::check_group(GroupId g) const {
+  if (g >= groups_.size()) fail("group = {}: layout has {} groups", g, groups_.size());
+  return g;
+}
+
+void KVCacheManager::bad_request(RequestId r) const {
+  if (r >= reqs_.size()) fail("request = {}: out of range, max_requests is {}", r, reqs_.size());
+  fail("request = {}: not an active request", r);
+}
+
+const KVCacheManager::Request& KVCacheManager::req(RequestId r) const {
+  if (!is_active(r)) bad_request(r);
+  return reqs_[r];
+}
+
+KVCacheManager::Request& KVCacheManager::active_req(RequestId r) {
+  if (!is_active(r)) bad_request(r);
+  return reqs_[r];
+}
+
+KVCacheManager::Request& KVCacheManager::running(RequestId r) {
+  if (!is_active(r)) bad_request(r);
+  if (reqs_[r].swapped) fail("request = {}: swapped out (swap_in first)", r);
+  return reqs_[r];
+}
+
+void KVCacheManager::set_policy(GroupId g, std::unique_ptr<LayerPolicy> policy) {
+  Group& grp = groups_[check_group(g)];
+  if (!policy) fail("policy = null: group {} needs a policy", g);
+  if (!grp.decoder) fail("group = {}: {} holds encoder tokens; its policy is fixed", g, grp.spec.name);
+  if (policy->tokens_per_page() != grp.P)
+    fail("policy tokens_per_page = {}: group {} has {}", policy->tokens_per_page(), g, grp.P);
+  if (num_active_ != 0) fail("set_policy: {} requests are active; set policies first", num_active_);
+  grp.policy = std::move(policy);
+}
+
+const LayerPolicy& KVCacheManager::policy(GroupId g) const {
+  const Group& grp = groups_[check_group(g)];
+  if (!grp.decoder) fail("group = {}: encoder-token group has an ImagePolicy", g);
+  return *grp.policy;
+}
+
+std::uint64_t KVCacheManager::begin_step() {
+  copies_.clear();
+  return ++step_;
+}
+
+void KVCacheManager::record(CacheEventKind kind, GroupId g, PageId p, const BlockHash& h) {
+  if (options_.record_events) events_.push_back(CacheEvent{kind, g, p, h});
+}
+
+void KVCacheManager::take_events(std::vector<CacheEvent>& out) {
+  out.clear();
+  std::swap(out, events_);
+}
+
+std::span<const PageId> KVCacheManager::page_table(RequestId r, GroupId g) const {
+  req(r);
+  return groups_[check_group(g)].table.pages(r);
+}
+
+std::span<const PageId> KVCacheManager::host_page_table(RequestId r, GroupId g) const {
+  req(r);
+  return groups_[check_group(g)].host_table.pages(r);
+}
+
+PageState KVCacheManager::page_state(GroupId g, PageId p) const {
+  const Group& grp = groups_[check_group(g)];
+  if (p >= grp.ref.size()) fail("page = {}: group {} has {} small pages", p, g, grp.ref.size());
+  if (grp.ref[p] > 0) return PageState::kUsed;
+  return grp.lru.contains(p) ? PageState::kEvictable : PageState::kEmpty;
+}
+
+std::uint32_t KVCacheManager::ref_count(GroupId g, PageId p) const {
+  page_state(g, p);
+  return groups_[g].ref[p];
+}
+
+EvictionKey KVCacheManager::eviction_key(GroupId g, PageId p) const {
+  page_state(g, p);
+  return EvictionKey{groups_[g].time[p], groups_[g].len[p]};
+}
+
+std::optional<BlockHash> KVCacheManager::page_hash(GroupId g, PageId p) const {
+  page_state(g, p);
+  if (!groups_[g].hashed[p]) return std::nullopt;
+  return groups_[g].hash[p];
+}
+
+// ---------------------------------------------------------------- hashing
+
+void KVCacheManager::ensure_hashes(Request& q, std::uint32_t cls, std::uint64_t pages) {
+  std::vector<BlockHash>& hv = q.hashes[cls];
+  const std::uint32_t P = class_tokens_[cls];
+  const std::span<const std::uint32_t> tokens(q.tokens);
+  const std::span<const MultimodalItem> items(q.items);
+  if (items.empty() && hv.size() < pages && (!hv.empty() || q.salt.empty())) {
+    // Plain text pages: the two-pass bulk hash.
+    const std::size_t from = hv.size();
+    hv.resize(pages);
+    hash_pages(from > 0 ? hv[from - 1] : BlockHash{}, tokens.subspan(from * P), P, q.lora,
+               std::span(hv).subspan(from));
+    return;
+  }
+  for (std::uint64_t i = hv.size(); i < pages; ++i) {
+    const std::uint64_t start = i * P, end = start + P;
+    const BlockHash parent = i > 0 ? hv[i - 1] : BlockHash{};
+    PageExtraKeys ex;
+    ex.lora_id = q.lora;
+    if (i == 0) ex.salt = q.salt;
+    auto it = std::partition_point(items.begin(), items.end(), [&](const MultimodalItem& m) {
+      return m.offset + m.length <= start;
+    });
+    if (it != items.end() && it->offset < end) {
+      ex.item = &*it;
+      ex.item_offset = start - it->offset;  // wraps when the item starts inside the page
+      ++it;
+    }
+    BlockHash h = hash_page(parent, tokens.subspan(start, P), ex);
+    for (; it != items.end() && it->offset < end; ++it) {
+      PageExtraKeys more;
+      more.item = &*it;
+      more.item_offset = start - it->offset;
+      h = hash_page(h, {}, more);
+    }
+    hv.push_back(h);
+  }
+}
+
+BlockHash KVCacheManager::item_page_hash(const Request& q, std::uint32_t item,
+                                         std::uint64_t page_in_item) const {
+  return hash_item_page(q.items[item].hash, static_cast<std::uint32_t>(page_in_item), q.lora);
+}
+
+// ---------------------------------------------------------------- page states
+
+void KVCacheManager::init_page(GroupId g, PageId p, std::uint64_t prefix_len) {
+  Group& grp = groups_[g];
+  grp.ref[p] = 1;
+  grp.hashed[p] = 0;
+  grp.time[p] = step_;
+  grp.len[p] = prefix_len;
+  grp.prio[p] = 0;
+}
+
+void KVCacheManager::register_page(GroupId g, PageId p, const BlockHash& h) {
+  Group& grp = groups_[g];
+  if (!options_.prefix_caching || grp.hashed[p]) return;
+  if (!index_.insert(g, h, p)) return;  // same content cached already: p stays private
+  grp.hashed[p] = 1;
+  grp.hash[p] = h;
+  record(CacheEventKind::kStored, g, p, h);
+}
+
+void KVCacheManager::acquire_cached(GroupId g, PageId p) {
+  Group& grp = groups_[g];
+  if (grp.ref[p] == 0) {
+    grp.lru.erase(p);
+    const PageId lp = p / grp.n;
+    if (large_lru_.contains(lp)) large_lru_.erase(lp);
+    --ev_in_large_[lp];
+    --grp.evictable;
+  }
+  ++grp.ref[p];
+}
+
+EvictionKey KVCacheManager::large_key(GroupId g, PageId lp) const {
+  // The large page is as recent as its most recent small page (Jenga §5.4 step 3).
+  const Group& grp = groups_[g];
+  EvictionKey best{grp.time[lp * grp.n], grp.len[lp * grp.n]};
+  for (PageId s = lp * grp.n + 1; s < (lp + 1) * grp.n; ++s) {
+    const EvictionKey k{grp.time[s], grp.len[s]};
+    if (evicted_before(best, k)) best = k;
+  }
+  return best;
+}
+
+void KVCacheManager::release_page(GroupId g, PageId p, std::uint64_t t, std::uint32_t prio) {
+  Group& grp = groups_[g];
+  if (grp.ref[p] == 0) fail("internal: group {} page {} released with reference count 0", g, p);
+  grp.time[p] = std::max(grp.time[p], t);
+  if (--grp.ref[p] > 0) return;
+  if (!grp.hashed[p]) {
+    grp.alloc.free(p);
+    return;
+  }
+  grp.prio[p] = static_cast<std::uint8_t>(prio);
+  grp.lru.insert(p, EvictionKey{grp.time[p], grp.len[p]}, prio);
+  ++grp.evictable;
+  const PageId lp = p / grp.n;
+  if (++ev_in_large_[lp] == grp.n) {
+    std::uint32_t level = 0;
+    for (PageId s = lp * grp.n; s < (lp + 1) * grp.n; ++s) level = std::max<std::uint32_t>(level, grp.prio[s]);
+    large_lru_.insert(lp, large_key(g, lp), level);
+  }
+}
+
+void KVCacheManager::evict_small(GroupId g, PageId p) {
+  Group& grp = groups_[g];
+  grp.lru.erase(p);
+  const PageId lp = p / grp.n;
+  if (large_lru_.contains(lp)) large_lru_.erase(lp);
+  --ev_in_large_[lp];
+  --grp.evictable;
+  index_.erase(g, grp.hash[p]);
+  grp.hashed[p] = 0;
+  record(CacheEventKind::kRemoved, g, p, grp.hash[p]);
+  ++grp.evicted;
+  grp.alloc.free(p);
+}
+
+void KVCacheManager::evict_large(PageId lp) {
+  const GroupId g = pool_.owner(lp);
+  const std::uint32_t n = groups_[g].n;
+  for (PageId s = lp * n; s < (lp + 1) * n; ++s) evict_small(g, s);
+}
+
+// Jenga §5.4, in order: (1) a free small page associated with r, (2) an empty large
+// page, (3) evict the LRU evictable large page, (4) any free small page of the group,
+// (5) evict the group's LRU small page.
+std::optional<PageId> KVCacheManager::take_page(GroupId g, RequestId r) {
+  SmallPageAllocator& a = groups_[g].alloc;
+  if (auto p = a.allocate_associated(r)) return p;
+  if (auto p = a.allocate_fresh(r)) return p;
+  if (const PageId lp = large_lru_.front(); lp != kNullPage) {
+    evict_large(lp);
+    if (auto p = a.allocate_fresh(r)) return p;
+  }
+  if (auto p = a.allocate_any()) return p;
+  if (const PageId s = groups_[g].lru.front(); s != kNullPage) {
+    evict_small(g, s);
+    if (auto p = a.allocate_associated(r)) return p;
+    if (auto p = a.allocate_any()) return p;
+    return a.allocate_fresh(r);
+  }
+  return std::nullopt;
+}
+
+// Replays take_page's five steps on counters for need_[g] pages per group: true iff
+// every page can be had. O(pages needed); changes nothing.
+bool KVCacheManager::feasible(RequestId r) {
+  std::uint64_t pool = pool_.num_free();
+  PageId cursor = large_lru_.front();
+  for (GroupId g = 0; g < groups_.size(); ++g) {
+    const Group& grp = groups_[g];
+    sim_a_[g] = need_[g] > 0 ? grp.alloc.associated_free_small(r) : 0;
+    sim_f_[g] = grp.alloc.num_free_small();
+    sim_e_[g] = grp.evictable;
+  }
+  for (GroupId g = 0; g < groups_.size(); ++g) {
+    const std::uint32_t n = groups_[g].n;
+    for (std::uint64_t k = 0; k < need_[g]; ++k) {
+      if (sim_a_[g] > 0) {
+        --sim_a_[g];
+        --sim_f_[g];
+      } else if (pool > 0) {
+        --pool;
+        sim_a_[g] += n - 1;
+        sim_f_[g] += n - 1;
+      } else if (cursor != kNullPage) {
+        const GroupId h = pool_.owner(cursor);
+        sim_e_[h] -= groups_[h].n;
+        cursor = large_lru_.after(cursor);
+        sim_a_[g] += n - 1;
+        sim_f_[g] += n - 1;
+      } else if (sim_f_[g] > 0) {
+        --sim_f_[g];
+      } else if (sim_e_[g] > 0) {
+        --sim_e_[g];
+      } else {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+// ---------------------------------------------------------------- requests
+
+RequestId KVCacheManager::add_request(std::span<const std::uint32_t> tokens,
+                                      const RequestExtras& extras) {
+  if (free_ids_.empty()) fail("add_request: all max_requests = {} slots are active", reqs_.size());
+  for (std::size_t k = 0; k < extras.items.size(); ++k) {
+    const MultimodalItem& m = extras.items[k];
+    if (m.length == 0) fail("extras.items[{}].length = 0: must be >= 1", k);
+    if (k > 0 && m.offset < extras.items[k - 1].offset + extras.items[k - 1].length)
+      fail("extras.items[{}].offset = {}: items must be sorted and not overlap", k, m.offset);
+  }
+  const RequestId r = free_ids_.back();
+  free_ids_.pop_back();
+  Request& q = reqs_[r];
+  q.active = true;
+  q.swapped = q.looked_up = q.enc_ready = q.enc_registered = false;
+  const std::uint64_t reserve = std::max<std::uint64_t>(extras.max_tokens, tokens.size());
+  q.tokens.reserve(reserve);
+  q.tokens.assign(tokens.begin(), tokens.end());
+  for (std::uint32_t c = 0; c < class_tokens_.size(); ++c) q.hashes[c].reserve(reserve / class_tokens_[c]);
+  q.lora = extras.lora_id;
+  q.salt.assign(extras.cache_salt);
+  q.items.assign(extras.items.begin(), extras.items.end());
+  q.item_rank.clear();
+  for (std::size_t k = 0; k < q.items.size(); ++k) q.item_rank.push_back(splitmix(rng_) >> 1);
+  q.prio = std::min<std::uint32_t>(extras.priority, LruEvictor::kLevels - 1);
+  q.computed = q.slots = 0;
+  q.last_step = step_;
+  q.items_consumed = 0;
+  for (GroupId g = 0; g < groups_.size(); ++g) {
+    q.lo[g] = q.registered[g] = 0;
+    q.item_page[g].clear();
+    if (groups_[g].decoder) continue;
+    std::uint64_t at = 0;
+    for (const MultimodalItem& m : q.items) {
+      q.item_page[g].push_back(at);
+      at += pages_for(m.length, groups_[g].P);
+    }
+    q.item_page[g].push_back(at);
+  }
+  for (auto& hv : q.hashes) hv.clear();
+  ++num_active_;
+  return r;
+}
+
+void KVCacheManager::append_tokens(RequestId r, std::span<const std::uint32_t> tokens) {
+  Request& q = active_req(r);
+  q.tokens.insert(q.tokens.end(), tokens.begin(), tokens.end());
+}
+
+void KVCacheManager::set_priority(RequestId r, std::uint32_t priority) {
+  Request& q = active_req(r);
+  q.prio = std::min<std::uint32_t>(priority, LruEvictor::kLevels - 1);
+}
+
+void KVCacheManager::build_encoder_rows(RequestId r, Request& q) {
+  for (GroupId g = 0; g < groups_.size(); ++g) {
+    Group& grp = groups_[g];
+    if (grp.decoder || q.items.empty() || grp.table.num_pages(r) != 0) continue;
+    for (std::uint64_t i = 0; i < q.item_page[g].back(); ++i) grp.table.append(r, kNullPage);
+    grp.table.set_num_tokens(r, q.item_page[g].back() * grp.P);
+  }
+}
+
+std::uint64_t KVCacheManager::lookup_prefix(RequestId r) {
+  Request& q = running(r);
+  if (q.looked_up || q.slots > 0)
+    fail("request = {}: lookup_prefix must come once, before the first allocate", r);
+  q.looked_up = true;
+  ++lookups_;
+  lookup_tokens_ += q.tokens.size();
+  q.last_step = step_;
+  if (!options_.prefix_caching || q.tokens.size() <= 1) {
+    build_encoder_rows(r, q);
+    return 0;
+  }
+  const std::uint64_t limit = q.tokens.size() - 1;
+  for (std::uint32_t c = 0; c < class_tokens_.size(); ++c)
+    ensure_hashes(q, c, limit / class_tokens_[c]);
+  // The longest prefix valid in every group: shrink p until every group accepts it. A
+  // group whose last answer equals p is not asked again.
+  for (GroupId g = 0; g < groups_.size(); ++g) {
+    if (!groups_[g].decoder) continue;
+    probe_memo_[g].assign(q.hashes[groups_[g].hash_class].size(), kUnknown);
+    accepted_[g] = ~std::uint64_t{0};
+  }
+  std::uint64_t p = limit;
+  for (bool changed = true; changed && p > 0;) {
+    changed = false;
+    for (GroupId g = 0; g < groups_.size() && p > 0; ++g) {
+      const Group& grp = groups_[g];
+      std::uint64_t v = p;
+      if (grp.decoder) {
+        if (accepted_[g] == p) continue;
+        IndexProbe probe(index_, g, q.hashes[grp.hash_class], probe_memo_[g]);
+        v = grp.policy->longest_valid_prefix(p, probe);
+        accepted_[g] = v;
+      } else {
+        for (std::uint32_t k = 0; k < q.items.size(); ++k) {
+          const MultimodalItem& m = q.items[k];
+          if (!grp.image.needs(m.offset, m.length, v)) continue;
+          const std::uint64_t pages = q.item_page[g][k + 1] - q.item_page[g][k];
+          for (std::uint64_t j = 0; j < pages; ++j) {
+            if (index_.find(g, item_page_hash(q, k, j)) == kNullPage) {
+              v = m.offset;
+              break;
+            }
+          }
+        }
+      }
+      if (v < p) {
+        p = v;
+        changed = true;
+      }
+    }
+  }
+  // Pin what the hit needs; the rest of the prefix is the null page.
+  for (GroupId g = 0; g < groups_.size(); ++g) {
+    Group& grp = groups_[g];
+    if (grp.decoder) {
+      const std::uint64_t pages = p / grp.P;
+      const std::uint64_t lo = std::min(grp.policy->first_required_page(p), pages);
+      IndexProbe probe(index_, g, q.hashes[grp.hash_class], probe_memo_[g]);
+      for (std::uint64_t i = 0; i < lo; ++i) grp.table.append(r, kNullPage);
+      for (std::uint64_t i = lo; i < pages; ++i) {
+        const PageId page = probe.page(i);
+        if (page == kNullPage) fail("internal: group {} lost page {} of a validated hit", g, i);
+        acquire_cached(g, page);
+        grp.table.append(r, page);
+      }
+      grp.hit_pages += pages - lo;
+      grp.table.set_num_tokens(r, p);
+      q.lo[g] = lo;
+      q.registered[g] = pages;
+    } else if (!q.items.empty()) {
+      build_encoder_rows(r, q);
+      for (std::uint32_t k = 0; k < q.items.size(); ++k) {
+        const MultimodalItem& m = q.items[k];
+        if (!grp.image.needs(m.offset, m.length, p)) continue;
+        for (std::uint64_t j = 0; j < q.item_page[g][k + 1] - q.item_page[g][k]; ++j) {
+          const PageId page = index_.find(g, item_page_hash(q, k, j));
+          if (page == kNullPage) fail("internal: group {} lost image page {} of a validated hit", g, j);
+          acquire_cached(g, page);
+          ++grp.hit_pages;
+          grp.table.set(r, static_cast<std::uint32_t>(q.item_page[g][k] + j), page);
+        }
+      }
+    }
+  }
+  // Embedding pages of images the hit consumed entirely are never needed.
+  while (q.items_consumed < q.items.size() &&
+         q.items[q.items_consumed].offset + q.items[q.items_consumed].length <= p)
+    ++q.items_consumed;
+  q.computed = q.slots = p;
+  hit_tokens_ += p;
+  return p;
+}
+
+std::uint64_t KVCacheManager::encoder_misses(RequestId r, const Request& q, GroupId g) const {
+  const Group& grp = groups_[g];
+  const bool built = grp.table.num_pages(r) != 0;
+  std::uint64_t misses = 0;
+  for (std::uint32_t k = q.items_consumed; k < q.items.size(); ++k) {
+    for (std::uint64_t i = q.item_page[g][k]; i < q.item_page[g][k + 1]; ++i)
+      misses += !built || grp.table.pages(r)[i] == kNullPage;
+  }
+  if (grp.image.release_when_consumed) return misses;
+  // Cross attention keeps every image, consumed ones included.
+  for (std::uint32_t k = 0; k < q.items_consumed; ++k)
+    for (std::uint64_t i = q.item_page[g][k]; i < q.item_page[g][k + 1]; ++i)
+      misses += !built || grp.table.pages(r)[i] == kNullPage;
+  return misses;
+}
+
+bool KVCacheManager::allocate(RequestId r, std::uint32_t num_new_tokens, std::uint32_t lookahead) {
+  Request& q = running(r);
+  const std::uint64_t target = q.computed + num_new_tokens + lookahead;
+  bool any = false;
+  for (GroupId g = 0; g < groups_.size(); ++g) {
+    Group& grp = groups_[g];
+    need_[g] = 0;
+    cow_[g] = 0;
+    if (grp.decoder) {
+      if (target > q.slots) {
+        const std::uint64_t have = grp.table.num_pages(r), want = pages_for(target, grp.P);
+        need_[g] = want > have ? want - have : 0;
+      }
+      if (num_new_tokens > 0 && q.computed % grp.P != 0) {
+        const std::uint64_t idx = q.computed / grp.P;
+        const std::span<const PageId> pages = grp.table.pages(r);
+        if (idx < pages.size() && pages[idx] != kNullPage && grp.ref[pages[idx]] > 1) cow_[g] = 1;
+      }
+    } else if (!q.enc_ready && !q.items.empty()) {
+      need_[g] = encoder_misses(r, q, g);
+    }
+    need_[g] += cow_[g];
+    any |= need_[g] > 0;
+  }
+  if (!any) {
+    q.slots = std::max(q.slots, target);
+    if (!q.items.empty()) q.enc_ready = true;
+    return true;
+  }
+  if (!feasible(r)) return false;
+  for (GroupId g = 0; g < groups_.size(); ++g) {
+    Group& grp = groups_[g];
+    if (grp.decoder) {
+      if (cow_[g]) {
+        const auto idx = static_cast<std::uint32_t>(q.computed / grp.P);
+        const PageId old = grp.table.pages(r)[idx];
+        const PageId p = *take_page(g, r);
+        init_page(g, p, grp.len[old]);
+        grp.table.set(r, idx, p);
+        copies_.push_back(PageCopy{g, old, p});
+        release_page(g, old, q.last_step, q.prio);
+        --need_[g];
+      }
+      for (std::uint64_t k = 0; k < need_[g]; ++k) {
+        const std::optional<PageId> p = take_page(g, r);
+        if (!p) fail("internal: group {} allocation failed after a successful feasibility check", g);
+        init_page(g, *p, grp.policy->prefix_length(grp.table.num_pages(r)));
+        grp.table.append(r, *p);
+      }
+      if (target > grp.table.num_tokens(r)) grp.table.set_num_tokens(r, target);
+    } else if (need_[g] > 0) {
+      build_encoder_rows(r, q);
+      for (std::uint32_t k = 0; k < q.items.size(); ++k) {
+        if (grp.image.release_when_consumed && k < q.items_consumed) continue;
+        for (std::uint64_t i = q.item_page[g][k]; i < q.item_page[g][k + 1]; ++i) {
+          if (grp.table.pages(r)[i] != kNullPage) continue;
+          const std::optional<PageId> p = take_page(g, r);
+          if (!p) fail("internal: group {} allocation failed after a successful feasibility check", g);
+          init_page(g, *p, q.item_rank[k]);
+          grp.table.set(r, static_cast<std::uint32_t>(i), *p);
+        }
+      }
+    }
+  }
+  if (!q.items.empty()) {
+    build_encoder_rows(r, q);
+    q.enc_ready = true;
+  }
+  q.slots = std::max(q.slots, target);
+  return true;
+}
+
+void KVCacheManager::commit(RequestId r, std::uint64_t num_computed_tokens) {
+  Request& q = running(r);
+  const std::uint64_t c = num_computed_tokens, c0 = q.computed;
+  if (c < c0) fail("num_computed_tokens = {}: request {} already has {} computed", c, r, c0);
+  if (c > q.slots)
+    fail("num_computed_tokens = {}: request {} has pages for {} tokens only", c, r, q.slots);
+  if (options_.prefix_caching && c > q.tokens.size())
+    fail("num_computed_tokens = {}: request {} has {} token ids (append_tokens first)", c, r,
+         q.tokens.size());
+  for (GroupId g = 0; g < groups_.size(); ++g) {
+    Group& grp = groups_[g];
+    if (!grp.decoder) continue;
+    const std::span<const PageId> pages = grp.table.pages(r);
+    if (options_.prefix_caching) {
+      const std::uint64_t full = c / grp.P;
+      if (q.registered[g] < full) {
+        ensure_hashes(q, grp.hash_class, full);
+        const std::vector<BlockHash>& hv = q.hashes[grp.hash_class];
+        for (std::uint64_t i = q.registered[g]; i < full; ++i)
+          if (pages[i] != kNullPage) register_page(g, pages[i], hv[i]);
+        q.registered[g] = full;
+      }
+    }
+    const std::uint64_t new_lo = std::min<std::uint64_t>(grp.policy->first_needed_page(c), pages.size());
+    if (new_lo > q.lo[g]) {
+      // Pages the step touched get this step's time; the others kept their last one.
+      const std::uint64_t touch_lo = grp.policy->first_touched_page(c0, c);
+      for (std::uint64_t i = new_lo; i-- > q.lo[g];) {
+        const PageId p = pages[i];
+        if (p == kNullPage) continue;
+        release_page(g, p, i >= touch_lo && c > c0 ? step_ : q.last_step, q.prio);
+        grp.table.set(r, static_cast<std::uint32_t>(i), kNullPage);
+      }
+      q.lo[g] = new_lo;
+    }
+  }
+  if (!q.items.empty() && q.enc_ready) {
+    for (GroupId g = 0; g < groups_.size(); ++g) {
+      Group& grp = groups_[g];
+      if (grp.decoder) continue;
+      if (options_.prefix_caching && !q.enc_registered && c > 0) {
+        for (std::uint32_t k = 0; k < q.items.size(); ++k)
+          for (std::uint64_t i = q.item_page[g][k]; i < q.item_page[g][k + 1]; ++i)
+            if (const PageId p = grp.table.pages(r)[i]; p != kNullPage)
+              register_page(g, p, item_page_hash(q, k, i - q.item_page[g][k]));
+      }
+      if (!grp.image.release_when_consumed) continue;
+      // Vision embedding pages of images the prefill consumed (Jenga §6.2).
+      for (std::uint32_t k = q.items_consumed; k < q.items.size(); ++k) {
+        if (q.items[k].offset + q.items[k].length > c) break;
+        for (std::uint64_t i = q.item_page[g][k + 1]; i-- > q.item_page[g][k];) {
+          const PageId p = grp.table.pages(r)[i];
+          if (p == kNullPage) continue;
+          release_page(g, p, step_, q.prio);
+          grp.table.set(r, static_cast<std::uint32_t>(i), kNullPage);
+        }
+      }
+    }
+    if (c > 0) q.enc_registered = true;
+    while (q.items_consumed < q.items.size() &&
+           q.items[q.items_consumed].offset + q.items[q.items_consumed].length <= c)
+      ++q.items_consumed;
+  }
+  q.computed = c;
+  if (c > c0) q.last_step = step_;
+}
+
+void KVCacheManager::release_rows(RequestId r, Request& q) {
+  for (GroupId g = 0; g < groups_.size(); ++g) {
+    Group& grp = groups_[g];
+    const std::span<const PageId> pages = grp.table.pages(r);
+    // Last page first: within one step the longest prefix is evicted first, so the
+    // evictor appends at its tail in O(1).
+    for (std::size_t i = pages.size(); i-- > 0;)
+      if (pages[i] != kNullPage) release_page(g, pages[i], q.last_step, q.prio);
+    grp.alloc.release_request(r);
+    grp.table.clear(r);
+  }
+}
+
+void KVCacheManager::free(RequestId r) {
+  Request& q = active_req(r);
+  if (q.swapped) {
+    for (GroupId g = 0; g < groups_.size(); ++g) {
+      Group& grp = groups_[g];
+      for (PageId h : grp.host_table.pages(r))
+        if (h != kNullPage) grp.host_alloc.free(h);
+      grp.host_alloc.release_request(r);
+      grp.host_table.clear(r);
+    }
+  } else {
+    release_rows(r, q);
+  }
+  q.active = q.swapped = false;
+  --num_active_;
+  free_ids_.push_back(r);
+}
+
+RequestId KVCacheManager::fork(RequestId parent) {
+  running(parent);
+  if (free_ids_.empty()) fail("fork: all max_requests = {} slots are active", reqs_.size());
+  const RequestId r = free_ids_.back();
+  free_ids_.pop_back();
+  const Request& pq = reqs_[parent];
+  Request& q = reqs_[r];
+  q.active = true;
+  q.swapped = false;
+  q.looked_up = true;
+  q.enc_ready = pq.enc_ready;
+  q.enc_registered = pq.enc_registered;
+  q.tokens = pq.tokens;
+  q.lora = pq.lora;
+  q.salt = pq.salt;
+  q.items = pq.items;
+  q.item_rank = pq.item_rank;
+  q.prio = pq.prio;
+  q.computed = q.slots = pq.computed;
+  q.last_step = pq.last_step;
+  q.items_consumed = pq.items_consumed;
+  q.lo = pq.lo;
+  q.hashes = pq.hashes;
+  q.item_page = pq.item_page;
+  for (GroupId g = 0; g < groups_.size(); ++g) {
+    Group& grp = groups_[g];
+    const std::span<const PageId> pages = grp.table.pages(parent);
+    const std::size_t k = grp.decoder ? std::min<std::size_t>(pages.size(), pages_for(pq.computed, grp.P))
+                                      : pages.size();
+    for (std::size_t i = 0; i < k; ++i) {
+      grp.table.append(r, pages[i]);
+      if (pages[i] != kNullPage) ++grp.ref[pages[i]];
+    }
+    grp.table.set_num_tokens(r, grp.decoder ? pq.computed : grp.table.num_tokens(parent));
+    q.registered[g] = std::min<std::uint64_t>(pq.registered[g], k);
+    q.lo[g] = std::min<std::uint64_t>(pq.lo[g], k);
+  }
+  ++num_active_;
+  return r;
+}
+
+// ---------------------------------------------------------------- swapping
+
+std::optional<std::span<const PageCopy>> KVCacheManager::swap_out(RequestId r) {
+  Request& q = running(r);
+  // Exact host capacity check: the host pool has no cache, so this is PagedKVAllocator's.
+  std::uint64_t large_needed = 0;
+  for (GroupId g = 0; g < groups_.size(); ++g) {
+    const Group& grp = groups_[g];
+    need_[g] = 0;
+    for (PageId p : grp.table.pages(r)) need_[g] += p != kNullPage;
+    const std::uint64_t free_small = grp.host_alloc.num_free_small();
+    if (need_[g] > free_small) large_needed += (need_[g] - free_small + grp.n - 1) / grp.n;
+  }
+  if (large_needed > host_pool_.num_free()) return std::nullopt;
+  plan_.clear();
+  std::uint64_t reserve = large_needed;
+  for (GroupId g = 0; g < groups_.size(); ++g) {
+    Group& grp = groups_[g];
+    const std::uint64_t free_small = grp.host_alloc.num_free_small();
+    if (need_[g] > free_small) reserve -= (need_[g] - free_small + grp.n - 1) / grp.n;
+    for (PageId p : grp.table.pages(r)) {
+      if (p == kNullPage) {
+        grp.host_table.append(r, kNullPage);
+        continue;
+      }
+      const std::optional<PageId> h = grp.host_alloc.allocate(r, static_cast<std::uint32_t>(reserve));
+      if (!h) fail("internal: host group {} allocation failed after a capacity check", g);
+      grp.host_hashed[*h] = grp.hashed[p];
+      grp.host_hash[*h] = grp.hash[p];
+      grp.host_len[*h] = grp.len[p];
+      grp.host_table.append(r, *h);
+      plan_.push_back(PageCopy{g, p, *h});
+    }
+    grp.host_table.set_num_tokens(r, grp.table.num_tokens(r));
+  }
+  release_rows(r, q);
+  q.swapped = true;
+  return std::span<const PageCopy>(plan_);
+}
+
+std::optional<std::span<const PageCopy>> KVCacheManager::swap_in(RequestId r) {
+  Request& q = active_req(r);
+  if (!q.swapped) fail("request = {}: not swapped out", r);
+  for (GroupId g = 0; g < groups_.size(); ++g) {
+    need_[g] = 0;
+    for (PageId h : groups_[g].host_table.pages(r)) need_[g] += h != kNullPage;
+  }
+  if (!feasible(r)) return std::nullopt;
+  plan_.clear();
+  for (GroupId g = 0; g < groups_.size(); ++g) {
+    Group& grp = groups_[g];
+    for (PageId h : grp.host_table.pages(r)) {
+      if (h == kNullPage) {
+        grp.table.append(r, kNullPage);
+        continue;
+      }
+      const std::optional<PageId> p = take_page(g, r);
+      if (!p) fail("internal: group {} allocation failed after a successful feasibility check", g);
+      init_page(g, *p, grp.host_len[h]);
+      grp.table.append(r, *p);
+      plan_.push_back(PageCopy{g, h, *p});
+    }
+    grp.table.set_num_tokens(r, grp.host_table.num_tokens(r));
+  }
+  // Re-cache after every page is placed: an eviction above may have dropped the device
+  // copy of a hash that a swapped-in page now holds.
+  for (const PageCopy& c : plan_) {
+    Group& grp = groups_[c.group];
+    if (grp.host_hashed[c.src]) register_page(c.group, c.dst, grp.host_hash[c.src]);
+    grp.host_alloc.free(c.src);
+  }
+  for (GroupId g = 0; g < groups_.size(); ++g) {
+    groups_[g].host_alloc.release_request(r);
+    groups_[g].host_table.clear(r);
+  }
+  q.swapped = false;
+  q.last_step = step_;
+  return std::span<const PageCopy>(plan_);
+}
+
+// ---------------------------------------------------------------- cache control
+
+void KVCacheManager::reset_prefix_cache() {
+  for (GroupId g = 0; g < groups_.size(); ++g) {
+    Group& grp = groups_[g];
+    for (PageId s = grp.lru.front(); s != kNullPage; s = grp.lru.front()) evict_small(g, s);
+    for (PageId p = 0; p < grp.hashed.size(); ++p) {
+      if (!grp.hashed[p]) continue;
+      index_.erase(g, grp.hash[p]);
+      grp.hashed[p] = 0;
+      record(CacheEventKind::kRemoved, g, p, grp.hash[p]);
+    }
+  }
+}
+
+PinId KVCacheManager::pin_prefix(RequestId r) {
+  running(r);
+  PinId id;
+  if (!free_pins_.empty()) {
+    id = free_pins_.back();
+    free_pins_.pop_back();
+  } else {
+    id = static_cast<PinId>(pins_.size());
+    pins_.emplace_back();
+  }
+  auto& held = pins_[id];
+  held.clear();
+  for (GroupId g = 0; g < groups_.size(); ++g) {
+    Group& grp = groups_[g];
+    for (PageId p : grp.table.pages(r)) {
+      if (p == kNullPage || !grp.hashed[p]) continue;
+      ++grp.ref[p];
+      held.emplace_back(g, p);
+    }
+  }
+  return id;
+}
+
+void KVCacheManager::unpin(PinId pin) {
+  if (pin >= pins_.size() || std::find(free_pins_.begin(), free_pins_.end(), pin) != free_pins_.end())
+    fail("pin = {}: not an active pin", pin);
+  for (auto it = pins_[pin].rbegin(); it != pins_[pin].rend(); ++it)
+    release_page(it->first, it->second, step_, 0);
+  pins_[pin].clear();
+  free_pins_.push_back(pin);
+}
+
+// ---------------------------------------------------------------- stats and checks
+
+CacheStats KVCacheManager::stats() const {
+  CacheStats s;
+  s.free_large_pages = pool_.num_free();
+  s.lookups = lookups_;
+  s.lookup_tokens = lookup_tokens_;
+  s.hit_tokens = hit_tokens_;
+  for (GroupId g = 0; g < groups_.size(); ++g) {
+    const Group& grp = groups_[g];
+    GroupStats gs;
+    gs.evictable_pages = grp.evictable;
+    gs.used_pages = grp.alloc.num_used_small() - grp.evictable;
+    gs.empty_pages = grp.alloc.num_free_small();
+    gs.large_pages = grp.alloc.num_large_pages();
+    gs.allocated_bytes = std::uint64_t{gs.used_pages} * layout_.small_page_bytes(g);
+    gs.hit_pages = grp.hit_pages;
+    gs.evicted_pages = grp.evicted;
+    // Needed bytes: the tokens each distinct used page really holds (a page shared by a
+    // fork or a hit counts once, at its fullest).
+    std::vector<std::uint32_t> held(grp.ref.size(), 0);
+    for (RequestId r = 0; r < reqs_.size(); ++r) {
+      const Request& q = reqs_[r];
+      if (!q.active || q.swapped) continue;
+      const std::span<const PageId> pages = grp.table.pages(r);
+      for (std::size_t i = 0; i < pages.size(); ++i) {
+        if (pages[i] == kNullPage) continue;
+        std::uint64_t tok = grp.P;
+        if (grp.decoder) {
+          const std::uint64_t start = i * std::uint64_t{grp.P};
+          tok = q.computed > start ? std::min<std::uint64_t>(grp.P, q.computed - start) : 0;
+        }
+        held[pages[i]] = std::max<std::uint32_t>(held[pages[i]], static_cast<std::uint32_t>(tok));
+      }
+    }
+    for (const auto& pin : pins_)
+      for (const auto& [pg, p] : pin)
+        if (pg == g) held[p] = grp.P;
+    for (PageId p = 0; p < held.size(); ++p) {
+      if (held[p] == 0) continue;
+      gs.needed_bytes += grp.spec.is_state() ? layout_.natural_page_bytes(g)
+                                             : held[p] * grp.spec.bytes_per_token();
+    }
+    gs.waste_bytes = gs.allocated_bytes > gs.needed_bytes ? gs.allocated_bytes - gs.needed_bytes : 0;
+    s.groups.push_back(gs);
+  }
+  return s;
+}
+
+void KVCacheManager::check_invariants() const {
+  std::uint64_t hashed_total = 0;
+  for (GroupId g = 0; g < groups_.size(); ++g) {
+    const Group& grp = groups_[g];
+    grp.alloc.check_invariants();
+    grp.host_alloc.check_invariants();
+    std::vector<std::uint32_t> refs(grp.ref.size(), 0);
+    std::uint64_t host_used = 0;
+    for (RequestId r = 0; r < reqs_.size(); ++r) {
+      const Request& q = reqs_[r];
+      if (!q.active) {
+        if (grp.table.num_pages(r) || grp.host_table.num_pages(r))
+          fail("invariant: inactive request {} holds pages in group {}", r, g);
+        continue;
+      }
+      for (PageId h : grp.host_table.pages(r)) host_used += h != kNullPage;
+      if (q.swapped) {
+        if (grp.table.num_pages(r)) fail("invariant: swapped request {} holds device pages", r);
+        continue;
+      }
+      const std::span<const PageId> pages = grp.table.pages(r);
+      if (grp.decoder) {
+        if (pages.size() != pages_for(q.slots, grp.P))
+          fail("invariant: request {} group {} has {} pages for {} allocated tokens", r, g,
+               pages.size(), q.slots);
+        for (std::size_t i = 0; i < pages.size(); ++i)
+          if ((pages[i] == kNullPage) != (i < q.lo[g]))
+            fail("invariant: request {} group {} entry {} is {} (first held page {})", r, g, i,
+                 pages[i], q.lo[g]);
+      }
+      for (PageId p : pages) {
+        if (p == kNullPage) continue;
+        if (!grp.alloc.is_allocated(p)) fail("invariant: request {} group {} maps empty page {}", r, g, p);
+        ++refs[p];
+      }
+    }
+    for (const auto& pin : pins_)
+      for (const auto& [pg, p] : pin)
+        if (pg == g) ++refs[p];
+    std::uint32_t evictable = 0;
+    std::vector<std::uint32_t> per_large(pool_.capacity(), 0);
+    for (PageId p = 0; p < grp.ref.size(); ++p) {
+      if (refs[p] != grp.ref[p])
+        fail("invariant: group {} page {} has reference count {} but {} holders", g, p, grp.ref[p], refs[p]);
+      const bool alloc = grp.alloc.is_allocated(p), in_lru = grp.lru.contains(p);
+      if (alloc != (grp.ref[p] > 0 || in_lru))
+        fail("invariant: group {} page {} allocated={} but ref {} evictable {}", g, p, alloc, grp.ref[p], in_lru);
+      if (in_lru && (grp.ref[p] != 0 || !grp.hashed[p]))
+        fail("invariant: group {} evictable page {} has ref {} hashed {}", g, p, grp.ref[p], grp.hashed[p]);
+      if (grp.hashed[p]) {
+        ++hashed_total;
+        if (!alloc) fail("invariant: group {} page {} is both cached and free", g, p);
+        if (index_.find(g, grp.hash[p]) != p) fail("invariant: group {} page {} not indexed by its hash", g, p);
+      }
+      if (in_lru) {
+        ++evictable;
+        ++per_large[p / grp.n];
+      }
+    }
+    if (evictable != grp.evictable || evictable != grp.lru.size())
+      fail("invariant: group {} counts {} evictable, list {}, actual {}", g, grp.evictable, grp.lru.size(), evictable);
+    for (PageId lp = 0; lp < pool_.capacity(); ++lp) {
+      if (pool_.owner(lp) != g) continue;
+      if (per_large[lp] != ev_in_large_[lp])
+        fail("invariant: large page {} counts {} evictable small pages, actual {}", lp, ev_in_large_[lp], per_large[lp]);
+      if (large_lru_.contains(lp) != (per_large[lp] == grp.n))
+        fail("invariant: large page {} in large LRU = {} with {}/{} evictable", lp, large_lru_.contains(lp), per_large[lp], grp.n);
+    }
+    if (host_used != grp.host_alloc.num_used_small())
+      fail("invariant: group {} host pages used {} but {} in host tables", g, grp.host_alloc.num_used_small(), host_used);
+  }
+  for (PageId lp = 0; lp < pool_.capacity(); ++lp)
+    if (pool_.owner(lp) == kNoGroup && large_lru_.contains(lp))
+      fail("invariant: free large page {} is in the large LRU", lp);
+  if (hashed_total != index_.size())
+    fail("invariant: {} hashed pages but {} index entries", hashed_total, index_.size());
+  if (num_active_ + free_ids_.size() != reqs_.size())
+    fail("invariant: {} active + {} free request ids != {}", num_active_, free_ids_.size(), reqs_.size());
+}
+
+}  // namespace kvmm

@@ -1,0 +1,486 @@
+// Seeded model-based test: >= 100k random operations (add, lookup, allocate, commit,
+// fork, copy-on-write, eviction, swap out/in, pin, reset, free) on a three-group layout
+// (full attention, sliding window, Mamba) checked after every operation against a plain
+// reference model: its own block hashes, its own cached set, hit lengths by brute force
+// over every candidate prefix, reference counts and page states recomputed from the page
+// tables, evictions only of pages the model holds evictable, all-or-none failures.
+#include "kvmm/manager/kv_cache_manager.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <map>
+#include <optional>
+#include <random>
+#include <set>
+#include <vector>
+
+using namespace kvmm;
+
+namespace {
+
+constexpr std::uint32_t kMaxRequests = 12;
+constexpr GroupId kFull = 0, kSw = 1, kMamba = 2;
+constexpr std::uint32_t kWindow = 6;
+const std::uint32_t kP[3] = {4, 4, 8};
+
+KVLayout random_layout() {
+  return KVLayout::plan({LayerGroup::full_attention("full", 1, 1, 8, 2, 4),
+                         LayerGroup::sliding_window("sw", 2, 1, 8, 2, 4, kWindow),
+                         LayerGroup::mamba_state("mamba", 1, 384, 8)});
+}
+
+using HashKey = std::pair<std::uint64_t, std::uint64_t>;
+HashKey key(const BlockHash& h) { return {h.lo, h.hi}; }
+
+struct RefRequest {
+  std::vector<std::uint32_t> tokens;
+  std::uint32_t lora = 0;
+  std::uint64_t registered[3] = {0, 0, 0};
+  bool swapped = false;
+  std::vector<std::optional<BlockHash>> swapped_hash[3];
+  std::vector<bool> swapped_null[3];
+};
+
+class Model {
+ public:
+  Model(std::uint64_t seed, std::uint32_t large_pages)
+      : rng_(seed),
+        kv_(random_layout(), {.num_large_pages = large_pages, .num_host_large_pages = 6,
+                              .max_requests = kMaxRequests, .record_events = true}) {
+    for (GroupId g = 0; g < 3; ++g) n_[g] = kv_.layout().small_pages_per_large_page(g);
+    for (auto& base : bases_) {
+      base.resize(40);
+      for (auto& t : base) t = static_cast<std::uint32_t>(rng_() % 50);
+    }
+  }
+
+  void run(int ops) {
+    for (int i = 0; i < ops; ++i) {
+      op_index_ = i;
+      before_op();
+      one_op();
+      after_op();
+    }
+  }
+
+  std::uint64_t hits = 0, lookups = 0, evictions = 0, failures = 0, cows = 0, swaps = 0;
+
+ private:
+  // ---- reference hashes and hits
+  std::vector<BlockHash> chain(const RefRequest& q, std::uint32_t P) const {
+    std::vector<BlockHash> out;
+    for (std::size_t i = 0; (i + 1) * P <= q.tokens.size(); ++i) {
+      PageExtraKeys ex;
+      ex.lora_id = q.lora;
+      out.push_back(hash_page(i ? out.back() : BlockHash{},
+                              std::span(q.tokens).subspan(i * P, P), ex));
+    }
+    return out;
+  }
+  bool cached(GroupId g, const std::vector<BlockHash>& h, std::uint64_t i) const {
+    return i < h.size() && cached_[g].count(key(h[i]));
+  }
+  std::uint64_t expected_hit(const RefRequest& q) const {
+    if (q.tokens.size() <= 1) return 0;
+    const auto h4 = chain(q, 4), h8 = chain(q, 8);
+    for (std::uint64_t p = q.tokens.size() - 1; p > 0; --p) {
+      if (p % 8) continue;
+      bool ok = true;
+      for (std::uint64_t i = 0; i < p / 4 && ok; ++i) ok = cached(kFull, h4, i);
+      for (std::uint64_t i = (p > kWindow ? p - kWindow : 0) / 4; i < p / 4 && ok; ++i) ok = cached(kSw, h4, i);
+      ok = ok && cached(kMamba, h8, p / 8 - 1);
+      if (ok) return p;
+    }
+    return 0;
+  }
+
+  // ---- reference counts and states, recomputed from the page tables and pins
+  void count_refs() {
+    for (GroupId g = 0; g < 3; ++g) refs_[g].assign(pages(g), 0);
+    for (const auto& [r, q] : reqs_) {
+      if (q.swapped) continue;
+      for (GroupId g = 0; g < 3; ++g)
+        for (PageId x : kv_.page_table(r, g))
+          if (x != kNullPage) ++refs_[g][x];
+    }
+    for (const auto& [id, held] : pins_)
+      for (const auto& [pg, x] : held) ++refs_[pg][x];
+  }
+  PageState state(GroupId g, PageId p) const {
+    if (refs_[g][p] > 0) return PageState::kUsed;
+    return page_hash_[g].count(p) ? PageState::kEvictable : PageState::kEmpty;
+  }
+  std::uint64_t pages(GroupId g) const { return std::uint64_t{kv_.large_pages().capacity()} * n_[g]; }
+
+  void before_op() {
+    count_refs();
+    for (GroupId g = 0; g < 3; ++g) {
+      evictable_[g].clear();
+      for (const auto& [p, h] : page_hash_[g])
+        if (refs_[g][p] == 0) evictable_[g].insert(p);
+    }
+    tables_before_.clear();
+    for (const auto& [r, q] : reqs_)
+      for (GroupId g = 0; g < 3; ++g) {
+        const auto t = kv_.page_table(r, g);
+        tables_before_[{r, g}] = std::vector<PageId>(t.begin(), t.end());
+      }
+  }
+
+  void forget(GroupId g, PageId p) {
+    const auto it = page_hash_[g].find(p);
+    REQUIRE(it != page_hash_[g].end());
+    cached_[g].erase(key(it->second));
+    page_hash_[g].erase(it);
+  }
+  void remember(GroupId g, PageId p, const BlockHash& h) {
+    if (cached_[g].count(key(h)) || page_hash_[g].count(p)) return;
+    cached_[g][key(h)] = p;
+    page_hash_[g][p] = h;
+  }
+
+  // Removed events: only pages the model held evictable before the operation.
+  void take_events(bool resetting = false) {
+    kv_.take_events(events_);
+    for (const CacheEvent& e : events_) {
+      if (e.kind != CacheEventKind::kRemoved) continue;
+      if (!resetting) {
+        INFO("group " << e.group << " page " << e.page);
+        REQUIRE(evictable_[e.group].count(e.page));
+        ++evictions;
+      }
+      REQUIRE(page_hash_[e.group].count(e.page));
+      REQUIRE(page_hash_[e.group].at(e.page) == e.hash);
+      forget(e.group, e.page);
+    }
+  }
+
+  void after_op() {
+    INFO("op " << op_index_ << " " << last_op_);
+    count_refs();
+    for (GroupId g = 0; g < 3; ++g) {
+      for (PageId p = 0; p < pages(g); ++p) {
+        const std::optional<BlockHash> h = kv_.page_hash(g, p);
+        const auto it = page_hash_[g].find(p);
+        const bool ok = h.has_value() == (it != page_hash_[g].end()) && (!h || *h == it->second) &&
+                        (!h || kv_.small_pages(g).is_allocated(p)) &&  // never cached and free
+                        kv_.ref_count(g, p) == refs_[g][p] && kv_.page_state(g, p) == state(g, p);
+        if (ok) continue;
+        INFO("group " << g << " page " << p);
+        REQUIRE(h.has_value() == (it != page_hash_[g].end()));
+        if (h) REQUIRE(*h == it->second);
+        if (h) REQUIRE(kv_.small_pages(g).is_allocated(p));
+        REQUIRE(kv_.ref_count(g, p) == refs_[g][p]);
+        REQUIRE(kv_.page_state(g, p) == state(g, p));
+      }
+    }
+    kv_.check_invariants();
+  }
+
+  struct Snap {
+    std::map<std::pair<RequestId, GroupId>, std::vector<PageId>> tables;
+    std::vector<std::uint32_t> refs;
+    std::vector<PageState> states;
+    std::uint32_t free_large;
+    bool operator==(const Snap&) const = default;
+  };
+  Snap snap() const {
+    Snap s;
+    for (const auto& [r, q] : reqs_)
+      for (GroupId g = 0; g < 3; ++g) {
+        const auto t = kv_.page_table(r, g);
+        s.tables[{r, g}] = std::vector<PageId>(t.begin(), t.end());
+      }
+    for (GroupId g = 0; g < 3; ++g)
+      for (PageId p = 0; p < pages(g); ++p) {
+        s.refs.push_back(kv_.ref_count(g, p));
+        s.states.push_back(kv_.page_state(g, p));
+      }
+    s.free_large = kv_.large_pages().num_free();
+    return s;
+  }
+
+  std::optional<RequestId> pick(bool swapped) {
+    std::vector<RequestId> c;
+    for (const auto& [r, q] : reqs_)
+      if (q.swapped == swapped) c.push_back(r);
+    if (c.empty()) return std::nullopt;
+    return c[rng_() % c.size()];
+  }
+
+  // ---- operations
+  void op_add() {
+    last_op_ = "op_add";
+    if (reqs_.size() >= kMaxRequests) return;
+    RefRequest q;
+    const auto& base = bases_[rng_() % 2];
+    q.tokens.assign(base.begin(), base.begin() + 1 + static_cast<long>(rng_() % base.size()));
+    for (std::uint64_t k = rng_() % 6; k > 0; --k) q.tokens.push_back(static_cast<std::uint32_t>(rng_() % 3));
+    q.lora = rng_() % 8 == 0 ? 1 : 0;
+    const RequestId r = kv_.add_request(q.tokens, {.lora_id = q.lora, .priority = static_cast<std::uint32_t>(rng_() % 2)});
+    REQUIRE_FALSE(reqs_.count(r));
+    reqs_[r] = q;
+    if (rng_() % 10 == 0) return;  // no lookup: allocates from scratch
+    const std::uint64_t want = expected_hit(reqs_[r]);
+    const std::uint64_t got = kv_.lookup_prefix(r);
+    ++lookups;
+    hits += got > 0;
+    REQUIRE(got == want);
+    REQUIRE(kv_.num_computed(r) == got);
+    // The hit maps exactly the pages the policies require, the rest is null.
+    const auto h4 = chain(reqs_[r], 4), h8 = chain(reqs_[r], 8);
+    const std::uint64_t lo[3] = {0, (got > kWindow ? got - kWindow : 0) / 4, got >= 8 ? got / 8 - 1 : 0};
+    for (GroupId g = 0; g < 3; ++g) {
+      const auto t = kv_.page_table(r, g);
+      REQUIRE(t.size() == got / kP[g]);
+      for (std::uint64_t i = 0; i < t.size(); ++i) {
+        if (i < lo[g]) {
+          REQUIRE(t[i] == kNullPage);
+        } else {
+          REQUIRE(t[i] == cached_[g].at(key((g == kMamba ? h8 : h4)[i])));
+        }
+      }
+      reqs_[r].registered[g] = got / kP[g];
+    }
+  }
+
+  void op_step() {
+    last_op_ = "op_step";
+    const auto pr = pick(false);
+    if (!pr) return;
+    const RequestId r = *pr;
+    RefRequest& q = reqs_[r];
+    const std::uint64_t computed = kv_.num_computed(r);
+    if (computed >= 64) return op_free(r);
+    std::uint32_t n;
+    if (computed < q.tokens.size()) {
+      n = 1 + static_cast<std::uint32_t>(rng_() % std::min<std::uint64_t>(q.tokens.size() - computed, 12));
+    } else {
+      const auto t = static_cast<std::uint32_t>(rng_() % 50);
+      kv_.append_token(r, t);
+      q.tokens.push_back(t);
+      n = 1;
+    }
+    const std::uint32_t lookahead = rng_() % 4 == 0 ? static_cast<std::uint32_t>(rng_() % 3) : 0;
+    // What the pool alone can serve must never fail.
+    const std::uint64_t target = computed + n + lookahead;
+    std::uint64_t large_needed = 0;
+    for (GroupId g = 0; g < 3; ++g) {
+      const auto t = kv_.page_table(r, g);
+      std::uint64_t need = 0;
+      if (target > kv_.num_allocated(r)) {
+        const std::uint64_t want = (target + kP[g] - 1) / kP[g];
+        need = want > t.size() ? want - t.size() : 0;
+      }
+      if (computed % kP[g] && computed / kP[g] < t.size() && t[computed / kP[g]] != kNullPage &&
+          kv_.ref_count(g, t[computed / kP[g]]) > 1)
+        ++need;
+      large_needed += (need + n_[g] - 1) / n_[g];
+    }
+    const bool must_fit = large_needed <= kv_.large_pages().num_free();
+    const Snap s = snap();
+    const bool ok = kv_.allocate(r, n, lookahead);
+    take_events();
+    if (!ok) {
+      ++failures;
+      REQUIRE_FALSE(must_fit);
+      REQUIRE(snap() == s);
+      REQUIRE(events_.empty());
+      // The scheduler preempts: swap the request out, or drop it (recompute later).
+      if (rng_() % 2) {
+        after_op();
+        before_op();
+        op_swap_out(r);
+      }
+      return;
+    }
+    // Copy-on-write: each copy replaced a shared page at the write position.
+    for (const PageCopy& c : kv_.copies()) {
+      ++cows;
+      const auto before = tables_before_.at({r, c.group});
+      const std::uint64_t idx = computed / kP[c.group];
+      REQUIRE(before.at(idx) == c.src);
+      REQUIRE(kv_.page_table(r, c.group)[idx] == c.dst);
+      REQUIRE(kv_.ref_count(c.group, c.dst) == 1);
+    }
+    kv_.begin_step();
+    // Commit what was computed (sometimes less); full pages become cached.
+    std::uint64_t c = computed + n;
+    if (rng_() % 8 == 0) c = computed + rng_() % (n + 1);
+    for (GroupId g = 0; g < 3; ++g) tables_before_[{r, g}] = std::vector<PageId>(kv_.page_table(r, g).begin(), kv_.page_table(r, g).end());
+    kv_.commit(r, c);
+    take_events();
+    const auto h4 = chain(q, 4), h8 = chain(q, 8);
+    for (GroupId g = 0; g < 3; ++g) {
+      const auto& before = tables_before_.at({r, g});
+      const auto& h = g == kMamba ? h8 : h4;
+      for (std::uint64_t i = q.registered[g]; i < c / kP[g]; ++i)
+        if (before[i] != kNullPage) remember(g, before[i], h[i]);
+      q.registered[g] = std::max<std::uint64_t>(q.registered[g], c / kP[g]);
+    }
+  }
+
+  void op_free(RequestId r) {
+    last_op_ = "op_free";
+    for (auto it = pins_.begin(); it != pins_.end();) {
+      if (rng_() % 2) {
+        kv_.unpin(it->first);
+        it = pins_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    kv_.free(r);
+    reqs_.erase(r);
+  }
+
+  void op_fork() {
+    last_op_ = "op_fork";
+    const auto pr = pick(false);
+    if (!pr || reqs_.size() >= kMaxRequests || kv_.num_computed(*pr) == 0) return;
+    const RequestId c = kv_.fork(*pr);
+    RefRequest q = reqs_[*pr];
+    const std::uint64_t computed = kv_.num_computed(*pr);
+    for (GroupId g = 0; g < 3; ++g) {
+      const auto pt = kv_.page_table(*pr, g), ct = kv_.page_table(c, g);
+      REQUIRE(ct.size() == (computed + kP[g] - 1) / kP[g]);
+      for (std::size_t i = 0; i < ct.size(); ++i) REQUIRE(ct[i] == pt[i]);
+      q.registered[g] = std::min<std::uint64_t>(q.registered[g], ct.size());
+    }
+    reqs_[c] = q;
+  }
+
+  void op_swap_out() {
+    if (const auto pr = pick(false)) op_swap_out(*pr);
+  }
+  void op_swap_out(RequestId r) {
+    last_op_ = "op_swap_out";
+    const Snap s = snap();
+    std::size_t held = 0;
+    for (GroupId g = 0; g < 3; ++g)
+      for (PageId p : kv_.page_table(r, g)) held += p != kNullPage;
+    const auto plan = kv_.swap_out(r);
+    take_events();
+    if (!plan) {
+      REQUIRE(snap() == s);
+      return;
+    }
+    ++swaps;
+    REQUIRE(plan->size() == held);
+    RefRequest& q = reqs_[r];
+    q.swapped = true;
+    for (GroupId g = 0; g < 3; ++g) {
+      q.swapped_hash[g].clear();
+      q.swapped_null[g].clear();
+      for (PageId p : tables_before_.at({r, g})) {
+        q.swapped_null[g].push_back(p == kNullPage);
+        if (p == kNullPage) {
+          q.swapped_hash[g].push_back(std::nullopt);
+        } else {
+          const auto it = page_hash_[g].find(p);
+          q.swapped_hash[g].push_back(it == page_hash_[g].end() ? std::nullopt : std::optional(it->second));
+        }
+      }
+    }
+  }
+
+  void op_swap_in() {
+    last_op_ = "op_swap_in";
+    const auto pr = pick(true);
+    if (!pr) return;
+    const RequestId r = *pr;
+    const Snap s = snap();
+    const auto plan = kv_.swap_in(r);
+    take_events();
+    if (!plan) {
+      REQUIRE(snap() == s);
+      REQUIRE(events_.empty());
+      return;
+    }
+    RefRequest& q = reqs_[r];
+    q.swapped = false;
+    for (GroupId g = 0; g < 3; ++g) {
+      const auto t = kv_.page_table(r, g);
+      REQUIRE(t.size() == q.swapped_hash[g].size());
+      for (std::size_t i = 0; i < t.size(); ++i) {
+        REQUIRE((t[i] == kNullPage) == q.swapped_null[g][i]);
+        if (t[i] != kNullPage && q.swapped_hash[g][i]) remember(g, t[i], *q.swapped_hash[g][i]);
+      }
+    }
+  }
+
+  void op_pin() {
+    last_op_ = "op_pin";
+    const auto pr = pick(false);
+    if (!pr || pins_.size() > 3) return;
+    std::vector<std::pair<GroupId, PageId>> held;
+    for (GroupId g = 0; g < 3; ++g)
+      for (PageId p : kv_.page_table(*pr, g))
+        if (p != kNullPage && page_hash_[g].count(p)) held.emplace_back(g, p);
+    pins_[kv_.pin_prefix(*pr)] = held;
+  }
+
+  void one_op() {
+    const std::uint64_t x = rng_() % 1000;
+    if (x < 150) {
+      op_add();
+    } else if (x < 700) {
+      op_step();
+    } else if (x < 800) {
+      if (const auto r = pick(rng_() % 4 == 0)) op_free(*r);
+    } else if (x < 860) {
+      op_fork();
+    } else if (x < 900) {
+      op_swap_out();
+    } else if (x < 950) {
+      op_swap_in();
+    } else if (x < 980) {
+      op_pin();
+    } else if (x < 998) {
+      kv_.begin_step();
+    } else {
+      kv_.reset_prefix_cache();
+      take_events(/*resetting=*/true);
+      REQUIRE(cached_[0].empty());
+      REQUIRE(cached_[1].empty());
+      REQUIRE(cached_[2].empty());
+    }
+  }
+
+  std::mt19937_64 rng_;
+  KVCacheManager kv_;
+  std::uint32_t n_[3];
+  std::vector<std::uint32_t> bases_[4];
+  std::map<RequestId, RefRequest> reqs_;
+  std::map<HashKey, PageId> cached_[3];
+  std::map<PageId, BlockHash> page_hash_[3];
+  std::set<PageId> evictable_[3];
+  std::vector<std::uint32_t> refs_[3];
+  std::map<PinId, std::vector<std::pair<GroupId, PageId>>> pins_;
+  std::map<std::pair<RequestId, GroupId>, std::vector<PageId>> tables_before_;
+  std::vector<CacheEvent> events_;
+  int op_index_ = 0;
+  const char* last_op_ = "";
+};
+
+}  // namespace
+
+TEST_CASE("model-based randomized test against a reference model", "[manager][random]") {
+  std::uint64_t total_ops = 0;
+  for (std::uint64_t seed : {1u, 2u, 3u}) {
+    INFO("seed " << seed);
+    Model m(seed, seed == 3 ? 40 : 12);
+    m.run(35000);
+    total_ops += 35000;
+    // The run exercised what it claims to.
+    CHECK(m.hits > 100);
+    CHECK(m.evictions > 100);
+    CHECK(m.cows > 10);
+    CHECK(m.swaps > 10);
+    if (seed != 3) CHECK(m.failures > 10);
+    WARN("seed " << seed << ": lookups " << m.lookups << " hits " << m.hits << " evictions "
+                 << m.evictions << " failed allocations " << m.failures << " copies " << m.cows
+                 << " swaps " << m.swaps);
+  }
+  CHECK(total_ops >= 100000);
+}
