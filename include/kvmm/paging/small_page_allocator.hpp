@@ -111,7 +111,7 @@ class SmallPageAllocator {
   std::uint32_t associated_free_small(RequestId r) const {
     if (r >= req_head_.size()) bad_request(r);
     std::uint32_t n = 0;
-    for (std::uint32_t lp = req_head_[r]; lp != kNone; lp = large_[lp].rnext) n += large_[lp].free_count;
+    for (std::uint32_t lp = req_head_[r]; lp != kNone; lp = pool_.slot(lp).rnext) n += pool_.slot(lp).free_count;
     return n;
   }
 
