@@ -144,6 +144,7 @@ struct Output {
   std::uint32_t request = 0;  // index in the submitted order
   std::uint32_t sample = 0;
   std::vector<std::uint32_t> tokens;  // generated tokens only
+  friend bool operator==(const Output&, const Output&) = default;
 };
 
 struct GroupReport {
