@@ -268,6 +268,9 @@ bool Engine::step() {
     const auto n = static_cast<std::uint32_t>(std::min<std::uint64_t>(seqs_[s].tokens.size() - seqs_[s].computed, budget));
     bool ok = kv_.allocate(seqs_[s].rid, n);
     while (!ok) {
+      if (running_.size() == 1 && batch_.empty())  // alone, and everything else is evictable
+        kvmm::fail("request {}: {} tokens do not fit in {} large pages", seqs_[s].request, seqs_[s].computed + n,
+                   opt_.num_large_pages);
       const std::uint32_t victim = running_.back();
       running_.pop_back();
       preempt(victim);

@@ -1,9 +1,8 @@
-// mini_engine: a tiny hybrid decoder (full-attention, sliding-window and a Mamba-like
-// recurrent layer; seeded random weights, greedy decoding) served by a continuous-batching
-// scheduler on kvmm: KVCacheManager for pages, prefix caching, fork and preemption (recompute
-// or swap to host pages); write_kv + paged attention over a KVArena. VAttentionEngine serves
-// the same model through VirtualKVCache and the contiguous kernels. Costs: one step is
-// O(batch tokens x model size) of plain C++ arithmetic plus O(groups) manager calls per request.
+// mini_engine: a tiny hybrid decoder (full attention, sliding window, Mamba-like recurrent
+// layer; seeded weights, greedy decoding) served on kvmm by a continuous-batching scheduler:
+// KVCacheManager pages and prefix caching, fork, recompute/swap preemption, write_kv + paged
+// attention over a KVArena; VAttentionEngine serves it through VirtualKVCache. A step costs
+// O(batch tokens x model size) of C++ arithmetic plus O(groups) manager work per request.
 #pragma once
 
 #include "kvmm/kernels/attention.hpp"
@@ -101,6 +100,7 @@ class Model {
   std::vector<float> h_, x_, t1_, t2_;
   std::vector<std::uint16_t> q16_, k16_, v16_, o16_;
   std::vector<float> state_;
+  std::vector<std::uint32_t> pos_;
 };
 
 // Greedy decoding: the index of the largest logit (lowest index on ties); rank r > 0 picks

@@ -129,7 +129,8 @@ void Model::forward(std::span<const BatchSeq> batch, std::span<const std::uint32
     std::memcpy(&h_[std::size_t{t} * H], &embed_[std::size_t{tokens[t]} * H], H * sizeof(float));
   }
   // Position of every batch token.
-  std::vector<std::uint32_t> pos(T);
+  std::vector<std::uint32_t>& pos = pos_;
+  pos.resize(T);
   for (std::uint32_t i = 0, t = 0; i < batch.size(); ++i)
     for (std::uint32_t j = 0; j < batch[i].len; ++j) pos[t++] = batch[i].start + j;
 
@@ -209,6 +210,8 @@ void Model::forward(std::span<const BatchSeq> batch, std::span<const std::uint32
 
 std::uint32_t pick_token(std::span<const float> logits, std::uint32_t rank) {
   if (rank >= logits.size()) kvmm::fail("rank = {}: only {} tokens", rank, logits.size());
+  if (rank == 0)  // greedy: argmax, lowest index on ties
+    return static_cast<std::uint32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
   std::vector<std::uint32_t> idx(logits.size());
   for (std::uint32_t i = 0; i < idx.size(); ++i) idx[i] = i;
   std::partial_sort(idx.begin(), idx.begin() + rank + 1, idx.end(), [&](std::uint32_t a, std::uint32_t b) {

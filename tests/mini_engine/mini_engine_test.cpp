@@ -223,6 +223,11 @@ TEST_CASE("misuse raises kvmm::Error naming the argument; the engine is unchange
   mini::Engine tiny(model(), {.num_large_pages = 2, .token_budget = 64});
   tiny.submit(Request{.prompt = std::vector<std::uint32_t>(40, 3), .max_new_tokens = 1});
   CHECK_THROWS_WITH(tiny.step(), Catch::Contains("do not fit"));
+  // Also when the first prefill chunks fit and a later one does not.
+  mini::Engine chunked(model(), {.num_large_pages = 4, .token_budget = 4});
+  chunked.submit(Request{.prompt = std::vector<std::uint32_t>(40, 3), .max_new_tokens = 1});
+  CHECK(chunked.step());
+  CHECK_THROWS_WITH([&] { while (chunked.step()) {} }(), Catch::Contains("do not fit"));
   // The good request still runs to completion.
   const std::vector<Output> out = e.run();
   REQUIRE(out.size() == 1);
