@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Builds kvmm and runs the demo: preset layouts, their page sizes, and an allocation
-# walk-through.
+# Builds kvmm and runs the demos: the mini engine (a hybrid model served on kvmm; its
+# report: requests, tokens/s, prefix hit rate, preemptions, peak KV memory and waste per
+# group), then the layout printout and allocation walk-through of examples/demo.cpp.
+# Extra arguments go to the mini engine (--requests N --large-pages N --host-pages N).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/deps.sh
@@ -9,5 +11,9 @@ kvmm_install_deps
 build=$(realpath -m "${KVMM_BUILD_ROOT:-build}")/demo
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DKVMM_BUILD_TESTS=OFF -DKVMM_BUILD_BENCH=OFF \
   -DKVMM_BUILD_EXAMPLES=ON -DKVMM_CUDA=OFF >/dev/null
-cmake --build "$build" -j"$(nproc)" --target kvmm_demo >/dev/null
-"$build/examples/kvmm_demo" "$@"
+cmake --build "$build" -j"$(nproc)" --target mini_engine kvmm_demo >/dev/null
+echo "== mini engine (examples/mini_engine)"
+"$build/examples/mini_engine/mini_engine" "$@"
+echo
+echo "== layouts and allocation walk-through (examples/demo.cpp)"
+"$build/examples/kvmm_demo"

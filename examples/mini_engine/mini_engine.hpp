@@ -1,0 +1,291 @@
+// mini_engine: a tiny hybrid decoder (full attention, sliding window, Mamba-like recurrent
+// layer; seeded weights, greedy decoding) served on kvmm by a continuous-batching scheduler:
+// KVCacheManager pages and prefix caching, fork, recompute/swap preemption, write_kv + paged
+// attention over a KVArena; VAttentionEngine serves it through VirtualKVCache. A step costs
+// O(batch tokens x model size) of C++ arithmetic plus O(groups) manager work per request.
+#pragma once
+
+#include "kvmm/kernels/attention.hpp"
+#include "kvmm/kernels/cache_ops.hpp"
+#include "kvmm/manager/kv_cache_manager.hpp"
+#include "kvmm/memory/chunk_pool.hpp"
+#include "kvmm/memory/host_memory.hpp"
+#include "kvmm/memory/kv_arena.hpp"
+#include "kvmm/memory/virtual_kv_cache.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace mini {
+
+// ---------------------------------------------------------------------------------------
+// The model.
+
+enum class LayerType : std::uint8_t { kFull, kSliding, kRecurrent };
+
+struct ModelConfig {
+  std::uint32_t vocab = 96;
+  std::uint32_t hidden = 64;
+  std::uint32_t q_heads = 2;
+  std::uint32_t kv_heads = 1;
+  std::uint32_t head_dim = 64;  // the kernels support 64/128/256
+  std::uint32_t ffn = 128;
+  std::uint32_t state_dim = 4;  // recurrent state: hidden x state_dim floats per request
+  std::uint32_t window = 8;     // sliding-window layers
+  std::uint32_t tokens_per_page = 4;  // also the recurrent group's checkpoint interval
+  std::vector<LayerType> layers = {LayerType::kFull, LayerType::kSliding, LayerType::kRecurrent,
+                                   LayerType::kFull, LayerType::kSliding};
+  std::uint64_t seed = 42;
+};
+
+// One request's slice of a step's batch: tokens [start, start + len) of the request
+// `handle` (a RequestId in the paged engine, a slot in the vAttention engine).
+struct BatchSeq {
+  std::uint32_t handle = 0;
+  std::uint32_t start = 0;
+  std::uint32_t len = 0;
+};
+
+// Where the model keeps its per-request memory. The paged and the virtual-tensor engine
+// each implement it; the model itself never sees pages or slots.
+class KVStore {
+ public:
+  virtual ~KVStore() = default;
+  // Stores the new tokens' K/V of attention layer `layer` (model index), then computes the
+  // attention output o of every new token. q, o: [tokens, q_heads, head_dim]; k, v:
+  // [tokens, kv_heads, head_dim]; fp16, 16-byte aligned.
+  virtual void attention(std::uint32_t layer, std::span<const BatchSeq> batch, std::uint32_t tokens,
+                         const std::uint16_t* q, const std::uint16_t* k, const std::uint16_t* v,
+                         std::uint16_t* o) = 0;
+  // Recurrent layer state of s after token pos - 1 (pos > 0) / after token pos.
+  virtual void load_state(std::uint32_t layer, const BatchSeq& s, std::uint32_t pos, float* state) = 0;
+  virtual void store_state(std::uint32_t layer, const BatchSeq& s, std::uint32_t pos, const float* state) = 0;
+};
+
+class Model {
+ public:
+  explicit Model(ModelConfig config);
+  const ModelConfig& config() const { return cfg_; }
+
+  // The kvmm layout of this model: one group per layer kind (full, sliding, recurrent).
+  kvmm::KVLayout layout() const;
+  // Group of a layer and its index inside the group.
+  kvmm::GroupId group_of(std::uint32_t layer) const { return group_[layer]; }
+  std::uint32_t index_in_group(std::uint32_t layer) const { return index_[layer]; }
+  std::uint32_t state_floats() const { return cfg_.hidden * cfg_.state_dim; }
+
+  // Runs the batch's new tokens (token ids in batch order, positions implied by BatchSeq)
+  // through every layer. logits_for[i] != 0 asks for the logits of batch[i]'s last token,
+  // written to logits[i * vocab ..]. Every token's arithmetic is independent of the batch.
+  void forward(std::span<const BatchSeq> batch, std::span<const std::uint32_t> tokens,
+               std::span<const std::uint8_t> logits_for, KVStore& store, std::vector<float>& logits);
+
+ private:
+  ModelConfig cfg_;
+  std::vector<kvmm::GroupId> group_;
+  std::vector<std::uint32_t> index_;
+  std::vector<float> embed_, unembed_;
+  struct Layer {
+    std::vector<float> wq, wk, wv, wo;  // attention
+    std::vector<float> win, a, b, c, wout;  // recurrent
+    std::vector<float> w1, w2;  // MLP
+  };
+  std::vector<Layer> w_;
+  // Scratch reused across steps.
+  std::vector<float> h_, x_, t1_, t2_;
+  std::vector<std::uint16_t> q16_, k16_, v16_, o16_;
+  std::vector<float> state_;
+  std::vector<std::uint32_t> pos_;
+};
+
+// Greedy decoding: the index of the largest logit (lowest index on ties); rank r > 0 picks
+// the (r+1)-th largest, used for the first token of parallel samples.
+std::uint32_t pick_token(std::span<const float> logits, std::uint32_t rank);
+
+// ---------------------------------------------------------------------------------------
+// Kernels behind one seam: the CPU references here. A GPU build would implement the same
+// four calls with the kvmm::cuda launchers and device buffers.
+
+class DeviceOps {
+ public:
+  virtual ~DeviceOps() = default;
+  virtual void write_kv(const kvmm::kernels::PagedWriteParams& p) = 0;
+  virtual void attention(const kvmm::kernels::PagedAttentionParams& p, bool prefill) = 0;
+  virtual void copy_pages(const kvmm::kernels::PageCopyParams& p) = 0;  // device -> device
+  virtual void swap_pages(const kvmm::kernels::PageCopyParams& p) = 0;  // device <-> host
+};
+
+class CpuOps final : public DeviceOps {
+ public:
+  void write_kv(const kvmm::kernels::PagedWriteParams& p) override;
+  void attention(const kvmm::kernels::PagedAttentionParams& p, bool prefill) override;
+  void copy_pages(const kvmm::kernels::PageCopyParams& p) override;
+  void swap_pages(const kvmm::kernels::PageCopyParams& p) override;
+};
+
+// ---------------------------------------------------------------------------------------
+// Requests and results.
+
+struct Request {
+  std::vector<std::uint32_t> prompt;
+  std::uint32_t max_new_tokens = 8;
+  // Parallel samples: the prompt is prefilled once, then forked; sample k's first token
+  // is the (k+1)-th best, later tokens are greedy.
+  std::uint32_t n = 1;
+  std::uint32_t first_rank = 0;  // rank of sample 0's first token
+};
+
+struct Output {
+  std::uint32_t request = 0;  // index in the submitted order
+  std::uint32_t sample = 0;
+  std::vector<std::uint32_t> tokens;  // generated tokens only
+  friend bool operator==(const Output&, const Output&) = default;
+};
+
+struct GroupReport {
+  std::string name;
+  std::uint64_t peak_allocated_bytes = 0;  // used pages x page size, at the step of the peak
+  std::uint64_t waste_at_peak_bytes = 0;   // of which not holding a token
+  std::uint64_t hit_pages = 0;
+  std::uint64_t evicted_pages = 0;
+};
+
+struct EngineStats {
+  std::uint64_t steps = 0;
+  std::uint64_t prefill_tokens = 0;  // tokens computed in prefill (recomputation included)
+  std::uint64_t decode_tokens = 0;
+  std::uint64_t requests_finished = 0;  // samples finished
+  std::uint64_t preempt_recompute = 0;
+  std::uint64_t preempt_swap = 0;
+  std::uint64_t swap_ins = 0;
+  std::uint64_t pages_swapped = 0;  // out and in
+  std::uint64_t cow_copies = 0;
+  std::uint64_t forks = 0;
+  std::uint64_t lookup_tokens = 0;  // tokens of admitted requests (a re-admission counts again)
+  std::uint64_t hit_tokens = 0;     // of which the prefix cache held the KV
+  std::uint64_t peak_kv_bytes = 0;  // all groups
+  std::vector<GroupReport> groups;
+};
+
+struct EngineOptions {
+  std::uint32_t num_large_pages = 64;       // device KV memory (large pages)
+  std::uint32_t num_host_large_pages = 0;   // host swap space; 0: preempt by recompute only
+  bool prefix_caching = true;
+  std::uint32_t max_running = 8;            // requests in one batch
+  std::uint32_t token_budget = 16;          // tokens per step (decodes first, then prefill chunks)
+  std::uint32_t max_requests = 64;          // manager slots
+};
+
+// ---------------------------------------------------------------------------------------
+// The paged engine.
+
+class Engine {
+ public:
+  Engine(Model& model, const EngineOptions& options, std::unique_ptr<DeviceOps> ops = nullptr);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  void submit(const Request& r);
+  // One scheduler step; false when nothing is left to do.
+  bool step();
+  // Steps until every request finished; outputs sorted by (request, sample).
+  std::vector<Output> run();
+
+  const EngineStats& stats() const { return stats_; }
+  const kvmm::KVCacheManager& manager() const { return kv_; }
+  std::uint32_t num_unfinished() const;
+
+ private:
+  struct Seq;
+  class PagedStore;
+  enum class Preempted : std::uint8_t { kSwap, kRecompute };
+
+  Preempted preempt(std::uint32_t seq);
+  bool admit(std::uint32_t seq);
+  void swap_plan(std::span<const kvmm::PageCopy> plan, bool out);
+  void run_copies(std::span<const kvmm::PageCopy> copies);
+  void sample(std::uint32_t seq, std::span<const float> logits);
+  void finish(std::uint32_t seq);
+  void record_peaks();
+
+  Model& model_;
+  EngineOptions opt_;
+  kvmm::KVLayout layout_;
+  std::unique_ptr<DeviceOps> ops_;
+  kvmm::KVCacheManager kv_;
+  // Device KV memory: a KVArena over host memory (page-layer layout); host swap space in
+  // the same layout (host page p of group g at host_ + p * small_page_bytes(g)).
+  kvmm::HostMemory backend_;
+  kvmm::ChunkPool chunks_;
+  kvmm::KVArena arena_;
+  std::unique_ptr<std::byte[]> host_;
+  std::unique_ptr<PagedStore> store_;
+
+  std::vector<Seq> seqs_;
+  std::deque<std::uint32_t> waiting_;  // seq indices
+  std::vector<std::uint32_t> running_;
+  std::deque<std::uint32_t> swapped_;
+  std::vector<Output> done_;
+  EngineStats stats_;
+  // Scratch reused across steps.
+  std::vector<BatchSeq> batch_;
+  std::vector<std::uint32_t> batch_seq_, tokens_;
+  std::vector<std::uint8_t> want_logits_;
+  std::vector<float> logits_;
+  std::vector<kvmm::PageId> src_, dst_;
+};
+
+// ---------------------------------------------------------------------------------------
+// The vAttention engine: one virtual-tensor slot per running request (no prefix caching,
+// no preemption: a request waits for a free slot), contiguous write_kv and attention.
+
+struct VAttentionOptions {
+  std::uint32_t max_batch = 8;      // slots
+  std::uint32_t max_context = 128;  // tokens per slot
+  std::uint32_t token_budget = 16;
+};
+
+class VAttentionEngine {
+ public:
+  VAttentionEngine(Model& model, const VAttentionOptions& options);
+  ~VAttentionEngine();
+  VAttentionEngine(const VAttentionEngine&) = delete;
+  VAttentionEngine& operator=(const VAttentionEngine&) = delete;
+
+  void submit(const Request& r);  // n > 1 runs as n independent sequences
+  std::vector<Output> run();
+  const kvmm::VirtualKVCache& cache() const { return *cache_; }
+
+ private:
+  class ContiguousStore;
+  struct Seq {
+    std::uint32_t request = 0, sample = 0, rank = 0, prompt_len = 0, max_new = 0;
+    std::uint32_t slot = 0, computed = 0;
+    std::vector<std::uint32_t> tokens;
+  };
+  Model& model_;
+  VAttentionOptions opt_;
+  kvmm::HostMemory backend_;
+  kvmm::ChunkPool chunks_;
+  std::unique_ptr<kvmm::VirtualKVCache> cache_;
+  std::unique_ptr<ContiguousStore> store_;
+  std::deque<Seq> waiting_;
+  std::vector<Seq> running_;
+  std::vector<Output> done_;
+  std::uint32_t next_request_ = 0;
+};
+
+// A seeded workload of `count` requests over a few shared system prompts (so prefix
+// caching hits), every third request with n = 2 or 3 parallel samples.
+std::vector<Request> shared_prefix_workload(std::uint32_t count, std::uint32_t vocab, std::uint64_t seed);
+
+// One line per group and totals; used by the demo.
+std::string format_report(const EngineStats& s, double seconds);
+
+}  // namespace mini
