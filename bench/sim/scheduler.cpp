@@ -55,7 +55,8 @@ Summary simulate(const Workload& w, const KVLayout& layout, Policy& policy, cons
     st[i].tokens = r.prompt_len + (shape.cross_attention ? 0 : images);
     if (st[i].tokens == 0) fail("request {}: empty prompt (no text or inlined image tokens)", i);
     info[i] = SeqInfo{i, shape.encoder_groups ? images : 0, r.prefix_id, r.prefix_len,
-                      r.token_ids.empty() ? nullptr : &r.token_ids};
+                      r.token_ids.empty() ? nullptr : &r.token_ids,
+                      r.images.empty() ? nullptr : &r.images};
     if (r.parent >= 0) {
       if (r.parent >= i) fail("request {}: parent = {} must be an earlier request", i, r.parent);
       children[static_cast<std::size_t>(r.parent)].push_back(i);
@@ -122,6 +123,7 @@ Summary simulate(const Workload& w, const KVLayout& layout, Policy& policy, cons
       st[i].status = Status::kWaiting;
       waiting.push_back(i);
     }
+    policy.begin_step();
     std::uint64_t budget = o.token_budget;
     const std::uint64_t preemptions_before = s.preemptions;
     sched_id.clear();
