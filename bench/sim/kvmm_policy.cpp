@@ -24,6 +24,7 @@ class KvmmPolicy final : public Policy {
   KvmmPolicy(const KVLayout& layout, const PolicyOptions& o)
       : kv_(layout, options(layout, o)), caching_(o.prefix_caching), cross_(shape_of(layout).cross_attention) {
     const std::uint32_t large = kv_.large_pages().capacity();
+    extra_.assign(layout.num_groups(), 0);
     stamp_.resize(layout.num_groups());
     need_.resize(layout.num_groups());
     for (GroupId g = 0; g < layout.num_groups(); ++g) {
@@ -62,6 +63,7 @@ class KvmmPolicy final : public Policy {
     ex.items = q.items;
     // Token ids arrive at lookup_prefix (as many as the scheduler knows) and commit.
     q.slot = kv_.add_request({}, ex);
+    q.lo.assign(kv_.layout().num_groups(), 0);
     q.active = true;
     q.pos = static_cast<std::uint32_t>(active_.size());
     active_.push_back(id);
@@ -71,7 +73,15 @@ class KvmmPolicy final : public Policy {
     Req& q = req(id);
     // The manager looks up at most (token ids known - 1) tokens.
     if (caching_) feed_ids(q, std::uint64_t{max_hit} + 1);
-    return static_cast<std::uint32_t>(kv_.lookup_prefix(q.slot));
+    const auto hit = static_cast<std::uint32_t>(kv_.lookup_prefix(q.slot));
+    // Hit pages another running request holds are shared: counted once in stats().
+    for (GroupId g = 0; g < kv_.layout().num_groups(); ++g) {
+      const std::span<const PageId> pages = kv_.page_table(q.slot, g);
+      for (PageId p : pages)
+        if (p != kNullPage && kv_.ref_count(g, p) > 1) ++extra_[g];
+      advance_lo(q, g);
+    }
+    return hit;
   }
 
   bool allocate(std::uint32_t id, std::uint32_t num_computed, std::uint32_t num_new) override {
@@ -79,18 +89,48 @@ class KvmmPolicy final : public Policy {
     if (kv_.num_computed(q.slot) != num_computed)
       fail("num_computed = {}: request {} has {} computed tokens in the manager", num_computed, id,
            kv_.num_computed(q.slot));
-    return kv_.allocate(q.slot, num_new);
+    if (!kv_.allocate(q.slot, num_new)) return false;
+    if (caching_) {
+      kv_.take_events(events_);
+      for (const CacheEvent& e : events_) evictions_ += e.kind == CacheEventKind::kRemoved;
+    }
+    return true;
   }
 
   // The ids of the computed tokens (prompt and sampled) go in first: commit hashes full pages.
   void commit(std::uint32_t id, std::uint32_t num_computed) override {
     Req& q = req(id);
     if (caching_) feed_ids(q, num_computed);
+    const KVLayout& l = kv_.layout();
+    for (GroupId g = 0; g < l.num_groups(); ++g) {
+      if (extra_[g] == 0) continue;
+      // Shared pages this commit releases stay held by their other holders.
+      const std::span<const PageId> pages = kv_.page_table(q.slot, g);
+      if (l.group(g).is_decoder()) {
+        const std::uint64_t hi = std::min<std::uint64_t>(kv_.policy(g).first_needed_page(num_computed), pages.size());
+        for (std::uint64_t i = q.lo[g]; i < hi; ++i)
+          if (pages[i] != kNullPage && kv_.ref_count(g, pages[i]) > 1) --extra_[g];
+      } else if (l.group(g).kind == LayerKind::kVisionEmbedding) {
+        std::size_t i = 0;
+        for (const MultimodalItem& m : q.items) {
+          const std::uint64_t n = (m.length + l.group(g).tokens_per_page - 1) / l.group(g).tokens_per_page;
+          if (m.offset + m.length <= num_computed)
+            for (std::uint64_t j = i; j < i + n && j < pages.size(); ++j)
+              if (pages[j] != kNullPage && kv_.ref_count(g, pages[j]) > 1) --extra_[g];
+          i += n;
+        }
+      }
+    }
     kv_.commit(q.slot, num_computed);
+    for (GroupId g = 0; g < l.num_groups(); ++g) advance_lo(q, g);
   }
 
   void free(std::uint32_t id) override {
     Req& q = req(id);
+    for (GroupId g = 0; g < kv_.layout().num_groups(); ++g)
+      if (extra_[g] > 0)
+        for (PageId p : kv_.page_table(q.slot, g))
+          if (p != kNullPage && kv_.ref_count(g, p) > 1) --extra_[g];
     kv_.free(q.slot);
     q.active = false;
     const std::uint32_t last = active_.back();
@@ -106,81 +146,49 @@ class KvmmPolicy final : public Policy {
     for (std::uint32_t id : active_)
       if (!reqs_[id].active || !kv_.is_active(reqs_[id].slot))
         fail("invariant: request {} active in the policy, not in the manager", id);
+    // The closed form of stats() against a page-by-page recount and the manager's counts.
+    const CacheStats cs = kv_.stats();
+    for (GroupId g = 0; g < kv_.layout().num_groups(); ++g) {
+      const Usage exact = exact_usage(g), fast = kv_.layout().group(g).is_decoder() ? usage(g) : exact;
+      if (fast.distinct != exact.distinct || exact.distinct != cs.groups[g].used_pages || fast.need != exact.need)
+        fail("invariant: group {} used pages {} (closed form) / {} (recount) / {} (manager), needed bytes {} / {}", g,
+             fast.distinct, exact.distinct, cs.groups[g].used_pages, fast.need, exact.need);
+      for (std::uint32_t id : active_) {
+        const std::span<const PageId> pages = kv_.page_table(reqs_[id].slot, g);
+        for (std::size_t i = 0; i < pages.size() && kv_.layout().group(g).is_decoder(); ++i)
+          if ((pages[i] == kNullPage) != (i < reqs_[id].lo[g]))
+            fail("invariant: request {} group {} entry {} null-ness disagrees with lo {}", id, g, i, reqs_[id].lo[g]);
+      }
+    }
+    if (caching_ && evictions_ != [&] {
+          std::uint64_t e = 0;
+          for (const GroupStats& gs : cs.groups) e += gs.evicted_pages;
+          return e;
+        }())
+      fail("invariant: {} evictions counted from events, manager differs", evictions_);
   }
 
   // Used/wasted by the simulator's definition (needed = what the next token reads and the
-  // slot it writes), over distinct pages: a page shared after a hit counts once, at its
-  // largest need. Cached = evictable pages (held by the allocator, referenced by nobody).
+  // slot it writes) over distinct pages: a page shared after a hit counts once. Decoder
+  // groups in closed form, O(requests); image groups page by page.
   void stats(MemoryStats& out) const override {
     const KVLayout& l = kv_.layout();
-    ++epoch_;
     out.groups.resize(l.num_groups());
-    const CacheStats cs = kv_.stats();
     for (GroupId g = 0; g < l.num_groups(); ++g) {
-      const LayerGroup& grp = l.group(g);
-      const std::uint64_t P = grp.tokens_per_page;
-      std::uint64_t distinct = 0, need = 0;
-      auto credit = [&](PageId p, std::uint64_t bytes) {
-        if (stamp_[g][p] != epoch_) {
-          stamp_[g][p] = epoch_;
-          need_[g][p] = 0;
-          ++distinct;
-        }
-        if (bytes > need_[g][p]) {
-          need += bytes - need_[g][p];
-          need_[g][p] = bytes;
-        }
-      };
-      for (std::uint32_t id : active_) {
-        const Req& q = reqs_[id];
-        const std::span<const PageId> pages = kv_.page_table(q.slot, g);
-        if (!grp.is_decoder()) {
-          // Image pages: item k's tokens fill its pages in order.
-          std::size_t i = 0;
-          for (const MultimodalItem& m : q.items)
-            for (std::uint64_t t = 0; t < m.length && i < pages.size(); t += P, ++i)
-              if (pages[i] != kNullPage) credit(pages[i], std::min<std::uint64_t>(P, m.length - t) * grp.bytes_per_token());
-          continue;
-        }
-        const std::uint64_t c = kv_.num_computed(q.slot);
-        const std::uint64_t T = std::min<std::uint64_t>(c + 1, pages.size() * P);
-        if (grp.is_state()) {
-          // One state is needed: the page the next token writes (the last one held).
-          for (std::size_t i = pages.size(); i-- > 0;)
-            if (pages[i] != kNullPage) {
-              credit(pages[i], T > 0 && i == pages.size() - 1 ? grp.natural_page_bytes() : 0);
-              break;
-            }
-          for (std::size_t i = 0; i + 1 < pages.size(); ++i)
-            if (pages[i] != kNullPage) credit(pages[i], 0);
-          continue;
-        }
-        std::uint64_t from = 0;
-        if (grp.kind == LayerKind::kSlidingWindow && T > grp.window) from = T - grp.window;
-        if (grp.kind == LayerKind::kChunkedLocal && T > 0) from = (T - 1) / grp.chunk * grp.chunk;
-        for (std::size_t i = 0; i < pages.size(); ++i) {
-          if (pages[i] == kNullPage) continue;
-          const std::uint64_t lo = std::max<std::uint64_t>(i * P, from), hi = std::min<std::uint64_t>((i + 1) * P, T);
-          credit(pages[i], hi > lo ? (hi - lo) * grp.bytes_per_token() : 0);
-        }
-      }
+      const Usage u = l.group(g).is_decoder() ? usage(g) : exact_usage(g);
       const SmallPageAllocator& a = kv_.small_pages(g);
       const std::uint64_t page = l.small_page_bytes(g);
-      const std::uint64_t held = distinct * page;
-      GroupUsage& u = out.groups[g];
-      u.name = grp.name;
-      u.used = std::min(need, held);
-      u.wasted = held - u.used;
-      u.cached = (std::uint64_t{a.num_used_small()} - distinct) * page;
-      u.group_free = std::uint64_t{a.num_free_small()} * page;
-      if (cs.groups[g].used_pages != distinct)
-        fail("invariant: group {} has {} used pages in the manager, {} in the request tables", g,
-             cs.groups[g].used_pages, distinct);
+      const std::uint64_t held = u.distinct * page;
+      GroupUsage& o = out.groups[g];
+      o.name = l.group(g).name;
+      o.used = std::min(u.need, held);
+      o.wasted = held - o.used;
+      o.cached = (std::uint64_t{a.num_used_small()} - u.distinct) * page;
+      o.group_free = std::uint64_t{a.num_free_small()} * page;
     }
     out.free = std::uint64_t{kv_.large_pages().num_free()} * l.large_page_bytes();
     out.capacity = std::uint64_t{kv_.large_pages().capacity()} * l.large_page_bytes();
-    out.evictions = 0;
-    for (const GroupStats& g : cs.groups) out.evictions += g.evicted_pages;
+    out.evictions = evictions_;
   }
 
  private:
@@ -191,7 +199,90 @@ class KvmmPolicy final : public Policy {
     SeqInfo info;
     std::vector<MultimodalItem> items;
     std::vector<std::uint32_t> prompt_ids;  // decoder prompt ids of a token-id trace
+    std::vector<std::uint64_t> lo;          // per decoder group: first non-null page
   };
+
+  struct Usage {
+    std::uint64_t distinct = 0;  // pages held by running requests, each counted once
+    std::uint64_t need = 0;      // bytes of them the next step needs
+  };
+
+  // Decoder group g: each request holds pages [lo, size) (the policies release from the
+  // front); shared pages (extra_) are full prefix pages, needed whole by every holder, so
+  // each duplicate takes one page of need back (a Mamba page: one state).
+  Usage usage(GroupId g) const {
+    const LayerGroup& grp = kv_.layout().group(g);
+    const std::uint64_t P = grp.tokens_per_page, bpt = grp.bytes_per_token();
+    Usage u;
+    for (std::uint32_t id : active_) {
+      const Req& q = reqs_[id];
+      const std::uint64_t n = kv_.page_tables(g).num_pages(q.slot);
+      if (n <= q.lo[g]) continue;
+      u.distinct += n - q.lo[g];
+      const std::uint64_t T = std::min<std::uint64_t>(kv_.num_computed(q.slot) + 1, n * P);
+      if (grp.is_state()) {
+        u.need += grp.natural_page_bytes();
+        continue;
+      }
+      std::uint64_t from = q.lo[g] * P;
+      if (grp.kind == LayerKind::kSlidingWindow && T > grp.window) from = std::max(from, T - grp.window);
+      if (grp.kind == LayerKind::kChunkedLocal) from = std::max(from, (T - 1) / grp.chunk * grp.chunk);
+      if (T > from) u.need += (T - from) * bpt;
+    }
+    u.distinct -= extra_[g];
+    u.need -= extra_[g] * (grp.is_state() ? grp.natural_page_bytes() : P * bpt);
+    return u;
+  }
+
+  // Page by page: a page's need is the largest over its holders. O(pages held).
+  Usage exact_usage(GroupId g) const {
+    const LayerGroup& grp = kv_.layout().group(g);
+    const std::uint64_t P = grp.tokens_per_page, bpt = grp.bytes_per_token();
+    ++epoch_;
+    Usage u;
+    auto credit = [&](PageId p, std::uint64_t bytes) {
+      if (stamp_[g][p] != epoch_) {
+        stamp_[g][p] = epoch_;
+        need_[g][p] = 0;
+        ++u.distinct;
+      }
+      if (bytes > need_[g][p]) {
+        u.need += bytes - need_[g][p];
+        need_[g][p] = bytes;
+      }
+    };
+    for (std::uint32_t id : active_) {
+      const Req& q = reqs_[id];
+      const std::span<const PageId> pages = kv_.page_table(q.slot, g);
+      if (!grp.is_decoder()) {
+        std::size_t i = 0;  // item k's tokens fill its pages in order
+        for (const MultimodalItem& m : q.items)
+          for (std::uint64_t t = 0; t < m.length && i < pages.size(); t += P, ++i)
+            if (pages[i] != kNullPage) credit(pages[i], std::min<std::uint64_t>(P, m.length - t) * bpt);
+        continue;
+      }
+      const std::uint64_t T = std::min<std::uint64_t>(kv_.num_computed(q.slot) + 1, pages.size() * P);
+      std::uint64_t from = 0;
+      if (grp.kind == LayerKind::kSlidingWindow && T > grp.window) from = T - grp.window;
+      if (grp.kind == LayerKind::kChunkedLocal && T > 0) from = (T - 1) / grp.chunk * grp.chunk;
+      for (std::size_t i = 0; i < pages.size(); ++i) {
+        if (pages[i] == kNullPage) continue;
+        if (grp.is_state()) {  // one state: the page the next token writes
+          credit(pages[i], i + 1 == pages.size() ? grp.natural_page_bytes() : 0);
+          continue;
+        }
+        const std::uint64_t lo = std::max<std::uint64_t>(i * P, from), hi = std::min<std::uint64_t>((i + 1) * P, T);
+        credit(pages[i], hi > lo ? (hi - lo) * bpt : 0);
+      }
+    }
+    return u;
+  }
+
+  void advance_lo(Req& q, GroupId g) {
+    if (!kv_.layout().group(g).is_decoder()) return;
+    const std::span<const PageId> pages = kv_.page_table(q.slot, g);
+    while (q.lo[g] < pages.size() && pages[q.lo[g]] == kNullPage) ++q.lo[g];
+  }
 
   static KVCacheManagerOptions options(const KVLayout& layout, const PolicyOptions& o) {
     KVCacheManagerOptions a;
@@ -202,6 +293,7 @@ class KvmmPolicy final : public Policy {
     a.num_large_pages = static_cast<std::uint32_t>(n);
     a.max_requests = o.max_seqs + 1;
     a.prefix_caching = o.prefix_caching;
+    a.record_events = o.prefix_caching;  // evictions are counted from kRemoved events
     return a;
   }
 
@@ -267,6 +359,9 @@ class KvmmPolicy final : public Policy {
   std::vector<Req> reqs_;
   std::vector<std::uint32_t> active_;
   std::vector<std::uint32_t> ids_;  // scratch of feed_ids
+  std::vector<std::uint64_t> extra_;  // per group: duplicate holds of shared pages
+  std::uint64_t evictions_ = 0;      // kRemoved events (evicted cached pages)
+  std::vector<CacheEvent> events_;   // scratch of take_events
   // Scratch of stats(), per group and small page: epoch stamp and largest need seen.
   mutable std::uint64_t epoch_ = 0;
   mutable std::vector<std::vector<std::uint64_t>> stamp_;
