@@ -72,7 +72,7 @@ class KvmmPolicy final : public Policy {
   std::uint32_t lookup_prefix(std::uint32_t id, std::uint32_t max_hit) override {
     Req& q = req(id);
     // The manager looks up at most (token ids known - 1) tokens.
-    if (caching_) feed_ids(q, std::uint64_t{max_hit} + 1);
+    if (caching_) feed_ids(id, q, std::uint64_t{max_hit} + 1);
     const auto hit = static_cast<std::uint32_t>(kv_.lookup_prefix(q.slot));
     // Hit pages another running request holds are shared: counted once in stats().
     for (GroupId g = 0; g < kv_.layout().num_groups(); ++g) {
@@ -100,7 +100,7 @@ class KvmmPolicy final : public Policy {
   // The ids of the computed tokens (prompt and sampled) go in first: commit hashes full pages.
   void commit(std::uint32_t id, std::uint32_t num_computed) override {
     Req& q = req(id);
-    if (caching_) feed_ids(q, num_computed);
+    if (caching_) feed_ids(id, q, num_computed);
     const KVLayout& l = kv_.layout();
     for (GroupId g = 0; g < l.num_groups(); ++g) {
       if (extra_[g] == 0) continue;
@@ -333,18 +333,27 @@ class KvmmPolicy final : public Policy {
   // Token id at position t: the trace's, else the shared stream's inside the prefix, else
   // the request's own stream. Even and odd positions carry the two halves of a 64-bit
   // stream key, so two streams collide only if their 64-bit keys do.
-  static std::uint32_t token_id(const Req& q, std::uint64_t t) {
-    if (t < q.prompt_ids.size()) return q.prompt_ids[t];
-    const std::uint64_t key = t < q.info.prefix_len ? mix64(q.info.prefix_id) : mix64(0x7e57000000000000ULL + q.info.uid);
+  static std::uint32_t stream_id(std::uint64_t key, std::uint64_t t) {
     const auto half = static_cast<std::uint32_t>((t & 1) != 0 ? key >> 32 : key);
     return half + static_cast<std::uint32_t>(t) * 0x9e3779b1u;
   }
 
-  void feed_ids(Req& q, std::uint64_t n) {
+  // Appends the ids of positions [known, n). A request re-added after a failed admission
+  // asks for the same prompt ids again: the last generated prompt is kept for it.
+  void feed_ids(std::uint32_t id, Req& q, std::uint64_t n) {
     const std::uint64_t have = kv_.num_tokens(q.slot);
     if (n <= have) return;
+    if (have == 0 && ids_owner_ == id && ids_.size() == n) {
+      kv_.append_tokens(q.slot, ids_);
+      return;
+    }
     ids_.clear();
-    for (std::uint64_t t = have; t < n; ++t) ids_.push_back(token_id(q, t));
+    const std::uint64_t shared = mix64(q.info.prefix_id), own = mix64(0x7e57000000000000ULL + q.info.uid);
+    for (std::uint64_t t = have; t < n; ++t) {
+      if (t < q.prompt_ids.size()) ids_.push_back(q.prompt_ids[t]);
+      else ids_.push_back(stream_id(t < q.info.prefix_len ? shared : own, t));
+    }
+    ids_owner_ = have == 0 ? id : ~std::uint32_t{0};
     kv_.append_tokens(q.slot, ids_);
   }
 
@@ -358,7 +367,8 @@ class KvmmPolicy final : public Policy {
   bool cross_;
   std::vector<Req> reqs_;
   std::vector<std::uint32_t> active_;
-  std::vector<std::uint32_t> ids_;  // scratch of feed_ids
+  std::vector<std::uint32_t> ids_;  // scratch of feed_ids; a prompt's ids when ids_owner_ is set
+  std::uint32_t ids_owner_ = ~std::uint32_t{0};
   std::vector<std::uint64_t> extra_;  // per group: duplicate holds of shared pages
   std::uint64_t evictions_ = 0;      // kRemoved events (evicted cached pages)
   std::vector<CacheEvent> events_;   // scratch of take_events
