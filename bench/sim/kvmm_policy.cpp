@@ -343,18 +343,20 @@ class KvmmPolicy final : public Policy {
   void feed_ids(std::uint32_t id, Req& q, std::uint64_t n) {
     const std::uint64_t have = kv_.num_tokens(q.slot);
     if (n <= have) return;
-    if (have == 0 && ids_owner_ == id && ids_.size() == n) {
-      kv_.append_tokens(q.slot, ids_);
+    const bool prompt = have == 0;
+    if (prompt && prompt_owner_ == id && prompt_ids_.size() == n) {
+      kv_.append_tokens(q.slot, prompt_ids_);
       return;
     }
-    ids_.clear();
+    std::vector<std::uint32_t>& ids = prompt ? prompt_ids_ : ids_;
+    ids.clear();
     const std::uint64_t shared = mix64(q.info.prefix_id), own = mix64(0x7e57000000000000ULL + q.info.uid);
     for (std::uint64_t t = have; t < n; ++t) {
-      if (t < q.prompt_ids.size()) ids_.push_back(q.prompt_ids[t]);
-      else ids_.push_back(stream_id(t < q.info.prefix_len ? shared : own, t));
+      if (t < q.prompt_ids.size()) ids.push_back(q.prompt_ids[t]);
+      else ids.push_back(stream_id(t < q.info.prefix_len ? shared : own, t));
     }
-    ids_owner_ = have == 0 ? id : ~std::uint32_t{0};
-    kv_.append_tokens(q.slot, ids_);
+    if (prompt) prompt_owner_ = id;
+    kv_.append_tokens(q.slot, ids);
   }
 
   Req& req(std::uint32_t id) {
@@ -367,8 +369,9 @@ class KvmmPolicy final : public Policy {
   bool cross_;
   std::vector<Req> reqs_;
   std::vector<std::uint32_t> active_;
-  std::vector<std::uint32_t> ids_;  // scratch of feed_ids; a prompt's ids when ids_owner_ is set
-  std::uint32_t ids_owner_ = ~std::uint32_t{0};
+  std::vector<std::uint32_t> ids_;         // scratch of feed_ids
+  std::vector<std::uint32_t> prompt_ids_;  // the last prompt fed, request prompt_owner_'s
+  std::uint32_t prompt_owner_ = ~std::uint32_t{0};
   std::vector<std::uint64_t> extra_;  // per group: duplicate holds of shared pages
   std::uint64_t evictions_ = 0;      // kRemoved events (evicted cached pages)
   std::vector<CacheEvent> events_;   // scratch of take_events
