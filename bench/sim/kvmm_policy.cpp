@@ -25,6 +25,7 @@ class KvmmPolicy final : public Policy {
       : kv_(layout, options(layout, o)), caching_(o.prefix_caching), cross_(shape_of(layout).cross_attention) {
     const std::uint32_t large = kv_.large_pages().capacity();
     extra_.assign(layout.num_groups(), 0);
+    extra_need_.assign(layout.num_groups(), 0);
     stamp_.resize(layout.num_groups());
     need_.resize(layout.num_groups());
     for (GroupId g = 0; g < layout.num_groups(); ++g) {
@@ -77,8 +78,11 @@ class KvmmPolicy final : public Policy {
     // Hit pages another running request holds are shared: counted once in stats().
     for (GroupId g = 0; g < kv_.layout().num_groups(); ++g) {
       const std::span<const PageId> pages = kv_.page_table(q.slot, g);
-      for (PageId p : pages)
-        if (p != kNullPage && kv_.ref_count(g, p) > 1) ++extra_[g];
+      for (std::size_t i = 0; i < pages.size(); ++i)
+        if (pages[i] != kNullPage && kv_.ref_count(g, pages[i]) > 1) {
+          ++extra_[g];
+          extra_need_[g] += shared_need(q, g, i);
+        }
       advance_lo(q, g);
     }
     return hit;
@@ -108,15 +112,13 @@ class KvmmPolicy final : public Policy {
       const std::span<const PageId> pages = kv_.page_table(q.slot, g);
       if (l.group(g).is_decoder()) {
         const std::uint64_t hi = std::min<std::uint64_t>(kv_.policy(g).first_needed_page(num_computed), pages.size());
-        for (std::uint64_t i = q.lo[g]; i < hi; ++i)
-          if (pages[i] != kNullPage && kv_.ref_count(g, pages[i]) > 1) --extra_[g];
+        for (std::uint64_t i = q.lo[g]; i < hi; ++i) unshare(q, g, pages, i);
       } else if (l.group(g).kind == LayerKind::kVisionEmbedding) {
         std::size_t i = 0;
         for (const MultimodalItem& m : q.items) {
           const std::uint64_t n = (m.length + l.group(g).tokens_per_page - 1) / l.group(g).tokens_per_page;
           if (m.offset + m.length <= num_computed)
-            for (std::uint64_t j = i; j < i + n && j < pages.size(); ++j)
-              if (pages[j] != kNullPage && kv_.ref_count(g, pages[j]) > 1) --extra_[g];
+            for (std::uint64_t j = i; j < i + n && j < pages.size(); ++j) unshare(q, g, pages, j);
           i += n;
         }
       }
@@ -128,9 +130,10 @@ class KvmmPolicy final : public Policy {
   void free(std::uint32_t id) override {
     Req& q = req(id);
     for (GroupId g = 0; g < kv_.layout().num_groups(); ++g)
-      if (extra_[g] > 0)
-        for (PageId p : kv_.page_table(q.slot, g))
-          if (p != kNullPage && kv_.ref_count(g, p) > 1) --extra_[g];
+      if (extra_[g] > 0) {
+        const std::span<const PageId> pages = kv_.page_table(q.slot, g);
+        for (std::size_t i = 0; i < pages.size(); ++i) unshare(q, g, pages, i);
+      }
     kv_.free(q.slot);
     q.active = false;
     const std::uint32_t last = active_.back();
@@ -149,7 +152,7 @@ class KvmmPolicy final : public Policy {
     // The closed form of stats() against a page-by-page recount and the manager's counts.
     const CacheStats cs = kv_.stats();
     for (GroupId g = 0; g < kv_.layout().num_groups(); ++g) {
-      const Usage exact = exact_usage(g), fast = kv_.layout().group(g).is_decoder() ? usage(g) : exact;
+      const Usage exact = exact_usage(g), fast = usage(g);
       if (fast.distinct != exact.distinct || exact.distinct != cs.groups[g].used_pages || fast.need != exact.need)
         fail("invariant: group {} used pages {} (closed form) / {} (recount) / {} (manager), needed bytes {} / {}", g,
              fast.distinct, exact.distinct, cs.groups[g].used_pages, fast.need, exact.need);
@@ -169,13 +172,13 @@ class KvmmPolicy final : public Policy {
   }
 
   // Used/wasted by the simulator's definition (needed = what the next token reads and the
-  // slot it writes) over distinct pages: a page shared after a hit counts once. Decoder
-  // groups in closed form, O(requests); image groups page by page.
+  // slot it writes) over distinct pages: a page shared after a hit counts once. Closed
+  // form, O(requests x (groups + images)).
   void stats(MemoryStats& out) const override {
     const KVLayout& l = kv_.layout();
     out.groups.resize(l.num_groups());
     for (GroupId g = 0; g < l.num_groups(); ++g) {
-      const Usage u = l.group(g).is_decoder() ? usage(g) : exact_usage(g);
+      const Usage u = usage(g);
       const SmallPageAllocator& a = kv_.small_pages(g);
       const std::uint64_t page = l.small_page_bytes(g);
       const std::uint64_t held = u.distinct * page;
@@ -210,12 +213,23 @@ class KvmmPolicy final : public Policy {
   // Decoder group g: each request holds pages [lo, size) (the policies release from the
   // front); shared pages (extra_) are full prefix pages, needed whole by every holder, so
   // each duplicate takes one page of need back (a Mamba page: one state).
+  // Image groups: every image's pages from the first allocation on, but a consumed image's
+  // vision-embedding pages are released.
   Usage usage(GroupId g) const {
     const LayerGroup& grp = kv_.layout().group(g);
     const std::uint64_t P = grp.tokens_per_page, bpt = grp.bytes_per_token();
     Usage u;
     for (std::uint32_t id : active_) {
       const Req& q = reqs_[id];
+      if (!grp.is_decoder()) {
+        const std::uint64_t c = kv_.num_computed(q.slot);
+        for (const MultimodalItem& m : q.items) {
+          if (grp.kind == LayerKind::kVisionEmbedding && m.offset + m.length <= c) continue;
+          u.distinct += (m.length + P - 1) / P;
+          u.need += m.length * bpt;
+        }
+        continue;
+      }
       const std::uint64_t n = kv_.page_tables(g).num_pages(q.slot);
       if (n <= q.lo[g]) continue;
       u.distinct += n - q.lo[g];
@@ -230,8 +244,30 @@ class KvmmPolicy final : public Policy {
       if (T > from) u.need += (T - from) * bpt;
     }
     u.distinct -= extra_[g];
-    u.need -= extra_[g] * (grp.is_state() ? grp.natural_page_bytes() : P * bpt);
+    u.need -= extra_need_[g];
     return u;
+  }
+
+  // Need of page i of group g when shared: a decoder page is a full prefix page (a Mamba
+  // page one state); an image page holds its image's tokens.
+  std::uint64_t shared_need(const Req& q, GroupId g, std::uint64_t i) const {
+    const LayerGroup& grp = kv_.layout().group(g);
+    const std::uint64_t P = grp.tokens_per_page;
+    if (grp.is_state()) return grp.natural_page_bytes();
+    if (grp.is_decoder()) return P * grp.bytes_per_token();
+    for (const MultimodalItem& m : q.items) {
+      const std::uint64_t n = (m.length + P - 1) / P;
+      if (i < n) return std::min<std::uint64_t>(P, m.length - i * P) * grp.bytes_per_token();
+      i -= n;
+    }
+    return 0;
+  }
+
+  // Page i of q is about to be released: if others hold it too, it stops being a duplicate.
+  void unshare(const Req& q, GroupId g, std::span<const PageId> pages, std::uint64_t i) {
+    if (pages[i] == kNullPage || kv_.ref_count(g, pages[i]) <= 1) return;
+    --extra_[g];
+    extra_need_[g] -= shared_need(q, g, i);
   }
 
   // Page by page: a page's need is the largest over its holders. O(pages held).
@@ -299,7 +335,8 @@ class KvmmPolicy final : public Policy {
 
   // Image k of a request: decoder-token span (inlined images shift later text; with
   // cross-attention the span sits at its text offset, pushed past the previous image so
-  // items never overlap). Its hash is the shared stream's when the prefix covers it.
+  // items never overlap). Its hash is the shared stream's (with its offset and length)
+  // when the prefix covers it.
   void build_items(Req& q) {
     if (q.info.images == nullptr) return;
     std::uint64_t shift = 0, end = 0;
@@ -309,7 +346,8 @@ class KvmmPolicy final : public Policy {
       const std::uint64_t off = cross_ ? std::max<std::uint64_t>(s.offset, end) : s.offset + shift;
       const bool shared = q.info.prefix_len > 0 && (cross_ ? s.offset < q.info.prefix_len
                                                            : off + s.length <= q.info.prefix_len);
-      const std::uint64_t key = shared ? mix64(mix64(q.info.prefix_id) ^ (0x1a9e000000000000ULL + off))
+      const std::uint64_t key = shared ? mix64(mix64(q.info.prefix_id ^ (std::uint64_t{s.length} << 40)) ^
+                                               (0x1a9e000000000000ULL + off))
                                        : mix64(mix64(0x7e57000000000000ULL + q.info.uid) ^ (0x1a9e000000000000ULL + k));
       q.items.push_back(MultimodalItem{BlockHash{key, mix64(key)}, off, s.length});
       shift += s.length;
@@ -372,7 +410,8 @@ class KvmmPolicy final : public Policy {
   std::vector<std::uint32_t> ids_;         // scratch of feed_ids
   std::vector<std::uint32_t> prompt_ids_;  // the last prompt fed, request prompt_owner_'s
   std::uint32_t prompt_owner_ = ~std::uint32_t{0};
-  std::vector<std::uint64_t> extra_;  // per group: duplicate holds of shared pages
+  std::vector<std::uint64_t> extra_;       // per group: duplicate holds of shared pages
+  std::vector<std::uint64_t> extra_need_;  // per group: their needed bytes
   std::uint64_t evictions_ = 0;      // kRemoved events (evicted cached pages)
   std::vector<CacheEvent> events_;   // scratch of take_events
   // Scratch of stats(), per group and small page: epoch stamp and largest need seen.
