@@ -93,11 +93,22 @@ class KvmmPolicy final : public Policy {
     if (kv_.num_computed(q.slot) != num_computed)
       fail("num_computed = {}: request {} has {} computed tokens in the manager", num_computed, id,
            kv_.num_computed(q.slot));
-    if (!kv_.allocate(q.slot, num_new)) return false;
-    if (caching_) {
-      kv_.take_events(events_);
-      for (const CacheEvent& e : events_) evictions_ += e.kind == CacheEventKind::kRemoved;
+    if (!kv_.allocate(q.slot, num_new)) {
+      // Workaround for a manager limitation: a large page enters the large-page LRU only
+      // when all its small pages are evictable, so a group's large pages that mix
+      // evictable and empty small pages can never go to another group, even with no
+      // request running. A request alone that cannot allocate would then be aborted with
+      // all memory reclaimable: drop the prefix cache (empty small pages let their large
+      // pages go back to the pool) and try once more. Reported as MemoryStats::cache_resets.
+      if (!caching_ || active_.size() != 1) return false;
+      kv_.reset_prefix_cache();
+      kv_.take_events(events_);  // its removals: evicted pages and unhashed used ones
+      evictions_ = 0;            // the manager counts the evicted ones (rare: O(pages))
+      for (const GroupStats& gs : kv_.stats().groups) evictions_ += gs.evicted_pages;
+      ++cache_resets_;
+      if (!kv_.allocate(q.slot, num_new)) return false;
     }
+    if (caching_) count_evictions();
     return true;
   }
 
@@ -192,6 +203,7 @@ class KvmmPolicy final : public Policy {
     out.free = std::uint64_t{kv_.large_pages().num_free()} * l.large_page_bytes();
     out.capacity = std::uint64_t{kv_.large_pages().capacity()} * l.large_page_bytes();
     out.evictions = evictions_;
+    out.cache_resets = cache_resets_;
   }
 
  private:
@@ -314,6 +326,11 @@ class KvmmPolicy final : public Policy {
     return u;
   }
 
+  void count_evictions() {
+    kv_.take_events(events_);
+    for (const CacheEvent& e : events_) evictions_ += e.kind == CacheEventKind::kRemoved;
+  }
+
   void advance_lo(Req& q, GroupId g) {
     if (!kv_.layout().group(g).is_decoder()) return;
     const std::span<const PageId> pages = kv_.page_table(q.slot, g);
@@ -413,6 +430,7 @@ class KvmmPolicy final : public Policy {
   std::vector<std::uint64_t> extra_;       // per group: duplicate holds of shared pages
   std::vector<std::uint64_t> extra_need_;  // per group: their needed bytes
   std::uint64_t evictions_ = 0;      // kRemoved events (evicted cached pages)
+  std::uint64_t cache_resets_ = 0;   // workaround resets (see allocate)
   std::vector<CacheEvent> events_;   // scratch of take_events
   // Scratch of stats(), per group and small page: epoch stamp and largest need seen.
   mutable std::uint64_t epoch_ = 0;
