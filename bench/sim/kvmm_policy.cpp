@@ -1,21 +1,19 @@
-// The kvmm policy: kvmm's real two-level allocator (kvmm::PagedKVAllocator: LCM large
-// pages, per-group small pages, request-aware placement) behind the simulator's policy
-// interface. Sliding-window pages that leave the window are freed through the page
-// table (PagedKVAllocator::free_page puts the null page in their entry).
-//
-// Prefix caching seam: this policy has none yet. KVCacheManager (issue 3) plugs in here
-// one call for one call: add_request -> KVCacheManager::add_request(tokens, extras),
-// lookup_prefix -> lookup_prefix (returns the hit, pages pinned), allocate -> allocate
-// (all groups or none, five-step allocation with eviction), commit -> commit,
-// free -> free, stats -> stats(); used/wasted/group_free are read the same way.
+// The kvmm policy: kvmm's real KVCacheManager (two-level LCM paging, request-aware
+// placement, per-layer-kind prefix caching: full attention, sliding window, chunked local,
+// Mamba checkpoints, images of cross-attention / vision groups) behind the simulator's
+// policy interface, one manager call per policy call. Workloads without token ids get
+// synthetic ids from (prefix stream, position) or (request, position), so shared prefixes
+// hash equal and nothing else does; image spans become RequestExtras::items.
 #include "sim/policy.hpp"
+#include "sim/scheduler.hpp"
 
 #include "kvmm/error.hpp"
-#include "kvmm/paging/kv_allocator.hpp"
+#include "kvmm/manager/kv_cache_manager.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <span>
 
 namespace kvmm::sim {
 
@@ -24,66 +22,130 @@ namespace {
 class KvmmPolicy final : public Policy {
  public:
   KvmmPolicy(const KVLayout& layout, const PolicyOptions& o)
-      : alloc_(layout, options(layout, o)) {
+      : kv_(layout, options(layout, o)), caching_(o.prefix_caching), cross_(shape_of(layout).cross_attention) {
+    const std::uint32_t large = kv_.large_pages().capacity();
+    extra_.assign(layout.num_groups(), 0);
+    extra_need_.assign(layout.num_groups(), 0);
+    stamp_.resize(layout.num_groups());
+    need_.resize(layout.num_groups());
     for (GroupId g = 0; g < layout.num_groups(); ++g) {
-      const LayerGroup& grp = layout.group(g);
-      if (grp.kind == LayerKind::kSlidingWindow || grp.kind == LayerKind::kChunkedLocal) windowed_.push_back(g);
-      if (!grp.is_decoder()) has_encoder_groups_ = true;
+      stamp_[g].assign(std::size_t{large} * layout.small_pages_per_large_page(g), 0);
+      need_[g].assign(stamp_[g].size(), 0);
     }
   }
 
   std::string_view name() const override { return "kvmm"; }
-  bool prefix_caching() const override { return false; }
+  bool prefix_caching() const override { return caching_; }
   std::string describe() const override {
-    const KVLayout& l = alloc_.layout();
+    const KVLayout& l = kv_.layout();
     std::string groups;
     for (GroupId g = 0; g < l.num_groups(); ++g)
       groups += fmt::format("{}{} {} B x {}", groups.empty() ? "" : ", ", l.group(g).name, l.small_page_bytes(g),
                             l.small_pages_per_large_page(g));
     return fmt::format(
-        "kvmm PagedKVAllocator: {} large pages of {} B (LCM; small pages per large page: {}), request-aware "
-        "placement, out-of-window sliding-window pages freed to the null page; prefix caching not wired yet "
-        "(KVCacheManager seam)",
-        alloc_.large_pages().capacity(), l.large_page_bytes(), groups);
+        "kvmm KVCacheManager: {} large pages of {} B (LCM; small pages per large page: {}), request-aware "
+        "placement, pages out of each layer kind's need released at commit; prefix caching {} (per-layer-kind "
+        "hit rules, images cached by image hash, LRU small/large-page eviction)",
+        kv_.large_pages().capacity(), l.large_page_bytes(), groups, caching_ ? "on" : "off");
   }
+
+  void begin_step() override { kv_.begin_step(); }
 
   void add_request(std::uint32_t id, const SeqInfo& info) override {
     if (id >= reqs_.size()) reqs_.resize(std::size_t{id} + 1);
     Req& q = reqs_[id];
     if (q.active) fail("request = {}: already added", id);
-    q = Req{};
+    q.info = info;
+    q.items.clear();
+    q.prompt_ids.clear();
+    build_items(q);
+    if (caching_ && info.token_ids != nullptr && !info.token_ids->empty()) build_prompt_ids(q);
+    RequestExtras ex;
+    ex.items = q.items;
+    // Token ids arrive at lookup_prefix (as many as the scheduler knows) and commit.
+    q.slot = kv_.add_request({}, ex);
+    q.lo.assign(kv_.layout().num_groups(), 0);
     q.active = true;
-    q.slot = alloc_.add_request();
-    q.encoder_tokens = has_encoder_groups_ ? info.encoder_tokens : 0;
-    q.first_live.assign(alloc_.layout().num_groups(), 0);
     q.pos = static_cast<std::uint32_t>(active_.size());
     active_.push_back(id);
   }
 
-  std::uint32_t lookup_prefix(std::uint32_t id, std::uint32_t) override {
-    req(id);
-    return 0;  // no prefix cache until KVCacheManager is wired in (see the seam above)
+  std::uint32_t lookup_prefix(std::uint32_t id, std::uint32_t max_hit) override {
+    Req& q = req(id);
+    // The manager looks up at most (token ids known - 1) tokens.
+    if (caching_) feed_ids(id, q, std::uint64_t{max_hit} + 1);
+    const auto hit = static_cast<std::uint32_t>(kv_.lookup_prefix(q.slot));
+    // Hit pages another running request holds are shared: counted once in stats().
+    for (GroupId g = 0; g < kv_.layout().num_groups(); ++g) {
+      const std::span<const PageId> pages = kv_.page_table(q.slot, g);
+      for (std::size_t i = 0; i < pages.size(); ++i)
+        if (pages[i] != kNullPage && kv_.ref_count(g, pages[i]) > 1) {
+          ++extra_[g];
+          extra_need_[g] += shared_need(q, g, i);
+        }
+      advance_lo(q, g);
+    }
+    return hit;
   }
 
   bool allocate(std::uint32_t id, std::uint32_t num_computed, std::uint32_t num_new) override {
     Req& q = req(id);
-    drop_out_of_window(q, num_computed);
-    if (!q.encoder_done && q.encoder_tokens > 0) {
-      if (!alloc_.append_encoder_tokens(q.slot, q.encoder_tokens)) return false;
-      q.encoder_done = true;
+    if (kv_.num_computed(q.slot) != num_computed)
+      fail("num_computed = {}: request {} has {} computed tokens in the manager", num_computed, id,
+           kv_.num_computed(q.slot));
+    if (!kv_.allocate(q.slot, num_new)) {
+      // Workaround for a manager limitation: a large page enters the large-page LRU only
+      // when all its small pages are evictable, so a group's large pages that mix
+      // evictable and empty small pages can never go to another group, even with no
+      // request running. A request alone that cannot allocate would then be aborted with
+      // all memory reclaimable: drop the prefix cache (empty small pages let their large
+      // pages go back to the pool) and try once more. Reported as MemoryStats::cache_resets.
+      if (!caching_ || active_.size() != 1) return false;
+      kv_.reset_prefix_cache();
+      kv_.take_events(events_);  // its removals: evicted pages and unhashed used ones
+      evictions_ = 0;            // the manager counts the evicted ones (rare: O(pages))
+      for (const GroupStats& gs : kv_.stats().groups) evictions_ += gs.evicted_pages;
+      ++cache_resets_;
+      if (!kv_.allocate(q.slot, num_new)) return false;
     }
-    if (!alloc_.append_tokens(q.slot, num_new)) return false;
-    q.tokens = num_computed + num_new;
+    if (caching_) count_evictions();
     return true;
   }
 
-  // Pages that the next position no longer reads leave as soon as their tokens are
-  // computed, so they never sit in memory between steps.
-  void commit(std::uint32_t id, std::uint32_t num_computed) override { drop_out_of_window(req(id), num_computed); }
+  // The ids of the computed tokens (prompt and sampled) go in first: commit hashes full pages.
+  void commit(std::uint32_t id, std::uint32_t num_computed) override {
+    Req& q = req(id);
+    if (caching_) feed_ids(id, q, num_computed);
+    const KVLayout& l = kv_.layout();
+    for (GroupId g = 0; g < l.num_groups(); ++g) {
+      if (extra_[g] == 0) continue;
+      // Shared pages this commit releases stay held by their other holders.
+      const std::span<const PageId> pages = kv_.page_table(q.slot, g);
+      if (l.group(g).is_decoder()) {
+        const std::uint64_t hi = std::min<std::uint64_t>(kv_.policy(g).first_needed_page(num_computed), pages.size());
+        for (std::uint64_t i = q.lo[g]; i < hi; ++i) unshare(q, g, pages, i);
+      } else if (l.group(g).kind == LayerKind::kVisionEmbedding) {
+        std::size_t i = 0;
+        for (const MultimodalItem& m : q.items) {
+          const std::uint64_t n = (m.length + l.group(g).tokens_per_page - 1) / l.group(g).tokens_per_page;
+          if (m.offset + m.length <= num_computed)
+            for (std::uint64_t j = i; j < i + n && j < pages.size(); ++j) unshare(q, g, pages, j);
+          i += n;
+        }
+      }
+    }
+    kv_.commit(q.slot, num_computed);
+    for (GroupId g = 0; g < l.num_groups(); ++g) advance_lo(q, g);
+  }
 
   void free(std::uint32_t id) override {
     Req& q = req(id);
-    alloc_.free_request(q.slot);
+    for (GroupId g = 0; g < kv_.layout().num_groups(); ++g)
+      if (extra_[g] > 0) {
+        const std::span<const PageId> pages = kv_.page_table(q.slot, g);
+        for (std::size_t i = 0; i < pages.size(); ++i) unshare(q, g, pages, i);
+      }
+    kv_.free(q.slot);
     q.active = false;
     const std::uint32_t last = active_.back();
     active_[q.pos] = last;
@@ -92,85 +154,264 @@ class KvmmPolicy final : public Policy {
   }
 
   void check_invariants() const override {
-    alloc_.check_invariants();
-    for (std::uint32_t id : active_) {
-      const Req& q = reqs_[id];
-      if (!q.active || alloc_.num_tokens(q.slot) != q.tokens)
-        fail("invariant: request {} holds {} tokens in the allocator, {} in the policy", id,
-             alloc_.num_tokens(q.slot), q.tokens);
-      for (GroupId g : windowed_) {
-        const auto pages = alloc_.page_tables(g).pages(q.slot);
-        for (std::size_t i = 0; i < pages.size(); ++i)
-          if ((pages[i] == kNullPage) != (i < q.first_live[g]))
-            fail("invariant: request {} group {} entry {} null-ness disagrees with first_live {}", id, g, i,
-                 q.first_live[g]);
+    kv_.check_invariants();
+    if (kv_.num_active() != active_.size())
+      fail("invariant: manager has {} active requests, policy {}", kv_.num_active(), active_.size());
+    for (std::uint32_t id : active_)
+      if (!reqs_[id].active || !kv_.is_active(reqs_[id].slot))
+        fail("invariant: request {} active in the policy, not in the manager", id);
+    // The closed form of stats() against a page-by-page recount and the manager's counts.
+    const CacheStats cs = kv_.stats();
+    for (GroupId g = 0; g < kv_.layout().num_groups(); ++g) {
+      const Usage exact = exact_usage(g), fast = usage(g);
+      if (fast.distinct != exact.distinct || exact.distinct != cs.groups[g].used_pages || fast.need != exact.need)
+        fail("invariant: group {} used pages {} (closed form) / {} (recount) / {} (manager), needed bytes {} / {}", g,
+             fast.distinct, exact.distinct, cs.groups[g].used_pages, fast.need, exact.need);
+      for (std::uint32_t id : active_) {
+        const std::span<const PageId> pages = kv_.page_table(reqs_[id].slot, g);
+        for (std::size_t i = 0; i < pages.size() && kv_.layout().group(g).is_decoder(); ++i)
+          if ((pages[i] == kNullPage) != (i < reqs_[id].lo[g]))
+            fail("invariant: request {} group {} entry {} null-ness disagrees with lo {}", id, g, i, reqs_[id].lo[g]);
       }
     }
+    if (caching_ && evictions_ != [&] {
+          std::uint64_t e = 0;
+          for (const GroupStats& gs : cs.groups) e += gs.evicted_pages;
+          return e;
+        }())
+      fail("invariant: {} evictions counted from events, manager differs", evictions_);
   }
 
+  // Used/wasted by the simulator's definition (needed = what the next token reads and the
+  // slot it writes) over distinct pages: a page shared after a hit counts once. Closed
+  // form, O(requests x (groups + images)).
   void stats(MemoryStats& out) const override {
-    const KVLayout& l = alloc_.layout();
+    const KVLayout& l = kv_.layout();
     out.groups.resize(l.num_groups());
     for (GroupId g = 0; g < l.num_groups(); ++g) {
-      const LayerGroup& grp = l.group(g);
-      std::uint64_t need = 0;
-      // The next step also writes position `tokens`: needed when its page exists.
-      for (std::uint32_t id : active_) {
-        const Req& q = reqs_[id];
-        const std::uint64_t cap = std::uint64_t{alloc_.page_tables(g).num_pages(q.slot)} * grp.tokens_per_page;
-        const std::uint64_t T = grp.is_state() ? q.tokens : std::min<std::uint64_t>(std::uint64_t{q.tokens} + 1, cap);
-        need += needed_bytes(grp, T, q.encoder_tokens);
-      }
-      const SmallPageAllocator& a = alloc_.small_pages(g);
-      const std::uint64_t held = std::uint64_t{a.num_used_small()} * l.small_page_bytes(g);
-      GroupUsage& u = out.groups[g];
-      u.name = grp.name;
-      u.used = std::min(need, held);
-      u.wasted = held - u.used;
-      u.cached = 0;
-      u.group_free = std::uint64_t{a.num_free_small()} * l.small_page_bytes(g);
+      const Usage u = usage(g);
+      const SmallPageAllocator& a = kv_.small_pages(g);
+      const std::uint64_t page = l.small_page_bytes(g);
+      const std::uint64_t held = u.distinct * page;
+      GroupUsage& o = out.groups[g];
+      o.name = l.group(g).name;
+      o.used = std::min(u.need, held);
+      o.wasted = held - o.used;
+      o.cached = (std::uint64_t{a.num_used_small()} - u.distinct) * page;
+      o.group_free = std::uint64_t{a.num_free_small()} * page;
     }
-    out.free = std::uint64_t{alloc_.large_pages().num_free()} * l.large_page_bytes();
-    out.capacity = std::uint64_t{alloc_.large_pages().capacity()} * l.large_page_bytes();
-    out.evictions = 0;
+    out.free = std::uint64_t{kv_.large_pages().num_free()} * l.large_page_bytes();
+    out.capacity = std::uint64_t{kv_.large_pages().capacity()} * l.large_page_bytes();
+    out.evictions = evictions_;
+    out.cache_resets = cache_resets_;
   }
 
  private:
   struct Req {
     bool active = false;
-    bool encoder_done = false;
     RequestId slot = kNoRequest;
-    std::uint32_t tokens = 0;
-    std::uint32_t encoder_tokens = 0;
     std::uint32_t pos = 0;  // index in active_
-    std::vector<std::uint32_t> first_live;
+    SeqInfo info;
+    std::vector<MultimodalItem> items;
+    std::vector<std::uint32_t> prompt_ids;  // decoder prompt ids of a token-id trace
+    std::vector<std::uint64_t> lo;          // per decoder group: first non-null page
   };
 
-  static PagedKVAllocatorOptions options(const KVLayout& layout, const PolicyOptions& o) {
-    PagedKVAllocatorOptions a;
+  struct Usage {
+    std::uint64_t distinct = 0;  // pages held by running requests, each counted once
+    std::uint64_t need = 0;      // bytes of them the next step needs
+  };
+
+  // Decoder group g: each request holds pages [lo, size) (the policies release from the
+  // front); shared pages (extra_) are full prefix pages, needed whole by every holder, so
+  // each duplicate takes one page of need back (a Mamba page: one state).
+  // Image groups: every image's pages from the first allocation on, but a consumed image's
+  // vision-embedding pages are released.
+  Usage usage(GroupId g) const {
+    const LayerGroup& grp = kv_.layout().group(g);
+    const std::uint64_t P = grp.tokens_per_page, bpt = grp.bytes_per_token();
+    Usage u;
+    for (std::uint32_t id : active_) {
+      const Req& q = reqs_[id];
+      if (!grp.is_decoder()) {
+        const std::uint64_t c = kv_.num_computed(q.slot);
+        for (const MultimodalItem& m : q.items) {
+          if (grp.kind == LayerKind::kVisionEmbedding && m.offset + m.length <= c) continue;
+          u.distinct += (m.length + P - 1) / P;
+          u.need += m.length * bpt;
+        }
+        continue;
+      }
+      const std::uint64_t n = kv_.page_tables(g).num_pages(q.slot);
+      if (n <= q.lo[g]) continue;
+      u.distinct += n - q.lo[g];
+      const std::uint64_t T = std::min<std::uint64_t>(kv_.num_computed(q.slot) + 1, n * P);
+      if (grp.is_state()) {
+        u.need += grp.natural_page_bytes();
+        continue;
+      }
+      std::uint64_t from = q.lo[g] * P;
+      if (grp.kind == LayerKind::kSlidingWindow && T > grp.window) from = std::max(from, T - grp.window);
+      if (grp.kind == LayerKind::kChunkedLocal) from = std::max(from, (T - 1) / grp.chunk * grp.chunk);
+      if (T > from) u.need += (T - from) * bpt;
+    }
+    u.distinct -= extra_[g];
+    u.need -= extra_need_[g];
+    return u;
+  }
+
+  // Need of page i of group g when shared: a decoder page is a full prefix page (a Mamba
+  // page one state); an image page holds its image's tokens.
+  std::uint64_t shared_need(const Req& q, GroupId g, std::uint64_t i) const {
+    const LayerGroup& grp = kv_.layout().group(g);
+    const std::uint64_t P = grp.tokens_per_page;
+    if (grp.is_state()) return grp.natural_page_bytes();
+    if (grp.is_decoder()) return P * grp.bytes_per_token();
+    for (const MultimodalItem& m : q.items) {
+      const std::uint64_t n = (m.length + P - 1) / P;
+      if (i < n) return std::min<std::uint64_t>(P, m.length - i * P) * grp.bytes_per_token();
+      i -= n;
+    }
+    return 0;
+  }
+
+  // Page i of q is about to be released: if others hold it too, it stops being a duplicate.
+  void unshare(const Req& q, GroupId g, std::span<const PageId> pages, std::uint64_t i) {
+    if (pages[i] == kNullPage || kv_.ref_count(g, pages[i]) <= 1) return;
+    --extra_[g];
+    extra_need_[g] -= shared_need(q, g, i);
+  }
+
+  // Page by page: a page's need is the largest over its holders. O(pages held).
+  Usage exact_usage(GroupId g) const {
+    const LayerGroup& grp = kv_.layout().group(g);
+    const std::uint64_t P = grp.tokens_per_page, bpt = grp.bytes_per_token();
+    ++epoch_;
+    Usage u;
+    auto credit = [&](PageId p, std::uint64_t bytes) {
+      if (stamp_[g][p] != epoch_) {
+        stamp_[g][p] = epoch_;
+        need_[g][p] = 0;
+        ++u.distinct;
+      }
+      if (bytes > need_[g][p]) {
+        u.need += bytes - need_[g][p];
+        need_[g][p] = bytes;
+      }
+    };
+    for (std::uint32_t id : active_) {
+      const Req& q = reqs_[id];
+      const std::span<const PageId> pages = kv_.page_table(q.slot, g);
+      if (!grp.is_decoder()) {
+        std::size_t i = 0;  // item k's tokens fill its pages in order
+        for (const MultimodalItem& m : q.items)
+          for (std::uint64_t t = 0; t < m.length && i < pages.size(); t += P, ++i)
+            if (pages[i] != kNullPage) credit(pages[i], std::min<std::uint64_t>(P, m.length - t) * bpt);
+        continue;
+      }
+      const std::uint64_t T = std::min<std::uint64_t>(kv_.num_computed(q.slot) + 1, pages.size() * P);
+      std::uint64_t from = 0;
+      if (grp.kind == LayerKind::kSlidingWindow && T > grp.window) from = T - grp.window;
+      if (grp.kind == LayerKind::kChunkedLocal && T > 0) from = (T - 1) / grp.chunk * grp.chunk;
+      for (std::size_t i = 0; i < pages.size(); ++i) {
+        if (pages[i] == kNullPage) continue;
+        if (grp.is_state()) {  // one state: the page the next token writes
+          credit(pages[i], i + 1 == pages.size() ? grp.natural_page_bytes() : 0);
+          continue;
+        }
+        const std::uint64_t lo = std::max<std::uint64_t>(i * P, from), hi = std::min<std::uint64_t>((i + 1) * P, T);
+        credit(pages[i], hi > lo ? (hi - lo) * bpt : 0);
+      }
+    }
+    return u;
+  }
+
+  void count_evictions() {
+    kv_.take_events(events_);
+    for (const CacheEvent& e : events_) evictions_ += e.kind == CacheEventKind::kRemoved;
+  }
+
+  void advance_lo(Req& q, GroupId g) {
+    if (!kv_.layout().group(g).is_decoder()) return;
+    const std::span<const PageId> pages = kv_.page_table(q.slot, g);
+    while (q.lo[g] < pages.size() && pages[q.lo[g]] == kNullPage) ++q.lo[g];
+  }
+
+  static KVCacheManagerOptions options(const KVLayout& layout, const PolicyOptions& o) {
+    KVCacheManagerOptions a;
     const std::uint64_t n = o.memory_bytes / layout.large_page_bytes();
     if (n == 0 || n >= kNullPage)
       fail("memory_bytes = {}: holds {} large pages of {} B (need 1 .. 2^32-2)", o.memory_bytes, n,
            layout.large_page_bytes());
     a.num_large_pages = static_cast<std::uint32_t>(n);
     a.max_requests = o.max_seqs + 1;
+    a.prefix_caching = o.prefix_caching;
+    a.record_events = o.prefix_caching;  // evictions are counted from kRemoved events
     return a;
   }
 
-  static std::uint64_t first_needed_page(const LayerGroup& g, std::uint64_t p) {
-    if (g.kind == LayerKind::kSlidingWindow) return p + 1 > g.window ? (p + 1 - g.window) / g.tokens_per_page : 0;
-    return p / g.chunk * g.chunk / g.tokens_per_page;  // chunked local
+  // Image k of a request: decoder-token span (inlined images shift later text; with
+  // cross-attention the span sits at its text offset, pushed past the previous image so
+  // items never overlap). Its hash is the shared stream's (with its offset and length)
+  // when the prefix covers it.
+  void build_items(Req& q) {
+    if (q.info.images == nullptr) return;
+    std::uint64_t shift = 0, end = 0;
+    for (std::size_t k = 0; k < q.info.images->size(); ++k) {
+      const ImageSpan& s = (*q.info.images)[k];
+      if (s.length == 0) continue;
+      const std::uint64_t off = cross_ ? std::max<std::uint64_t>(s.offset, end) : s.offset + shift;
+      const bool shared = q.info.prefix_len > 0 && (cross_ ? s.offset < q.info.prefix_len
+                                                           : off + s.length <= q.info.prefix_len);
+      const std::uint64_t key = shared ? mix64(mix64(q.info.prefix_id ^ (std::uint64_t{s.length} << 40)) ^
+                                               (0x1a9e000000000000ULL + off))
+                                       : mix64(mix64(0x7e57000000000000ULL + q.info.uid) ^ (0x1a9e000000000000ULL + k));
+      q.items.push_back(MultimodalItem{BlockHash{key, mix64(key)}, off, s.length});
+      shift += s.length;
+      end = off + s.length;
+    }
   }
 
-  void drop_out_of_window(Req& q, std::uint64_t next_position) {
-    for (GroupId g : windowed_) {
-      const LayerGroup& grp = alloc_.layout().group(g);
-      const std::uint64_t first = std::min<std::uint64_t>(first_needed_page(grp, next_position),
-                                                          alloc_.page_tables(g).num_pages(q.slot));
-      for (std::uint64_t i = q.first_live[g]; i < first; ++i)
-        alloc_.free_page(q.slot, g, static_cast<std::uint32_t>(i));
-      q.first_live[g] = static_cast<std::uint32_t>(std::max<std::uint64_t>(q.first_live[g], first));
+  // A token-id trace: text ids in order, image positions (inlined models) get a
+  // placeholder id; the image's hash tells images apart.
+  void build_prompt_ids(Req& q) {
+    const std::vector<std::uint32_t>& text = *q.info.token_ids;
+    std::size_t t = 0;
+    for (const MultimodalItem& m : q.items) {
+      if (cross_) break;
+      while (q.prompt_ids.size() < m.offset && t < text.size()) q.prompt_ids.push_back(text[t++]);
+      q.prompt_ids.insert(q.prompt_ids.end(), m.length, 0xfffffff0u);
     }
+    q.prompt_ids.insert(q.prompt_ids.end(), text.begin() + static_cast<std::ptrdiff_t>(t), text.end());
+  }
+
+  // Token id at position t: the trace's, else the shared stream's inside the prefix, else
+  // the request's own stream. Even and odd positions carry the two halves of a 64-bit
+  // stream key, so two streams collide only if their 64-bit keys do.
+  static std::uint32_t stream_id(std::uint64_t key, std::uint64_t t) {
+    const auto half = static_cast<std::uint32_t>((t & 1) != 0 ? key >> 32 : key);
+    return half + static_cast<std::uint32_t>(t) * 0x9e3779b1u;
+  }
+
+  // Appends the ids of positions [known, n). A request re-added after a failed admission
+  // asks for the same prompt ids again: the last generated prompt is kept for it.
+  void feed_ids(std::uint32_t id, Req& q, std::uint64_t n) {
+    const std::uint64_t have = kv_.num_tokens(q.slot);
+    if (n <= have) return;
+    const bool prompt = have == 0;
+    if (prompt && prompt_owner_ == id && prompt_ids_.size() == n) {
+      kv_.append_tokens(q.slot, prompt_ids_);
+      return;
+    }
+    std::vector<std::uint32_t>& ids = prompt ? prompt_ids_ : ids_;
+    ids.clear();
+    const std::uint64_t shared = mix64(q.info.prefix_id), own = mix64(0x7e57000000000000ULL + q.info.uid);
+    for (std::uint64_t t = have; t < n; ++t) {
+      if (t < q.prompt_ids.size()) ids.push_back(q.prompt_ids[t]);
+      else ids.push_back(stream_id(t < q.info.prefix_len ? shared : own, t));
+    }
+    if (prompt) prompt_owner_ = id;
+    kv_.append_tokens(q.slot, ids);
   }
 
   Req& req(std::uint32_t id) {
@@ -178,11 +419,23 @@ class KvmmPolicy final : public Policy {
     return reqs_[id];
   }
 
-  PagedKVAllocator alloc_;
-  std::vector<GroupId> windowed_;
-  bool has_encoder_groups_ = false;
+  KVCacheManager kv_;
+  bool caching_;
+  bool cross_;
   std::vector<Req> reqs_;
   std::vector<std::uint32_t> active_;
+  std::vector<std::uint32_t> ids_;         // scratch of feed_ids
+  std::vector<std::uint32_t> prompt_ids_;  // the last prompt fed, request prompt_owner_'s
+  std::uint32_t prompt_owner_ = ~std::uint32_t{0};
+  std::vector<std::uint64_t> extra_;       // per group: duplicate holds of shared pages
+  std::vector<std::uint64_t> extra_need_;  // per group: their needed bytes
+  std::uint64_t evictions_ = 0;      // kRemoved events (evicted cached pages)
+  std::uint64_t cache_resets_ = 0;   // workaround resets (see allocate)
+  std::vector<CacheEvent> events_;   // scratch of take_events
+  // Scratch of stats(), per group and small page: epoch stamp and largest need seen.
+  mutable std::uint64_t epoch_ = 0;
+  mutable std::vector<std::vector<std::uint64_t>> stamp_;
+  mutable std::vector<std::vector<std::uint64_t>> need_;
 };
 
 }  // namespace

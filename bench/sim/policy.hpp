@@ -1,11 +1,12 @@
-// The memory-policy interface of kvmm-sim, shaped like kvmm::KVCacheManager (add_request,
-// lookup_prefix, all-or-nothing allocate, commit, free, stats) so the kvmm policy can move
-// to the manager by swapping one class; and its factory: kvmm, paged-uniform, max-page,
+// The memory-policy interface of kvmm-sim, shaped like kvmm::KVCacheManager (begin_step,
+// add_request, lookup_prefix, all-or-nothing allocate, commit, free, stats), which the
+// kvmm policy calls one for one; and its factory: kvmm, paged-uniform, max-page,
 // static-split, unified-block. allocate/free cost O(pages touched); stats O(requests x
 // groups) (block policies with shared prefixes: O(blocks held)).
 #pragma once
 
 #include "kvmm/spec/kv_layout.hpp"
+#include "sim/workload.hpp"
 
 #include <cstdint>
 #include <memory>
@@ -22,6 +23,7 @@ struct SeqInfo {
   std::uint64_t prefix_id = 0;
   std::uint32_t prefix_len = 0;      // tokens [0, prefix_len) are stream prefix_id's
   const std::vector<std::uint32_t>* token_ids = nullptr;  // optional prompt token ids
+  const std::vector<ImageSpan>* images = nullptr;          // image spans (text offsets)
 };
 
 // Bytes of one policy group at one instant. used: needed to compute the next token
@@ -40,6 +42,7 @@ struct MemoryStats {
   std::uint64_t free = 0;      // free memory any group can take
   std::uint64_t capacity = 0;  // usable KV bytes (the budget rounded down to whole pages)
   std::uint64_t evictions = 0; // cumulative evicted cache pages
+  std::uint64_t cache_resets = 0;  // kvmm: prefix-cache drops that let a lone request fit
 };
 
 class Policy {
@@ -50,6 +53,8 @@ class Policy {
   virtual std::string describe() const = 0;
   virtual bool prefix_caching() const = 0;
 
+  // Starts a scheduler step (the clock of LRU eviction). O(1).
+  virtual void begin_step() {}
   // Registers request `id` (dense, < the workload size) before its first allocation.
   virtual void add_request(std::uint32_t id, const SeqInfo& info) = 0;
   // Tokens of the prompt already cached (at most max_hit), pinned for the request.

@@ -55,7 +55,8 @@ Summary simulate(const Workload& w, const KVLayout& layout, Policy& policy, cons
     st[i].tokens = r.prompt_len + (shape.cross_attention ? 0 : images);
     if (st[i].tokens == 0) fail("request {}: empty prompt (no text or inlined image tokens)", i);
     info[i] = SeqInfo{i, shape.encoder_groups ? images : 0, r.prefix_id, r.prefix_len,
-                      r.token_ids.empty() ? nullptr : &r.token_ids};
+                      r.token_ids.empty() ? nullptr : &r.token_ids,
+                      r.images.empty() ? nullptr : &r.images};
     if (r.parent >= 0) {
       if (r.parent >= i) fail("request {}: parent = {} must be an earlier request", i, r.parent);
       children[static_cast<std::size_t>(r.parent)].push_back(i);
@@ -122,6 +123,7 @@ Summary simulate(const Workload& w, const KVLayout& layout, Policy& policy, cons
       st[i].status = Status::kWaiting;
       waiting.push_back(i);
     }
+    policy.begin_step();
     std::uint64_t budget = o.token_budget;
     const std::uint64_t preemptions_before = s.preemptions;
     sched_id.clear();
@@ -206,6 +208,7 @@ Summary simulate(const Workload& w, const KVLayout& layout, Policy& policy, cons
     policy.stats(mem);
     s.capacity_bytes = mem.capacity;
     s.evictions = mem.evictions;
+    s.cache_resets = mem.cache_resets;
     const double cap = mem.capacity > 0 ? static_cast<double>(mem.capacity) : 1.0;
     if (gsum.empty()) {
       gsum.resize(mem.groups.size());
@@ -298,6 +301,7 @@ std::string summary_json(const Summary& s, bool with_wall_time) {
   j["hit_tokens"] = s.hit_tokens;
   j["lookup_tokens"] = s.lookup_tokens;
   j["evictions"] = s.evictions;
+  if (s.cache_resets > 0) j["cache_resets"] = s.cache_resets;
   j["computed_tokens"] = s.computed_tokens;
   j["prefill_tokens"] = s.prefill_tokens;
   j["decode_tokens"] = s.decode_tokens;

@@ -1,4 +1,5 @@
-// PagedKVAllocator::free_page, the one call the kvmm policy adds to the foundation: it
+// PagedKVAllocator::free_page (added to the foundation for the first kvmm policy, before it
+// moved to KVCacheManager; still public API): it
 // frees one out-of-window page into the null page, and its misuse raises kvmm::Error
 // naming the argument while leaving the allocator unchanged.
 #include "sim_test_util.hpp"

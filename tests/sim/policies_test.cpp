@@ -20,36 +20,112 @@ Workload one_request() { return Workload{"one", {req(10, 3)}}; }
 TEST_CASE("kvmm policy: one request on a full + sliding-window model, by hand", "[sim][kvmm]") {
   // 16 large pages of 256 B. full: 128 B pages, 2 per large page; sliding (2 layers,
   // window 8): 256 B pages, 1 per large page.
-  const auto r = run(one_request(), simtest::hybrid_layout(), "kvmm", 16 * 256);
+  for (const bool caching : {true, false}) {
+    CAPTURE(caching);
+    const auto r = run(one_request(), simtest::hybrid_layout(), "kvmm", 16 * 256, 8192, 64, 0, 1, caching);
+    REQUIRE(r.rows.size() == 3);
+    const auto& s0 = r.rows[0];
+    // Step 0: prefill 10 tokens. full: 3 pages (384 B) for 11 * 32 = 352 B -> 32 wasted;
+    // its 2 large pages keep 1 free small page (128 B). sliding: 3 pages (768 B), the
+    // window needs 8 * 64 = 512 B -> 256 wasted. Free: 16 - 2 - 3 = 11 large pages.
+    CHECK(s0.at("prefill_tokens") == 10);
+    CHECK(s0.at("full.used") == 352);
+    CHECK(s0.at("full.wasted") == 32);
+    CHECK(s0.at("full.group_free") == 128);
+    CHECK(s0.at("sliding.used") == 512);
+    CHECK(s0.at("sliding.wasted") == 256);
+    CHECK(s0.at("sliding.cached") == 0);
+    CHECK(s0.at("free") == 11 * 256);
+    CHECK(s0.at("capacity") == 16 * 256);
+    // Step 1: decode, 11 tokens. Position 11 reads from token 4 on, so sliding page 0
+    // (tokens 0-3) is released at commit: 2 pages, 512 B, all needed. With caching page
+    // 0 is full and hashed, so it stays as an evictable page (its large page is not
+    // free); without, its large page goes back.
+    const auto& s1 = r.rows[1];
+    CHECK(s1.at("decode_tokens") == 1);
+    CHECK(s1.at("full.used") == 384);
+    CHECK(s1.at("full.wasted") == 0);
+    CHECK(s1.at("sliding.used") == 512);
+    CHECK(s1.at("sliding.wasted") == 0);
+    CHECK(s1.at("sliding.cached") == (caching ? 256 : 0));
+    CHECK(s1.at("free") == (caching ? 11 : 12) * 256);
+    // Step 2: the third output token finishes the request (12 tokens computed). With
+    // caching, the 3 full pages of each group stay cached: full 384 B in 2 large pages,
+    // sliding 768 B in 3; without, everything is free.
+    CHECK(r.rows[2].at("finished") == 1);
+    CHECK(r.rows[2].at("full.used") == 0);
+    CHECK(r.rows[2].at("full.cached") == (caching ? 384 : 0));
+    CHECK(r.rows[2].at("sliding.cached") == (caching ? 768 : 0));
+    CHECK(r.rows[2].at("free") == (caching ? 11 : 16) * 256);
+    CHECK(r.summary.output_tokens == 3);
+    CHECK(r.summary.prefill_tokens == 10);
+    CHECK(r.summary.decode_tokens == 2);
+    CHECK(r.summary.prefix_hit_rate == 0);
+  }
+}
+
+TEST_CASE("kvmm policy: shared-prefix hit with a sliding-window group, by hand", "[sim][kvmm][prefix]") {
+  Workload w{"window-hit", {req(20, 1), req(24, 2, 10)}};
+  w.requests[0].prefix_id = w.requests[1].prefix_id = 3;
+  w.requests[0].prefix_len = w.requests[1].prefix_len = 20;
+  // A computes 20 tokens (step 0). Its commit releases sliding pages 0-2 (position 20
+  // reads 13..19, first needed page (21 - 8) / 4 = 3): full pages, so they turn
+  // evictable; at A's finish every page (5 per group, all full) is evictable.
+  const auto r = run(w, simtest::hybrid_layout(), "kvmm", 8192);
   REQUIRE(r.rows.size() == 3);
-  const auto& s0 = r.rows[0];
-  // Step 0: prefill 10 tokens. full: 3 pages (384 B) for 11 * 32 = 352 B -> 32 wasted;
-  // its 2 large pages keep 1 free small page (128 B). sliding: 3 pages (768 B), the
-  // window needs 8 * 64 = 512 B -> 256 wasted. Free: 16 - 2 - 3 = 11 large pages.
-  CHECK(s0.at("prefill_tokens") == 10);
-  CHECK(s0.at("full.used") == 352);
-  CHECK(s0.at("full.wasted") == 32);
-  CHECK(s0.at("full.group_free") == 128);
-  CHECK(s0.at("sliding.used") == 512);
-  CHECK(s0.at("sliding.wasted") == 256);
-  CHECK(s0.at("free") == 11 * 256);
-  CHECK(s0.at("capacity") == 16 * 256);
-  // Step 1: decode, 11 tokens. Position 11 reads from token 4 on, so sliding page 0
-  // (tokens 0-3) is freed at commit: 2 pages, 512 B, all needed.
+  CHECK(r.rows[0].at("full.cached") == 5 * 128);
+  CHECK(r.rows[0].at("sliding.cached") == 5 * 256);
+  CHECK(r.rows[0].at("full.used") == 0);
+  // B looks up at most 23 tokens -> 20 (page aligned, pages 0-4 of the shared stream).
+  // full needs pages 0-4; sliding needs only the window of position 20: pages 3-4.
+  CHECK(r.summary.hit_tokens == 20);
+  CHECK(r.summary.lookup_tokens == 20 + 24);
+  CHECK(r.summary.prefill_tokens == 20 + 4);
+  // Step 10 (row 1): B computed 24 (tokens 20-23 into new page 5). full: pages 0-5 =
+  // 768 B, all needed (24 tokens + position 24 has no page yet); nothing cached. sliding:
+  // commit(24) releases page 3 (first needed (25 - 8) / 4 = 4): B holds pages 4-5 =
+  // 512 B = the 8-token window; pages 0-2 (never pinned) and 3 are evictable: 1024 B.
   const auto& s1 = r.rows[1];
-  CHECK(s1.at("decode_tokens") == 1);
-  CHECK(s1.at("full.used") == 384);
+  CHECK(s1.at("full.used") == 768);
   CHECK(s1.at("full.wasted") == 0);
+  CHECK(s1.at("full.cached") == 0);
   CHECK(s1.at("sliding.used") == 512);
   CHECK(s1.at("sliding.wasted") == 0);
-  CHECK(s1.at("free") == 12 * 256);
-  // Step 2: the third output token finishes the request; everything is free.
-  CHECK(r.rows[2].at("free") == 16 * 256);
-  CHECK(r.rows[2].at("finished") == 1);
-  CHECK(r.summary.output_tokens == 3);
-  CHECK(r.summary.prefill_tokens == 10);
-  CHECK(r.summary.decode_tokens == 2);
-  CHECK(r.summary.prefix_hit_rate == 0);
+  CHECK(s1.at("sliding.cached") == 4 * 256);
+  CHECK(r.summary.evictions == 0);
+  // Without caching B recomputes its 24 tokens.
+  const auto n = run(w, simtest::hybrid_layout(), "kvmm", 8192, 8192, 64, 0, 1, false);
+  CHECK(n.summary.hit_tokens == 0);
+  CHECK(n.summary.prefill_tokens == 20 + 24);
+  CHECK(n.rows[0].at("sliding.cached") == 0);
+}
+
+TEST_CASE("kvmm policy: a cross-attention image inside the shared prefix is reused", "[sim][kvmm][prefix]") {
+  // self: 1 layer over text; cross: 1 layer over 8 image tokens; 128 B pages (4 tokens).
+  const auto layout = kvmm::KVLayout::plan({kvmm::LayerGroup::full_attention("self", 1, 1, 8, 2, 4),
+                                            kvmm::LayerGroup::cross_attention("cross", 1, 1, 8, 2, 4)});
+  Workload w{"image-hit", {req(5, 1), req(5, 2, 5), req(5, 1, 10)}};
+  for (auto& r : w.requests) r.images.push_back({0, 8});
+  w.requests[0].prefix_id = w.requests[1].prefix_id = 9;  // A and B: same text and image
+  w.requests[0].prefix_len = w.requests[1].prefix_len = 5;
+  // A computes 5 text tokens: self page 0 (tokens 0-3) is full and cached; its image's 2
+  // cross pages are cached by image hash. At A's finish: self 128 B, cross 256 B cached.
+  const auto r = run(w, layout, "kvmm", 4096, 8192, 64, 0, 8);
+  REQUIRE(r.rows.size() == 4);
+  CHECK(r.rows[0].at("self.cached") == 128);
+  CHECK(r.rows[0].at("cross.cached") == 256);
+  // B looks up at most 4 tokens: self page 0 hits, and the image starting at 0 needs
+  // both its cross pages, cached: hit 4. While B runs (row 1) it holds A's pages: no
+  // cross page is left evictable (fresh pages would have left A's 256 B cached).
+  CHECK(r.rows[1].at("cross.used") == 256);
+  CHECK(r.rows[1].at("cross.cached") == 0);
+  CHECK(r.rows[1].at("self.cached") == 0);
+  CHECK(r.rows[2].at("cross.cached") == 256);
+  // C (no shared prefix, its own image) misses both: 5 tokens and 2 new cross pages,
+  // cached next to the first image's at its finish.
+  CHECK(r.rows[3].at("cross.cached") == 512);
+  CHECK(r.summary.hit_tokens == 4);
+  CHECK(r.summary.prefill_tokens == 5 + 1 + 5);
 }
 
 TEST_CASE("paged-uniform: every layer keeps every token, blocks cached after finish", "[sim][uniform]") {
@@ -81,10 +157,14 @@ TEST_CASE("paged-uniform: a later request hits the shared prefix", "[sim][unifor
   CHECK(r.summary.hit_tokens == 8);
   CHECK(r.summary.lookup_tokens == 22);
   CHECK(r.summary.prefill_tokens == 10 + 4);
-  // The same trace through kvmm (no prefix cache wired yet) recomputes everything.
+  // kvmm hits the same 8 tokens (full pages 0-1; sliding: position 8's window 1..8
+  // needs pages 0-1 too); with caching off it recomputes everything.
   const auto k = run(w, simtest::hybrid_layout(), "kvmm", 4096);
-  CHECK(k.summary.hit_tokens == 0);
-  CHECK(k.summary.prefill_tokens == 22);
+  CHECK(k.summary.hit_tokens == 8);
+  CHECK(k.summary.prefill_tokens == 10 + 4);
+  const auto n = run(w, simtest::hybrid_layout(), "kvmm", 4096, 8192, 64, 0, 1, false);
+  CHECK(n.summary.hit_tokens == 0);
+  CHECK(n.summary.prefill_tokens == 22);
 }
 
 TEST_CASE("token-id traces: blocks hit by content, chained from the start", "[sim][uniform][prefix]") {
@@ -208,7 +288,7 @@ TEST_CASE("preemption by recompute, by hand", "[sim][scheduler]") {
   // the end. Step 1: A grows to 3 pages, B cannot and (being newest) is preempted; it
   // waits until A finishes at step 4, then recomputes 9 tokens (8 + its first output).
   Workload w{"preempt", {req(8, 5), req(8, 5)}};
-  const auto k = run(w, simtest::full_layout(), "kvmm", 5 * 128, 100);
+  const auto k = run(w, simtest::full_layout(), "kvmm", 5 * 128, 100, 64, 0, 1, false);
   CHECK(k.summary.steps == 9);
   CHECK(k.summary.preemptions == 1);
   CHECK(k.summary.finished == 2);
@@ -224,6 +304,16 @@ TEST_CASE("preemption by recompute, by hand", "[sim][scheduler]") {
   CHECK(u.summary.evictions == 1);
   CHECK(u.summary.prefill_tokens == 16);
   CHECK(u.summary.decode_tokens == 8);
+  // kvmm with caching: the same. B's pages 0-1 turn evictable at the preemption; at steps
+  // 2-4 B's lookup pins them but its 1-token allocation finds no page (A holds 3, B's 2
+  // pinned) and B waits; at step 5 it hits 8 and evicts one of A's cached pages.
+  const auto c = run(w, simtest::full_layout(), "kvmm", 5 * 128, 100);
+  CHECK(c.summary.steps == 9);
+  CHECK(c.summary.preemptions == 1);
+  CHECK(c.summary.hit_tokens == 8);
+  CHECK(c.summary.evictions == 1);
+  CHECK(c.summary.prefill_tokens == 16);
+  CHECK(c.summary.decode_tokens == 8);
 }
 
 TEST_CASE("a request that cannot fit even alone is aborted, others still finish", "[sim][scheduler]") {
