@@ -274,16 +274,29 @@ void KVCacheManager::register_page(GroupId g, PageId p, const BlockHash& h) {
   record(CacheEventKind::kStored, g, p, h);
 }
 
+// Lazy pinning: a hit page leaves the LRUs only in the counts; its list entry (and its
+// large page's) turns stale (ref > 0, or fewer than n evictable small pages) and is
+// dropped by whoever meets it at a front, or replaced when the page is released again.
 void KVCacheManager::acquire_cached(GroupId g, PageId p) {
   Group& grp = groups_[g];
   if (grp.ref[p] == 0) {
-    grp.lru.erase(p);
-    const PageId lp = p / grp.n;
-    if (large_lru_.contains(lp)) large_lru_.erase(lp);
-    --ev_in_large_[lp];
+    --ev_in_large_[p / grp.n];
     --grp.evictable;
   }
   ++grp.ref[p];
+}
+
+PageId KVCacheManager::small_front(GroupId g) const {
+  const Group& grp = groups_[g];
+  PageId s = grp.lru.front();
+  for (; s != kNullPage && grp.ref[s] > 0; s = grp.lru.front()) grp.lru.erase(s);
+  return s;
+}
+
+PageId KVCacheManager::large_front() const {
+  PageId lp = large_lru_.front();
+  for (; lp != kNullPage && stale_large(lp); lp = large_lru_.front()) large_lru_.erase(lp);
+  return lp;
 }
 
 EvictionKey KVCacheManager::large_key(GroupId g, PageId lp) const {
@@ -307,10 +320,12 @@ void KVCacheManager::release_page(GroupId g, PageId p, std::uint64_t t, std::uin
     return;
   }
   grp.prio[p] = static_cast<std::uint8_t>(prio);
+  if (grp.lru.contains(p)) grp.lru.erase(p);  // its stale entry from a lazy pin
   grp.lru.insert(p, EvictionKey{grp.time[p], grp.len[p]}, prio);
   ++grp.evictable;
   const PageId lp = p / grp.n;
   if (++ev_in_large_[lp] == grp.n) {
+    if (large_lru_.contains(lp)) large_lru_.erase(lp);
     std::uint32_t level = 0;
     for (PageId s = lp * grp.n; s < (lp + 1) * grp.n; ++s) level = std::max<std::uint32_t>(level, grp.prio[s]);
     large_lru_.insert(lp, large_key(g, lp), level);
@@ -344,12 +359,12 @@ std::optional<PageId> KVCacheManager::take_page(GroupId g, RequestId r) {
   SmallPageAllocator& a = groups_[g].alloc;
   if (auto p = a.allocate_associated(r)) return p;
   if (auto p = a.allocate_fresh(r)) return p;
-  if (const PageId lp = large_lru_.front(); lp != kNullPage) {
+  if (const PageId lp = large_front(); lp != kNullPage) {
     evict_large(lp);
     if (auto p = a.allocate_fresh(r)) return p;
   }
   if (auto p = a.allocate_any()) return p;
-  if (const PageId s = groups_[g].lru.front(); s != kNullPage) {
+  if (const PageId s = small_front(g); s != kNullPage) {
     evict_small(g, s);
     if (auto p = a.allocate_associated(r)) return p;
     if (auto p = a.allocate_any()) return p;
@@ -362,7 +377,7 @@ std::optional<PageId> KVCacheManager::take_page(GroupId g, RequestId r) {
 // every page can be had. O(pages needed); changes nothing.
 bool KVCacheManager::feasible(RequestId r) {
   std::uint64_t pool = pool_.num_free();
-  PageId cursor = large_lru_.front();
+  PageId cursor = large_front();
   for (GroupId g = 0; g < groups_.size(); ++g) {
     const Group& grp = groups_[g];
     sim_a_[g] = need_[g] > 0 ? grp.alloc.associated_free_small(r) : 0;
@@ -383,6 +398,11 @@ bool KVCacheManager::feasible(RequestId r) {
         const GroupId h = pool_.owner(cursor);
         sim_e_[h] -= groups_[h].n;
         cursor = large_lru_.after(cursor);
+        while (cursor != kNullPage && stale_large(cursor)) {  // drop stale entries met
+          const PageId next = large_lru_.after(cursor);
+          large_lru_.erase(cursor);
+          cursor = next;
+        }
         sim_a_[g] += n - 1;
         sim_f_[g] += n - 1;
       } else if (sim_f_[g] > 0) {
@@ -867,9 +887,11 @@ std::optional<std::span<const PageCopy>> KVCacheManager::swap_in(RequestId r) {
 void KVCacheManager::reset_prefix_cache() {
   for (GroupId g = 0; g < groups_.size(); ++g) {
     Group& grp = groups_[g];
-    for (PageId s = grp.lru.front(); s != kNullPage; s = grp.lru.front()) evict_small(g, s);
+    for (PageId s = small_front(g); s != kNullPage; s = small_front(g)) evict_small(g, s);
     for (PageId p = 0; p < grp.hashed.size(); ++p) {
       if (!grp.hashed[p]) continue;
+      if (grp.lru.contains(p)) grp.lru.erase(p);  // stale entries of pinned pages
+      if (large_lru_.contains(p / grp.n)) large_lru_.erase(p / grp.n);
       index_.erase(g, grp.hash[p]);
       grp.hashed[p] = 0;
       record(CacheEventKind::kRemoved, g, p, grp.hash[p]);
@@ -998,15 +1020,21 @@ void KVCacheManager::check_invariants() const {
       for (const auto& [pg, p] : pin)
         if (pg == g) ++refs[p];
     std::uint32_t evictable = 0;
-    std::vector<std::uint32_t> per_large(pool_.capacity(), 0);
+    std::vector<std::uint32_t> per_large(pool_.capacity(), 0), listed_in_large(pool_.capacity(), 0);
+    std::uint32_t listed_total = 0;
     for (PageId p = 0; p < grp.ref.size(); ++p) {
       if (refs[p] != grp.ref[p])
         fail("invariant: group {} page {} has reference count {} but {} holders", g, p, grp.ref[p], refs[p]);
-      const bool alloc = grp.alloc.is_allocated(p), in_lru = grp.lru.contains(p);
+      const bool alloc = grp.alloc.is_allocated(p), listed = grp.lru.contains(p);
+      const bool in_lru = listed && grp.ref[p] == 0;  // else a stale entry (lazy pin)
       if (alloc != (grp.ref[p] > 0 || in_lru))
         fail("invariant: group {} page {} allocated={} but ref {} evictable {}", g, p, alloc, grp.ref[p], in_lru);
-      if (in_lru && (grp.ref[p] != 0 || !grp.hashed[p]))
-        fail("invariant: group {} evictable page {} has ref {} hashed {}", g, p, grp.ref[p], grp.hashed[p]);
+      if (listed && !grp.hashed[p])
+        fail("invariant: group {} listed page {} has ref {} hashed {}", g, p, grp.ref[p], grp.hashed[p]);
+      if (listed) {
+        ++listed_total;
+        ++listed_in_large[p / grp.n];
+      }
       if (grp.hashed[p]) {
         ++hashed_total;
         if (!alloc) fail("invariant: group {} page {} is both cached and free", g, p);
@@ -1017,14 +1045,18 @@ void KVCacheManager::check_invariants() const {
         ++per_large[p / grp.n];
       }
     }
-    if (evictable != grp.evictable || evictable != grp.lru.size())
-      fail("invariant: group {} counts {} evictable, list {}, actual {}", g, grp.evictable, grp.lru.size(), evictable);
+    if (evictable != grp.evictable || listed_total != grp.lru.size())
+      fail("invariant: group {} counts {} evictable, list {}, actual {} (+ stale {})", g, grp.evictable,
+           grp.lru.size(), evictable, listed_total - evictable);
     for (PageId lp = 0; lp < pool_.capacity(); ++lp) {
       if (pool_.owner(lp) != g) continue;
       if (per_large[lp] != ev_in_large_[lp])
         fail("invariant: large page {} counts {} evictable small pages, actual {}", lp, ev_in_large_[lp], per_large[lp]);
-      if (large_lru_.contains(lp) != (per_large[lp] == grp.n))
-        fail("invariant: large page {} in large LRU = {} with {}/{} evictable", lp, large_lru_.contains(lp), per_large[lp], grp.n);
+      // A stale large entry (a lazy pin) keeps every small page listed, some of them stale.
+      if (per_large[lp] == grp.n ? !large_lru_.contains(lp)
+                                 : large_lru_.contains(lp) && listed_in_large[lp] != grp.n)
+        fail("invariant: large page {} in large LRU = {} with {}/{} evictable, {} listed", lp,
+             large_lru_.contains(lp), per_large[lp], grp.n, listed_in_large[lp]);
     }
     if (host_used != grp.host_alloc.num_used_small())
       fail("invariant: group {} host pages used {} but {} in host tables", g, grp.host_alloc.num_used_small(), host_used);
