@@ -1,5 +1,6 @@
 #include "kvmm/manager/kv_cache_manager.hpp"
 
+#include "../caching/block_hash_detail.hpp"
 #include "kvmm/error.hpp"
 
 #include <algorithm>
@@ -74,6 +75,7 @@ KVCacheManager::Group::Group(const KVLayout& layout, GroupId g, LargePagePool& p
       host_hash(std::size_t{host_pool.capacity()} * n),
       host_len(std::size_t{host_pool.capacity()} * n, 0) {
   image.release_when_consumed = spec.kind == LayerKind::kVisionEmbedding;
+  full_attention = decoder && spec.kind == LayerKind::kFullAttention;
 }
 
 KVCacheManager::KVCacheManager(KVLayout layout, const KVCacheManagerOptions& options)
@@ -113,6 +115,8 @@ KVCacheManager::KVCacheManager(KVLayout layout, const KVCacheManagerOptions& opt
   sim_f_.assign(G, 0);
   sim_e_.assign(G, 0);
   probe_memo_.resize(G);
+  first_miss_.assign(G, kNotFused);
+  fused_.reserve(G);
   accepted_.assign(G, 0);
   copies_.reserve(256);
   events_.reserve(options.record_events ? 4096 : 0);
@@ -153,6 +157,7 @@ void KVCacheManager::set_policy(GroupId g, std::unique_ptr<LayerPolicy> policy) 
   if (policy->tokens_per_page() != grp.P)
     fail("policy tokens_per_page = {}: group {} has {}", policy->tokens_per_page(), g, grp.P);
   if (num_active_ != 0) fail("set_policy: {} requests are active; set policies first", num_active_);
+  grp.full_attention = dynamic_cast<const FullAttentionPolicy*>(policy.get()) != nullptr;
   grp.policy = std::move(policy);
 }
 
@@ -247,6 +252,59 @@ void KVCacheManager::ensure_hashes(Request& q, std::uint32_t cls, std::uint64_t 
     }
     hv.push_back(h);
   }
+}
+
+// Plain-text prompts (no salt, no items, nothing hashed yet): one pass computes each
+// page's chained hash and at once probes it for the built-in full-attention groups of the
+// class, up to each group's first miss (exactly the pages FullAttentionPolicy would
+// examine). The probe of page i does not feed the chain, so the core overlaps its index
+// load with page i+1's hash. false: not applicable, nothing done.
+bool KVCacheManager::hash_and_probe(Request& q, std::uint32_t cls, std::uint64_t pages) {
+  std::vector<BlockHash>& hv = q.hashes[cls];
+  if (!q.items.empty() || !q.salt.empty() || !hv.empty()) return false;
+  fused_.clear();
+  for (GroupId g = 0; g < groups_.size(); ++g) {
+    if (!groups_[g].full_attention || groups_[g].hash_class != cls) continue;
+    fused_.push_back(g);
+    first_miss_[g] = pages;
+  }
+  const std::uint32_t P = class_tokens_[cls];
+  const std::uint32_t* t = q.tokens.data();
+  PageExtraKeys ex;
+  ex.lora_id = q.lora;
+  std::size_t open = fused_.size();
+  BlockHash h{};
+  // Blocks of kBlock pages: the chain hashes a block and prefetches each page's index slot
+  // (a prefetch retires without waiting), then the block is probed, its slots arriving
+  // while the chain ran: the index misses overlap instead of stalling one by one.
+  constexpr std::uint64_t kBlock = 32;
+  for (std::uint64_t b = 0; b < pages; b += kBlock) {
+    const std::uint64_t e = std::min(pages, b + kBlock);
+    for (std::uint64_t i = b; i < e; ++i) {
+      // Without a LoRA id a page's content digest is XXH3-128 of its ids (content_digest).
+      const BlockHash d = ex.lora_id == 0 ? detail::to_hash(detail::xxh128(t + i * P, std::size_t{P} * 4))
+                                          : detail::content_digest({t + i * P, P}, ex);
+      h = detail::link(h, d);
+      hv.push_back(h);
+      for (std::size_t k = 0; k < open; ++k) index_.prefetch(fused_[k], h);
+    }
+    for (std::size_t k = 0; k < open;) {
+      const GroupId g = fused_[k];
+      std::uint64_t i = b;
+      for (; i < e; ++i) {
+        const PageId page = index_.find(g, hv[i]);
+        probe_memo_[g][i] = page;
+        if (page == kNullPage) break;
+      }
+      if (i == e) {
+        ++k;
+        continue;
+      }
+      first_miss_[g] = i;
+      fused_[k] = fused_[--open];
+    }
+  }
+  return true;
 }
 
 BlockHash KVCacheManager::item_page_hash(const Request& q, std::uint32_t item,
@@ -494,15 +552,18 @@ std::uint64_t KVCacheManager::lookup_prefix(RequestId r) {
     return 0;
   }
   const std::uint64_t limit = q.tokens.size() - 1;
-  for (std::uint32_t c = 0; c < class_tokens_.size(); ++c)
-    ensure_hashes(q, c, limit / class_tokens_[c]);
-  // The longest prefix valid in every group: shrink p until every group accepts it. A
-  // group whose last answer equals p is not asked again.
   for (GroupId g = 0; g < groups_.size(); ++g) {
+    first_miss_[g] = kNotFused;
     if (!groups_[g].decoder) continue;
-    probe_memo_[g].assign(q.hashes[groups_[g].hash_class].size(), kUnknown);
+    probe_memo_[g].assign(limit / groups_[g].P, kUnknown);
     accepted_[g] = ~std::uint64_t{0};
   }
+  for (std::uint32_t c = 0; c < class_tokens_.size(); ++c) {
+    const std::uint64_t pages = limit / class_tokens_[c];
+    if (!hash_and_probe(q, c, pages)) ensure_hashes(q, c, pages);
+  }
+  // The longest prefix valid in every group: shrink p until every group accepts it. A
+  // group whose last answer equals p is not asked again.
   std::uint64_t p = limit;
   for (bool changed = true; changed && p > 0;) {
     changed = false;
@@ -511,8 +572,12 @@ std::uint64_t KVCacheManager::lookup_prefix(RequestId r) {
       std::uint64_t v = p;
       if (grp.decoder) {
         if (accepted_[g] == p) continue;
-        IndexProbe probe(index_, g, q.hashes[grp.hash_class], probe_memo_[g]);
-        v = grp.policy->longest_valid_prefix(p, probe);
+        if (first_miss_[g] != kNotFused) {  // FullAttentionPolicy's answer, pages known
+          v = std::min(p / grp.P, first_miss_[g]) * grp.P;
+        } else {
+          IndexProbe probe(index_, g, q.hashes[grp.hash_class], probe_memo_[g]);
+          v = grp.policy->longest_valid_prefix(p, probe);
+        }
         accepted_[g] = v;
       } else {
         for (std::uint32_t k = 0; k < q.items.size(); ++k) {
