@@ -18,7 +18,7 @@ inline BlockHash to_hash(XXH128_hash_t h) { return BlockHash{h.low64, h.high64};
 
 // XXH3_128bits, with its 17..128-byte branch (a 16-token page, a chain link) called
 // directly so that the compiler inlines it where the length is known; same values.
-inline XXH128_hash_t xxh128(const void* data, std::size_t len) {
+[[gnu::always_inline]] inline XXH128_hash_t xxh128(const void* data, std::size_t len) {
   if (len > 16 && len <= 128)
     return XXH3_len_17to128_128b(static_cast<const xxh_u8*>(data), len, XXH3_kSecret,
                                  sizeof(XXH3_kSecret), 0);

@@ -274,20 +274,11 @@ bool KVCacheManager::hash_and_probe(Request& q, std::uint32_t cls, std::uint64_t
   ex.lora_id = q.lora;
   std::size_t open = fused_.size();
   BlockHash h{};
-  // Blocks of kBlock pages: the chain hashes a block and prefetches each page's index slot
-  // (a prefetch retires without waiting), then the block is probed, its slots arriving
-  // while the chain ran: the index misses overlap instead of stalling one by one.
+  // Blocks of kBlock pages: the chain hashes block b and prefetches each page's index
+  // slot (a prefetch retires without waiting), then block b-1 is probed, its slots having
+  // had a whole block of hashing to arrive: the index misses overlap instead of stalling.
   constexpr std::uint64_t kBlock = 32;
-  for (std::uint64_t b = 0; b < pages; b += kBlock) {
-    const std::uint64_t e = std::min(pages, b + kBlock);
-    for (std::uint64_t i = b; i < e; ++i) {
-      // Without a LoRA id a page's content digest is XXH3-128 of its ids (content_digest).
-      const BlockHash d = ex.lora_id == 0 ? detail::to_hash(detail::xxh128(t + i * P, std::size_t{P} * 4))
-                                          : detail::content_digest({t + i * P, P}, ex);
-      h = detail::link(h, d);
-      hv.push_back(h);
-      for (std::size_t k = 0; k < open; ++k) index_.prefetch(fused_[k], h);
-    }
+  auto probe_block = [&](std::uint64_t b, std::uint64_t e) {
     for (std::size_t k = 0; k < open;) {
       const GroupId g = fused_[k];
       std::uint64_t i = b;
@@ -303,7 +294,20 @@ bool KVCacheManager::hash_and_probe(Request& q, std::uint32_t cls, std::uint64_t
       first_miss_[g] = i;
       fused_[k] = fused_[--open];
     }
+  };
+  for (std::uint64_t b = 0; b < pages; b += kBlock) {
+    const std::uint64_t e = std::min(pages, b + kBlock);
+    for (std::uint64_t i = b; i < e; ++i) {
+      // Without a LoRA id a page's content digest is XXH3-128 of its ids (content_digest).
+      const BlockHash d = ex.lora_id == 0 ? detail::to_hash(detail::xxh128(t + i * P, std::size_t{P} * 4))
+                                          : detail::content_digest({t + i * P, P}, ex);
+      h = detail::link(h, d);
+      hv.push_back(h);
+      for (std::size_t k = 0; k < open; ++k) index_.prefetch(fused_[k], h);
+    }
+    if (b > 0) probe_block(b - kBlock, b);
   }
+  if (pages > 0) probe_block((pages - 1) / kBlock * kBlock, pages);
   return true;
 }
 
@@ -606,11 +610,27 @@ std::uint64_t KVCacheManager::lookup_prefix(RequestId r) {
       const std::uint64_t lo = std::min(grp.policy->first_required_page(p), pages);
       IndexProbe probe(index_, g, q.hashes[grp.hash_class], probe_memo_[g]);
       for (std::uint64_t i = 0; i < lo; ++i) grp.table.append(r, kNullPage);
-      for (std::uint64_t i = lo; i < pages; ++i) {
-        const PageId page = probe.page(i);
-        if (page == kNullPage) fail("internal: group {} lost page {} of a validated hit", g, i);
-        acquire_cached(g, page);
-        grp.table.append(r, page);
+      if (first_miss_[g] != kNotFused) {  // every page of [lo, pages) is a hit in the memo
+        if (pages > first_miss_[g]) fail("internal: group {} hit of {} pages past its first miss {}", g, pages, first_miss_[g]);
+        const PageId* hit = probe_memo_[g].data();
+        std::uint32_t* ref = grp.ref.data();
+        std::uint32_t newly = 0;
+        for (std::uint64_t i = lo; i < pages; ++i) {
+          const PageId page = hit[i];
+          if (ref[page]++ == 0) {  // acquire_cached, inlined: a lazy pin
+            --ev_in_large_[grp.n == 1 ? page : page / grp.n];
+            ++newly;
+          }
+          grp.table.append(r, page);
+        }
+        grp.evictable -= newly;
+      } else {
+        for (std::uint64_t i = lo; i < pages; ++i) {
+          const PageId page = probe.page(i);
+          if (page == kNullPage) fail("internal: group {} lost page {} of a validated hit", g, i);
+          acquire_cached(g, page);
+          grp.table.append(r, page);
+        }
       }
       grp.hit_pages += pages - lo;
       grp.table.set_num_tokens(r, p);
