@@ -26,11 +26,11 @@ void hash_pages(const BlockHash& parent, std::span<const std::uint32_t> tokens,
     fail("tokens: size {} < {} pages x {} tokens", tokens.size(), pages, tokens_per_page);
   PageExtraKeys ex;
   ex.lora_id = lora_id;
-  // Pass 1: independent content digests (throughput-bound); pass 2: the chain.
-  for (std::size_t i = 0; i < pages; ++i)
-    out[i] = content_digest(tokens.subspan(i * tokens_per_page, tokens_per_page), ex);
+  // One pass: page i+1's digest does not depend on the chain, so the core computes it
+  // while page i's link (the latency-bound part) is in flight.
   BlockHash h = parent;
-  for (std::size_t i = 0; i < pages; ++i) out[i] = h = link(h, out[i]);
+  for (std::size_t i = 0; i < pages; ++i)
+    out[i] = h = link(h, content_digest(tokens.subspan(i * tokens_per_page, tokens_per_page), ex));
 }
 
 BlockHash hash_item_page(const BlockHash& item, std::uint32_t page_index, std::uint32_t lora_id) {
