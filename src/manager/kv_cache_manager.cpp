@@ -609,7 +609,7 @@ std::uint64_t KVCacheManager::lookup_prefix(RequestId r) {
       const std::uint64_t pages = p / grp.P;
       const std::uint64_t lo = std::min(grp.policy->first_required_page(p), pages);
       IndexProbe probe(index_, g, q.hashes[grp.hash_class], probe_memo_[g]);
-      for (std::uint64_t i = 0; i < lo; ++i) grp.table.append(r, kNullPage);
+      grp.table.append(r, lo, kNullPage);
       if (first_miss_[g] != kNotFused) {  // every page of [lo, pages) is a hit in the memo
         if (pages > first_miss_[g]) fail("internal: group {} hit of {} pages past its first miss {}", g, pages, first_miss_[g]);
         const PageId* hit = probe_memo_[g].data();
@@ -621,9 +621,9 @@ std::uint64_t KVCacheManager::lookup_prefix(RequestId r) {
             --ev_in_large_[grp.n == 1 ? page : page / grp.n];
             ++newly;
           }
-          grp.table.append(r, page);
         }
         grp.evictable -= newly;
+        grp.table.append(r, std::span<const PageId>(hit + lo, hit + pages));
       } else {
         for (std::uint64_t i = lo; i < pages; ++i) {
           const PageId page = probe.page(i);
