@@ -26,6 +26,21 @@ void BM_HashChain(benchmark::State& state) {
 }
 BENCHMARK(BM_HashChain)->Arg(16)->Arg(64)->Arg(512);
 
+// hash_pages: the bulk path lookup_prefix and commit use (same values as BM_HashChain).
+void BM_HashPages(benchmark::State& state) {
+  const auto tokens_per_page = static_cast<std::uint32_t>(state.range(0));
+  const std::uint32_t pages = 8192;
+  std::vector<std::uint32_t> tokens(std::size_t{tokens_per_page} * pages);
+  for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<std::uint32_t>(i * 2654435761u);
+  std::vector<kvmm::BlockHash> out(pages);
+  for (auto _ : state) {
+    kvmm::hash_pages({}, tokens, tokens_per_page, 0, out);
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()) * pages);
+}
+BENCHMARK(BM_HashPages)->Arg(16);
+
 }  // namespace
 
 BENCHMARK_MAIN();

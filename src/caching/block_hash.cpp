@@ -1,7 +1,6 @@
 #include "kvmm/caching/block_hash.hpp"
 
-#define XXH_INLINE_ALL
-#include <xxhash.h>
+#include "block_hash_detail.hpp"
 
 #include "kvmm/error.hpp"
 
@@ -9,72 +8,10 @@
 
 namespace kvmm {
 
-namespace {
-BlockHash to_hash(XXH128_hash_t h) { return BlockHash{h.low64, h.high64}; }
-
-// Tags keep different kinds of keys from colliding by concatenation.
-constexpr std::uint64_t kTagItem = 0x6d6d'6974'656d'0001ULL;
-constexpr std::uint64_t kTagLora = 0x6c6f'7261'0000'0002ULL;
-constexpr std::uint64_t kTagSalt = 0x7361'6c74'0000'0003ULL;
-constexpr std::size_t kStackBytes = 2048;
-}  // namespace
-
-namespace {
-// Digest of a page's own content: its token ids and extra keys (no parent). Pages'
-// digests are independent of each other, so a loop over pages overlaps them.
-BlockHash content_digest(std::span<const std::uint32_t> tokens, const PageExtraKeys& extra) {
-  const std::size_t token_bytes = tokens.size_bytes();
-  std::size_t extra_bytes = 0;
-  if (extra.item != nullptr) extra_bytes += 8 + 16 + 8;
-  if (extra.lora_id != 0) extra_bytes += 8 + 4;
-  if (token_bytes + extra_bytes <= kStackBytes && extra.salt.empty()) {
-    if (extra_bytes == 0) return to_hash(XXH3_128bits(tokens.data(), token_bytes));
-    alignas(8) unsigned char buf[kStackBytes];
-    unsigned char* p = buf;
-    if (token_bytes != 0) std::memcpy(p, tokens.data(), token_bytes);
-    p += token_bytes;
-    if (extra.item != nullptr) {
-      std::memcpy(p, &kTagItem, 8);
-      std::memcpy(p + 8, &extra.item->hash, 16);
-      std::memcpy(p + 24, &extra.item_offset, 8);
-      p += 32;
-    }
-    if (extra.lora_id != 0) {
-      std::memcpy(p, &kTagLora, 8);
-      std::memcpy(p + 8, &extra.lora_id, 4);
-      p += 12;
-    }
-    return to_hash(XXH3_128bits(buf, static_cast<std::size_t>(p - buf)));
-  }
-  // Long pages (Mamba checkpoint intervals) and salted first pages: streaming state.
-  XXH3_state_t state;
-  XXH3_INITSTATE(&state);
-  XXH3_128bits_reset(&state);
-  XXH3_128bits_update(&state, tokens.data(), token_bytes);
-  if (extra.item != nullptr) {
-    XXH3_128bits_update(&state, &kTagItem, 8);
-    XXH3_128bits_update(&state, &extra.item->hash, 16);
-    XXH3_128bits_update(&state, &extra.item_offset, 8);
-  }
-  if (extra.lora_id != 0) {
-    XXH3_128bits_update(&state, &kTagLora, 8);
-    XXH3_128bits_update(&state, &extra.lora_id, 4);
-  }
-  if (!extra.salt.empty()) {
-    const std::uint64_t n = extra.salt.size();
-    XXH3_128bits_update(&state, &kTagSalt, 8);
-    XXH3_128bits_update(&state, &n, 8);
-    XXH3_128bits_update(&state, extra.salt.data(), extra.salt.size());
-  }
-  return to_hash(XXH3_128bits_digest(&state));
-}
-
-// The chain link: XXH3-128 over (parent hash, content digest).
-BlockHash link(const BlockHash& parent, const BlockHash& content) {
-  const std::uint64_t buf[4] = {parent.lo, parent.hi, content.lo, content.hi};
-  return to_hash(XXH3_128bits(buf, sizeof buf));
-}
-}  // namespace
+using detail::content_digest;
+using detail::kTagItem;
+using detail::link;
+using detail::to_hash;
 
 BlockHash hash_page(const BlockHash& parent, std::span<const std::uint32_t> tokens,
                     const PageExtraKeys& extra) {
@@ -89,11 +26,11 @@ void hash_pages(const BlockHash& parent, std::span<const std::uint32_t> tokens,
     fail("tokens: size {} < {} pages x {} tokens", tokens.size(), pages, tokens_per_page);
   PageExtraKeys ex;
   ex.lora_id = lora_id;
-  // Pass 1: independent content digests (throughput-bound); pass 2: the chain.
-  for (std::size_t i = 0; i < pages; ++i)
-    out[i] = content_digest(tokens.subspan(i * tokens_per_page, tokens_per_page), ex);
+  // One pass: page i+1's digest does not depend on the chain, so the core computes it
+  // while page i's link (the latency-bound part) is in flight.
   BlockHash h = parent;
-  for (std::size_t i = 0; i < pages; ++i) out[i] = h = link(h, out[i]);
+  for (std::size_t i = 0; i < pages; ++i)
+    out[i] = h = link(h, content_digest(tokens.subspan(i * tokens_per_page, tokens_per_page), ex));
 }
 
 BlockHash hash_item_page(const BlockHash& item, std::uint32_t page_index, std::uint32_t lora_id) {

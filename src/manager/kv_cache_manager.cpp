@@ -1,5 +1,6 @@
 #include "kvmm/manager/kv_cache_manager.hpp"
 
+#include "../caching/block_hash_detail.hpp"
 #include "kvmm/error.hpp"
 
 #include <algorithm>
@@ -74,6 +75,7 @@ KVCacheManager::Group::Group(const KVLayout& layout, GroupId g, LargePagePool& p
       host_hash(std::size_t{host_pool.capacity()} * n),
       host_len(std::size_t{host_pool.capacity()} * n, 0) {
   image.release_when_consumed = spec.kind == LayerKind::kVisionEmbedding;
+  full_attention = decoder && spec.kind == LayerKind::kFullAttention;
 }
 
 KVCacheManager::KVCacheManager(KVLayout layout, const KVCacheManagerOptions& options)
@@ -113,6 +115,8 @@ KVCacheManager::KVCacheManager(KVLayout layout, const KVCacheManagerOptions& opt
   sim_f_.assign(G, 0);
   sim_e_.assign(G, 0);
   probe_memo_.resize(G);
+  first_miss_.assign(G, kNotFused);
+  fused_.reserve(G);
   accepted_.assign(G, 0);
   copies_.reserve(256);
   events_.reserve(options.record_events ? 4096 : 0);
@@ -153,6 +157,7 @@ void KVCacheManager::set_policy(GroupId g, std::unique_ptr<LayerPolicy> policy) 
   if (policy->tokens_per_page() != grp.P)
     fail("policy tokens_per_page = {}: group {} has {}", policy->tokens_per_page(), g, grp.P);
   if (num_active_ != 0) fail("set_policy: {} requests are active; set policies first", num_active_);
+  grp.full_attention = dynamic_cast<const FullAttentionPolicy*>(policy.get()) != nullptr;
   grp.policy = std::move(policy);
 }
 
@@ -249,6 +254,63 @@ void KVCacheManager::ensure_hashes(Request& q, std::uint32_t cls, std::uint64_t 
   }
 }
 
+// Plain-text prompts (no salt, no items, nothing hashed yet): one pass computes each
+// page's chained hash and at once probes it for the built-in full-attention groups of the
+// class, up to each group's first miss (exactly the pages FullAttentionPolicy would
+// examine). The probe of page i does not feed the chain, so the core overlaps its index
+// load with page i+1's hash. false: not applicable, nothing done.
+bool KVCacheManager::hash_and_probe(Request& q, std::uint32_t cls, std::uint64_t pages) {
+  std::vector<BlockHash>& hv = q.hashes[cls];
+  if (!q.items.empty() || !q.salt.empty() || !hv.empty()) return false;
+  fused_.clear();
+  for (GroupId g = 0; g < groups_.size(); ++g) {
+    if (!groups_[g].full_attention || groups_[g].hash_class != cls) continue;
+    fused_.push_back(g);
+    first_miss_[g] = pages;
+  }
+  const std::uint32_t P = class_tokens_[cls];
+  const std::uint32_t* t = q.tokens.data();
+  PageExtraKeys ex;
+  ex.lora_id = q.lora;
+  std::size_t open = fused_.size();
+  BlockHash h{};
+  // Blocks of kBlock pages: the chain hashes block b and prefetches each page's index
+  // slot (a prefetch retires without waiting), then block b-1 is probed, its slots having
+  // had a whole block of hashing to arrive: the index misses overlap instead of stalling.
+  constexpr std::uint64_t kBlock = 32;
+  auto probe_block = [&](std::uint64_t b, std::uint64_t e) {
+    for (std::size_t k = 0; k < open;) {
+      const GroupId g = fused_[k];
+      std::uint64_t i = b;
+      for (; i < e; ++i) {
+        const PageId page = index_.find(g, hv[i]);
+        probe_memo_[g][i] = page;
+        if (page == kNullPage) break;
+      }
+      if (i == e) {
+        ++k;
+        continue;
+      }
+      first_miss_[g] = i;
+      fused_[k] = fused_[--open];
+    }
+  };
+  for (std::uint64_t b = 0; b < pages; b += kBlock) {
+    const std::uint64_t e = std::min(pages, b + kBlock);
+    for (std::uint64_t i = b; i < e; ++i) {
+      // Without a LoRA id a page's content digest is XXH3-128 of its ids (content_digest).
+      const BlockHash d = ex.lora_id == 0 ? detail::to_hash(detail::xxh128(t + i * P, std::size_t{P} * 4))
+                                          : detail::content_digest({t + i * P, P}, ex);
+      h = detail::link(h, d);
+      hv.push_back(h);
+      for (std::size_t k = 0; k < open; ++k) index_.prefetch(fused_[k], h);
+    }
+    if (b > 0) probe_block(b - kBlock, b);
+  }
+  if (pages > 0) probe_block((pages - 1) / kBlock * kBlock, pages);
+  return true;
+}
+
 BlockHash KVCacheManager::item_page_hash(const Request& q, std::uint32_t item,
                                          std::uint64_t page_in_item) const {
   return hash_item_page(q.items[item].hash, static_cast<std::uint32_t>(page_in_item), q.lora);
@@ -274,16 +336,29 @@ void KVCacheManager::register_page(GroupId g, PageId p, const BlockHash& h) {
   record(CacheEventKind::kStored, g, p, h);
 }
 
+// Lazy pinning: a hit page leaves the LRUs only in the counts; its list entry (and its
+// large page's) turns stale (ref > 0, or fewer than n evictable small pages) and is
+// dropped by whoever meets it at a front, or replaced when the page is released again.
 void KVCacheManager::acquire_cached(GroupId g, PageId p) {
   Group& grp = groups_[g];
   if (grp.ref[p] == 0) {
-    grp.lru.erase(p);
-    const PageId lp = p / grp.n;
-    if (large_lru_.contains(lp)) large_lru_.erase(lp);
-    --ev_in_large_[lp];
+    --ev_in_large_[p / grp.n];
     --grp.evictable;
   }
   ++grp.ref[p];
+}
+
+PageId KVCacheManager::small_front(GroupId g) const {
+  const Group& grp = groups_[g];
+  PageId s = grp.lru.front();
+  for (; s != kNullPage && grp.ref[s] > 0; s = grp.lru.front()) grp.lru.erase(s);
+  return s;
+}
+
+PageId KVCacheManager::large_front() const {
+  PageId lp = large_lru_.front();
+  for (; lp != kNullPage && stale_large(lp); lp = large_lru_.front()) large_lru_.erase(lp);
+  return lp;
 }
 
 EvictionKey KVCacheManager::large_key(GroupId g, PageId lp) const {
@@ -307,10 +382,12 @@ void KVCacheManager::release_page(GroupId g, PageId p, std::uint64_t t, std::uin
     return;
   }
   grp.prio[p] = static_cast<std::uint8_t>(prio);
+  if (grp.lru.contains(p)) grp.lru.erase(p);  // its stale entry from a lazy pin
   grp.lru.insert(p, EvictionKey{grp.time[p], grp.len[p]}, prio);
   ++grp.evictable;
   const PageId lp = p / grp.n;
   if (++ev_in_large_[lp] == grp.n) {
+    if (large_lru_.contains(lp)) large_lru_.erase(lp);
     std::uint32_t level = 0;
     for (PageId s = lp * grp.n; s < (lp + 1) * grp.n; ++s) level = std::max<std::uint32_t>(level, grp.prio[s]);
     large_lru_.insert(lp, large_key(g, lp), level);
@@ -344,12 +421,12 @@ std::optional<PageId> KVCacheManager::take_page(GroupId g, RequestId r) {
   SmallPageAllocator& a = groups_[g].alloc;
   if (auto p = a.allocate_associated(r)) return p;
   if (auto p = a.allocate_fresh(r)) return p;
-  if (const PageId lp = large_lru_.front(); lp != kNullPage) {
+  if (const PageId lp = large_front(); lp != kNullPage) {
     evict_large(lp);
     if (auto p = a.allocate_fresh(r)) return p;
   }
   if (auto p = a.allocate_any()) return p;
-  if (const PageId s = groups_[g].lru.front(); s != kNullPage) {
+  if (const PageId s = small_front(g); s != kNullPage) {
     evict_small(g, s);
     if (auto p = a.allocate_associated(r)) return p;
     if (auto p = a.allocate_any()) return p;
@@ -362,7 +439,7 @@ std::optional<PageId> KVCacheManager::take_page(GroupId g, RequestId r) {
 // every page can be had. O(pages needed); changes nothing.
 bool KVCacheManager::feasible(RequestId r) {
   std::uint64_t pool = pool_.num_free();
-  PageId cursor = large_lru_.front();
+  PageId cursor = large_front();
   for (GroupId g = 0; g < groups_.size(); ++g) {
     const Group& grp = groups_[g];
     sim_a_[g] = need_[g] > 0 ? grp.alloc.associated_free_small(r) : 0;
@@ -383,6 +460,11 @@ bool KVCacheManager::feasible(RequestId r) {
         const GroupId h = pool_.owner(cursor);
         sim_e_[h] -= groups_[h].n;
         cursor = large_lru_.after(cursor);
+        while (cursor != kNullPage && stale_large(cursor)) {  // drop stale entries met
+          const PageId next = large_lru_.after(cursor);
+          large_lru_.erase(cursor);
+          cursor = next;
+        }
         sim_a_[g] += n - 1;
         sim_f_[g] += n - 1;
       } else if (sim_f_[g] > 0) {
@@ -474,15 +556,18 @@ std::uint64_t KVCacheManager::lookup_prefix(RequestId r) {
     return 0;
   }
   const std::uint64_t limit = q.tokens.size() - 1;
-  for (std::uint32_t c = 0; c < class_tokens_.size(); ++c)
-    ensure_hashes(q, c, limit / class_tokens_[c]);
-  // The longest prefix valid in every group: shrink p until every group accepts it. A
-  // group whose last answer equals p is not asked again.
   for (GroupId g = 0; g < groups_.size(); ++g) {
+    first_miss_[g] = kNotFused;
     if (!groups_[g].decoder) continue;
-    probe_memo_[g].assign(q.hashes[groups_[g].hash_class].size(), kUnknown);
+    probe_memo_[g].assign(limit / groups_[g].P, kUnknown);
     accepted_[g] = ~std::uint64_t{0};
   }
+  for (std::uint32_t c = 0; c < class_tokens_.size(); ++c) {
+    const std::uint64_t pages = limit / class_tokens_[c];
+    if (!hash_and_probe(q, c, pages)) ensure_hashes(q, c, pages);
+  }
+  // The longest prefix valid in every group: shrink p until every group accepts it. A
+  // group whose last answer equals p is not asked again.
   std::uint64_t p = limit;
   for (bool changed = true; changed && p > 0;) {
     changed = false;
@@ -491,8 +576,12 @@ std::uint64_t KVCacheManager::lookup_prefix(RequestId r) {
       std::uint64_t v = p;
       if (grp.decoder) {
         if (accepted_[g] == p) continue;
-        IndexProbe probe(index_, g, q.hashes[grp.hash_class], probe_memo_[g]);
-        v = grp.policy->longest_valid_prefix(p, probe);
+        if (first_miss_[g] != kNotFused) {  // FullAttentionPolicy's answer, pages known
+          v = std::min(p / grp.P, first_miss_[g]) * grp.P;
+        } else {
+          IndexProbe probe(index_, g, q.hashes[grp.hash_class], probe_memo_[g]);
+          v = grp.policy->longest_valid_prefix(p, probe);
+        }
         accepted_[g] = v;
       } else {
         for (std::uint32_t k = 0; k < q.items.size(); ++k) {
@@ -520,12 +609,28 @@ std::uint64_t KVCacheManager::lookup_prefix(RequestId r) {
       const std::uint64_t pages = p / grp.P;
       const std::uint64_t lo = std::min(grp.policy->first_required_page(p), pages);
       IndexProbe probe(index_, g, q.hashes[grp.hash_class], probe_memo_[g]);
-      for (std::uint64_t i = 0; i < lo; ++i) grp.table.append(r, kNullPage);
-      for (std::uint64_t i = lo; i < pages; ++i) {
-        const PageId page = probe.page(i);
-        if (page == kNullPage) fail("internal: group {} lost page {} of a validated hit", g, i);
-        acquire_cached(g, page);
-        grp.table.append(r, page);
+      grp.table.append(r, lo, kNullPage);
+      if (first_miss_[g] != kNotFused) {  // every page of [lo, pages) is a hit in the memo
+        if (pages > first_miss_[g]) fail("internal: group {} hit of {} pages past its first miss {}", g, pages, first_miss_[g]);
+        const PageId* hit = probe_memo_[g].data();
+        std::uint32_t* ref = grp.ref.data();
+        std::uint32_t newly = 0;
+        for (std::uint64_t i = lo; i < pages; ++i) {
+          const PageId page = hit[i];
+          if (ref[page]++ == 0) {  // acquire_cached, inlined: a lazy pin
+            --ev_in_large_[grp.n == 1 ? page : page / grp.n];
+            ++newly;
+          }
+        }
+        grp.evictable -= newly;
+        grp.table.append(r, std::span<const PageId>(hit + lo, hit + pages));
+      } else {
+        for (std::uint64_t i = lo; i < pages; ++i) {
+          const PageId page = probe.page(i);
+          if (page == kNullPage) fail("internal: group {} lost page {} of a validated hit", g, i);
+          acquire_cached(g, page);
+          grp.table.append(r, page);
+        }
       }
       grp.hit_pages += pages - lo;
       grp.table.set_num_tokens(r, p);
@@ -867,9 +972,11 @@ std::optional<std::span<const PageCopy>> KVCacheManager::swap_in(RequestId r) {
 void KVCacheManager::reset_prefix_cache() {
   for (GroupId g = 0; g < groups_.size(); ++g) {
     Group& grp = groups_[g];
-    for (PageId s = grp.lru.front(); s != kNullPage; s = grp.lru.front()) evict_small(g, s);
+    for (PageId s = small_front(g); s != kNullPage; s = small_front(g)) evict_small(g, s);
     for (PageId p = 0; p < grp.hashed.size(); ++p) {
       if (!grp.hashed[p]) continue;
+      if (grp.lru.contains(p)) grp.lru.erase(p);  // stale entries of pinned pages
+      if (large_lru_.contains(p / grp.n)) large_lru_.erase(p / grp.n);
       index_.erase(g, grp.hash[p]);
       grp.hashed[p] = 0;
       record(CacheEventKind::kRemoved, g, p, grp.hash[p]);
@@ -998,15 +1105,21 @@ void KVCacheManager::check_invariants() const {
       for (const auto& [pg, p] : pin)
         if (pg == g) ++refs[p];
     std::uint32_t evictable = 0;
-    std::vector<std::uint32_t> per_large(pool_.capacity(), 0);
+    std::vector<std::uint32_t> per_large(pool_.capacity(), 0), listed_in_large(pool_.capacity(), 0);
+    std::uint32_t listed_total = 0;
     for (PageId p = 0; p < grp.ref.size(); ++p) {
       if (refs[p] != grp.ref[p])
         fail("invariant: group {} page {} has reference count {} but {} holders", g, p, grp.ref[p], refs[p]);
-      const bool alloc = grp.alloc.is_allocated(p), in_lru = grp.lru.contains(p);
+      const bool alloc = grp.alloc.is_allocated(p), listed = grp.lru.contains(p);
+      const bool in_lru = listed && grp.ref[p] == 0;  // else a stale entry (lazy pin)
       if (alloc != (grp.ref[p] > 0 || in_lru))
         fail("invariant: group {} page {} allocated={} but ref {} evictable {}", g, p, alloc, grp.ref[p], in_lru);
-      if (in_lru && (grp.ref[p] != 0 || !grp.hashed[p]))
-        fail("invariant: group {} evictable page {} has ref {} hashed {}", g, p, grp.ref[p], grp.hashed[p]);
+      if (listed && !grp.hashed[p])
+        fail("invariant: group {} listed page {} has ref {} hashed {}", g, p, grp.ref[p], grp.hashed[p]);
+      if (listed) {
+        ++listed_total;
+        ++listed_in_large[p / grp.n];
+      }
       if (grp.hashed[p]) {
         ++hashed_total;
         if (!alloc) fail("invariant: group {} page {} is both cached and free", g, p);
@@ -1017,14 +1130,18 @@ void KVCacheManager::check_invariants() const {
         ++per_large[p / grp.n];
       }
     }
-    if (evictable != grp.evictable || evictable != grp.lru.size())
-      fail("invariant: group {} counts {} evictable, list {}, actual {}", g, grp.evictable, grp.lru.size(), evictable);
+    if (evictable != grp.evictable || listed_total != grp.lru.size())
+      fail("invariant: group {} counts {} evictable, list {}, actual {} (+ stale {})", g, grp.evictable,
+           grp.lru.size(), evictable, listed_total - evictable);
     for (PageId lp = 0; lp < pool_.capacity(); ++lp) {
       if (pool_.owner(lp) != g) continue;
       if (per_large[lp] != ev_in_large_[lp])
         fail("invariant: large page {} counts {} evictable small pages, actual {}", lp, ev_in_large_[lp], per_large[lp]);
-      if (large_lru_.contains(lp) != (per_large[lp] == grp.n))
-        fail("invariant: large page {} in large LRU = {} with {}/{} evictable", lp, large_lru_.contains(lp), per_large[lp], grp.n);
+      // A stale large entry (a lazy pin) keeps every small page listed, some of them stale.
+      if (per_large[lp] == grp.n ? !large_lru_.contains(lp)
+                                 : large_lru_.contains(lp) && listed_in_large[lp] != grp.n)
+        fail("invariant: large page {} in large LRU = {} with {}/{} evictable, {} listed", lp,
+             large_lru_.contains(lp), per_large[lp], grp.n, listed_in_large[lp]);
     }
     if (host_used != grp.host_alloc.num_used_small())
       fail("invariant: group {} host pages used {} but {} in host tables", g, grp.host_alloc.num_used_small(), host_used);

@@ -19,7 +19,7 @@ KVLayout fig10_layout(std::uint32_t tokens_per_page = 1, std::uint32_t window = 
                          LayerGroup::sliding_window("sw", 1, 1, 8, 2, tokens_per_page, window)});
 }
 
-constexpr std::uint32_t A = 101, B = 102, C = 103, D = 104, E = 105, F = 106, G = 107, H = 108;
+constexpr std::uint32_t A = 101, B = 102, C = 103, D = 104, E = 105, F = 106, G = 107, H = 108, X = 109;
 constexpr GroupId kFull = 0, kSw = 1;
 
 struct Snapshot {
@@ -498,5 +498,67 @@ TEST_CASE("an engine-registered policy drives release and hits", "[manager][poli
   kv.free(r);
   const RequestId r2 = kv.add_request(std::vector<std::uint32_t>{1, 2, 3, 4, 5, 6, 7, 8, 9});
   CHECK(kv.lookup_prefix(r2) == 8);
+  kv.check_invariants();
+}
+
+TEST_CASE("lazy pinning: hit pages stay listed but are skipped, dropped and re-queued", "[manager][pin][lazy]") {
+  // One full-attention group of 1-token pages: one small page per large page.
+  const KVLayout layout = KVLayout::plan({LayerGroup::full_attention("full", 1, 1, 8, 2, 1)});
+  REQUIRE(layout.small_pages_per_large_page(0) == 1);
+  KVCacheManager kv(layout, {.num_large_pages = 6, .max_requests = 4, .record_events = true});
+  std::vector<CacheEvent> events;
+  auto removed = [&] {  // pages of the kRemoved events since the last call, in order
+    kv.take_events(events);
+    std::vector<PageId> out;
+    for (const CacheEvent& e : events)
+      if (e.kind == CacheEventKind::kRemoved) out.push_back(e.page);
+    return out;
+  };
+  // Step 1: A B C D cached, all released at step 1; eviction order D C B A.
+  kv.begin_step();
+  const RequestId r1 = kv.add_request(std::vector<std::uint32_t>{A, B, C, D});
+  CHECK(kv.lookup_prefix(r1) == 0);
+  REQUIRE(kv.allocate(r1, 4));
+  kv.commit(r1, 4);
+  const std::vector<PageId> p1(kv.page_table(r1, 0).begin(), kv.page_table(r1, 0).end());
+  kv.free(r1);
+  CHECK(kv.next_small_victim(0) == p1[3]);
+  // Step 2: A B X hits A B; they are pinned (used) though still in the lists.
+  kv.begin_step();
+  const RequestId r2 = kv.add_request(std::vector<std::uint32_t>{A, B, X});
+  CHECK(kv.lookup_prefix(r2) == 2);
+  CHECK(kv.page_state(0, p1[0]) == PageState::kUsed);
+  CHECK(kv.page_state(0, p1[1]) == PageState::kUsed);
+  CHECK(kv.stats().groups[0].evictable_pages == 2);
+  kv.check_invariants();
+  REQUIRE(kv.allocate(r2, 1));
+  kv.commit(r2, 3);
+  const PageId px = kv.page_table(r2, 0)[2];
+  CHECK(removed().empty());
+  // A new request takes the last empty large page, then evicts D and C; then the fronts
+  // of both LRUs are the pinned A and B: skipped and dropped, so allocation fails.
+  kv.begin_step();
+  const RequestId r3 = kv.add_request(std::vector<std::uint32_t>{1, 2, 3, 4, 5});
+  CHECK(kv.lookup_prefix(r3) == 0);
+  REQUIRE(kv.allocate(r3, 3));
+  kv.commit(r3, 3);
+  CHECK(removed() == std::vector<PageId>{p1[3], p1[2]});
+  CHECK(kv.next_small_victim(0) == kNullPage);
+  CHECK(kv.next_large_victim() == kNullPage);
+  CHECK_FALSE(kv.allocate(r3, 1));
+  CHECK(kv.ref_count(0, p1[0]) == 1);
+  CHECK(kv.ref_count(0, p1[1]) == 1);
+  CHECK(kv.page_table(r2, 0)[0] == p1[0]);
+  kv.check_invariants();
+  // Freeing r2 re-queues A B X with r2's last access (step 2), which the lazy entries of
+  // A B (keys of step 1) no longer show; X (longest prefix) goes first.
+  kv.begin_step();
+  kv.free(r2);
+  CHECK(kv.eviction_key(0, p1[0]).time == 2);
+  CHECK(kv.eviction_key(0, p1[1]).time == 2);
+  CHECK(kv.next_small_victim(0) == px);
+  REQUIRE(kv.allocate(r3, 2));
+  CHECK(removed() == std::vector<PageId>{px, p1[1]});
+  CHECK(kv.next_small_victim(0) == p1[0]);
   kv.check_invariants();
 }

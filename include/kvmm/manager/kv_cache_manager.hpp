@@ -153,8 +153,9 @@ class KVCacheManager {
   EvictionKey eviction_key(GroupId g, PageId p) const;  // last access and prefix length
   std::optional<BlockHash> page_hash(GroupId g, PageId p) const;
   // Next victims: a group's small-page LRU front and the large-page LRU front (or null).
-  PageId next_small_victim(GroupId g) const { return groups_[check_group(g)].lru.front(); }
-  PageId next_large_victim() const { return large_lru_.front(); }
+  // Amortized O(1): pages pinned by a hit since they became evictable are dropped here.
+  PageId next_small_victim(GroupId g) const { return small_front(check_group(g)); }
+  PageId next_large_victim() const { return large_front(); }
   // Recomputes every count, list and reference from scratch. O(memory); for tests.
   void check_invariants() const;
 
@@ -167,6 +168,7 @@ class KVCacheManager {
     std::uint32_t n;  // small pages per large page
     bool decoder;
     std::uint32_t hash_class;  // decoder groups of equal P share one hash chain
+    bool full_attention = false;  // policy is the built-in FullAttentionPolicy
     std::unique_ptr<LayerPolicy> policy;
     ImagePolicy image;
     SmallPageAllocator alloc;
@@ -180,7 +182,9 @@ class KVCacheManager {
     std::vector<std::uint64_t> time;
     std::vector<std::uint64_t> len;
     std::vector<std::uint8_t> prio;
-    LruEvictor lru;
+    // Evictable pages, plus stale entries of pages a hit pinned (ref > 0) since: a hit
+    // only counts them out; whoever meets one at the front drops it (lazy pinning).
+    mutable LruEvictor lru;
     // Per host small page.
     std::vector<std::uint8_t> host_hashed;
     std::vector<BlockHash> host_hash;
@@ -214,6 +218,7 @@ class KVCacheManager {
   static std::uint64_t pages_for(std::uint64_t tokens, std::uint32_t P) { return (tokens + P - 1) / P; }
 
   void ensure_hashes(Request& q, std::uint32_t cls, std::uint64_t pages);
+  bool hash_and_probe(Request& q, std::uint32_t cls, std::uint64_t pages);
   BlockHash item_page_hash(const Request& q, std::uint32_t item, std::uint64_t page_in_item) const;
   void register_page(GroupId g, PageId p, const BlockHash& h);
   void acquire_cached(GroupId g, PageId p);
@@ -221,6 +226,9 @@ class KVCacheManager {
   void evict_small(GroupId g, PageId p);
   void evict_large(PageId lp);
   EvictionKey large_key(GroupId g, PageId lp) const;
+  bool stale_large(PageId lp) const { return ev_in_large_[lp] != groups_[pool_.owner(lp)].n; }
+  PageId small_front(GroupId g) const;
+  PageId large_front() const;
   std::optional<PageId> take_page(GroupId g, RequestId r);
   void init_page(GroupId g, PageId p, std::uint64_t prefix_len);
   bool feasible(RequestId r);
@@ -235,7 +243,7 @@ class KVCacheManager {
   LargePagePool host_pool_;
   std::vector<Group> groups_;
   std::vector<std::uint32_t> class_tokens_;  // tokens per page of each hash class
-  LruEvictor large_lru_;
+  mutable LruEvictor large_lru_;  // evictable large pages, plus stale ones (see Group::lru)
   std::vector<std::uint32_t> ev_in_large_;  // evictable small pages per large page
   PrefixIndex index_;
   std::vector<Request> reqs_;
@@ -253,6 +261,9 @@ class KVCacheManager {
   std::vector<std::uint64_t> sim_a_, sim_f_, sim_e_;  // scratch of feasible()
   std::vector<std::vector<PageId>> probe_memo_;  // scratch of lookup_prefix, per group
   std::vector<std::uint64_t> accepted_;          // per group: its last valid prefix
+  static constexpr std::uint64_t kNotFused = ~std::uint64_t{0};
+  std::vector<std::uint64_t> first_miss_;  // per group: first missing page (hash_and_probe)
+  std::vector<GroupId> fused_;             // scratch of hash_and_probe
   std::uint64_t lookups_ = 0, lookup_tokens_ = 0, hit_tokens_ = 0;
 };
 

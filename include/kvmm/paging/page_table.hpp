@@ -31,6 +31,17 @@ class PageTableSet {
     mark(w, w.pages.size());
     w.pages.push_back(page);
   }
+  // Bulk forms of append: `pages` in order, or `count` copies of `page`. O(count).
+  void append(RequestId r, std::span<const PageId> pages) {
+    Row& w = row(r);
+    mark(w, w.pages.size());
+    w.pages.insert(w.pages.end(), pages.begin(), pages.end());
+  }
+  void append(RequestId r, std::uint64_t count, PageId page) {
+    Row& w = row(r);
+    mark(w, w.pages.size());
+    w.pages.insert(w.pages.end(), count, page);
+  }
   // Replaces entry `index` (kNullPage for a freed out-of-window page, or a COW copy).
   void set(RequestId r, std::uint32_t index, PageId page);
   PageId pop_back(RequestId r);
