@@ -19,9 +19,9 @@ void BM_LargePageAllocFree(benchmark::State& state) {
   LargePagePool pool(4096);
   for (int i = 0; i < 2048; ++i) (void)pool.allocate(0);  // half full
   for (auto _ : state) {
-    auto p = pool.allocate(1);
+    const PageId p = *pool.allocate(1);
     benchmark::DoNotOptimize(p);
-    pool.free(*p);
+    pool.free(p);
   }
 }
 BENCHMARK(BM_LargePageAllocFree);
@@ -36,9 +36,9 @@ void BM_SmallPageAllocFree(benchmark::State& state) {
   for (int i = 0; i < per_request * 1024; ++i) (void)alloc.allocate(static_cast<RequestId>(i % 1024));
   RequestId r = 0;
   for (auto _ : state) {
-    auto p = alloc.allocate(r);
+    const PageId p = *alloc.allocate(r);
     benchmark::DoNotOptimize(p);
-    alloc.free(*p);
+    alloc.free(p);
     r = (r + 1) & 1023;
   }
 }
