@@ -17,6 +17,25 @@ std::uint64_t FullAttentionPolicy::longest_valid_prefix(std::uint64_t limit, Pag
   return pages * tokens_per_page_;
 }
 
+std::uint64_t LayerPolicy::longest_suffix_hit(std::uint64_t limit, PageProbe& probe) const {
+  std::uint64_t p = floor_page(limit) * tokens_per_page_;
+  while (p > 0) {
+    const std::uint64_t lo = first_required_page(p);
+    std::uint64_t j = floor_page(p);
+    bool ok = true;
+    while (j > lo) {
+      --j;
+      if (!probe.hit(j)) {
+        ok = false;
+        break;
+      }
+    }
+    if (ok) return p;
+    p = j * tokens_per_page_;
+  }
+  return 0;
+}
+
 SlidingWindowPolicy::SlidingWindowPolicy(std::uint32_t tokens_per_page, std::uint32_t window)
     : LayerPolicy(tokens_per_page), window_(window) {
   if (window == 0) fail("window = 0: must be >= 1");
@@ -35,24 +54,7 @@ std::uint64_t SlidingWindowPolicy::first_required_page(std::uint64_t prefix) con
 }
 
 std::uint64_t SlidingWindowPolicy::longest_valid_prefix(std::uint64_t limit, PageProbe& probe) const {
-  // Scan the window of candidate p from its end; a miss at page j moves the candidate to
-  // j*P, whose window lies wholly below j, so each page is probed at most once.
-  std::uint64_t p = floor_page(limit) * tokens_per_page_;
-  while (p > 0) {
-    const std::uint64_t lo = first_required_page(p);
-    std::uint64_t j = floor_page(p);
-    bool ok = true;
-    while (j > lo) {
-      --j;
-      if (!probe.hit(j)) {
-        ok = false;
-        break;
-      }
-    }
-    if (ok) return p;
-    p = j * tokens_per_page_;
-  }
-  return 0;
+  return longest_suffix_hit(limit, probe);
 }
 
 ChunkedLocalPolicy::ChunkedLocalPolicy(std::uint32_t tokens_per_page, std::uint32_t chunk)
@@ -73,22 +75,7 @@ std::uint64_t ChunkedLocalPolicy::first_required_page(std::uint64_t prefix) cons
 }
 
 std::uint64_t ChunkedLocalPolicy::longest_valid_prefix(std::uint64_t limit, PageProbe& probe) const {
-  std::uint64_t p = floor_page(limit) * tokens_per_page_;
-  while (p > 0) {
-    const std::uint64_t lo = first_required_page(p);
-    std::uint64_t j = floor_page(p);
-    bool ok = true;
-    while (j > lo) {
-      --j;
-      if (!probe.hit(j)) {
-        ok = false;
-        break;
-      }
-    }
-    if (ok) return p;
-    p = j * tokens_per_page_;
-  }
-  return 0;
+  return longest_suffix_hit(limit, probe);
 }
 
 std::uint64_t MambaPolicy::first_touched_page(std::uint64_t begin, std::uint64_t) const {

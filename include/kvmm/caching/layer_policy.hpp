@@ -53,6 +53,11 @@ class LayerPolicy {
 
  protected:
   std::uint64_t floor_page(std::uint64_t tokens) const { return tokens / tokens_per_page_; }
+  // The longest page-aligned p <= limit whose pages [first_required_page(p), p / P) all
+  // hit, scanning each candidate's required pages from the end: a miss at page j moves
+  // the candidate to j * P, whose requirement lies wholly below j, so each page is
+  // probed at most once for policies whose requirement is a suffix (window, chunk).
+  std::uint64_t longest_suffix_hit(std::uint64_t limit, PageProbe& probe) const;
   std::uint32_t tokens_per_page_;
 };
 
