@@ -2,39 +2,11 @@
 // for each of 1024 running requests, two groups (full attention + sliding window 1024,
 // 16-token pages). Counts heap allocations inside the timed loop (operator new hook).
 #include "kvmm/manager/kv_cache_manager.hpp"
+#include "support/count_new.hpp"
 
 #include <benchmark/benchmark.h>
 
-#include <atomic>
-#include <cstdlib>
-#include <new>
 #include <vector>
-
-namespace {
-std::uint64_t g_allocations = 0;
-}
-
-// A replaced global operator new/delete pair (malloc/free); GCC cannot see that they pair.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-#endif
-void* operator new(std::size_t n) {
-  ++g_allocations;
-  if (void* p = std::malloc(n ? n : 1)) return p;
-  throw std::bad_alloc();
-}
-void* operator new[](std::size_t n) { return operator new(n); }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
-void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
-  ++g_allocations;
-  return std::malloc(n ? n : 1);
-}
-void* operator new[](std::size_t n, const std::nothrow_t& t) noexcept { return operator new(n, t); }
-void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
-void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
 
 namespace {
 
@@ -88,7 +60,7 @@ void BM_DecodeStep(benchmark::State& state) {
       step = 0;
       state.ResumeTiming();
     }
-    const std::uint64_t before = g_allocations;
+    const std::uint64_t before = kvmm::test::heap_allocations();
     kv.begin_step();
     for (RequestId r : ids) {
       kv.append_token(r, step);
@@ -98,7 +70,7 @@ void BM_DecodeStep(benchmark::State& state) {
       }
       kv.commit(r, kv.num_computed(r) + 1);
     }
-    allocs += g_allocations - before;
+    allocs += kvmm::test::heap_allocations() - before;
     ++steps;
     ++step;
   }

@@ -2,39 +2,11 @@
 // wave of requests (add, lookup, prefill, decode steps with evictions, free) after a
 // first wave sized every slot.
 #include "kvmm/manager/kv_cache_manager.hpp"
+#include "support/count_new.hpp"
 
 #include <catch2/catch.hpp>
 
-#include <atomic>
-#include <cstdlib>
-#include <new>
 #include <vector>
-
-namespace {
-std::atomic<std::uint64_t> g_allocations{0};
-}
-
-// A replaced global operator new/delete pair (malloc/free); GCC cannot see that they pair.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-#endif
-void* operator new(std::size_t n) {
-  ++g_allocations;
-  if (void* p = std::malloc(n ? n : 1)) return p;
-  throw std::bad_alloc();
-}
-void* operator new[](std::size_t n) { return operator new(n); }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
-void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
-  ++g_allocations;
-  return std::malloc(n ? n : 1);
-}
-void* operator new[](std::size_t n, const std::nothrow_t& t) noexcept { return operator new(n, t); }
-void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
-void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
 
 using namespace kvmm;
 
@@ -55,25 +27,25 @@ TEST_CASE("no heap allocation per step in steady state", "[manager][alloc]") {
       kv.commit(ids[i], 200);
     }
     for (std::uint32_t step = 0; step < 180; ++step) {
-      const std::uint64_t before = g_allocations.load();
+      const std::uint64_t before = kvmm::test::heap_allocations();
       kv.begin_step();
       for (RequestId r : ids) {
         kv.append_token(r, step);
         REQUIRE(kv.allocate(r, 1));
         kv.commit(r, kv.num_computed(r) + 1);
       }
-      decode_allocs += g_allocations.load() - before;
+      decode_allocs += kvmm::test::heap_allocations() - before;
     }
     for (RequestId r : ids) kv.free(r);
   };
   std::uint64_t first = 0, second = 0;
   wave(1, first);
-  const std::uint64_t before = g_allocations.load();
+  const std::uint64_t before = kvmm::test::heap_allocations();
   wave(2, second);
-  const std::uint64_t whole_wave = g_allocations.load() - before;
+  const std::uint64_t whole_wave = kvmm::test::heap_allocations() - before;
   CHECK(second == 0);
   CHECK(whole_wave == 0);
   CHECK(kv.stats().groups[0].evicted_pages > 0);  // the second wave did evict
   // The counter works: the first wave had to size the slots.
-  CHECK(g_allocations.load() > 0);
+  CHECK(kvmm::test::heap_allocations() > 0);
 }

@@ -1,0 +1,13 @@
+// Heap-allocation counter for the no-allocation tests and benchmarks: linking
+// count_new.cpp into a binary replaces every unaligned global operator new/delete form
+// with a malloc/free pair that counts calls. One relaxed atomic add per allocation.
+#pragma once
+
+#include <cstdint>
+
+namespace kvmm::test {
+
+// operator new calls (all unaligned forms) since the program started.
+std::uint64_t heap_allocations();
+
+}  // namespace kvmm::test
