@@ -93,21 +93,7 @@ class KvmmPolicy final : public Policy {
     if (kv_.num_computed(q.slot) != num_computed)
       fail("num_computed = {}: request {} has {} computed tokens in the manager", num_computed, id,
            kv_.num_computed(q.slot));
-    if (!kv_.allocate(q.slot, num_new)) {
-      // Workaround for a manager limitation: a large page enters the large-page LRU only
-      // when all its small pages are evictable, so a group's large pages that mix
-      // evictable and empty small pages can never go to another group, even with no
-      // request running. A request alone that cannot allocate would then be aborted with
-      // all memory reclaimable: drop the prefix cache (empty small pages let their large
-      // pages go back to the pool) and try once more. Reported as MemoryStats::cache_resets.
-      if (!caching_ || active_.size() != 1) return false;
-      kv_.reset_prefix_cache();
-      kv_.take_events(events_);  // its removals: evicted pages and unhashed used ones
-      evictions_ = 0;            // the manager counts the evicted ones (rare: O(pages))
-      for (const GroupStats& gs : kv_.stats().groups) evictions_ += gs.evicted_pages;
-      ++cache_resets_;
-      if (!kv_.allocate(q.slot, num_new)) return false;
-    }
+    if (!kv_.allocate(q.slot, num_new)) return false;
     if (caching_) count_evictions();
     return true;
   }
@@ -203,7 +189,6 @@ class KvmmPolicy final : public Policy {
     out.free = std::uint64_t{kv_.large_pages().num_free()} * l.large_page_bytes();
     out.capacity = std::uint64_t{kv_.large_pages().capacity()} * l.large_page_bytes();
     out.evictions = evictions_;
-    out.cache_resets = cache_resets_;
   }
 
  private:
@@ -254,9 +239,31 @@ class KvmmPolicy final : public Policy {
       if (grp.kind == LayerKind::kSlidingWindow && T > grp.window) from = std::max(from, T - grp.window);
       if (grp.kind == LayerKind::kChunkedLocal) from = std::max(from, (T - 1) / grp.chunk * grp.chunk);
       if (T > from) u.need += (T - from) * bpt;
+      if (extra_[g] == 0) continue;
+      // Held pages before the window's front are needed partly or not at all by q; if
+      // shared, extra_need_ took a whole page back for q: corrected below.
+      const std::span<const PageId> pages = kv_.page_table(q.slot, g);
+      for (std::uint64_t i = q.lo[g]; i < n && i * P < from; ++i)
+        if (pages[i] != kNullPage && kv_.ref_count(g, pages[i]) > 1)
+          front_.push_back({pages[i], (i + 1) * P > from ? (std::min((i + 1) * P, T) - from) * bpt : 0});
     }
     u.distinct -= extra_[g];
     u.need -= extra_need_[g];
+    // A shared page's need is the largest over its holders: holders not listed here need
+    // it whole; if all are listed, the largest listed need stays counted.
+    std::sort(front_.begin(), front_.end());
+    for (std::size_t a = 0; a < front_.size();) {
+      std::size_t b = a;
+      std::uint64_t short_of_full = 0, largest = 0;
+      for (; b < front_.size() && front_[b].first == front_[a].first; ++b) {
+        short_of_full += P * bpt - front_[b].second;
+        largest = std::max(largest, front_[b].second);
+      }
+      u.need += short_of_full;
+      if (kv_.ref_count(g, front_[a].first) == b - a) u.need -= P * bpt - largest;
+      a = b;
+    }
+    front_.clear();
     return u;
   }
 
@@ -430,12 +437,12 @@ class KvmmPolicy final : public Policy {
   std::vector<std::uint64_t> extra_;       // per group: duplicate holds of shared pages
   std::vector<std::uint64_t> extra_need_;  // per group: their needed bytes
   std::uint64_t evictions_ = 0;      // kRemoved events (evicted cached pages)
-  std::uint64_t cache_resets_ = 0;   // workaround resets (see allocate)
   std::vector<CacheEvent> events_;   // scratch of take_events
   // Scratch of stats(), per group and small page: epoch stamp and largest need seen.
   mutable std::uint64_t epoch_ = 0;
   mutable std::vector<std::vector<std::uint64_t>> stamp_;
   mutable std::vector<std::vector<std::uint64_t>> need_;
+  mutable std::vector<std::pair<PageId, std::uint64_t>> front_;  // scratch of usage()
 };
 
 }  // namespace

@@ -42,7 +42,6 @@ struct MemoryStats {
   std::uint64_t free = 0;      // free memory any group can take
   std::uint64_t capacity = 0;  // usable KV bytes (the budget rounded down to whole pages)
   std::uint64_t evictions = 0; // cumulative evicted cache pages
-  std::uint64_t cache_resets = 0;  // kvmm: prefix-cache drops that let a lone request fit
 };
 
 class Policy {

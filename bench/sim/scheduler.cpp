@@ -208,7 +208,6 @@ Summary simulate(const Workload& w, const KVLayout& layout, Policy& policy, cons
     policy.stats(mem);
     s.capacity_bytes = mem.capacity;
     s.evictions = mem.evictions;
-    s.cache_resets = mem.cache_resets;
     const double cap = mem.capacity > 0 ? static_cast<double>(mem.capacity) : 1.0;
     if (gsum.empty()) {
       gsum.resize(mem.groups.size());
@@ -301,7 +300,6 @@ std::string summary_json(const Summary& s, bool with_wall_time) {
   j["hit_tokens"] = s.hit_tokens;
   j["lookup_tokens"] = s.lookup_tokens;
   j["evictions"] = s.evictions;
-  if (s.cache_resets > 0) j["cache_resets"] = s.cache_resets;
   j["computed_tokens"] = s.computed_tokens;
   j["prefill_tokens"] = s.prefill_tokens;
   j["decode_tokens"] = s.decode_tokens;

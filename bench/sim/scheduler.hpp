@@ -31,7 +31,7 @@ struct GroupSummary {
 struct Summary {
   std::string policy, model, workload;
   std::uint64_t requests = 0, finished = 0, aborted = 0, steps = 0;
-  std::uint64_t preemptions = 0, evictions = 0, cache_resets = 0;
+  std::uint64_t preemptions = 0, evictions = 0;
   std::uint64_t computed_tokens = 0, prefill_tokens = 0, decode_tokens = 0, output_tokens = 0;
   std::uint64_t lookup_tokens = 0, hit_tokens = 0;
   std::uint64_t capacity_bytes = 0;

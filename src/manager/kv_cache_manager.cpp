@@ -114,6 +114,7 @@ KVCacheManager::KVCacheManager(KVLayout layout, const KVCacheManagerOptions& opt
   sim_a_.assign(G, 0);
   sim_f_.assign(G, 0);
   sim_e_.assign(G, 0);
+  replay_mark_.assign(options.num_large_pages, 0);
   probe_memo_.resize(G);
   first_miss_.assign(G, kNotFused);
   fused_.reserve(G);
@@ -337,7 +338,7 @@ void KVCacheManager::register_page(GroupId g, PageId p, const BlockHash& h) {
 }
 
 // Lazy pinning: a hit page leaves the LRUs only in the counts; its list entry (and its
-// large page's) turns stale (ref > 0, or fewer than n evictable small pages) and is
+// large page's) turns stale (ref > 0, or a large page with a used small page) and is
 // dropped by whoever meets it at a front, or replaced when the page is released again.
 void KVCacheManager::acquire_cached(GroupId g, PageId p) {
   Group& grp = groups_[g];
@@ -362,14 +363,31 @@ PageId KVCacheManager::large_front() const {
 }
 
 EvictionKey KVCacheManager::large_key(GroupId g, PageId lp) const {
-  // The large page is as recent as its most recent small page (Jenga §5.4 step 3).
+  // The large page is as recent as its most recent cached small page (Jenga §5.4 step
+  // 3); its empty slots hold nothing and have no age.
   const Group& grp = groups_[g];
-  EvictionKey best{grp.time[lp * grp.n], grp.len[lp * grp.n]};
-  for (PageId s = lp * grp.n + 1; s < (lp + 1) * grp.n; ++s) {
+  bool any = false;
+  EvictionKey best;
+  for (PageId s = lp * grp.n; s < (lp + 1) * grp.n; ++s) {
+    if (!grp.alloc.is_allocated(s)) continue;
     const EvictionKey k{grp.time[s], grp.len[s]};
-    if (evicted_before(best, k)) best = k;
+    if (!any || evicted_before(best, k)) best = k;
+    any = true;
   }
   return best;
+}
+
+std::uint32_t KVCacheManager::large_level(GroupId g, PageId lp) const {
+  const Group& grp = groups_[g];
+  std::uint32_t level = 0;
+  for (PageId s = lp * grp.n; s < (lp + 1) * grp.n; ++s)
+    if (grp.alloc.is_allocated(s)) level = std::max<std::uint32_t>(level, grp.prio[s]);
+  return level;
+}
+
+void KVCacheManager::refresh_large(GroupId g, PageId lp) {
+  if (large_lru_.contains(lp)) large_lru_.erase(lp);
+  if (reclaimable(lp)) large_lru_.insert(lp, large_key(g, lp), large_level(g, lp));
 }
 
 void KVCacheManager::release_page(GroupId g, PageId p, std::uint64_t t, std::uint32_t prio) {
@@ -377,21 +395,20 @@ void KVCacheManager::release_page(GroupId g, PageId p, std::uint64_t t, std::uin
   if (grp.ref[p] == 0) fail("internal: group {} page {} released with reference count 0", g, p);
   grp.time[p] = std::max(grp.time[p], t);
   if (--grp.ref[p] > 0) return;
+  const PageId lp = p / grp.n;
   if (!grp.hashed[p]) {
     grp.alloc.free(p);
+    // The large page may now hold only cached pages and empty slots (or be back in the
+    // pool, its entry gone with it).
+    if (reclaimable(lp) || (large_lru_.contains(lp) && pool_.slot(lp).owner == kNoGroup)) refresh_large(g, lp);
     return;
   }
   grp.prio[p] = static_cast<std::uint8_t>(prio);
   if (grp.lru.contains(p)) grp.lru.erase(p);  // its stale entry from a lazy pin
   grp.lru.insert(p, EvictionKey{grp.time[p], grp.len[p]}, prio);
   ++grp.evictable;
-  const PageId lp = p / grp.n;
-  if (++ev_in_large_[lp] == grp.n) {
-    if (large_lru_.contains(lp)) large_lru_.erase(lp);
-    std::uint32_t level = 0;
-    for (PageId s = lp * grp.n; s < (lp + 1) * grp.n; ++s) level = std::max<std::uint32_t>(level, grp.prio[s]);
-    large_lru_.insert(lp, large_key(g, lp), level);
-  }
+  ++ev_in_large_[lp];
+  if (reclaimable(lp)) refresh_large(g, lp);
 }
 
 void KVCacheManager::evict_small(GroupId g, PageId p) {
@@ -408,10 +425,16 @@ void KVCacheManager::evict_small(GroupId g, PageId p) {
   grp.alloc.free(p);
 }
 
+// Evicts every cached small page of a reclaimable large page; the last one returns it to
+// the pool (its other slots are empty).
 void KVCacheManager::evict_large(PageId lp) {
   const GroupId g = pool_.owner(lp);
-  const std::uint32_t n = groups_[g].n;
-  for (PageId s = lp * n; s < (lp + 1) * n; ++s) evict_small(g, s);
+  const Group& grp = groups_[g];
+  for (PageId s = lp * grp.n; s < (lp + 1) * grp.n; ++s) {
+    if (!grp.alloc.is_allocated(s)) continue;
+    if (grp.ref[s] > 0) fail("internal: evicting large page {} with used small page {}", lp, s);
+    evict_small(g, s);
+  }
 }
 
 // Jenga §5.4, in order: (1) a free small page associated with r, (2) an empty large
@@ -435,19 +458,48 @@ std::optional<PageId> KVCacheManager::take_page(GroupId g, RequestId r) {
   return std::nullopt;
 }
 
-// Replays take_page's five steps on counters for need_[g] pages per group: true iff
-// every page can be had. O(pages needed); changes nothing.
+// The replay's next step-3 victim from lp on: stale entries are dropped as
+// large_front() would drop them; pages the replay already evicted or took a slot of are
+// skipped (the real run makes them stale only when it gets there).
+PageId KVCacheManager::replay_next(PageId lp) {
+  while (lp != kNullPage && (stale_large(lp) || replay_skips(lp))) {
+    const PageId next = large_lru_.after(lp);
+    if (stale_large(lp)) large_lru_.erase(lp);
+    lp = next;
+  }
+  return lp;
+}
+
+// Replays take_page's five steps on counters for need_[g] pages per group, in the order
+// allocate() and swap_in() take them: true iff every page can be had. Exact, because
+// allocate() has no rollback. O(pages needed + large pages touched); changes nothing
+// but dropping stale LRU entries.
 bool KVCacheManager::feasible(RequestId r) {
+  if (++replay_epoch_ == 0) {
+    std::fill(replay_mark_.begin(), replay_mark_.end(), 0);
+    replay_epoch_ = 1;
+  }
   std::uint64_t pool = pool_.num_free();
-  PageId cursor = large_front();
   for (GroupId g = 0; g < groups_.size(); ++g) {
     const Group& grp = groups_[g];
     sim_a_[g] = need_[g] > 0 ? grp.alloc.associated_free_small(r) : 0;
     sim_f_[g] = grp.alloc.num_free_small();
     sim_e_[g] = grp.evictable;
   }
+  PageId cursor = replay_next(large_front());
   for (GroupId g = 0; g < groups_.size(); ++g) {
     const std::uint32_t n = groups_[g].n;
+    if (need_[g] == 0) continue;
+    // Step 1 serves first, from r's associated large pages in list order, each until it
+    // is full; a reclaimable one it takes a slot of stops being reclaimable.
+    std::uint64_t first = std::min(need_[g], sim_a_[g]);
+    for (PageId lp = groups_[g].alloc.first_associated(r); lp != kNullPage && first > 0;
+         lp = pool_.slot(lp).rnext) {
+      if (replay_skips(lp)) continue;  // evicted by an earlier group's step 3
+      first -= std::min<std::uint64_t>(first, pool_.slot(lp).free_count);
+      if (reclaimable(lp)) replay_mark_[lp] = replay_epoch_;
+    }
+    cursor = replay_next(cursor);
     for (std::uint64_t k = 0; k < need_[g]; ++k) {
       if (sim_a_[g] > 0) {
         --sim_a_[g];
@@ -457,14 +509,14 @@ bool KVCacheManager::feasible(RequestId r) {
         sim_a_[g] += n - 1;
         sim_f_[g] += n - 1;
       } else if (cursor != kNullPage) {
-        const GroupId h = pool_.owner(cursor);
-        sim_e_[h] -= groups_[h].n;
-        cursor = large_lru_.after(cursor);
-        while (cursor != kNullPage && stale_large(cursor)) {  // drop stale entries met
-          const PageId next = large_lru_.after(cursor);
-          large_lru_.erase(cursor);
-          cursor = next;
-        }
+        // Its cached pages go, its empty slots with it; the page comes back fresh for g.
+        const GroupId h = pool_.slot(cursor).owner;
+        const std::uint32_t empty = pool_.slot(cursor).free_count;
+        sim_e_[h] -= ev_in_large_[cursor];
+        sim_f_[h] -= empty;
+        if (h > g && need_[h] > 0 && groups_[h].alloc.associated_request(cursor) == r) sim_a_[h] -= empty;
+        replay_mark_[cursor] = replay_epoch_;
+        cursor = replay_next(large_lru_.after(cursor));
         sim_a_[g] += n - 1;
         sim_f_[g] += n - 1;
       } else if (sim_f_[g] > 0) {
@@ -1105,7 +1157,7 @@ void KVCacheManager::check_invariants() const {
       for (const auto& [pg, p] : pin)
         if (pg == g) ++refs[p];
     std::uint32_t evictable = 0;
-    std::vector<std::uint32_t> per_large(pool_.capacity(), 0), listed_in_large(pool_.capacity(), 0);
+    std::vector<std::uint32_t> per_large(pool_.capacity(), 0);
     std::uint32_t listed_total = 0;
     for (PageId p = 0; p < grp.ref.size(); ++p) {
       if (refs[p] != grp.ref[p])
@@ -1116,10 +1168,7 @@ void KVCacheManager::check_invariants() const {
         fail("invariant: group {} page {} allocated={} but ref {} evictable {}", g, p, alloc, grp.ref[p], in_lru);
       if (listed && !grp.hashed[p])
         fail("invariant: group {} listed page {} has ref {} hashed {}", g, p, grp.ref[p], grp.hashed[p]);
-      if (listed) {
-        ++listed_total;
-        ++listed_in_large[p / grp.n];
-      }
+      if (listed) ++listed_total;
       if (grp.hashed[p]) {
         ++hashed_total;
         if (!alloc) fail("invariant: group {} page {} is both cached and free", g, p);
@@ -1137,11 +1186,14 @@ void KVCacheManager::check_invariants() const {
       if (pool_.owner(lp) != g) continue;
       if (per_large[lp] != ev_in_large_[lp])
         fail("invariant: large page {} counts {} evictable small pages, actual {}", lp, ev_in_large_[lp], per_large[lp]);
-      // A stale large entry (a lazy pin) keeps every small page listed, some of them stale.
-      if (per_large[lp] == grp.n ? !large_lru_.contains(lp)
-                                 : large_lru_.contains(lp) && listed_in_large[lp] != grp.n)
-        fail("invariant: large page {} in large LRU = {} with {}/{} evictable, {} listed", lp,
-             large_lru_.contains(lp), per_large[lp], grp.n, listed_in_large[lp]);
+      // Reclaimable (no used page, some cached): listed under its current key. Anything
+      // else listed is a stale entry (a lazy pin, or a slot taken since).
+      const std::uint32_t empty = grp.alloc.free_in_large(lp);
+      if (per_large[lp] > 0 && per_large[lp] + empty == grp.n) {
+        if (!large_lru_.contains(lp) || !(large_lru_.key(lp) == large_key(g, lp)))
+          fail("invariant: reclaimable large page {} ({} cached, {} empty) in large LRU = {}, key {}/{}", lp,
+               per_large[lp], empty, large_lru_.contains(lp), large_key(g, lp).time, large_key(g, lp).prefix_len);
+      }
     }
     if (host_used != grp.host_alloc.num_used_small())
       fail("invariant: group {} host pages used {} but {} in host tables", g, grp.host_alloc.num_used_small(), host_used);

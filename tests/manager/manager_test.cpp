@@ -562,3 +562,49 @@ TEST_CASE("lazy pinning: hit pages stay listed but are skipped, dropped and re-q
   CHECK(kv.next_small_victim(0) == p1[0]);
   kv.check_invariants();
 }
+
+TEST_CASE("step 3 reclaims a large page of cached pages and empty slots for another group", "[manager][jenga]") {
+  // Full pages 64 B and sliding pages 128 B: a 128 B large page holds 2 full or 1 sliding.
+  const KVLayout layout = KVLayout::plan({LayerGroup::full_attention("full", 1, 1, 4, 2, 4),
+                                          LayerGroup::sliding_window("sw", 2, 1, 4, 2, 4, 4)});
+  REQUIRE(layout.small_pages_per_large_page(0) == 2);
+  REQUIRE(layout.small_pages_per_large_page(1) == 1);
+  KVCacheManager kv(layout, {.num_large_pages = 2, .max_requests = 2, .record_events = true});
+  kv.begin_step();
+  const RequestId r1 = kv.add_request(std::vector<std::uint32_t>{1, 2, 3, 4, 5});
+  CHECK(kv.lookup_prefix(r1) == 0);
+  REQUIRE(kv.allocate(r1, 4));
+  kv.commit(r1, 4);
+  const PageId full1 = kv.page_table(r1, kFull)[0], sw1 = kv.page_table(r1, kSw)[0];
+  kv.free(r1);
+  // Large page of full1: one cached page, one empty slot, nothing used. It is listed
+  // first (released first at the same step, equal keys).
+  const PageId lp_full = kv.small_pages(kFull).large_page_of(full1);
+  CHECK(kv.small_pages(kFull).free_in_large(lp_full) == 1);
+  CHECK(kv.page_state(kFull, full1) == PageState::kEvictable);
+  CHECK(kv.large_pages().num_free() == 0);
+  CHECK(kv.next_large_victim() == lp_full);
+  kv.check_invariants();
+  std::vector<CacheEvent> ev;
+  kv.take_events(ev);
+  // A new prompt needs a page in each group; the pool is empty. Full attention evicts
+  // the LRU large page (its own, step 3); the sliding group then evicts the other.
+  // Counting only wholly cached large pages, the full group would take the sliding
+  // page's large page and the sliding group would find nothing: allocation would fail.
+  kv.begin_step();
+  const RequestId r2 = kv.add_request(std::vector<std::uint32_t>{9, 8, 7, 6, 5});
+  CHECK(kv.lookup_prefix(r2) == 0);
+  REQUIRE(kv.allocate(r2, 4));
+  kv.take_events(ev);
+  REQUIRE(ev.size() == 2);
+  CHECK(ev[0].kind == CacheEventKind::kRemoved);
+  CHECK(ev[0].group == kFull);
+  CHECK(ev[0].page == full1);
+  CHECK(ev[1].kind == CacheEventKind::kRemoved);
+  CHECK(ev[1].group == kSw);
+  CHECK(ev[1].page == sw1);
+  CHECK(kv.small_pages(kFull).large_page_of(kv.page_table(r2, kFull)[0]) == lp_full);
+  CHECK(kv.stats().groups[kFull].evictable_pages == 0);
+  CHECK(kv.stats().groups[kSw].evictable_pages == 0);
+  kv.check_invariants();
+}

@@ -277,7 +277,21 @@ class Model {
         ++need;
       large_needed += (need + n_[g] - 1) / n_[g];
     }
-    const bool must_fit = large_needed <= kv_.large_pages().num_free();
+    // What the pool and the reclaimable large pages (Jenga §5.4 step 3: nothing used,
+    // something cached) can serve must never fail either; pages associated with r are
+    // left out, as step 1 may take a slot of them first.
+    std::uint64_t reclaimable = 0;
+    for (PageId lp = 0; lp < kv_.large_pages().capacity(); ++lp) {
+      const GroupId h = kv_.large_pages().owner(lp);
+      if (h == kNoGroup || kv_.small_pages(h).associated_request(lp) == r) continue;
+      std::uint32_t used = 0, cached = 0;
+      for (PageId sp = lp * n_[h]; sp < (lp + 1) * n_[h]; ++sp) {
+        used += kv_.page_state(h, sp) == PageState::kUsed;
+        cached += kv_.page_state(h, sp) == PageState::kEvictable;
+      }
+      reclaimable += used == 0 && cached > 0;
+    }
+    const bool must_fit = large_needed <= kv_.large_pages().num_free() + reclaimable;
     const Snap s = snap();
     const bool ok = kv_.allocate(r, n, lookahead);
     take_events();

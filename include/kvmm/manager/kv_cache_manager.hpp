@@ -226,7 +226,20 @@ class KVCacheManager {
   void evict_small(GroupId g, PageId p);
   void evict_large(PageId lp);
   EvictionKey large_key(GroupId g, PageId lp) const;
-  bool stale_large(PageId lp) const { return ev_in_large_[lp] != groups_[pool_.owner(lp)].n; }
+  std::uint32_t large_level(GroupId g, PageId lp) const;
+  // Jenga §5.4 step 3's evictable large page: no used small page and at least one cached
+  // one (its other slots empty). Evicting it returns it to the pool. O(1).
+  bool reclaimable(PageId lp) const {
+    const GroupId g = pool_.slot(lp).owner;
+    if (g == kNoGroup) return false;
+    const std::uint32_t ev = ev_in_large_[lp];
+    return ev > 0 && ev + pool_.slot(lp).free_count == groups_[g].n;
+  }
+  bool stale_large(PageId lp) const { return !reclaimable(lp); }
+  // Re-files lp in the large LRU after its evictable or empty slots changed. O(n).
+  void refresh_large(GroupId g, PageId lp);
+  bool replay_skips(PageId lp) const { return replay_mark_[lp] == replay_epoch_; }
+  PageId replay_next(PageId lp);
   PageId small_front(GroupId g) const;
   PageId large_front() const;
   std::optional<PageId> take_page(GroupId g, RequestId r);
@@ -259,6 +272,9 @@ class KVCacheManager {
   std::vector<std::uint64_t> need_;  // scratch per group
   std::vector<std::uint8_t> cow_;    // scratch per group
   std::vector<std::uint64_t> sim_a_, sim_f_, sim_e_;  // scratch of feasible()
+  // feasible(): large pages its replay evicted or took a slot of (== replay_epoch_).
+  std::vector<std::uint32_t> replay_mark_;
+  std::uint32_t replay_epoch_ = 0;
   std::vector<std::vector<PageId>> probe_memo_;  // scratch of lookup_prefix, per group
   std::vector<std::uint64_t> accepted_;          // per group: its last valid prefix
   static constexpr std::uint64_t kNotFused = ~std::uint64_t{0};

@@ -108,6 +108,12 @@ class SmallPageAllocator {
   std::uint32_t free_in_large(PageId large) const;
   // Free small pages in large pages associated with r (what step 1 can serve).
   // O(associated large pages that have a free slot).
+  // The first large page associated with r that has a free slot (kNullPage: none); the
+  // next one is pool.slot(lp).rnext. Step 1 fills them in this order, each until full.
+  PageId first_associated(RequestId r) const {
+    if (r >= req_head_.size()) bad_request(r);
+    return req_head_[r] == kNone ? kNullPage : req_head_[r];
+  }
   std::uint32_t associated_free_small(RequestId r) const {
     if (r >= req_head_.size()) bad_request(r);
     std::uint32_t n = 0;
