@@ -403,9 +403,18 @@ void KVCacheManager::release_page(GroupId g, PageId p, std::uint64_t t, std::uin
     if (reclaimable(lp) || (large_lru_.contains(lp) && pool_.slot(lp).owner == kNoGroup)) refresh_large(g, lp);
     return;
   }
+  const EvictionKey key{grp.time[p], grp.len[p]};
+  if (grp.lru.contains(p)) {  // its stale entry from a lazy pin
+    // Key and level unchanged (a hit that was never used): the entry is already where a
+    // new insert would put it among other keys, so it is revived in place, O(1).
+    if (!(grp.lru.key(p) == key) || grp.prio[p] != prio) {
+      grp.lru.erase(p);
+      grp.lru.insert(p, key, prio);
+    }
+  } else {
+    grp.lru.insert(p, key, prio);
+  }
   grp.prio[p] = static_cast<std::uint8_t>(prio);
-  if (grp.lru.contains(p)) grp.lru.erase(p);  // its stale entry from a lazy pin
-  grp.lru.insert(p, EvictionKey{grp.time[p], grp.len[p]}, prio);
   ++grp.evictable;
   ++ev_in_large_[lp];
   if (reclaimable(lp)) refresh_large(g, lp);
@@ -558,7 +567,8 @@ RequestId KVCacheManager::add_request(std::span<const std::uint32_t> tokens,
   for (std::size_t k = 0; k < q.items.size(); ++k) q.item_rank.push_back(splitmix(rng_) >> 1);
   q.prio = std::min<std::uint32_t>(extras.priority, LruEvictor::kLevels - 1);
   q.computed = q.slots = 0;
-  q.last_step = step_;
+  q.last_step = 0;
+  q.admitted = false;
   q.items_consumed = 0;
   for (GroupId g = 0; g < groups_.size(); ++g) {
     q.lo[g] = q.registered[g] = 0;
@@ -602,7 +612,6 @@ std::uint64_t KVCacheManager::lookup_prefix(RequestId r) {
   q.looked_up = true;
   ++lookups_;
   lookup_tokens_ += q.tokens.size();
-  q.last_step = step_;
   if (!options_.prefix_caching || q.tokens.size() <= 1) {
     build_encoder_rows(r, q);
     return 0;
@@ -755,6 +764,7 @@ bool KVCacheManager::allocate(RequestId r, std::uint32_t num_new_tokens, std::ui
   if (!any) {
     q.slots = std::max(q.slots, target);
     if (!q.items.empty()) q.enc_ready = true;
+    admit(q);
     return true;
   }
   if (!feasible(r)) return false;
@@ -797,6 +807,7 @@ bool KVCacheManager::allocate(RequestId r, std::uint32_t num_new_tokens, std::ui
     q.enc_ready = true;
   }
   q.slots = std::max(q.slots, target);
+  admit(q);
   return true;
 }
 
@@ -918,6 +929,7 @@ RequestId KVCacheManager::fork(RequestId parent) {
   q.prio = pq.prio;
   q.computed = q.slots = pq.computed;
   q.last_step = pq.last_step;
+  q.admitted = pq.admitted;
   q.items_consumed = pq.items_consumed;
   q.lo = pq.lo;
   q.hashes = pq.hashes;

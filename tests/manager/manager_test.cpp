@@ -608,3 +608,34 @@ TEST_CASE("step 3 reclaims a large page of cached pages and empty slots for anot
   CHECK(kv.stats().groups[kSw].evictable_pages == 0);
   kv.check_invariants();
 }
+
+TEST_CASE("a hit that is never admitted leaves the pages' ages; an admitted one touches them", "[manager][pin]") {
+  const KVLayout layout = KVLayout::plan({LayerGroup::full_attention("full", 1, 1, 8, 2, 1)});
+  KVCacheManager kv(layout, {.num_large_pages = 8, .max_requests = 4});
+  kv.begin_step();
+  const RequestId r1 = kv.add_request(std::vector<std::uint32_t>{A, B, C, D});
+  kv.lookup_prefix(r1);
+  REQUIRE(kv.allocate(r1, 4));
+  kv.commit(r1, 4);
+  const std::vector<PageId> p1(kv.page_table(r1, 0).begin(), kv.page_table(r1, 0).end());
+  kv.free(r1);
+  // Step 2: a scheduler looks A B X up, cannot admit it and drops it.
+  kv.begin_step();
+  const RequestId r2 = kv.add_request(std::vector<std::uint32_t>{A, B, X});
+  CHECK(kv.lookup_prefix(r2) == 2);
+  kv.free(r2);
+  CHECK(kv.eviction_key(0, p1[0]).time == 1);
+  CHECK(kv.eviction_key(0, p1[1]).time == 1);
+  CHECK(kv.next_small_victim(0) == p1[3]);
+  kv.check_invariants();
+  // Step 3: admitted (its allocation succeeds), then preempted before computing anything.
+  kv.begin_step();
+  const RequestId r3 = kv.add_request(std::vector<std::uint32_t>{A, B, X});
+  CHECK(kv.lookup_prefix(r3) == 2);
+  REQUIRE(kv.allocate(r3, 1));
+  kv.free(r3);
+  CHECK(kv.eviction_key(0, p1[0]).time == 3);
+  CHECK(kv.eviction_key(0, p1[1]).time == 3);
+  CHECK(kv.next_small_victim(0) == p1[3]);  // D C (step 1) go before B A (step 3)
+  kv.check_invariants();
+}

@@ -196,6 +196,9 @@ class KVCacheManager {
   struct Request {
     bool active = false, swapped = false, looked_up = false, enc_ready = false,
          enc_registered = false;
+    // Its first allocate succeeded: only then do its pages count as accessed (a request
+    // that looked up and could not be admitted leaves the hit pages' ages alone).
+    bool admitted = false;
     std::vector<std::uint32_t> tokens;
     std::uint32_t lora = 0;
     std::string salt;
@@ -245,6 +248,11 @@ class KVCacheManager {
   std::optional<PageId> take_page(GroupId g, RequestId r);
   void init_page(GroupId g, PageId p, std::uint64_t prefix_len);
   bool feasible(RequestId r);
+  void admit(Request& q) {
+    if (q.admitted) return;
+    q.admitted = true;
+    q.last_step = step_;
+  }
   void build_encoder_rows(RequestId r, Request& q);
   std::uint64_t encoder_misses(RequestId r, const Request& q, GroupId g) const;
   void release_rows(RequestId r, Request& q);
