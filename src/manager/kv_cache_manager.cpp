@@ -64,12 +64,8 @@ KVCacheManager::Group::Group(const KVLayout& layout, GroupId g, LargePagePool& p
       table(max_requests, P),
       host_alloc(g, n, host_pool, max_requests),
       host_table(max_requests, P),
-      ref(std::size_t{pool.capacity()} * n, 0),
-      hashed(std::size_t{pool.capacity()} * n, 0),
+      meta(std::size_t{pool.capacity()} * n),
       hash(std::size_t{pool.capacity()} * n),
-      time(std::size_t{pool.capacity()} * n, 0),
-      len(std::size_t{pool.capacity()} * n, 0),
-      prio(std::size_t{pool.capacity()} * n, 0),
       lru(pool.capacity() * n),
       host_hashed(std::size_t{host_pool.capacity()} * n, 0),
       host_hash(std::size_t{host_pool.capacity()} * n),
@@ -194,24 +190,24 @@ std::span<const PageId> KVCacheManager::host_page_table(RequestId r, GroupId g) 
 
 PageState KVCacheManager::page_state(GroupId g, PageId p) const {
   const Group& grp = groups_[check_group(g)];
-  if (p >= grp.ref.size()) fail("page = {}: group {} has {} small pages", p, g, grp.ref.size());
-  if (grp.ref[p] > 0) return PageState::kUsed;
+  if (p >= grp.meta.size()) fail("page = {}: group {} has {} small pages", p, g, grp.meta.size());
+  if (grp.meta[p].ref > 0) return PageState::kUsed;
   return grp.lru.contains(p) ? PageState::kEvictable : PageState::kEmpty;
 }
 
 std::uint32_t KVCacheManager::ref_count(GroupId g, PageId p) const {
   page_state(g, p);
-  return groups_[g].ref[p];
+  return groups_[g].meta[p].ref;
 }
 
 EvictionKey KVCacheManager::eviction_key(GroupId g, PageId p) const {
   page_state(g, p);
-  return EvictionKey{groups_[g].time[p], groups_[g].len[p]};
+  return EvictionKey{groups_[g].meta[p].time, groups_[g].meta[p].len};
 }
 
 std::optional<BlockHash> KVCacheManager::page_hash(GroupId g, PageId p) const {
   page_state(g, p);
-  if (!groups_[g].hashed[p]) return std::nullopt;
+  if (!groups_[g].meta[p].hashed) return std::nullopt;
   return groups_[g].hash[p];
 }
 
@@ -321,18 +317,18 @@ BlockHash KVCacheManager::item_page_hash(const Request& q, std::uint32_t item,
 
 void KVCacheManager::init_page(GroupId g, PageId p, std::uint64_t prefix_len) {
   Group& grp = groups_[g];
-  grp.ref[p] = 1;
-  grp.hashed[p] = 0;
-  grp.time[p] = step_;
-  grp.len[p] = prefix_len;
-  grp.prio[p] = 0;
+  grp.meta[p].ref = 1;
+  grp.meta[p].hashed = 0;
+  grp.meta[p].time = step_;
+  grp.meta[p].len = prefix_len;
+  grp.meta[p].prio = 0;
 }
 
 void KVCacheManager::register_page(GroupId g, PageId p, const BlockHash& h) {
   Group& grp = groups_[g];
-  if (!options_.prefix_caching || grp.hashed[p]) return;
+  if (!options_.prefix_caching || grp.meta[p].hashed) return;
   if (!index_.insert(g, h, p)) return;  // same content cached already: p stays private
-  grp.hashed[p] = 1;
+  grp.meta[p].hashed = 1;
   grp.hash[p] = h;
   record(CacheEventKind::kStored, g, p, h);
 }
@@ -342,17 +338,17 @@ void KVCacheManager::register_page(GroupId g, PageId p, const BlockHash& h) {
 // dropped by whoever meets it at a front, or replaced when the page is released again.
 void KVCacheManager::acquire_cached(GroupId g, PageId p) {
   Group& grp = groups_[g];
-  if (grp.ref[p] == 0) {
+  if (grp.meta[p].ref == 0) {
     --ev_in_large_[p / grp.n];
     --grp.evictable;
   }
-  ++grp.ref[p];
+  ++grp.meta[p].ref;
 }
 
 PageId KVCacheManager::small_front(GroupId g) const {
   const Group& grp = groups_[g];
   PageId s = grp.lru.front();
-  for (; s != kNullPage && grp.ref[s] > 0; s = grp.lru.front()) grp.lru.erase(s);
+  for (; s != kNullPage && grp.meta[s].ref > 0; s = grp.lru.front()) grp.lru.erase(s);
   return s;
 }
 
@@ -370,7 +366,7 @@ EvictionKey KVCacheManager::large_key(GroupId g, PageId lp) const {
   EvictionKey best;
   for (PageId s = lp * grp.n; s < (lp + 1) * grp.n; ++s) {
     if (!grp.alloc.is_allocated(s)) continue;
-    const EvictionKey k{grp.time[s], grp.len[s]};
+    const EvictionKey k{grp.meta[s].time, grp.meta[s].len};
     if (!any || evicted_before(best, k)) best = k;
     any = true;
   }
@@ -381,7 +377,7 @@ std::uint32_t KVCacheManager::large_level(GroupId g, PageId lp) const {
   const Group& grp = groups_[g];
   std::uint32_t level = 0;
   for (PageId s = lp * grp.n; s < (lp + 1) * grp.n; ++s)
-    if (grp.alloc.is_allocated(s)) level = std::max<std::uint32_t>(level, grp.prio[s]);
+    if (grp.alloc.is_allocated(s)) level = std::max<std::uint32_t>(level, grp.meta[s].prio);
   return level;
 }
 
@@ -392,29 +388,29 @@ void KVCacheManager::refresh_large(GroupId g, PageId lp) {
 
 void KVCacheManager::release_page(GroupId g, PageId p, std::uint64_t t, std::uint32_t prio) {
   Group& grp = groups_[g];
-  if (grp.ref[p] == 0) fail("internal: group {} page {} released with reference count 0", g, p);
-  grp.time[p] = std::max(grp.time[p], t);
-  if (--grp.ref[p] > 0) return;
+  if (grp.meta[p].ref == 0) fail("internal: group {} page {} released with reference count 0", g, p);
+  grp.meta[p].time = std::max(grp.meta[p].time, t);
+  if (--grp.meta[p].ref > 0) return;
   const PageId lp = p / grp.n;
-  if (!grp.hashed[p]) {
+  if (!grp.meta[p].hashed) {
     grp.alloc.free(p);
     // The large page may now hold only cached pages and empty slots (or be back in the
     // pool, its entry gone with it).
     if (reclaimable(lp) || (large_lru_.contains(lp) && pool_.slot(lp).owner == kNoGroup)) refresh_large(g, lp);
     return;
   }
-  const EvictionKey key{grp.time[p], grp.len[p]};
+  const EvictionKey key{grp.meta[p].time, grp.meta[p].len};
   if (grp.lru.contains(p)) {  // its stale entry from a lazy pin
     // Key and level unchanged (a hit that was never used): the entry is already where a
     // new insert would put it among other keys, so it is revived in place, O(1).
-    if (!(grp.lru.key(p) == key) || grp.prio[p] != prio) {
+    if (!(grp.lru.key(p) == key) || grp.meta[p].prio != prio) {
       grp.lru.erase(p);
       grp.lru.insert(p, key, prio);
     }
   } else {
     grp.lru.insert(p, key, prio);
   }
-  grp.prio[p] = static_cast<std::uint8_t>(prio);
+  grp.meta[p].prio = static_cast<std::uint8_t>(prio);
   ++grp.evictable;
   ++ev_in_large_[lp];
   if (reclaimable(lp)) refresh_large(g, lp);
@@ -428,7 +424,7 @@ void KVCacheManager::evict_small(GroupId g, PageId p) {
   --ev_in_large_[lp];
   --grp.evictable;
   index_.erase(g, grp.hash[p]);
-  grp.hashed[p] = 0;
+  grp.meta[p].hashed = 0;
   record(CacheEventKind::kRemoved, g, p, grp.hash[p]);
   ++grp.evicted;
   grp.alloc.free(p);
@@ -441,7 +437,7 @@ void KVCacheManager::evict_large(PageId lp) {
   const Group& grp = groups_[g];
   for (PageId s = lp * grp.n; s < (lp + 1) * grp.n; ++s) {
     if (!grp.alloc.is_allocated(s)) continue;
-    if (grp.ref[s] > 0) fail("internal: evicting large page {} with used small page {}", lp, s);
+    if (grp.meta[s].ref > 0) fail("internal: evicting large page {} with used small page {}", lp, s);
     evict_small(g, s);
   }
 }
@@ -674,11 +670,11 @@ std::uint64_t KVCacheManager::lookup_prefix(RequestId r) {
       if (first_miss_[g] != kNotFused) {  // every page of [lo, pages) is a hit in the memo
         if (pages > first_miss_[g]) fail("internal: group {} hit of {} pages past its first miss {}", g, pages, first_miss_[g]);
         const PageId* hit = probe_memo_[g].data();
-        std::uint32_t* ref = grp.ref.data();
+        Group::PageMeta* meta = grp.meta.data();
         std::uint32_t newly = 0;
         for (std::uint64_t i = lo; i < pages; ++i) {
           const PageId page = hit[i];
-          if (ref[page]++ == 0) {  // acquire_cached, inlined: a lazy pin
+          if (meta[page].ref++ == 0) {  // acquire_cached, inlined: a lazy pin
             --ev_in_large_[grp.n == 1 ? page : page / grp.n];
             ++newly;
           }
@@ -753,7 +749,7 @@ bool KVCacheManager::allocate(RequestId r, std::uint32_t num_new_tokens, std::ui
       if (num_new_tokens > 0 && q.computed % grp.P != 0) {
         const std::uint64_t idx = q.computed / grp.P;
         const std::span<const PageId> pages = grp.table.pages(r);
-        if (idx < pages.size() && pages[idx] != kNullPage && grp.ref[pages[idx]] > 1) cow_[g] = 1;
+        if (idx < pages.size() && pages[idx] != kNullPage && grp.meta[pages[idx]].ref > 1) cow_[g] = 1;
       }
     } else if (!q.enc_ready && !q.items.empty()) {
       need_[g] = encoder_misses(r, q, g);
@@ -775,7 +771,7 @@ bool KVCacheManager::allocate(RequestId r, std::uint32_t num_new_tokens, std::ui
         const auto idx = static_cast<std::uint32_t>(q.computed / grp.P);
         const PageId old = grp.table.pages(r)[idx];
         const PageId p = *take_page(g, r);
-        init_page(g, p, grp.len[old]);
+        init_page(g, p, grp.meta[old].len);
         grp.table.set(r, idx, p);
         copies_.push_back(PageCopy{g, old, p});
         release_page(g, old, q.last_step, q.prio);
@@ -941,7 +937,7 @@ RequestId KVCacheManager::fork(RequestId parent) {
                                       : pages.size();
     for (std::size_t i = 0; i < k; ++i) {
       grp.table.append(r, pages[i]);
-      if (pages[i] != kNullPage) ++grp.ref[pages[i]];
+      if (pages[i] != kNullPage) ++grp.meta[pages[i]].ref;
     }
     grp.table.set_num_tokens(r, grp.decoder ? pq.computed : grp.table.num_tokens(parent));
     q.registered[g] = std::min<std::uint64_t>(pq.registered[g], k);
@@ -978,9 +974,9 @@ std::optional<std::span<const PageCopy>> KVCacheManager::swap_out(RequestId r) {
       }
       const std::optional<PageId> h = grp.host_alloc.allocate(r, static_cast<std::uint32_t>(reserve));
       if (!h) fail("internal: host group {} allocation failed after a capacity check", g);
-      grp.host_hashed[*h] = grp.hashed[p];
+      grp.host_hashed[*h] = grp.meta[p].hashed;
       grp.host_hash[*h] = grp.hash[p];
-      grp.host_len[*h] = grp.len[p];
+      grp.host_len[*h] = grp.meta[p].len;
       grp.host_table.append(r, *h);
       plan_.push_back(PageCopy{g, p, *h});
     }
@@ -1037,12 +1033,12 @@ void KVCacheManager::reset_prefix_cache() {
   for (GroupId g = 0; g < groups_.size(); ++g) {
     Group& grp = groups_[g];
     for (PageId s = small_front(g); s != kNullPage; s = small_front(g)) evict_small(g, s);
-    for (PageId p = 0; p < grp.hashed.size(); ++p) {
-      if (!grp.hashed[p]) continue;
+    for (PageId p = 0; p < grp.meta.size(); ++p) {
+      if (!grp.meta[p].hashed) continue;
       if (grp.lru.contains(p)) grp.lru.erase(p);  // stale entries of pinned pages
       if (large_lru_.contains(p / grp.n)) large_lru_.erase(p / grp.n);
       index_.erase(g, grp.hash[p]);
-      grp.hashed[p] = 0;
+      grp.meta[p].hashed = 0;
       record(CacheEventKind::kRemoved, g, p, grp.hash[p]);
     }
   }
@@ -1063,8 +1059,8 @@ PinId KVCacheManager::pin_prefix(RequestId r) {
   for (GroupId g = 0; g < groups_.size(); ++g) {
     Group& grp = groups_[g];
     for (PageId p : grp.table.pages(r)) {
-      if (p == kNullPage || !grp.hashed[p]) continue;
-      ++grp.ref[p];
+      if (p == kNullPage || !grp.meta[p].hashed) continue;
+      ++grp.meta[p].ref;
       held.emplace_back(g, p);
     }
   }
@@ -1100,7 +1096,7 @@ CacheStats KVCacheManager::stats() const {
     gs.evicted_pages = grp.evicted;
     // Needed bytes: the tokens each distinct used page really holds (a page shared by a
     // fork or a hit counts once, at its fullest).
-    std::vector<std::uint32_t> held(grp.ref.size(), 0);
+    std::vector<std::uint32_t> held(grp.meta.size(), 0);
     for (RequestId r = 0; r < reqs_.size(); ++r) {
       const Request& q = reqs_[r];
       if (!q.active || q.swapped) continue;
@@ -1135,7 +1131,7 @@ void KVCacheManager::check_invariants() const {
     const Group& grp = groups_[g];
     grp.alloc.check_invariants();
     grp.host_alloc.check_invariants();
-    std::vector<std::uint32_t> refs(grp.ref.size(), 0);
+    std::vector<std::uint32_t> refs(grp.meta.size(), 0);
     std::uint64_t host_used = 0;
     for (RequestId r = 0; r < reqs_.size(); ++r) {
       const Request& q = reqs_[r];
@@ -1171,17 +1167,17 @@ void KVCacheManager::check_invariants() const {
     std::uint32_t evictable = 0;
     std::vector<std::uint32_t> per_large(pool_.capacity(), 0);
     std::uint32_t listed_total = 0;
-    for (PageId p = 0; p < grp.ref.size(); ++p) {
-      if (refs[p] != grp.ref[p])
-        fail("invariant: group {} page {} has reference count {} but {} holders", g, p, grp.ref[p], refs[p]);
+    for (PageId p = 0; p < grp.meta.size(); ++p) {
+      if (refs[p] != grp.meta[p].ref)
+        fail("invariant: group {} page {} has reference count {} but {} holders", g, p, grp.meta[p].ref, refs[p]);
       const bool alloc = grp.alloc.is_allocated(p), listed = grp.lru.contains(p);
-      const bool in_lru = listed && grp.ref[p] == 0;  // else a stale entry (lazy pin)
-      if (alloc != (grp.ref[p] > 0 || in_lru))
-        fail("invariant: group {} page {} allocated={} but ref {} evictable {}", g, p, alloc, grp.ref[p], in_lru);
-      if (listed && !grp.hashed[p])
-        fail("invariant: group {} listed page {} has ref {} hashed {}", g, p, grp.ref[p], grp.hashed[p]);
+      const bool in_lru = listed && grp.meta[p].ref == 0;  // else a stale entry (lazy pin)
+      if (alloc != (grp.meta[p].ref > 0 || in_lru))
+        fail("invariant: group {} page {} allocated={} but ref {} evictable {}", g, p, alloc, grp.meta[p].ref, in_lru);
+      if (listed && !grp.meta[p].hashed)
+        fail("invariant: group {} listed page {} has ref {} hashed {}", g, p, grp.meta[p].ref, grp.meta[p].hashed);
       if (listed) ++listed_total;
-      if (grp.hashed[p]) {
+      if (grp.meta[p].hashed) {
         ++hashed_total;
         if (!alloc) fail("invariant: group {} page {} is both cached and free", g, p);
         if (index_.find(g, grp.hash[p]) != p) fail("invariant: group {} page {} not indexed by its hash", g, p);

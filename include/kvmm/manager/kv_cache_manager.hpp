@@ -176,12 +176,17 @@ class KVCacheManager {
     SmallPageAllocator host_alloc;
     PageTableSet host_table;
     // Per small page.
-    std::vector<std::uint32_t> ref;
-    std::vector<std::uint8_t> hashed;
-    std::vector<BlockHash> hash;
-    std::vector<std::uint64_t> time;
-    std::vector<std::uint64_t> len;
-    std::vector<std::uint8_t> prio;
+    // What allocate, release and pin read and write, one 32-byte record per small page:
+    // a page's state change touches one cache line, not five arrays.
+    struct alignas(32) PageMeta {
+      std::uint64_t time = 0;  // last access step
+      std::uint64_t len = 0;   // prefix length (eviction order)
+      std::uint32_t ref = 0;
+      std::uint8_t hashed = 0;
+      std::uint8_t prio = 0;
+    };
+    std::vector<PageMeta> meta;
+    std::vector<BlockHash> hash;  // valid while meta[p].hashed
     // Evictable pages, plus stale entries of pages a hit pinned (ref > 0) since: a hit
     // only counts them out; whoever meets one at the front drops it (lazy pinning).
     mutable LruEvictor lru;
