@@ -80,6 +80,7 @@ KVCacheManager::KVCacheManager(KVLayout layout, const KVCacheManagerOptions& opt
       pool_(options.num_large_pages),
       host_pool_(options.num_host_large_pages),
       large_lru_(options.num_large_pages),
+      mixed_lru_(options.num_large_pages),
       ev_in_large_(options.num_large_pages, 0),
       index_(total_small_pages(layout_, options.num_large_pages)),
       rng_(options.seed) {
@@ -358,6 +359,12 @@ PageId KVCacheManager::large_front() const {
   return lp;
 }
 
+PageId KVCacheManager::mixed_front() const {
+  PageId lp = mixed_lru_.front();
+  for (; lp != kNullPage && stale_mixed(lp); lp = mixed_lru_.front()) mixed_lru_.erase(lp);
+  return lp;
+}
+
 EvictionKey KVCacheManager::large_key(GroupId g, PageId lp) const {
   // The large page is as recent as its most recent cached small page (Jenga §5.4 step
   // 3); its empty slots hold nothing and have no age.
@@ -383,7 +390,9 @@ std::uint32_t KVCacheManager::large_level(GroupId g, PageId lp) const {
 
 void KVCacheManager::refresh_large(GroupId g, PageId lp) {
   if (large_lru_.contains(lp)) large_lru_.erase(lp);
-  if (reclaimable(lp)) large_lru_.insert(lp, large_key(g, lp), large_level(g, lp));
+  if (mixed_lru_.contains(lp)) mixed_lru_.erase(lp);
+  if (full_evictable(lp)) large_lru_.insert(lp, large_key(g, lp), large_level(g, lp));
+  else if (mixed(lp)) mixed_lru_.insert(lp, large_key(g, lp), large_level(g, lp));
 }
 
 void KVCacheManager::release_page(GroupId g, PageId p, std::uint64_t t, std::uint32_t prio) {
@@ -395,8 +404,9 @@ void KVCacheManager::release_page(GroupId g, PageId p, std::uint64_t t, std::uin
   if (!grp.meta[p].hashed) {
     grp.alloc.free(p);
     // The large page may now hold only cached pages and empty slots (or be back in the
-    // pool, its entry gone with it).
-    if (reclaimable(lp) || (large_lru_.contains(lp) && pool_.slot(lp).owner == kNoGroup)) refresh_large(g, lp);
+    // pool: no entry may outlive that).
+    if (mixed(lp) || (pool_.slot(lp).owner == kNoGroup && (large_lru_.contains(lp) || mixed_lru_.contains(lp))))
+      refresh_large(g, lp);
     return;
   }
   const EvictionKey key{grp.meta[p].time, grp.meta[p].len};
@@ -413,7 +423,7 @@ void KVCacheManager::release_page(GroupId g, PageId p, std::uint64_t t, std::uin
   grp.meta[p].prio = static_cast<std::uint8_t>(prio);
   ++grp.evictable;
   ++ev_in_large_[lp];
-  if (reclaimable(lp)) refresh_large(g, lp);
+  if (full_evictable(lp) || mixed(lp)) refresh_large(g, lp);
 }
 
 void KVCacheManager::evict_small(GroupId g, PageId p) {
@@ -421,6 +431,7 @@ void KVCacheManager::evict_small(GroupId g, PageId p) {
   grp.lru.erase(p);
   const PageId lp = p / grp.n;
   if (large_lru_.contains(lp)) large_lru_.erase(lp);
+  if (mixed_lru_.contains(lp)) mixed_lru_.erase(lp);
   --ev_in_large_[lp];
   --grp.evictable;
   index_.erase(g, grp.hash[p]);
@@ -430,8 +441,8 @@ void KVCacheManager::evict_small(GroupId g, PageId p) {
   grp.alloc.free(p);
 }
 
-// Evicts every cached small page of a reclaimable large page; the last one returns it to
-// the pool (its other slots are empty).
+// Evicts every cached small page of a large page with no used one; the last one returns
+// it to the pool (its other slots are empty).
 void KVCacheManager::evict_large(PageId lp) {
   const GroupId g = pool_.owner(lp);
   const Group& grp = groups_[g];
@@ -444,7 +455,8 @@ void KVCacheManager::evict_large(PageId lp) {
 
 // Jenga §5.4, in order: (1) a free small page associated with r, (2) an empty large
 // page, (3) evict the LRU evictable large page, (4) any free small page of the group,
-// (5) evict the group's LRU small page.
+// (5) evict the group's LRU small page; then, where Jenga would fail, (6) reclaim the
+// LRU large page of another group that holds cached and empty but no used small pages.
 std::optional<PageId> KVCacheManager::take_page(GroupId g, RequestId r) {
   SmallPageAllocator& a = groups_[g].alloc;
   if (auto p = a.allocate_associated(r)) return p;
@@ -460,12 +472,15 @@ std::optional<PageId> KVCacheManager::take_page(GroupId g, RequestId r) {
     if (auto p = a.allocate_any()) return p;
     return a.allocate_fresh(r);
   }
+  if (const PageId lp = mixed_front(); lp != kNullPage) {
+    evict_large(lp);
+    return a.allocate_fresh(r);
+  }
   return std::nullopt;
 }
 
 // The replay's next step-3 victim from lp on: stale entries are dropped as
-// large_front() would drop them; pages the replay already evicted or took a slot of are
-// skipped (the real run makes them stale only when it gets there).
+// large_front() would drop them; pages the replay already evicted are skipped.
 PageId KVCacheManager::replay_next(PageId lp) {
   while (lp != kNullPage && (stale_large(lp) || replay_skips(lp))) {
     const PageId next = large_lru_.after(lp);
@@ -475,7 +490,33 @@ PageId KVCacheManager::replay_next(PageId lp) {
   return lp;
 }
 
-// Replays take_page's five steps on counters for need_[g] pages per group, in the order
+// Same for step 6; pages the replay took an empty slot of are skipped too (the real run
+// makes them stale only when it gets there).
+PageId KVCacheManager::replay_next_mixed(PageId lp) {
+  while (lp != kNullPage && (stale_mixed(lp) || replay_skips(lp))) {
+    const PageId next = mixed_lru_.after(lp);
+    if (stale_mixed(lp)) mixed_lru_.erase(lp);
+    lp = next;
+  }
+  return lp;
+}
+
+// Marks the mixed large pages that `takes` slot takes of group g fill, walking the list
+// the allocator takes them from (r's associated pages for step 1, the group's pages for
+// step 4, where r's own are already full) in its order, each until full.
+void KVCacheManager::replay_spoil(GroupId g, RequestId r, PageId first, bool by_request, std::uint64_t takes) {
+  for (PageId lp = first; lp != kNullPage && takes > 0;) {
+    const LargePageSlot& L = pool_.slot(lp);
+    const PageId next = by_request ? L.rnext : L.gnext;
+    if (!replay_skips(lp) && (by_request || groups_[g].alloc.associated_request(lp) != r)) {
+      takes -= std::min<std::uint64_t>(takes, L.free_count);
+      if (mixed(lp)) replay_mark_[lp] = replay_epoch_;
+    }
+    lp = next == LargePageSlot::kNone ? kNullPage : next;
+  }
+}
+
+// Replays take_page's six steps on counters for need_[g] pages per group, in the order
 // allocate() and swap_in() take them: true iff every page can be had. Exact, because
 // allocate() has no rollback. O(pages needed + large pages touched); changes nothing
 // but dropping stale LRU entries.
@@ -491,20 +532,17 @@ bool KVCacheManager::feasible(RequestId r) {
     sim_f_[g] = grp.alloc.num_free_small();
     sim_e_[g] = grp.evictable;
   }
-  PageId cursor = replay_next(large_front());
+  PageId cursor = large_front();
+  PageId mcursor = kNullPage;
+  bool mixed_started = false;
   for (GroupId g = 0; g < groups_.size(); ++g) {
     const std::uint32_t n = groups_[g].n;
     if (need_[g] == 0) continue;
-    // Step 1 serves first, from r's associated large pages in list order, each until it
-    // is full; a reclaimable one it takes a slot of stops being reclaimable.
-    std::uint64_t first = std::min(need_[g], sim_a_[g]);
-    for (PageId lp = groups_[g].alloc.first_associated(r); lp != kNullPage && first > 0;
-         lp = pool_.slot(lp).rnext) {
-      if (replay_skips(lp)) continue;  // evicted by an earlier group's step 3
-      first -= std::min<std::uint64_t>(first, pool_.slot(lp).free_count);
-      if (reclaimable(lp)) replay_mark_[lp] = replay_epoch_;
-    }
-    cursor = replay_next(cursor);
+    // Step 1 serves first, from r's associated large pages; a mixed one it takes an empty
+    // slot of is no longer step 6's to reclaim.
+    replay_spoil(g, r, groups_[g].alloc.first_associated(r), true, std::min(need_[g], sim_a_[g]));
+    std::uint64_t any_takes = 0;
+    bool spoiled_any = false;  // step 4's takes all come before the group's first step 6
     for (std::uint64_t k = 0; k < need_[g]; ++k) {
       if (sim_a_[g] > 0) {
         --sim_a_[g];
@@ -514,24 +552,45 @@ bool KVCacheManager::feasible(RequestId r) {
         sim_a_[g] += n - 1;
         sim_f_[g] += n - 1;
       } else if (cursor != kNullPage) {
-        // Its cached pages go, its empty slots with it; the page comes back fresh for g.
+        // A wholly evictable large page: no empty slot, not associated with a free one.
         const GroupId h = pool_.slot(cursor).owner;
-        const std::uint32_t empty = pool_.slot(cursor).free_count;
-        sim_e_[h] -= ev_in_large_[cursor];
-        sim_f_[h] -= empty;
-        if (h > g && need_[h] > 0 && groups_[h].alloc.associated_request(cursor) == r) sim_a_[h] -= empty;
+        sim_e_[h] -= groups_[h].n;
         replay_mark_[cursor] = replay_epoch_;
         cursor = replay_next(large_lru_.after(cursor));
         sim_a_[g] += n - 1;
         sim_f_[g] += n - 1;
       } else if (sim_f_[g] > 0) {
         --sim_f_[g];
+        ++any_takes;
       } else if (sim_e_[g] > 0) {
         --sim_e_[g];
       } else {
-        return false;
+        // Step 6: another group's large page of cached and empty slots; its empty slots
+        // leave that group (and r's associated ones there, for a later group).
+        if (!spoiled_any && any_takes > 0) {
+          replay_spoil(g, r, groups_[g].alloc.first_with_free(), false, any_takes);
+          spoiled_any = true;
+        }
+        if (!mixed_started) {
+          mcursor = mixed_front();
+          mixed_started = true;
+        }
+        mcursor = replay_next_mixed(mcursor);
+        if (mcursor == kNullPage) return false;
+        const GroupId h = pool_.slot(mcursor).owner;
+        const std::uint32_t empty = pool_.slot(mcursor).free_count;
+        sim_e_[h] -= ev_in_large_[mcursor];
+        sim_f_[h] -= empty;
+        if (h > g && sim_a_[h] > 0 && groups_[h].alloc.associated_request(mcursor) == r) sim_a_[h] -= empty;
+        replay_mark_[mcursor] = replay_epoch_;
+        mcursor = replay_next_mixed(mixed_lru_.after(mcursor));
+        sim_a_[g] += n - 1;
+        sim_f_[g] += n - 1;
       }
     }
+    // Step 4 took empty slots from the group's large pages in list order.
+    if (!spoiled_any && any_takes > 0)
+      replay_spoil(g, r, groups_[g].alloc.first_with_free(), false, any_takes);
   }
   return true;
 }
@@ -1037,6 +1096,7 @@ void KVCacheManager::reset_prefix_cache() {
       if (!grp.meta[p].hashed) continue;
       if (grp.lru.contains(p)) grp.lru.erase(p);  // stale entries of pinned pages
       if (large_lru_.contains(p / grp.n)) large_lru_.erase(p / grp.n);
+      if (mixed_lru_.contains(p / grp.n)) mixed_lru_.erase(p / grp.n);
       index_.erase(g, grp.hash[p]);
       grp.meta[p].hashed = 0;
       record(CacheEventKind::kRemoved, g, p, grp.hash[p]);
@@ -1194,21 +1254,23 @@ void KVCacheManager::check_invariants() const {
       if (pool_.owner(lp) != g) continue;
       if (per_large[lp] != ev_in_large_[lp])
         fail("invariant: large page {} counts {} evictable small pages, actual {}", lp, ev_in_large_[lp], per_large[lp]);
-      // Reclaimable (no used page, some cached): listed under its current key. Anything
-      // else listed is a stale entry (a lazy pin, or a slot taken since).
+      // Wholly evictable: in the large LRU; cached + empty, nothing used: in the mixed
+      // LRU; each under its current key. Anything else listed is a stale entry (a lazy
+      // pin, or a slot taken since).
       const std::uint32_t empty = grp.alloc.free_in_large(lp);
       if (per_large[lp] > 0 && per_large[lp] + empty == grp.n) {
-        if (!large_lru_.contains(lp) || !(large_lru_.key(lp) == large_key(g, lp)))
-          fail("invariant: reclaimable large page {} ({} cached, {} empty) in large LRU = {}, key {}/{}", lp,
-               per_large[lp], empty, large_lru_.contains(lp), large_key(g, lp).time, large_key(g, lp).prefix_len);
+        const LruEvictor& want = empty == 0 ? large_lru_ : mixed_lru_;
+        if (!want.contains(lp) || !(want.key(lp) == large_key(g, lp)))
+          fail("invariant: large page {} ({} cached, {} empty) listed = {}, key {}/{}", lp, per_large[lp], empty,
+               want.contains(lp), large_key(g, lp).time, large_key(g, lp).prefix_len);
       }
     }
     if (host_used != grp.host_alloc.num_used_small())
       fail("invariant: group {} host pages used {} but {} in host tables", g, grp.host_alloc.num_used_small(), host_used);
   }
   for (PageId lp = 0; lp < pool_.capacity(); ++lp)
-    if (pool_.owner(lp) == kNoGroup && large_lru_.contains(lp))
-      fail("invariant: free large page {} is in the large LRU", lp);
+    if (pool_.owner(lp) == kNoGroup && (large_lru_.contains(lp) || mixed_lru_.contains(lp)))
+      fail("invariant: free large page {} is in a large-page LRU", lp);
   if (hashed_total != index_.size())
     fail("invariant: {} hashed pages but {} index entries", hashed_total, index_.size());
   if (num_active_ + free_ids_.size() != reqs_.size())

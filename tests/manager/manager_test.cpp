@@ -563,7 +563,7 @@ TEST_CASE("lazy pinning: hit pages stay listed but are skipped, dropped and re-q
   kv.check_invariants();
 }
 
-TEST_CASE("step 3 reclaims a large page of cached pages and empty slots for another group", "[manager][jenga]") {
+TEST_CASE("step 6 reclaims another group's large page of cached and empty slots", "[manager][jenga]") {
   // Full pages 64 B and sliding pages 128 B: a 128 B large page holds 2 full or 1 sliding.
   const KVLayout layout = KVLayout::plan({LayerGroup::full_attention("full", 1, 1, 4, 2, 4),
                                           LayerGroup::sliding_window("sw", 2, 1, 4, 2, 4, 4)});
@@ -577,20 +577,22 @@ TEST_CASE("step 3 reclaims a large page of cached pages and empty slots for anot
   kv.commit(r1, 4);
   const PageId full1 = kv.page_table(r1, kFull)[0], sw1 = kv.page_table(r1, kSw)[0];
   kv.free(r1);
-  // Large page of full1: one cached page, one empty slot, nothing used. It is listed
-  // first (released first at the same step, equal keys).
+  // full1's large page: one cached page, one empty slot, nothing used. Not evictable in
+  // Jenga's sense (not all its small pages are), so step 3 only sees the sliding page's.
   const PageId lp_full = kv.small_pages(kFull).large_page_of(full1);
+  const PageId lp_sw = kv.small_pages(kSw).large_page_of(sw1);
   CHECK(kv.small_pages(kFull).free_in_large(lp_full) == 1);
   CHECK(kv.page_state(kFull, full1) == PageState::kEvictable);
   CHECK(kv.large_pages().num_free() == 0);
-  CHECK(kv.next_large_victim() == lp_full);
+  CHECK(kv.next_large_victim() == lp_sw);
+  CHECK(kv.next_mixed_victim() == lp_full);
   kv.check_invariants();
   std::vector<CacheEvent> ev;
   kv.take_events(ev);
-  // A new prompt needs a page in each group; the pool is empty. Full attention evicts
-  // the LRU large page (its own, step 3); the sliding group then evicts the other.
-  // Counting only wholly cached large pages, the full group would take the sliding
-  // page's large page and the sliding group would find nothing: allocation would fail.
+  // A new prompt needs a page in each group; the pool is empty. Full attention: steps 1-2
+  // fail, step 3 evicts the sliding page's large page. Sliding: steps 1-5 find nothing
+  // (its only cached page is gone), step 6 reclaims full1's large page. Jenga's five
+  // steps alone would fail here with both pages reclaimable.
   kv.begin_step();
   const RequestId r2 = kv.add_request(std::vector<std::uint32_t>{9, 8, 7, 6, 5});
   CHECK(kv.lookup_prefix(r2) == 0);
@@ -598,14 +600,14 @@ TEST_CASE("step 3 reclaims a large page of cached pages and empty slots for anot
   kv.take_events(ev);
   REQUIRE(ev.size() == 2);
   CHECK(ev[0].kind == CacheEventKind::kRemoved);
-  CHECK(ev[0].group == kFull);
-  CHECK(ev[0].page == full1);
+  CHECK(ev[0].group == kSw);
+  CHECK(ev[0].page == sw1);
   CHECK(ev[1].kind == CacheEventKind::kRemoved);
-  CHECK(ev[1].group == kSw);
-  CHECK(ev[1].page == sw1);
-  CHECK(kv.small_pages(kFull).large_page_of(kv.page_table(r2, kFull)[0]) == lp_full);
-  CHECK(kv.stats().groups[kFull].evictable_pages == 0);
-  CHECK(kv.stats().groups[kSw].evictable_pages == 0);
+  CHECK(ev[1].group == kFull);
+  CHECK(ev[1].page == full1);
+  CHECK(kv.small_pages(kFull).large_page_of(kv.page_table(r2, kFull)[0]) == lp_sw);
+  CHECK(kv.small_pages(kSw).large_page_of(kv.page_table(r2, kSw)[0]) == lp_full);
+  CHECK(kv.next_mixed_victim() == kNullPage);
   kv.check_invariants();
 }
 

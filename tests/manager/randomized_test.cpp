@@ -265,6 +265,7 @@ class Model {
     // What the pool alone can serve must never fail.
     const std::uint64_t target = computed + n + lookahead;
     std::uint64_t large_needed = 0;
+    std::uint64_t need_of[3] = {0, 0, 0};
     for (GroupId g = 0; g < 3; ++g) {
       const auto t = kv_.page_table(r, g);
       std::uint64_t need = 0;
@@ -275,21 +276,23 @@ class Model {
       if (computed % kP[g] && computed / kP[g] < t.size() && t[computed / kP[g]] != kNullPage &&
           kv_.ref_count(g, t[computed / kP[g]]) > 1)
         ++need;
+      need_of[g] = need;
       large_needed += (need + n_[g] - 1) / n_[g];
     }
-    // What the pool and the reclaimable large pages (Jenga §5.4 step 3: nothing used,
-    // something cached) can serve must never fail either; pages associated with r are
-    // left out, as step 1 may take a slot of them first.
+    // What the pool and the reclaimable large pages can serve must never fail either:
+    // wholly evictable ones (Jenga §5.4 step 3) and, of groups that need nothing (whose
+    // steps 1 and 4 cannot take a slot of them first), ones of cached and empty slots
+    // with nothing used (step 6).
     std::uint64_t reclaimable = 0;
     for (PageId lp = 0; lp < kv_.large_pages().capacity(); ++lp) {
       const GroupId h = kv_.large_pages().owner(lp);
-      if (h == kNoGroup || kv_.small_pages(h).associated_request(lp) == r) continue;
+      if (h == kNoGroup) continue;
       std::uint32_t used = 0, cached = 0;
       for (PageId sp = lp * n_[h]; sp < (lp + 1) * n_[h]; ++sp) {
         used += kv_.page_state(h, sp) == PageState::kUsed;
         cached += kv_.page_state(h, sp) == PageState::kEvictable;
       }
-      reclaimable += used == 0 && cached > 0;
+      reclaimable += cached == n_[h] || (used == 0 && cached > 0 && need_of[h] == 0);
     }
     const bool must_fit = large_needed <= kv_.large_pages().num_free() + reclaimable;
     const Snap s = snap();

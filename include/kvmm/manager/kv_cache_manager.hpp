@@ -156,6 +156,9 @@ class KVCacheManager {
   // Amortized O(1): pages pinned by a hit since they became evictable are dropped here.
   PageId next_small_victim(GroupId g) const { return small_front(check_group(g)); }
   PageId next_large_victim() const { return large_front(); }
+  // Step 6's next victim: the LRU large page with no used, some cached and some empty
+  // small pages (or null).
+  PageId next_mixed_victim() const { return mixed_front(); }
   // Recomputes every count, list and reference from scratch. O(memory); for tests.
   void check_invariants() const;
 
@@ -237,17 +240,27 @@ class KVCacheManager {
   std::uint32_t large_level(GroupId g, PageId lp) const;
   // Jenga §5.4 step 3's evictable large page: no used small page and at least one cached
   // one (its other slots empty). Evicting it returns it to the pool. O(1).
-  bool reclaimable(PageId lp) const {
+  // Jenga §5.4's evictable large page: every small page evictable (step 3). O(1).
+  bool full_evictable(PageId lp) const {
+    const GroupId g = pool_.slot(lp).owner;
+    return g != kNoGroup && ev_in_large_[lp] == groups_[g].n;
+  }
+  // No used small page, some evictable and some empty (step 6). O(1).
+  bool mixed(PageId lp) const {
     const GroupId g = pool_.slot(lp).owner;
     if (g == kNoGroup) return false;
-    const std::uint32_t ev = ev_in_large_[lp];
-    return ev > 0 && ev + pool_.slot(lp).free_count == groups_[g].n;
+    const std::uint32_t ev = ev_in_large_[lp], empty = pool_.slot(lp).free_count;
+    return ev > 0 && empty > 0 && ev + empty == groups_[g].n;
   }
-  bool stale_large(PageId lp) const { return !reclaimable(lp); }
-  // Re-files lp in the large LRU after its evictable or empty slots changed. O(n).
+  bool stale_large(PageId lp) const { return !full_evictable(lp); }
+  bool stale_mixed(PageId lp) const { return !mixed(lp); }
+  // Files lp in the LRU its state calls for (full, mixed or none). O(n).
   void refresh_large(GroupId g, PageId lp);
   bool replay_skips(PageId lp) const { return replay_mark_[lp] == replay_epoch_; }
   PageId replay_next(PageId lp);
+  PageId replay_next_mixed(PageId lp);
+  void replay_spoil(GroupId g, RequestId r, PageId first, bool by_request, std::uint64_t takes);
+  PageId mixed_front() const;
   PageId small_front(GroupId g) const;
   PageId large_front() const;
   std::optional<PageId> take_page(GroupId g, RequestId r);
@@ -270,6 +283,10 @@ class KVCacheManager {
   std::vector<Group> groups_;
   std::vector<std::uint32_t> class_tokens_;  // tokens per page of each hash class
   mutable LruEvictor large_lru_;  // evictable large pages, plus stale ones (see Group::lru)
+  // Large pages with no used small page, some evictable and some empty, plus stale ones:
+  // reclaimed by any group only when Jenga's five steps find nothing (step 6), so memory
+  // is never stranded in a group whose cached pages leave empty slots behind.
+  mutable LruEvictor mixed_lru_;
   std::vector<std::uint32_t> ev_in_large_;  // evictable small pages per large page
   PrefixIndex index_;
   std::vector<Request> reqs_;

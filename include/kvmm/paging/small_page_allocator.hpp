@@ -114,6 +114,9 @@ class SmallPageAllocator {
     if (r >= req_head_.size()) bad_request(r);
     return req_head_[r] == kNone ? kNullPage : req_head_[r];
   }
+  // The first large page of the group with a free slot (kNullPage: none); the next one is
+  // pool.slot(lp).gnext. Step 3 (allocate_any) fills them in this order.
+  PageId first_with_free() const { return group_head_ == kNone ? kNullPage : group_head_; }
   std::uint32_t associated_free_small(RequestId r) const {
     if (r >= req_head_.size()) bad_request(r);
     std::uint32_t n = 0;
