@@ -479,26 +479,20 @@ std::optional<PageId> KVCacheManager::take_page(GroupId g, RequestId r) {
   return std::nullopt;
 }
 
-// The replay's next step-3 victim from lp on: stale entries are dropped as
-// large_front() would drop them; pages the replay already evicted are skipped.
-PageId KVCacheManager::replay_next(PageId lp) {
-  while (lp != kNullPage && (stale_large(lp) || replay_skips(lp))) {
-    const PageId next = large_lru_.after(lp);
-    if (stale_large(lp)) large_lru_.erase(lp);
+// The replay's next step-3 (large_lru_) or step-6 (mixed_lru_) victim from lp on: stale
+// entries are dropped as the fronts would drop them; pages the replay already evicted,
+// or took an empty slot of (the real run makes those stale only when it gets there),
+// are skipped.
+PageId KVCacheManager::replay_next(LruEvictor& lru, PageId lp) {
+  const bool mixed_list = &lru == &mixed_lru_;
+  for (;;) {
+    if (lp == kNullPage) return lp;
+    const bool stale = mixed_list ? stale_mixed(lp) : stale_large(lp);
+    if (!stale && !replay_skips(lp)) return lp;
+    const PageId next = lru.after(lp);
+    if (stale) lru.erase(lp);
     lp = next;
   }
-  return lp;
-}
-
-// Same for step 6; pages the replay took an empty slot of are skipped too (the real run
-// makes them stale only when it gets there).
-PageId KVCacheManager::replay_next_mixed(PageId lp) {
-  while (lp != kNullPage && (stale_mixed(lp) || replay_skips(lp))) {
-    const PageId next = mixed_lru_.after(lp);
-    if (stale_mixed(lp)) mixed_lru_.erase(lp);
-    lp = next;
-  }
-  return lp;
 }
 
 // Marks the mixed large pages that `takes` slot takes of group g fill, walking the list
@@ -556,7 +550,7 @@ bool KVCacheManager::feasible(RequestId r) {
         const GroupId h = pool_.slot(cursor).owner;
         sim_e_[h] -= groups_[h].n;
         replay_mark_[cursor] = replay_epoch_;
-        cursor = replay_next(large_lru_.after(cursor));
+        cursor = replay_next(large_lru_, large_lru_.after(cursor));
         sim_a_[g] += n - 1;
         sim_f_[g] += n - 1;
       } else if (sim_f_[g] > 0) {
@@ -575,7 +569,7 @@ bool KVCacheManager::feasible(RequestId r) {
           mcursor = mixed_front();
           mixed_started = true;
         }
-        mcursor = replay_next_mixed(mcursor);
+        mcursor = replay_next(mixed_lru_, mcursor);
         if (mcursor == kNullPage) return false;
         const GroupId h = pool_.slot(mcursor).owner;
         const std::uint32_t empty = pool_.slot(mcursor).free_count;
@@ -583,7 +577,7 @@ bool KVCacheManager::feasible(RequestId r) {
         sim_f_[h] -= empty;
         if (h > g && sim_a_[h] > 0 && groups_[h].alloc.associated_request(mcursor) == r) sim_a_[h] -= empty;
         replay_mark_[mcursor] = replay_epoch_;
-        mcursor = replay_next_mixed(mixed_lru_.after(mcursor));
+        mcursor = replay_next(mixed_lru_, mixed_lru_.after(mcursor));
         sim_a_[g] += n - 1;
         sim_f_[g] += n - 1;
       }

@@ -257,8 +257,7 @@ class KVCacheManager {
   // Files lp in the LRU its state calls for (full, mixed or none). O(n).
   void refresh_large(GroupId g, PageId lp);
   bool replay_skips(PageId lp) const { return replay_mark_[lp] == replay_epoch_; }
-  PageId replay_next(PageId lp);
-  PageId replay_next_mixed(PageId lp);
+  PageId replay_next(LruEvictor& lru, PageId lp);
   void replay_spoil(GroupId g, RequestId r, PageId first, bool by_request, std::uint64_t takes);
   PageId mixed_front() const;
   PageId small_front(GroupId g) const;
