@@ -387,10 +387,12 @@ class KvmmPolicy final : public Policy {
 
   // Token id at position t: the trace's, else the shared stream's inside the prefix, else
   // the request's own stream. Even and odd positions carry the two halves of a 64-bit
-  // stream key, so two streams collide only if their 64-bit keys do.
-  static std::uint32_t stream_id(std::uint64_t key, std::uint64_t t) {
-    const auto half = static_cast<std::uint32_t>((t & 1) != 0 ? key >> 32 : key);
-    return half + static_cast<std::uint32_t>(t) * 0x9e3779b1u;
+  // stream key, so two streams collide only if their 64-bit keys do. Writes the ids of
+  // positions [from, to) of stream `key` to out[t - from].
+  static void fill_stream(std::uint32_t* out, std::uint64_t from, std::uint64_t to, std::uint64_t key) {
+    const auto even = static_cast<std::uint32_t>(key), odd = static_cast<std::uint32_t>(key >> 32);
+    for (std::uint64_t t = from; t < to; ++t)
+      out[t - from] = ((t & 1) != 0 ? odd : even) + static_cast<std::uint32_t>(t) * 0x9e3779b1u;
   }
 
   // Appends the ids of positions [known, n). A request re-added after a failed admission
@@ -404,12 +406,14 @@ class KvmmPolicy final : public Policy {
       return;
     }
     std::vector<std::uint32_t>& ids = prompt ? prompt_ids_ : ids_;
-    ids.clear();
-    const std::uint64_t shared = mix64(q.info.prefix_id), own = mix64(0x7e57000000000000ULL + q.info.uid);
-    for (std::uint64_t t = have; t < n; ++t) {
-      if (t < q.prompt_ids.size()) ids.push_back(q.prompt_ids[t]);
-      else ids.push_back(stream_id(t < q.info.prefix_len ? shared : own, t));
-    }
+    ids.resize(n - have);
+    // Three ranges of positions, each a plain loop: the trace's ids [have, a), the shared
+    // stream [a, b), the request's own stream [b, n).
+    const std::uint64_t a = std::clamp<std::uint64_t>(q.prompt_ids.size(), have, n);
+    const std::uint64_t b = std::clamp<std::uint64_t>(q.info.prefix_len, a, n);
+    for (std::uint64_t t = have; t < a; ++t) ids[t - have] = q.prompt_ids[t];
+    fill_stream(ids.data() + (a - have), a, b, mix64(q.info.prefix_id));
+    fill_stream(ids.data() + (b - have), b, n, mix64(0x7e57000000000000ULL + q.info.uid));
     if (prompt) prompt_owner_ = id;
     kv_.append_tokens(q.slot, ids);
   }
