@@ -65,6 +65,7 @@ class KvmmPolicy final : public Policy {
     // Token ids arrive at lookup_prefix (as many as the scheduler knows) and commit.
     q.slot = kv_.add_request({}, ex);
     q.lo.assign(kv_.layout().num_groups(), 0);
+    q.shared_counted = false;
     q.active = true;
     q.pos = static_cast<std::uint32_t>(active_.size());
     active_.push_back(id);
@@ -75,16 +76,10 @@ class KvmmPolicy final : public Policy {
     // The manager looks up at most (token ids known - 1) tokens.
     if (caching_) feed_ids(id, q, std::uint64_t{max_hit} + 1);
     const auto hit = static_cast<std::uint32_t>(kv_.lookup_prefix(q.slot));
-    // Hit pages another running request holds are shared: counted once in stats().
-    for (GroupId g = 0; g < kv_.layout().num_groups(); ++g) {
-      const std::span<const PageId> pages = kv_.page_table(q.slot, g);
-      for (std::size_t i = 0; i < pages.size(); ++i)
-        if (pages[i] != kNullPage && kv_.ref_count(g, pages[i]) > 1) {
-          ++extra_[g];
-          extra_need_[g] += shared_need(q, g, i);
-        }
-      advance_lo(q, g);
-    }
+    for (GroupId g = 0; g < kv_.layout().num_groups(); ++g) advance_lo(q, g);
+    // Hit pages shared with another running request are counted at the first successful
+    // allocate (count_shared): a failed admission is freed at once and never counts.
+    q.shared_counted = false;
     return hit;
   }
 
@@ -109,6 +104,7 @@ class KvmmPolicy final : public Policy {
       if (!kv_.allocate(q.slot, num_new)) return false;
     }
     if (caching_) count_evictions();
+    if (!q.shared_counted) count_shared(q);
     return true;
   }
 
@@ -140,7 +136,7 @@ class KvmmPolicy final : public Policy {
 
   void free(std::uint32_t id) override {
     Req& q = req(id);
-    for (GroupId g = 0; g < kv_.layout().num_groups(); ++g)
+    for (GroupId g = 0; g < kv_.layout().num_groups() && q.shared_counted; ++g)
       if (extra_[g] > 0) {
         const std::span<const PageId> pages = kv_.page_table(q.slot, g);
         for (std::size_t i = 0; i < pages.size(); ++i) unshare(q, g, pages, i);
@@ -209,6 +205,7 @@ class KvmmPolicy final : public Policy {
  private:
   struct Req {
     bool active = false;
+    bool shared_counted = false;  // its shared hit pages are in extra_ (count_shared)
     RequestId slot = kNoRequest;
     std::uint32_t pos = 0;  // index in active_
     SeqInfo info;
@@ -273,6 +270,20 @@ class KvmmPolicy final : public Policy {
       i -= n;
     }
     return 0;
+  }
+
+  // The hit's pages another running request holds are shared: counted once in stats().
+  // Allocation does not change the reference counts of the hit's full pages.
+  void count_shared(Req& q) {
+    for (GroupId g = 0; g < kv_.layout().num_groups(); ++g) {
+      const std::span<const PageId> pages = kv_.page_table(q.slot, g);
+      for (std::size_t i = 0; i < pages.size(); ++i)
+        if (pages[i] != kNullPage && kv_.ref_count(g, pages[i]) > 1) {
+          ++extra_[g];
+          extra_need_[g] += shared_need(q, g, i);
+        }
+    }
+    q.shared_counted = true;
   }
 
   // Page i of q is about to be released: if others hold it too, it stops being a duplicate.
