@@ -401,9 +401,17 @@ class KvmmPolicy final : public Policy {
   // stream key, so two streams collide only if their 64-bit keys do. Writes the ids of
   // positions [from, to) of stream `key` to out[t - from].
   static void fill_stream(std::uint32_t* out, std::uint64_t from, std::uint64_t to, std::uint64_t key) {
+    constexpr std::uint32_t kStep = 0x9e3779b1u;  // id(t) = half(t) + t * kStep (mod 2^32)
     const auto even = static_cast<std::uint32_t>(key), odd = static_cast<std::uint32_t>(key >> 32);
-    for (std::uint64_t t = from; t < to; ++t)
-      out[t - from] = ((t & 1) != 0 ? odd : even) + static_cast<std::uint32_t>(t) * 0x9e3779b1u;
+    std::uint64_t t = from;
+    if (t < to && (t & 1) != 0) *out++ = odd + static_cast<std::uint32_t>(t++) * kStep;
+    // Pairs (even t, odd t + 1), two running sums instead of a multiply per id.
+    std::uint32_t e = even + static_cast<std::uint32_t>(t) * kStep, o = odd + static_cast<std::uint32_t>(t + 1) * kStep;
+    for (; t + 1 < to; t += 2, out += 2, e += 2 * kStep, o += 2 * kStep) {
+      out[0] = e;
+      out[1] = o;
+    }
+    if (t < to) *out = e;
   }
 
   // Appends the ids of positions [known, n). A request re-added after a failed admission
