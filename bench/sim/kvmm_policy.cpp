@@ -65,6 +65,7 @@ class KvmmPolicy final : public Policy {
     // Token ids arrive at lookup_prefix (as many as the scheduler knows) and commit.
     q.slot = kv_.add_request({}, ex);
     q.lo.assign(kv_.layout().num_groups(), 0);
+    q.shared_counted = false;
     q.active = true;
     q.pos = static_cast<std::uint32_t>(active_.size());
     active_.push_back(id);
@@ -75,16 +76,10 @@ class KvmmPolicy final : public Policy {
     // The manager looks up at most (token ids known - 1) tokens.
     if (caching_) feed_ids(id, q, std::uint64_t{max_hit} + 1);
     const auto hit = static_cast<std::uint32_t>(kv_.lookup_prefix(q.slot));
-    // Hit pages another running request holds are shared: counted once in stats().
-    for (GroupId g = 0; g < kv_.layout().num_groups(); ++g) {
-      const std::span<const PageId> pages = kv_.page_table(q.slot, g);
-      for (std::size_t i = 0; i < pages.size(); ++i)
-        if (pages[i] != kNullPage && kv_.ref_count(g, pages[i]) > 1) {
-          ++extra_[g];
-          extra_need_[g] += shared_need(q, g, i);
-        }
-      advance_lo(q, g);
-    }
+    for (GroupId g = 0; g < kv_.layout().num_groups(); ++g) advance_lo(q, g);
+    // Hit pages shared with another running request are counted at the first successful
+    // allocate (count_shared): a failed admission is freed at once and never counts.
+    q.shared_counted = false;
     return hit;
   }
 
@@ -95,6 +90,7 @@ class KvmmPolicy final : public Policy {
            kv_.num_computed(q.slot));
     if (!kv_.allocate(q.slot, num_new)) return false;
     if (caching_) count_evictions();
+    if (!q.shared_counted) count_shared(q);
     return true;
   }
 
@@ -126,7 +122,7 @@ class KvmmPolicy final : public Policy {
 
   void free(std::uint32_t id) override {
     Req& q = req(id);
-    for (GroupId g = 0; g < kv_.layout().num_groups(); ++g)
+    for (GroupId g = 0; g < kv_.layout().num_groups() && q.shared_counted; ++g)
       if (extra_[g] > 0) {
         const std::span<const PageId> pages = kv_.page_table(q.slot, g);
         for (std::size_t i = 0; i < pages.size(); ++i) unshare(q, g, pages, i);
@@ -194,6 +190,7 @@ class KvmmPolicy final : public Policy {
  private:
   struct Req {
     bool active = false;
+    bool shared_counted = false;  // its shared hit pages are in extra_ (count_shared)
     RequestId slot = kNoRequest;
     std::uint32_t pos = 0;  // index in active_
     SeqInfo info;
@@ -280,6 +277,20 @@ class KvmmPolicy final : public Policy {
       i -= n;
     }
     return 0;
+  }
+
+  // The hit's pages another running request holds are shared: counted once in stats().
+  // Allocation does not change the reference counts of the hit's full pages.
+  void count_shared(Req& q) {
+    for (GroupId g = 0; g < kv_.layout().num_groups(); ++g) {
+      const std::span<const PageId> pages = kv_.page_table(q.slot, g);
+      for (std::size_t i = 0; i < pages.size(); ++i)
+        if (pages[i] != kNullPage && kv_.ref_count(g, pages[i]) > 1) {
+          ++extra_[g];
+          extra_need_[g] += shared_need(q, g, i);
+        }
+    }
+    q.shared_counted = true;
   }
 
   // Page i of q is about to be released: if others hold it too, it stops being a duplicate.
@@ -394,10 +405,20 @@ class KvmmPolicy final : public Policy {
 
   // Token id at position t: the trace's, else the shared stream's inside the prefix, else
   // the request's own stream. Even and odd positions carry the two halves of a 64-bit
-  // stream key, so two streams collide only if their 64-bit keys do.
-  static std::uint32_t stream_id(std::uint64_t key, std::uint64_t t) {
-    const auto half = static_cast<std::uint32_t>((t & 1) != 0 ? key >> 32 : key);
-    return half + static_cast<std::uint32_t>(t) * 0x9e3779b1u;
+  // stream key, so two streams collide only if their 64-bit keys do. Writes the ids of
+  // positions [from, to) of stream `key` to out[t - from].
+  static void fill_stream(std::uint32_t* out, std::uint64_t from, std::uint64_t to, std::uint64_t key) {
+    constexpr std::uint32_t kStep = 0x9e3779b1u;  // id(t) = half(t) + t * kStep (mod 2^32)
+    const auto even = static_cast<std::uint32_t>(key), odd = static_cast<std::uint32_t>(key >> 32);
+    std::uint64_t t = from;
+    if (t < to && (t & 1) != 0) *out++ = odd + static_cast<std::uint32_t>(t++) * kStep;
+    // Pairs (even t, odd t + 1), two running sums instead of a multiply per id.
+    std::uint32_t e = even + static_cast<std::uint32_t>(t) * kStep, o = odd + static_cast<std::uint32_t>(t + 1) * kStep;
+    for (; t + 1 < to; t += 2, out += 2, e += 2 * kStep, o += 2 * kStep) {
+      out[0] = e;
+      out[1] = o;
+    }
+    if (t < to) *out = e;
   }
 
   // Appends the ids of positions [known, n). A request re-added after a failed admission
@@ -411,12 +432,14 @@ class KvmmPolicy final : public Policy {
       return;
     }
     std::vector<std::uint32_t>& ids = prompt ? prompt_ids_ : ids_;
-    ids.clear();
-    const std::uint64_t shared = mix64(q.info.prefix_id), own = mix64(0x7e57000000000000ULL + q.info.uid);
-    for (std::uint64_t t = have; t < n; ++t) {
-      if (t < q.prompt_ids.size()) ids.push_back(q.prompt_ids[t]);
-      else ids.push_back(stream_id(t < q.info.prefix_len ? shared : own, t));
-    }
+    ids.resize(n - have);
+    // Three ranges of positions, each a plain loop: the trace's ids [have, a), the shared
+    // stream [a, b), the request's own stream [b, n).
+    const std::uint64_t a = std::clamp<std::uint64_t>(q.prompt_ids.size(), have, n);
+    const std::uint64_t b = std::clamp<std::uint64_t>(q.info.prefix_len, a, n);
+    for (std::uint64_t t = have; t < a; ++t) ids[t - have] = q.prompt_ids[t];
+    fill_stream(ids.data() + (a - have), a, b, mix64(q.info.prefix_id));
+    fill_stream(ids.data() + (b - have), b, n, mix64(0x7e57000000000000ULL + q.info.uid));
     if (prompt) prompt_owner_ = id;
     kv_.append_tokens(q.slot, ids);
   }

@@ -39,6 +39,8 @@ constexpr const char* kUsage = R"(usage: kvmm-sim --model PRESET|config.json --w
   --token-budget N    tokens computed per step (default 8192)
   --max-seqs N        running requests at most (default 256)
   --tokens-per-page N tokens per small page / block (default 16)
+  --group-tokens-per-page G=N[,G=N...]
+                      tokens per page of the named groups only (e.g. self=8)
   --kv-dtype-bytes N  KV element size in bytes (default 2)
   --max-steps N       stop after N steps (default: run to completion)
   --csv-every N       write every N-th step to the CSV (default 1)
@@ -80,6 +82,7 @@ int run(int argc, char** argv) {
   bool caching = true;
   std::uint64_t seed = 1, requests = 1000, max_steps = 0;
   std::uint32_t token_budget = 8192, max_seqs = 256, tpp = 16, dtype = 2, csv_every = 1;
+  std::vector<std::pair<std::string, std::uint32_t>> group_tpp;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--help" || a == "-h") {
@@ -107,6 +110,16 @@ int run(int argc, char** argv) {
     else if (a == "--token-budget") token_budget = to_u32(a, parse_uint(a, v), 1);
     else if (a == "--max-seqs") max_seqs = to_u32(a, parse_uint(a, v), 1);
     else if (a == "--tokens-per-page") tpp = to_u32(a, parse_uint(a, v), 1);
+    else if (a == "--group-tokens-per-page") {
+      for (std::size_t p = 0; p <= v.size();) {
+        const std::size_t e = std::min(v.find(',', p), v.size());
+        const std::string item = v.substr(p, e - p);
+        const std::size_t eq = item.find('=');
+        if (eq == std::string::npos || eq == 0) kvmm::fail("{} = '{}': expected GROUP=N[,GROUP=N...]", a, v);
+        group_tpp.emplace_back(item.substr(0, eq), to_u32(a, parse_uint(a, item.substr(eq + 1)), 1));
+        p = e + 1;
+      }
+    }
     else if (a == "--kv-dtype-bytes") dtype = to_u32(a, parse_uint(a, v), 1);
     else if (a == "--max-steps") max_steps = parse_uint(a, v);
     else if (a == "--csv-every") csv_every = to_u32(a, parse_uint(a, v), 1);
@@ -120,6 +133,7 @@ int run(int argc, char** argv) {
 
   ModelOptions mo;
   mo.tokens_per_page = tpp;
+  mo.group_tokens_per_page = group_tpp;
   mo.dtype_bytes = dtype;
   const kvmm::KVLayout layout = load_model(model, mo);
   WorkloadOptions wo;

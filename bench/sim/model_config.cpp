@@ -216,14 +216,29 @@ KVLayout layout_from_hf_config_file(const std::string& path, const ModelOptions&
   return layout_from_hf_config(ss.str(), path, o);
 }
 
+KVLayout with_group_tokens_per_page(const KVLayout& layout,
+                                    const std::vector<std::pair<std::string, std::uint32_t>>& overrides) {
+  std::vector<LayerGroup> groups = layout.groups();
+  for (const auto& [name, tokens] : overrides) {
+    const std::optional<GroupId> g = layout.find_group(name);
+    if (!g) fail("group = '{}': no such group in the model (tokens per page override)", name);
+    if (tokens == 0) fail("group = '{}': tokens per page = 0: must be >= 1", name);
+    groups[*g].tokens_per_page = tokens;
+  }
+  return KVLayout::plan(std::move(groups));
+}
+
 KVLayout load_model(const std::string& name_or_path, const ModelOptions& o) {
-  if (name_or_path.size() > 5 && name_or_path.ends_with(".json"))
-    return layout_from_hf_config_file(name_or_path, o);
-  presets::PresetOptions p;
-  p.tokens_per_page = o.tokens_per_page;
-  p.dtype_bytes = o.dtype_bytes;
-  p.state_dtype_bytes = o.state_dtype_bytes;
-  return presets::by_name(name_or_path, p);
+  KVLayout layout = [&] {
+    if (name_or_path.size() > 5 && name_or_path.ends_with(".json")) return layout_from_hf_config_file(name_or_path, o);
+    presets::PresetOptions p;
+    p.tokens_per_page = o.tokens_per_page;
+    p.dtype_bytes = o.dtype_bytes;
+    p.state_dtype_bytes = o.state_dtype_bytes;
+    return presets::by_name(name_or_path, p);
+  }();
+  if (o.group_tokens_per_page.empty()) return layout;
+  return with_group_tokens_per_page(layout, o.group_tokens_per_page);
 }
 
 }  // namespace kvmm::sim

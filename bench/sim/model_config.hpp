@@ -8,6 +8,8 @@
 
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace kvmm::sim {
 
@@ -15,6 +17,9 @@ struct ModelOptions {
   std::uint32_t tokens_per_page = 16;
   std::uint32_t dtype_bytes = 2;        // KV element size
   std::uint32_t state_dtype_bytes = 2;  // Mamba state element size
+  // (group name, tokens per page): overrides tokens_per_page for those groups only
+  // (Jenga's allocator takes a page size per group); applied by load_model.
+  std::vector<std::pair<std::string, std::uint32_t>> group_tokens_per_page;
 };
 
 // Builds the layout of a Hugging Face config.json text; `file` names it in errors.
@@ -22,7 +27,11 @@ KVLayout layout_from_hf_config(std::string_view json_text, std::string_view file
                                const ModelOptions& o = {});
 // Reads the file and calls layout_from_hf_config.
 KVLayout layout_from_hf_config_file(const std::string& path, const ModelOptions& o = {});
-// A preset name, or a path ending in .json.
+// The layout re-planned with the named groups' tokens_per_page replaced. Raises
+// kvmm::Error for an unknown group name or 0 tokens.
+KVLayout with_group_tokens_per_page(const KVLayout& layout,
+                                    const std::vector<std::pair<std::string, std::uint32_t>>& overrides);
+// A preset name, or a path ending in .json; then o.group_tokens_per_page.
 KVLayout load_model(const std::string& name_or_path, const ModelOptions& o = {});
 
 }  // namespace kvmm::sim

@@ -92,3 +92,27 @@ TEST_CASE("HF config reader: errors name the file, line and field", "[sim][confi
   CHECK_THROWS_WITH(kvmm::sim::load_model("/nonexistent/config.json"), Catch::Contains("cannot open"));
   CHECK_THROWS_WITH(kvmm::sim::load_model("llama-9b"), Catch::Contains("preset = 'llama-9b'"));
 }
+
+TEST_CASE("per-group tokens per page: only the named group changes", "[sim][config]") {
+  // Llama-3.2-11B-Vision: self 32 layers x 4 KiB per token, cross 8 layers x 4 KiB.
+  // self=8: self pages 8 x 32 x 4 KiB = 1 MiB, cross stays 16 x 8 x 4 KiB = 512 KiB, so
+  // the LCM large page is 1 MiB holding one self page or two cross pages.
+  kvmm::sim::ModelOptions o;
+  o.group_tokens_per_page = {{"self", 8}};
+  const kvmm::KVLayout l = kvmm::sim::load_model("llama-3.2-11b-vision", o);
+  const kvmm::KVLayout base = kvmm::sim::load_model("llama-3.2-11b-vision");
+  REQUIRE(l.num_groups() == 2);
+  CHECK(l.group(0).name == "self");
+  CHECK(l.group(0).tokens_per_page == 8);
+  CHECK(l.group(1).tokens_per_page == 16);
+  CHECK(l.small_page_bytes(0) == std::uint64_t{1} << 20);
+  CHECK(l.small_page_bytes(1) == base.small_page_bytes(1));
+  CHECK(l.small_page_bytes(1) == std::uint64_t{512} << 10);
+  CHECK(l.large_page_bytes() == std::uint64_t{1} << 20);
+  CHECK(l.small_pages_per_large_page(1) == 2);
+  // Errors name the group and leave nothing half-built.
+  CHECK_THROWS_WITH(kvmm::sim::with_group_tokens_per_page(base, {{"vision", 8}}), Catch::Contains("group = 'vision'"));
+  CHECK_THROWS_WITH(kvmm::sim::with_group_tokens_per_page(base, {{"cross", 0}}),
+                    Catch::Contains("group = 'cross': tokens per page = 0"));
+  CHECK(base.group(1).tokens_per_page == 16);
+}

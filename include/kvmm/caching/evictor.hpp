@@ -1,8 +1,10 @@
 // LruEvictor: evictable pages (small pages of a group, or large pages) in eviction order:
 // retention priority, then last access step ascending, then prefix length descending
-// (Jenga §5.1). Intrusive lists in flat arrays plus a table of runs of 2+ equal keys;
-// erase/front O(1), insert O(1) when it follows the previous insert (how the manager
-// releases), else O(runs walked past). No heap use after construction.
+// (Jenga §5.1). Intrusive lists in one flat array of 32-byte nodes (key, links, level:
+// one cache line per page touched); the two end nodes of a run of 2+ equal keys point at
+// each other, so a walk skips a run in O(1). erase/front O(1), insert O(1) when it follows
+// the previous insert (how the manager releases), else O(runs walked past). No heap use
+// after construction.
 #pragma once
 
 #include "kvmm/error.hpp"
@@ -30,8 +32,8 @@ class LruEvictor {
   explicit LruEvictor(std::uint32_t capacity);
 
   std::uint32_t size() const { return size_; }
-  bool contains(PageId id) const { return id < level_.size() && level_[id] != kOut; }
-  const EvictionKey& key(PageId id) const { return key_[id]; }
+  bool contains(PageId id) const { return id < node_.size() && node_[id].level != kOut; }
+  const EvictionKey& key(PageId id) const { return node_[id].key; }
 
   // Raises kvmm::Error for an id out of range or already present.
   void insert(PageId id, const EvictionKey& k, std::uint32_t level);
@@ -46,8 +48,9 @@ class LruEvictor {
   }
   // Iteration in eviction order: front() then after(id) until kNullPage.
   PageId after(PageId id) const {
-    if (next_[id] != kNone) return next_[id];
-    for (std::uint32_t lv = level_[id] + 1u; lv < kLevels; ++lv)
+    const Node& x = node_[id];
+    if (x.next != kNone) return x.next;
+    for (std::uint32_t lv = x.level + 1u; lv < kLevels; ++lv)
       if (lists_[lv].head != kNone) return lists_[lv].head;
     return kNullPage;
   }
@@ -55,32 +58,29 @@ class LruEvictor {
  private:
   static constexpr std::uint32_t kNone = ~std::uint32_t{0};
   static constexpr std::uint8_t kOut = 0xff;
+  // One page's entry: 32 bytes, so one insert/erase touches one cache line per page.
+  // `other`: in a run of 2+ equal keys (contiguous in one list), the head's is the tail
+  // and the tail's is the head; stale in middle nodes and singletons, never read there.
+  struct alignas(32) Node {
+    EvictionKey key;
+    std::uint32_t prev = kNone, next = kNone, other = kNone;
+    std::uint8_t level = kOut;
+  };
   struct List {
     std::uint32_t head = kNone, tail = kNone;
   };
-  struct Run {
-    std::uint64_t time = 0;
-    std::uint64_t len = 0;
-    std::uint32_t level = kNone;  // kNone: empty slot
-    std::uint32_t head = kNone, tail = kNone;
-  };
-  std::uint64_t home(std::uint32_t level, const EvictionKey& k) const {
-    std::uint64_t h = k.time * 0x9e3779b97f4a7c15ULL ^ (k.prefix_len + level) * 0xc2b2ae3d27d4eb4fULL;
-    h ^= h >> 29;
-    return (h * 0xbf58476d1ce4e5b9ULL >> 17) & run_mask_;
+  // Ends of x's run; x must be a run's head (run_tail) or tail (run_head), or alone.
+  PageId run_tail(PageId x) const {
+    const Node& nx = node_[x];
+    return nx.next != kNone && node_[nx.next].key == nx.key ? nx.other : x;
   }
-  std::uint64_t find_run(std::uint32_t level, const EvictionKey& k) const;
-  void add_run(std::uint32_t level, const EvictionKey& k, PageId id);
-  void drop_run(std::uint64_t slot);
-  PageId run_tail(PageId x) const;
-  PageId run_head(PageId x) const;
+  PageId run_head(PageId x) const {
+    const Node& nx = node_[x];
+    return nx.prev != kNone && node_[nx.prev].key == nx.key ? nx.other : x;
+  }
 
   List lists_[kLevels];
-  std::vector<std::uint32_t> prev_, next_;
-  std::vector<EvictionKey> key_;
-  std::vector<std::uint8_t> level_;
-  std::vector<Run> runs_;
-  std::uint64_t run_mask_ = 0;
+  std::vector<Node> node_;
   std::uint32_t size_ = 0;
   std::uint32_t hint_ = kNone;  // the last inserted page
 };
