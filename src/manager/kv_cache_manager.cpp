@@ -197,8 +197,9 @@ PageState KVCacheManager::page_state(GroupId g, PageId p) const {
 }
 
 std::uint32_t KVCacheManager::ref_count(GroupId g, PageId p) const {
-  page_state(g, p);
-  return groups_[g].meta[p].ref;
+  const Group& grp = groups_[check_group(g)];
+  if (p >= grp.meta.size()) fail("page = {}: group {} has {} small pages", p, g, grp.meta.size());
+  return grp.meta[p].ref;
 }
 
 EvictionKey KVCacheManager::eviction_key(GroupId g, PageId p) const {
