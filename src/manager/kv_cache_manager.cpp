@@ -463,11 +463,22 @@ std::optional<PageId> KVCacheManager::take_page(GroupId g, RequestId r) {
   if (auto p = a.allocate_associated(r)) return p;
   if (auto p = a.allocate_fresh(r)) return p;
   if (const PageId lp = large_front(); lp != kNullPage) {
+    // Evictions come in runs down the LRU: start loading the next victim's index slots.
+    if (const PageId next = large_lru_.after(lp); next != kNullPage) {
+      const GroupId h = pool_.slot(next).owner;
+      if (h != kNoGroup) {
+        const Group& gh = groups_[h];
+        for (PageId s = next * gh.n; s < (next + 1) * gh.n; ++s)
+          if (gh.meta[s].hashed) index_.prefetch(h, gh.hash[s]);
+      }
+    }
     evict_large(lp);
     if (auto p = a.allocate_fresh(r)) return p;
   }
   if (auto p = a.allocate_any()) return p;
   if (const PageId s = small_front(g); s != kNullPage) {
+    if (const PageId next = groups_[g].lru.after(s); next != kNullPage && groups_[g].meta[next].hashed)
+      index_.prefetch(g, groups_[g].hash[next]);
     evict_small(g, s);
     if (auto p = a.allocate_associated(r)) return p;
     if (auto p = a.allocate_any()) return p;
@@ -879,8 +890,12 @@ void KVCacheManager::commit(RequestId r, std::uint64_t num_computed_tokens) {
       if (q.registered[g] < full) {
         ensure_hashes(q, grp.hash_class, full);
         const std::vector<BlockHash>& hv = q.hashes[grp.hash_class];
-        for (std::uint64_t i = q.registered[g]; i < full; ++i)
+        // Index inserts miss the cache: start the slot loads a few pages ahead.
+        constexpr std::uint64_t kAhead = 8;
+        for (std::uint64_t i = q.registered[g]; i < full; ++i) {
+          if (i + kAhead < full) index_.prefetch(g, hv[i + kAhead]);
           if (pages[i] != kNullPage) register_page(g, pages[i], hv[i]);
+        }
         q.registered[g] = full;
       }
     }
