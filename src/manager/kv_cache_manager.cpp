@@ -116,7 +116,6 @@ KVCacheManager::KVCacheManager(KVLayout layout, const KVCacheManagerOptions& opt
   sim_e_.assign(G, 0);
   probe_memo_.resize(G);
   first_miss_.assign(G, kNotFused);
-  fused_.reserve(G);
   accepted_.assign(G, 0);
   copies_.reserve(256);
   events_.reserve(options.record_events ? 4096 : 0);
@@ -254,61 +253,25 @@ void KVCacheManager::ensure_hashes(Request& q, std::uint32_t cls, std::uint64_t 
   }
 }
 
-// Plain-text prompts (no salt, no items, nothing hashed yet): one pass computes each
-// page's chained hash and at once probes it for the built-in full-attention groups of the
-// class, up to each group's first miss (exactly the pages FullAttentionPolicy would
-// examine). The probe of page i does not feed the chain, so the core overlaps its index
-// load with page i+1's hash. false: not applicable, nothing done.
-bool KVCacheManager::hash_and_probe(Request& q, std::uint32_t cls, std::uint64_t pages) {
-  std::vector<BlockHash>& hv = q.hashes[cls];
-  if (!q.items.empty() || !q.salt.empty() || !hv.empty()) return false;
-  fused_.clear();
-  for (GroupId g = 0; g < groups_.size(); ++g) {
-    if (!groups_[g].full_attention || groups_[g].hash_class != cls) continue;
-    fused_.push_back(g);
-    first_miss_[g] = pages;
+// The pages FullAttentionPolicy examines: group g's index probed with the request's page
+// hashes [0, pages) up to the first miss, each hit page recorded in probe_memo_[g]. The
+// hashes are known (add_request), so the slots are prefetched kAhead pages ahead and the
+// misses overlap. Returns the first miss (pages when every page hits). O(pages probed).
+std::uint64_t KVCacheManager::probe_full_attention(const Request& q, GroupId g, std::uint64_t pages) {
+  std::vector<PageId>& memo = probe_memo_[g];
+  if (memo.size() < pages) memo.resize(pages);  // grows once per longest prompt
+  const BlockHash* hv = q.hashes[groups_[g].hash_class].data();
+  PageId* out = memo.data();
+  constexpr std::uint64_t kAhead = 16;
+  for (std::uint64_t i = 0; i < std::min(kAhead, pages); ++i) index_.prefetch(g, hv[i]);
+  std::uint64_t i = 0;
+  for (; i < pages; ++i) {
+    if (i + kAhead < pages) index_.prefetch(g, hv[i + kAhead]);
+    const PageId page = index_.find(g, hv[i]);
+    if (page == kNullPage) break;
+    out[i] = page;
   }
-  const std::uint32_t P = class_tokens_[cls];
-  const std::uint32_t* t = q.tokens.data();
-  PageExtraKeys ex;
-  ex.lora_id = q.lora;
-  std::size_t open = fused_.size();
-  BlockHash h{};
-  // Blocks of kBlock pages: the chain hashes block b and prefetches each page's index
-  // slot (a prefetch retires without waiting), then block b-1 is probed, its slots having
-  // had a whole block of hashing to arrive: the index misses overlap instead of stalling.
-  constexpr std::uint64_t kBlock = 32;
-  auto probe_block = [&](std::uint64_t b, std::uint64_t e) {
-    for (std::size_t k = 0; k < open;) {
-      const GroupId g = fused_[k];
-      std::uint64_t i = b;
-      for (; i < e; ++i) {
-        const PageId page = index_.find(g, hv[i]);
-        probe_memo_[g][i] = page;
-        if (page == kNullPage) break;
-      }
-      if (i == e) {
-        ++k;
-        continue;
-      }
-      first_miss_[g] = i;
-      fused_[k] = fused_[--open];
-    }
-  };
-  for (std::uint64_t b = 0; b < pages; b += kBlock) {
-    const std::uint64_t e = std::min(pages, b + kBlock);
-    for (std::uint64_t i = b; i < e; ++i) {
-      // Without a LoRA id a page's content digest is XXH3-128 of its ids (content_digest).
-      const BlockHash d = ex.lora_id == 0 ? detail::to_hash(detail::xxh128(t + i * P, std::size_t{P} * 4))
-                                          : detail::content_digest({t + i * P, P}, ex);
-      h = detail::link(h, d);
-      hv.push_back(h);
-      for (std::size_t k = 0; k < open; ++k) index_.prefetch(fused_[k], h);
-    }
-    if (b > 0) probe_block(b - kBlock, b);
-  }
-  if (pages > 0) probe_block((pages - 1) / kBlock * kBlock, pages);
-  return true;
+  return i;
 }
 
 BlockHash KVCacheManager::item_page_hash(const Request& q, std::uint32_t item,
@@ -497,7 +460,7 @@ RequestId KVCacheManager::add_request(std::span<const std::uint32_t> tokens,
   q.swapped = q.looked_up = q.enc_ready = q.enc_registered = false;
   const std::uint64_t reserve = std::max<std::uint64_t>(extras.max_tokens, tokens.size());
   q.tokens.reserve(reserve);
-  q.tokens.assign(tokens.begin(), tokens.end());
+  q.tokens.clear();
   for (std::uint32_t c = 0; c < class_tokens_.size(); ++c) q.hashes[c].reserve(reserve / class_tokens_[c]);
   q.lora = extras.lora_id;
   q.salt.assign(extras.cache_salt);
@@ -520,6 +483,20 @@ RequestId KVCacheManager::add_request(std::span<const std::uint32_t> tokens,
     q.item_page[g].push_back(at);
   }
   for (auto& hv : q.hashes) hv.clear();
+  if (!options_.prefix_caching || class_tokens_.empty()) {
+    q.tokens.assign(tokens.begin(), tokens.end());
+  } else {
+    // Every full page is hashed now, once, as the ids are copied: in blocks that stay in
+    // L1 between the copy and the hash, so the prompt is read from memory once and the
+    // copy's loads overlap the latency-bound hash chain.
+    constexpr std::size_t kBlock = 1024;
+    for (std::size_t at = 0; at < tokens.size(); at += kBlock) {
+      const auto part = tokens.subspan(at, std::min(kBlock, tokens.size() - at));
+      q.tokens.insert(q.tokens.end(), part.begin(), part.end());
+      for (std::uint32_t c = 0; c < class_tokens_.size(); ++c)
+        ensure_hashes(q, c, q.tokens.size() / class_tokens_[c]);
+    }
+  }
   ++num_active_;
   return r;
 }
@@ -556,15 +533,17 @@ std::uint64_t KVCacheManager::lookup_prefix(RequestId r) {
     return 0;
   }
   const std::uint64_t limit = q.tokens.size() - 1;
+  // add_request hashed the prompt's full pages; only ids appended since need hashing.
+  for (std::uint32_t c = 0; c < class_tokens_.size(); ++c) ensure_hashes(q, c, limit / class_tokens_[c]);
   for (GroupId g = 0; g < groups_.size(); ++g) {
     first_miss_[g] = kNotFused;
-    if (!groups_[g].decoder) continue;
-    probe_memo_[g].assign(limit / groups_[g].P, kUnknown);
+    const Group& grp = groups_[g];
+    if (!grp.decoder) continue;
     accepted_[g] = ~std::uint64_t{0};
-  }
-  for (std::uint32_t c = 0; c < class_tokens_.size(); ++c) {
-    const std::uint64_t pages = limit / class_tokens_[c];
-    if (!hash_and_probe(q, c, pages)) ensure_hashes(q, c, pages);
+    if (grp.full_attention)
+      first_miss_[g] = probe_full_attention(q, g, limit / grp.P);
+    else
+      probe_memo_[g].assign(limit / grp.P, kUnknown);
   }
   // The longest prefix valid in every group: shrink p until every group accepts it. A
   // group whose last answer equals p is not asked again.

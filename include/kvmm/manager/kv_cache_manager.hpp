@@ -218,7 +218,7 @@ class KVCacheManager {
   static std::uint64_t pages_for(std::uint64_t tokens, std::uint32_t P) { return (tokens + P - 1) / P; }
 
   void ensure_hashes(Request& q, std::uint32_t cls, std::uint64_t pages);
-  bool hash_and_probe(Request& q, std::uint32_t cls, std::uint64_t pages);
+  std::uint64_t probe_full_attention(const Request& q, GroupId g, std::uint64_t pages);
   BlockHash item_page_hash(const Request& q, std::uint32_t item, std::uint64_t page_in_item) const;
   void register_page(GroupId g, PageId p, const BlockHash& h);
   void acquire_cached(GroupId g, PageId p);
@@ -262,8 +262,7 @@ class KVCacheManager {
   std::vector<std::vector<PageId>> probe_memo_;  // scratch of lookup_prefix, per group
   std::vector<std::uint64_t> accepted_;          // per group: its last valid prefix
   static constexpr std::uint64_t kNotFused = ~std::uint64_t{0};
-  std::vector<std::uint64_t> first_miss_;  // per group: first missing page (hash_and_probe)
-  std::vector<GroupId> fused_;             // scratch of hash_and_probe
+  std::vector<std::uint64_t> first_miss_;  // per group: first missing page (probe_full_attention)
   std::uint64_t lookups_ = 0, lookup_tokens_ = 0, hit_tokens_ = 0;
 };
 
