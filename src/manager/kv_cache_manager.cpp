@@ -221,11 +221,9 @@ void KVCacheManager::ensure_hashes(Request& q, std::uint32_t cls, std::uint64_t 
   const std::span<const std::uint32_t> tokens(q.tokens);
   const std::span<const MultimodalItem> items(q.items);
   if (items.empty() && hv.size() < pages && (!hv.empty() || q.salt.empty())) {
-    // Plain text pages: the two-pass bulk hash.
+    // Plain text pages: one bulk pass.
     const std::size_t from = hv.size();
-    hv.resize(pages);
-    hash_pages(from > 0 ? hv[from - 1] : BlockHash{}, tokens.subspan(from * P), P, q.lora,
-               std::span(hv).subspan(from));
+    detail::append_page_hashes(hv, tokens.subspan(from * P), P, q.lora, pages - from, nullptr);
     return;
   }
   for (std::uint64_t i = hv.size(); i < pages; ++i) {
@@ -483,20 +481,21 @@ RequestId KVCacheManager::add_request(std::span<const std::uint32_t> tokens,
     q.item_page[g].push_back(at);
   }
   for (auto& hv : q.hashes) hv.clear();
-  if (!options_.prefix_caching || class_tokens_.empty()) {
-    q.tokens.assign(tokens.begin(), tokens.end());
+  if (options_.prefix_caching && !class_tokens_.empty() && q.items.empty() && q.salt.empty()) {
+    // Every full page is hashed now, once, in the pass that copies the ids: the prompt is
+    // read once, and the copy's loads overlap the latency-bound hash chain.
+    const std::uint32_t P = class_tokens_[0];
+    const std::size_t pages = tokens.size() / P;
+    q.tokens.resize(tokens.size());  // no fill: every id is written below
+    detail::append_page_hashes(q.hashes[0], tokens, P, q.lora, pages, q.tokens.data());
+    std::copy(tokens.begin() + static_cast<std::ptrdiff_t>(pages * P), tokens.end(),
+              q.tokens.begin() + static_cast<std::ptrdiff_t>(pages * P));
   } else {
-    // Every full page is hashed now, once, as the ids are copied: in blocks that stay in
-    // L1 between the copy and the hash, so the prompt is read from memory once and the
-    // copy's loads overlap the latency-bound hash chain.
-    constexpr std::size_t kBlock = 1024;
-    for (std::size_t at = 0; at < tokens.size(); at += kBlock) {
-      const auto part = tokens.subspan(at, std::min(kBlock, tokens.size() - at));
-      q.tokens.insert(q.tokens.end(), part.begin(), part.end());
-      for (std::uint32_t c = 0; c < class_tokens_.size(); ++c)
-        ensure_hashes(q, c, q.tokens.size() / class_tokens_[c]);
-    }
+    q.tokens.assign(tokens.begin(), tokens.end());
   }
+  if (options_.prefix_caching)
+    for (std::uint32_t c = 0; c < class_tokens_.size(); ++c)
+      ensure_hashes(q, c, q.tokens.size() / class_tokens_[c]);
   ++num_active_;
   return r;
 }

@@ -193,10 +193,23 @@ class KVCacheManager {
     std::uint64_t hit_pages = 0;
     std::uint64_t evicted = 0;
   };
+  // An allocator whose resize() leaves new ids unset: add_request writes each prompt id
+  // once, in the pass that hashes it, instead of zero-filling the slot first.
+  template <class T>
+  struct NoFillAllocator : std::allocator<T> {
+    using value_type = T;
+    template <class U> struct rebind { using other = NoFillAllocator<U>; };
+    NoFillAllocator() = default;
+    template <class U> NoFillAllocator(const NoFillAllocator<U>&) noexcept {}
+    template <class U> void construct(U* p) noexcept { ::new (static_cast<void*>(p)) U; }
+    template <class U, class... A> void construct(U* p, A&&... a) {
+      ::new (static_cast<void*>(p)) U(static_cast<A&&>(a)...);
+    }
+  };
   struct Request {
     bool active = false, swapped = false, looked_up = false, enc_ready = false,
          enc_registered = false;
-    std::vector<std::uint32_t> tokens;
+    std::vector<std::uint32_t, NoFillAllocator<std::uint32_t>> tokens;
     std::uint32_t lora = 0;
     std::string salt;
     std::vector<MultimodalItem> items;
