@@ -251,23 +251,34 @@ void KVCacheManager::ensure_hashes(Request& q, std::uint32_t cls, std::uint64_t 
   }
 }
 
-// The pages FullAttentionPolicy examines: group g's index probed with the request's page
-// hashes [0, pages) up to the first miss, each hit page recorded in probe_memo_[g]. The
-// hashes are known (add_request), so the slots are prefetched kAhead pages ahead and the
-// misses overlap. Returns the first miss (pages when every page hits). O(pages probed).
+// The pages FullAttentionPolicy examines: group g's prefix probed with the request's page
+// hashes [0, pages) up to the first miss, each hit page recorded in probe_memo_[g].
+// Returns the first miss (pages when every page hits). O(pages probed).
+// A prefix cached by one prefill mostly sits in consecutive page ids, so the page after
+// the previous hit is tried first: hashed[p] with hash[p] == h means the index maps h to p
+// (check_invariants), the same answer as index_.find, from arrays read in order instead
+// of a random index slot per page. Otherwise the index answers.
 std::uint64_t KVCacheManager::probe_full_attention(const Request& q, GroupId g, std::uint64_t pages) {
   std::vector<PageId>& memo = probe_memo_[g];
   if (memo.size() < pages) memo.resize(pages);  // grows once per longest prompt
-  const BlockHash* hv = q.hashes[groups_[g].hash_class].data();
+  const Group& grp = groups_[g];
+  const BlockHash* hv = q.hashes[grp.hash_class].data();
+  const std::uint8_t* hashed = grp.hashed.data();
+  const BlockHash* page_hash = grp.hash.data();
+  const std::uint64_t num_pages = grp.hashed.size();
   PageId* out = memo.data();
-  constexpr std::uint64_t kAhead = 16;
-  for (std::uint64_t i = 0; i < std::min(kAhead, pages); ++i) index_.prefetch(g, hv[i]);
+  std::uint64_t next = num_pages;  // candidate: the page after the previous hit
   std::uint64_t i = 0;
   for (; i < pages; ++i) {
-    if (i + kAhead < pages) index_.prefetch(g, hv[i + kAhead]);
-    const PageId page = index_.find(g, hv[i]);
-    if (page == kNullPage) break;
+    PageId page;
+    if (next < num_pages && hashed[next] && page_hash[next] == hv[i]) {
+      page = static_cast<PageId>(next);
+    } else {
+      page = index_.find(g, hv[i]);
+      if (page == kNullPage) break;
+    }
     out[i] = page;
+    next = std::uint64_t{page} + 1;
   }
   return i;
 }
