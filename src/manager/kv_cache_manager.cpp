@@ -26,28 +26,44 @@ std::uint64_t splitmix(std::uint64_t& state) {
 
 // Probes one decoder group's prefix index with the request's precomputed page hashes,
 // remembering every answer (page id or null) so repeated candidates cost an array read and
-// the pinning pass needs no second lookup. Prefetches the slot a few pages ahead.
+// the pinning pass needs no second lookup. A neighbour's known page +-1 is tried first (a
+// prefix cached by one prefill sits in consecutive ids; hashed with an equal hash is the
+// index's own answer, see probe_full_attention); else the index, slots prefetched a few
+// pages ahead in both directions (policies scan up or down).
 constexpr PageId kUnknown = kNullPage - 1;
 class IndexProbe final : public PageProbe {
  public:
   IndexProbe(const PrefixIndex& index, GroupId g, const std::vector<BlockHash>& hashes,
-             std::vector<PageId>& memo)
-      : index_(index), g_(g), hashes_(hashes), memo_(memo) {}
+             std::vector<PageId>& memo, const std::vector<std::uint8_t>& hashed,
+             const std::vector<BlockHash>& page_hash)
+      : index_(index), g_(g), hashes_(hashes), memo_(memo), hashed_(hashed), page_hash_(page_hash) {}
   bool hit(std::uint64_t i) override { return page(i) != kNullPage; }
   PageId page(std::uint64_t i) {
-    if (i >= hashes_.size()) return kNullPage;
-    if (memo_[i] == kUnknown) {
-      if (i + 8 < hashes_.size()) index_.prefetch(g_, hashes_[i + 8]);
-      memo_[i] = index_.find(g_, hashes_[i]);
-    }
+    if (i >= memo_.size() || i >= hashes_.size()) return kNullPage;
+    if (memo_[i] == kUnknown) memo_[i] = find(i);
     return memo_[i];
   }
 
  private:
+  bool holds(std::uint64_t p, const BlockHash& h) const {
+    return p < hashed_.size() && hashed_[p] && page_hash_[p] == h;
+  }
+  PageId find(std::uint64_t i) const {
+    const BlockHash& h = hashes_[i];
+    if (i + 1 < memo_.size() && memo_[i + 1] < kUnknown && memo_[i + 1] > 0 && holds(memo_[i + 1] - 1, h))
+      return memo_[i + 1] - 1;
+    if (i > 0 && memo_[i - 1] < kUnknown && holds(std::uint64_t{memo_[i - 1]} + 1, h))
+      return memo_[i - 1] + 1;
+    if (i + 8 < hashes_.size()) index_.prefetch(g_, hashes_[i + 8]);
+    if (i >= 8) index_.prefetch(g_, hashes_[i - 8]);
+    return index_.find(g_, h);
+  }
   const PrefixIndex& index_;
   GroupId g_;
   const std::vector<BlockHash>& hashes_;
   std::vector<PageId>& memo_;
+  const std::vector<std::uint8_t>& hashed_;
+  const std::vector<BlockHash>& page_hash_;
 };
 
 }  // namespace
@@ -268,12 +284,14 @@ std::uint64_t KVCacheManager::probe_full_attention(const Request& q, GroupId g, 
   const std::uint64_t num_pages = grp.hashed.size();
   PageId* out = memo.data();
   std::uint64_t next = num_pages;  // candidate: the page after the previous hit
+  constexpr std::uint64_t kAhead = 16;
   std::uint64_t i = 0;
   for (; i < pages; ++i) {
     PageId page;
     if (next < num_pages && hashed[next] && page_hash[next] == hv[i]) {
       page = static_cast<PageId>(next);
     } else {
+      if (i + kAhead < pages) index_.prefetch(g, hv[i + kAhead]);  // index mode: slots ahead
       page = index_.find(g, hv[i]);
       if (page == kNullPage) break;
     }
@@ -568,7 +586,7 @@ std::uint64_t KVCacheManager::lookup_prefix(RequestId r) {
         if (first_miss_[g] != kNotFused) {  // FullAttentionPolicy's answer, pages known
           v = std::min(p / grp.P, first_miss_[g]) * grp.P;
         } else {
-          IndexProbe probe(index_, g, q.hashes[grp.hash_class], probe_memo_[g]);
+          IndexProbe probe(index_, g, q.hashes[grp.hash_class], probe_memo_[g], grp.hashed, grp.hash);
           v = grp.policy->longest_valid_prefix(p, probe);
         }
         accepted_[g] = v;
@@ -597,7 +615,7 @@ std::uint64_t KVCacheManager::lookup_prefix(RequestId r) {
     if (grp.decoder) {
       const std::uint64_t pages = p / grp.P;
       const std::uint64_t lo = std::min(grp.policy->first_required_page(p), pages);
-      IndexProbe probe(index_, g, q.hashes[grp.hash_class], probe_memo_[g]);
+      IndexProbe probe(index_, g, q.hashes[grp.hash_class], probe_memo_[g], grp.hashed, grp.hash);
       grp.table.append(r, lo, kNullPage);
       if (first_miss_[g] != kNotFused) {  // every page of [lo, pages) is a hit in the memo
         if (pages > first_miss_[g]) fail("internal: group {} hit of {} pages past its first miss {}", g, pages, first_miss_[g]);
