@@ -1,8 +1,8 @@
 // KVCacheManager: what a scheduler calls each step. Prefix caching with per-layer-kind
 // rules (Jenga §5) on Jenga §4's two-level paging, plus fork / copy-on-write / swap plans
-// (PagedAttention §4.4-4.5). A decode step's allocate + commit is O(groups); lookup_prefix
-// is O(prompt pages) hashing + O(pages probed); free is O(pages). Ids and plans only, no
-// KV memory is touched. Single-threaded by contract. Guide: docs/manager.md.
+// (PagedAttention §4.4-4.5). Decode step allocate + commit: O(groups); add_request copies
+// and hashes the prompt, O(tokens); lookup_prefix: O(pages probed); free: O(pages). Ids and
+// plans only, no KV memory is touched. Single-threaded by contract. Guide: docs/manager.md.
 #pragma once
 
 #include "kvmm/caching/block_hash.hpp"
@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <new>
 #include <optional>
 #include <span>
 #include <string>
@@ -100,7 +101,8 @@ class KVCacheManager {
   std::uint64_t begin_step();
   std::uint64_t step() const { return step_; }
 
-  // Registers a request with its prompt token ids. O(tokens) copy (slot capacity kept).
+  // Registers a request with its prompt token ids: O(tokens) copy (slot capacity kept)
+  // and, with prefix caching on, the block hash of every full page in the same pass.
   RequestId add_request(std::span<const std::uint32_t> tokens, const RequestExtras& extras = {});
   // Token ids the engine sampled; commit() hashes full pages, so it needs them first.
   void append_tokens(RequestId r, std::span<const std::uint32_t> tokens);
