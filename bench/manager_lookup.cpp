@@ -1,7 +1,9 @@
 // lookup_prefix of a fully cached 128k-token prompt, 16-token pages, hashing included:
-// add_request (copies the ids) + lookup_prefix (hashes 8191 pages, probes the index,
-// pins the pages). free() runs untimed. Arg: 1 = full attention only, 2 = full +
-// sliding window 4096.
+// add_request (copies the ids and hashes 8192 pages) + lookup_prefix (probes 8191 pages,
+// pins and maps them). free() runs untimed. Arg: 1 = full attention only, 2 = full +
+// sliding window 4096. The Scattered variant caches the prompt in every other page id
+// (two prompts prefilled in turn), so no hit page follows the previous one and every
+// probe goes to the prefix index.
 #include "kvmm/manager/kv_cache_manager.hpp"
 
 #include <benchmark/benchmark.h>
@@ -39,6 +41,40 @@ void BM_LookupCached128k(benchmark::State& state) {
   state.counters["hit_tokens"] = static_cast<double>(hit);
 }
 BENCHMARK(BM_LookupCached128k)->Arg(1)->Arg(2)->Unit(benchmark::kMicrosecond);
+
+void BM_LookupCached128kScattered(benchmark::State& state) {
+  KVCacheManager kv(KVLayout::plan({LayerGroup::full_attention("global", 32, 8, 128, 2, 16)}),
+                    {.num_large_pages = 2 * (kTokens / 16 + 16), .max_requests = 4});
+  std::vector<std::uint32_t> tokens(kTokens), other(kTokens);
+  for (std::uint32_t i = 0; i < kTokens; ++i) {
+    tokens[i] = i * 2654435761u;
+    other[i] = i * 2246822519u + 1;
+  }
+  kv.begin_step();
+  const RequestId a = kv.add_request(tokens), b = kv.add_request(other);
+  kv.lookup_prefix(a);
+  kv.lookup_prefix(b);
+  for (std::uint32_t done = 0; done < kTokens; done += 16) {
+    if (!kv.allocate(a, 16) || !kv.allocate(b, 16)) state.SkipWithError("warm-up allocation failed");
+    kv.commit(a, done + 16);
+    kv.commit(b, done + 16);
+  }
+  if (kv.page_table(a, 0)[1] == kv.page_table(a, 0)[0] + 1) state.SkipWithError("pages not scattered");
+  kv.free(a);
+  kv.free(b);
+  std::uint64_t hit = 0;
+  for (auto _ : state) {
+    const RequestId r = kv.add_request(tokens);
+    hit = kv.lookup_prefix(r);
+    benchmark::DoNotOptimize(hit);
+    state.PauseTiming();
+    kv.free(r);
+    state.ResumeTiming();
+  }
+  if (hit != kTokens - 16) state.SkipWithError("prompt not fully hit");
+  state.counters["hit_tokens"] = static_cast<double>(hit);
+}
+BENCHMARK(BM_LookupCached128kScattered)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 

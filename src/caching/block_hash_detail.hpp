@@ -11,6 +11,7 @@
 #include <xxhash.h>
 
 #include <cstring>
+#include <vector>
 
 namespace kvmm::detail {
 
@@ -84,5 +85,12 @@ inline BlockHash link(const BlockHash& parent, const BlockHash& content) {
   const std::uint64_t buf[4] = {parent.lo, parent.hi, content.lo, content.hi};
   return to_hash(xxh128(buf, sizeof buf));
 }
+
+// hash_pages for `pages` more pages of a chain whose hashes so far are `hashes`, appended
+// to it (no fill of the vector first); their ids are `tokens`' first pages x tokens_per_page,
+// also copied to `copy` when not null, so a prompt is read once for both.
+void append_page_hashes(std::vector<BlockHash>& hashes, std::span<const std::uint32_t> tokens,
+                        std::uint32_t tokens_per_page, std::uint32_t lora_id, std::size_t pages,
+                        std::uint32_t* copy);
 
 }  // namespace kvmm::detail

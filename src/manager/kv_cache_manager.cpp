@@ -26,28 +26,42 @@ std::uint64_t splitmix(std::uint64_t& state) {
 
 // Probes one decoder group's prefix index with the request's precomputed page hashes,
 // remembering every answer (page id or null) so repeated candidates cost an array read and
-// the pinning pass needs no second lookup. Prefetches the slot a few pages ahead.
+// the pinning pass needs no second lookup. A neighbour's known page +-1 is tried first (a
+// prefix cached by one prefill sits in consecutive ids; hashed with an equal hash is the
+// index's own answer, see probe_full_attention); else the index, slots prefetched a few
+// pages ahead in both directions (policies scan up or down).
 constexpr PageId kUnknown = kNullPage - 1;
+// Holds(p, h): page p is cached under hash h.
+template <class Holds>
 class IndexProbe final : public PageProbe {
  public:
   IndexProbe(const PrefixIndex& index, GroupId g, const std::vector<BlockHash>& hashes,
-             std::vector<PageId>& memo)
-      : index_(index), g_(g), hashes_(hashes), memo_(memo) {}
+             std::vector<PageId>& memo, Holds holds)
+      : index_(index), g_(g), hashes_(hashes), memo_(memo), holds_(holds) {}
   bool hit(std::uint64_t i) override { return page(i) != kNullPage; }
   PageId page(std::uint64_t i) {
-    if (i >= hashes_.size()) return kNullPage;
-    if (memo_[i] == kUnknown) {
-      if (i + 8 < hashes_.size()) index_.prefetch(g_, hashes_[i + 8]);
-      memo_[i] = index_.find(g_, hashes_[i]);
-    }
+    if (i >= memo_.size() || i >= hashes_.size()) return kNullPage;
+    if (memo_[i] == kUnknown) memo_[i] = find(i);
     return memo_[i];
   }
 
  private:
+  bool holds(std::uint64_t p, const BlockHash& h) const { return holds_(p, h); }
+  PageId find(std::uint64_t i) const {
+    const BlockHash& h = hashes_[i];
+    if (i + 1 < memo_.size() && memo_[i + 1] < kUnknown && memo_[i + 1] > 0 && holds(memo_[i + 1] - 1, h))
+      return memo_[i + 1] - 1;
+    if (i > 0 && memo_[i - 1] < kUnknown && holds(std::uint64_t{memo_[i - 1]} + 1, h))
+      return memo_[i - 1] + 1;
+    if (i + 8 < hashes_.size()) index_.prefetch(g_, hashes_[i + 8]);
+    if (i >= 8) index_.prefetch(g_, hashes_[i - 8]);
+    return index_.find(g_, h);
+  }
   const PrefixIndex& index_;
   GroupId g_;
   const std::vector<BlockHash>& hashes_;
   std::vector<PageId>& memo_;
+  Holds holds_;
 };
 
 }  // namespace
@@ -114,7 +128,6 @@ KVCacheManager::KVCacheManager(KVLayout layout, const KVCacheManagerOptions& opt
   replay_mark_.assign(options.num_large_pages, 0);
   probe_memo_.resize(G);
   first_miss_.assign(G, kNotFused);
-  fused_.reserve(G);
   accepted_.assign(G, 0);
   copies_.reserve(256);
   events_.reserve(options.record_events ? 4096 : 0);
@@ -221,11 +234,9 @@ void KVCacheManager::ensure_hashes(Request& q, std::uint32_t cls, std::uint64_t 
   const std::span<const std::uint32_t> tokens(q.tokens);
   const std::span<const MultimodalItem> items(q.items);
   if (items.empty() && hv.size() < pages && (!hv.empty() || q.salt.empty())) {
-    // Plain text pages: the two-pass bulk hash.
+    // Plain text pages: one bulk pass.
     const std::size_t from = hv.size();
-    hv.resize(pages);
-    hash_pages(from > 0 ? hv[from - 1] : BlockHash{}, tokens.subspan(from * P), P, q.lora,
-               std::span(hv).subspan(from));
+    detail::append_page_hashes(hv, tokens.subspan(from * P), P, q.lora, pages - from, nullptr);
     return;
   }
   for (std::uint64_t i = hv.size(); i < pages; ++i) {
@@ -253,61 +264,38 @@ void KVCacheManager::ensure_hashes(Request& q, std::uint32_t cls, std::uint64_t 
   }
 }
 
-// Plain-text prompts (no salt, no items, nothing hashed yet): one pass computes each
-// page's chained hash and at once probes it for the built-in full-attention groups of the
-// class, up to each group's first miss (exactly the pages FullAttentionPolicy would
-// examine). The probe of page i does not feed the chain, so the core overlaps its index
-// load with page i+1's hash. false: not applicable, nothing done.
-bool KVCacheManager::hash_and_probe(Request& q, std::uint32_t cls, std::uint64_t pages) {
-  std::vector<BlockHash>& hv = q.hashes[cls];
-  if (!q.items.empty() || !q.salt.empty() || !hv.empty()) return false;
-  fused_.clear();
-  for (GroupId g = 0; g < groups_.size(); ++g) {
-    if (!groups_[g].full_attention || groups_[g].hash_class != cls) continue;
-    fused_.push_back(g);
-    first_miss_[g] = pages;
-  }
-  const std::uint32_t P = class_tokens_[cls];
-  const std::uint32_t* t = q.tokens.data();
-  PageExtraKeys ex;
-  ex.lora_id = q.lora;
-  std::size_t open = fused_.size();
-  BlockHash h{};
-  // Blocks of kBlock pages: the chain hashes block b and prefetches each page's index
-  // slot (a prefetch retires without waiting), then block b-1 is probed, its slots having
-  // had a whole block of hashing to arrive: the index misses overlap instead of stalling.
-  constexpr std::uint64_t kBlock = 32;
-  auto probe_block = [&](std::uint64_t b, std::uint64_t e) {
-    for (std::size_t k = 0; k < open;) {
-      const GroupId g = fused_[k];
-      std::uint64_t i = b;
-      for (; i < e; ++i) {
-        const PageId page = index_.find(g, hv[i]);
-        probe_memo_[g][i] = page;
-        if (page == kNullPage) break;
-      }
-      if (i == e) {
-        ++k;
-        continue;
-      }
-      first_miss_[g] = i;
-      fused_[k] = fused_[--open];
+// The pages FullAttentionPolicy examines: group g's prefix probed with the request's page
+// hashes [0, pages) up to the first miss, each hit page recorded in probe_memo_[g].
+// Returns the first miss (pages when every page hits). O(pages probed).
+// A prefix cached by one prefill mostly sits in consecutive page ids, so the page after
+// the previous hit is tried first: meta[p].hashed with hash[p] == h means the index maps h to p
+// (check_invariants), the same answer as index_.find, from arrays read in order instead
+// of a random index slot per page. Otherwise the index answers.
+std::uint64_t KVCacheManager::probe_full_attention(const Request& q, GroupId g, std::uint64_t pages) {
+  std::vector<PageId>& memo = probe_memo_[g];
+  if (memo.size() < pages) memo.resize(pages);  // grows once per longest prompt
+  const Group& grp = groups_[g];
+  const BlockHash* hv = q.hashes[grp.hash_class].data();
+  const Group::PageMeta* meta = grp.meta.data();
+  const BlockHash* page_hash = grp.hash.data();
+  const std::uint64_t num_pages = grp.meta.size();
+  PageId* out = memo.data();
+  std::uint64_t next = num_pages;  // candidate: the page after the previous hit
+  constexpr std::uint64_t kAhead = 16;
+  std::uint64_t i = 0;
+  for (; i < pages; ++i) {
+    PageId page;
+    if (next < num_pages && meta[next].hashed && page_hash[next] == hv[i]) {
+      page = static_cast<PageId>(next);
+    } else {
+      if (i + kAhead < pages) index_.prefetch(g, hv[i + kAhead]);  // index mode: slots ahead
+      page = index_.find(g, hv[i]);
+      if (page == kNullPage) break;
     }
-  };
-  for (std::uint64_t b = 0; b < pages; b += kBlock) {
-    const std::uint64_t e = std::min(pages, b + kBlock);
-    for (std::uint64_t i = b; i < e; ++i) {
-      // Without a LoRA id a page's content digest is XXH3-128 of its ids (content_digest).
-      const BlockHash d = ex.lora_id == 0 ? detail::to_hash(detail::xxh128(t + i * P, std::size_t{P} * 4))
-                                          : detail::content_digest({t + i * P, P}, ex);
-      h = detail::link(h, d);
-      hv.push_back(h);
-      for (std::size_t k = 0; k < open; ++k) index_.prefetch(fused_[k], h);
-    }
-    if (b > 0) probe_block(b - kBlock, b);
+    out[i] = page;
+    next = std::uint64_t{page} + 1;
   }
-  if (pages > 0) probe_block((pages - 1) / kBlock * kBlock, pages);
-  return true;
+  return i;
 }
 
 BlockHash KVCacheManager::item_page_hash(const Request& q, std::uint32_t item,
@@ -619,7 +607,7 @@ RequestId KVCacheManager::add_request(std::span<const std::uint32_t> tokens,
   q.swapped = q.looked_up = q.enc_ready = q.enc_registered = false;
   const std::uint64_t reserve = std::max<std::uint64_t>(extras.max_tokens, tokens.size());
   q.tokens.reserve(reserve);
-  q.tokens.assign(tokens.begin(), tokens.end());
+  q.tokens.clear();
   for (std::uint32_t c = 0; c < class_tokens_.size(); ++c) q.hashes[c].reserve(reserve / class_tokens_[c]);
   q.lora = extras.lora_id;
   q.salt.assign(extras.cache_salt);
@@ -643,6 +631,21 @@ RequestId KVCacheManager::add_request(std::span<const std::uint32_t> tokens,
     q.item_page[g].push_back(at);
   }
   for (auto& hv : q.hashes) hv.clear();
+  if (options_.prefix_caching && !class_tokens_.empty() && q.items.empty() && q.salt.empty()) {
+    // Every full page is hashed now, once, in the pass that copies the ids: the prompt is
+    // read once, and the copy's loads overlap the latency-bound hash chain.
+    const std::uint32_t P = class_tokens_[0];
+    const std::size_t pages = tokens.size() / P;
+    q.tokens.resize(tokens.size());  // no fill: every id is written below
+    detail::append_page_hashes(q.hashes[0], tokens, P, q.lora, pages, q.tokens.data());
+    std::copy(tokens.begin() + static_cast<std::ptrdiff_t>(pages * P), tokens.end(),
+              q.tokens.begin() + static_cast<std::ptrdiff_t>(pages * P));
+  } else {
+    q.tokens.assign(tokens.begin(), tokens.end());
+  }
+  if (options_.prefix_caching)
+    for (std::uint32_t c = 0; c < class_tokens_.size(); ++c)
+      ensure_hashes(q, c, q.tokens.size() / class_tokens_[c]);
   ++num_active_;
   return r;
 }
@@ -678,15 +681,17 @@ std::uint64_t KVCacheManager::lookup_prefix(RequestId r) {
     return 0;
   }
   const std::uint64_t limit = q.tokens.size() - 1;
+  // add_request hashed the prompt's full pages; only ids appended since need hashing.
+  for (std::uint32_t c = 0; c < class_tokens_.size(); ++c) ensure_hashes(q, c, limit / class_tokens_[c]);
   for (GroupId g = 0; g < groups_.size(); ++g) {
     first_miss_[g] = kNotFused;
-    if (!groups_[g].decoder) continue;
-    probe_memo_[g].assign(limit / groups_[g].P, kUnknown);
+    const Group& grp = groups_[g];
+    if (!grp.decoder) continue;
     accepted_[g] = ~std::uint64_t{0};
-  }
-  for (std::uint32_t c = 0; c < class_tokens_.size(); ++c) {
-    const std::uint64_t pages = limit / class_tokens_[c];
-    if (!hash_and_probe(q, c, pages)) ensure_hashes(q, c, pages);
+    if (grp.full_attention)
+      first_miss_[g] = probe_full_attention(q, g, limit / grp.P);
+    else
+      probe_memo_[g].assign(limit / grp.P, kUnknown);
   }
   // The longest prefix valid in every group: shrink p until every group accepts it. A
   // group whose last answer equals p is not asked again.
@@ -701,7 +706,7 @@ std::uint64_t KVCacheManager::lookup_prefix(RequestId r) {
         if (first_miss_[g] != kNotFused) {  // FullAttentionPolicy's answer, pages known
           v = std::min(p / grp.P, first_miss_[g]) * grp.P;
         } else {
-          IndexProbe probe(index_, g, q.hashes[grp.hash_class], probe_memo_[g]);
+          IndexProbe probe(index_, g, q.hashes[grp.hash_class], probe_memo_[g], holds(grp));
           v = grp.policy->longest_valid_prefix(p, probe);
         }
         accepted_[g] = v;
@@ -730,7 +735,7 @@ std::uint64_t KVCacheManager::lookup_prefix(RequestId r) {
     if (grp.decoder) {
       const std::uint64_t pages = p / grp.P;
       const std::uint64_t lo = std::min(grp.policy->first_required_page(p), pages);
-      IndexProbe probe(index_, g, q.hashes[grp.hash_class], probe_memo_[g]);
+      IndexProbe probe(index_, g, q.hashes[grp.hash_class], probe_memo_[g], holds(grp));
       grp.table.append(r, lo, kNullPage);
       if (first_miss_[g] != kNotFused) {  // every page of [lo, pages) is a hit in the memo
         if (pages > first_miss_[g]) fail("internal: group {} hit of {} pages past its first miss {}", g, pages, first_miss_[g]);

@@ -1,8 +1,8 @@
 // KVCacheManager: what a scheduler calls each step. Prefix caching with per-layer-kind
 // rules (Jenga §5) on Jenga §4's two-level paging, plus fork / copy-on-write / swap plans
-// (PagedAttention §4.4-4.5). A decode step's allocate + commit is O(groups); lookup_prefix
-// is O(prompt pages) hashing + O(pages probed); free is O(pages). Ids and plans only, no
-// KV memory is touched. Single-threaded by contract. Guide: docs/manager.md.
+// (PagedAttention §4.4-4.5). Decode step allocate + commit: O(groups); add_request copies
+// and hashes the prompt, O(tokens); lookup_prefix: O(pages probed); free: O(pages). Ids and
+// plans only, no KV memory is touched. Single-threaded by contract. Guide: docs/manager.md.
 #pragma once
 
 #include "kvmm/caching/block_hash.hpp"
@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <new>
 #include <optional>
 #include <span>
 #include <string>
@@ -100,7 +101,8 @@ class KVCacheManager {
   std::uint64_t begin_step();
   std::uint64_t step() const { return step_; }
 
-  // Registers a request with its prompt token ids. O(tokens) copy (slot capacity kept).
+  // Registers a request with its prompt token ids: O(tokens) copy (slot capacity kept)
+  // and, with prefix caching on, the block hash of every full page in the same pass.
   RequestId add_request(std::span<const std::uint32_t> tokens, const RequestExtras& extras = {});
   // Token ids the engine sampled; commit() hashes full pages, so it needs them first.
   void append_tokens(RequestId r, std::span<const std::uint32_t> tokens);
@@ -201,13 +203,26 @@ class KVCacheManager {
     std::uint64_t hit_pages = 0;
     std::uint64_t evicted = 0;
   };
+  // An allocator whose resize() leaves new ids unset: add_request writes each prompt id
+  // once, in the pass that hashes it, instead of zero-filling the slot first.
+  template <class T>
+  struct NoFillAllocator : std::allocator<T> {
+    using value_type = T;
+    template <class U> struct rebind { using other = NoFillAllocator<U>; };
+    NoFillAllocator() = default;
+    template <class U> NoFillAllocator(const NoFillAllocator<U>&) noexcept {}
+    template <class U> void construct(U* p) noexcept { ::new (static_cast<void*>(p)) U; }
+    template <class U, class... A> void construct(U* p, A&&... a) {
+      ::new (static_cast<void*>(p)) U(static_cast<A&&>(a)...);
+    }
+  };
   struct Request {
     bool active = false, swapped = false, looked_up = false, enc_ready = false,
          enc_registered = false;
     // Its first allocate succeeded: only then do its pages count as accessed (a request
     // that looked up and could not be admitted leaves the hit pages' ages alone).
     bool admitted = false;
-    std::vector<std::uint32_t> tokens;
+    std::vector<std::uint32_t, NoFillAllocator<std::uint32_t>> tokens;
     std::uint32_t lora = 0;
     std::string salt;
     std::vector<MultimodalItem> items;
@@ -229,7 +244,7 @@ class KVCacheManager {
   static std::uint64_t pages_for(std::uint64_t tokens, std::uint32_t P) { return (tokens + P - 1) / P; }
 
   void ensure_hashes(Request& q, std::uint32_t cls, std::uint64_t pages);
-  bool hash_and_probe(Request& q, std::uint32_t cls, std::uint64_t pages);
+  std::uint64_t probe_full_attention(const Request& q, GroupId g, std::uint64_t pages);
   BlockHash item_page_hash(const Request& q, std::uint32_t item, std::uint64_t page_in_item) const;
   void register_page(GroupId g, PageId p, const BlockHash& h);
   void acquire_cached(GroupId g, PageId p);
@@ -265,6 +280,12 @@ class KVCacheManager {
   std::optional<PageId> take_page(GroupId g, RequestId r);
   void init_page(GroupId g, PageId p, std::uint64_t prefix_len);
   bool feasible(RequestId r);
+  // Page p of grp is cached under hash h (then the index maps h to p).
+  static auto holds(const Group& grp) {
+    return [&grp](std::uint64_t p, const BlockHash& h) {
+      return p < grp.meta.size() && grp.meta[p].hashed && grp.hash[p] == h;
+    };
+  }
   void admit(Request& q) {
     if (q.admitted) return;
     q.admitted = true;
@@ -307,8 +328,7 @@ class KVCacheManager {
   std::vector<std::vector<PageId>> probe_memo_;  // scratch of lookup_prefix, per group
   std::vector<std::uint64_t> accepted_;          // per group: its last valid prefix
   static constexpr std::uint64_t kNotFused = ~std::uint64_t{0};
-  std::vector<std::uint64_t> first_miss_;  // per group: first missing page (hash_and_probe)
-  std::vector<GroupId> fused_;             // scratch of hash_and_probe
+  std::vector<std::uint64_t> first_miss_;  // per group: first missing page (probe_full_attention)
   std::uint64_t lookups_ = 0, lookup_tokens_ = 0, hit_tokens_ = 0;
 };
 
