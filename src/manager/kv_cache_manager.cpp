@@ -231,12 +231,18 @@ std::optional<BlockHash> KVCacheManager::page_hash(GroupId g, PageId p) const {
 void KVCacheManager::ensure_hashes(Request& q, std::uint32_t cls, std::uint64_t pages) {
   std::vector<BlockHash>& hv = q.hashes[cls];
   const std::uint32_t P = class_tokens_[cls];
-  const std::span<const std::uint32_t> tokens(q.tokens);
+  if (hv.size() >= pages) return;
+  if (hv.size() * P < q.token_base)
+    fail("internal: request ids before {} dropped, class {} hashed {} pages", q.token_base, cls, hv.size());
+  // tokens[i] is position token_base + i.
+  const std::span<const std::uint32_t> tail(q.tokens);
+  const std::uint64_t base = q.token_base;
+  auto ids = [&](std::uint64_t start, std::uint64_t len) { return tail.subspan(start - base, len); };
   const std::span<const MultimodalItem> items(q.items);
-  if (items.empty() && hv.size() < pages && (!hv.empty() || q.salt.empty())) {
+  if (items.empty() && (!hv.empty() || q.salt.empty())) {
     // Plain text pages: one bulk pass.
     const std::size_t from = hv.size();
-    detail::append_page_hashes(hv, tokens.subspan(from * P), P, q.lora, pages - from, nullptr);
+    detail::append_page_hashes(hv, ids(from * P, (pages - from) * P), P, q.lora, pages - from, nullptr);
     return;
   }
   for (std::uint64_t i = hv.size(); i < pages; ++i) {
@@ -253,7 +259,7 @@ void KVCacheManager::ensure_hashes(Request& q, std::uint32_t cls, std::uint64_t 
       ex.item_offset = start - it->offset;  // wraps when the item starts inside the page
       ++it;
     }
-    BlockHash h = hash_page(parent, tokens.subspan(start, P), ex);
+    BlockHash h = hash_page(parent, ids(start, P), ex);
     for (; it != items.end() && it->offset < end; ++it) {
       PageExtraKeys more;
       more.item = &*it;
@@ -606,8 +612,8 @@ RequestId KVCacheManager::add_request(std::span<const std::uint32_t> tokens,
   q.active = true;
   q.swapped = q.looked_up = q.enc_ready = q.enc_registered = false;
   const std::uint64_t reserve = std::max<std::uint64_t>(extras.max_tokens, tokens.size());
-  q.tokens.reserve(reserve);
   q.tokens.clear();
+  q.token_base = 0;
   for (std::uint32_t c = 0; c < class_tokens_.size(); ++c) q.hashes[c].reserve(reserve / class_tokens_[c]);
   q.lora = extras.lora_id;
   q.salt.assign(extras.cache_salt);
@@ -631,21 +637,24 @@ RequestId KVCacheManager::add_request(std::span<const std::uint32_t> tokens,
     q.item_page[g].push_back(at);
   }
   for (auto& hv : q.hashes) hv.clear();
-  if (options_.prefix_caching && !class_tokens_.empty() && q.items.empty() && q.salt.empty()) {
-    // Every full page is hashed now, once, in the pass that copies the ids: the prompt is
-    // read once, and the copy's loads overlap the latency-bound hash chain.
-    const std::uint32_t P = class_tokens_[0];
-    const std::size_t pages = tokens.size() / P;
-    q.tokens.resize(tokens.size());  // no fill: every id is written below
-    detail::append_page_hashes(q.hashes[0], tokens, P, q.lora, pages, q.tokens.data());
-    std::copy(tokens.begin() + static_cast<std::ptrdiff_t>(pages * P), tokens.end(),
-              q.tokens.begin() + static_cast<std::ptrdiff_t>(pages * P));
-  } else {
-    q.tokens.assign(tokens.begin(), tokens.end());
+  // Every full page is hashed now, once, straight from the caller's ids; only the ids
+  // past the last full page of some class are kept, for the pages they will complete.
+  // A 128k-token prompt is read once and not copied (512 KiB less per request).
+  std::uint64_t keep_from = tokens.size();
+  if (options_.prefix_caching) {
+    const bool plain = q.items.empty() && q.salt.empty();
+    if (!plain) q.tokens.assign(tokens.begin(), tokens.end());  // the general path reads q.tokens
+    for (std::uint32_t c = 0; c < class_tokens_.size(); ++c) {
+      const std::uint64_t pages = tokens.size() / class_tokens_[c];
+      keep_from = std::min<std::uint64_t>(keep_from, pages * class_tokens_[c]);
+      if (plain) detail::append_page_hashes(q.hashes[c], tokens, class_tokens_[c], q.lora, pages, nullptr);
+      else ensure_hashes(q, c, pages);
+    }
+    q.tokens.clear();
   }
-  if (options_.prefix_caching)
-    for (std::uint32_t c = 0; c < class_tokens_.size(); ++c)
-      ensure_hashes(q, c, q.tokens.size() / class_tokens_[c]);
+  q.tokens.reserve(reserve - keep_from);
+  q.tokens.assign(tokens.begin() + static_cast<std::ptrdiff_t>(keep_from), tokens.end());
+  q.token_base = keep_from;
   ++num_active_;
   return r;
 }
@@ -675,12 +684,13 @@ std::uint64_t KVCacheManager::lookup_prefix(RequestId r) {
     fail("request = {}: lookup_prefix must come once, before the first allocate", r);
   q.looked_up = true;
   ++lookups_;
-  lookup_tokens_ += q.tokens.size();
-  if (!options_.prefix_caching || q.tokens.size() <= 1) {
+  const std::uint64_t num_tokens = q.token_base + q.tokens.size();
+  lookup_tokens_ += num_tokens;
+  if (!options_.prefix_caching || num_tokens <= 1) {
     build_encoder_rows(r, q);
     return 0;
   }
-  const std::uint64_t limit = q.tokens.size() - 1;
+  const std::uint64_t limit = num_tokens - 1;
   // add_request hashed the prompt's full pages; only ids appended since need hashing.
   for (std::uint32_t c = 0; c < class_tokens_.size(); ++c) ensure_hashes(q, c, limit / class_tokens_[c]);
   for (GroupId g = 0; g < groups_.size(); ++g) {
@@ -883,9 +893,9 @@ void KVCacheManager::commit(RequestId r, std::uint64_t num_computed_tokens) {
   if (c < c0) fail("num_computed_tokens = {}: request {} already has {} computed", c, r, c0);
   if (c > q.slots)
     fail("num_computed_tokens = {}: request {} has pages for {} tokens only", c, r, q.slots);
-  if (options_.prefix_caching && c > q.tokens.size())
+  if (options_.prefix_caching && c > q.token_base + q.tokens.size())
     fail("num_computed_tokens = {}: request {} has {} token ids (append_tokens first)", c, r,
-         q.tokens.size());
+         q.token_base + q.tokens.size());
   for (GroupId g = 0; g < groups_.size(); ++g) {
     Group& grp = groups_[g];
     if (!grp.decoder) continue;
@@ -992,6 +1002,7 @@ RequestId KVCacheManager::fork(RequestId parent) {
   q.enc_ready = pq.enc_ready;
   q.enc_registered = pq.enc_registered;
   q.tokens = pq.tokens;
+  q.token_base = pq.token_base;
   q.lora = pq.lora;
   q.salt = pq.salt;
   q.items = pq.items;

@@ -1,7 +1,7 @@
 // KVCacheManager: what a scheduler calls each step. Prefix caching with per-layer-kind
 // rules (Jenga §5) on Jenga §4's two-level paging, plus fork / copy-on-write / swap plans
-// (PagedAttention §4.4-4.5). Decode step allocate + commit: O(groups); add_request copies
-// and hashes the prompt, O(tokens); lookup_prefix: O(pages probed); free: O(pages). Ids and
+// (PagedAttention §4.4-4.5). Decode step allocate + commit: O(groups); add_request hashes
+// the prompt, O(tokens); lookup_prefix: O(pages probed); free: O(pages). Ids and
 // plans only, no KV memory is touched. Single-threaded by contract. Guide: docs/manager.md.
 #pragma once
 
@@ -16,7 +16,6 @@
 
 #include <cstdint>
 #include <memory>
-#include <new>
 #include <optional>
 #include <span>
 #include <string>
@@ -101,8 +100,9 @@ class KVCacheManager {
   std::uint64_t begin_step();
   std::uint64_t step() const { return step_; }
 
-  // Registers a request with its prompt token ids: O(tokens) copy (slot capacity kept)
-  // and, with prefix caching on, the block hash of every full page in the same pass.
+  // Registers a request with its prompt token ids. With prefix caching on it hashes every
+  // full page, O(tokens), and keeps only the ids past the last full page (later pages
+  // need them); with it off it keeps none. No copy of the prompt, slot capacity kept.
   RequestId add_request(std::span<const std::uint32_t> tokens, const RequestExtras& extras = {});
   // Token ids the engine sampled; commit() hashes full pages, so it needs them first.
   void append_tokens(RequestId r, std::span<const std::uint32_t> tokens);
@@ -144,7 +144,7 @@ class KVCacheManager {
   std::uint32_t num_active() const { return num_active_; }
   std::uint64_t num_computed(RequestId r) const { return req(r).computed; }
   std::uint64_t num_allocated(RequestId r) const { return req(r).slots; }
-  std::uint64_t num_tokens(RequestId r) const { return req(r).tokens.size(); }
+  std::uint64_t num_tokens(RequestId r) const { return req(r).token_base + req(r).tokens.size(); }
   std::span<const PageId> page_table(RequestId r, GroupId g) const;
   const PageTableSet& page_tables(GroupId g) const { return groups_[check_group(g)].table; }
   std::span<const PageId> host_page_table(RequestId r, GroupId g) const;
@@ -203,26 +203,16 @@ class KVCacheManager {
     std::uint64_t hit_pages = 0;
     std::uint64_t evicted = 0;
   };
-  // An allocator whose resize() leaves new ids unset: add_request writes each prompt id
-  // once, in the pass that hashes it, instead of zero-filling the slot first.
-  template <class T>
-  struct NoFillAllocator : std::allocator<T> {
-    using value_type = T;
-    template <class U> struct rebind { using other = NoFillAllocator<U>; };
-    NoFillAllocator() = default;
-    template <class U> NoFillAllocator(const NoFillAllocator<U>&) noexcept {}
-    template <class U> void construct(U* p) noexcept { ::new (static_cast<void*>(p)) U; }
-    template <class U, class... A> void construct(U* p, A&&... a) {
-      ::new (static_cast<void*>(p)) U(static_cast<A&&>(a)...);
-    }
-  };
   struct Request {
     bool active = false, swapped = false, looked_up = false, enc_ready = false,
          enc_registered = false;
     // Its first allocate succeeded: only then do its pages count as accessed (a request
     // that looked up and could not be admitted leaves the hit pages' ages alone).
     bool admitted = false;
-    std::vector<std::uint32_t, NoFillAllocator<std::uint32_t>> tokens;
+    // Ids from position token_base on: those of pages not yet hashed in some class (a
+    // prompt's full pages are hashed at add_request and their ids never read again).
+    std::vector<std::uint32_t> tokens;
+    std::uint64_t token_base = 0;
     std::uint32_t lora = 0;
     std::string salt;
     std::vector<MultimodalItem> items;
