@@ -335,7 +335,7 @@ void KVCacheManager::register_page(GroupId g, PageId p, const BlockHash& h) {
 void KVCacheManager::acquire_cached(GroupId g, PageId p) {
   Group& grp = groups_[g];
   if (grp.meta[p].ref == 0) {
-    --ev_in_large_[p / grp.n];
+    ev_sub(p / grp.n, grp.n);
     --grp.evictable;
   }
   ++grp.meta[p].ref;
@@ -417,7 +417,7 @@ void KVCacheManager::release_page(GroupId g, PageId p, std::uint64_t t, std::uin
   }
   grp.meta[p].prio = static_cast<std::uint8_t>(prio);
   ++grp.evictable;
-  ++ev_in_large_[lp];
+  ev_add(lp, grp.n);
   if (full_evictable(lp) || mixed(lp)) refresh_large(g, lp);
 }
 
@@ -427,7 +427,7 @@ void KVCacheManager::evict_small(GroupId g, PageId p) {
   const PageId lp = p / grp.n;
   if (large_lru_.contains(lp)) large_lru_.erase(lp);
   if (mixed_lru_.contains(lp)) mixed_lru_.erase(lp);
-  --ev_in_large_[lp];
+  ev_sub(lp, grp.n);
   --grp.evictable;
   index_.erase(g, grp.hash[p]);
   grp.meta[p].hashed = 0;
@@ -521,6 +521,12 @@ void KVCacheManager::replay_spoil(GroupId g, RequestId r, PageId first, bool by_
 // allocate() has no rollback. O(pages needed + large pages touched); changes nothing
 // but dropping stale LRU entries.
 bool KVCacheManager::feasible(RequestId r) {
+  // Sufficient, O(groups): group g needs at most ceil(need / n) large pages from steps 2
+  // and 3 (each one's other slots then serve it by step 1), and step 3 comes before the
+  // steps that could fail. Under memory pressure this answers almost every call.
+  std::uint64_t large_needed = 0;
+  for (GroupId g = 0; g < groups_.size(); ++g) large_needed += (need_[g] + groups_[g].n - 1) / groups_[g].n;
+  if (large_needed <= std::uint64_t{pool_.num_free()} + num_full_ev_) return true;
   if (++replay_epoch_ == 0) {
     std::fill(replay_mark_.begin(), replay_mark_.end(), 0);
     replay_epoch_ = 1;
@@ -755,7 +761,7 @@ std::uint64_t KVCacheManager::lookup_prefix(RequestId r) {
         for (std::uint64_t i = lo; i < pages; ++i) {
           const PageId page = hit[i];
           if (meta[page].ref++ == 0) {  // acquire_cached, inlined: a lazy pin
-            --ev_in_large_[grp.n == 1 ? page : page / grp.n];
+            ev_sub(grp.n == 1 ? page : page / grp.n, grp.n);
             ++newly;
           }
         }
@@ -1294,6 +1300,9 @@ void KVCacheManager::check_invariants() const {
     if (host_used != grp.host_alloc.num_used_small())
       fail("invariant: group {} host pages used {} but {} in host tables", g, grp.host_alloc.num_used_small(), host_used);
   }
+  std::uint32_t full_ev = 0;
+  for (PageId lp = 0; lp < pool_.capacity(); ++lp) full_ev += full_evictable(lp);
+  if (full_ev != num_full_ev_) fail("invariant: {} wholly evictable large pages counted, actual {}", num_full_ev_, full_ev);
   for (PageId lp = 0; lp < pool_.capacity(); ++lp)
     if (pool_.owner(lp) == kNoGroup && (large_lru_.contains(lp) || mixed_lru_.contains(lp)))
       fail("invariant: free large page {} is in a large-page LRU", lp);

@@ -298,6 +298,9 @@ class KVCacheManager {
   // is never stranded in a group whose cached pages leave empty slots behind.
   mutable LruEvictor mixed_lru_;
   std::vector<std::uint32_t> ev_in_large_;  // evictable small pages per large page
+  std::uint32_t num_full_ev_ = 0;           // large pages with every small page evictable
+  void ev_add(PageId lp, std::uint32_t n) { num_full_ev_ += ++ev_in_large_[lp] == n; }
+  void ev_sub(PageId lp, std::uint32_t n) { num_full_ev_ -= ev_in_large_[lp]-- == n; }
   PrefixIndex index_;
   std::vector<Request> reqs_;
   std::vector<RequestId> free_ids_;
