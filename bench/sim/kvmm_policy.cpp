@@ -101,12 +101,9 @@ class KvmmPolicy final : public Policy {
     const KVLayout& l = kv_.layout();
     for (GroupId g = 0; g < l.num_groups(); ++g) {
       if (extra_[g] == 0) continue;
-      // Shared pages this commit releases stay held by their other holders.
+      // Shared image pages this commit releases stay held by their other holders.
       const std::span<const PageId> pages = kv_.page_table(q.slot, g);
-      if (l.group(g).is_decoder()) {
-        const std::uint64_t hi = std::min<std::uint64_t>(kv_.policy(g).first_needed_page(num_computed), pages.size());
-        for (std::uint64_t i = q.lo[g]; i < hi; ++i) unshare(q, g, pages, i);
-      } else if (l.group(g).kind == LayerKind::kVisionEmbedding) {
+      if (l.group(g).kind == LayerKind::kVisionEmbedding) {
         std::size_t i = 0;
         for (const MultimodalItem& m : q.items) {
           const std::uint64_t n = (m.length + l.group(g).tokens_per_page - 1) / l.group(g).tokens_per_page;
@@ -205,14 +202,23 @@ class KvmmPolicy final : public Policy {
   };
 
   // Decoder group g: each request holds pages [lo, size) (the policies release from the
-  // front); shared pages (extra_) are full prefix pages, needed whole by every holder, so
-  // each duplicate takes one page of need back (a Mamba page: one state).
+  // front); shared pages are full prefix pages (hits), needed whole by every holder, so
+  // each duplicate hold (holds - distinct pages, the manager's count) takes one page of
+  // need back (a Mamba page: one state).
   // Image groups: every image's pages from the first allocation on, but a consumed image's
   // vision-embedding pages are released.
   Usage usage(GroupId g) const {
     const LayerGroup& grp = kv_.layout().group(g);
     const std::uint64_t P = grp.tokens_per_page, bpt = grp.bytes_per_token();
     Usage u;
+    std::uint64_t dup = 0;  // decoder groups: holds of pages another running request holds too
+    if (grp.is_decoder()) {
+      for (std::uint32_t id : active_) {
+        const std::uint64_t n = kv_.page_tables(g).num_pages(reqs_[id].slot);
+        dup += n - std::min<std::uint64_t>(n, reqs_[id].lo[g]);
+      }
+      dup -= kv_.num_used_pages(g);
+    }
     for (std::uint32_t id : active_) {
       const Req& q = reqs_[id];
       if (!grp.is_decoder()) {
@@ -236,16 +242,21 @@ class KvmmPolicy final : public Policy {
       if (grp.kind == LayerKind::kSlidingWindow && T > grp.window) from = std::max(from, T - grp.window);
       if (grp.kind == LayerKind::kChunkedLocal) from = std::max(from, (T - 1) / grp.chunk * grp.chunk);
       if (T > from) u.need += (T - from) * bpt;
-      if (extra_[g] == 0) continue;
+      if (dup == 0) continue;
       // Held pages before the window's front are needed partly or not at all by q; if
-      // shared, extra_need_ took a whole page back for q: corrected below.
+      // shared, the duplicate took a whole page back for q: corrected below.
       const std::span<const PageId> pages = kv_.page_table(q.slot, g);
       for (std::uint64_t i = q.lo[g]; i < n && i * P < from; ++i)
         if (pages[i] != kNullPage && kv_.ref_count(g, pages[i]) > 1)
           front_.push_back({pages[i], (i + 1) * P > from ? (std::min((i + 1) * P, T) - from) * bpt : 0});
     }
-    u.distinct -= extra_[g];
-    u.need -= extra_need_[g];
+    if (grp.is_decoder()) {
+      u.distinct -= dup;
+      u.need -= dup * (grp.is_state() ? grp.natural_page_bytes() : P * bpt);
+    } else {
+      u.distinct -= extra_[g];
+      u.need -= extra_need_[g];
+    }
     // A shared page's need is the largest over its holders: holders not listed here need
     // it whole; if all are listed, the largest listed need stays counted.
     std::sort(front_.begin(), front_.end());
@@ -264,13 +275,10 @@ class KvmmPolicy final : public Policy {
     return u;
   }
 
-  // Need of page i of group g when shared: a decoder page is a full prefix page (a Mamba
-  // page one state); an image page holds its image's tokens.
+  // Need of page i of image group g when shared: the tokens of its image it holds.
   std::uint64_t shared_need(const Req& q, GroupId g, std::uint64_t i) const {
     const LayerGroup& grp = kv_.layout().group(g);
     const std::uint64_t P = grp.tokens_per_page;
-    if (grp.is_state()) return grp.natural_page_bytes();
-    if (grp.is_decoder()) return P * grp.bytes_per_token();
     for (const MultimodalItem& m : q.items) {
       const std::uint64_t n = (m.length + P - 1) / P;
       if (i < n) return std::min<std::uint64_t>(P, m.length - i * P) * grp.bytes_per_token();
@@ -279,10 +287,12 @@ class KvmmPolicy final : public Policy {
     return 0;
   }
 
-  // The hit's pages another running request holds are shared: counted once in stats().
-  // Allocation does not change the reference counts of the hit's full pages.
+  // The hit's image pages another running request holds are shared: counted once in
+  // stats() (decoder groups need no count: see usage()). Allocation does not change the
+  // reference counts of the hit's pages.
   void count_shared(Req& q) {
     for (GroupId g = 0; g < kv_.layout().num_groups(); ++g) {
+      if (kv_.layout().group(g).is_decoder()) continue;
       const std::span<const PageId> pages = kv_.page_table(q.slot, g);
       for (std::size_t i = 0; i < pages.size(); ++i)
         if (pages[i] != kNullPage && kv_.ref_count(g, pages[i]) > 1) {
@@ -457,7 +467,7 @@ class KvmmPolicy final : public Policy {
   std::vector<std::uint32_t> ids_;         // scratch of feed_ids
   std::vector<std::uint32_t> prompt_ids_;  // the last prompt fed, request prompt_owner_'s
   std::uint32_t prompt_owner_ = ~std::uint32_t{0};
-  std::vector<std::uint64_t> extra_;       // per group: duplicate holds of shared pages
+  std::vector<std::uint64_t> extra_;       // per image group: duplicate holds of shared pages
   std::vector<std::uint64_t> extra_need_;  // per group: their needed bytes
   std::uint64_t evictions_ = 0;      // kRemoved events (evicted cached pages)
   std::vector<CacheEvent> events_;   // scratch of take_events

@@ -150,6 +150,13 @@ class KVCacheManager {
   std::span<const PageId> host_page_table(RequestId r, GroupId g) const;
   const LargePagePool& large_pages() const { return pool_; }
   const SmallPageAllocator& small_pages(GroupId g) const { return groups_[check_group(g)].alloc; }
+  // Distinct small pages of g held by requests or pins (reference count > 0), and cached
+  // ones with none: O(1), unlike stats().
+  std::uint32_t num_used_pages(GroupId g) const {
+    const Group& grp = groups_[check_group(g)];
+    return grp.alloc.num_used_small() - grp.evictable;
+  }
+  std::uint32_t num_evictable_pages(GroupId g) const { return groups_[check_group(g)].evictable; }
   PageState page_state(GroupId g, PageId p) const;
   std::uint32_t ref_count(GroupId g, PageId p) const;
   EvictionKey eviction_key(GroupId g, PageId p) const;  // last access and prefix length
