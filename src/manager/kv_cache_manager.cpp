@@ -390,6 +390,19 @@ void KVCacheManager::refresh_large(GroupId g, PageId lp) {
   else if (mixed(lp)) mixed_lru_.insert(lp, large_key(g, lp), large_level(g, lp));
 }
 
+// What release_page reads of page p: started a few pages ahead in the loops that walk a
+// page table, so the misses on these separate arrays overlap.
+void KVCacheManager::prefetch_release(GroupId g, PageId p) const {
+  const Group& grp = groups_[g];
+  __builtin_prefetch(&grp.meta[p], 1);
+  grp.lru.prefetch(p);
+  const PageId lp = p / grp.n;
+  __builtin_prefetch(&pool_.slot(lp));
+  __builtin_prefetch(&ev_in_large_[lp], 1);
+  large_lru_.prefetch(lp);
+  mixed_lru_.prefetch(lp);
+}
+
 void KVCacheManager::release_page(GroupId g, PageId p, std::uint64_t t, std::uint32_t prio) {
   Group& grp = groups_[g];
   if (grp.meta[p].ref == 0) fail("internal: group {} page {} released with reference count 0", g, p);
@@ -925,6 +938,8 @@ void KVCacheManager::commit(RequestId r, std::uint64_t num_computed_tokens) {
       // Pages the step touched get this step's time; the others kept their last one.
       const std::uint64_t touch_lo = grp.policy->first_touched_page(c0, c);
       for (std::uint64_t i = new_lo; i-- > q.lo[g];) {
+        if (i >= q.lo[g] + kReleaseAhead && pages[i - kReleaseAhead] != kNullPage)
+          prefetch_release(g, pages[i - kReleaseAhead]);
         const PageId p = pages[i];
         if (p == kNullPage) continue;
         release_page(g, p, i >= touch_lo && c > c0 ? step_ : q.last_step, q.prio);
@@ -970,8 +985,10 @@ void KVCacheManager::release_rows(RequestId r, Request& q) {
     const std::span<const PageId> pages = grp.table.pages(r);
     // Last page first: within one step the longest prefix is evicted first, so the
     // evictor appends at its tail in O(1).
-    for (std::size_t i = pages.size(); i-- > 0;)
+    for (std::size_t i = pages.size(); i-- > 0;) {
+      if (i >= kReleaseAhead && pages[i - kReleaseAhead] != kNullPage) prefetch_release(g, pages[i - kReleaseAhead]);
       if (pages[i] != kNullPage) release_page(g, pages[i], q.last_step, q.prio);
+    }
     grp.alloc.release_request(r);
     grp.table.clear(r);
   }

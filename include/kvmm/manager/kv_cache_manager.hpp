@@ -246,6 +246,8 @@ class KVCacheManager {
   void register_page(GroupId g, PageId p, const BlockHash& h);
   void acquire_cached(GroupId g, PageId p);
   void release_page(GroupId g, PageId p, std::uint64_t t, std::uint32_t prio);
+  static constexpr std::size_t kReleaseAhead = 8;  // pages, in loops that release a table
+  void prefetch_release(GroupId g, PageId p) const;
   void evict_small(GroupId g, PageId p);
   void evict_large(PageId lp);
   EvictionKey large_key(GroupId g, PageId lp) const;
