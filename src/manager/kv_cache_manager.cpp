@@ -78,9 +78,8 @@ KVCacheManager::Group::Group(const KVLayout& layout, GroupId g, LargePagePool& p
       table(max_requests, P),
       host_alloc(g, n, host_pool, max_requests),
       host_table(max_requests, P),
-      meta(std::size_t{pool.capacity()} * n),
-      hash(std::size_t{pool.capacity()} * n),
-      lru(pool.capacity() * n),
+      pg(std::size_t{pool.capacity()} * n),
+      lru(pool.capacity() * n, {pg.data()}),
       host_hashed(std::size_t{host_pool.capacity()} * n, 0),
       host_hash(std::size_t{host_pool.capacity()} * n),
       host_len(std::size_t{host_pool.capacity()} * n, 0) {
@@ -204,26 +203,26 @@ std::span<const PageId> KVCacheManager::host_page_table(RequestId r, GroupId g) 
 
 PageState KVCacheManager::page_state(GroupId g, PageId p) const {
   const Group& grp = groups_[check_group(g)];
-  if (p >= grp.meta.size()) fail("page = {}: group {} has {} small pages", p, g, grp.meta.size());
-  if (grp.meta[p].ref > 0) return PageState::kUsed;
+  if (p >= grp.pg.size()) fail("page = {}: group {} has {} small pages", p, g, grp.pg.size());
+  if (grp.pg[p].ref > 0) return PageState::kUsed;
   return grp.lru.contains(p) ? PageState::kEvictable : PageState::kEmpty;
 }
 
 std::uint32_t KVCacheManager::ref_count(GroupId g, PageId p) const {
   const Group& grp = groups_[check_group(g)];
-  if (p >= grp.meta.size()) fail("page = {}: group {} has {} small pages", p, g, grp.meta.size());
-  return grp.meta[p].ref;
+  if (p >= grp.pg.size()) fail("page = {}: group {} has {} small pages", p, g, grp.pg.size());
+  return grp.pg[p].ref;
 }
 
 EvictionKey KVCacheManager::eviction_key(GroupId g, PageId p) const {
   page_state(g, p);
-  return EvictionKey{groups_[g].meta[p].time, groups_[g].meta[p].len};
+  return groups_[g].pg[p].node.key;
 }
 
 std::optional<BlockHash> KVCacheManager::page_hash(GroupId g, PageId p) const {
   page_state(g, p);
-  if (!groups_[g].meta[p].hashed) return std::nullopt;
-  return groups_[g].hash[p];
+  if (!groups_[g].pg[p].hashed) return std::nullopt;
+  return groups_[g].pg[p].hash;
 }
 
 // ---------------------------------------------------------------- hashing
@@ -274,7 +273,7 @@ void KVCacheManager::ensure_hashes(Request& q, std::uint32_t cls, std::uint64_t 
 // hashes [0, pages) up to the first miss, each hit page recorded in probe_memo_[g].
 // Returns the first miss (pages when every page hits). O(pages probed).
 // A prefix cached by one prefill mostly sits in consecutive page ids, so the page after
-// the previous hit is tried first: meta[p].hashed with hash[p] == h means the index maps h to p
+// the previous hit is tried first: pg[p].hashed with pg[p].hash == h means the index maps h to p
 // (check_invariants), the same answer as index_.find, from arrays read in order instead
 // of a random index slot per page. Otherwise the index answers.
 std::uint64_t KVCacheManager::probe_full_attention(const Request& q, GroupId g, std::uint64_t pages) {
@@ -282,16 +281,15 @@ std::uint64_t KVCacheManager::probe_full_attention(const Request& q, GroupId g, 
   if (memo.size() < pages) memo.resize(pages);  // grows once per longest prompt
   const Group& grp = groups_[g];
   const BlockHash* hv = q.hashes[grp.hash_class].data();
-  const Group::PageMeta* meta = grp.meta.data();
-  const BlockHash* page_hash = grp.hash.data();
-  const std::uint64_t num_pages = grp.meta.size();
+  const Group::PageRec* rec = grp.pg.data();
+  const std::uint64_t num_pages = grp.pg.size();
   PageId* out = memo.data();
   std::uint64_t next = num_pages;  // candidate: the page after the previous hit
   constexpr std::uint64_t kAhead = 16;
   std::uint64_t i = 0;
   for (; i < pages; ++i) {
     PageId page;
-    if (next < num_pages && meta[next].hashed && page_hash[next] == hv[i]) {
+    if (next < num_pages && rec[next].hashed && rec[next].hash == hv[i]) {
       page = static_cast<PageId>(next);
     } else {
       if (i + kAhead < pages) index_.prefetch(g, hv[i + kAhead]);  // index mode: slots ahead
@@ -312,20 +310,19 @@ BlockHash KVCacheManager::item_page_hash(const Request& q, std::uint32_t item,
 // ---------------------------------------------------------------- page states
 
 void KVCacheManager::init_page(GroupId g, PageId p, std::uint64_t prefix_len) {
-  Group& grp = groups_[g];
-  grp.meta[p].ref = 1;
-  grp.meta[p].hashed = 0;
-  grp.meta[p].time = step_;
-  grp.meta[p].len = prefix_len;
-  grp.meta[p].prio = 0;
+  Group::PageRec& rec = groups_[g].pg[p];  // an empty page: never listed
+  rec.ref = 1;
+  rec.hashed = 0;
+  rec.node.key = EvictionKey{step_, prefix_len};
+  rec.prio = 0;
 }
 
 void KVCacheManager::register_page(GroupId g, PageId p, const BlockHash& h) {
   Group& grp = groups_[g];
-  if (!options_.prefix_caching || grp.meta[p].hashed) return;
+  if (!options_.prefix_caching || grp.pg[p].hashed) return;
   if (!index_.insert(g, h, p)) return;  // same content cached already: p stays private
-  grp.meta[p].hashed = 1;
-  grp.hash[p] = h;
+  grp.pg[p].hashed = 1;
+  grp.pg[p].hash = h;
   record(CacheEventKind::kStored, g, p, h);
 }
 
@@ -334,17 +331,17 @@ void KVCacheManager::register_page(GroupId g, PageId p, const BlockHash& h) {
 // dropped by whoever meets it at a front, or replaced when the page is released again.
 void KVCacheManager::acquire_cached(GroupId g, PageId p) {
   Group& grp = groups_[g];
-  if (grp.meta[p].ref == 0) {
+  if (grp.pg[p].ref == 0) {
     ev_sub(p / grp.n, grp.n);
     --grp.evictable;
   }
-  ++grp.meta[p].ref;
+  ++grp.pg[p].ref;
 }
 
 PageId KVCacheManager::small_front(GroupId g) const {
   const Group& grp = groups_[g];
   PageId s = grp.lru.front();
-  for (; s != kNullPage && grp.meta[s].ref > 0; s = grp.lru.front()) grp.lru.erase(s);
+  for (; s != kNullPage && grp.pg[s].ref > 0; s = grp.lru.front()) grp.lru.erase(s);
   return s;
 }
 
@@ -368,7 +365,7 @@ EvictionKey KVCacheManager::large_key(GroupId g, PageId lp) const {
   EvictionKey best;
   for (PageId s = lp * grp.n; s < (lp + 1) * grp.n; ++s) {
     if (!grp.alloc.is_allocated(s)) continue;
-    const EvictionKey k{grp.meta[s].time, grp.meta[s].len};
+    const EvictionKey& k = grp.pg[s].node.key;
     if (!any || evicted_before(best, k)) best = k;
     any = true;
   }
@@ -379,7 +376,7 @@ std::uint32_t KVCacheManager::large_level(GroupId g, PageId lp) const {
   const Group& grp = groups_[g];
   std::uint32_t level = 0;
   for (PageId s = lp * grp.n; s < (lp + 1) * grp.n; ++s)
-    if (grp.alloc.is_allocated(s)) level = std::max<std::uint32_t>(level, grp.meta[s].prio);
+    if (grp.alloc.is_allocated(s)) level = std::max<std::uint32_t>(level, grp.pg[s].prio);
   return level;
 }
 
@@ -394,8 +391,7 @@ void KVCacheManager::refresh_large(GroupId g, PageId lp) {
 // page table, so the misses on these separate arrays overlap.
 void KVCacheManager::prefetch_release(GroupId g, PageId p) const {
   const Group& grp = groups_[g];
-  __builtin_prefetch(&grp.meta[p], 1);
-  grp.lru.prefetch(p);
+  __builtin_prefetch(&grp.pg[p], 1);
   const PageId lp = p / grp.n;
   __builtin_prefetch(&pool_.slot(lp));
   __builtin_prefetch(&ev_in_large_[lp], 1);
@@ -405,11 +401,21 @@ void KVCacheManager::prefetch_release(GroupId g, PageId p) const {
 
 void KVCacheManager::release_page(GroupId g, PageId p, std::uint64_t t, std::uint32_t prio) {
   Group& grp = groups_[g];
-  if (grp.meta[p].ref == 0) fail("internal: group {} page {} released with reference count 0", g, p);
-  grp.meta[p].time = std::max(grp.meta[p].time, t);
-  if (--grp.meta[p].ref > 0) return;
+  Group::PageRec& rec = grp.pg[p];
+  if (rec.ref == 0) fail("internal: group {} page {} released with reference count 0", g, p);
+  const EvictionKey key{std::max(rec.node.key.time, t), rec.node.key.prefix_len};
+  if (--rec.ref > 0) {
+    // Still held: the access counts. A stale entry (lazy pin) keyed by the old time leaves
+    // the list now rather than at the front or at the last release; the order is the same.
+    if (key.time != rec.node.key.time) {
+      if (grp.lru.contains(p)) grp.lru.erase(p);
+      rec.node.key.time = key.time;
+    }
+    return;
+  }
   const PageId lp = p / grp.n;
-  if (!grp.meta[p].hashed) {
+  if (!rec.hashed) {
+    rec.node.key.time = key.time;  // never listed
     grp.alloc.free(p);
     // The large page may now hold only cached pages and empty slots (or be back in the
     // pool: no entry may outlive that).
@@ -417,18 +423,17 @@ void KVCacheManager::release_page(GroupId g, PageId p, std::uint64_t t, std::uin
       refresh_large(g, lp);
     return;
   }
-  const EvictionKey key{grp.meta[p].time, grp.meta[p].len};
   if (grp.lru.contains(p)) {  // its stale entry from a lazy pin
     // Key and level unchanged (a hit that was never used): the entry is already where a
     // new insert would put it among other keys, so it is revived in place, O(1).
-    if (!(grp.lru.key(p) == key) || grp.meta[p].prio != prio) {
+    if (!(rec.node.key == key) || rec.prio != prio) {
       grp.lru.erase(p);
       grp.lru.insert(p, key, prio);
     }
   } else {
     grp.lru.insert(p, key, prio);
   }
-  grp.meta[p].prio = static_cast<std::uint8_t>(prio);
+  rec.prio = static_cast<std::uint8_t>(prio);
   ++grp.evictable;
   ev_add(lp, grp.n);
   if (full_evictable(lp) || mixed(lp)) refresh_large(g, lp);
@@ -442,9 +447,9 @@ void KVCacheManager::evict_small(GroupId g, PageId p) {
   if (mixed_lru_.contains(lp)) mixed_lru_.erase(lp);
   ev_sub(lp, grp.n);
   --grp.evictable;
-  index_.erase(g, grp.hash[p]);
-  grp.meta[p].hashed = 0;
-  record(CacheEventKind::kRemoved, g, p, grp.hash[p]);
+  index_.erase(g, grp.pg[p].hash);
+  grp.pg[p].hashed = 0;
+  record(CacheEventKind::kRemoved, g, p, grp.pg[p].hash);
   ++grp.evicted;
   grp.alloc.free(p);
 }
@@ -456,7 +461,7 @@ void KVCacheManager::evict_large(PageId lp) {
   const Group& grp = groups_[g];
   for (PageId s = lp * grp.n; s < (lp + 1) * grp.n; ++s) {
     if (!grp.alloc.is_allocated(s)) continue;
-    if (grp.meta[s].ref > 0) fail("internal: evicting large page {} with used small page {}", lp, s);
+    if (grp.pg[s].ref > 0) fail("internal: evicting large page {} with used small page {}", lp, s);
     evict_small(g, s);
   }
 }
@@ -476,7 +481,7 @@ std::optional<PageId> KVCacheManager::take_page(GroupId g, RequestId r) {
       if (h != kNoGroup) {
         const Group& gh = groups_[h];
         for (PageId s = next * gh.n; s < (next + 1) * gh.n; ++s)
-          if (gh.meta[s].hashed) index_.prefetch(h, gh.hash[s]);
+          if (gh.pg[s].hashed) index_.prefetch(h, gh.pg[s].hash);
       }
     }
     evict_large(lp);
@@ -484,8 +489,8 @@ std::optional<PageId> KVCacheManager::take_page(GroupId g, RequestId r) {
   }
   if (auto p = a.allocate_any()) return p;
   if (const PageId s = small_front(g); s != kNullPage) {
-    if (const PageId next = groups_[g].lru.after(s); next != kNullPage && groups_[g].meta[next].hashed)
-      index_.prefetch(g, groups_[g].hash[next]);
+    if (const PageId next = groups_[g].lru.after(s); next != kNullPage && groups_[g].pg[next].hashed)
+      index_.prefetch(g, groups_[g].pg[next].hash);
     evict_small(g, s);
     if (auto p = a.allocate_associated(r)) return p;
     if (auto p = a.allocate_any()) return p;
@@ -769,11 +774,11 @@ std::uint64_t KVCacheManager::lookup_prefix(RequestId r) {
       if (first_miss_[g] != kNotFused) {  // every page of [lo, pages) is a hit in the memo
         if (pages > first_miss_[g]) fail("internal: group {} hit of {} pages past its first miss {}", g, pages, first_miss_[g]);
         const PageId* hit = probe_memo_[g].data();
-        Group::PageMeta* meta = grp.meta.data();
+        Group::PageRec* rec = grp.pg.data();
         std::uint32_t newly = 0;
         for (std::uint64_t i = lo; i < pages; ++i) {
           const PageId page = hit[i];
-          if (meta[page].ref++ == 0) {  // acquire_cached, inlined: a lazy pin
+          if (rec[page].ref++ == 0) {  // acquire_cached, inlined: a lazy pin
             ev_sub(grp.n == 1 ? page : page / grp.n, grp.n);
             ++newly;
           }
@@ -848,7 +853,7 @@ bool KVCacheManager::allocate(RequestId r, std::uint32_t num_new_tokens, std::ui
       if (num_new_tokens > 0 && q.computed % grp.P != 0) {
         const std::uint64_t idx = q.computed / grp.P;
         const std::span<const PageId> pages = grp.table.pages(r);
-        if (idx < pages.size() && pages[idx] != kNullPage && grp.meta[pages[idx]].ref > 1) cow_[g] = 1;
+        if (idx < pages.size() && pages[idx] != kNullPage && grp.pg[pages[idx]].ref > 1) cow_[g] = 1;
       }
     } else if (!q.enc_ready && !q.items.empty()) {
       need_[g] = encoder_misses(r, q, g);
@@ -870,7 +875,7 @@ bool KVCacheManager::allocate(RequestId r, std::uint32_t num_new_tokens, std::ui
         const auto idx = static_cast<std::uint32_t>(q.computed / grp.P);
         const PageId old = grp.table.pages(r)[idx];
         const PageId p = *take_page(g, r);
-        init_page(g, p, grp.meta[old].len);
+        init_page(g, p, grp.pg[old].node.key.prefix_len);
         grp.table.set(r, idx, p);
         copies_.push_back(PageCopy{g, old, p});
         release_page(g, old, q.last_step, q.prio);
@@ -1045,7 +1050,7 @@ RequestId KVCacheManager::fork(RequestId parent) {
                                       : pages.size();
     for (std::size_t i = 0; i < k; ++i) {
       grp.table.append(r, pages[i]);
-      if (pages[i] != kNullPage) ++grp.meta[pages[i]].ref;
+      if (pages[i] != kNullPage) ++grp.pg[pages[i]].ref;
     }
     grp.table.set_num_tokens(r, grp.decoder ? pq.computed : grp.table.num_tokens(parent));
     q.registered[g] = std::min<std::uint64_t>(pq.registered[g], k);
@@ -1082,9 +1087,9 @@ std::optional<std::span<const PageCopy>> KVCacheManager::swap_out(RequestId r) {
       }
       const std::optional<PageId> h = grp.host_alloc.allocate(r, static_cast<std::uint32_t>(reserve));
       if (!h) fail("internal: host group {} allocation failed after a capacity check", g);
-      grp.host_hashed[*h] = grp.meta[p].hashed;
-      grp.host_hash[*h] = grp.hash[p];
-      grp.host_len[*h] = grp.meta[p].len;
+      grp.host_hashed[*h] = grp.pg[p].hashed;
+      grp.host_hash[*h] = grp.pg[p].hash;
+      grp.host_len[*h] = grp.pg[p].node.key.prefix_len;
       grp.host_table.append(r, *h);
       plan_.push_back(PageCopy{g, p, *h});
     }
@@ -1141,14 +1146,14 @@ void KVCacheManager::reset_prefix_cache() {
   for (GroupId g = 0; g < groups_.size(); ++g) {
     Group& grp = groups_[g];
     for (PageId s = small_front(g); s != kNullPage; s = small_front(g)) evict_small(g, s);
-    for (PageId p = 0; p < grp.meta.size(); ++p) {
-      if (!grp.meta[p].hashed) continue;
+    for (PageId p = 0; p < grp.pg.size(); ++p) {
+      if (!grp.pg[p].hashed) continue;
       if (grp.lru.contains(p)) grp.lru.erase(p);  // stale entries of pinned pages
       if (large_lru_.contains(p / grp.n)) large_lru_.erase(p / grp.n);
       if (mixed_lru_.contains(p / grp.n)) mixed_lru_.erase(p / grp.n);
-      index_.erase(g, grp.hash[p]);
-      grp.meta[p].hashed = 0;
-      record(CacheEventKind::kRemoved, g, p, grp.hash[p]);
+      index_.erase(g, grp.pg[p].hash);
+      grp.pg[p].hashed = 0;
+      record(CacheEventKind::kRemoved, g, p, grp.pg[p].hash);
     }
   }
 }
@@ -1168,8 +1173,8 @@ PinId KVCacheManager::pin_prefix(RequestId r) {
   for (GroupId g = 0; g < groups_.size(); ++g) {
     Group& grp = groups_[g];
     for (PageId p : grp.table.pages(r)) {
-      if (p == kNullPage || !grp.meta[p].hashed) continue;
-      ++grp.meta[p].ref;
+      if (p == kNullPage || !grp.pg[p].hashed) continue;
+      ++grp.pg[p].ref;
       held.emplace_back(g, p);
     }
   }
@@ -1205,7 +1210,7 @@ CacheStats KVCacheManager::stats() const {
     gs.evicted_pages = grp.evicted;
     // Needed bytes: the tokens each distinct used page really holds (a page shared by a
     // fork or a hit counts once, at its fullest).
-    std::vector<std::uint32_t> held(grp.meta.size(), 0);
+    std::vector<std::uint32_t> held(grp.pg.size(), 0);
     for (RequestId r = 0; r < reqs_.size(); ++r) {
       const Request& q = reqs_[r];
       if (!q.active || q.swapped) continue;
@@ -1240,7 +1245,7 @@ void KVCacheManager::check_invariants() const {
     const Group& grp = groups_[g];
     grp.alloc.check_invariants();
     grp.host_alloc.check_invariants();
-    std::vector<std::uint32_t> refs(grp.meta.size(), 0);
+    std::vector<std::uint32_t> refs(grp.pg.size(), 0);
     std::uint64_t host_used = 0;
     for (RequestId r = 0; r < reqs_.size(); ++r) {
       const Request& q = reqs_[r];
@@ -1276,20 +1281,21 @@ void KVCacheManager::check_invariants() const {
     std::uint32_t evictable = 0;
     std::vector<std::uint32_t> per_large(pool_.capacity(), 0);
     std::uint32_t listed_total = 0;
-    for (PageId p = 0; p < grp.meta.size(); ++p) {
-      if (refs[p] != grp.meta[p].ref)
-        fail("invariant: group {} page {} has reference count {} but {} holders", g, p, grp.meta[p].ref, refs[p]);
+    for (PageId p = 0; p < grp.pg.size(); ++p) {
+      const Group::PageRec& rec = grp.pg[p];
+      if (refs[p] != rec.ref)
+        fail("invariant: group {} page {} has reference count {} but {} holders", g, p, rec.ref, refs[p]);
       const bool alloc = grp.alloc.is_allocated(p), listed = grp.lru.contains(p);
-      const bool in_lru = listed && grp.meta[p].ref == 0;  // else a stale entry (lazy pin)
-      if (alloc != (grp.meta[p].ref > 0 || in_lru))
-        fail("invariant: group {} page {} allocated={} but ref {} evictable {}", g, p, alloc, grp.meta[p].ref, in_lru);
-      if (listed && !grp.meta[p].hashed)
-        fail("invariant: group {} listed page {} has ref {} hashed {}", g, p, grp.meta[p].ref, grp.meta[p].hashed);
+      const bool in_lru = listed && rec.ref == 0;  // else a stale entry (lazy pin)
+      if (alloc != (rec.ref > 0 || in_lru))
+        fail("invariant: group {} page {} allocated={} but ref {} evictable {}", g, p, alloc, rec.ref, in_lru);
+      if (listed && !rec.hashed)
+        fail("invariant: group {} listed page {} has ref {} hashed {}", g, p, rec.ref, rec.hashed);
       if (listed) ++listed_total;
-      if (grp.meta[p].hashed) {
+      if (rec.hashed) {
         ++hashed_total;
         if (!alloc) fail("invariant: group {} page {} is both cached and free", g, p);
-        if (index_.find(g, grp.hash[p]) != p) fail("invariant: group {} page {} not indexed by its hash", g, p);
+        if (index_.find(g, rec.hash) != p) fail("invariant: group {} page {} not indexed by its hash", g, p);
       }
       if (in_lru) {
         ++evictable;

@@ -187,21 +187,20 @@ class KVCacheManager {
     PageTableSet table;
     SmallPageAllocator host_alloc;
     PageTableSet host_table;
-    // Per small page.
-    // What allocate, release and pin read and write, one 32-byte record per small page:
-    // a page's state change touches one cache line, not five arrays.
-    struct alignas(32) PageMeta {
-      std::uint64_t time = 0;  // last access step
-      std::uint64_t len = 0;   // prefix length (eviction order)
+    // Per small page: everything allocate, commit, release, eviction and the probes read,
+    // in one 64-byte record (one cache line per page touched). node.key is the page's
+    // last access step and prefix length, listed or not; a listed key never changes.
+    struct alignas(64) PageRec {
+      LruNode node;
+      BlockHash hash;  // valid while hashed
       std::uint32_t ref = 0;
       std::uint8_t hashed = 0;
       std::uint8_t prio = 0;
     };
-    std::vector<PageMeta> meta;
-    std::vector<BlockHash> hash;  // valid while meta[p].hashed
+    std::vector<PageRec> pg;
     // Evictable pages, plus stale entries of pages a hit pinned (ref > 0) since: a hit
     // only counts them out; whoever meets one at the front drops it (lazy pinning).
-    mutable LruEvictor lru;
+    mutable LruOrder<MemberNodes<PageRec, &PageRec::node>> lru;
     // Per host small page.
     std::vector<std::uint8_t> host_hashed;
     std::vector<BlockHash> host_hash;
@@ -282,7 +281,7 @@ class KVCacheManager {
   // Page p of grp is cached under hash h (then the index maps h to p).
   static auto holds(const Group& grp) {
     return [&grp](std::uint64_t p, const BlockHash& h) {
-      return p < grp.meta.size() && grp.meta[p].hashed && grp.hash[p] == h;
+      return p < grp.pg.size() && grp.pg[p].hashed && grp.pg[p].hash == h;
     };
   }
   void admit(Request& q) {
