@@ -31,13 +31,13 @@ std::uint64_t splitmix(std::uint64_t& state) {
 // index's own answer, see probe_full_attention); else the index, slots prefetched a few
 // pages ahead in both directions (policies scan up or down).
 constexpr PageId kUnknown = kNullPage - 1;
-// Holds(p, h): page p is cached under hash h.
-template <class Holds>
+// Cached: holds(p, h) when page p is cached under hash h; the index's hash_of.
+template <class Cached>
 class IndexProbe final : public PageProbe {
  public:
   IndexProbe(const PrefixIndex& index, GroupId g, const std::vector<BlockHash>& hashes,
-             std::vector<PageId>& memo, Holds holds)
-      : index_(index), g_(g), hashes_(hashes), memo_(memo), holds_(holds) {}
+             std::vector<PageId>& memo, Cached cached)
+      : index_(index), g_(g), hashes_(hashes), memo_(memo), cached_(cached) {}
   bool hit(std::uint64_t i) override { return page(i) != kNullPage; }
   PageId page(std::uint64_t i) {
     if (i >= memo_.size() || i >= hashes_.size()) return kNullPage;
@@ -46,7 +46,7 @@ class IndexProbe final : public PageProbe {
   }
 
  private:
-  bool holds(std::uint64_t p, const BlockHash& h) const { return holds_(p, h); }
+  bool holds(std::uint64_t p, const BlockHash& h) const { return cached_.holds(p, h); }
   PageId find(std::uint64_t i) const {
     const BlockHash& h = hashes_[i];
     if (i + 1 < memo_.size() && memo_[i + 1] < kUnknown && memo_[i + 1] > 0 && holds(memo_[i + 1] - 1, h))
@@ -55,13 +55,13 @@ class IndexProbe final : public PageProbe {
       return memo_[i - 1] + 1;
     if (i + 8 < hashes_.size()) index_.prefetch(g_, hashes_[i + 8]);
     if (i >= 8) index_.prefetch(g_, hashes_[i - 8]);
-    return index_.find(g_, h);
+    return index_.find(g_, h, cached_);
   }
   const PrefixIndex& index_;
   GroupId g_;
   const std::vector<BlockHash>& hashes_;
   std::vector<PageId>& memo_;
-  Holds holds_;
+  Cached cached_;
 };
 
 }  // namespace
@@ -92,10 +92,11 @@ KVCacheManager::KVCacheManager(KVLayout layout, const KVCacheManagerOptions& opt
       options_(options),
       pool_(options.num_large_pages),
       host_pool_(options.num_host_large_pages),
-      large_lru_(options.num_large_pages),
-      mixed_lru_(options.num_large_pages),
-      ev_in_large_(options.num_large_pages, 0),
-      index_(total_small_pages(layout_, options.num_large_pages)),
+      large_(options.num_large_pages),
+      large_lru_(options.num_large_pages, {large_.data()}, 0),
+      mixed_lru_(options.num_large_pages, {large_.data()}, 1),
+      index_(total_small_pages(layout_, options.num_large_pages),
+             static_cast<std::uint32_t>(std::max<std::size_t>(layout_.num_groups(), 1))),
       rng_(options.seed) {
   if (options.num_large_pages == 0) fail("num_large_pages = 0: must be >= 1");
   if (options.max_requests == 0 || options.max_requests == kNoRequest)
@@ -124,7 +125,6 @@ KVCacheManager::KVCacheManager(KVLayout layout, const KVCacheManagerOptions& opt
   sim_a_.assign(G, 0);
   sim_f_.assign(G, 0);
   sim_e_.assign(G, 0);
-  replay_mark_.assign(options.num_large_pages, 0);
   probe_memo_.resize(G);
   first_miss_.assign(G, kNotFused);
   accepted_.assign(G, 0);
@@ -293,7 +293,7 @@ std::uint64_t KVCacheManager::probe_full_attention(const Request& q, GroupId g, 
       page = static_cast<PageId>(next);
     } else {
       if (i + kAhead < pages) index_.prefetch(g, hv[i + kAhead]);  // index mode: slots ahead
-      page = index_.find(g, hv[i]);
+      page = index_.find(g, hv[i], cached(grp));
       if (page == kNullPage) break;
     }
     out[i] = page;
@@ -320,7 +320,7 @@ void KVCacheManager::init_page(GroupId g, PageId p, std::uint64_t prefix_len) {
 void KVCacheManager::register_page(GroupId g, PageId p, const BlockHash& h) {
   Group& grp = groups_[g];
   if (!options_.prefix_caching || grp.pg[p].hashed) return;
-  if (!index_.insert(g, h, p)) return;  // same content cached already: p stays private
+  if (!index_.insert(g, h, p, page_hash_of())) return;  // same content cached already: p stays private
   grp.pg[p].hashed = 1;
   grp.pg[p].hash = h;
   record(CacheEventKind::kStored, g, p, h);
@@ -394,9 +394,7 @@ void KVCacheManager::prefetch_release(GroupId g, PageId p) const {
   __builtin_prefetch(&grp.pg[p], 1);
   const PageId lp = p / grp.n;
   __builtin_prefetch(&pool_.slot(lp));
-  __builtin_prefetch(&ev_in_large_[lp], 1);
-  large_lru_.prefetch(lp);
-  mixed_lru_.prefetch(lp);
+  __builtin_prefetch(&large_[lp], 1);
 }
 
 void KVCacheManager::release_page(GroupId g, PageId p, std::uint64_t t, std::uint32_t prio) {
@@ -447,7 +445,7 @@ void KVCacheManager::evict_small(GroupId g, PageId p) {
   if (mixed_lru_.contains(lp)) mixed_lru_.erase(lp);
   ev_sub(lp, grp.n);
   --grp.evictable;
-  index_.erase(g, grp.pg[p].hash);
+  index_.erase(g, grp.pg[p].hash, p);
   grp.pg[p].hashed = 0;
   record(CacheEventKind::kRemoved, g, p, grp.pg[p].hash);
   ++grp.evicted;
@@ -507,7 +505,7 @@ std::optional<PageId> KVCacheManager::take_page(GroupId g, RequestId r) {
 // entries are dropped as the fronts would drop them; pages the replay already evicted,
 // or took an empty slot of (the real run makes those stale only when it gets there),
 // are skipped.
-PageId KVCacheManager::replay_next(LruEvictor& lru, PageId lp) {
+PageId KVCacheManager::replay_next(LargeLru& lru, PageId lp) {
   const bool mixed_list = &lru == &mixed_lru_;
   for (;;) {
     if (lp == kNullPage) return lp;
@@ -528,7 +526,7 @@ void KVCacheManager::replay_spoil(GroupId g, RequestId r, PageId first, bool by_
     const PageId next = by_request ? L.rnext : L.gnext;
     if (!replay_skips(lp) && (by_request || groups_[g].alloc.associated_request(lp) != r)) {
       takes -= std::min<std::uint64_t>(takes, L.free_count);
-      if (mixed(lp)) replay_mark_[lp] = replay_epoch_;
+      if (mixed(lp)) large_[lp].replay = replay_epoch_;
     }
     lp = next == LargePageSlot::kNone ? kNullPage : next;
   }
@@ -546,7 +544,7 @@ bool KVCacheManager::feasible(RequestId r) {
   for (GroupId g = 0; g < groups_.size(); ++g) large_needed += (need_[g] + groups_[g].n - 1) / groups_[g].n;
   if (large_needed <= std::uint64_t{pool_.num_free()} + num_full_ev_) return true;
   if (++replay_epoch_ == 0) {
-    std::fill(replay_mark_.begin(), replay_mark_.end(), 0);
+    for (LargeRec& l : large_) l.replay = 0;
     replay_epoch_ = 1;
   }
   std::uint64_t pool = pool_.num_free();
@@ -579,7 +577,7 @@ bool KVCacheManager::feasible(RequestId r) {
         // A wholly evictable large page: no empty slot, not associated with a free one.
         const GroupId h = pool_.slot(cursor).owner;
         sim_e_[h] -= groups_[h].n;
-        replay_mark_[cursor] = replay_epoch_;
+        large_[cursor].replay = replay_epoch_;
         cursor = replay_next(large_lru_, large_lru_.after(cursor));
         sim_a_[g] += n - 1;
         sim_f_[g] += n - 1;
@@ -603,10 +601,10 @@ bool KVCacheManager::feasible(RequestId r) {
         if (mcursor == kNullPage) return false;
         const GroupId h = pool_.slot(mcursor).owner;
         const std::uint32_t empty = pool_.slot(mcursor).free_count;
-        sim_e_[h] -= ev_in_large_[mcursor];
+        sim_e_[h] -= large_[mcursor].ev;
         sim_f_[h] -= empty;
         if (h > g && sim_a_[h] > 0 && groups_[h].alloc.associated_request(mcursor) == r) sim_a_[h] -= empty;
-        replay_mark_[mcursor] = replay_epoch_;
+        large_[mcursor].replay = replay_epoch_;
         mcursor = replay_next(mixed_lru_, mixed_lru_.after(mcursor));
         sim_a_[g] += n - 1;
         sim_f_[g] += n - 1;
@@ -740,7 +738,7 @@ std::uint64_t KVCacheManager::lookup_prefix(RequestId r) {
         if (first_miss_[g] != kNotFused) {  // FullAttentionPolicy's answer, pages known
           v = std::min(p / grp.P, first_miss_[g]) * grp.P;
         } else {
-          IndexProbe probe(index_, g, q.hashes[grp.hash_class], probe_memo_[g], holds(grp));
+          IndexProbe probe(index_, g, q.hashes[grp.hash_class], probe_memo_[g], cached(grp));
           v = grp.policy->longest_valid_prefix(p, probe);
         }
         accepted_[g] = v;
@@ -750,7 +748,7 @@ std::uint64_t KVCacheManager::lookup_prefix(RequestId r) {
           if (!grp.image.needs(m.offset, m.length, v)) continue;
           const std::uint64_t pages = q.item_page[g][k + 1] - q.item_page[g][k];
           for (std::uint64_t j = 0; j < pages; ++j) {
-            if (index_.find(g, item_page_hash(q, k, j)) == kNullPage) {
+            if (index_.find(g, item_page_hash(q, k, j), page_hash_of()) == kNullPage) {
               v = m.offset;
               break;
             }
@@ -769,7 +767,7 @@ std::uint64_t KVCacheManager::lookup_prefix(RequestId r) {
     if (grp.decoder) {
       const std::uint64_t pages = p / grp.P;
       const std::uint64_t lo = std::min(grp.policy->first_required_page(p), pages);
-      IndexProbe probe(index_, g, q.hashes[grp.hash_class], probe_memo_[g], holds(grp));
+      IndexProbe probe(index_, g, q.hashes[grp.hash_class], probe_memo_[g], cached(grp));
       grp.table.append(r, lo, kNullPage);
       if (first_miss_[g] != kNotFused) {  // every page of [lo, pages) is a hit in the memo
         if (pages > first_miss_[g]) fail("internal: group {} hit of {} pages past its first miss {}", g, pages, first_miss_[g]);
@@ -803,7 +801,7 @@ std::uint64_t KVCacheManager::lookup_prefix(RequestId r) {
         const MultimodalItem& m = q.items[k];
         if (!grp.image.needs(m.offset, m.length, p)) continue;
         for (std::uint64_t j = 0; j < q.item_page[g][k + 1] - q.item_page[g][k]; ++j) {
-          const PageId page = index_.find(g, item_page_hash(q, k, j));
+          const PageId page = index_.find(g, item_page_hash(q, k, j), page_hash_of());
           if (page == kNullPage) fail("internal: group {} lost image page {} of a validated hit", g, j);
           acquire_cached(g, page);
           ++grp.hit_pages;
@@ -1151,7 +1149,7 @@ void KVCacheManager::reset_prefix_cache() {
       if (grp.lru.contains(p)) grp.lru.erase(p);  // stale entries of pinned pages
       if (large_lru_.contains(p / grp.n)) large_lru_.erase(p / grp.n);
       if (mixed_lru_.contains(p / grp.n)) mixed_lru_.erase(p / grp.n);
-      index_.erase(g, grp.pg[p].hash);
+      index_.erase(g, grp.pg[p].hash, p);
       grp.pg[p].hashed = 0;
       record(CacheEventKind::kRemoved, g, p, grp.pg[p].hash);
     }
@@ -1295,7 +1293,7 @@ void KVCacheManager::check_invariants() const {
       if (rec.hashed) {
         ++hashed_total;
         if (!alloc) fail("invariant: group {} page {} is both cached and free", g, p);
-        if (index_.find(g, rec.hash) != p) fail("invariant: group {} page {} not indexed by its hash", g, p);
+        if (index_.find(g, rec.hash, page_hash_of()) != p) fail("invariant: group {} page {} not indexed by its hash", g, p);
       }
       if (in_lru) {
         ++evictable;
@@ -1307,14 +1305,14 @@ void KVCacheManager::check_invariants() const {
            grp.lru.size(), evictable, listed_total - evictable);
     for (PageId lp = 0; lp < pool_.capacity(); ++lp) {
       if (pool_.owner(lp) != g) continue;
-      if (per_large[lp] != ev_in_large_[lp])
-        fail("invariant: large page {} counts {} evictable small pages, actual {}", lp, ev_in_large_[lp], per_large[lp]);
+      if (per_large[lp] != large_[lp].ev)
+        fail("invariant: large page {} counts {} evictable small pages, actual {}", lp, large_[lp].ev, per_large[lp]);
       // Wholly evictable: in the large LRU; cached + empty, nothing used: in the mixed
       // LRU; each under its current key. Anything else listed is a stale entry (a lazy
       // pin, or a slot taken since).
       const std::uint32_t empty = grp.alloc.free_in_large(lp);
       if (per_large[lp] > 0 && per_large[lp] + empty == grp.n) {
-        const LruEvictor& want = empty == 0 ? large_lru_ : mixed_lru_;
+        const LargeLru& want = empty == 0 ? large_lru_ : mixed_lru_;
         if (!want.contains(lp) || !(want.key(lp) == large_key(g, lp)))
           fail("invariant: large page {} ({} cached, {} empty) listed = {}, key {}/{}", lp, per_large[lp], empty,
                want.contains(lp), large_key(g, lp).time, large_key(g, lp).prefix_len);

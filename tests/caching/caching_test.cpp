@@ -244,29 +244,68 @@ TEST_CASE("LRU evictor keeps long runs of equal keys in order", "[caching][evict
 }
 
 TEST_CASE("prefix index insert, find, erase with collisions", "[caching][index]") {
-  PrefixIndex index(200);
+  // The caller keeps each page's hash (as the manager's page records do); the index keeps
+  // fingerprints only and confirms them against hash_of. Few distinct hi values force long
+  // probe runs, equal fingerprints and backward shifts; two groups share the table.
+  const std::uint32_t kPages = 300;
+  PrefixIndex index(200, 2);
   std::mt19937_64 rng(3);
-  std::map<std::pair<GroupId, std::uint64_t>, std::pair<BlockHash, PageId>> ref;
+  std::map<std::pair<GroupId, std::pair<std::uint64_t, std::uint64_t>>, PageId> ref;
+  std::vector<BlockHash> page_hash[2] = {std::vector<BlockHash>(kPages), std::vector<BlockHash>(kPages)};
+  std::vector<bool> used[2] = {std::vector<bool>(kPages), std::vector<bool>(kPages)};
+  auto hash_of = [&](GroupId g, PageId p) -> const BlockHash& {
+    REQUIRE(g < 2);
+    REQUIRE(used[g][p]);  // only indexed pages are asked for
+    return page_hash[g][p];
+  };
   for (int op = 0; op < 50000; ++op) {
     const GroupId g = static_cast<GroupId>(rng() % 2);
-    // Few distinct hi values force long probe runs and backward shifts.
     const BlockHash h{rng() % 300, (rng() % 300) * 0x100000001ULL};
-    const auto key = std::make_pair(g, h.lo * 1000003 + h.hi);
+    const auto key = std::make_pair(g, std::make_pair(h.lo, h.hi));
     const auto it = ref.find(key);
     if (it == ref.end() && ref.size() < 200) {
-      const PageId p = static_cast<PageId>(rng() % 1000);
-      REQUIRE(index.insert(g, h, p));
-      ref[key] = {h, p};
+      PageId p = static_cast<PageId>(rng() % kPages);
+      while (used[g][p]) p = (p + 1) % kPages;
+      REQUIRE(index.find(g, h, hash_of) == kNullPage);
+      used[g][p] = true;
+      page_hash[g][p] = h;
+      REQUIRE(index.insert(g, h, p, hash_of));
+      ref[key] = p;
     } else if (it != ref.end()) {
-      REQUIRE(index.find(g, h) == it->second.second);
-      REQUIRE_FALSE(index.insert(g, h, 5));
+      const PageId p = it->second;
+      REQUIRE(index.find(g, h, hash_of) == p);
+      REQUIRE(index.find(1 - g, h, hash_of) == (ref.count({1 - g, key.second}) ? ref[{1 - g, key.second}] : kNullPage));
+      REQUIRE_FALSE(index.insert(g, h, p, hash_of));  // present: nothing changes
       if (rng() % 2) {
-        REQUIRE(index.erase(g, h));
+        PageId other = (p + 1) % kPages;
+        while (used[g][other]) other = (other + 1) % kPages;
+        REQUIRE_FALSE(index.erase(g, h, other));  // a page not indexed: nothing changes
+        REQUIRE(index.erase(g, h, p));
+        used[g][p] = false;
         ref.erase(it);
-        REQUIRE(index.find(g, h) == kNullPage);
+        REQUIRE(index.find(g, h, hash_of) == kNullPage);
+        REQUIRE_FALSE(index.erase(g, h, p));
       }
     }
     REQUIRE(index.size() == ref.size());
   }
-  for (const auto& [k, v] : ref) REQUIRE(index.find(k.first, v.first) == v.second);
+  for (const auto& [k, p] : ref) REQUIRE(index.find(k.first, BlockHash{k.second.first, k.second.second}, hash_of) == p);
+  // Full: the 201st entry is refused with an error naming the capacity, nothing changes.
+  while (ref.size() < 200) {
+    const BlockHash h{rng(), rng()};
+    PageId p = 0;
+    while (used[0][p]) ++p;
+    used[0][p] = true;
+    page_hash[0][p] = h;
+    REQUIRE(index.insert(0, h, p, hash_of));
+    ref[{0, {h.lo, h.hi}}] = p;
+  }
+  PageId spare = 0;
+  while (used[1][spare]) ++spare;
+  used[1][spare] = true;
+  page_hash[1][spare] = BlockHash{1, 2};
+  CHECK_THROWS_WITH(index.insert(1, BlockHash{1, 2}, spare, hash_of), Catch::Contains("full with 200"));
+  CHECK(index.size() == 200);
+  CHECK_THROWS_WITH(index.insert(2, BlockHash{1, 2}, spare, hash_of), Catch::Contains("group = 2"));
+  CHECK_THROWS_WITH(PrefixIndex(10, 0), Catch::Contains("num_groups = 0"));
 }

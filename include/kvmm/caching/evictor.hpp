@@ -29,13 +29,15 @@ struct EvictionKey {
 
 // One id's entry. `other`: in a run of 2+ equal keys (contiguous in one list), the head's
 // is the tail and the tail's is the head; stale in middle nodes and singletons, never read
-// there. A listed node's key must not change (erase, change, insert).
+// there. A listed node's key must not change (erase, change, insert). `tag` names the
+// order that lists it, so two orders can share one node array (an id in at most one).
 struct alignas(32) LruNode {
   static constexpr std::uint32_t kNone = ~std::uint32_t{0};
   static constexpr std::uint8_t kOut = 0xff;
   EvictionKey key;
   std::uint32_t prev = kNone, next = kNone, other = kNone;
   std::uint8_t level = kOut;  // list (retention priority), kOut when not listed
+  std::uint8_t tag = 0;
 };
 
 // The order over nodes found by node_of(id) -> LruNode&, ids in [0, capacity).
@@ -44,11 +46,14 @@ class LruOrder {
  public:
   static constexpr std::uint32_t kLevels = 4;  // retention priorities 0 (evicted first) .. 3
 
-  LruOrder(std::uint32_t capacity, NodeOf node_of) : node_(node_of), capacity_(capacity) {}
+  LruOrder(std::uint32_t capacity, NodeOf node_of, std::uint8_t tag = 0)
+      : node_(node_of), capacity_(capacity), tag_(tag) {}
 
   std::uint32_t size() const { return size_; }
   std::uint32_t capacity() const { return capacity_; }
-  bool contains(PageId id) const { return id < capacity_ && node_(id).level != kOut; }
+  bool contains(PageId id) const {
+    return id < capacity_ && node_(id).level != kOut && node_(id).tag == tag_;
+  }
   const EvictionKey& key(PageId id) const { return node_(id).key; }
 
   // Raises kvmm::Error for an id out of range or already present.
@@ -89,6 +94,7 @@ class LruOrder {
 
   NodeOf node_;
   std::uint32_t capacity_;
+  std::uint8_t tag_;
   List lists_[kLevels];
   std::uint32_t size_ = 0;
   std::uint32_t hint_ = kNone;  // the last inserted page
@@ -101,7 +107,7 @@ class LruOrder {
 template <class NodeOf>
 void LruOrder<NodeOf>::insert(PageId id, const EvictionKey& k, std::uint32_t level) {
   if (id >= capacity_) fail("page id = {}: evictor capacity is {}", id, capacity_);
-  if (node_(id).level != kOut) fail("page id = {}: already evictable", id);
+  if (node_(id).level != kOut) fail("page id = {}: already listed", id);
   if (level >= kLevels) level = kLevels - 1;
   List& l = lists_[level];
   std::uint32_t after;
@@ -119,6 +125,7 @@ void LruOrder<NodeOf>::insert(PageId id, const EvictionKey& k, std::uint32_t lev
   LruNode& x = node_(id);
   x.key = k;
   x.level = static_cast<std::uint8_t>(level);
+  x.tag = tag_;
   x.other = kNone;
   if (after != kNone && node_(after).key == k) {  // joins the run of `after` as its new tail
     const PageId head = run_head(after);

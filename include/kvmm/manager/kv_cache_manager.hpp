@@ -232,6 +232,14 @@ class KVCacheManager {
     std::vector<std::vector<std::uint64_t>> item_page;  // per group: item k's first page
   };
 
+  // Per large page, what the manager keeps: one 64-byte record.
+  struct alignas(64) LargeRec {
+    LruNode node;              // in large_lru_ or mixed_lru_ (tags 0 and 1), or neither
+    std::uint32_t ev = 0;      // evictable small pages
+    std::uint32_t replay = 0;  // feasible(): evicted or slot taken by its replay (== replay_epoch_)
+  };
+  using LargeLru = LruOrder<MemberNodes<LargeRec, &LargeRec::node>>;
+
   const Request& req(RequestId r) const;
   Request& active_req(RequestId r);
   Request& running(RequestId r);
@@ -256,21 +264,21 @@ class KVCacheManager {
   // Jenga §5.4's evictable large page: every small page evictable (step 3). O(1).
   bool full_evictable(PageId lp) const {
     const GroupId g = pool_.slot(lp).owner;
-    return g != kNoGroup && ev_in_large_[lp] == groups_[g].n;
+    return g != kNoGroup && large_[lp].ev == groups_[g].n;
   }
   // No used small page, some evictable and some empty (step 6). O(1).
   bool mixed(PageId lp) const {
     const GroupId g = pool_.slot(lp).owner;
     if (g == kNoGroup) return false;
-    const std::uint32_t ev = ev_in_large_[lp], empty = pool_.slot(lp).free_count;
+    const std::uint32_t ev = large_[lp].ev, empty = pool_.slot(lp).free_count;
     return ev > 0 && empty > 0 && ev + empty == groups_[g].n;
   }
   bool stale_large(PageId lp) const { return !full_evictable(lp); }
   bool stale_mixed(PageId lp) const { return !mixed(lp); }
   // Files lp in the LRU its state calls for (full, mixed or none). O(n).
   void refresh_large(GroupId g, PageId lp);
-  bool replay_skips(PageId lp) const { return replay_mark_[lp] == replay_epoch_; }
-  PageId replay_next(LruEvictor& lru, PageId lp);
+  bool replay_skips(PageId lp) const { return large_[lp].replay == replay_epoch_; }
+  PageId replay_next(LargeLru& lru, PageId lp);
   void replay_spoil(GroupId g, RequestId r, PageId first, bool by_request, std::uint64_t takes);
   PageId mixed_front() const;
   PageId small_front(GroupId g) const;
@@ -278,11 +286,19 @@ class KVCacheManager {
   std::optional<PageId> take_page(GroupId g, RequestId r);
   void init_page(GroupId g, PageId p, std::uint64_t prefix_len);
   bool feasible(RequestId r);
-  // Page p of grp is cached under hash h (then the index maps h to p).
-  static auto holds(const Group& grp) {
-    return [&grp](std::uint64_t p, const BlockHash& h) {
-      return p < grp.pg.size() && grp.pg[p].hashed && grp.pg[p].hash == h;
-    };
+  // One group's cached pages: holds(p, h) when page p is cached under h (then the index
+  // maps h to p); as the index's hash_of, the hash an indexed page is cached under.
+  struct Cached {
+    const Group* grp;
+    bool holds(std::uint64_t p, const BlockHash& h) const {
+      return p < grp->pg.size() && grp->pg[p].hashed && grp->pg[p].hash == h;
+    }
+    const BlockHash& operator()(GroupId, PageId p) const { return grp->pg[p].hash; }
+  };
+  static Cached cached(const Group& grp) { return {&grp}; }
+  // The index's hash_of over every group.
+  auto page_hash_of() const {
+    return [this](GroupId g, PageId p) -> const BlockHash& { return groups_[g].pg[p].hash; };
   }
   void admit(Request& q) {
     if (q.admitted) return;
@@ -300,15 +316,15 @@ class KVCacheManager {
   LargePagePool host_pool_;
   std::vector<Group> groups_;
   std::vector<std::uint32_t> class_tokens_;  // tokens per page of each hash class
-  mutable LruEvictor large_lru_;  // evictable large pages, plus stale ones (see Group::lru)
+  std::vector<LargeRec> large_;
+  mutable LargeLru large_lru_;  // evictable large pages, plus stale ones (see Group::lru)
   // Large pages with no used small page, some evictable and some empty, plus stale ones:
   // reclaimed by any group only when Jenga's five steps find nothing (step 6), so memory
   // is never stranded in a group whose cached pages leave empty slots behind.
-  mutable LruEvictor mixed_lru_;
-  std::vector<std::uint32_t> ev_in_large_;  // evictable small pages per large page
-  std::uint32_t num_full_ev_ = 0;           // large pages with every small page evictable
-  void ev_add(PageId lp, std::uint32_t n) { num_full_ev_ += ++ev_in_large_[lp] == n; }
-  void ev_sub(PageId lp, std::uint32_t n) { num_full_ev_ -= ev_in_large_[lp]-- == n; }
+  mutable LargeLru mixed_lru_;
+  std::uint32_t num_full_ev_ = 0;  // large pages with every small page evictable
+  void ev_add(PageId lp, std::uint32_t n) { num_full_ev_ += ++large_[lp].ev == n; }
+  void ev_sub(PageId lp, std::uint32_t n) { num_full_ev_ -= large_[lp].ev-- == n; }
   PrefixIndex index_;
   std::vector<Request> reqs_;
   std::vector<RequestId> free_ids_;
@@ -323,8 +339,6 @@ class KVCacheManager {
   std::vector<std::uint64_t> need_;  // scratch per group
   std::vector<std::uint8_t> cow_;    // scratch per group
   std::vector<std::uint64_t> sim_a_, sim_f_, sim_e_;  // scratch of feasible()
-  // feasible(): large pages its replay evicted or took a slot of (== replay_epoch_).
-  std::vector<std::uint32_t> replay_mark_;
   std::uint32_t replay_epoch_ = 0;
   std::vector<std::vector<PageId>> probe_memo_;  // scratch of lookup_prefix, per group
   std::vector<std::uint64_t> accepted_;          // per group: its last valid prefix
