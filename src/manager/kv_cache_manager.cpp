@@ -452,6 +452,66 @@ void KVCacheManager::evict_small(GroupId g, PageId p) {
   grp.alloc.free(p);
 }
 
+// Step 3 evicts in runs down the large-page LRU, and each victim's records (its large
+// page, small pages, allocator slots, LRU neighbours, index slots) sit in separate random
+// lines: loaded serially, a victim costs several memory latencies. So the entries after
+// the front are kept in a ring (a hint: the LRU alone decides) and their lines are
+// requested in stages as they approach, each stage reading only what an earlier one
+// requested. `front` is the victim about to be evicted.
+void KVCacheManager::prefetch_victims(PageId front) {
+  constexpr std::uint32_t K = kVictimsAhead;
+  auto at = [this](std::uint32_t k) -> PageId& { return victims_[(vfirst_ + k) % K]; };
+  while (vcount_ > 0) {  // entries up to the front left the list (evicted or stale)
+    const PageId v = at(0);
+    vfirst_ = (vfirst_ + 1) % K;
+    --vcount_;
+    if (v == front) break;
+  }
+  PageId cursor = vcount_ > 0 ? at(vcount_ - 1) : front;
+  if (!large_lru_.contains(cursor)) {
+    vcount_ = 0;
+    cursor = front;
+  }
+  // Stage 1, new entries: the large-page record (list node) and the pool's record. Up to
+  // two per call, so the ring catches up after a reset while each hop's node was
+  // requested a call earlier.
+  for (int step = 0; step < 2 && vcount_ < K; ++step) {
+    const PageId next = large_lru_.after(cursor);
+    if (next == kNullPage) break;
+    __builtin_prefetch(&large_[next]);
+    __builtin_prefetch(&pool_.slot(next));
+    at(vcount_++) = next;
+    cursor = next;
+  }
+  // Stage 2, halfway: the owner is known now; the small pages' records and slots.
+  if (vcount_ > K / 2) {
+    const PageId v = at(K / 2);
+    const GroupId h = pool_.slot(v).owner;
+    if (h != kNoGroup) {
+      const Group& gh = groups_[h];
+      for (PageId s = v * gh.n; s < (v + 1) * gh.n && s < v * gh.n + 8; ++s) {
+        __builtin_prefetch(&gh.pg[s]);
+        gh.alloc.prefetch(s);
+      }
+    }
+  }
+  // Stage 3, the next victim: its index slots and its small pages' LRU neighbours.
+  if (vcount_ > 0) {
+    const PageId v = at(0);
+    const GroupId h = pool_.slot(v).owner;
+    if (h != kNoGroup) {
+      const Group& gh = groups_[h];
+      for (PageId s = v * gh.n; s < (v + 1) * gh.n && s < v * gh.n + 8; ++s) {
+        const Group::PageRec& rec = gh.pg[s];
+        if (!rec.hashed) continue;
+        index_.prefetch(h, rec.hash);
+        if (rec.node.prev != LruNode::kNone) __builtin_prefetch(&gh.pg[rec.node.prev]);
+        if (rec.node.next != LruNode::kNone) __builtin_prefetch(&gh.pg[rec.node.next]);
+      }
+    }
+  }
+}
+
 // Evicts every cached small page of a large page with no used one; the last one returns
 // it to the pool (its other slots are empty).
 void KVCacheManager::evict_large(PageId lp) {
@@ -473,15 +533,7 @@ std::optional<PageId> KVCacheManager::take_page(GroupId g, RequestId r) {
   if (auto p = a.allocate_associated(r)) return p;
   if (auto p = a.allocate_fresh(r)) return p;
   if (const PageId lp = large_front(); lp != kNullPage) {
-    // Evictions come in runs down the LRU: start loading the next victim's index slots.
-    if (const PageId next = large_lru_.after(lp); next != kNullPage) {
-      const GroupId h = pool_.slot(next).owner;
-      if (h != kNoGroup) {
-        const Group& gh = groups_[h];
-        for (PageId s = next * gh.n; s < (next + 1) * gh.n; ++s)
-          if (gh.pg[s].hashed) index_.prefetch(h, gh.pg[s].hash);
-      }
-    }
+    prefetch_victims(lp);
     evict_large(lp);
     if (auto p = a.allocate_fresh(r)) return p;
   }

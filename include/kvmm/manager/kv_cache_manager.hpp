@@ -257,6 +257,8 @@ class KVCacheManager {
   void prefetch_release(GroupId g, PageId p) const;
   void evict_small(GroupId g, PageId p);
   void evict_large(PageId lp);
+  static constexpr std::uint32_t kVictimsAhead = 8;
+  void prefetch_victims(PageId front);
   EvictionKey large_key(GroupId g, PageId lp) const;
   std::uint32_t large_level(GroupId g, PageId lp) const;
   // Jenga §5.4 step 3's evictable large page: no used small page and at least one cached
@@ -340,6 +342,8 @@ class KVCacheManager {
   std::vector<std::uint8_t> cow_;    // scratch per group
   std::vector<std::uint64_t> sim_a_, sim_f_, sim_e_;  // scratch of feasible()
   std::uint32_t replay_epoch_ = 0;
+  PageId victims_[kVictimsAhead] = {};  // prefetch_victims' ring of step-3 victims ahead
+  std::uint32_t vfirst_ = 0, vcount_ = 0;
   std::vector<std::vector<PageId>> probe_memo_;  // scratch of lookup_prefix, per group
   std::vector<std::uint64_t> accepted_;          // per group: its last valid prefix
   static constexpr std::uint64_t kNotFused = ~std::uint64_t{0};

@@ -95,6 +95,8 @@ class SmallPageAllocator {
   void release_request(RequestId r);
 
   bool is_allocated(PageId s) const { return s < slot_.size() && slot_[s] == kAllocated; }
+  // Starts loading what free(s) reads of s (a hint; s must be a page id of this group).
+  void prefetch(PageId s) const { __builtin_prefetch(&slot_[s]); }
   GroupId group() const { return group_; }
   std::uint32_t pages_per_large() const { return n_; }
   PageId large_page_of(PageId s) const { return s / n_; }
