@@ -528,29 +528,29 @@ void KVCacheManager::evict_large(PageId lp) {
 // page, (3) evict the LRU evictable large page, (4) any free small page of the group,
 // (5) evict the group's LRU small page; then, where Jenga would fail, (6) reclaim the
 // LRU large page of another group that holds cached and empty but no used small pages.
-std::optional<PageId> KVCacheManager::take_page(GroupId g, RequestId r) {
+PageId KVCacheManager::take_page(GroupId g, RequestId r) {
   SmallPageAllocator& a = groups_[g].alloc;
-  if (auto p = a.allocate_associated(r)) return p;
-  if (auto p = a.allocate_fresh(r)) return p;
+  if (const PageId p = a.try_associated(r); p != kNullPage) return p;
+  if (const PageId p = a.try_fresh(r); p != kNullPage) return p;
   if (const PageId lp = large_front(); lp != kNullPage) {
     prefetch_victims(lp);
     evict_large(lp);
-    if (auto p = a.allocate_fresh(r)) return p;
+    if (const PageId p = a.try_fresh(r); p != kNullPage) return p;
   }
-  if (auto p = a.allocate_any()) return p;
+  if (const PageId p = a.try_any(); p != kNullPage) return p;
   if (const PageId s = small_front(g); s != kNullPage) {
     if (const PageId next = groups_[g].lru.after(s); next != kNullPage && groups_[g].pg[next].hashed)
       index_.prefetch(g, groups_[g].pg[next].hash);
     evict_small(g, s);
-    if (auto p = a.allocate_associated(r)) return p;
-    if (auto p = a.allocate_any()) return p;
-    return a.allocate_fresh(r);
+    if (const PageId p = a.try_associated(r); p != kNullPage) return p;
+    if (const PageId p = a.try_any(); p != kNullPage) return p;
+    return a.try_fresh(r);
   }
   if (const PageId lp = mixed_front(); lp != kNullPage) {
     evict_large(lp);
-    return a.allocate_fresh(r);
+    return a.try_fresh(r);
   }
-  return std::nullopt;
+  return kNullPage;
 }
 
 // The replay's next step-3 (large_lru_) or step-6 (mixed_lru_) victim from lp on: stale
@@ -924,7 +924,8 @@ bool KVCacheManager::allocate(RequestId r, std::uint32_t num_new_tokens, std::ui
       if (cow_[g]) {
         const auto idx = static_cast<std::uint32_t>(q.computed / grp.P);
         const PageId old = grp.table.pages(r)[idx];
-        const PageId p = *take_page(g, r);
+        const PageId p = take_page(g, r);
+        if (p == kNullPage) fail("internal: group {} allocation failed after a successful feasibility check", g);
         init_page(g, p, grp.pg[old].node.key.prefix_len);
         grp.table.set(r, idx, p);
         copies_.push_back(PageCopy{g, old, p});
@@ -932,10 +933,10 @@ bool KVCacheManager::allocate(RequestId r, std::uint32_t num_new_tokens, std::ui
         --need_[g];
       }
       for (std::uint64_t k = 0; k < need_[g]; ++k) {
-        const std::optional<PageId> p = take_page(g, r);
-        if (!p) fail("internal: group {} allocation failed after a successful feasibility check", g);
-        init_page(g, *p, grp.policy->prefix_length(grp.table.num_pages(r)));
-        grp.table.append(r, *p);
+        const PageId p = take_page(g, r);
+        if (p == kNullPage) fail("internal: group {} allocation failed after a successful feasibility check", g);
+        init_page(g, p, grp.policy->prefix_length(grp.table.num_pages(r)));
+        grp.table.append(r, p);
       }
       if (target > grp.table.num_tokens(r)) grp.table.set_num_tokens(r, target);
     } else if (need_[g] > 0) {
@@ -944,10 +945,10 @@ bool KVCacheManager::allocate(RequestId r, std::uint32_t num_new_tokens, std::ui
         if (grp.image.release_when_consumed && k < q.items_consumed) continue;
         for (std::uint64_t i = q.item_page[g][k]; i < q.item_page[g][k + 1]; ++i) {
           if (grp.table.pages(r)[i] != kNullPage) continue;
-          const std::optional<PageId> p = take_page(g, r);
-          if (!p) fail("internal: group {} allocation failed after a successful feasibility check", g);
-          init_page(g, *p, q.item_rank[k]);
-          grp.table.set(r, static_cast<std::uint32_t>(i), *p);
+          const PageId p = take_page(g, r);
+          if (p == kNullPage) fail("internal: group {} allocation failed after a successful feasibility check", g);
+          init_page(g, p, q.item_rank[k]);
+          grp.table.set(r, static_cast<std::uint32_t>(i), p);
         }
       }
     }
@@ -1166,11 +1167,11 @@ std::optional<std::span<const PageCopy>> KVCacheManager::swap_in(RequestId r) {
         grp.table.append(r, kNullPage);
         continue;
       }
-      const std::optional<PageId> p = take_page(g, r);
-      if (!p) fail("internal: group {} allocation failed after a successful feasibility check", g);
-      init_page(g, *p, grp.host_len[h]);
-      grp.table.append(r, *p);
-      plan_.push_back(PageCopy{g, h, *p});
+      const PageId p = take_page(g, r);
+      if (p == kNullPage) fail("internal: group {} allocation failed after a successful feasibility check", g);
+      init_page(g, p, grp.host_len[h]);
+      grp.table.append(r, p);
+      plan_.push_back(PageCopy{g, h, p});
     }
     grp.table.set_num_tokens(r, grp.host_table.num_tokens(r));
   }

@@ -20,10 +20,9 @@ SmallPageAllocator::SmallPageAllocator(GroupId group, std::uint32_t pages_per_la
   req_epoch_.assign(max_requests, 0);
 }
 
-std::optional<PageId> SmallPageAllocator::take_fresh(RequestId r) {
-  const std::optional<PageId> id = pool_.allocate(group_);
-  if (!id) return std::nullopt;
-  const PageId lp = *id;
+PageId SmallPageAllocator::take_fresh(RequestId r) {
+  const PageId lp = pool_.try_allocate(group_);
+  if (lp == kNullPage) return kNullPage;
   LargeSlot& L = pool_.slot(lp);
   L.free_head = kNone;
   L.free_count = n_ - 1;

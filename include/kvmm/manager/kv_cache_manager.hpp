@@ -285,7 +285,7 @@ class KVCacheManager {
   PageId mixed_front() const;
   PageId small_front(GroupId g) const;
   PageId large_front() const;
-  std::optional<PageId> take_page(GroupId g, RequestId r);
+  PageId take_page(GroupId g, RequestId r);  // kNullPage: none
   void init_page(GroupId g, PageId p, std::uint64_t prefix_len);
   bool feasible(RequestId r);
   // One group's cached pages: holds(p, h) when page p is cached under h (then the index

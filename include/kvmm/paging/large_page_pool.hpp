@@ -59,8 +59,15 @@ class LargePagePool {
 
   // O(1). std::nullopt when every large page is in use (not an error).
   std::optional<PageId> allocate(GroupId owner) {
-    if (source_) return allocate_from_source(owner);
-    if (top_ == 0) return std::nullopt;
+    const PageId id = try_allocate(owner);
+    if (id == kNullPage) return std::nullopt;
+    return id;
+  }
+  // The same with kNullPage for none: hot paths return the id in a register (an optional
+  // built in memory would wait behind the store to the page's record).
+  PageId try_allocate(GroupId owner) {
+    if (source_) return allocate_from_source(owner).value_or(kNullPage);
+    if (top_ == 0) return kNullPage;
     const PageId id = free_[--top_];
     slots_[id].owner = owner;
     return id;

@@ -38,30 +38,36 @@ class SmallPageAllocator {
       lp = req_head_[r];
       if (lp != kNone) return take(lp);
       if (pool_.num_free() > pool_reserve)
-        if (const std::optional<PageId> p = take_fresh(r)) return p;
+        if (const PageId p = take_fresh(r); p != kNullPage) return p;
     }
     if (group_head_ != kNone) return take(group_head_);
-    if (pool_.num_free() > 0) return take_fresh(placement_ == Placement::kRequestAware ? r : kNoRequest);
+    if (pool_.num_free() > 0)
+      if (const PageId p = take_fresh(placement_ == Placement::kRequestAware ? r : kNoRequest); p != kNullPage)
+        return p;
     return std::nullopt;
   }
 
   // The three placement steps on their own, for callers that interleave other steps
-  // (eviction, Jenga §5.4). Each is O(1) and returns std::nullopt when it cannot serve.
+  // (eviction, Jenga §5.4). Each is O(1) and returns std::nullopt when it cannot serve;
+  // the try_ forms return kNullPage instead (no optional in memory on hot paths).
   // Step 1: a free small page in a large page associated with r.
-  std::optional<PageId> allocate_associated(RequestId r) {
+  std::optional<PageId> allocate_associated(RequestId r) { return optional(try_associated(r)); }
+  PageId try_associated(RequestId r) {
     if (r >= req_head_.size()) bad_request(r);
-    if (req_head_[r] == kNone) return std::nullopt;
+    if (req_head_[r] == kNone) return kNullPage;
     return take(req_head_[r]);
   }
   // Step 2: a fresh large page from the pool, associated with r (kNoRequest: none).
-  std::optional<PageId> allocate_fresh(RequestId r) {
+  std::optional<PageId> allocate_fresh(RequestId r) { return optional(try_fresh(r)); }
+  PageId try_fresh(RequestId r) {
     if (r != kNoRequest && r >= req_head_.size()) bad_request(r);
-    if (pool_.num_free() == 0) return std::nullopt;
+    if (pool_.num_free() == 0) return kNullPage;
     return take_fresh(r);
   }
   // Step 3: any free small page of the group.
-  std::optional<PageId> allocate_any() {
-    if (group_head_ == kNone) return std::nullopt;
+  std::optional<PageId> allocate_any() { return optional(try_any()); }
+  PageId try_any() {
+    if (group_head_ == kNone) return kNullPage;
     return take(group_head_);
   }
 
@@ -155,10 +161,14 @@ class SmallPageAllocator {
     return s;
   }
 
+  static std::optional<PageId> optional(PageId p) {
+    if (p == kNullPage) return std::nullopt;
+    return p;
+  }
   // Opens a large page from the pool for r and hands out its first slot; it joins the
-  // free lists only if slots remain (never for n = 1). std::nullopt if the pool has none
+  // free lists only if slots remain (never for n = 1). kNullPage if the pool has none
   // (or its LargePageSource cannot back one).
-  std::optional<PageId> take_fresh(RequestId r);
+  PageId take_fresh(RequestId r);
   void link(std::uint32_t lp);
   void unlink(std::uint32_t lp);
   [[noreturn, gnu::cold]] void bad_request(RequestId r) const;
