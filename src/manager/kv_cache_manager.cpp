@@ -28,8 +28,8 @@ std::uint64_t splitmix(std::uint64_t& state) {
 // remembering every answer (page id or null) so repeated candidates cost an array read and
 // the pinning pass needs no second lookup. A neighbour's known page +-1 is tried first (a
 // prefix cached by one prefill sits in consecutive ids; hashed with an equal hash is the
-// index's own answer, see probe_full_attention); else the index, slots prefetched a few
-// pages ahead in both directions (policies scan up or down).
+// index's own answer, see probe_full_attention); else the index. Lines are requested
+// ahead in the direction of the scan.
 constexpr PageId kUnknown = kNullPage - 1;
 // Cached: holds(p, h) when page p is cached under hash h; the index's hash_of.
 template <class Cached>
@@ -49,13 +49,29 @@ class IndexProbe final : public PageProbe {
   bool holds(std::uint64_t p, const BlockHash& h) const { return cached_.holds(p, h); }
   PageId find(std::uint64_t i) const {
     const BlockHash& h = hashes_[i];
-    if (i + 1 < memo_.size() && memo_[i + 1] < kUnknown && memo_[i + 1] > 0 && holds(memo_[i + 1] - 1, h))
-      return memo_[i + 1] - 1;
-    if (i > 0 && memo_[i - 1] < kUnknown && holds(std::uint64_t{memo_[i - 1]} + 1, h))
-      return memo_[i - 1] + 1;
-    if (i + 8 < hashes_.size()) index_.prefetch(g_, hashes_[i + 8]);
-    if (i >= 8) index_.prefetch(g_, hashes_[i - 8]);
+    const bool down = i + 1 < memo_.size() && memo_[i + 1] < kUnknown;
+    const bool up = i > 0 && memo_[i - 1] < kUnknown;
+    prefetch_ahead(i, down, up);
+    if (down && memo_[i + 1] > 0 && holds(memo_[i + 1] - 1, h)) return memo_[i + 1] - 1;
+    if (up && holds(std::uint64_t{memo_[i - 1]} + 1, h)) return memo_[i - 1] + 1;
     return index_.find(g_, h, cached_);
+  }
+  // Scans run page by page up or down (a known neighbour tells which way; else both):
+  // 16 pages on, the index slot; 8 on, the records its fingerprints point at, and the
+  // record the consecutive-id guess points at.
+  void prefetch_ahead(std::uint64_t i, bool down, bool up) const {
+    const std::uint64_t n = hashes_.size();
+    auto load = [this](PageId c) { cached_.prefetch(c); };
+    if (!down) {
+      if (i + 16 < n) index_.prefetch(g_, hashes_[i + 16]);
+      if (i + 8 < n) index_.for_candidates(g_, hashes_[i + 8], load);
+      if (up && memo_[i - 1] + 9 < cached_.size()) load(memo_[i - 1] + 9);
+    }
+    if (!up) {
+      if (i >= 16) index_.prefetch(g_, hashes_[i - 16]);
+      if (i >= 8) index_.for_candidates(g_, hashes_[i - 8], load);
+      if (down && memo_[i + 1] >= 9) load(memo_[i + 1] - 9);
+    }
   }
   const PrefixIndex& index_;
   GroupId g_;
@@ -980,10 +996,16 @@ void KVCacheManager::commit(RequestId r, std::uint64_t num_computed_tokens) {
       if (q.registered[g] < full) {
         ensure_hashes(q, grp.hash_class, full);
         const std::vector<BlockHash>& hv = q.hashes[grp.hash_class];
-        // Index inserts miss the cache: start the slot loads a few pages ahead.
-        constexpr std::uint64_t kAhead = 8;
+        // Index inserts miss the cache: the slots are requested 16 pages ahead; 8 ahead,
+        // the page's record and any record a fingerprint in the slot's line points at
+        // (same content cached already: the insert confirms it there).
+        constexpr std::uint64_t kAhead = 16;
         for (std::uint64_t i = q.registered[g]; i < full; ++i) {
           if (i + kAhead < full) index_.prefetch(g, hv[i + kAhead]);
+          if (const std::uint64_t j = i + kAhead / 2; j < full && pages[j] != kNullPage) {
+            __builtin_prefetch(&grp.pg[pages[j]]);
+            index_.for_candidates(g, hv[j], [&grp](PageId other) { __builtin_prefetch(&grp.pg[other]); });
+          }
           if (pages[i] != kNullPage) register_page(g, pages[i], hv[i]);
         }
         q.registered[g] = full;

@@ -296,6 +296,8 @@ class KVCacheManager {
       return p < grp->pg.size() && grp->pg[p].hashed && grp->pg[p].hash == h;
     }
     const BlockHash& operator()(GroupId, PageId p) const { return grp->pg[p].hash; }
+    void prefetch(PageId p) const { __builtin_prefetch(&grp->pg[p]); }
+    std::size_t size() const { return grp->pg.size(); }
   };
   static Cached cached(const Group& grp) { return {&grp}; }
   // The index's hash_of over every group.
