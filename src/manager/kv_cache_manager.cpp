@@ -4,6 +4,7 @@
 #include "kvmm/error.hpp"
 
 #include <algorithm>
+#include <numeric>
 #include <utility>
 
 namespace kvmm {
@@ -138,6 +139,14 @@ KVCacheManager::KVCacheManager(KVLayout layout, const KVCacheManagerOptions& opt
   for (RequestId r = options.max_requests; r-- > 0;) free_ids_.push_back(r);
   need_.assign(G, 0);
   cow_.assign(G, 0);
+  slot_units_ = 1;
+  for (const Group& grp : groups_) {
+    slot_units_ = std::lcm(slot_units_, std::uint64_t{grp.n});
+    if (slot_units_ > (std::uint64_t{1} << 24)) {  // products must stay below 2^64
+      slot_units_ = 0;
+      break;
+    }
+  }
   sim_a_.assign(G, 0);
   sim_f_.assign(G, 0);
   sim_e_.assign(G, 0);
@@ -600,17 +609,44 @@ void KVCacheManager::replay_spoil(GroupId g, RequestId r, PageId first, bool by_
   }
 }
 
-// Replays take_page's six steps on counters for need_[g] pages per group, in the order
-// allocate() and swap_in() take them: true iff every page can be had. Exact, because
-// allocate() has no rollback. O(pages needed + large pages touched); changes nothing
-// but dropping stale LRU entries.
-bool KVCacheManager::feasible(RequestId r) {
+// Whether need_[g] pages per group can be had, exactly (allocate() has no rollback):
+// O(groups) bounds first, else the replay.
+int KVCacheManager::quick_feasible() const {
   // Sufficient, O(groups): group g needs at most ceil(need / n) large pages from steps 2
   // and 3 (each one's other slots then serve it by step 1), and step 3 comes before the
   // steps that could fail. Under memory pressure this answers almost every call.
   std::uint64_t large_needed = 0;
   for (GroupId g = 0; g < groups_.size(); ++g) large_needed += (need_[g] + groups_[g].n - 1) / groups_[g].n;
-  if (large_needed <= std::uint64_t{pool_.num_free()} + num_full_ev_) return true;
+  if (large_needed <= std::uint64_t{pool_.num_free()} + num_full_ev_) return 1;
+  // Necessary, O(groups): every page comes from a free slot, an evictable page or a free
+  // large page, so more than all of those together (in 1/lcm(n) large-page units) cannot
+  // be had. A blocked queue head, retried every step, is usually refused here.
+  if (slot_units_ != 0) {
+    std::uint64_t want = 0, have = std::uint64_t{pool_.num_free()} * slot_units_;
+    for (GroupId g = 0; g < groups_.size(); ++g) {
+      const std::uint64_t w = slot_units_ / groups_[g].n;
+      want += need_[g] * w;
+      have += (std::uint64_t{groups_[g].alloc.num_free_small()} + groups_[g].evictable) * w;
+    }
+    if (want > have) return 0;
+  }
+  return -1;
+}
+
+bool KVCacheManager::feasible(RequestId r) {
+  const int quick = quick_feasible();
+#if KVMM_DEBUG_CHECKS
+  if (quick >= 0 && replay_feasible(r) != (quick == 1))
+    fail("debug check: quick feasibility answer {} differs from the replay for request {}", quick, r);
+#endif
+  return quick >= 0 ? quick == 1 : replay_feasible(r);
+}
+
+// Replays take_page's six steps on counters for need_[g] pages per group, in the order
+// allocate() and swap_in() take them: true iff every page can be had. Exact, because
+// allocate() has no rollback. O(pages needed + large pages touched); changes nothing
+// but dropping stale LRU entries.
+bool KVCacheManager::replay_feasible(RequestId r) {
   if (++replay_epoch_ == 0) {
     for (LargeRec& l : large_) l.replay = 0;
     replay_epoch_ = 1;

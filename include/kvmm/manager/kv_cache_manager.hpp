@@ -288,6 +288,8 @@ class KVCacheManager {
   PageId take_page(GroupId g, RequestId r);  // kNullPage: none
   void init_page(GroupId g, PageId p, std::uint64_t prefix_len);
   bool feasible(RequestId r);
+  int quick_feasible() const;  // 1 or 0 when O(groups) bounds decide, else -1
+  bool replay_feasible(RequestId r);
   // One group's cached pages: holds(p, h) when page p is cached under h (then the index
   // maps h to p); as the index's hash_of, the hash an indexed page is cached under.
   struct Cached {
@@ -344,6 +346,7 @@ class KVCacheManager {
   std::vector<std::uint8_t> cow_;    // scratch per group
   std::vector<std::uint64_t> sim_a_, sim_f_, sim_e_;  // scratch of feasible()
   std::uint32_t replay_epoch_ = 0;
+  std::uint64_t slot_units_ = 0;  // lcm of the groups' n (0: too large, no quick refusal)
   PageId victims_[kVictimsAhead] = {};  // prefetch_victims' ring of step-3 victims ahead
   std::uint32_t vfirst_ = 0, vcount_ = 0;
   std::vector<std::vector<PageId>> probe_memo_;  // scratch of lookup_prefix, per group
