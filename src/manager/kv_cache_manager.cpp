@@ -382,34 +382,33 @@ PageId KVCacheManager::mixed_front() const {
   return lp;
 }
 
-EvictionKey KVCacheManager::large_key(GroupId g, PageId lp) const {
-  // The large page is as recent as its most recent cached small page (Jenga §5.4 step
-  // 3); its empty slots hold nothing and have no age.
+// The key and level a wholly evictable or mixed large page is listed under: its most
+// recent cached small page (Jenga §5.4 step 3; empty slots hold nothing and have no age)
+// and the highest retention priority among them. Its allocated small pages are exactly
+// its evictable ones, so the records alone tell (no allocator read). O(n).
+std::pair<EvictionKey, std::uint32_t> KVCacheManager::large_entry(GroupId g, PageId lp) const {
   const Group& grp = groups_[g];
+  if (grp.n == 1) return {grp.pg[lp].node.key, grp.pg[lp].prio};
   bool any = false;
   EvictionKey best;
+  std::uint32_t level = 0;
   for (PageId s = lp * grp.n; s < (lp + 1) * grp.n; ++s) {
-    if (!grp.alloc.is_allocated(s)) continue;
-    const EvictionKey& k = grp.pg[s].node.key;
-    if (!any || evicted_before(best, k)) best = k;
+    const Group::PageRec& rec = grp.pg[s];
+    if (rec.ref != 0 || !grp.lru.contains(s)) continue;
+    if (!any || evicted_before(best, rec.node.key)) best = rec.node.key;
+    level = std::max<std::uint32_t>(level, rec.prio);
     any = true;
   }
-  return best;
-}
-
-std::uint32_t KVCacheManager::large_level(GroupId g, PageId lp) const {
-  const Group& grp = groups_[g];
-  std::uint32_t level = 0;
-  for (PageId s = lp * grp.n; s < (lp + 1) * grp.n; ++s)
-    if (grp.alloc.is_allocated(s)) level = std::max<std::uint32_t>(level, grp.pg[s].prio);
-  return level;
+  return {best, level};
 }
 
 void KVCacheManager::refresh_large(GroupId g, PageId lp) {
   if (large_lru_.contains(lp)) large_lru_.erase(lp);
-  if (mixed_lru_.contains(lp)) mixed_lru_.erase(lp);
-  if (full_evictable(lp)) large_lru_.insert(lp, large_key(g, lp), large_level(g, lp));
-  else if (mixed(lp)) mixed_lru_.insert(lp, large_key(g, lp), large_level(g, lp));
+  else if (mixed_lru_.contains(lp)) mixed_lru_.erase(lp);
+  LargeLru* to = full_evictable(lp) ? &large_lru_ : mixed(lp) ? &mixed_lru_ : nullptr;
+  if (to == nullptr) return;
+  const auto [key, level] = large_entry(g, lp);
+  to->insert(lp, key, level);
 }
 
 // What release_page reads of page p: started a few pages ahead in the loops that walk a
@@ -1424,9 +1423,10 @@ void KVCacheManager::check_invariants() const {
       const std::uint32_t empty = grp.alloc.free_in_large(lp);
       if (per_large[lp] > 0 && per_large[lp] + empty == grp.n) {
         const LargeLru& want = empty == 0 ? large_lru_ : mixed_lru_;
-        if (!want.contains(lp) || !(want.key(lp) == large_key(g, lp)))
+        const EvictionKey key = large_entry(g, lp).first;
+        if (!want.contains(lp) || !(want.key(lp) == key))
           fail("invariant: large page {} ({} cached, {} empty) listed = {}, key {}/{}", lp, per_large[lp], empty,
-               want.contains(lp), large_key(g, lp).time, large_key(g, lp).prefix_len);
+               want.contains(lp), key.time, key.prefix_len);
       }
     }
     if (host_used != grp.host_alloc.num_used_small())

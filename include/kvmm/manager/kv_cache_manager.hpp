@@ -19,6 +19,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace kvmm {
@@ -259,8 +260,7 @@ class KVCacheManager {
   void evict_large(PageId lp);
   static constexpr std::uint32_t kVictimsAhead = 8;
   void prefetch_victims(PageId front);
-  EvictionKey large_key(GroupId g, PageId lp) const;
-  std::uint32_t large_level(GroupId g, PageId lp) const;
+  std::pair<EvictionKey, std::uint32_t> large_entry(GroupId g, PageId lp) const;
   // Jenga §5.4 step 3's evictable large page: no used small page and at least one cached
   // one (its other slots empty). Evicting it returns it to the pool. O(1).
   // Jenga §5.4's evictable large page: every small page evictable (step 3). O(1).
