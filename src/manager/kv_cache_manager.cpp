@@ -1107,8 +1107,7 @@ void KVCacheManager::release_rows(RequestId r, Request& q) {
   }
 }
 
-void KVCacheManager::free(RequestId r) {
-  Request& q = active_req(r);
+void KVCacheManager::release_all(RequestId r, Request& q) {
   if (q.swapped) {
     for (GroupId g = 0; g < groups_.size(); ++g) {
       Group& grp = groups_[g];
@@ -1120,9 +1119,26 @@ void KVCacheManager::free(RequestId r) {
   } else {
     release_rows(r, q);
   }
-  q.active = q.swapped = false;
+  q.swapped = false;
+}
+
+void KVCacheManager::free(RequestId r) {
+  Request& q = active_req(r);
+  release_all(r, q);
+  q.active = false;
   --num_active_;
   free_ids_.push_back(r);
+}
+
+void KVCacheManager::reset(RequestId r) {
+  Request& q = active_req(r);
+  release_all(r, q);
+  q.looked_up = q.enc_ready = q.enc_registered = q.admitted = false;
+  q.computed = q.slots = q.last_step = 0;
+  q.items_consumed = 0;
+  for (GroupId g = 0; g < groups_.size(); ++g) q.lo[g] = q.registered[g] = 0;
+  // As a new request: its images get new random prefix lengths.
+  for (std::uint64_t& rank : q.item_rank) rank = splitmix(rng_) >> 1;
 }
 
 RequestId KVCacheManager::fork(RequestId parent) {

@@ -641,3 +641,62 @@ TEST_CASE("a hit that is never admitted leaves the pages' ages; an admitted one 
   CHECK(kv.next_small_victim(0) == p1[3]);  // D C (step 1) go before B A (step 3)
   kv.check_invariants();
 }
+
+TEST_CASE("reset releases every page and keeps ids and hashes for a new lookup", "[manager][reset]") {
+  const KVLayout layout = fig10_layout(2, 4);
+  KVCacheManager kv(layout, {.num_large_pages = 16, .num_host_large_pages = 8, .max_requests = 4});
+  kv.begin_step();
+  const std::vector<std::uint32_t> prompt{A, B, C, D, E, F, G};
+  const RequestId r = kv.add_request(prompt);
+  CHECK(kv.lookup_prefix(r) == 0);
+  REQUIRE(kv.allocate(r, 7));
+  kv.commit(r, 7);
+  kv.append_token(r, H);  // a sampled token: its page is completed and hashed on commit
+  REQUIRE(kv.allocate(r, 1));
+  kv.commit(r, 8);
+  const std::vector<PageId> full(kv.page_table(r, kFull).begin(), kv.page_table(r, kFull).end());
+  REQUIRE(full.size() == 4);
+
+  // Preempted by recompute: every page released; full pages stay cached.
+  kv.begin_step();
+  kv.reset(r);
+  CHECK(kv.is_active(r));
+  CHECK(kv.num_computed(r) == 0);
+  CHECK(kv.num_allocated(r) == 0);
+  CHECK(kv.num_tokens(r) == 8);
+  CHECK(kv.page_table(r, kFull).empty());
+  CHECK(kv.page_table(r, kSw).empty());
+  for (PageId p : full) CHECK(kv.page_state(kFull, p) == PageState::kEvictable);
+  CHECK(kv.num_used_pages(kFull) == 0);
+  kv.check_invariants();
+
+  // The new lookup (ids kept, hashes not recomputed) hits what a new request with the
+  // same ids hits: 7 tokens (at most ids - 1), the full pages 0..2 and the window's.
+  CHECK(kv.lookup_prefix(r) == 6);
+  CHECK(std::vector<PageId>(kv.page_table(r, kFull).begin(), kv.page_table(r, kFull).end()) ==
+        std::vector<PageId>(full.begin(), full.begin() + 3));
+  const RequestId twin = kv.add_request(std::vector<std::uint32_t>{A, B, C, D, E, F, G, H});
+  CHECK(kv.lookup_prefix(twin) == 6);
+  CHECK(std::vector<PageId>(kv.page_table(twin, kSw).begin(), kv.page_table(twin, kSw).end()) ==
+        std::vector<PageId>(kv.page_table(r, kSw).begin(), kv.page_table(r, kSw).end()));
+  kv.free(twin);
+  REQUIRE(kv.allocate(r, 2));
+  kv.commit(r, 8);
+  kv.check_invariants();
+
+  // A swapped-out request: reset frees its host pages.
+  REQUIRE(kv.swap_out(r).has_value());
+  CHECK(kv.is_swapped(r));
+  kv.reset(r);
+  CHECK_FALSE(kv.is_swapped(r));
+  CHECK(kv.host_page_table(r, kFull).empty());
+  CHECK(kv.num_computed(r) == 0);
+  kv.check_invariants();
+
+  // Misuse: an unknown request, state intact.
+  CHECK_THROWS_WITH(kv.reset(3), Catch::Contains("request = 3"));
+  CHECK_THROWS_WITH(kv.reset(99), Catch::Contains("request = 99"));
+  kv.free(r);
+  CHECK(kv.num_active() == 0);
+  kv.check_invariants();
+}

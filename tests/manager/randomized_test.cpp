@@ -63,7 +63,7 @@ class Model {
     }
   }
 
-  std::uint64_t hits = 0, lookups = 0, evictions = 0, failures = 0, cows = 0, swaps = 0;
+  std::uint64_t hits = 0, lookups = 0, evictions = 0, failures = 0, cows = 0, swaps = 0, resets = 0;
 
  private:
   // ---- reference hashes and hits
@@ -221,6 +221,30 @@ class Model {
     REQUIRE_FALSE(reqs_.count(r));
     reqs_[r] = q;
     if (rng_() % 10 == 0) return;  // no lookup: allocates from scratch
+    lookup(r);
+  }
+
+  // Preemption by recompute that keeps the request: every page released, ids and hashes
+  // kept; a later lookup must hit exactly as a new request with the same ids would.
+  void op_reset(RequestId r) {
+    last_op_ = "op_reset";
+    kv_.reset(r);
+    ++resets;
+    RefRequest& q = reqs_[r];
+    q.swapped = false;
+    for (GroupId g = 0; g < 3; ++g) {
+      q.registered[g] = 0;
+      REQUIRE(kv_.page_table(r, g).empty());
+    }
+    REQUIRE(kv_.num_computed(r) == 0);
+    REQUIRE(kv_.num_tokens(r) == q.tokens.size());
+    if (rng_() % 4 == 0) return;  // allocates from scratch
+    after_op();
+    before_op();
+    lookup(r);
+  }
+
+  void lookup(RequestId r) {
     const std::uint64_t want = expected_hit(reqs_[r]);
     const std::uint64_t got = kv_.lookup_prefix(r);
     ++lookups;
@@ -303,11 +327,13 @@ class Model {
       REQUIRE_FALSE(must_fit);
       REQUIRE(snap() == s);
       REQUIRE(events_.empty());
-      // The scheduler preempts: swap the request out, or drop it (recompute later).
-      if (rng_() % 2) {
+      // The scheduler preempts: swap the request out, reset it or drop it (recompute later).
+      const std::uint64_t choice = rng_() % 3;
+      if (choice < 2) {
         after_op();
         before_op();
-        op_swap_out(r);
+        if (choice == 0) op_swap_out(r);
+        else op_reset(r);
       }
       return;
     }
@@ -443,8 +469,10 @@ class Model {
       op_add();
     } else if (x < 700) {
       op_step();
-    } else if (x < 800) {
+    } else if (x < 780) {
       if (const auto r = pick(rng_() % 4 == 0)) op_free(*r);
+    } else if (x < 800) {
+      if (const auto r = pick(rng_() % 4 == 0)) op_reset(*r);
     } else if (x < 860) {
       op_fork();
     } else if (x < 900) {
@@ -494,10 +522,11 @@ TEST_CASE("model-based randomized test against a reference model", "[manager][ra
     CHECK(m.evictions > 100);
     CHECK(m.cows > 10);
     CHECK(m.swaps > 10);
+    CHECK(m.resets > 10);
     if (seed != 3) CHECK(m.failures > 10);
     WARN("seed " << seed << ": lookups " << m.lookups << " hits " << m.hits << " evictions "
                  << m.evictions << " failed allocations " << m.failures << " copies " << m.cows
-                 << " swaps " << m.swaps);
+                 << " swaps " << m.swaps << " resets " << m.resets);
   }
   CHECK(total_ops >= 100000);
 }

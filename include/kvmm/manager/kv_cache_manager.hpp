@@ -121,6 +121,11 @@ class KVCacheManager {
   // page is copied on the next write (copies()).
   RequestId fork(RequestId parent);
   void free(RequestId r);
+  // Preemption by recompute, or giving up a first allocate that failed: releases every
+  // page of r (cached ones stay evictable, as free leaves them) and returns r to its state
+  // after add_request, its token ids and block hashes kept, so the next lookup_prefix
+  // hashes nothing again (a 128k-token prompt: ~100 us saved per retry). O(pages held).
+  void reset(RequestId r);
   // Preemption by swapping: every page of r to the host pool, all or nothing (std::nullopt:
   // host full, nothing changed). The span stays valid until the next swap call.
   std::optional<std::span<const PageCopy>> swap_out(RequestId r);
@@ -314,6 +319,7 @@ class KVCacheManager {
   void build_encoder_rows(RequestId r, Request& q);
   std::uint64_t encoder_misses(RequestId r, const Request& q, GroupId g) const;
   void release_rows(RequestId r, Request& q);
+  void release_all(RequestId r, Request& q);  // device pages, or host pages if swapped
   void record(CacheEventKind kind, GroupId g, PageId p, const BlockHash& h);
 
   KVLayout layout_;
