@@ -55,15 +55,21 @@ class KvmmPolicy final : public Policy {
     if (id >= reqs_.size()) reqs_.resize(std::size_t{id} + 1);
     Req& q = reqs_[id];
     if (q.active) fail("request = {}: already added", id);
-    q.info = info;
-    q.items.clear();
-    q.prompt_ids.clear();
-    build_items(q);
-    if (caching_ && info.token_ids != nullptr && !info.token_ids->empty()) build_prompt_ids(q);
-    RequestExtras ex;
-    ex.items = q.items;
-    // Token ids arrive at lookup_prefix (as many as the scheduler knows) and commit.
-    q.slot = kv_.add_request({}, ex);
+    if (q.parked) {
+      // Preempted or refused before: the manager kept its ids and hashes (reset).
+      q.parked = false;
+      --parked_;
+    } else {
+      q.info = info;
+      q.items.clear();
+      q.prompt_ids.clear();
+      build_items(q);
+      if (caching_ && info.token_ids != nullptr && !info.token_ids->empty()) build_prompt_ids(q);
+      RequestExtras ex;
+      ex.items = q.items;
+      // Token ids arrive at lookup_prefix (as many as the scheduler knows) and commit.
+      q.slot = kv_.add_request({}, ex);
+    }
     q.lo.assign(kv_.layout().num_groups(), 0);
     q.shared_counted = false;
     q.active = true;
@@ -118,24 +124,25 @@ class KvmmPolicy final : public Policy {
   }
 
   void free(std::uint32_t id) override {
-    Req& q = req(id);
-    for (GroupId g = 0; g < kv_.layout().num_groups() && q.shared_counted; ++g)
-      if (extra_[g] > 0) {
-        const std::span<const PageId> pages = kv_.page_table(q.slot, g);
-        for (std::size_t i = 0; i < pages.size(); ++i) unshare(q, g, pages, i);
-      }
+    Req& q = release(id);
     kv_.free(q.slot);
-    q.active = false;
-    const std::uint32_t last = active_.back();
-    active_[q.pos] = last;
-    reqs_[last].pos = q.pos;
-    active_.pop_back();
+  }
+
+  // The request comes back with the same info: its manager slot keeps the token ids and
+  // block hashes (KVCacheManager::reset), so its next lookup hashes nothing again.
+  void preempt(std::uint32_t id) override {
+    if (!caching_) return free(id);
+    Req& q = release(id);
+    kv_.reset(q.slot);
+    q.parked = true;
+    ++parked_;
   }
 
   void check_invariants() const override {
     kv_.check_invariants();
-    if (kv_.num_active() != active_.size())
-      fail("invariant: manager has {} active requests, policy {}", kv_.num_active(), active_.size());
+    if (kv_.num_active() != active_.size() + parked_)
+      fail("invariant: manager has {} active requests, policy {} (+ {} parked)", kv_.num_active(), active_.size(),
+           parked_);
     for (std::uint32_t id : active_)
       if (!reqs_[id].active || !kv_.is_active(reqs_[id].slot))
         fail("invariant: request {} active in the policy, not in the manager", id);
@@ -188,6 +195,7 @@ class KvmmPolicy final : public Policy {
   struct Req {
     bool active = false;
     bool shared_counted = false;  // its shared hit pages are in extra_ (count_shared)
+    bool parked = false;          // preempted: the manager slot is kept, reset
     RequestId slot = kNoRequest;
     std::uint32_t pos = 0;  // index in active_
     SeqInfo info;
@@ -454,6 +462,22 @@ class KvmmPolicy final : public Policy {
     kv_.append_tokens(q.slot, ids);
   }
 
+  // Takes the request out of the running set, its shared image pages out of extra_.
+  Req& release(std::uint32_t id) {
+    Req& q = req(id);
+    for (GroupId g = 0; g < kv_.layout().num_groups() && q.shared_counted; ++g)
+      if (extra_[g] > 0) {
+        const std::span<const PageId> pages = kv_.page_table(q.slot, g);
+        for (std::size_t i = 0; i < pages.size(); ++i) unshare(q, g, pages, i);
+      }
+    q.active = false;
+    const std::uint32_t last = active_.back();
+    active_[q.pos] = last;
+    reqs_[last].pos = q.pos;
+    active_.pop_back();
+    return q;
+  }
+
   Req& req(std::uint32_t id) {
     if (id >= reqs_.size() || !reqs_[id].active) fail("request = {}: not an active request", id);
     return reqs_[id];
@@ -464,6 +488,7 @@ class KvmmPolicy final : public Policy {
   bool cross_;
   std::vector<Req> reqs_;
   std::vector<std::uint32_t> active_;
+  std::uint32_t parked_ = 0;  // requests preempted, their manager slots kept
   std::vector<std::uint32_t> ids_;         // scratch of feed_ids
   std::vector<std::uint32_t> prompt_ids_;  // the last prompt fed, request prompt_owner_'s
   std::uint32_t prompt_owner_ = ~std::uint32_t{0};

@@ -63,8 +63,11 @@ class Policy {
   virtual bool allocate(std::uint32_t id, std::uint32_t num_computed, std::uint32_t num_new) = 0;
   // The first num_computed tokens hold valid KV: full pages become cacheable.
   virtual void commit(std::uint32_t id, std::uint32_t num_computed) = 0;
-  // Finished or preempted: pages go back (cacheable ones stay evictable).
+  // Finished or aborted: pages go back (cacheable ones stay evictable).
   virtual void free(std::uint32_t id) = 0;
+  // Preempted by recompute, or refused at admission: like free, and the request will be
+  // added again later with the same info (a policy may keep what it derived from it).
+  virtual void preempt(std::uint32_t id) { free(id); }
   // O(running requests x groups).
   virtual void stats(MemoryStats& out) const = 0;
   // Recounts every page from scratch and raises kvmm::Error on a mismatch. O(memory):

@@ -79,7 +79,7 @@ Summary simulate(const Workload& w, const KVLayout& layout, Policy& policy, cons
   bool header = false;
 
   auto preempt = [&](std::uint32_t v) {
-    policy.free(v);
+    policy.preempt(v);
     st[v].added = false;
     st[v].computed = 0;
     st[v].status = Status::kWaiting;
@@ -167,14 +167,15 @@ Summary simulate(const Workload& w, const KVLayout& layout, Policy& policy, cons
       if (!policy.allocate(r, q.computed, want)) {
         s.lookup_tokens -= q.tokens;
         s.hit_tokens -= q.computed;
-        policy.free(r);
         q.added = false;
         q.computed = 0;
         if (running.empty()) {  // nothing else holds memory: it can never fit
+          policy.free(r);
           waiting.pop_front();
           abort_request(r);
           continue;
         }
+        policy.preempt(r);  // tried again next step
         break;  // FCFS: nobody overtakes the head of the queue
       }
       waiting.pop_front();
