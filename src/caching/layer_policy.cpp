@@ -18,20 +18,28 @@ std::uint64_t FullAttentionPolicy::longest_valid_prefix(std::uint64_t limit, Pag
 }
 
 std::uint64_t LayerPolicy::longest_suffix_hit(std::uint64_t limit, PageProbe& probe) const {
-  std::uint64_t p = floor_page(limit) * tokens_per_page_;
-  while (p > 0) {
-    const std::uint64_t lo = first_required_page(p);
-    std::uint64_t j = floor_page(p);
-    bool ok = true;
-    while (j > lo) {
-      --j;
-      if (!probe.hit(j)) {
-        ok = false;
-        break;
+  // Candidate b (a hit of b pages) needs pages [lo(b), b). Each window is checked from its
+  // bottom: a miss at page j rules out every candidate in (j, b], since lo never decreases
+  // and all their windows contain j, so the next candidate is j. Where few pages are
+  // cached this jumps a window per probe, O(prefix / window) probes, instead of walking
+  // every page from the top. Pages [known_lo, known_hi) are hits seen already.
+  std::uint64_t b = floor_page(limit);
+  std::uint64_t known_lo = 0, known_hi = 0;
+  while (b > 0) {
+    const std::uint64_t lo = std::min(first_required_page(b * tokens_per_page_), b);
+    std::uint64_t j = lo;
+    while (j < b) {
+      if (j >= known_lo && j < known_hi) {
+        j = std::min(known_hi, b);
+        continue;
       }
+      if (!probe.hit(j)) break;
+      ++j;
     }
-    if (ok) return p;
-    p = j * tokens_per_page_;
+    if (j == b) return b * tokens_per_page_;
+    known_lo = lo;
+    known_hi = j;
+    b = j;
   }
   return 0;
 }

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
 #include <random>
 #include <set>
 #include <vector>
@@ -107,6 +108,60 @@ TEST_CASE("sliding window hit probes O(window / page) pages per candidate", "[ca
   VectorProbe one(hits);
   CHECK(sw.longest_valid_prefix(pages * P, one) == (pages - 10) * P);
   CHECK(one.probes <= 10 + w / P);
+}
+
+TEST_CASE("sliding window: few cached pages cost one probe per window", "[caching][policy]") {
+  const std::uint32_t P = 16, w = 4096;
+  SlidingWindowPolicy sw(P, w);
+  const std::uint64_t pages = 8192;
+  VectorProbe none(std::vector<bool>(pages, false));
+  CHECK(sw.longest_valid_prefix(pages * P, none) == 0);
+  CHECK(none.probes <= pages / (w / P) + 1);
+  // Every tenth page cached: still no window of 256 consecutive pages.
+  std::vector<bool> sparse(pages, false);
+  for (std::uint64_t i = 5; i < pages; i += 10) sparse[i] = true;
+  VectorProbe sp(sparse);
+  CHECK(sw.longest_valid_prefix(pages * P, sp) == 0);
+  CHECK(sp.probes <= 2 * (pages / (w / P) + 1));
+}
+
+TEST_CASE("suffix policies agree with brute force on random hit patterns", "[caching][policy]") {
+  // The longest p <= limit, a multiple of P, whose required pages all hit, by trying every
+  // candidate; and each page probed at most once.
+  std::mt19937_64 rng(5);
+  class CountingProbe final : public PageProbe {
+   public:
+    explicit CountingProbe(const std::vector<bool>& hits) : hits_(hits), seen_(hits.size(), 0) {}
+    bool hit(std::uint64_t i) override {
+      REQUIRE(i < hits_.size());
+      REQUIRE(seen_[i]++ == 0);
+      return hits_[i];
+    }
+
+   private:
+    const std::vector<bool>& hits_;
+    std::vector<int> seen_;
+  };
+  for (int trial = 0; trial < 3000; ++trial) {
+    const std::uint32_t P = 1 + static_cast<std::uint32_t>(rng() % 4);
+    const std::uint64_t pages = 1 + rng() % 40;
+    std::vector<bool> hits(pages);
+    const std::uint64_t density = rng() % 11;  // tenths
+    for (std::uint64_t i = 0; i < pages; ++i) hits[i] = rng() % 10 < density;
+    const std::uint64_t limit = rng() % (pages * P + 1);
+    std::unique_ptr<LayerPolicy> policy;
+    if (rng() % 2) policy = std::make_unique<SlidingWindowPolicy>(P, 1 + static_cast<std::uint32_t>(rng() % (4 * P * 4)));
+    else policy = std::make_unique<ChunkedLocalPolicy>(P, 1 + static_cast<std::uint32_t>(rng() % (4 * P * 4)));
+    std::uint64_t want = 0;
+    for (std::uint64_t b = limit / P; b > 0 && want == 0; --b) {
+      bool ok = true;
+      for (std::uint64_t i = policy->first_required_page(b * P); i < b; ++i) ok = ok && hits[i];
+      if (ok) want = b * P;
+    }
+    CountingProbe probe(hits);
+    INFO(policy->name() << " P " << P << " pages " << pages << " limit " << limit << " trial " << trial);
+    REQUIRE(policy->longest_valid_prefix(limit, probe) == want);
+  }
 }
 
 TEST_CASE("chunked local and Mamba policies", "[caching][policy]") {

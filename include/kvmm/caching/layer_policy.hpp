@@ -54,9 +54,10 @@ class LayerPolicy {
  protected:
   std::uint64_t floor_page(std::uint64_t tokens) const { return tokens / tokens_per_page_; }
   // The longest page-aligned p <= limit whose pages [first_required_page(p), p / P) all
-  // hit, scanning each candidate's required pages from the end: a miss at page j moves
-  // the candidate to j * P, whose requirement lies wholly below j, so each page is
-  // probed at most once for policies whose requirement is a suffix (window, chunk).
+  // hit, for a first_required_page that never decreases with p (window, chunk): each
+  // candidate's pages are checked from the bottom, and a miss at page j moves the
+  // candidate to j * P. Each page is probed at most once; where few are cached, one probe
+  // per window (O(prefix / window)), where all are, the last window's pages.
   std::uint64_t longest_suffix_hit(std::uint64_t limit, PageProbe& probe) const;
   std::uint32_t tokens_per_page_;
 };
