@@ -110,6 +110,7 @@ KVCacheManager::KVCacheManager(KVLayout layout, const KVCacheManagerOptions& opt
       pool_(options.num_large_pages),
       host_pool_(options.num_host_large_pages),
       large_(options.num_large_pages),
+      ev_in_large_(options.num_large_pages, 0),
       large_lru_(options.num_large_pages, {large_.data()}, 0),
       mixed_lru_(options.num_large_pages, {large_.data()}, 1),
       index_(total_small_pages(layout_, options.num_large_pages),
@@ -310,15 +311,25 @@ std::uint64_t KVCacheManager::probe_full_attention(const Request& q, GroupId g, 
   const std::uint64_t num_pages = grp.pg.size();
   PageId* out = memo.data();
   std::uint64_t next = num_pages;  // candidate: the page after the previous hit
+  // A prefix's pages often come in short runs of consecutive ids (one large page's
+  // slots), so every few pages the index answers: while it did within the last 16 pages,
+  // its slots are requested 16 pages ahead and, 8 ahead, the records their fingerprints
+  // point at. A prefix in one long run (one prefill into fresh pages) skips all that.
   constexpr std::uint64_t kAhead = 16;
-  std::uint64_t i = 0;
+  const Cached in_group = cached(grp);
+  auto load = [&in_group](PageId c) { in_group.prefetch(c); };
+  std::uint64_t i = 0, last_index = 0;
   for (; i < pages; ++i) {
+    if (i < last_index + kAhead) {
+      if (i + kAhead < pages) index_.prefetch(g, hv[i + kAhead]);
+      if (i + kAhead / 2 < pages) index_.for_candidates(g, hv[i + kAhead / 2], load);
+    }
     PageId page;
     if (next < num_pages && rec[next].hashed && rec[next].hash == hv[i]) {
       page = static_cast<PageId>(next);
     } else {
-      if (i + kAhead < pages) index_.prefetch(g, hv[i + kAhead]);  // index mode: slots ahead
-      page = index_.find(g, hv[i], cached(grp));
+      last_index = i;
+      page = index_.find(g, hv[i], in_group);
       if (page == kNullPage) break;
     }
     out[i] = page;
@@ -419,6 +430,7 @@ void KVCacheManager::prefetch_release(GroupId g, PageId p) const {
   const PageId lp = p / grp.n;
   __builtin_prefetch(&pool_.slot(lp));
   __builtin_prefetch(&large_[lp], 1);
+  __builtin_prefetch(&ev_in_large_[lp], 1);
 }
 
 void KVCacheManager::release_page(GroupId g, PageId p, std::uint64_t t, std::uint32_t prio) {
@@ -704,7 +716,7 @@ bool KVCacheManager::replay_feasible(RequestId r) {
         if (mcursor == kNullPage) return false;
         const GroupId h = pool_.slot(mcursor).owner;
         const std::uint32_t empty = pool_.slot(mcursor).free_count;
-        sim_e_[h] -= large_[mcursor].ev;
+        sim_e_[h] -= ev_in_large_[mcursor];
         sim_f_[h] -= empty;
         if (h > g && sim_a_[h] > 0 && groups_[h].alloc.associated_request(mcursor) == r) sim_a_[h] -= empty;
         large_[mcursor].replay = replay_epoch_;
@@ -876,15 +888,19 @@ std::uint64_t KVCacheManager::lookup_prefix(RequestId r) {
         if (pages > first_miss_[g]) fail("internal: group {} hit of {} pages past its first miss {}", g, pages, first_miss_[g]);
         const PageId* hit = probe_memo_[g].data();
         Group::PageRec* rec = grp.pg.data();
-        std::uint32_t newly = 0;
+        // Counted locally: no store-load chain through the members per page.
+        std::uint32_t* ev = ev_in_large_.data();
+        const std::uint32_t n = grp.n;
+        std::uint32_t newly = 0, full_lost = 0;
         for (std::uint64_t i = lo; i < pages; ++i) {
           const PageId page = hit[i];
           if (rec[page].ref++ == 0) {  // acquire_cached, inlined: a lazy pin
-            ev_sub(grp.n == 1 ? page : page / grp.n, grp.n);
+            full_lost += ev[n == 1 ? page : page / n]-- == n;
             ++newly;
           }
         }
         grp.evictable -= newly;
+        num_full_ev_ -= full_lost;
         grp.table.append(r, std::span<const PageId>(hit + lo, hit + pages));
       } else {
         for (std::uint64_t i = lo; i < pages; ++i) {
@@ -1431,8 +1447,8 @@ void KVCacheManager::check_invariants() const {
            grp.lru.size(), evictable, listed_total - evictable);
     for (PageId lp = 0; lp < pool_.capacity(); ++lp) {
       if (pool_.owner(lp) != g) continue;
-      if (per_large[lp] != large_[lp].ev)
-        fail("invariant: large page {} counts {} evictable small pages, actual {}", lp, large_[lp].ev, per_large[lp]);
+      if (per_large[lp] != ev_in_large_[lp])
+        fail("invariant: large page {} counts {} evictable small pages, actual {}", lp, ev_in_large_[lp], per_large[lp]);
       // Wholly evictable: in the large LRU; cached + empty, nothing used: in the mixed
       // LRU; each under its current key. Anything else listed is a stale entry (a lazy
       // pin, or a slot taken since).

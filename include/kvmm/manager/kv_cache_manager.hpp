@@ -238,10 +238,9 @@ class KVCacheManager {
     std::vector<std::vector<std::uint64_t>> item_page;  // per group: item k's first page
   };
 
-  // Per large page, what the manager keeps: one 64-byte record.
+  // Per large page, what the list walks and the replay read: one 64-byte record.
   struct alignas(64) LargeRec {
     LruNode node;              // in large_lru_ or mixed_lru_ (tags 0 and 1), or neither
-    std::uint32_t ev = 0;      // evictable small pages
     std::uint32_t replay = 0;  // feasible(): evicted or slot taken by its replay (== replay_epoch_)
   };
   using LargeLru = LruOrder<MemberNodes<LargeRec, &LargeRec::node>>;
@@ -271,13 +270,13 @@ class KVCacheManager {
   // Jenga §5.4's evictable large page: every small page evictable (step 3). O(1).
   bool full_evictable(PageId lp) const {
     const GroupId g = pool_.slot(lp).owner;
-    return g != kNoGroup && large_[lp].ev == groups_[g].n;
+    return g != kNoGroup && ev_in_large_[lp] == groups_[g].n;
   }
   // No used small page, some evictable and some empty (step 6). O(1).
   bool mixed(PageId lp) const {
     const GroupId g = pool_.slot(lp).owner;
     if (g == kNoGroup) return false;
-    const std::uint32_t ev = large_[lp].ev, empty = pool_.slot(lp).free_count;
+    const std::uint32_t ev = ev_in_large_[lp], empty = pool_.slot(lp).free_count;
     return ev > 0 && empty > 0 && ev + empty == groups_[g].n;
   }
   bool stale_large(PageId lp) const { return !full_evictable(lp); }
@@ -329,14 +328,17 @@ class KVCacheManager {
   std::vector<Group> groups_;
   std::vector<std::uint32_t> class_tokens_;  // tokens per page of each hash class
   std::vector<LargeRec> large_;
+  // Evictable small pages per large page: dense (4 bytes each, cache-resident), since a
+  // hit's pin loop touches it for every page and nothing else of the large page.
+  std::vector<std::uint32_t> ev_in_large_;
   mutable LargeLru large_lru_;  // evictable large pages, plus stale ones (see Group::lru)
   // Large pages with no used small page, some evictable and some empty, plus stale ones:
   // reclaimed by any group only when Jenga's five steps find nothing (step 6), so memory
   // is never stranded in a group whose cached pages leave empty slots behind.
   mutable LargeLru mixed_lru_;
   std::uint32_t num_full_ev_ = 0;  // large pages with every small page evictable
-  void ev_add(PageId lp, std::uint32_t n) { num_full_ev_ += ++large_[lp].ev == n; }
-  void ev_sub(PageId lp, std::uint32_t n) { num_full_ev_ -= large_[lp].ev-- == n; }
+  void ev_add(PageId lp, std::uint32_t n) { num_full_ev_ += ++ev_in_large_[lp] == n; }
+  void ev_sub(PageId lp, std::uint32_t n) { num_full_ev_ -= ev_in_large_[lp]-- == n; }
   PrefixIndex index_;
   std::vector<Request> reqs_;
   std::vector<RequestId> free_ids_;
