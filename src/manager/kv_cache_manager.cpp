@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <tuple>
 #include <utility>
 
 namespace kvmm {
@@ -413,13 +414,20 @@ std::pair<EvictionKey, std::uint32_t> KVCacheManager::large_entry(GroupId g, Pag
   return {best, level};
 }
 
+// Files lp in the list its state calls for. An entry already there under the same key and
+// level (a stale one revived: its pages were pinned by a hit, now released unchanged) stays
+// in place, as small pages' entries do, so a hit that is never admitted leaves the order.
 void KVCacheManager::refresh_large(GroupId g, PageId lp) {
-  if (large_lru_.contains(lp)) large_lru_.erase(lp);
-  else if (mixed_lru_.contains(lp)) mixed_lru_.erase(lp);
   LargeLru* to = full_evictable(lp) ? &large_lru_ : mixed(lp) ? &mixed_lru_ : nullptr;
-  if (to == nullptr) return;
-  const auto [key, level] = large_entry(g, lp);
-  to->insert(lp, key, level);
+  EvictionKey key;
+  std::uint32_t level = 0;
+  if (to != nullptr) std::tie(key, level) = large_entry(g, lp);
+  for (LargeLru* l : {&large_lru_, &mixed_lru_}) {
+    if (!l->contains(lp)) continue;
+    if (l == to && l->key(lp) == key && large_[lp].node.level == level) return;
+    l->erase(lp);
+  }
+  if (to != nullptr) to->insert(lp, key, level);
 }
 
 // What release_page reads of page p: started a few pages ahead in the loops that walk a
