@@ -435,6 +435,7 @@ void KVCacheManager::refresh_large(GroupId g, PageId lp) {
 void KVCacheManager::prefetch_release(GroupId g, PageId p) const {
   const Group& grp = groups_[g];
   __builtin_prefetch(&grp.pg[p], 1);
+  grp.alloc.prefetch(p);  // an uncached page goes straight back to the allocator
   const PageId lp = p / grp.n;
   __builtin_prefetch(&pool_.slot(lp));
   __builtin_prefetch(&large_[lp], 1);
@@ -502,7 +503,7 @@ void KVCacheManager::evict_small(GroupId g, PageId p) {
 // the front are kept in a ring (a hint: the LRU alone decides) and their lines are
 // requested in stages as they approach, each stage reading only what an earlier one
 // requested. `front` is the victim about to be evicted.
-void KVCacheManager::prefetch_victims(PageId front) {
+void KVCacheManager::prefetch_victims(PageId front, GroupId taker) {
   constexpr std::uint32_t K = kVictimsAhead;
   auto at = [this](std::uint32_t k) -> PageId& { return victims_[(vfirst_ + k) % K]; };
   while (vcount_ > 0) {  // entries up to the front left the list (evicted or stale)
@@ -527,7 +528,8 @@ void KVCacheManager::prefetch_victims(PageId front) {
     at(vcount_++) = next;
     cursor = next;
   }
-  // Stage 2, halfway: the owner is known now; the small pages' records and slots.
+  // Stage 2, halfway: the owner is known now; the small pages' records and slots, and
+  // the records the taking group will write when the page comes back to it.
   if (vcount_ > K / 2) {
     const PageId v = at(K / 2);
     const GroupId h = pool_.slot(v).owner;
@@ -537,6 +539,10 @@ void KVCacheManager::prefetch_victims(PageId front) {
         __builtin_prefetch(&gh.pg[s]);
         gh.alloc.prefetch(s);
       }
+    }
+    if (h != taker) {
+      const Group& gt = groups_[taker];
+      for (PageId s = v * gt.n; s < (v + 1) * gt.n && s < v * gt.n + 8; ++s) __builtin_prefetch(&gt.pg[s], 1);
     }
   }
   // Stage 3, the next victim: its index slots and its small pages' LRU neighbours.
@@ -577,7 +583,7 @@ PageId KVCacheManager::take_page(GroupId g, RequestId r) {
   if (const PageId p = a.try_associated(r); p != kNullPage) return p;
   if (const PageId p = a.try_fresh(r); p != kNullPage) return p;
   if (const PageId lp = large_front(); lp != kNullPage) {
-    prefetch_victims(lp);
+    prefetch_victims(lp, g);
     evict_large(lp);
     if (const PageId p = a.try_fresh(r); p != kNullPage) return p;
   }

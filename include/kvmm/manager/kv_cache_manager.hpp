@@ -163,6 +163,7 @@ class KVCacheManager {
     return grp.alloc.num_used_small() - grp.evictable;
   }
   std::uint32_t num_evictable_pages(GroupId g) const { return groups_[check_group(g)].evictable; }
+  std::uint64_t num_evicted_pages(GroupId g) const { return groups_[check_group(g)].evicted; }
   PageState page_state(GroupId g, PageId p) const;
   std::uint32_t ref_count(GroupId g, PageId p) const;
   EvictionKey eviction_key(GroupId g, PageId p) const;  // last access and prefix length
@@ -263,7 +264,7 @@ class KVCacheManager {
   void evict_small(GroupId g, PageId p);
   void evict_large(PageId lp);
   static constexpr std::uint32_t kVictimsAhead = 8;
-  void prefetch_victims(PageId front);
+  void prefetch_victims(PageId front, GroupId taker);
   std::pair<EvictionKey, std::uint32_t> large_entry(GroupId g, PageId lp) const;
   // Jenga §5.4 step 3's evictable large page: no used small page and at least one cached
   // one (its other slots empty). Evicting it returns it to the pool. O(1).
