@@ -95,7 +95,6 @@ class KvmmPolicy final : public Policy {
       fail("num_computed = {}: request {} has {} computed tokens in the manager", num_computed, id,
            kv_.num_computed(q.slot));
     if (!kv_.allocate(q.slot, num_new)) return false;
-    if (caching_) count_evictions();
     if (!q.shared_counted) count_shared(q);
     return true;
   }
@@ -160,12 +159,6 @@ class KvmmPolicy final : public Policy {
             fail("invariant: request {} group {} entry {} null-ness disagrees with lo {}", id, g, i, reqs_[id].lo[g]);
       }
     }
-    if (caching_ && evictions_ != [&] {
-          std::uint64_t e = 0;
-          for (const GroupStats& gs : cs.groups) e += gs.evicted_pages;
-          return e;
-        }())
-      fail("invariant: {} evictions counted from events, manager differs", evictions_);
   }
 
   // Used/wasted by the simulator's definition (needed = what the next token reads and the
@@ -188,7 +181,8 @@ class KvmmPolicy final : public Policy {
     }
     out.free = std::uint64_t{kv_.large_pages().num_free()} * l.large_page_bytes();
     out.capacity = std::uint64_t{kv_.large_pages().capacity()} * l.large_page_bytes();
-    out.evictions = evictions_;
+    out.evictions = 0;
+    for (GroupId g = 0; g < l.num_groups(); ++g) out.evictions += kv_.num_evicted_pages(g);
   }
 
  private:
@@ -362,11 +356,6 @@ class KvmmPolicy final : public Policy {
     return u;
   }
 
-  void count_evictions() {
-    kv_.take_events(events_);
-    for (const CacheEvent& e : events_) evictions_ += e.kind == CacheEventKind::kRemoved;
-  }
-
   void advance_lo(Req& q, GroupId g) {
     if (!kv_.layout().group(g).is_decoder()) return;
     const std::span<const PageId> pages = kv_.page_table(q.slot, g);
@@ -382,7 +371,6 @@ class KvmmPolicy final : public Policy {
     a.num_large_pages = static_cast<std::uint32_t>(n);
     a.max_requests = o.max_seqs + 1;
     a.prefix_caching = o.prefix_caching;
-    a.record_events = o.prefix_caching;  // evictions are counted from kRemoved events
     return a;
   }
 
@@ -494,8 +482,6 @@ class KvmmPolicy final : public Policy {
   std::uint32_t prompt_owner_ = ~std::uint32_t{0};
   std::vector<std::uint64_t> extra_;       // per image group: duplicate holds of shared pages
   std::vector<std::uint64_t> extra_need_;  // per group: their needed bytes
-  std::uint64_t evictions_ = 0;      // kRemoved events (evicted cached pages)
-  std::vector<CacheEvent> events_;   // scratch of take_events
   // Scratch of stats(), per group and small page: epoch stamp and largest need seen.
   mutable std::uint64_t epoch_ = 0;
   mutable std::vector<std::vector<std::uint64_t>> stamp_;
