@@ -65,10 +65,10 @@ class KvmmPolicy final : public Policy {
       q.prompt_ids.clear();
       build_items(q);
       if (caching_ && info.token_ids != nullptr && !info.token_ids->empty()) build_prompt_ids(q);
-      RequestExtras ex;
-      ex.items = q.items;
-      // Token ids arrive at lookup_prefix (as many as the scheduler knows) and commit.
-      q.slot = kv_.add_request({}, ex);
+      // With caching the manager gets the ids at lookup_prefix, as many as the scheduler
+      // knows, and hashes them from ids_ (no copy kept); later ones come with commit.
+      q.slot = kNoRequest;
+      if (!caching_) register_slot(q, {});
     }
     q.lo.assign(kv_.layout().num_groups(), 0);
     q.shared_counted = false;
@@ -80,7 +80,13 @@ class KvmmPolicy final : public Policy {
   std::uint32_t lookup_prefix(std::uint32_t id, std::uint32_t max_hit) override {
     Req& q = req(id);
     // The manager looks up at most (token ids known - 1) tokens.
-    if (caching_) feed_ids(id, q, std::uint64_t{max_hit} + 1);
+    const std::uint64_t known = std::uint64_t{max_hit} + 1;
+    if (q.slot == kNoRequest) {
+      write_ids(q, 0, known, ids_);
+      register_slot(q, ids_);
+    } else if (caching_) {
+      feed_ids(q, known);
+    }
     const auto hit = static_cast<std::uint32_t>(kv_.lookup_prefix(q.slot));
     for (GroupId g = 0; g < kv_.layout().num_groups(); ++g) advance_lo(q, g);
     // Hit pages shared with another running request are counted at the first successful
@@ -91,6 +97,7 @@ class KvmmPolicy final : public Policy {
 
   bool allocate(std::uint32_t id, std::uint32_t num_computed, std::uint32_t num_new) override {
     Req& q = req(id);
+    if (q.slot == kNoRequest) register_slot(q, {});  // no lookup_prefix first
     if (kv_.num_computed(q.slot) != num_computed)
       fail("num_computed = {}: request {} has {} computed tokens in the manager", num_computed, id,
            kv_.num_computed(q.slot));
@@ -102,7 +109,7 @@ class KvmmPolicy final : public Policy {
   // The ids of the computed tokens (prompt and sampled) go in first: commit hashes full pages.
   void commit(std::uint32_t id, std::uint32_t num_computed) override {
     Req& q = req(id);
-    if (caching_) feed_ids(id, q, num_computed);
+    if (caching_) feed_ids(q, num_computed);
     const KVLayout& l = kv_.layout();
     for (GroupId g = 0; g < l.num_groups(); ++g) {
       if (extra_[g] == 0) continue;
@@ -124,7 +131,7 @@ class KvmmPolicy final : public Policy {
 
   void free(std::uint32_t id) override {
     Req& q = release(id);
-    kv_.free(q.slot);
+    if (q.slot != kNoRequest) kv_.free(q.slot);
   }
 
   // The request comes back with the same info: its manager slot keeps the token ids and
@@ -132,6 +139,7 @@ class KvmmPolicy final : public Policy {
   void preempt(std::uint32_t id) override {
     if (!caching_) return free(id);
     Req& q = release(id);
+    if (q.slot == kNoRequest) return;  // nothing registered yet: comes back as new
     kv_.reset(q.slot);
     q.parked = true;
     ++parked_;
@@ -139,11 +147,13 @@ class KvmmPolicy final : public Policy {
 
   void check_invariants() const override {
     kv_.check_invariants();
-    if (kv_.num_active() != active_.size() + parked_)
-      fail("invariant: manager has {} active requests, policy {} (+ {} parked)", kv_.num_active(), active_.size(),
+    std::uint32_t registered = parked_;
+    for (std::uint32_t id : active_) registered += reqs_[id].slot != kNoRequest;
+    if (kv_.num_active() != registered)
+      fail("invariant: manager has {} active requests, policy {} (with {} parked)", kv_.num_active(), registered,
            parked_);
     for (std::uint32_t id : active_)
-      if (!reqs_[id].active || !kv_.is_active(reqs_[id].slot))
+      if (!reqs_[id].active || (reqs_[id].slot != kNoRequest && !kv_.is_active(reqs_[id].slot)))
         fail("invariant: request {} active in the policy, not in the manager", id);
     // The closed form of stats() against a page-by-page recount and the manager's counts.
     const CacheStats cs = kv_.stats();
@@ -153,6 +163,7 @@ class KvmmPolicy final : public Policy {
         fail("invariant: group {} used pages {} (closed form) / {} (recount) / {} (manager), needed bytes {} / {}", g,
              fast.distinct, exact.distinct, cs.groups[g].used_pages, fast.need, exact.need);
       for (std::uint32_t id : active_) {
+        if (reqs_[id].slot == kNoRequest) continue;
         const std::span<const PageId> pages = kv_.page_table(reqs_[id].slot, g);
         for (std::size_t i = 0; i < pages.size() && kv_.layout().group(g).is_decoder(); ++i)
           if ((pages[i] == kNullPage) != (i < reqs_[id].lo[g]))
@@ -216,6 +227,7 @@ class KvmmPolicy final : public Policy {
     std::uint64_t dup = 0;  // decoder groups: holds of pages another running request holds too
     if (grp.is_decoder()) {
       for (std::uint32_t id : active_) {
+        if (reqs_[id].slot == kNoRequest) continue;  // added, not looked up yet: holds nothing
         const std::uint64_t n = kv_.page_tables(g).num_pages(reqs_[id].slot);
         dup += n - std::min<std::uint64_t>(n, reqs_[id].lo[g]);
       }
@@ -223,6 +235,7 @@ class KvmmPolicy final : public Policy {
     }
     for (std::uint32_t id : active_) {
       const Req& q = reqs_[id];
+      if (q.slot == kNoRequest) continue;
       if (!grp.is_decoder()) {
         const std::uint64_t c = kv_.num_computed(q.slot);
         for (const MultimodalItem& m : q.items) {
@@ -331,6 +344,7 @@ class KvmmPolicy final : public Policy {
     };
     for (std::uint32_t id : active_) {
       const Req& q = reqs_[id];
+      if (q.slot == kNoRequest) continue;
       const std::span<const PageId> pages = kv_.page_table(q.slot, g);
       if (!grp.is_decoder()) {
         std::size_t i = 0;  // item k's tokens fill its pages in order
@@ -427,27 +441,29 @@ class KvmmPolicy final : public Policy {
     if (t < to) *out = e;
   }
 
-  // Appends the ids of positions [known, n). A request re-added after a failed admission
-  // asks for the same prompt ids again: the last generated prompt is kept for it.
-  void feed_ids(std::uint32_t id, Req& q, std::uint64_t n) {
+  // Writes the ids of positions [from, n) to out (resized): three ranges, each a plain
+  // loop: the trace's ids, the shared stream, the request's own stream.
+  void write_ids(const Req& q, std::uint64_t from, std::uint64_t n, std::vector<std::uint32_t>& out) const {
+    out.resize(n - from);
+    const std::uint64_t a = std::clamp<std::uint64_t>(q.prompt_ids.size(), from, n);
+    const std::uint64_t b = std::clamp<std::uint64_t>(q.info.prefix_len, a, n);
+    for (std::uint64_t t = from; t < a; ++t) out[t - from] = q.prompt_ids[t];
+    fill_stream(out.data() + (a - from), a, b, mix64(q.info.prefix_id));
+    fill_stream(out.data() + (b - from), b, n, mix64(0x7e57000000000000ULL + q.info.uid));
+  }
+
+  // Appends the ids of positions [known, n) to the request's manager slot.
+  void feed_ids(Req& q, std::uint64_t n) {
     const std::uint64_t have = kv_.num_tokens(q.slot);
     if (n <= have) return;
-    const bool prompt = have == 0;
-    if (prompt && prompt_owner_ == id && prompt_ids_.size() == n) {
-      kv_.append_tokens(q.slot, prompt_ids_);
-      return;
-    }
-    std::vector<std::uint32_t>& ids = prompt ? prompt_ids_ : ids_;
-    ids.resize(n - have);
-    // Three ranges of positions, each a plain loop: the trace's ids [have, a), the shared
-    // stream [a, b), the request's own stream [b, n).
-    const std::uint64_t a = std::clamp<std::uint64_t>(q.prompt_ids.size(), have, n);
-    const std::uint64_t b = std::clamp<std::uint64_t>(q.info.prefix_len, a, n);
-    for (std::uint64_t t = have; t < a; ++t) ids[t - have] = q.prompt_ids[t];
-    fill_stream(ids.data() + (a - have), a, b, mix64(q.info.prefix_id));
-    fill_stream(ids.data() + (b - have), b, n, mix64(0x7e57000000000000ULL + q.info.uid));
-    if (prompt) prompt_owner_ = id;
-    kv_.append_tokens(q.slot, ids);
+    write_ids(q, have, n, ids_);
+    kv_.append_tokens(q.slot, ids_);
+  }
+
+  void register_slot(Req& q, std::span<const std::uint32_t> ids) {
+    RequestExtras ex;
+    ex.items = q.items;
+    q.slot = kv_.add_request(ids, ex);
   }
 
   // Takes the request out of the running set, its shared image pages out of extra_.
@@ -477,9 +493,7 @@ class KvmmPolicy final : public Policy {
   std::vector<Req> reqs_;
   std::vector<std::uint32_t> active_;
   std::uint32_t parked_ = 0;  // requests preempted, their manager slots kept
-  std::vector<std::uint32_t> ids_;         // scratch of feed_ids
-  std::vector<std::uint32_t> prompt_ids_;  // the last prompt fed, request prompt_owner_'s
-  std::uint32_t prompt_owner_ = ~std::uint32_t{0};
+  std::vector<std::uint32_t> ids_;  // scratch: ids handed to the manager
   std::vector<std::uint64_t> extra_;       // per image group: duplicate holds of shared pages
   std::vector<std::uint64_t> extra_need_;  // per group: their needed bytes
   // Scratch of stats(), per group and small page: epoch stamp and largest need seen.
