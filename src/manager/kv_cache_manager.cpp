@@ -418,7 +418,12 @@ std::pair<EvictionKey, std::uint32_t> KVCacheManager::large_entry(GroupId g, Pag
 // level (a stale one revived: its pages were pinned by a hit, now released unchanged) stays
 // in place, as small pages' entries do, so a hit that is never admitted leaves the order.
 void KVCacheManager::refresh_large(GroupId g, PageId lp) {
-  LargeLru* to = full_evictable(lp) ? &large_lru_ : mixed(lp) ? &mixed_lru_ : nullptr;
+  // A one-page large page is wholly evictable or not, never mixed; its count is 0 once
+  // it is back in the pool. Larger ones ask the pool's record (owner, free slots).
+  LargeLru* to = groups_[g].n == 1 ? (ev_in_large_[lp] == 1 ? &large_lru_ : nullptr)
+                 : full_evictable(lp) ? &large_lru_
+                 : mixed(lp)          ? &mixed_lru_
+                                      : nullptr;
   EvictionKey key;
   std::uint32_t level = 0;
   if (to != nullptr) std::tie(key, level) = large_entry(g, lp);
@@ -435,9 +440,8 @@ void KVCacheManager::refresh_large(GroupId g, PageId lp) {
 void KVCacheManager::prefetch_release(GroupId g, PageId p) const {
   const Group& grp = groups_[g];
   __builtin_prefetch(&grp.pg[p], 1);
-  grp.alloc.prefetch(p);  // an uncached page goes straight back to the allocator
   const PageId lp = p / grp.n;
-  __builtin_prefetch(&pool_.slot(lp));
+  if (grp.n > 1) __builtin_prefetch(&pool_.slot(lp));  // one-page large pages: not read
   __builtin_prefetch(&large_[lp], 1);
   __builtin_prefetch(&ev_in_large_[lp], 1);
 }
@@ -479,7 +483,8 @@ void KVCacheManager::release_page(GroupId g, PageId p, std::uint64_t t, std::uin
   rec.prio = static_cast<std::uint8_t>(prio);
   ++grp.evictable;
   ev_add(lp, grp.n);
-  if (full_evictable(lp) || mixed(lp)) refresh_large(g, lp);
+  // lp is g's (p was allocated): wholly evictable iff every slot is; mixed needs n > 1.
+  if (ev_in_large_[lp] == grp.n || (grp.n > 1 && mixed(lp))) refresh_large(g, lp);
 }
 
 void KVCacheManager::evict_small(GroupId g, PageId p) {
