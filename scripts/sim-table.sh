@@ -13,9 +13,12 @@ py=/usr/bin/python3
 [ -x "$py" ] || py=python3
 mkdir -p "$out" "$png"
 
-# name model workload memory_gib requests
+# name model workload memory_gib requests [layout options]
+# Llama-3.2-Vision runs twice: with 4-token cross-attention pages (an image is k x 1601
+# encoder tokens; self-attention keeps 16-token pages), and with the preset's 16 tokens.
 runs=(
-  "llama-vision-mmmu llama-3.2-11b-vision mmmu-pro 50 2000"
+  "llama-vision-mmmu llama-3.2-11b-vision mmmu-pro 50 2000 --group-tokens-per-page cross=4"
+  "llama-vision-mmmu-16 llama-3.2-11b-vision mmmu-pro 50 2000"
   "gemma2-arxiv gemma-2-27b arxiv-qa 80 300"
   "ministral-arxiv ministral-8b arxiv-qa 55 300"
   "jamba-sharegpt jamba-1.5-mini sharegpt 4 2000"
@@ -37,21 +40,22 @@ PY
 }
 
 for spec in "${runs[@]}"; do
-  read -r name model workload gib n <<<"$spec"
+  read -r name model workload gib n layout <<<"$spec"
+  read -r -a layout_flags <<<"${layout:-}"
   for mode in engine nocache; do
-    flags=()
-    [ "$mode" = nocache ] && flags=(--no-prefix-caching)
+    flags=(${layout_flags[@]+"${layout_flags[@]}"})
+    [ "$mode" = nocache ] && flags+=(--no-prefix-caching)
     dir=$out/$name-$mode
     cmd="kvmm-sim --model $model --workload $workload --memory-gib $gib --requests $n --seed 1${flags[*]:+ ${flags[*]}}"
     "$sim" --model "$model" --workload "$workload" --memory-gib "$gib" --requests "$n" --seed 1 \
       ${flags[@]+"${flags[@]}"} --out "$dir" > "$dir.log"
     if [ "$mode" = engine ]; then
-      "$py" "$root/bench/sim/plot.py" "$dir" --title "$model, $workload, $gib GiB" --out "$png/$name" > /dev/null
+      "$py" "$root/bench/sim/plot.py" "$dir" --title "$model, $workload, $gib GiB${layout:+, $layout}" --out "$png/$name" > /dev/null
     fi
     echo
     label="each engine's own prefix caching"
     [ "$mode" = nocache ] && label="prefix caching off in every policy"
-    echo "#### $model, $workload, $gib GiB, $n requests: $label"
+    echo "#### $model, $workload, $gib GiB, $n requests${layout:+ ($layout)}: $label"
     echo
     echo "\`$cmd\`"
     echo

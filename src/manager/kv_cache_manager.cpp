@@ -837,7 +837,7 @@ void KVCacheManager::build_encoder_rows(RequestId r, Request& q) {
 std::uint64_t KVCacheManager::lookup_prefix(RequestId r) {
   Request& q = running(r);
   if (q.looked_up || q.slots > 0)
-    fail("request = {}: lookup_prefix must come once, before the first allocate", r);
+    fail("request = {}: lookup_prefix must come once, before the first allocate (or after reset)", r);
   q.looked_up = true;
   ++lookups_;
   const std::uint64_t num_tokens = q.token_base + q.tokens.size();

@@ -109,7 +109,8 @@ class KVCacheManager {
   void append_tokens(RequestId r, std::span<const std::uint32_t> tokens);
   void append_token(RequestId r, std::uint32_t token) { append_tokens(r, {&token, 1}); }
   // The longest prefix valid in every group (at most prompt - 1 tokens), its pages pinned
-  // and mapped; the request continues from there. Once, before the first allocate.
+  // and mapped; the request continues from there. Once, before the first allocate (and
+  // again after reset).
   std::uint64_t lookup_prefix(RequestId r);
   // Pages for tokens [computed, computed + num_new_tokens + lookahead) in every group, or
   // false with nothing changed. May evict (Jenga §5.4) and add copy-on-write copies.
