@@ -1,6 +1,6 @@
 // Steady state makes no heap allocation: a counting global operator new watches a second
-// wave of requests (add, lookup, prefill, decode steps with evictions, free) after a
-// first wave sized every slot.
+// wave of requests (add, lookup, prefill, reset and lookup again, decode steps with
+// evictions, free) after a first wave sized every slot.
 #include "kvmm/manager/kv_cache_manager.hpp"
 #include "support/count_new.hpp"
 
@@ -25,6 +25,12 @@ TEST_CASE("no heap allocation per step in steady state", "[manager][alloc]") {
       kv.lookup_prefix(ids[i]);
       REQUIRE(kv.allocate(ids[i], 200));
       kv.commit(ids[i], 200);
+      if (i % 4 == 0) {  // preempted by recompute and admitted again: reset, lookup, refill
+        kv.reset(ids[i]);
+        REQUIRE(kv.lookup_prefix(ids[i]) == 192);
+        REQUIRE(kv.allocate(ids[i], 8));
+        kv.commit(ids[i], 200);
+      }
     }
     for (std::uint32_t step = 0; step < 180; ++step) {
       const std::uint64_t before = kvmm::test::heap_allocations();
