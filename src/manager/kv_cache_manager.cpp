@@ -209,10 +209,6 @@ std::uint64_t KVCacheManager::begin_step() {
   return ++step_;
 }
 
-void KVCacheManager::record(CacheEventKind kind, GroupId g, PageId p, const BlockHash& h) {
-  if (options_.record_events) events_.push_back(CacheEvent{kind, g, p, h});
-}
-
 void KVCacheManager::take_events(std::vector<CacheEvent>& out) {
   out.clear();
   std::swap(out, events_);
@@ -639,8 +635,6 @@ void KVCacheManager::replay_spoil(GroupId g, RequestId r, PageId first, bool by_
   }
 }
 
-// Whether need_[g] pages per group can be had, exactly (allocate() has no rollback):
-// O(groups) bounds first, else the replay.
 int KVCacheManager::quick_feasible() const {
   // Sufficient, O(groups): group g needs at most ceil(need / n) large pages from steps 2
   // and 3 (each one's other slots then serve it by step 1), and step 3 comes before the
@@ -663,6 +657,8 @@ int KVCacheManager::quick_feasible() const {
   return -1;
 }
 
+// Whether need_[g] pages per group can be had, exactly (allocate() has no rollback):
+// O(groups) bounds first, else the replay.
 bool KVCacheManager::feasible(RequestId r) {
   const int quick = quick_feasible();
 #if KVMM_DEBUG_CHECKS

@@ -50,7 +50,6 @@ class LruOrder {
       : node_(node_of), capacity_(capacity), tag_(tag) {}
 
   std::uint32_t size() const { return size_; }
-  std::uint32_t capacity() const { return capacity_; }
   bool contains(PageId id) const {
     return id < capacity_ && node_(id).level != kOut && node_(id).tag == tag_;
   }
@@ -184,9 +183,6 @@ class LruEvictor : public LruOrder<ArrayNodes> {
   LruEvictor(const LruEvictor&) = delete;  // the order points into the node array
   LruEvictor& operator=(const LruEvictor&) = delete;
   LruEvictor(LruEvictor&&) = default;  // the array moves with its buffer
-
-  // Starts loading id's entry (no effect on the order).
-  void prefetch(PageId id) const { __builtin_prefetch(&nodes_[id]); }
 
  private:
   explicit LruEvictor(std::vector<LruNode> nodes)

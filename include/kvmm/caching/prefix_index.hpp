@@ -1,6 +1,6 @@
 // PrefixIndex: block hash -> cached small page, per layer group. Open addressing with
 // linear probing and backward-shift deletion in one flat table of 8-byte slots sized at
-// construction (load <= 2/3: 8 MiB of slots index ~1.4M pages), so find/insert/erase are
+// construction (load <= 2/3: 8 MiB of slots index ~700k pages), so find/insert/erase are
 // O(1) expected and never touch the heap. A slot keeps the page id, the group, its probe
 // distance and a 16-bit fingerprint, not the hash: the caller keeps each page's hash
 // (hash_of(g, page)), and a fingerprint match is confirmed against it, so answers are
@@ -76,7 +76,6 @@ class PrefixIndex {
   // reads: a page is indexed under one hash at a time). false when absent.
   bool erase(GroupId g, const BlockHash& h, PageId page);
   std::uint64_t size() const { return size_; }
-  std::uint64_t capacity() const { return max_; }
   void clear();
 
  private:

@@ -267,8 +267,6 @@ class KVCacheManager {
   static constexpr std::uint32_t kVictimsAhead = 8;
   void prefetch_victims(PageId front, GroupId taker);
   std::pair<EvictionKey, std::uint32_t> large_entry(GroupId g, PageId lp) const;
-  // Jenga §5.4 step 3's evictable large page: no used small page and at least one cached
-  // one (its other slots empty). Evicting it returns it to the pool. O(1).
   // Jenga §5.4's evictable large page: every small page evictable (step 3). O(1).
   bool full_evictable(PageId lp) const {
     const GroupId g = pool_.slot(lp).owner;
@@ -321,7 +319,10 @@ class KVCacheManager {
   std::uint64_t encoder_misses(RequestId r, const Request& q, GroupId g) const;
   void release_rows(RequestId r, Request& q);
   void release_all(RequestId r, Request& q);  // device pages, or host pages if swapped
-  void record(CacheEventKind kind, GroupId g, PageId p, const BlockHash& h);
+  // Every eviction and registration calls this: inline, so events off cost one test.
+  void record(CacheEventKind kind, GroupId g, PageId p, const BlockHash& h) {
+    if (options_.record_events) events_.push_back(CacheEvent{kind, g, p, h});
+  }
 
   KVLayout layout_;
   KVCacheManagerOptions options_;
