@@ -130,6 +130,14 @@ KVCacheManager::KVCacheManager(KVLayout layout, const KVCacheManagerOptions& opt
     grp.hash_class = static_cast<std::uint32_t>(it - class_tokens_.begin());
     if (it == class_tokens_.end()) class_tokens_.push_back(grp.P);
   }
+  source_.assign(G, 0);
+  for (GroupId g = 0; g < G; ++g) {
+    if (groups_[g].n != 1) continue;
+    single_.push_back(g);
+    source_[g] = static_cast<std::uint32_t>(single_.size());
+  }
+  vpos_.assign(num_sources(), kNullPage);
+  rpos_.assign(num_sources(), kNullPage);
   reqs_.resize(options.max_requests);
   for (Request& q : reqs_) {
     q.lo.assign(G, 0);
@@ -378,10 +386,52 @@ PageId KVCacheManager::small_front(GroupId g) const {
   return s;
 }
 
-PageId KVCacheManager::large_front() const {
+bool KVCacheManager::victim_before(std::uint32_t sa, PageId a, std::uint32_t sb, PageId b) const {
+  auto node = [this](std::uint32_t src, PageId id) -> std::pair<const LruNode*, std::uint64_t> {
+    if (src == 0) return {&large_[id].node, large_[id].seq};
+    const Group::PageRec& rec = groups_[single_[src - 1]].pg[id];
+    return {&rec.node, rec.seq};
+  };
+  const auto [x, xs] = node(sa, a);
+  const auto [y, ys] = node(sb, b);
+  if (x->level != y->level) return x->level < y->level;
+  if (!(x->key == y->key)) return evicted_before(x->key, y->key);
+  return xs < ys;
+}
+
+// A one-page group's entry is stale exactly when its page is pinned; its large page is then
+// not wholly evictable either, so stale_large tells for every source.
+PageId KVCacheManager::source_front(std::uint32_t src) const {
+  if (src > 0) return small_front(single_[src - 1]);
   PageId lp = large_lru_.front();
   for (; lp != kNullPage && stale_large(lp); lp = large_lru_.front()) large_lru_.erase(lp);
   return lp;
+}
+
+PageId KVCacheManager::source_after(std::uint32_t src, PageId id) const {
+  return src == 0 ? large_lru_.after(id) : groups_[single_[src - 1]].lru.after(id);
+}
+
+bool KVCacheManager::source_contains(std::uint32_t src, PageId id) const {
+  return src == 0 ? large_lru_.contains(id) : groups_[single_[src - 1]].lru.contains(id);
+}
+
+std::uint32_t KVCacheManager::source_of(PageId lp) const {
+  const GroupId g = pool_.slot(lp).owner;
+  return g == kNoGroup ? num_sources() : source_[g];
+}
+
+PageId KVCacheManager::large_front(std::uint32_t& src) const {
+  PageId best = large_lru_.size() > 0 ? source_front(0) : kNullPage;
+  src = 0;
+  for (std::uint32_t s = 1; s < num_sources(); ++s) {
+    const PageId f = source_front(s);
+    if (f != kNullPage && (best == kNullPage || victim_before(s, f, src, best))) {
+      best = f;
+      src = s;
+    }
+  }
+  return best;
 }
 
 PageId KVCacheManager::mixed_front() const {
@@ -396,7 +446,6 @@ PageId KVCacheManager::mixed_front() const {
 // its evictable ones, so the records alone tell (no allocator read). O(n).
 std::pair<EvictionKey, std::uint32_t> KVCacheManager::large_entry(GroupId g, PageId lp) const {
   const Group& grp = groups_[g];
-  if (grp.n == 1) return {grp.pg[lp].node.key, grp.pg[lp].prio};
   bool any = false;
   EvictionKey best;
   std::uint32_t level = 0;
@@ -413,13 +462,9 @@ std::pair<EvictionKey, std::uint32_t> KVCacheManager::large_entry(GroupId g, Pag
 // Files lp in the list its state calls for. An entry already there under the same key and
 // level (a stale one revived: its pages were pinned by a hit, now released unchanged) stays
 // in place, as small pages' entries do, so a hit that is never admitted leaves the order.
+// Groups with n > 1 only: a one-page group's small-page LRU is its step-3 source.
 void KVCacheManager::refresh_large(GroupId g, PageId lp) {
-  // A one-page large page is wholly evictable or not, never mixed; its count is 0 once
-  // it is back in the pool. Larger ones ask the pool's record (owner, free slots).
-  LargeLru* to = groups_[g].n == 1 ? (ev_in_large_[lp] == 1 ? &large_lru_ : nullptr)
-                 : full_evictable(lp) ? &large_lru_
-                 : mixed(lp)          ? &mixed_lru_
-                                      : nullptr;
+  LargeLru* to = full_evictable(lp) ? &large_lru_ : mixed(lp) ? &mixed_lru_ : nullptr;
   EvictionKey key;
   std::uint32_t level = 0;
   if (to != nullptr) std::tie(key, level) = large_entry(g, lp);
@@ -428,7 +473,10 @@ void KVCacheManager::refresh_large(GroupId g, PageId lp) {
     if (l == to && l->key(lp) == key && large_[lp].node.level == level) return;
     l->erase(lp);
   }
-  if (to != nullptr) to->insert(lp, key, level);
+  if (to != nullptr) {
+    to->insert(lp, key, level);
+    large_[lp].seq = ++seq_;
+  }
 }
 
 // What release_page reads of page p: started a few pages ahead in the loops that walk a
@@ -437,8 +485,10 @@ void KVCacheManager::prefetch_release(GroupId g, PageId p) const {
   const Group& grp = groups_[g];
   __builtin_prefetch(&grp.pg[p], 1);
   const PageId lp = p / grp.n;
-  if (grp.n > 1) __builtin_prefetch(&pool_.slot(lp));  // one-page large pages: not read
-  __builtin_prefetch(&large_[lp], 1);
+  if (grp.n > 1) {  // one-page large pages: neither record is read
+    __builtin_prefetch(&pool_.slot(lp));
+    __builtin_prefetch(&large_[lp], 1);
+  }
   __builtin_prefetch(&ev_in_large_[lp], 1);
 }
 
@@ -461,8 +511,9 @@ void KVCacheManager::release_page(GroupId g, PageId p, std::uint64_t t, std::uin
     rec.node.key.time = key.time;  // never listed
     grp.alloc.free(p);
     // The large page may now hold only cached pages and empty slots (or be back in the
-    // pool: no entry may outlive that).
-    if (mixed(lp) || (pool_.slot(lp).owner == kNoGroup && (large_lru_.contains(lp) || mixed_lru_.contains(lp))))
+    // pool: no entry may outlive that). One-page large pages are never listed there.
+    if (grp.n > 1 &&
+        (mixed(lp) || (pool_.slot(lp).owner == kNoGroup && (large_lru_.contains(lp) || mixed_lru_.contains(lp)))))
       refresh_large(g, lp);
     return;
   }
@@ -472,23 +523,28 @@ void KVCacheManager::release_page(GroupId g, PageId p, std::uint64_t t, std::uin
     if (!(rec.node.key == key) || rec.prio != prio) {
       grp.lru.erase(p);
       grp.lru.insert(p, key, prio);
+      rec.seq = ++seq_;
     }
   } else {
     grp.lru.insert(p, key, prio);
+    rec.seq = ++seq_;
   }
   rec.prio = static_cast<std::uint8_t>(prio);
   ++grp.evictable;
   ev_add(lp, grp.n);
   // lp is g's (p was allocated): wholly evictable iff every slot is; mixed needs n > 1.
-  if (ev_in_large_[lp] == grp.n || (grp.n > 1 && mixed(lp))) refresh_large(g, lp);
+  // A one-page large page is listed by its page's entry alone.
+  if (grp.n > 1 && (ev_in_large_[lp] == grp.n || mixed(lp))) refresh_large(g, lp);
 }
 
 void KVCacheManager::evict_small(GroupId g, PageId p) {
   Group& grp = groups_[g];
   grp.lru.erase(p);
   const PageId lp = p / grp.n;
-  if (large_lru_.contains(lp)) large_lru_.erase(lp);
-  if (mixed_lru_.contains(lp)) mixed_lru_.erase(lp);
+  if (grp.n > 1) {
+    if (large_lru_.contains(lp)) large_lru_.erase(lp);
+    if (mixed_lru_.contains(lp)) mixed_lru_.erase(lp);
+  }
   ev_sub(lp, grp.n);
   --grp.evictable;
   index_.erase(g, grp.pg[p].hash, p);
@@ -503,9 +559,11 @@ void KVCacheManager::evict_small(GroupId g, PageId p) {
 // lines: loaded serially, a victim costs several memory latencies. So the entries after
 // the front are kept in a ring (a hint: the LRU alone decides) and their lines are
 // requested in stages as they approach, each stage reading only what an earlier one
-// requested. `front` is the victim about to be evicted.
-void KVCacheManager::prefetch_victims(PageId front, GroupId taker) {
+// requested. `front` is the victim about to be evicted, from source `front_src`; the ring
+// continues the merge of the sources from vpos_, each source's next entry.
+void KVCacheManager::prefetch_victims(PageId front, std::uint32_t front_src, GroupId taker) {
   constexpr std::uint32_t K = kVictimsAhead;
+  const std::uint32_t S = num_sources();
   auto at = [this](std::uint32_t k) -> PageId& { return victims_[(vfirst_ + k) % K]; };
   while (vcount_ > 0) {  // entries up to the front left the list (evicted or stale)
     const PageId v = at(0);
@@ -513,21 +571,34 @@ void KVCacheManager::prefetch_victims(PageId front, GroupId taker) {
     --vcount_;
     if (v == front) break;
   }
-  PageId cursor = vcount_ > 0 ? at(vcount_ - 1) : front;
-  if (!large_lru_.contains(cursor)) {
-    vcount_ = 0;
-    cursor = front;
-  }
-  // Stage 1, new entries: the large-page record (list node) and the pool's record. Up to
-  // two per call, so the ring catches up after a reset while each hop's node was
-  // requested a call earlier.
+  // A ring that lost the front starts again from the fronts (the other sources' fronts come
+  // after `front`: large_front compared them). An entry that left its list since is not
+  // looked for: after() still yields page ids (or none), and a wrong guess only costs a
+  // prefetch until the ring runs dry.
+  if (vcount_ == 0)
+    for (std::uint32_t s = 0; s < S; ++s) vpos_[s] = s == front_src ? source_after(s, front) : source_front(s);
+  // A source's next entry: its list node (the large page's or, for a one-page group, the
+  // small page's record) and the pool's record.
+  auto request = [this](std::uint32_t src, PageId id) {
+    if (src == 0) __builtin_prefetch(&large_[id]);
+    else __builtin_prefetch(&groups_[single_[src - 1]].pg[id]);
+    __builtin_prefetch(&pool_.slot(id));
+  };
+  // Stage 1, new entries, the earliest next entry of the sources; that source's next one
+  // is requested. Up to two per call, so the ring catches up after a reset while each
+  // hop's node was requested a call earlier.
   for (int step = 0; step < 2 && vcount_ < K; ++step) {
-    const PageId next = large_lru_.after(cursor);
+    std::uint32_t src = 0;
+    PageId next = vpos_[0];
+    for (std::uint32_t s = 1; s < S; ++s)
+      if (vpos_[s] != kNullPage && (next == kNullPage || victim_before(s, vpos_[s], src, next))) {
+        next = vpos_[s];
+        src = s;
+      }
     if (next == kNullPage) break;
-    __builtin_prefetch(&large_[next]);
-    __builtin_prefetch(&pool_.slot(next));
     at(vcount_++) = next;
-    cursor = next;
+    vpos_[src] = source_after(src, next);
+    if (vpos_[src] != kNullPage) request(src, vpos_[src]);
   }
   // Stage 2, halfway: the owner is known now; the small pages' records and slots, and
   // the records the taking group will write when the page comes back to it.
@@ -583,8 +654,9 @@ PageId KVCacheManager::take_page(GroupId g, RequestId r) {
   SmallPageAllocator& a = groups_[g].alloc;
   if (const PageId p = a.try_associated(r); p != kNullPage) return p;
   if (const PageId p = a.try_fresh(r); p != kNullPage) return p;
-  if (const PageId lp = large_front(); lp != kNullPage) {
-    prefetch_victims(lp, g);
+  std::uint32_t src;
+  if (const PageId lp = large_front(src); lp != kNullPage) {
+    prefetch_victims(lp, src, g);
     evict_large(lp);
     if (const PageId p = a.try_fresh(r); p != kNullPage) return p;
   }
@@ -602,6 +674,20 @@ PageId KVCacheManager::take_page(GroupId g, RequestId r) {
     return a.try_fresh(r);
   }
   return kNullPage;
+}
+
+// The replay's next victim of a step-3 source from lp on, as replay_next below.
+PageId KVCacheManager::source_replay_next(std::uint32_t src, PageId lp) {
+  if (src == 0) return replay_next(large_lru_, lp);
+  auto& lru = groups_[single_[src - 1]].lru;
+  for (;;) {
+    if (lp == kNullPage) return lp;
+    const bool stale = stale_large(lp);
+    if (!stale && !replay_skips(lp)) return lp;
+    const PageId next = lru.after(lp);
+    if (stale) lru.erase(lp);
+    lp = next;
+  }
 }
 
 // The replay's next step-3 (large_lru_) or step-6 (mixed_lru_) victim from lp on: stale
@@ -684,7 +770,19 @@ bool KVCacheManager::replay_feasible(RequestId r) {
     sim_f_[g] = grp.alloc.num_free_small();
     sim_e_[g] = grp.evictable;
   }
-  PageId cursor = large_front();
+  // Step 3's merged order: a cursor per source, the earliest of them next.
+  const std::uint32_t S = num_sources();
+  for (std::uint32_t s = 0; s < S; ++s) rpos_[s] = source_front(s);
+  auto step3 = [this, S](std::uint32_t& src) {
+    PageId best = kNullPage;
+    for (std::uint32_t s = 0; s < S; ++s)
+      if (rpos_[s] != kNullPage && (best == kNullPage || victim_before(s, rpos_[s], src, best))) {
+        best = rpos_[s];
+        src = s;
+      }
+    return best;
+  };
+  std::uint32_t src3 = 0;
   PageId mcursor = kNullPage;
   bool mixed_started = false;
   for (GroupId g = 0; g < groups_.size(); ++g) {
@@ -703,12 +801,12 @@ bool KVCacheManager::replay_feasible(RequestId r) {
         --pool;
         sim_a_[g] += n - 1;
         sim_f_[g] += n - 1;
-      } else if (cursor != kNullPage) {
+      } else if (const PageId cursor = step3(src3); cursor != kNullPage) {
         // A wholly evictable large page: no empty slot, not associated with a free one.
         const GroupId h = pool_.slot(cursor).owner;
         sim_e_[h] -= groups_[h].n;
         large_[cursor].replay = replay_epoch_;
-        cursor = replay_next(large_lru_, large_lru_.after(cursor));
+        rpos_[src3] = source_replay_next(src3, source_after(src3, cursor));
         sim_a_[g] += n - 1;
         sim_f_[g] += n - 1;
       } else if (sim_f_[g] > 0) {
@@ -1464,6 +1562,11 @@ void KVCacheManager::check_invariants() const {
       if (pool_.owner(lp) != g) continue;
       if (per_large[lp] != ev_in_large_[lp])
         fail("invariant: large page {} counts {} evictable small pages, actual {}", lp, ev_in_large_[lp], per_large[lp]);
+      if (grp.n == 1) {  // listed by its small page's entry alone
+        if (large_lru_.contains(lp) || mixed_lru_.contains(lp))
+          fail("invariant: one-page large page {} of group {} is in a large-page LRU", lp, g);
+        continue;
+      }
       // Wholly evictable: in the large LRU; cached + empty, nothing used: in the mixed
       // LRU; each under its current key. Anything else listed is a stale entry (a lazy
       // pin, or a slot taken since).
@@ -1478,6 +1581,16 @@ void KVCacheManager::check_invariants() const {
     }
     if (host_used != grp.host_alloc.num_used_small())
       fail("invariant: group {} host pages used {} but {} in host tables", g, grp.host_alloc.num_used_small(), host_used);
+  }
+  // Every step-3 source is ordered by (level, key, insertion), so their merge is one order.
+  for (std::uint32_t src = 0; src < num_sources(); ++src) {
+    PageId prev = kNullPage;
+    for (PageId id = src == 0 ? large_lru_.front() : groups_[single_[src - 1]].lru.front(); id != kNullPage;
+         id = source_after(src, id)) {
+      if (prev != kNullPage && !victim_before(src, prev, src, id))
+        fail("invariant: step-3 source {} lists {} before {} out of (level, key, insertion) order", src, prev, id);
+      prev = id;
+    }
   }
   std::uint32_t full_ev = 0;
   for (PageId lp = 0; lp < pool_.capacity(); ++lp) full_ev += full_evictable(lp);

@@ -146,6 +146,65 @@ TEST_CASE("Jenga Fig. 10: last access per layer and the eviction order that foll
   kv.check_invariants();
 }
 
+TEST_CASE("step 3 takes the LRU large page across groups of one and of several small pages", "[manager][jenga]") {
+  // Full attention 32 B pages (n = 2), sliding window 64 B pages (n = 1, window wider
+  // than the prompts): the sliding group's small-page LRU is a step-3 source of its own,
+  // merged with the large-page LRU by (retention priority, time, prefix length desc),
+  // equal keys in release order.
+  const KVLayout layout = KVLayout::plan({LayerGroup::full_attention("full", 1, 1, 8, 2, 1),
+                                          LayerGroup::sliding_window("sw", 2, 1, 8, 2, 1, 100)});
+  REQUIRE(layout.small_pages_per_large_page(kFull) == 2);
+  REQUIRE(layout.small_pages_per_large_page(kSw) == 1);
+  KVCacheManager kv(layout, {.num_large_pages = 18, .max_requests = 4, .record_events = true});
+  std::map<std::pair<GroupId, PageId>, std::uint32_t> token_of;
+  auto serve = [&](std::uint32_t base, std::uint32_t priority) {
+    kv.begin_step();
+    const std::vector<std::uint32_t> ids{base + 1, base + 2, base + 3, base + 4};
+    const RequestId r = kv.add_request(ids, {.priority = priority});
+    REQUIRE(kv.lookup_prefix(r) == 0);
+    REQUIRE(kv.allocate(r, 4));
+    for (GroupId g : {kFull, kSw})
+      for (std::size_t i = 0; i < 4; ++i) token_of[{g, kv.page_table(r, g)[i]}] = ids[i];
+    kv.commit(r, 4);
+    kv.free(r);  // full group first, each last page first
+  };
+  serve(10, 0);  // step 1: 2 full large pages {11, 12} {13, 14}, 4 sliding ones
+  serve(20, 1);  // step 2, retention priority 1: after every priority-0 page
+  serve(30, 0);  // step 3
+  REQUIRE(kv.large_pages().num_free() == 0);
+  kv.check_invariants();
+  REQUIRE(kv.next_large_victim() != kNullPage);
+  CHECK(token_of.at({kSw, kv.next_large_victim()}) == 14);
+
+  std::vector<CacheEvent> events;
+  kv.take_events(events);
+  kv.begin_step();
+  std::vector<std::uint32_t> ids(9);
+  for (std::uint32_t i = 0; i < 9; ++i) ids[i] = 90 + i;
+  const RequestId r = kv.add_request(ids);
+  REQUIRE(kv.lookup_prefix(r) == 0);
+  REQUIRE(kv.allocate(r, 8));  // 4 full large pages + 8 sliding ones: 12 victims
+  kv.take_events(events);
+  std::vector<std::pair<GroupId, std::uint32_t>> order;
+  for (const CacheEvent& e : events) {
+    REQUIRE(e.kind == CacheEventKind::kRemoved);
+    order.emplace_back(e.group, token_of.at({e.group, e.page}));
+  }
+  // Per request (step 1, then step 3): (t, 4) sliding 4; (t, 3) the full page {3, 4},
+  // released before sliding 3; (t, 2) sliding 2; (t, 1) the full page {1, 2}, then
+  // sliding 1. A full large page's small pages go in slot order.
+  std::vector<std::pair<GroupId, std::uint32_t>> want;
+  for (std::uint32_t b : {10u, 30u}) {
+    const std::vector<std::pair<GroupId, std::uint32_t>> one{
+        {kSw, b + 4}, {kFull, b + 3}, {kFull, b + 4}, {kSw, b + 3}, {kSw, b + 2}, {kFull, b + 1}, {kFull, b + 2}, {kSw, b + 1}};
+    want.insert(want.end(), one.begin(), one.end());
+  }
+  CHECK(order == want);
+  for (const auto& [gp, tok] : token_of)  // the priority-1 request's pages stay cached
+    if (tok > 20 && tok < 30) CHECK(kv.page_state(gp.first, gp.second) == PageState::kEvictable);
+  kv.check_invariants();
+}
+
 TEST_CASE("request-aware placement and the five allocation steps with small pages", "[manager][jenga]") {
   // 4 tokens per page, full pages 64 B, sliding pages 128 B: n = 2 and 1.
   const KVLayout layout = KVLayout::plan({LayerGroup::full_attention("full", 1, 1, 4, 2, 4),

@@ -23,10 +23,13 @@ constexpr GroupId kFull = 0, kSw = 1, kMamba = 2;
 constexpr std::uint32_t kWindow = 6;
 const std::uint32_t kP[3] = {4, 4, 8};
 
-KVLayout random_layout() {
+// Layout 0: 6, 3 and 2 small pages per large page. Layout 1: the sliding-window and Mamba
+// pages fill a large page each (n = 1), so step 3 merges their small-page LRUs with the
+// large-page LRU of the full-attention group (n = 6).
+KVLayout random_layout(int variant) {
   return KVLayout::plan({LayerGroup::full_attention("full", 1, 1, 8, 2, 4),
-                         LayerGroup::sliding_window("sw", 2, 1, 8, 2, 4, kWindow),
-                         LayerGroup::mamba_state("mamba", 1, 384, 8)});
+                         LayerGroup::sliding_window("sw", variant == 0 ? 2 : 6, 1, 8, 2, 4, kWindow),
+                         LayerGroup::mamba_state("mamba", 1, variant == 0 ? 384 : 768, 8)});
 }
 
 using HashKey = std::pair<std::uint64_t, std::uint64_t>;
@@ -43,9 +46,9 @@ struct RefRequest {
 
 class Model {
  public:
-  Model(std::uint64_t seed, std::uint32_t large_pages)
+  Model(std::uint64_t seed, std::uint32_t large_pages, int layout = 0)
       : rng_(seed),
-        kv_(random_layout(), {.num_large_pages = large_pages, .num_host_large_pages = 6,
+        kv_(random_layout(layout), {.num_large_pages = large_pages, .num_host_large_pages = 6,
                               .max_requests = kMaxRequests, .record_events = true}) {
     for (GroupId g = 0; g < 3; ++g) n_[g] = kv_.layout().small_pages_per_large_page(g);
     for (auto& base : bases_) {
@@ -64,6 +67,7 @@ class Model {
   }
 
   std::uint64_t hits = 0, lookups = 0, evictions = 0, failures = 0, cows = 0, swaps = 0, resets = 0;
+  const KVCacheManager& kv() const { return kv_; }
 
  private:
   // ---- reference hashes and hits
@@ -512,9 +516,10 @@ class Model {
 
 TEST_CASE("model-based randomized test against a reference model", "[manager][random]") {
   std::uint64_t total_ops = 0;
-  for (std::uint64_t seed : {1u, 2u, 3u}) {
+  for (std::uint64_t seed : {1u, 2u, 3u, 4u, 5u}) {
     INFO("seed " << seed);
-    Model m(seed, seed == 3 ? 40 : 12);
+    const int layout = seed >= 4 ? 1 : 0;  // seeds 4 and 5: one-page sliding and Mamba groups
+    Model m(seed, seed == 3 ? 40 : layout == 1 ? 24 : 12, layout);
     m.run(35000);
     total_ops += 35000;
     // The run exercised what it claims to.
@@ -524,6 +529,11 @@ TEST_CASE("model-based randomized test against a reference model", "[manager][ra
     CHECK(m.swaps > 10);
     CHECK(m.resets > 10);
     if (seed != 3) CHECK(m.failures > 10);
+    if (layout == 1) {
+      CHECK(m.kv().layout().small_pages_per_large_page(kSw) == 1);
+      CHECK(m.kv().layout().small_pages_per_large_page(kMamba) == 1);
+      CHECK(m.kv().layout().small_pages_per_large_page(kFull) > 1);
+    }
     WARN("seed " << seed << ": lookups " << m.lookups << " hits " << m.hits << " evictions "
                  << m.evictions << " failed allocations " << m.failures << " copies " << m.cows
                  << " swaps " << m.swaps << " resets " << m.resets);

@@ -169,8 +169,10 @@ class KVCacheManager {
   std::uint32_t ref_count(GroupId g, PageId p) const;
   EvictionKey eviction_key(GroupId g, PageId p) const;  // last access and prefix length
   std::optional<BlockHash> page_hash(GroupId g, PageId p) const;
-  // Next victims: a group's small-page LRU front and the large-page LRU front (or null).
-  // Amortized O(1): pages pinned by a hit since they became evictable are dropped here.
+  // Next victims: a group's small-page LRU front and step 3's next large page (or null):
+  // the earliest of the large-page LRU's front and the fronts of the groups with one small
+  // page per large page. Amortized O(groups): pages pinned by a hit since they became
+  // evictable are dropped here.
   PageId next_small_victim(GroupId g) const { return small_front(check_group(g)); }
   PageId next_large_victim() const { return large_front(); }
   // Step 6's next victim: the LRU large page with no used, some cached and some empty
@@ -204,6 +206,7 @@ class KVCacheManager {
       std::uint32_t ref = 0;
       std::uint8_t hashed = 0;
       std::uint8_t prio = 0;
+      std::uint64_t seq = 0;  // insertion number while listed: step 3's tie-break across lists
     };
     std::vector<PageRec> pg;
     // Evictable pages, plus stale entries of pages a hit pinned (ref > 0) since: a hit
@@ -244,6 +247,7 @@ class KVCacheManager {
   struct alignas(64) LargeRec {
     LruNode node;              // in large_lru_ or mixed_lru_ (tags 0 and 1), or neither
     std::uint32_t replay = 0;  // feasible(): evicted or slot taken by its replay (== replay_epoch_)
+    std::uint64_t seq = 0;     // insertion number while in large_lru_ (see Group::PageRec)
   };
   using LargeLru = LruOrder<MemberNodes<LargeRec, &LargeRec::node>>;
 
@@ -265,7 +269,7 @@ class KVCacheManager {
   void evict_small(GroupId g, PageId p);
   void evict_large(PageId lp);
   static constexpr std::uint32_t kVictimsAhead = 8;
-  void prefetch_victims(PageId front, GroupId taker);
+  void prefetch_victims(PageId front, std::uint32_t front_src, GroupId taker);
   std::pair<EvictionKey, std::uint32_t> large_entry(GroupId g, PageId lp) const;
   // Jenga §5.4's evictable large page: every small page evictable (step 3). O(1).
   bool full_evictable(PageId lp) const {
@@ -285,10 +289,25 @@ class KVCacheManager {
   void refresh_large(GroupId g, PageId lp);
   bool replay_skips(PageId lp) const { return large_[lp].replay == replay_epoch_; }
   PageId replay_next(LargeLru& lru, PageId lp);
+  // Step 3's order is a merge of sources: 0 is large_lru_ (groups with n > 1), source
+  // k >= 1 the small-page LRU of single_[k - 1], a group with n = 1, whose small page is
+  // its large page (one list per page instead of two). Each source is ordered by (level,
+  // key, insertion), so the merge by (level, key, seq) is the one list it replaces.
+  std::uint32_t num_sources() const { return static_cast<std::uint32_t>(single_.size()) + 1; }
+  bool victim_before(std::uint32_t sa, PageId a, std::uint32_t sb, PageId b) const;
+  PageId source_front(std::uint32_t src) const;  // drops stale entries, as the fronts do
+  PageId source_after(std::uint32_t src, PageId id) const;
+  bool source_contains(std::uint32_t src, PageId id) const;
+  PageId source_replay_next(std::uint32_t src, PageId id);  // replay_next for any source
+  std::uint32_t source_of(PageId lp) const;  // lp must be listed in some source
+  PageId large_front(std::uint32_t& src) const;
   void replay_spoil(GroupId g, RequestId r, PageId first, bool by_request, std::uint64_t takes);
   PageId mixed_front() const;
   PageId small_front(GroupId g) const;
-  PageId large_front() const;
+  PageId large_front() const {
+    std::uint32_t src;
+    return large_front(src);
+  }
   PageId take_page(GroupId g, RequestId r);  // kNullPage: none
   void init_page(GroupId g, PageId p, std::uint64_t prefix_len);
   bool feasible(RequestId r);
@@ -339,6 +358,9 @@ class KVCacheManager {
   // reclaimed by any group only when Jenga's five steps find nothing (step 6), so memory
   // is never stranded in a group whose cached pages leave empty slots behind.
   mutable LargeLru mixed_lru_;
+  std::vector<GroupId> single_;  // groups with one small page per large page (sources 1..)
+  std::vector<std::uint32_t> source_;  // per group: its source, 0 when n > 1
+  std::uint64_t seq_ = 0;  // last insertion number handed out
   std::uint32_t num_full_ev_ = 0;  // large pages with every small page evictable
   void ev_add(PageId lp, std::uint32_t n) { num_full_ev_ += ++ev_in_large_[lp] == n; }
   void ev_sub(PageId lp, std::uint32_t n) { num_full_ev_ -= ev_in_large_[lp]-- == n; }
@@ -360,6 +382,8 @@ class KVCacheManager {
   std::uint64_t slot_units_ = 0;  // lcm of the groups' n (0: too large, no quick refusal)
   PageId victims_[kVictimsAhead] = {};  // prefetch_victims' ring of step-3 victims ahead
   std::uint32_t vfirst_ = 0, vcount_ = 0;
+  std::vector<PageId> vpos_;  // per source: its next entry not yet in the ring (kNullPage: none)
+  std::vector<PageId> rpos_;  // per source: replay_feasible's cursor
   std::vector<std::vector<PageId>> probe_memo_;  // scratch of lookup_prefix, per group
   std::vector<std::uint64_t> accepted_;          // per group: its last valid prefix
   static constexpr std::uint64_t kNotFused = ~std::uint64_t{0};
