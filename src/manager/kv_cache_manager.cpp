@@ -204,6 +204,7 @@ void KVCacheManager::set_policy(GroupId g, std::unique_ptr<LayerPolicy> policy) 
   if (num_active_ != 0) fail("set_policy: {} requests are active; set policies first", num_active_);
   grp.full_attention = dynamic_cast<const FullAttentionPolicy*>(policy.get()) != nullptr;
   grp.policy = std::move(policy);
+  mutated();
 }
 
 const LayerPolicy& KVCacheManager::policy(GroupId g) const {
@@ -759,6 +760,7 @@ bool KVCacheManager::feasible(RequestId r) {
 // allocate() has no rollback. O(pages needed + large pages touched); changes nothing
 // but dropping stale LRU entries.
 bool KVCacheManager::replay_feasible(RequestId r) {
+  mutated();  // drops stale entries
   if (++replay_epoch_ == 0) {
     for (LargeRec& l : large_) l.replay = 0;
     replay_epoch_ = 1;
@@ -875,6 +877,7 @@ RequestId KVCacheManager::add_request(std::span<const std::uint32_t> tokens,
   q.last_step = 0;
   q.admitted = false;
   q.items_consumed = 0;
+  q.undo_mark = kNoUndo;
   for (GroupId g = 0; g < groups_.size(); ++g) {
     q.lo[g] = q.registered[g] = 0;
     q.item_page[g].clear();
@@ -916,6 +919,7 @@ void KVCacheManager::append_tokens(RequestId r, std::span<const std::uint32_t> t
 
 void KVCacheManager::set_priority(RequestId r, std::uint32_t priority) {
   Request& q = active_req(r);
+  mutated();
   q.prio = std::min<std::uint32_t>(priority, LruEvictor::kLevels - 1);
 }
 
@@ -934,6 +938,8 @@ std::uint64_t KVCacheManager::lookup_prefix(RequestId r) {
     fail("request = {}: lookup_prefix must come once, before the first allocate (or after reset)", r);
   q.looked_up = true;
   ++lookups_;
+  mutated();
+  q.undo_mark = q.items.empty() ? mutations_ : kNoUndo;
   const std::uint64_t num_tokens = q.token_base + q.tokens.size();
   lookup_tokens_ += num_tokens;
   if (!options_.prefix_caching || num_tokens <= 1) {
@@ -989,7 +995,10 @@ std::uint64_t KVCacheManager::lookup_prefix(RequestId r) {
       }
     }
   }
-  // Pin what the hit needs; the rest of the prefix is the null page.
+  // Pin what the hit needs; the rest of the prefix is the null page. A page pinned from
+  // evictable under another retention level rules out reset's in-place undo (release_page
+  // would re-level it).
+  bool relevel = false;
   for (GroupId g = 0; g < groups_.size(); ++g) {
     Group& grp = groups_[g];
     if (grp.decoder) {
@@ -1010,6 +1019,7 @@ std::uint64_t KVCacheManager::lookup_prefix(RequestId r) {
           if (rec[page].ref++ == 0) {  // acquire_cached, inlined: a lazy pin
             full_lost += ev[n == 1 ? page : page / n]-- == n;
             ++newly;
+            relevel |= rec[page].prio != q.prio;
           }
         }
         grp.evictable -= newly;
@@ -1019,6 +1029,7 @@ std::uint64_t KVCacheManager::lookup_prefix(RequestId r) {
         for (std::uint64_t i = lo; i < pages; ++i) {
           const PageId page = probe.page(i);
           if (page == kNullPage) fail("internal: group {} lost page {} of a validated hit", g, i);
+          relevel |= grp.pg[page].ref == 0 && grp.pg[page].prio != q.prio;
           acquire_cached(g, page);
           grp.table.append(r, page);
         }
@@ -1048,6 +1059,7 @@ std::uint64_t KVCacheManager::lookup_prefix(RequestId r) {
     ++q.items_consumed;
   q.computed = q.slots = p;
   hit_tokens_ += p;
+  if (relevel) q.undo_mark = kNoUndo;
   return p;
 }
 
@@ -1098,6 +1110,7 @@ bool KVCacheManager::allocate(RequestId r, std::uint32_t num_new_tokens, std::ui
     return true;
   }
   if (!feasible(r)) return false;
+  mutated();
   for (GroupId g = 0; g < groups_.size(); ++g) {
     Group& grp = groups_[g];
     if (grp.decoder) {
@@ -1151,6 +1164,7 @@ void KVCacheManager::commit(RequestId r, std::uint64_t num_computed_tokens) {
   if (options_.prefix_caching && c > q.token_base + q.tokens.size())
     fail("num_computed_tokens = {}: request {} has {} token ids (append_tokens first)", c, r,
          q.token_base + q.tokens.size());
+  mutated();
   for (GroupId g = 0; g < groups_.size(); ++g) {
     Group& grp = groups_[g];
     if (!grp.decoder) continue;
@@ -1251,8 +1265,32 @@ void KVCacheManager::release_all(RequestId r, Request& q) {
   q.swapped = false;
 }
 
+// release_rows after lookup_prefix and a refused allocate with nothing between (undo_mark):
+// every state the releases would pass through ends where the lookup found it. The hit's
+// list entries never moved (lazy pins), their keys and levels are unchanged (never
+// admitted: released at time 0; same priority), and a large page's state returns only at
+// its last released page, where refresh_large would find its entry as listed. So only
+// the counts go back. O(hit pages), about two cached memory operations each.
+void KVCacheManager::undo_lookup(RequestId r) {
+  for (GroupId g = 0; g < groups_.size(); ++g) {
+    Group& grp = groups_[g];
+    Group::PageRec* rec = grp.pg.data();
+    const std::uint32_t n = grp.n;
+    std::uint32_t back = 0;
+    for (const PageId p : grp.table.pages(r)) {
+      if (p == kNullPage || --rec[p].ref > 0) continue;
+      ev_add(n == 1 ? p : p / n, n);
+      ++back;
+    }
+    grp.evictable += back;
+    grp.alloc.release_request(r);
+    grp.table.clear(r);
+  }
+}
+
 void KVCacheManager::free(RequestId r) {
   Request& q = active_req(r);
+  mutated();
   release_all(r, q);
   q.active = false;
   --num_active_;
@@ -1261,7 +1299,10 @@ void KVCacheManager::free(RequestId r) {
 
 void KVCacheManager::reset(RequestId r) {
   Request& q = active_req(r);
-  release_all(r, q);
+  if (q.undo_mark == mutations_ && !q.admitted && !q.swapped) undo_lookup(r);
+  else release_all(r, q);
+  mutated();
+  q.undo_mark = kNoUndo;
   q.looked_up = q.enc_ready = q.enc_registered = q.admitted = false;
   q.computed = q.slots = q.last_step = 0;
   q.items_consumed = 0;
@@ -1272,6 +1313,7 @@ void KVCacheManager::reset(RequestId r) {
 
 RequestId KVCacheManager::fork(RequestId parent) {
   running(parent);
+  mutated();
   if (free_ids_.empty()) fail("fork: all max_requests = {} slots are active", reqs_.size());
   const RequestId r = free_ids_.back();
   free_ids_.pop_back();
@@ -1294,6 +1336,7 @@ RequestId KVCacheManager::fork(RequestId parent) {
   q.admitted = pq.admitted;
   q.items_consumed = pq.items_consumed;
   q.lo = pq.lo;
+  q.undo_mark = kNoUndo;
   q.hashes = pq.hashes;
   q.item_page = pq.item_page;
   for (GroupId g = 0; g < groups_.size(); ++g) {
@@ -1327,6 +1370,7 @@ std::optional<std::span<const PageCopy>> KVCacheManager::swap_out(RequestId r) {
     if (need_[g] > free_small) large_needed += (need_[g] - free_small + grp.n - 1) / grp.n;
   }
   if (large_needed > host_pool_.num_free()) return std::nullopt;
+  mutated();
   plan_.clear();
   std::uint64_t reserve = large_needed;
   for (GroupId g = 0; g < groups_.size(); ++g) {
@@ -1361,6 +1405,7 @@ std::optional<std::span<const PageCopy>> KVCacheManager::swap_in(RequestId r) {
     for (PageId h : groups_[g].host_table.pages(r)) need_[g] += h != kNullPage;
   }
   if (!feasible(r)) return std::nullopt;
+  mutated();
   plan_.clear();
   for (GroupId g = 0; g < groups_.size(); ++g) {
     Group& grp = groups_[g];
@@ -1396,6 +1441,7 @@ std::optional<std::span<const PageCopy>> KVCacheManager::swap_in(RequestId r) {
 // ---------------------------------------------------------------- cache control
 
 void KVCacheManager::reset_prefix_cache() {
+  mutated();
   for (GroupId g = 0; g < groups_.size(); ++g) {
     Group& grp = groups_[g];
     for (PageId s = small_front(g); s != kNullPage; s = small_front(g)) evict_small(g, s);
@@ -1413,6 +1459,7 @@ void KVCacheManager::reset_prefix_cache() {
 
 PinId KVCacheManager::pin_prefix(RequestId r) {
   running(r);
+  mutated();
   PinId id;
   if (!free_pins_.empty()) {
     id = free_pins_.back();
@@ -1437,6 +1484,7 @@ PinId KVCacheManager::pin_prefix(RequestId r) {
 void KVCacheManager::unpin(PinId pin) {
   if (pin >= pins_.size() || std::find(free_pins_.begin(), free_pins_.end(), pin) != free_pins_.end())
     fail("pin = {}: not an active pin", pin);
+  mutated();
   for (auto it = pins_[pin].rbegin(); it != pins_[pin].rend(); ++it)
     release_page(it->first, it->second, step_, 0);
   pins_[pin].clear();

@@ -701,6 +701,76 @@ TEST_CASE("a hit that is never admitted leaves the pages' ages; an admitted one 
   kv.check_invariants();
 }
 
+TEST_CASE("a refused admission then reset leaves the manager as it found it", "[manager][reset]") {
+  // Full attention (n = 2: a request of odd length leaves a large page of one cached page
+  // and one empty slot) and a sliding window of 2 (n = 1, pages leave the window at commit).
+  const KVLayout layout = KVLayout::plan({LayerGroup::full_attention("full", 1, 1, 8, 2, 1),
+                                          LayerGroup::sliding_window("sw", 2, 1, 8, 2, 1, 2)});
+  REQUIRE(layout.small_pages_per_large_page(kFull) == 2);
+  REQUIRE(layout.small_pages_per_large_page(kSw) == 1);
+  const std::vector<std::uint32_t> x{1, 2, 3, 4, 5}, y{1, 2, 3, 9, 9, 9}, z{20, 21, 22, 23};
+  for (const bool same_priority : {true, false}) {
+    INFO("same priority " << same_priority);
+    // a: a refused admission, reset in place when it can be; s: the same, reset page by
+    // page (a call between changes the count reset checks); b: neither. 24 large pages:
+    // x, y and z fit (19) without evicting.
+    const KVCacheManagerOptions opt{.num_large_pages = 24, .max_requests = 4, .record_events = true};
+    KVCacheManager a(layout, opt), s(layout, opt), b(layout, opt);
+    RequestId running = 0;
+    for (KVCacheManager* kv : {&a, &s, &b}) {
+      auto serve = [kv](const std::vector<std::uint32_t>& ids, bool keep) {
+        kv->begin_step();
+        const RequestId r = kv->add_request(ids);
+        const std::uint64_t hit = kv->lookup_prefix(r);
+        REQUIRE(kv->allocate(r, static_cast<std::uint32_t>(ids.size() - hit)));
+        kv->commit(r, ids.size());
+        if (!keep) kv->free(r);
+        return r;
+      };
+      serve(x, false);           // cached: {1 2} {3 4} wholly, {5 _} mixed; sliding 1..5
+      running = serve(y, true);  // hits 1 2 3, keeps them used
+      serve(z, false);
+      kv->begin_step();
+      REQUIRE(kv->num_evicted_pages(kFull) + kv->num_evicted_pages(kSw) == 0);
+    }
+    std::vector<std::uint32_t> big(x);
+    big.resize(200, 7);
+    for (KVCacheManager* kv : {&a, &s}) {
+      const RequestId r = kv->add_request(big, {.priority = same_priority ? 0u : 1u});
+      CHECK(kv->lookup_prefix(r) == 5);  // x's 5 tokens (the window needs 4 and 5)
+      CHECK_FALSE(kv->allocate(r, 195));
+      if (kv == &s) kv->set_priority(r, same_priority ? 0u : 1u);  // unchanged
+      kv->reset(r);
+      kv->check_invariants();
+      kv->free(r);
+    }
+    // Each evicts everything it can, page by page, in its own order.
+    std::vector<std::pair<GroupId, PageId>> order[3];
+    std::size_t k = 0;
+    for (KVCacheManager* kv : {&a, &s, &b}) {
+      std::vector<CacheEvent> events;
+      kv->take_events(events);
+      const RequestId w = kv->add_request(std::vector<std::uint32_t>(40, 8));
+      REQUIRE(kv->lookup_prefix(w) == 0);
+      while (kv->num_allocated(w) < 40 && kv->allocate(w, 1)) kv->commit(w, kv->num_allocated(w));
+      kv->take_events(events);
+      for (const CacheEvent& e : events) order[k].emplace_back(e.group, e.page);
+      kv->check_invariants();
+      ++k;
+    }
+    CHECK(order[2].size() > 10);
+    CHECK(order[0] == order[1]);
+    CHECK(snapshot(a, 4) == snapshot(s, 4));
+    // Same priority: b's evictions and state exactly. Another one: release_page re-levels
+    // the hit's pages to the refused request's level, so a differs from b like s does.
+    if (same_priority) {
+      CHECK(order[0] == order[2]);
+      CHECK(snapshot(a, 4) == snapshot(b, 4));
+    }
+    CHECK(a.num_computed(running) == b.num_computed(running));
+  }
+}
+
 TEST_CASE("reset releases every page and keeps ids and hashes for a new lookup", "[manager][reset]") {
   const KVLayout layout = fig10_layout(2, 4);
   KVCacheManager kv(layout, {.num_large_pages = 16, .num_host_large_pages = 8, .max_requests = 4});

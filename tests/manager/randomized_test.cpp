@@ -66,7 +66,7 @@ class Model {
     }
   }
 
-  std::uint64_t hits = 0, lookups = 0, evictions = 0, failures = 0, cows = 0, swaps = 0, resets = 0;
+  std::uint64_t hits = 0, lookups = 0, evictions = 0, failures = 0, cows = 0, swaps = 0, resets = 0, refusals = 0;
   const KVCacheManager& kv() const { return kv_; }
 
  private:
@@ -213,7 +213,7 @@ class Model {
   }
 
   // ---- operations
-  void op_add() {
+  void op_add(bool always_lookup = false) {
     last_op_ = "op_add";
     if (reqs_.size() >= kMaxRequests) return;
     RefRequest q;
@@ -224,8 +224,37 @@ class Model {
     const RequestId r = kv_.add_request(q.tokens, {.lora_id = q.lora, .priority = static_cast<std::uint32_t>(rng_() % 2)});
     REQUIRE_FALSE(reqs_.count(r));
     reqs_[r] = q;
-    if (rng_() % 10 == 0) return;  // no lookup: allocates from scratch
+    last_added_ = r;
+    if (!always_lookup && rng_() % 10 == 0) return;  // no lookup: allocates from scratch
     lookup(r);
+  }
+
+  // A scheduler's refused admission: a lookup, other requests change pages meanwhile (or
+  // not), an allocation beyond all memory, reset. reset undoes the lookup in place only
+  // when nothing changed since; either way the model must match.
+  void op_refuse() {
+    if (reqs_.size() >= kMaxRequests) return;
+    op_add(true);
+    const RequestId r = last_added_;
+    for (std::uint64_t k = rng_() % 3; k > 0; --k) {
+      after_op();
+      before_op();
+      std::vector<RequestId> others;
+      for (const auto& [o, q] : reqs_)
+        if (o != r && !q.swapped) others.push_back(o);
+      if (others.empty()) break;
+      const RequestId o = others[rng_() % others.size()];
+      if (rng_() % 2) op_free(o);
+      else op_step(o);
+    }
+    after_op();
+    before_op();
+    last_op_ = "op_refuse";
+    const Snap s = snap();
+    REQUIRE_FALSE(kv_.allocate(r, 1u << 20));
+    REQUIRE(snap() == s);
+    ++refusals;
+    op_reset(r);
   }
 
   // Preemption by recompute that keeps the request: every page released, ids and hashes
@@ -273,10 +302,10 @@ class Model {
   }
 
   void op_step() {
+    if (const auto pr = pick(false)) op_step(*pr);
+  }
+  void op_step(RequestId r) {
     last_op_ = "op_step";
-    const auto pr = pick(false);
-    if (!pr) return;
-    const RequestId r = *pr;
     RefRequest& q = reqs_[r];
     const std::uint64_t computed = kv_.num_computed(r);
     if (computed >= 64) return op_free(r);
@@ -485,8 +514,10 @@ class Model {
       op_swap_in();
     } else if (x < 980) {
       op_pin();
-    } else if (x < 998) {
+    } else if (x < 990) {
       kv_.begin_step();
+    } else if (x < 998) {
+      op_refuse();
     } else {
       kv_.reset_prefix_cache();
       take_events(/*resetting=*/true);
@@ -509,6 +540,7 @@ class Model {
   std::map<std::pair<RequestId, GroupId>, std::vector<PageId>> tables_before_;
   std::vector<CacheEvent> events_;
   int op_index_ = 0;
+  RequestId last_added_ = 0;
   const char* last_op_ = "";
 };
 
@@ -528,6 +560,7 @@ TEST_CASE("model-based randomized test against a reference model", "[manager][ra
     CHECK(m.cows > 10);
     CHECK(m.swaps > 10);
     CHECK(m.resets > 10);
+    CHECK(m.refusals > 50);
     if (seed != 3) CHECK(m.failures > 10);
     if (layout == 1) {
       CHECK(m.kv().layout().small_pages_per_large_page(kSw) == 1);
@@ -536,7 +569,7 @@ TEST_CASE("model-based randomized test against a reference model", "[manager][ra
     }
     WARN("seed " << seed << ": lookups " << m.lookups << " hits " << m.hits << " evictions "
                  << m.evictions << " failed allocations " << m.failures << " copies " << m.cows
-                 << " swaps " << m.swaps << " resets " << m.resets);
+                 << " swaps " << m.swaps << " resets " << m.resets << " refused admissions " << m.refusals);
   }
   CHECK(total_ops >= 100000);
 }

@@ -126,6 +126,8 @@ class KVCacheManager {
   // page of r (cached ones stay evictable, as free leaves them) and returns r to its state
   // after add_request, its token ids and block hashes kept, so the next lookup_prefix
   // hashes nothing again (a 128k-token prompt: ~100 us saved per retry). O(pages held).
+  // Right after r's lookup_prefix and a refused allocate, with no other call between that
+  // changes pages, the lookup's pins are undone in place (a count per page, no list work).
   void reset(RequestId r);
   // Preemption by swapping: every page of r to the host pool, all or nothing (std::nullopt:
   // host full, nothing changed). The span stays valid until the next swap call.
@@ -173,15 +175,25 @@ class KVCacheManager {
   // the earliest of the large-page LRU's front and the fronts of the groups with one small
   // page per large page. Amortized O(groups): pages pinned by a hit since they became
   // evictable are dropped here.
-  PageId next_small_victim(GroupId g) const { return small_front(check_group(g)); }
-  PageId next_large_victim() const { return large_front(); }
+  PageId next_small_victim(GroupId g) const {
+    mutated();
+    return small_front(check_group(g));
+  }
+  PageId next_large_victim() const {
+    mutated();
+    return large_front();
+  }
   // Step 6's next victim: the LRU large page with no used, some cached and some empty
   // small pages (or null).
-  PageId next_mixed_victim() const { return mixed_front(); }
+  PageId next_mixed_victim() const {
+    mutated();
+    return mixed_front();
+  }
   // Recomputes every count, list and reference from scratch. O(memory); for tests.
   void check_invariants() const;
 
  private:
+  static constexpr std::uint64_t kNoUndo = ~std::uint64_t{0};
   struct Group {
     Group(const KVLayout& layout, GroupId g, LargePagePool& pool, LargePagePool& host_pool,
           std::uint32_t max_requests);
@@ -241,6 +253,9 @@ class KVCacheManager {
     std::vector<std::uint64_t> registered;  // per group: pages considered for caching
     std::vector<std::vector<BlockHash>> hashes;  // per hash class
     std::vector<std::vector<std::uint64_t>> item_page;  // per group: item k's first page
+    // mutations_ right after its lookup_prefix if reset may undo that lookup's pins in
+    // place (no images; every pinned page already carries the request's priority).
+    std::uint64_t undo_mark = kNoUndo;
   };
 
   // Per large page, what the list walks and the replay read: one 64-byte record.
@@ -337,6 +352,7 @@ class KVCacheManager {
   void build_encoder_rows(RequestId r, Request& q);
   std::uint64_t encoder_misses(RequestId r, const Request& q, GroupId g) const;
   void release_rows(RequestId r, Request& q);
+  void undo_lookup(RequestId r);  // reset's in-place path, see undo_mark
   void release_all(RequestId r, Request& q);  // device pages, or host pages if swapped
   // Every eviction and registration calls this: inline, so events off cost one test.
   void record(CacheEventKind kind, GroupId g, PageId p, const BlockHash& h) {
@@ -389,6 +405,10 @@ class KVCacheManager {
   static constexpr std::uint64_t kNotFused = ~std::uint64_t{0};
   std::vector<std::uint64_t> first_miss_;  // per group: first missing page (probe_full_attention)
   std::uint64_t lookups_ = 0, lookup_tokens_ = 0, hit_tokens_ = 0;
+  // Calls that change page references, lists or allocators (dropping stale entries
+  // included) since construction: a reset with the count its lookup left is undone in place.
+  mutable std::uint64_t mutations_ = 0;
+  void mutated() const { ++mutations_; }
 };
 
 }  // namespace kvmm
