@@ -383,7 +383,10 @@ void KVCacheManager::acquire_cached(GroupId g, PageId p) {
 PageId KVCacheManager::small_front(GroupId g) const {
   const Group& grp = groups_[g];
   PageId s = grp.lru.front();
-  for (; s != kNullPage && grp.pg[s].ref > 0; s = grp.lru.front()) grp.lru.erase(s);
+  for (; s != kNullPage && grp.pg[s].ref > 0; s = grp.lru.front()) {
+    grp.lru.erase(s);
+    mutated();
+  }
   return s;
 }
 
@@ -405,7 +408,10 @@ bool KVCacheManager::victim_before(std::uint32_t sa, PageId a, std::uint32_t sb,
 PageId KVCacheManager::source_front(std::uint32_t src) const {
   if (src > 0) return small_front(single_[src - 1]);
   PageId lp = large_lru_.front();
-  for (; lp != kNullPage && stale_large(lp); lp = large_lru_.front()) large_lru_.erase(lp);
+  for (; lp != kNullPage && stale_large(lp); lp = large_lru_.front()) {
+    large_lru_.erase(lp);
+    mutated();
+  }
   return lp;
 }
 
@@ -437,7 +443,10 @@ PageId KVCacheManager::large_front(std::uint32_t& src) const {
 
 PageId KVCacheManager::mixed_front() const {
   PageId lp = mixed_lru_.front();
-  for (; lp != kNullPage && stale_mixed(lp); lp = mixed_lru_.front()) mixed_lru_.erase(lp);
+  for (; lp != kNullPage && stale_mixed(lp); lp = mixed_lru_.front()) {
+    mixed_lru_.erase(lp);
+    mutated();
+  }
   return lp;
 }
 
@@ -686,7 +695,10 @@ PageId KVCacheManager::source_replay_next(std::uint32_t src, PageId lp) {
     const bool stale = stale_large(lp);
     if (!stale && !replay_skips(lp)) return lp;
     const PageId next = lru.after(lp);
-    if (stale) lru.erase(lp);
+    if (stale) {
+      lru.erase(lp);
+      mutated();
+    }
     lp = next;
   }
 }
@@ -702,7 +714,10 @@ PageId KVCacheManager::replay_next(LargeLru& lru, PageId lp) {
     const bool stale = mixed_list ? stale_mixed(lp) : stale_large(lp);
     if (!stale && !replay_skips(lp)) return lp;
     const PageId next = lru.after(lp);
-    if (stale) lru.erase(lp);
+    if (stale) {
+      lru.erase(lp);
+      mutated();
+    }
     lp = next;
   }
 }
@@ -760,7 +775,6 @@ bool KVCacheManager::feasible(RequestId r) {
 // allocate() has no rollback. O(pages needed + large pages touched); changes nothing
 // but dropping stale LRU entries.
 bool KVCacheManager::replay_feasible(RequestId r) {
-  mutated();  // drops stale entries
   if (++replay_epoch_ == 0) {
     for (LargeRec& l : large_) l.replay = 0;
     replay_epoch_ = 1;

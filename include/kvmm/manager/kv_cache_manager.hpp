@@ -175,20 +175,11 @@ class KVCacheManager {
   // the earliest of the large-page LRU's front and the fronts of the groups with one small
   // page per large page. Amortized O(groups): pages pinned by a hit since they became
   // evictable are dropped here.
-  PageId next_small_victim(GroupId g) const {
-    mutated();
-    return small_front(check_group(g));
-  }
-  PageId next_large_victim() const {
-    mutated();
-    return large_front();
-  }
+  PageId next_small_victim(GroupId g) const { return small_front(check_group(g)); }
+  PageId next_large_victim() const { return large_front(); }
   // Step 6's next victim: the LRU large page with no used, some cached and some empty
   // small pages (or null).
-  PageId next_mixed_victim() const {
-    mutated();
-    return mixed_front();
-  }
+  PageId next_mixed_victim() const { return mixed_front(); }
   // Recomputes every count, list and reference from scratch. O(memory); for tests.
   void check_invariants() const;
 
@@ -405,8 +396,9 @@ class KVCacheManager {
   static constexpr std::uint64_t kNotFused = ~std::uint64_t{0};
   std::vector<std::uint64_t> first_miss_;  // per group: first missing page (probe_full_attention)
   std::uint64_t lookups_ = 0, lookup_tokens_ = 0, hit_tokens_ = 0;
-  // Calls that change page references, lists or allocators (dropping stale entries
-  // included) since construction: a reset with the count its lookup left is undone in place.
+  // Changes to page references, lists or allocators since construction (a public call
+  // that makes any, and each stale entry dropped): a reset with the count its lookup left
+  // is undone in place.
   mutable std::uint64_t mutations_ = 0;
   void mutated() const { ++mutations_; }
 };
