@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <numeric>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 
 namespace kvmm {
@@ -540,6 +541,7 @@ void KVCacheManager::release_page(GroupId g, PageId p, std::uint64_t t, std::uin
     rec.seq = ++seq_;
   }
   rec.prio = static_cast<std::uint8_t>(prio);
+  levels_used_ |= prio != 0;
   ++grp.evictable;
   ev_add(lp, grp.n);
   // lp is g's (p was allocated): wholly evictable iff every slot is; mixed needs n > 1.
@@ -1028,13 +1030,22 @@ std::uint64_t KVCacheManager::lookup_prefix(RequestId r) {
         std::uint32_t* ev = ev_in_large_.data();
         const std::uint32_t n = grp.n;
         std::uint32_t newly = 0, full_lost = 0;
-        for (std::uint64_t i = lo; i < pages; ++i) {
-          const PageId page = hit[i];
-          if (rec[page].ref++ == 0) {  // acquire_cached, inlined: a lazy pin
-            full_lost += ev[n == 1 ? page : page / n]-- == n;
-            ++newly;
-            relevel |= rec[page].prio != q.prio;
+        auto pin = [&](auto check_level) {
+          for (std::uint64_t i = lo; i < pages; ++i) {
+            const PageId page = hit[i];
+            if (rec[page].ref++ == 0) {  // acquire_cached, inlined: a lazy pin
+              full_lost += ev[n == 1 ? page : page / n]-- == n;
+              ++newly;
+              if constexpr (check_level) relevel |= rec[page].prio != q.prio;
+            }
           }
+        };
+        // Every page at level 0 until one is released at another: then q's own level tells.
+        if (levels_used_) {
+          pin(std::true_type{});
+        } else {
+          pin(std::false_type{});
+          relevel |= newly > 0 && q.prio != 0;
         }
         grp.evictable -= newly;
         num_full_ev_ -= full_lost;

@@ -703,19 +703,23 @@ TEST_CASE("a hit that is never admitted leaves the pages' ages; an admitted one 
 
 TEST_CASE("a refused admission then reset leaves the manager as it found it", "[manager][reset]") {
   // Full attention (n = 2: a request of odd length leaves a large page of one cached page
-  // and one empty slot) and a sliding window of 2 (n = 1, pages leave the window at commit).
-  const KVLayout layout = KVLayout::plan({LayerGroup::full_attention("full", 1, 1, 8, 2, 1),
-                                          LayerGroup::sliding_window("sw", 2, 1, 8, 2, 1, 2)});
-  REQUIRE(layout.small_pages_per_large_page(kFull) == 2);
-  REQUIRE(layout.small_pages_per_large_page(kSw) == 1);
+  // and one empty slot) and a sliding window of 2 (n = 1, pages leave the window at commit);
+  // then two full-attention groups (n = 2 and 1), whose hits are pinned by their own loop.
+  const KVLayout two = KVLayout::plan({LayerGroup::full_attention("full", 1, 1, 8, 2, 1),
+                                       LayerGroup::sliding_window("sw", 2, 1, 8, 2, 1, 2)});
+  const KVLayout one = KVLayout::plan({LayerGroup::full_attention("full", 1, 1, 8, 2, 1),
+                                       LayerGroup::full_attention("pad", 2, 1, 8, 2, 1)});
+  REQUIRE(two.small_pages_per_large_page(kFull) == 2);
+  REQUIRE(two.small_pages_per_large_page(kSw) == 1);
   const std::vector<std::uint32_t> x{1, 2, 3, 4, 5}, y{1, 2, 3, 9, 9, 9}, z{20, 21, 22, 23};
-  for (const bool same_priority : {true, false}) {
-    INFO("same priority " << same_priority);
+  for (const bool same_priority : {true, false})
+  for (const KVLayout* layout : {&two, &one}) {
+    INFO("same priority " << same_priority << ", " << layout->num_groups() << " groups, sliding " << (layout == &two));
     // a: a refused admission, reset in place when it can be; s: the same, reset page by
     // page (a call between changes the count reset checks); b: neither. 24 large pages:
     // x, y and z fit (19) without evicting.
     const KVCacheManagerOptions opt{.num_large_pages = 24, .max_requests = 4, .record_events = true};
-    KVCacheManager a(layout, opt), s(layout, opt), b(layout, opt);
+    KVCacheManager a(*layout, opt), s(*layout, opt), b(*layout, opt);
     RequestId running = 0;
     for (KVCacheManager* kv : {&a, &s, &b}) {
       auto serve = [kv](const std::vector<std::uint32_t>& ids, bool keep) {

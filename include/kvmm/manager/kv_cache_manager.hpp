@@ -400,6 +400,7 @@ class KVCacheManager {
   // that makes any, and each stale entry dropped): a reset with the count its lookup left
   // is undone in place.
   mutable std::uint64_t mutations_ = 0;
+  bool levels_used_ = false;  // a page was released at a retention level other than 0
   void mutated() const { ++mutations_; }
 };
 
