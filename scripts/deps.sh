@@ -1,4 +1,4 @@
-# Sourced by scripts/demo.sh and scripts/test.sh: installs the Debian packages kvmm
+# Sourced by scripts/demo.sh, scripts/test.sh and scripts/sim-table.sh: installs the Debian packages kvmm
 # needs when any is missing (root on a fresh Debian machine; sudo otherwise).
 kvmm_install_deps() {
   local pkgs=(cmake g++ make catch2 libfmt-dev libxxhash-dev libbenchmark-dev nlohmann-json3-dev "$@")

@@ -5,6 +5,8 @@
 #   scripts/sim-table.sh [BUILD_DIR] [OUT_DIR]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+source "$root/scripts/deps.sh"
+kvmm_install_deps python3-matplotlib  # plot.py's charts
 build=${1:-$root/build}
 out=${2:-/tmp/kvmm-sim-table}
 sim=$build/bench/sim/kvmm-sim
