@@ -688,29 +688,15 @@ PageId KVCacheManager::take_page(GroupId g, RequestId r) {
   return kNullPage;
 }
 
-// The replay's next victim of a step-3 source from lp on, as replay_next below.
-PageId KVCacheManager::source_replay_next(std::uint32_t src, PageId lp) {
-  if (src == 0) return replay_next(large_lru_, lp);
-  auto& lru = groups_[single_[src - 1]].lru;
-  for (;;) {
-    if (lp == kNullPage) return lp;
-    const bool stale = stale_large(lp);
-    if (!stale && !replay_skips(lp)) return lp;
-    const PageId next = lru.after(lp);
-    if (stale) {
-      lru.erase(lp);
-      mutated();
-    }
-    lp = next;
-  }
-}
-
-// The replay's next step-3 (large_lru_) or step-6 (mixed_lru_) victim from lp on: stale
+// The replay's next step-3 (a source) or step-6 (mixed_lru_) victim from lp on: stale
 // entries are dropped as the fronts would drop them; pages the replay already evicted,
 // or took an empty slot of (the real run makes those stale only when it gets there),
-// are skipped.
-PageId KVCacheManager::replay_next(LargeLru& lru, PageId lp) {
-  const bool mixed_list = &lru == &mixed_lru_;
+// are skipped. A one-page group's entry is stale exactly when its large page is not
+// wholly evictable (see source_front).
+template <class Lru>
+PageId KVCacheManager::replay_next(Lru& lru, PageId lp) {
+  bool mixed_list = false;
+  if constexpr (std::is_same_v<Lru, LargeLru>) mixed_list = &lru == &mixed_lru_;
   for (;;) {
     if (lp == kNullPage) return lp;
     const bool stale = mixed_list ? stale_mixed(lp) : stale_large(lp);
@@ -722,6 +708,10 @@ PageId KVCacheManager::replay_next(LargeLru& lru, PageId lp) {
     }
     lp = next;
   }
+}
+
+PageId KVCacheManager::source_replay_next(std::uint32_t src, PageId lp) {
+  return src == 0 ? replay_next(large_lru_, lp) : replay_next(groups_[single_[src - 1]].lru, lp);
 }
 
 // Marks the mixed large pages that `takes` slot takes of group g fill, walking the list

@@ -294,7 +294,8 @@ class KVCacheManager {
   // Files lp in the LRU its state calls for (full, mixed or none). O(n).
   void refresh_large(GroupId g, PageId lp);
   bool replay_skips(PageId lp) const { return large_[lp].replay == replay_epoch_; }
-  PageId replay_next(LargeLru& lru, PageId lp);
+  template <class Lru>
+  PageId replay_next(Lru& lru, PageId lp);
   // Step 3's order is a merge of sources: 0 is large_lru_ (groups with n > 1), source
   // k >= 1 the small-page LRU of single_[k - 1], a group with n = 1, whose small page is
   // its large page (one list per page instead of two). Each source is ordered by (level,
@@ -304,7 +305,7 @@ class KVCacheManager {
   PageId source_front(std::uint32_t src) const;  // drops stale entries, as the fronts do
   PageId source_after(std::uint32_t src, PageId id) const;
   bool source_contains(std::uint32_t src, PageId id) const;
-  PageId source_replay_next(std::uint32_t src, PageId id);  // replay_next for any source
+  PageId source_replay_next(std::uint32_t src, PageId id);  // replay_next down a source
   std::uint32_t source_of(PageId lp) const;  // lp must be listed in some source
   PageId large_front(std::uint32_t& src) const;
   void replay_spoil(GroupId g, RequestId r, PageId first, bool by_request, std::uint64_t takes);
