@@ -205,7 +205,6 @@ void KVCacheManager::set_policy(GroupId g, std::unique_ptr<LayerPolicy> policy) 
   if (num_active_ != 0) fail("set_policy: {} requests are active; set policies first", num_active_);
   grp.full_attention = dynamic_cast<const FullAttentionPolicy*>(policy.get()) != nullptr;
   grp.policy = std::move(policy);
-  mutated();
 }
 
 const LayerPolicy& KVCacheManager::policy(GroupId g) const {
@@ -420,26 +419,22 @@ PageId KVCacheManager::source_after(std::uint32_t src, PageId id) const {
   return src == 0 ? large_lru_.after(id) : groups_[single_[src - 1]].lru.after(id);
 }
 
-bool KVCacheManager::source_contains(std::uint32_t src, PageId id) const {
-  return src == 0 ? large_lru_.contains(id) : groups_[single_[src - 1]].lru.contains(id);
-}
-
-std::uint32_t KVCacheManager::source_of(PageId lp) const {
-  const GroupId g = pool_.slot(lp).owner;
-  return g == kNoGroup ? num_sources() : source_[g];
-}
-
-PageId KVCacheManager::large_front(std::uint32_t& src) const {
-  PageId best = large_lru_.size() > 0 ? source_front(0) : kNullPage;
+template <class At>
+PageId KVCacheManager::earliest(At at, std::uint32_t& src) const {
+  PageId best = kNullPage;
   src = 0;
-  for (std::uint32_t s = 1; s < num_sources(); ++s) {
-    const PageId f = source_front(s);
-    if (f != kNullPage && (best == kNullPage || victim_before(s, f, src, best))) {
-      best = f;
+  for (std::uint32_t s = 0; s < num_sources(); ++s) {
+    const PageId id = at(s);
+    if (id != kNullPage && (best == kNullPage || victim_before(s, id, src, best))) {
+      best = id;
       src = s;
     }
   }
   return best;
+}
+
+PageId KVCacheManager::large_front(std::uint32_t& src) const {
+  return earliest([this](std::uint32_t s) { return source_front(s); }, src);
 }
 
 PageId KVCacheManager::mixed_front() const {
@@ -541,7 +536,6 @@ void KVCacheManager::release_page(GroupId g, PageId p, std::uint64_t t, std::uin
     rec.seq = ++seq_;
   }
   rec.prio = static_cast<std::uint8_t>(prio);
-  levels_used_ |= prio != 0;
   ++grp.evictable;
   ev_add(lp, grp.n);
   // lp is g's (p was allocated): wholly evictable iff every slot is; mixed needs n > 1.
@@ -600,13 +594,8 @@ void KVCacheManager::prefetch_victims(PageId front, std::uint32_t front_src, Gro
   // is requested. Up to two per call, so the ring catches up after a reset while each
   // hop's node was requested a call earlier.
   for (int step = 0; step < 2 && vcount_ < K; ++step) {
-    std::uint32_t src = 0;
-    PageId next = vpos_[0];
-    for (std::uint32_t s = 1; s < S; ++s)
-      if (vpos_[s] != kNullPage && (next == kNullPage || victim_before(s, vpos_[s], src, next))) {
-        next = vpos_[s];
-        src = s;
-      }
+    std::uint32_t src;
+    const PageId next = earliest([this](std::uint32_t s) { return vpos_[s]; }, src);
     if (next == kNullPage) break;
     at(vcount_++) = next;
     vpos_[src] = source_after(src, next);
@@ -779,17 +768,8 @@ bool KVCacheManager::replay_feasible(RequestId r) {
     sim_e_[g] = grp.evictable;
   }
   // Step 3's merged order: a cursor per source, the earliest of them next.
-  const std::uint32_t S = num_sources();
-  for (std::uint32_t s = 0; s < S; ++s) rpos_[s] = source_front(s);
-  auto step3 = [this, S](std::uint32_t& src) {
-    PageId best = kNullPage;
-    for (std::uint32_t s = 0; s < S; ++s)
-      if (rpos_[s] != kNullPage && (best == kNullPage || victim_before(s, rpos_[s], src, best))) {
-        best = rpos_[s];
-        src = s;
-      }
-    return best;
-  };
+  for (std::uint32_t s = 0; s < num_sources(); ++s) rpos_[s] = source_front(s);
+  auto rpos = [this](std::uint32_t s) { return rpos_[s]; };
   std::uint32_t src3 = 0;
   PageId mcursor = kNullPage;
   bool mixed_started = false;
@@ -809,7 +789,7 @@ bool KVCacheManager::replay_feasible(RequestId r) {
         --pool;
         sim_a_[g] += n - 1;
         sim_f_[g] += n - 1;
-      } else if (const PageId cursor = step3(src3); cursor != kNullPage) {
+      } else if (const PageId cursor = earliest(rpos, src3); cursor != kNullPage) {
         // A wholly evictable large page: no empty slot, not associated with a free one.
         const GroupId h = pool_.slot(cursor).owner;
         sim_e_[h] -= groups_[h].n;
@@ -879,6 +859,7 @@ RequestId KVCacheManager::add_request(std::span<const std::uint32_t> tokens,
   q.item_rank.clear();
   for (std::size_t k = 0; k < q.items.size(); ++k) q.item_rank.push_back(splitmix(rng_) >> 1);
   q.prio = std::min<std::uint32_t>(extras.priority, LruEvictor::kLevels - 1);
+  levels_used_ |= q.prio != 0;
   q.computed = q.slots = 0;
   q.last_step = 0;
   q.admitted = false;
@@ -927,6 +908,7 @@ void KVCacheManager::set_priority(RequestId r, std::uint32_t priority) {
   Request& q = active_req(r);
   mutated();
   q.prio = std::min<std::uint32_t>(priority, LruEvictor::kLevels - 1);
+  levels_used_ |= q.prio != 0;
 }
 
 void KVCacheManager::build_encoder_rows(RequestId r, Request& q) {
@@ -1030,13 +1012,9 @@ std::uint64_t KVCacheManager::lookup_prefix(RequestId r) {
             }
           }
         };
-        // Every page at level 0 until one is released at another: then q's own level tells.
-        if (levels_used_) {
-          pin(std::true_type{});
-        } else {
-          pin(std::false_type{});
-          relevel |= newly > 0 && q.prio != 0;
-        }
+        // While no request has had another level than 0, every page and q are at 0.
+        if (levels_used_) pin(std::true_type{});
+        else pin(std::false_type{});
         grp.evictable -= newly;
         num_full_ev_ -= full_lost;
         grp.table.append(r, std::span<const PageId>(hit + lo, hit + pages));

@@ -304,9 +304,10 @@ class KVCacheManager {
   bool victim_before(std::uint32_t sa, PageId a, std::uint32_t sb, PageId b) const;
   PageId source_front(std::uint32_t src) const;  // drops stale entries, as the fronts do
   PageId source_after(std::uint32_t src, PageId id) const;
-  bool source_contains(std::uint32_t src, PageId id) const;
   PageId source_replay_next(std::uint32_t src, PageId id);  // replay_next down a source
-  std::uint32_t source_of(PageId lp) const;  // lp must be listed in some source
+  // The earliest of at(s) over the sources (kNullPage: every one null), its source in src.
+  template <class At>
+  PageId earliest(At at, std::uint32_t& src) const;
   PageId large_front(std::uint32_t& src) const;
   void replay_spoil(GroupId g, RequestId r, PageId first, bool by_request, std::uint64_t takes);
   PageId mixed_front() const;
@@ -401,7 +402,8 @@ class KVCacheManager {
   // that makes any, and each stale entry dropped): a reset with the count its lookup left
   // is undone in place.
   mutable std::uint64_t mutations_ = 0;
-  bool levels_used_ = false;  // a page was released at a retention level other than 0
+  // A request had a retention level other than 0 (only then can a page be released at one).
+  bool levels_used_ = false;
   void mutated() const { ++mutations_; }
 };
 
