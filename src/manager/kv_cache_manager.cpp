@@ -1,6 +1,7 @@
 #include "kvmm/manager/kv_cache_manager.hpp"
 
 #include "../caching/block_hash_detail.hpp"
+#include "kvmm/checked.hpp"
 #include "kvmm/error.hpp"
 
 #include <algorithm>
@@ -106,8 +107,27 @@ KVCacheManager::Group::Group(const KVLayout& layout, GroupId g, LargePagePool& p
   full_attention = decoder && spec.kind == LayerKind::kFullAttention;
 }
 
-KVCacheManager::KVCacheManager(KVLayout layout, const KVCacheManagerOptions& options)
-    : layout_(std::move(layout)),
+// The options, checked before any member allocates: every count the constructor sizes an
+// array by must fit (page ids are 32-bit; the prefix index holds fewer than 2^31 pages).
+KVLayout KVCacheManager::validated(KVLayout layout, const KVCacheManagerOptions& options) {
+  if (options.num_large_pages == 0) fail("num_large_pages = 0: must be >= 1");
+  if (options.max_requests == 0 || options.max_requests > kMaxRequests)
+    fail("max_requests = {}: must be in [1, {}]", options.max_requests, kMaxRequests);
+  std::uint64_t per_large = 0;
+  for (GroupId g = 0; g < layout.num_groups(); ++g) per_large += layout.small_pages_per_large_page(g);
+  const std::uint64_t limit = (std::uint64_t{1} << 31) - 1;
+  for (const auto& [name, n] : {std::pair{"num_large_pages", options.num_large_pages},
+                                std::pair{"num_host_large_pages", options.num_host_large_pages}}) {
+    const std::uint64_t small = std::uint64_t{n} * per_large;  // < 2^32 * 2^32: no overflow
+    if (small > limit)
+      fail("{} = {}: {} small pages per large page make {} small pages, more than the {} a manager holds",
+           name, n, per_large, small, limit);
+  }
+  return layout;
+}
+
+KVCacheManager::KVCacheManager(KVLayout layout, const KVCacheManagerOptions& options) try
+    : layout_(validated(std::move(layout), options)),
       options_(options),
       pool_(options.num_large_pages),
       host_pool_(options.num_host_large_pages),
@@ -118,9 +138,6 @@ KVCacheManager::KVCacheManager(KVLayout layout, const KVCacheManagerOptions& opt
       index_(total_small_pages(layout_, options.num_large_pages),
              static_cast<std::uint32_t>(std::max<std::size_t>(layout_.num_groups(), 1))),
       rng_(options.seed) {
-  if (options.num_large_pages == 0) fail("num_large_pages = 0: must be >= 1");
-  if (options.max_requests == 0 || options.max_requests == kNoRequest)
-    fail("max_requests = {}: must be in [1, 2^32-1)", options.max_requests);
   const auto G = static_cast<GroupId>(layout_.num_groups());
   groups_.reserve(G);
   for (GroupId g = 0; g < G; ++g) {
@@ -166,6 +183,10 @@ KVCacheManager::KVCacheManager(KVLayout layout, const KVCacheManagerOptions& opt
   accepted_.assign(G, 0);
   copies_.reserve(256);
   events_.reserve(options.record_events ? 4096 : 0);
+} catch (const std::bad_alloc&) {
+  fail("num_large_pages = {}, num_host_large_pages = {}, max_requests = {}: the manager's metadata does not "
+       "fit in memory (about 200 bytes per small page and 100 per request slot)",
+       options.num_large_pages, options.num_host_large_pages, options.max_requests);
 }
 
 // ---------------------------------------------------------------- small helpers
@@ -837,17 +858,26 @@ bool KVCacheManager::replay_feasible(RequestId r) {
 
 RequestId KVCacheManager::add_request(std::span<const std::uint32_t> tokens,
                                       const RequestExtras& extras) {
-  if (free_ids_.empty()) fail("add_request: all max_requests = {} slots are active", reqs_.size());
+  if (free_ids_.empty())
+    fail("add_request: all max_requests = {} request slots are active (raise KVCacheManagerOptions::max_requests)",
+         reqs_.size());
+  if (tokens.size() > kMaxTokens) fail("tokens.size() = {}: a request holds at most {} tokens", tokens.size(), kMaxTokens);
+  if (extras.max_tokens > kMaxTokens)
+    fail("extras.max_tokens = {}: a request holds at most {} tokens", extras.max_tokens, kMaxTokens);
   for (std::size_t k = 0; k < extras.items.size(); ++k) {
     const MultimodalItem& m = extras.items[k];
     if (m.length == 0) fail("extras.items[{}].length = 0: must be >= 1", k);
+    const std::optional<std::uint64_t> end = try_add<std::uint64_t>(m.offset, m.length);
+    if (!end || *end > tokens.size())
+      fail("extras.items[{}]: offset {} + length {} lies past the prompt's {} tokens", k, m.offset, m.length,
+           tokens.size());
     if (k > 0 && m.offset < extras.items[k - 1].offset + extras.items[k - 1].length)
       fail("extras.items[{}].offset = {}: items must be sorted and not overlap", k, m.offset);
   }
+  // The slot is taken last: whatever throws before (bad_alloc reserving for max_tokens)
+  // leaves the manager as it was; an inactive record's fields are rewritten on reuse.
   const RequestId r = free_ids_.back();
-  free_ids_.pop_back();
   Request& q = reqs_[r];
-  q.active = true;
   q.swapped = q.looked_up = q.enc_ready = q.enc_registered = false;
   const std::uint64_t reserve = std::max<std::uint64_t>(extras.max_tokens, tokens.size());
   q.tokens.clear();
@@ -895,12 +925,17 @@ RequestId KVCacheManager::add_request(std::span<const std::uint32_t> tokens,
   q.tokens.reserve(reserve - keep_from);
   q.tokens.assign(tokens.begin() + static_cast<std::ptrdiff_t>(keep_from), tokens.end());
   q.token_base = keep_from;
+  free_ids_.pop_back();
+  q.active = true;
   ++num_active_;
   return r;
 }
 
 void KVCacheManager::append_tokens(RequestId r, std::span<const std::uint32_t> tokens) {
   Request& q = active_req(r);
+  if (tokens.size() > kMaxTokens - (q.token_base + q.tokens.size()))
+    fail("tokens.size() = {}: request {} has {} tokens, at most {} in all", tokens.size(), r,
+         q.token_base + q.tokens.size(), kMaxTokens);
   q.tokens.insert(q.tokens.end(), tokens.begin(), tokens.end());
 }
 
@@ -922,7 +957,7 @@ void KVCacheManager::build_encoder_rows(RequestId r, Request& q) {
 
 std::uint64_t KVCacheManager::lookup_prefix(RequestId r) {
   Request& q = running(r);
-  if (q.looked_up || q.slots > 0)
+  if (q.looked_up || q.slots > 0 || q.admitted)
     fail("request = {}: lookup_prefix must come once, before the first allocate (or after reset)", r);
   q.looked_up = true;
   ++lookups_;
@@ -1074,7 +1109,10 @@ std::uint64_t KVCacheManager::encoder_misses(RequestId r, const Request& q, Grou
 
 bool KVCacheManager::allocate(RequestId r, std::uint32_t num_new_tokens, std::uint32_t lookahead) {
   Request& q = running(r);
-  const std::uint64_t target = q.computed + num_new_tokens + lookahead;
+  const std::uint64_t target = q.computed + num_new_tokens + lookahead;  // < 2^32 + 2^33: no wrap
+  if (target > kMaxTokens)
+    fail("num_new_tokens = {}, lookahead = {}: request {} would hold {} tokens, at most {}", num_new_tokens,
+         lookahead, r, target, kMaxTokens);
   bool any = false;
   for (GroupId g = 0; g < groups_.size(); ++g) {
     Group& grp = groups_[g];
@@ -1157,6 +1195,20 @@ void KVCacheManager::commit(RequestId r, std::uint64_t num_computed_tokens) {
   if (options_.prefix_caching && c > q.token_base + q.tokens.size())
     fail("num_computed_tokens = {}: request {} has {} token ids (append_tokens first)", c, r,
          q.token_base + q.tokens.size());
+  // The first page the step wrote, if partial, must be r's own: allocate plans the copy of a
+  // page shared since fork; a commit without it would have let the kernels write another
+  // request's page.
+  if (c > c0)
+    for (GroupId g = 0; g < groups_.size(); ++g) {
+      const Group& grp = groups_[g];
+      if (!grp.decoder || c0 % grp.P == 0) continue;
+      const std::span<const PageId> pages = grp.table.pages(r);
+      const std::uint64_t idx = c0 / grp.P;
+      if (idx < pages.size() && pages[idx] != kNullPage && grp.pg[pages[idx]].ref > 1)
+        fail("request = {}: commit({}) writes page {} of group {}, shared since fork; call allocate(r, n) "
+             "before the step's kernels so its copy-on-write copy is planned",
+             r, c, pages[idx], g);
+    }
   mutated();
   for (GroupId g = 0; g < groups_.size(); ++g) {
     Group& grp = groups_[g];
@@ -1437,6 +1489,8 @@ void KVCacheManager::reset_prefix_cache() {
   mutated();
   for (GroupId g = 0; g < groups_.size(); ++g) {
     Group& grp = groups_[g];
+    // Swapped-out pages come back private: their pre-reset content is not cached again.
+    std::fill(grp.host_hashed.begin(), grp.host_hashed.end(), std::uint8_t{0});
     for (PageId s = small_front(g); s != kNullPage; s = small_front(g)) evict_small(g, s);
     for (PageId p = 0; p < grp.pg.size(); ++p) {
       if (!grp.pg[p].hashed) continue;

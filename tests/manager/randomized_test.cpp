@@ -520,6 +520,10 @@ class Model {
       op_refuse();
     } else {
       kv_.reset_prefix_cache();
+      // Swapped-out pages come back private: the reset forgets their hashes too.
+      for (auto& [r, q] : reqs_)
+        for (auto& hashes : q.swapped_hash)
+          for (auto& h : hashes) h.reset();
       take_events(/*resetting=*/true);
       REQUIRE(cached_[0].empty());
       REQUIRE(cached_[1].empty());

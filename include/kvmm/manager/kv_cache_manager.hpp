@@ -86,6 +86,9 @@ using PinId = std::uint32_t;
 
 class KVCacheManager {
  public:
+  static constexpr std::uint64_t kMaxTokens = (std::uint64_t{1} << 32) - 1;  // per request
+  static constexpr std::uint32_t kMaxRequests = std::uint32_t{1} << 24;      // max_requests
+  // Raises kvmm::Error naming the option at fault before allocating anything.
   KVCacheManager(KVLayout layout, const KVCacheManagerOptions& options);
   KVCacheManager(const KVCacheManager&) = delete;  // allocators point into the pools
   KVCacheManager& operator=(const KVCacheManager&) = delete;
@@ -257,6 +260,7 @@ class KVCacheManager {
   };
   using LargeLru = LruOrder<MemberNodes<LargeRec, &LargeRec::node>>;
 
+  static KVLayout validated(KVLayout layout, const KVCacheManagerOptions& options);
   const Request& req(RequestId r) const;
   Request& active_req(RequestId r);
   Request& running(RequestId r);
