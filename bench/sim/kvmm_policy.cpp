@@ -467,6 +467,8 @@ class KvmmPolicy final : public Policy {
   void register_slot(Req& q, std::span<const std::uint32_t> ids) {
     RequestExtras ex;
     ex.items = q.items;
+    // The ids arrive in chunks; the prompt holds every image span.
+    if (!q.items.empty()) ex.prompt_tokens = std::max<std::uint64_t>(ids.size(), q.items.back().offset + q.items.back().length);
     q.slot = kv_.add_request(ids, ex);
   }
 

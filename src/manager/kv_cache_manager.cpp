@@ -864,13 +864,18 @@ RequestId KVCacheManager::add_request(std::span<const std::uint32_t> tokens,
   if (tokens.size() > kMaxTokens) fail("tokens.size() = {}: a request holds at most {} tokens", tokens.size(), kMaxTokens);
   if (extras.max_tokens > kMaxTokens)
     fail("extras.max_tokens = {}: a request holds at most {} tokens", extras.max_tokens, kMaxTokens);
+  if (extras.prompt_tokens > kMaxTokens)
+    fail("extras.prompt_tokens = {}: a request holds at most {} tokens", extras.prompt_tokens, kMaxTokens);
+  if (extras.prompt_tokens != 0 && extras.prompt_tokens < tokens.size())
+    fail("extras.prompt_tokens = {}: fewer than the {} ids given", extras.prompt_tokens, tokens.size());
+  const std::uint64_t prompt = std::max<std::uint64_t>(extras.prompt_tokens, tokens.size());
   for (std::size_t k = 0; k < extras.items.size(); ++k) {
     const MultimodalItem& m = extras.items[k];
     if (m.length == 0) fail("extras.items[{}].length = 0: must be >= 1", k);
     const std::optional<std::uint64_t> end = try_add<std::uint64_t>(m.offset, m.length);
-    if (!end || *end > tokens.size())
+    if (!end || *end > prompt)
       fail("extras.items[{}]: offset {} + length {} lies past the prompt's {} tokens", k, m.offset, m.length,
-           tokens.size());
+           prompt);
     if (k > 0 && m.offset < extras.items[k - 1].offset + extras.items[k - 1].length)
       fail("extras.items[{}].offset = {}: items must be sorted and not overlap", k, m.offset);
   }

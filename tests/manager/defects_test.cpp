@@ -66,7 +66,14 @@ TEST_CASE("image placeholders must lie inside the prompt and not wrap", "[manage
   const MultimodalItem wrap[2] = {{hash_bytes(std::as_bytes(std::span("b", 1))), 1, 2},
                                   {hash_bytes(std::as_bytes(std::span("c", 1))), ~std::uint64_t{0} - 1, 4}};
   CHECK_THROWS_WITH(kv.add_request(ids, {.items = std::span(wrap, 2)}), Catch::Contains("extras.items[1]"));
+  // A prompt whose ids arrive in chunks declares its length; fewer than the ids is refused.
+  CHECK_THROWS_WITH(kv.add_request(ids, {.items = std::span(&past, 1), .prompt_tokens = 11}),
+                    Catch::Contains("extras.items[0]") && Catch::Contains("11"));
+  CHECK_THROWS_WITH(kv.add_request(ids, {.prompt_tokens = 9}), Catch::Contains("extras.prompt_tokens = 9"));
   CHECK(kv.num_active() == 0);
+  const RequestId r = kv.add_request(std::span(ids).first(4), {.items = std::span(&past, 1), .prompt_tokens = 12});
+  kv.append_tokens(r, std::span(ids).subspan(4));
+  kv.free(r);
   kv.check_invariants();
   serve_one(kv);
 }

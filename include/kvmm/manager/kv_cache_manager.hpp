@@ -35,7 +35,10 @@ struct KVCacheManagerOptions {
 
 struct RequestExtras {
   std::uint32_t lora_id = 0;
-  std::span<const MultimodalItem> items = {};  // sorted by offset, not overlapping
+  std::span<const MultimodalItem> items = {};  // sorted by offset, not overlapping, inside the prompt
+  // The prompt's full length when its ids arrive in chunks (add_request with the first,
+  // append_tokens with the rest); 0: the ids given. Items must end inside it.
+  std::uint64_t prompt_tokens = 0;
   std::string_view cache_salt = {};
   std::uint32_t priority = 0;  // retention priority 0..3: pages of higher ones evicted later
   // Expected final length (prompt + output); the slot reserves for it once, so steady-state
