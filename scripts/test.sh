@@ -5,7 +5,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/deps.sh
-kvmm_install_deps
+kvmm_install_deps clang-format
+
+echo "== format check (.clang-format over the directories scripts/format.sh lists)"
+scripts/format.sh --check
 
 jobs=$(nproc)
 build=$(realpath -m "${KVMM_BUILD_ROOT:-build}")

@@ -9,6 +9,7 @@
 
 #include "kvmm/error.hpp"
 #include "kvmm/manager/kv_cache_manager.hpp"
+#include "kvmm/manager/testing.hpp"
 
 #include <fmt/format.h>
 
@@ -86,8 +87,8 @@ class KvmmPolicy final : public Policy {
     } else if (caching_) {
       feed_ids(q, known);
     }
+    // Pure: the hit's pages enter the rows at the first allocate.
     const auto hit = static_cast<std::uint32_t>(kv_.lookup_prefix(q.slot));
-    for (GroupId g = 0; g < kv_.layout().num_groups(); ++g) advance_lo(q, g);
     // Hit pages shared with another running request are counted at the first successful
     // allocate (count_shared): a failed admission is freed at once and never counts.
     q.shared_counted = false;
@@ -101,6 +102,7 @@ class KvmmPolicy final : public Policy {
       fail("num_computed = {}: request {} has {} computed tokens in the manager", num_computed, id,
            kv_.num_computed(q.slot));
     if (!kv_.allocate(q.slot, num_new)) return false;
+    for (GroupId g = 0; g < kv_.layout().num_groups(); ++g) advance_lo(q, g);
     if (!q.shared_counted) count_shared(q);
     return true;
   }
@@ -227,7 +229,7 @@ class KvmmPolicy final : public Policy {
     if (grp.is_decoder()) {
       for (std::uint32_t id : active_) {
         if (reqs_[id].slot == kNoRequest) continue;  // added, not looked up yet: holds nothing
-        const std::uint64_t n = kv_.page_tables(g).num_pages(reqs_[id].slot);
+        const std::uint64_t n = kv_.page_table(reqs_[id].slot, g).size();
         dup += n - std::min<std::uint64_t>(n, reqs_[id].lo[g]);
       }
       dup -= kv_.num_used_pages(g);
@@ -244,7 +246,7 @@ class KvmmPolicy final : public Policy {
         }
         continue;
       }
-      const std::uint64_t n = kv_.page_tables(g).num_pages(q.slot);
+      const std::uint64_t n = kv_.page_table(q.slot, g).size();
       if (n <= q.lo[g]) continue;
       u.distinct += n - q.lo[g];
       const std::uint64_t T = std::min<std::uint64_t>(kv_.num_computed(q.slot) + 1, n * P);
@@ -261,7 +263,7 @@ class KvmmPolicy final : public Policy {
       // shared, the duplicate took a whole page back for q: corrected below.
       const std::span<const PageId> pages = kv_.page_table(q.slot, g);
       for (std::uint64_t i = q.lo[g]; i < n && i * P < from; ++i)
-        if (pages[i] != kNullPage && kv_.ref_count(g, pages[i]) > 1)
+        if (pages[i] != kNullPage && kvmm::testing::ManagerInspector(kv_).ref_count(g, pages[i]) > 1)
           front_.push_back({pages[i], (i + 1) * P > from ? (std::min((i + 1) * P, T) - from) * bpt : 0});
     }
     if (grp.is_decoder()) {
@@ -282,7 +284,7 @@ class KvmmPolicy final : public Policy {
         largest = std::max(largest, front_[b].second);
       }
       u.need += short_of_full;
-      if (kv_.ref_count(g, front_[a].first) == b - a) u.need -= P * bpt - largest;
+      if (kvmm::testing::ManagerInspector(kv_).ref_count(g, front_[a].first) == b - a) u.need -= P * bpt - largest;
       a = b;
     }
     front_.clear();
@@ -309,7 +311,7 @@ class KvmmPolicy final : public Policy {
       if (kv_.layout().group(g).is_decoder()) continue;
       const std::span<const PageId> pages = kv_.page_table(q.slot, g);
       for (std::size_t i = 0; i < pages.size(); ++i)
-        if (pages[i] != kNullPage && kv_.ref_count(g, pages[i]) > 1) {
+        if (pages[i] != kNullPage && kvmm::testing::ManagerInspector(kv_).ref_count(g, pages[i]) > 1) {
           ++extra_[g];
           extra_need_[g] += shared_need(q, g, i);
         }
@@ -319,7 +321,7 @@ class KvmmPolicy final : public Policy {
 
   // Page i of q is about to be released: if others hold it too, it stops being a duplicate.
   void unshare(const Req& q, GroupId g, std::span<const PageId> pages, std::uint64_t i) {
-    if (pages[i] == kNullPage || kv_.ref_count(g, pages[i]) <= 1) return;
+    if (pages[i] == kNullPage || kvmm::testing::ManagerInspector(kv_).ref_count(g, pages[i]) <= 1) return;
     --extra_[g];
     extra_need_[g] -= shared_need(q, g, i);
   }

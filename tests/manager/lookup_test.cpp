@@ -3,6 +3,7 @@
 // probe that tries the page after the previous hit before the index gives the index's own
 // answer whether the cached pages are consecutive ids or not.
 #include "kvmm/manager/kv_cache_manager.hpp"
+#include "kvmm/manager/testing.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -54,7 +55,7 @@ TEST_CASE("add_request hashes full pages as the hash_page chain, for every hash 
         const auto pages = kv.page_table(r, g);
         REQUIRE(pages.size() >= expect.size());
         INFO("group " << g << " lora " << lora << " salt " << salt);
-        for (std::size_t i = 0; i < expect.size(); ++i) CHECK(kv.page_hash(g, pages[i]) == expect[i]);
+        for (std::size_t i = 0; i < expect.size(); ++i) CHECK(kvmm::testing::ManagerInspector(kv).page_hash(g, pages[i]) == expect[i]);
       }
       kv.free(r);
       // The same prompt hits all it can (prompt - 1 tokens, page-aligned in both classes);
@@ -112,12 +113,14 @@ TEST_CASE("lookup_prefix finds prefixes in scattered pages and stops at the firs
   for (const auto* t : {&ta, &tb}) {
     const RequestId r = kv.add_request(*t);
     CHECK(kv.lookup_prefix(r) == 192);
+    CHECK(kv.page_table(r, 0).empty());  // pure: allocate pins the hit
+    REQUIRE(kv.allocate(r, 0));
     const auto& expect = t == &ta ? pa : pb;
     const auto got = kv.page_table(r, 0);
     REQUIRE(got.size() >= 12);
     for (std::size_t i = 0; i < 12; ++i) {
       CHECK(got[i] == expect[i]);
-      CHECK(kv.ref_count(0, got[i]) == 1);
+      CHECK(kvmm::testing::ManagerInspector(kv).ref_count(0, got[i]) == 1);
     }
     kv.check_invariants();
     kv.free(r);
@@ -128,6 +131,7 @@ TEST_CASE("lookup_prefix finds prefixes in scattered pages and stops at the firs
   tc[5 * 16 + 7] ^= 1;
   const RequestId c = kv.add_request(tc);
   CHECK(kv.lookup_prefix(c) == 80);
+  REQUIRE(kv.allocate(c, 0));
   CHECK(kv.page_table(c, 0).size() == 5);
   kv.check_invariants();
   auto td = tb;

@@ -1,6 +1,7 @@
 // KVCacheManager: Jenga Fig. 10's timeline and eviction order, fork / copy-on-write,
 // swap, vision groups, pins and priorities, stats, events, and misuse.
 #include "kvmm/manager/kv_cache_manager.hpp"
+#include "kvmm/manager/testing.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -44,8 +45,8 @@ Snapshot snapshot(const KVCacheManager& kv, std::uint32_t max_requests) {
     }
     const std::uint64_t pages = std::uint64_t{kv.large_pages().capacity()} * kv.small_pages(g).pages_per_large();
     for (PageId p = 0; p < pages; ++p) {
-      s.refs.back().push_back(kv.ref_count(g, p));
-      s.states.back().push_back(kv.page_state(g, p));
+      s.refs.back().push_back(kvmm::testing::ManagerInspector(kv).ref_count(g, p));
+      s.states.back().push_back(kvmm::testing::ManagerInspector(kv).page_state(g, p));
     }
   }
   for (RequestId r = 0; r < max_requests; ++r) {
@@ -105,15 +106,15 @@ TEST_CASE("Jenga Fig. 10: last access per layer and the eviction order that foll
   const std::map<std::uint32_t, std::uint64_t> prefix_len{{A, 1}, {B, 2}, {C, 3}, {D, 4}, {E, 5}, {G, 5}};
   for (const auto& [tok, t] : full_time) {
     INFO("token " << tok);
-    CHECK(kv.page_state(kFull, page[{kFull, tok}]) == PageState::kEvictable);
-    CHECK(kv.eviction_key(kFull, page[{kFull, tok}]).time == t);
-    CHECK(kv.eviction_key(kFull, page[{kFull, tok}]).prefix_len == prefix_len.at(tok));
+    CHECK(kvmm::testing::ManagerInspector(kv).page_state(kFull, page[{kFull, tok}]) == PageState::kEvictable);
+    CHECK(kvmm::testing::ManagerInspector(kv).eviction_key(kFull, page[{kFull, tok}]).time == t);
+    CHECK(kvmm::testing::ManagerInspector(kv).eviction_key(kFull, page[{kFull, tok}]).prefix_len == prefix_len.at(tok));
   }
   for (const auto& [tok, t] : sw_time) {
     INFO("token " << tok);
-    CHECK(kv.page_state(kSw, page[{kSw, tok}]) == PageState::kEvictable);
-    CHECK(kv.eviction_key(kSw, page[{kSw, tok}]).time == t);
-    CHECK(kv.eviction_key(kSw, page[{kSw, tok}]).prefix_len == prefix_len.at(tok));
+    CHECK(kvmm::testing::ManagerInspector(kv).page_state(kSw, page[{kSw, tok}]) == PageState::kEvictable);
+    CHECK(kvmm::testing::ManagerInspector(kv).eviction_key(kSw, page[{kSw, tok}]).time == t);
+    CHECK(kvmm::testing::ManagerInspector(kv).eviction_key(kSw, page[{kSw, tok}]).prefix_len == prefix_len.at(tok));
   }
   CHECK(kv.large_pages().num_free() == 0);
 
@@ -173,8 +174,8 @@ TEST_CASE("step 3 takes the LRU large page across groups of one and of several s
   serve(30, 0);  // step 3
   REQUIRE(kv.large_pages().num_free() == 0);
   kv.check_invariants();
-  REQUIRE(kv.next_large_victim() != kNullPage);
-  CHECK(token_of.at({kSw, kv.next_large_victim()}) == 14);
+  REQUIRE(kvmm::testing::ManagerInspector(kv).next_large_victim() != kNullPage);
+  CHECK(token_of.at({kSw, kvmm::testing::ManagerInspector(kv).next_large_victim()}) == 14);
 
   std::vector<CacheEvent> events;
   kv.take_events(events);
@@ -201,7 +202,7 @@ TEST_CASE("step 3 takes the LRU large page across groups of one and of several s
   }
   CHECK(order == want);
   for (const auto& [gp, tok] : token_of)  // the priority-1 request's pages stay cached
-    if (tok > 20 && tok < 30) CHECK(kv.page_state(gp.first, gp.second) == PageState::kEvictable);
+    if (tok > 20 && tok < 30) CHECK(kvmm::testing::ManagerInspector(kv).page_state(gp.first, gp.second) == PageState::kEvictable);
   kv.check_invariants();
 }
 
@@ -275,7 +276,7 @@ TEST_CASE("fork shares pages and copy-on-write copies a shared partial page", "[
   for (GroupId g : {kFull, kSw}) {
     REQUIRE(kv.page_table(c, g).size() == 2);
     CHECK(kv.page_table(c, g)[1] == kv.page_table(p, g)[1]);
-    CHECK(kv.ref_count(g, kv.page_table(p, g)[1]) == 2);
+    CHECK(kvmm::testing::ManagerInspector(kv).ref_count(g, kv.page_table(p, g)[1]) == 2);
   }
   kv.begin_step();
   kv.append_token(c, 9);
@@ -287,7 +288,7 @@ TEST_CASE("fork shares pages and copy-on-write copies a shared partial page", "[
     const PageId mine = kv.page_table(c, g)[1];
     CHECK(mine != shared);
     CHECK(std::find(copies.begin(), copies.end(), PageCopy{g, shared, mine}) != copies.end());
-    CHECK(kv.ref_count(g, shared) == 1);
+    CHECK(kvmm::testing::ManagerInspector(kv).ref_count(g, shared) == 1);
     // The full first page stays shared: no copy needed.
     CHECK(kv.page_table(c, g)[0] == kv.page_table(p, g)[0]);
   }
@@ -409,8 +410,8 @@ TEST_CASE("pins and retention priority protect pages from eviction", "[manager][
   kp.commit(lo, 5);
   const PageId lo_page = kp.page_table(lo, kFull)[0];
   kp.free(lo);
-  CHECK(kp.next_small_victim(kFull) == lo_page);
-  CHECK(kp.next_large_victim() != kp.small_pages(kFull).large_page_of(hi_page));
+  CHECK(kvmm::testing::ManagerInspector(kp).next_small_victim(kFull) == lo_page);
+  CHECK(kvmm::testing::ManagerInspector(kp).next_large_victim() != kp.small_pages(kFull).large_page_of(hi_page));
 }
 
 TEST_CASE("vision embedding pages are freed once consumed; images evicted whole", "[manager][vision]") {
@@ -443,7 +444,7 @@ TEST_CASE("vision embedding pages are freed once consumed; images evicted whole"
   for (const auto& e : ev)
     if (e.group == 1 && e.kind == CacheEventKind::kStored) cross.push_back(e.page);
   REQUIRE(cross.size() == 2);
-  CHECK(kv.eviction_key(1, cross[0]).prefix_len == kv.eviction_key(1, cross[1]).prefix_len);
+  CHECK(kvmm::testing::ManagerInspector(kv).eviction_key(1, cross[0]).prefix_len == kvmm::testing::ManagerInspector(kv).eviction_key(1, cross[1]).prefix_len);
   // The same prompt and image hit the text prefix and the cross-attention pages.
   kv.begin_step();
   const RequestId r2 = kv.add_request(t, extras);
@@ -581,13 +582,15 @@ TEST_CASE("lazy pinning: hit pages stay listed but are skipped, dropped and re-q
   kv.commit(r1, 4);
   const std::vector<PageId> p1(kv.page_table(r1, 0).begin(), kv.page_table(r1, 0).end());
   kv.free(r1);
-  CHECK(kv.next_small_victim(0) == p1[3]);
+  CHECK(kvmm::testing::ManagerInspector(kv).next_small_victim(0) == p1[3]);
   // Step 2: A B X hits A B; they are pinned (used) though still in the lists.
   kv.begin_step();
   const RequestId r2 = kv.add_request(std::vector<std::uint32_t>{A, B, X});
   CHECK(kv.lookup_prefix(r2) == 2);
-  CHECK(kv.page_state(0, p1[0]) == PageState::kUsed);
-  CHECK(kv.page_state(0, p1[1]) == PageState::kUsed);
+  CHECK(kvmm::testing::ManagerInspector(kv).page_state(0, p1[0]) == PageState::kEvictable);  // pure lookup
+  REQUIRE(kv.allocate(r2, 0));  // pins the hit
+  CHECK(kvmm::testing::ManagerInspector(kv).page_state(0, p1[0]) == PageState::kUsed);
+  CHECK(kvmm::testing::ManagerInspector(kv).page_state(0, p1[1]) == PageState::kUsed);
   CHECK(kv.stats().groups[0].evictable_pages == 2);
   kv.check_invariants();
   REQUIRE(kv.allocate(r2, 1));
@@ -602,23 +605,23 @@ TEST_CASE("lazy pinning: hit pages stay listed but are skipped, dropped and re-q
   REQUIRE(kv.allocate(r3, 3));
   kv.commit(r3, 3);
   CHECK(removed() == std::vector<PageId>{p1[3], p1[2]});
-  CHECK(kv.next_small_victim(0) == kNullPage);
-  CHECK(kv.next_large_victim() == kNullPage);
+  CHECK(kvmm::testing::ManagerInspector(kv).next_small_victim(0) == kNullPage);
+  CHECK(kvmm::testing::ManagerInspector(kv).next_large_victim() == kNullPage);
   CHECK_FALSE(kv.allocate(r3, 1));
-  CHECK(kv.ref_count(0, p1[0]) == 1);
-  CHECK(kv.ref_count(0, p1[1]) == 1);
+  CHECK(kvmm::testing::ManagerInspector(kv).ref_count(0, p1[0]) == 1);
+  CHECK(kvmm::testing::ManagerInspector(kv).ref_count(0, p1[1]) == 1);
   CHECK(kv.page_table(r2, 0)[0] == p1[0]);
   kv.check_invariants();
   // Freeing r2 re-queues A B X with r2's last access (step 2), which the lazy entries of
   // A B (keys of step 1) no longer show; X (longest prefix) goes first.
   kv.begin_step();
   kv.free(r2);
-  CHECK(kv.eviction_key(0, p1[0]).time == 2);
-  CHECK(kv.eviction_key(0, p1[1]).time == 2);
-  CHECK(kv.next_small_victim(0) == px);
+  CHECK(kvmm::testing::ManagerInspector(kv).eviction_key(0, p1[0]).time == 2);
+  CHECK(kvmm::testing::ManagerInspector(kv).eviction_key(0, p1[1]).time == 2);
+  CHECK(kvmm::testing::ManagerInspector(kv).next_small_victim(0) == px);
   REQUIRE(kv.allocate(r3, 2));
   CHECK(removed() == std::vector<PageId>{px, p1[1]});
-  CHECK(kv.next_small_victim(0) == p1[0]);
+  CHECK(kvmm::testing::ManagerInspector(kv).next_small_victim(0) == p1[0]);
   kv.check_invariants();
 }
 
@@ -641,10 +644,10 @@ TEST_CASE("step 6 reclaims another group's large page of cached and empty slots"
   const PageId lp_full = kv.small_pages(kFull).large_page_of(full1);
   const PageId lp_sw = kv.small_pages(kSw).large_page_of(sw1);
   CHECK(kv.small_pages(kFull).free_in_large(lp_full) == 1);
-  CHECK(kv.page_state(kFull, full1) == PageState::kEvictable);
+  CHECK(kvmm::testing::ManagerInspector(kv).page_state(kFull, full1) == PageState::kEvictable);
   CHECK(kv.large_pages().num_free() == 0);
-  CHECK(kv.next_large_victim() == lp_sw);
-  CHECK(kv.next_mixed_victim() == lp_full);
+  CHECK(kvmm::testing::ManagerInspector(kv).next_large_victim() == lp_sw);
+  CHECK(kvmm::testing::ManagerInspector(kv).next_mixed_victim() == lp_full);
   kv.check_invariants();
   std::vector<CacheEvent> ev;
   kv.take_events(ev);
@@ -666,7 +669,7 @@ TEST_CASE("step 6 reclaims another group's large page of cached and empty slots"
   CHECK(ev[1].page == full1);
   CHECK(kv.small_pages(kFull).large_page_of(kv.page_table(r2, kFull)[0]) == lp_sw);
   CHECK(kv.small_pages(kSw).large_page_of(kv.page_table(r2, kSw)[0]) == lp_full);
-  CHECK(kv.next_mixed_victim() == kNullPage);
+  CHECK(kvmm::testing::ManagerInspector(kv).next_mixed_victim() == kNullPage);
   kv.check_invariants();
 }
 
@@ -685,9 +688,9 @@ TEST_CASE("a hit that is never admitted leaves the pages' ages; an admitted one 
   const RequestId r2 = kv.add_request(std::vector<std::uint32_t>{A, B, X});
   CHECK(kv.lookup_prefix(r2) == 2);
   kv.free(r2);
-  CHECK(kv.eviction_key(0, p1[0]).time == 1);
-  CHECK(kv.eviction_key(0, p1[1]).time == 1);
-  CHECK(kv.next_small_victim(0) == p1[3]);
+  CHECK(kvmm::testing::ManagerInspector(kv).eviction_key(0, p1[0]).time == 1);
+  CHECK(kvmm::testing::ManagerInspector(kv).eviction_key(0, p1[1]).time == 1);
+  CHECK(kvmm::testing::ManagerInspector(kv).next_small_victim(0) == p1[3]);
   kv.check_invariants();
   // Step 3: admitted (its allocation succeeds), then preempted before computing anything.
   kv.begin_step();
@@ -695,9 +698,9 @@ TEST_CASE("a hit that is never admitted leaves the pages' ages; an admitted one 
   CHECK(kv.lookup_prefix(r3) == 2);
   REQUIRE(kv.allocate(r3, 1));
   kv.free(r3);
-  CHECK(kv.eviction_key(0, p1[0]).time == 3);
-  CHECK(kv.eviction_key(0, p1[1]).time == 3);
-  CHECK(kv.next_small_victim(0) == p1[3]);  // D C (step 1) go before B A (step 3)
+  CHECK(kvmm::testing::ManagerInspector(kv).eviction_key(0, p1[0]).time == 3);
+  CHECK(kvmm::testing::ManagerInspector(kv).eviction_key(0, p1[1]).time == 3);
+  CHECK(kvmm::testing::ManagerInspector(kv).next_small_victim(0) == p1[3]);  // D C (step 1) go before B A (step 3)
   kv.check_invariants();
 }
 
@@ -799,17 +802,19 @@ TEST_CASE("reset releases every page and keeps ids and hashes for a new lookup",
   CHECK(kv.num_tokens(r) == 8);
   CHECK(kv.page_table(r, kFull).empty());
   CHECK(kv.page_table(r, kSw).empty());
-  for (PageId p : full) CHECK(kv.page_state(kFull, p) == PageState::kEvictable);
+  for (PageId p : full) CHECK(kvmm::testing::ManagerInspector(kv).page_state(kFull, p) == PageState::kEvictable);
   CHECK(kv.num_used_pages(kFull) == 0);
   kv.check_invariants();
 
   // The new lookup (ids kept, hashes not recomputed) hits what a new request with the
   // same ids hits: 7 tokens (at most ids - 1), the full pages 0..2 and the window's.
   CHECK(kv.lookup_prefix(r) == 6);
+  REQUIRE(kv.allocate(r, 0));
   CHECK(std::vector<PageId>(kv.page_table(r, kFull).begin(), kv.page_table(r, kFull).end()) ==
         std::vector<PageId>(full.begin(), full.begin() + 3));
   const RequestId twin = kv.add_request(std::vector<std::uint32_t>{A, B, C, D, E, F, G, H});
   CHECK(kv.lookup_prefix(twin) == 6);
+  REQUIRE(kv.allocate(twin, 0));
   CHECK(std::vector<PageId>(kv.page_table(twin, kSw).begin(), kv.page_table(twin, kSw).end()) ==
         std::vector<PageId>(kv.page_table(r, kSw).begin(), kv.page_table(r, kSw).end()));
   kv.free(twin);

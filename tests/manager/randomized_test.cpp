@@ -5,6 +5,7 @@
 // over every candidate prefix, reference counts and page states recomputed from the page
 // tables, evictions only of pages the model holds evictable, all-or-none failures.
 #include "kvmm/manager/kv_cache_manager.hpp"
+#include "kvmm/manager/testing.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -164,18 +165,18 @@ class Model {
     count_refs();
     for (GroupId g = 0; g < 3; ++g) {
       for (PageId p = 0; p < pages(g); ++p) {
-        const std::optional<BlockHash> h = kv_.page_hash(g, p);
+        const std::optional<BlockHash> h = kvmm::testing::ManagerInspector(kv_).page_hash(g, p);
         const auto it = page_hash_[g].find(p);
         const bool ok = h.has_value() == (it != page_hash_[g].end()) && (!h || *h == it->second) &&
                         (!h || kv_.small_pages(g).is_allocated(p)) &&  // never cached and free
-                        kv_.ref_count(g, p) == refs_[g][p] && kv_.page_state(g, p) == state(g, p);
+                        kvmm::testing::ManagerInspector(kv_).ref_count(g, p) == refs_[g][p] && kvmm::testing::ManagerInspector(kv_).page_state(g, p) == state(g, p);
         if (ok) continue;
         INFO("group " << g << " page " << p);
         REQUIRE(h.has_value() == (it != page_hash_[g].end()));
         if (h) REQUIRE(*h == it->second);
         if (h) REQUIRE(kv_.small_pages(g).is_allocated(p));
-        REQUIRE(kv_.ref_count(g, p) == refs_[g][p]);
-        REQUIRE(kv_.page_state(g, p) == state(g, p));
+        REQUIRE(kvmm::testing::ManagerInspector(kv_).ref_count(g, p) == refs_[g][p]);
+        REQUIRE(kvmm::testing::ManagerInspector(kv_).page_state(g, p) == state(g, p));
       }
     }
     kv_.check_invariants();
@@ -197,8 +198,8 @@ class Model {
       }
     for (GroupId g = 0; g < 3; ++g)
       for (PageId p = 0; p < pages(g); ++p) {
-        s.refs.push_back(kv_.ref_count(g, p));
-        s.states.push_back(kv_.page_state(g, p));
+        s.refs.push_back(kvmm::testing::ManagerInspector(kv_).ref_count(g, p));
+        s.states.push_back(kvmm::testing::ManagerInspector(kv_).page_state(g, p));
       }
     s.free_large = kv_.large_pages().num_free();
     return s;
@@ -213,7 +214,7 @@ class Model {
   }
 
   // ---- operations
-  void op_add(bool always_lookup = false) {
+  void op_add(bool always_lookup = false, bool pin = true) {
     last_op_ = "op_add";
     if (reqs_.size() >= kMaxRequests) return;
     RefRequest q;
@@ -226,15 +227,15 @@ class Model {
     reqs_[r] = q;
     last_added_ = r;
     if (!always_lookup && rng_() % 10 == 0) return;  // no lookup: allocates from scratch
-    lookup(r);
+    lookup(r, pin);
   }
 
-  // A scheduler's refused admission: a lookup, other requests change pages meanwhile (or
-  // not), an allocation beyond all memory, reset. reset undoes the lookup in place only
-  // when nothing changed since; either way the model must match.
+  // A scheduler's refused admission: a lookup (pure), other requests change pages
+  // meanwhile (or not), an allocation beyond all memory that changes nothing (the hit is
+  // not pinned), reset; the model must match.
   void op_refuse() {
     if (reqs_.size() >= kMaxRequests) return;
-    op_add(true);
+    op_add(true, false);  // the hit stays unpinned: the refused allocate must not pin it
     const RequestId r = last_added_;
     for (std::uint64_t k = rng_() % 3; k > 0; --k) {
       after_op();
@@ -277,13 +278,17 @@ class Model {
     lookup(r);
   }
 
-  void lookup(RequestId r) {
+  void lookup(RequestId r, bool pin = true) {
     const std::uint64_t want = expected_hit(reqs_[r]);
     const std::uint64_t got = kv_.lookup_prefix(r);
     ++lookups;
     hits += got > 0;
     REQUIRE(got == want);
     REQUIRE(kv_.num_computed(r) == got);
+    // lookup_prefix is pure: no row changes until allocate pins the hit.
+    for (GroupId g = 0; g < 3; ++g) REQUIRE(kv_.page_table(r, g).empty());
+    if (!pin) return;
+    REQUIRE(kv_.allocate(r, 0));
     // The hit maps exactly the pages the policies require, the rest is null.
     const auto h4 = chain(reqs_[r], 4), h8 = chain(reqs_[r], 8);
     const std::uint64_t lo[3] = {0, (got > kWindow ? got - kWindow : 0) / 4, got >= 8 ? got / 8 - 1 : 0};
@@ -331,7 +336,7 @@ class Model {
         need = want > t.size() ? want - t.size() : 0;
       }
       if (computed % kP[g] && computed / kP[g] < t.size() && t[computed / kP[g]] != kNullPage &&
-          kv_.ref_count(g, t[computed / kP[g]]) > 1)
+          kvmm::testing::ManagerInspector(kv_).ref_count(g, t[computed / kP[g]]) > 1)
         ++need;
       need_of[g] = need;
       large_needed += (need + n_[g] - 1) / n_[g];
@@ -346,8 +351,8 @@ class Model {
       if (h == kNoGroup) continue;
       std::uint32_t used = 0, cached = 0;
       for (PageId sp = lp * n_[h]; sp < (lp + 1) * n_[h]; ++sp) {
-        used += kv_.page_state(h, sp) == PageState::kUsed;
-        cached += kv_.page_state(h, sp) == PageState::kEvictable;
+        used += kvmm::testing::ManagerInspector(kv_).page_state(h, sp) == PageState::kUsed;
+        cached += kvmm::testing::ManagerInspector(kv_).page_state(h, sp) == PageState::kEvictable;
       }
       reclaimable += cached == n_[h] || (used == 0 && cached > 0 && need_of[h] == 0);
     }
@@ -377,7 +382,7 @@ class Model {
       const std::uint64_t idx = computed / kP[c.group];
       REQUIRE(before.at(idx) == c.src);
       REQUIRE(kv_.page_table(r, c.group)[idx] == c.dst);
-      REQUIRE(kv_.ref_count(c.group, c.dst) == 1);
+      REQUIRE(kvmm::testing::ManagerInspector(kv_).ref_count(c.group, c.dst) == 1);
     }
     kv_.begin_step();
     // Commit what was computed (sometimes less); full pages become cached.

@@ -45,6 +45,12 @@ class LayerPolicy {
   // get_possible_prefix: the longest valid hit p <= limit (p a multiple of P), given which
   // pages are cached. O(pages probed).
   virtual std::uint64_t longest_valid_prefix(std::uint64_t limit, PageProbe& probe) const = 0;
+  // A capability: true when a hit of p tokens needs every page below p and nothing else
+  // decides it (first_required_page is 0 and longest_valid_prefix is the first missing
+  // page), as for full attention. The manager then probes the group once, in page order,
+  // up to its first miss, instead of asking longest_valid_prefix (debug builds check that
+  // both agree). Default: false.
+  virtual bool hit_needs_whole_prefix() const { return false; }
   // set_prefix_length: the LRU tie-break inside one step (longer evicted first). Default:
   // tokens up to the page's end, so pages of one token align across groups.
   virtual std::uint64_t prefix_length(std::uint64_t page_index) const {
@@ -67,6 +73,7 @@ class FullAttentionPolicy final : public LayerPolicy {
  public:
   using LayerPolicy::LayerPolicy;
   std::string_view name() const override { return "full_attention"; }
+  bool hit_needs_whole_prefix() const override { return true; }
   std::uint64_t first_touched_page(std::uint64_t, std::uint64_t) const override { return 0; }
   std::uint64_t first_needed_page(std::uint64_t) const override { return 0; }
   std::uint64_t first_required_page(std::uint64_t) const override { return 0; }

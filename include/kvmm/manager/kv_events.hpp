@@ -18,6 +18,16 @@
 
 namespace kvmm {
 
+// The page-level event of one cached or evicted page (take_events(std::vector<CacheEvent>&)):
+// what the manager's own tests and simple consumers read.
+enum class CacheEventKind : std::uint8_t { kStored, kRemoved };
+struct CacheEvent {
+  CacheEventKind kind = CacheEventKind::kStored;
+  GroupId group = 0;
+  PageId page = kNullPage;
+  BlockHash hash;
+};
+
 // Where the pages of an event live (vLLM's `medium`: "GPU", "CPU", a tier's name).
 enum class Medium : std::uint8_t { kDevice, kHost, kRemote };
 
@@ -36,13 +46,13 @@ struct KvEventItemKey {
 struct KvEvent {
   KvEventKind kind = KvEventKind::kStored;
   Medium medium = Medium::kDevice;
-  GroupId group = 0;              // kStored, kRemoved
-  std::uint32_t hash_begin = 0;   // batch.hashes[hash_begin, hash_begin + num_pages)
+  GroupId group = 0;             // kStored, kRemoved
+  std::uint32_t hash_begin = 0;  // batch.hashes[hash_begin, hash_begin + num_pages)
   std::uint32_t num_pages = 0;
   // kStored only.
-  bool has_parent = false;        // false: the run starts at the request's page 0
-  BlockHash parent;               // hash of the page before the run's first
-  std::uint64_t first_page = 0;   // index of the run's first page in the request
+  bool has_parent = false;       // false: the run starts at the request's page 0
+  BlockHash parent;              // hash of the page before the run's first
+  std::uint64_t first_page = 0;  // index of the run's first page in the request
   std::uint32_t tokens_per_page = 0;
   std::uint64_t token_begin = 0;  // batch.tokens[token_begin, + num_pages * tokens_per_page)
   std::uint32_t lora_id = 0;
@@ -70,12 +80,10 @@ struct KvEventBatch {
     return std::span<const BlockHash>(hashes).subspan(e.hash_begin, e.num_pages);
   }
   std::span<const std::uint32_t> tokens_of(const KvEvent& e) const {
-    return std::span<const std::uint32_t>(tokens).subspan(
-        e.token_begin, std::uint64_t{e.num_pages} * e.tokens_per_page);
+    return std::span<const std::uint32_t>(tokens).subspan(e.token_begin,
+                                                          std::uint64_t{e.num_pages} * e.tokens_per_page);
   }
-  std::string_view salt_of(const KvEvent& e) const {
-    return std::string_view(text).substr(e.salt_begin, e.salt_size);
-  }
+  std::string_view salt_of(const KvEvent& e) const { return std::string_view(text).substr(e.salt_begin, e.salt_size); }
   std::span<const KvEventItemKey> items_of(const KvEvent& e) const {
     return std::span<const KvEventItemKey>(items).subspan(e.item_begin, e.num_items);
   }

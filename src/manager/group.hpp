@@ -1,0 +1,86 @@
+// One layer group inside the manager (private to src/manager/): its description and hit
+// rules, its small-page allocator and page tables, and one 64-byte record per small page
+// that everything a page's allocation, commit, release, eviction and probes read shares
+// (one cache line per page touched). The host pool's copies for swap_out sit beside it.
+#pragma once
+
+#include "kvmm/caching/block_hash.hpp"
+#include "kvmm/caching/evictor.hpp"
+#include "kvmm/caching/layer_policy.hpp"
+#include "kvmm/paging/large_page_pool.hpp"
+#include "kvmm/paging/page_table.hpp"
+#include "kvmm/paging/small_page_allocator.hpp"
+#include "kvmm/spec/kv_layout.hpp"
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace kvmm::detail {
+
+// A small page's state. node.key is the page's last access step and prefix length, listed
+// in the group's LRU or not; a listed key never changes in place. `seq` is its insertion
+// number while listed: step 3's tie-break across lists (see PageStore).
+struct alignas(64) PageRec {
+  LruNode node;
+  BlockHash hash;  // valid while hashed
+  std::uint32_t ref = 0;
+  std::uint8_t hashed = 0;
+  std::uint8_t prio = 0;
+  std::uint64_t seq = 0;
+};
+using SmallLru = LruOrder<MemberNodes<PageRec, &PageRec::node>>;
+
+struct Group {
+  Group(const KVLayout& layout, GroupId g, LargePagePool& pool, LargePagePool& host_pool, std::uint32_t max_requests);
+
+  // What the group is.
+  LayerGroup spec;
+  std::uint32_t P;  // tokens per page
+  std::uint32_t n;  // small pages per large page
+  bool decoder;
+  std::uint32_t hash_class = 0;         // decoder groups of equal P share one hash chain
+  bool whole_prefix = false;            // policy->hit_needs_whole_prefix(): probed in page order
+  std::unique_ptr<LayerPolicy> policy;  // decoder groups
+  ImagePolicy image;                    // encoder-token groups
+
+  // Device pages.
+  SmallPageAllocator alloc;
+  PageTableSet table;
+  std::vector<PageRec> pg;
+  // Evictable pages, plus stale entries of pages a hit pinned (ref > 0) since: a hit only
+  // counts them out; whoever meets one at the front drops it (lazy pinning).
+  mutable SmallLru lru;
+  std::uint32_t evictable = 0;
+  std::uint64_t hit_pages = 0;
+  std::uint64_t evicted = 0;
+
+  // Host pages (swap_out): allocator, tables, and what each held on the device.
+  SmallPageAllocator host_alloc;
+  PageTableSet host_table;
+  std::vector<std::uint8_t> host_hashed;
+  std::vector<BlockHash> host_hash;
+  std::vector<std::uint64_t> host_len;
+};
+
+inline Group::Group(const KVLayout& layout, GroupId g, LargePagePool& pool, LargePagePool& host_pool,
+                    std::uint32_t max_requests)
+    : spec(layout.group(g)),
+      P(spec.tokens_per_page),
+      n(layout.small_pages_per_large_page(g)),
+      decoder(spec.is_decoder()),
+      policy(decoder ? make_policy(spec) : nullptr),
+      alloc(g, n, pool, max_requests),
+      table(max_requests, P),
+      pg(std::size_t{pool.capacity()} * n),
+      lru(pool.capacity() * n, {pg.data()}),
+      host_alloc(g, n, host_pool, max_requests),
+      host_table(max_requests, P),
+      host_hashed(std::size_t{host_pool.capacity()} * n, 0),
+      host_hash(std::size_t{host_pool.capacity()} * n),
+      host_len(std::size_t{host_pool.capacity()} * n, 0) {
+  image.release_when_consumed = spec.kind == LayerKind::kVisionEmbedding;
+  whole_prefix = decoder && policy->hit_needs_whole_prefix();
+}
+
+}  // namespace kvmm::detail

@@ -1,0 +1,132 @@
+// ManagerCore (private to src/manager/): KVCacheManager's state and its calls, composed of
+// the units named after what they are:
+//   group.hpp          a layer group: policy, allocator, page tables, page records
+//   request_table.hpp  requests and their generation-checked handles
+//   page_store.hpp     page states and eviction lists (the prefix cache's memory)
+//   allocation.hpp     Jenga §5.4's steps and the all-or-nothing check that replays them
+//   prefix_lookup.hpp  the longest valid hit, and pinning it at admission
+//   prefetch.hpp       every prefetch strategy, behind KVMM_PREFETCH
+//   event_log.hpp      stored/removed events
+// Its calls are split by concept over core.cpp (requests: add, lookup, allocate, commit,
+// fork, free, reset, pins), host_tier.cpp (swap), stats.cpp and invariants.cpp.
+#pragma once
+
+#include "allocation.hpp"
+#include "event_log.hpp"
+#include "group.hpp"
+#include "kvmm/caching/prefix_index.hpp"
+#include "kvmm/detail/debug_checks.hpp"
+#include "kvmm/manager/kv_cache_manager.hpp"
+#include "page_store.hpp"
+#include "prefix_lookup.hpp"
+#include "request_table.hpp"
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <utility>
+#include <vector>
+
+namespace kvmm::detail {
+
+class ManagerCore {
+ public:
+  ManagerCore(KVLayout layout, const KVCacheManagerOptions& options);
+  ManagerCore(const ManagerCore&) = delete;
+  ManagerCore& operator=(const ManagerCore&) = delete;
+
+  // ---- requests (core.cpp)
+  RequestId add_request(std::span<const std::uint32_t> tokens, const RequestExtras& extras);
+  void append_tokens(RequestId r, std::span<const std::uint32_t> tokens);
+  void set_priority(RequestId r, std::uint32_t priority);
+  std::uint64_t lookup_prefix(RequestId r);
+  bool allocate(RequestId r, std::uint32_t num_new_tokens, std::uint32_t lookahead);
+  void commit(RequestId r, std::uint64_t num_computed_tokens);
+  RequestId fork(RequestId parent);
+  void free(RequestId r);
+  void reset(RequestId r);
+  PinId pin_prefix(RequestId r);
+  void unpin(PinId pin);
+  void reset_prefix_cache();
+  void set_policy(GroupId g, std::unique_ptr<LayerPolicy> policy);
+  const LayerPolicy& policy(GroupId g) const;
+  std::uint64_t begin_step() {
+    copies_.clear();
+    return ++step_;
+  }
+  // ---- swapping (host_tier.cpp)
+  std::optional<std::span<const PageCopy>> swap_out(RequestId r);
+  std::optional<std::span<const PageCopy>> swap_in(RequestId r);
+  // ---- stats (stats.cpp) and checks (invariants.cpp)
+  CacheStats stats() const;
+  void check_invariants() const;
+  void take_events(std::vector<CacheEvent>& out) { events_.take(out); }
+
+  // ---- queries
+  const KVLayout& layout() const { return layout_; }
+  std::uint64_t step() const { return step_; }
+  std::span<const PageCopy> copies() const { return copies_; }
+  const RequestTable& requests() const { return reqs_; }
+  const Request& req(RequestId r) const { return reqs_[reqs_.slot(r)]; }
+  GroupId check_group(GroupId g) const {
+    if (g >= groups_.size()) fail("group = {}: layout has {} groups", g, groups_.size());
+    return g;
+  }
+  const Group& group(GroupId g) const { return groups_[check_group(g)]; }
+  PageId check_page(GroupId g, PageId p) const {
+    if (p >= group(g).pg.size()) fail("page = {}: group {} has {} small pages", p, g, group(g).pg.size());
+    return p;
+  }
+  const LargePagePool& large_pages() const { return pool_; }
+  const PageStore& store() const { return store_; }
+
+ private:
+  static KVLayout validated(KVLayout layout, const KVCacheManagerOptions& options);
+  static std::uint64_t pages_for(std::uint64_t tokens, std::uint32_t P) { return (tokens + P - 1) / P; }
+  // The slot of an active, not swapped-out request.
+  std::uint32_t running(RequestId r) const;
+  // ---- core.cpp helpers
+  void build_encoder_rows(std::uint32_t s, const Request& q);
+  std::uint64_t encoder_misses(std::uint32_t s, const Request& q, GroupId g) const;
+  bool compute_need(std::uint32_t s, const Request& q, std::uint32_t num_new_tokens, std::uint64_t target);
+  void take_pages(std::uint32_t s, Request& q);
+  bool admit(RequestId r, std::uint32_t s, Request& q);
+  void release_unpinned_hit(std::uint32_t s, Request& q);
+  void check_refusal(RequestId r, std::uint32_t s, Request& q, std::uint32_t num_new_tokens, std::uint64_t target);
+  void check_shared_write(RequestId r, std::uint32_t s, const Request& q, std::uint64_t c) const;
+  void register_full_pages(std::uint32_t s, Request& q, std::uint64_t c);
+  void release_out_of_window(std::uint32_t s, Request& q, std::uint64_t c0, std::uint64_t c);
+  void commit_images(std::uint32_t s, Request& q, std::uint64_t c);
+  void release_rows(std::uint32_t s, const Request& q);
+  void release_all(std::uint32_t s, Request& q);
+  void clear_progress(Request& q);
+  void expensive_check() const {
+    if constexpr (kCheckExpensive) check_invariants();
+  }
+  // ---- invariants.cpp helpers
+  void check_tables(GroupId g, std::vector<std::uint32_t>& refs) const;
+
+  KVLayout layout_;
+  KVCacheManagerOptions options_;
+  LargePagePool pool_;
+  LargePagePool host_pool_;
+  std::vector<Group> groups_;
+  std::vector<std::uint32_t> class_tokens_;  // tokens per page of each hash class
+  PrefixIndex index_;
+  EventLog events_;
+  PageStore store_;
+  PageAllocation alloc_;
+  PrefixLookup lookup_;
+  RequestTable reqs_;
+  std::uint64_t step_ = 0;
+  std::uint64_t rng_;
+  std::vector<PageCopy> copies_;
+  std::vector<PageCopy> plan_;
+  std::vector<std::vector<std::pair<GroupId, PageId>>> pins_;
+  std::vector<PinId> free_pins_;
+  std::vector<std::uint64_t> need_;  // scratch per group: pages allocate needs
+  std::vector<std::uint8_t> cow_;    // scratch per group: a copy-on-write copy first
+  std::uint64_t lookups_ = 0, lookup_tokens_ = 0, hit_tokens_ = 0;
+};
+
+}  // namespace kvmm::detail

@@ -1,0 +1,253 @@
+#include "page_store.hpp"
+
+#include "event_log.hpp"
+#include "prefetch.hpp"
+
+#include <algorithm>
+#include <tuple>
+#include <type_traits>
+
+namespace kvmm::detail {
+
+PageStore::PageStore(std::vector<Group>& groups, LargePagePool& pool, PrefixIndex& index, EventLog& events,
+                     bool prefix_caching)
+    : groups_(groups),
+      pool_(pool),
+      index_(index),
+      events_(events),
+      prefix_caching_(prefix_caching),
+      large_(pool.capacity()),
+      ev_in_large_(pool.capacity(), 0),
+      large_lru_(pool.capacity(), {large_.data()}, 0),
+      mixed_lru_(pool.capacity(), {large_.data()}, 1) {
+  for (GroupId g = 0; g < groups_.size(); ++g)
+    if (groups_[g].n == 1) single_.push_back(g);
+}
+
+void PageStore::register_page(GroupId g, PageId p, const BlockHash& h) {
+  Group& grp = groups_[g];
+  if (!prefix_caching_ || grp.pg[p].hashed) return;
+  if (!index_.insert(g, h, p, hash_of())) return;  // same content cached already: p stays private
+  grp.pg[p].hashed = 1;
+  grp.pg[p].hash = h;
+  events_.stored(g, p, h);
+}
+
+std::size_t PageStore::acquire_run(GroupId g, const PageId* pages, const BlockHash* hashes, std::size_t count) {
+  Group& grp = groups_[g];
+  PageRec* rec = grp.pg.data();
+  std::uint32_t* ev = ev_in_large_.data();
+  const std::uint32_t n = grp.n;
+  std::uint32_t newly = 0, full_lost = 0;
+  std::size_t i = 0;
+  for (; i < count; ++i) {
+    const PageId page = pages[i];
+    PageRec& r = rec[page];
+    if (!r.hashed || !(r.hash == hashes[i])) break;  // evicted since the lookup
+    if (r.ref++ == 0) {
+      full_lost += ev[n == 1 ? page : page / n]-- == n;
+      ++newly;
+    }
+  }
+  grp.evictable -= newly;
+  num_full_ev_ -= full_lost;
+  return i;
+}
+
+PageId PageStore::small_front(GroupId g) const {
+  const Group& grp = groups_[g];
+  PageId s = grp.lru.front();
+  for (; s != kNullPage && grp.pg[s].ref > 0; s = grp.lru.front()) grp.lru.erase(s);
+  return s;
+}
+
+bool PageStore::victim_before(std::uint32_t sa, PageId a, std::uint32_t sb, PageId b) const {
+  auto node = [this](std::uint32_t src, PageId id) -> std::pair<const LruNode*, std::uint64_t> {
+    if (src == 0) return {&large_[id].node, large_[id].seq};
+    const PageRec& rec = groups_[single_[src - 1]].pg[id];
+    return {&rec.node, rec.seq};
+  };
+  const auto [x, xs] = node(sa, a);
+  const auto [y, ys] = node(sb, b);
+  if (x->level != y->level) return x->level < y->level;
+  if (!(x->key == y->key)) return evicted_before(x->key, y->key);
+  return xs < ys;
+}
+
+// A one-page group's entry is stale exactly when its page is pinned; its large page is then
+// not wholly evictable either, so !full_evictable tells for every source.
+PageId PageStore::source_front(std::uint32_t src) const {
+  if (src > 0) return small_front(single_[src - 1]);
+  PageId lp = large_lru_.front();
+  for (; lp != kNullPage && !full_evictable(lp); lp = large_lru_.front()) large_lru_.erase(lp);
+  return lp;
+}
+
+PageId PageStore::large_front(std::uint32_t& src) const {
+  return earliest([this](std::uint32_t s) { return source_front(s); }, src);
+}
+
+PageId PageStore::mixed_front() const {
+  PageId lp = mixed_lru_.front();
+  for (; lp != kNullPage && !mixed(lp); lp = mixed_lru_.front()) mixed_lru_.erase(lp);
+  return lp;
+}
+
+// Jenga §5.4 step 3: a large page's key is its most recent cached small page's (empty slots
+// hold nothing and have no age). Its allocated small pages are exactly its evictable ones,
+// so the records alone tell (no allocator read).
+std::pair<EvictionKey, std::uint32_t> PageStore::large_entry(GroupId g, PageId lp) const {
+  const Group& grp = groups_[g];
+  bool any = false;
+  EvictionKey best;
+  std::uint32_t level = 0;
+  for (PageId s = lp * grp.n; s < (lp + 1) * grp.n; ++s) {
+    const PageRec& rec = grp.pg[s];
+    if (rec.ref != 0 || !grp.lru.contains(s)) continue;
+    if (!any || evicted_before(best, rec.node.key)) best = rec.node.key;
+    level = std::max<std::uint32_t>(level, rec.prio);
+    any = true;
+  }
+  return {best, level};
+}
+
+// An entry already listed under the same key and level (a stale one revived: its pages
+// were pinned by a hit, now released unchanged) stays in place, as small pages' entries
+// do, so a hit that is never admitted leaves the order. Groups with n > 1 only: a one-page
+// group's small-page LRU is its step-3 source.
+void PageStore::refresh_large(GroupId g, PageId lp) {
+  LargeLru* to = full_evictable(lp) ? &large_lru_ : mixed(lp) ? &mixed_lru_ : nullptr;
+  EvictionKey key;
+  std::uint32_t level = 0;
+  if (to != nullptr) std::tie(key, level) = large_entry(g, lp);
+  for (LargeLru* l : {&large_lru_, &mixed_lru_}) {
+    if (!l->contains(lp)) continue;
+    if (l == to && l->key(lp) == key && large_[lp].node.level == level) return;
+    l->erase(lp);
+  }
+  if (to != nullptr) {
+    to->insert(lp, key, level);
+    large_[lp].seq = ++seq_;
+  }
+}
+
+void PageStore::release(GroupId g, PageId p, std::uint64_t t, std::uint32_t prio) {
+  Group& grp = groups_[g];
+  PageRec& rec = grp.pg[p];
+  if (rec.ref == 0) fail("internal: group {} page {} released with reference count 0", g, p);
+  const EvictionKey key{std::max(rec.node.key.time, t), rec.node.key.prefix_len};
+  if (--rec.ref > 0) {
+    // Still held: the access counts. A stale entry (lazy pin) keyed by the old time leaves
+    // the list now rather than at the front or at the last release; the order is the same.
+    if (key.time != rec.node.key.time) {
+      if (grp.lru.contains(p)) grp.lru.erase(p);
+      rec.node.key.time = key.time;
+    }
+    return;
+  }
+  const PageId lp = p / grp.n;
+  if (!rec.hashed) {
+    rec.node.key.time = key.time;  // never listed
+    grp.alloc.free(p);
+    // The large page may now hold only cached pages and empty slots (or be back in the
+    // pool: no entry may outlive that). One-page large pages are never listed there.
+    if (grp.n > 1 &&
+        (mixed(lp) || (pool_.slot(lp).owner == kNoGroup && (large_lru_.contains(lp) || mixed_lru_.contains(lp)))))
+      refresh_large(g, lp);
+    return;
+  }
+  if (grp.lru.contains(p)) {  // its stale entry from a lazy pin
+    // Key and level unchanged (a hit that was never used): the entry is already where a
+    // new insert would put it among other keys, so it is revived in place, O(1).
+    if (!(rec.node.key == key) || rec.prio != prio) {
+      grp.lru.erase(p);
+      grp.lru.insert(p, key, prio);
+      rec.seq = ++seq_;
+    }
+  } else {
+    grp.lru.insert(p, key, prio);
+    rec.seq = ++seq_;
+  }
+  rec.prio = static_cast<std::uint8_t>(prio);
+  ++grp.evictable;
+  ev_add(lp, grp.n);
+  // lp is g's (p was allocated): wholly evictable iff every slot is; mixed needs n > 1.
+  // A one-page large page is listed by its page's entry alone.
+  if (grp.n > 1 && (ev_in_large_[lp] == grp.n || mixed(lp))) refresh_large(g, lp);
+}
+
+void PageStore::release_row(GroupId g, std::span<const PageId> pages, std::uint64_t t, std::uint32_t prio) {
+  const Group& grp = groups_[g];
+  for (std::size_t i = pages.size(); i-- > 0;) {
+    if (i >= kReleaseAhead && pages[i - kReleaseAhead] != kNullPage)
+      prefetch_release(*this, grp, pages[i - kReleaseAhead]);
+    if (pages[i] != kNullPage) release(g, pages[i], t, prio);
+  }
+}
+
+void PageStore::evict_small(GroupId g, PageId p) {
+  Group& grp = groups_[g];
+  grp.lru.erase(p);
+  const PageId lp = p / grp.n;
+  if (grp.n > 1) {
+    if (large_lru_.contains(lp)) large_lru_.erase(lp);
+    if (mixed_lru_.contains(lp)) mixed_lru_.erase(lp);
+  }
+  ev_sub(lp, grp.n);
+  --grp.evictable;
+  index_.erase(g, grp.pg[p].hash, p);
+  grp.pg[p].hashed = 0;
+  events_.removed(g, p, grp.pg[p].hash);
+  ++grp.evicted;
+  grp.alloc.free(p);
+}
+
+void PageStore::evict_large(PageId lp) {
+  const GroupId g = pool_.owner(lp);
+  const Group& grp = groups_[g];
+  for (PageId s = lp * grp.n; s < (lp + 1) * grp.n; ++s) {
+    if (!grp.alloc.is_allocated(s)) continue;
+    if (grp.pg[s].ref > 0) fail("internal: evicting large page {} with used small page {}", lp, s);
+    evict_small(g, s);
+  }
+}
+
+void PageStore::forget_all() {
+  for (GroupId g = 0; g < groups_.size(); ++g) {
+    Group& grp = groups_[g];
+    for (PageId s = small_front(g); s != kNullPage; s = small_front(g)) evict_small(g, s);
+    for (PageId p = 0; p < grp.pg.size(); ++p) {
+      if (!grp.pg[p].hashed) continue;
+      if (grp.lru.contains(p)) grp.lru.erase(p);  // stale entries of pinned pages
+      if (large_lru_.contains(p / grp.n)) large_lru_.erase(p / grp.n);
+      if (mixed_lru_.contains(p / grp.n)) mixed_lru_.erase(p / grp.n);
+      index_.erase(g, grp.pg[p].hash, p);
+      grp.pg[p].hashed = 0;
+      events_.removed(g, p, grp.pg[p].hash);
+    }
+  }
+}
+
+// Stale entries are dropped as the fronts would drop them; pages the replay already
+// evicted, or took an empty slot of (the real run makes those stale only when it gets
+// there), are skipped. A one-page group's entry is stale exactly when its large page is
+// not wholly evictable (see source_front).
+template <class Lru>
+PageId PageStore::replay_next(Lru& lru, PageId lp, bool mixed_list) {
+  for (;;) {
+    if (lp == kNullPage) return lp;
+    const bool stale = mixed_list ? !mixed(lp) : !full_evictable(lp);
+    if (!stale && !replay_skips(lp)) return lp;
+    const PageId next = lru.after(lp);
+    if (stale) lru.erase(lp);
+    lp = next;
+  }
+}
+
+PageId PageStore::replay_source_next(std::uint32_t src, PageId lp) {
+  return src == 0 ? replay_next(large_lru_, lp, false) : replay_next(groups_[single_[src - 1]].lru, lp, false);
+}
+
+PageId PageStore::replay_mixed_next(PageId lp) { return replay_next(mixed_lru_, lp, true); }
+
+}  // namespace kvmm::detail

@@ -1,0 +1,208 @@
+// PageStore (private to src/manager/): page states and eviction lists, the prefix cache's
+// memory. A small page is empty, used (reference count > 0) or evictable (cached under
+// its block hash, count 0, listed in its group's LRU). A large page whose small pages are
+// all evictable sits in the large-page LRU (Jenga §5.4 step 3); one with no used, some
+// evictable and some empty small pages in the mixed LRU (step 6). Release, acquire and a
+// small eviction are O(1) (+ O(n) to re-key a large page); fronts are O(1) amortized.
+//
+// Lazy pinning: a hit takes a page out of the evictable counts only; its list entries turn
+// stale and are dropped by whoever meets them at a front, or revived in place when the
+// page is released unchanged, so eviction order is exactly that of eager removal.
+//
+// Step 3's order is a merge of sources: 0 is the large-page LRU (groups with n > 1), source
+// k >= 1 the small-page LRU of the k-th group with n = 1, whose small page is its large
+// page (one list per page instead of two). Each source is ordered by (level, key,
+// insertion number), so the merge by (level, key, seq) is the one list it replaces.
+#pragma once
+
+#include "group.hpp"
+#include "kvmm/caching/prefix_index.hpp"
+#include "kvmm/error.hpp"
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+namespace kvmm::detail {
+
+class EventLog;
+
+// Per large page, what the list walks and the feasibility replay read: one 64-byte record.
+struct alignas(64) LargeRec {
+  LruNode node;              // in the large-page or the mixed LRU (tags 0 and 1), or neither
+  std::uint32_t replay = 0;  // evicted or slot taken by the current replay (== epoch)
+  std::uint64_t seq = 0;     // insertion number while in the large-page LRU (see PageRec)
+};
+using LargeLru = LruOrder<MemberNodes<LargeRec, &LargeRec::node>>;
+
+class PageStore {
+ public:
+  PageStore(std::vector<Group>& groups, LargePagePool& pool, PrefixIndex& index, EventLog& events, bool prefix_caching);
+  PageStore(const PageStore&) = delete;
+  PageStore& operator=(const PageStore&) = delete;
+
+  // ---- page states
+  // A page just taken from its allocator: used once, its key (step, prefix_len).
+  void init_page(GroupId g, PageId p, std::uint64_t step, std::uint64_t prefix_len) {
+    PageRec& rec = groups_[g].pg[p];  // an empty page: never listed
+    rec.ref = 1;
+    rec.hashed = 0;
+    rec.node.key = EvictionKey{step, prefix_len};
+    rec.prio = 0;
+  }
+  // Caches p under h unless h is cached already (then p stays private). Records a stored
+  // event. O(1) expected.
+  void register_page(GroupId g, PageId p, const BlockHash& h);
+  // One more reference to a cached page (a hit or a pin). O(1): a lazy pin.
+  void acquire(GroupId g, PageId p) {
+    Group& grp = groups_[g];
+    if (grp.pg[p].ref == 0) {
+      ev_sub(p / grp.n, grp.n);
+      --grp.evictable;
+    }
+    ++grp.pg[p].ref;
+  }
+  // acquire() for a hit's run of pages in group g, each first checked to be still cached
+  // under hashes[i] (lookup_prefix found it; a call since may have evicted it): returns
+  // how many were acquired, the run's length when every page held, else the index of the
+  // first that did not (none after it acquired). Counts kept in locals: no store-load
+  // chain through the members per page.
+  std::size_t acquire_run(GroupId g, const PageId* pages, const BlockHash* hashes, std::size_t count);
+  // One reference less; at the last, a cached page becomes evictable under key (max(its
+  // time, t), its prefix length) at level prio, an uncached one empty. An entry that is
+  // still listed under the same key and level (a hit released unchanged) stays in place.
+  void release(GroupId g, PageId p, std::uint64_t t, std::uint32_t prio);
+  // release() for the non-null entries of a page-table row, last page first (within one
+  // step the longest prefix is evicted first, so the evictor appends in O(1)).
+  void release_row(GroupId g, std::span<const PageId> pages, std::uint64_t t, std::uint32_t prio);
+  void evict_small(GroupId g, PageId p);
+  // Evicts every cached small page of a large page with no used one; the last returns it
+  // to the pool.
+  void evict_large(PageId lp);
+  // Forgets every hash (reset_prefix_cache): evictable pages become empty, used ones
+  // private. O(pages).
+  void forget_all();
+
+  // ---- fronts (each drops the stale entries it meets)
+  PageId small_front(GroupId g) const;
+  // Step 3's next victim: the earliest of the sources' fronts; its source in src.
+  PageId large_front(std::uint32_t& src) const;
+  PageId large_front() const {
+    std::uint32_t src;
+    return large_front(src);
+  }
+  PageId mixed_front() const;
+
+  // ---- large-page states, O(1)
+  // Jenga §5.4's evictable large page: every small page evictable (step 3).
+  bool full_evictable(PageId lp) const {
+    const GroupId g = pool_.slot(lp).owner;
+    return g != kNoGroup && ev_in_large_[lp] == groups_[g].n;
+  }
+  // No used small page, some evictable and some empty (step 6).
+  bool mixed(PageId lp) const {
+    const GroupId g = pool_.slot(lp).owner;
+    if (g == kNoGroup) return false;
+    const std::uint32_t ev = ev_in_large_[lp], empty = pool_.slot(lp).free_count;
+    return ev > 0 && empty > 0 && ev + empty == groups_[g].n;
+  }
+  std::uint32_t num_full_evictable() const { return num_full_ev_; }
+  std::uint32_t evictable_in(PageId lp) const { return ev_in_large_[lp]; }
+
+  // ---- the merged step-3 sources (for the feasibility replay and the victim ring)
+  std::uint32_t num_sources() const { return static_cast<std::uint32_t>(single_.size()) + 1; }
+  PageId source_front(std::uint32_t src) const;
+  // A source's first entry, stale or not, without dropping anything (for prefetching).
+  PageId source_peek(std::uint32_t src) const {
+    return src == 0 ? large_lru_.front() : groups_[single_[src - 1]].lru.front();
+  }
+  PageId source_after(std::uint32_t src, PageId id) const {
+    return src == 0 ? large_lru_.after(id) : groups_[single_[src - 1]].lru.after(id);
+  }
+  // The earliest of at(s) over the sources (kNullPage: every one null), its source in src.
+  template <class At>
+  PageId earliest(At at, std::uint32_t& src) const {
+    PageId best = kNullPage;
+    src = 0;
+    for (std::uint32_t s = 0; s < num_sources(); ++s) {
+      const PageId id = at(s);
+      if (id != kNullPage && (best == kNullPage || victim_before(s, id, src, best))) {
+        best = id;
+        src = s;
+      }
+    }
+    return best;
+  }
+  // Where the victim of a source is recorded: its list node (the large page's or a one-page
+  // group's small page's record).
+  const void* source_record(std::uint32_t src, PageId id) const {
+    if (src == 0) return &large_[id];
+    return &groups_[single_[src - 1]].pg[id];
+  }
+
+  // ---- the feasibility replay's marks: evicted, or an empty slot taken, by this replay
+  void replay_begin() {
+    if (++replay_epoch_ == 0) {
+      for (LargeRec& l : large_) l.replay = 0;
+      replay_epoch_ = 1;
+    }
+  }
+  bool replay_skips(PageId lp) const { return large_[lp].replay == replay_epoch_; }
+  void replay_mark(PageId lp) { large_[lp].replay = replay_epoch_; }
+  // The next entry of a source (or of the mixed LRU) from lp on that the replay may take:
+  // stale entries are dropped as the fronts drop them, marked ones skipped.
+  PageId replay_source_next(std::uint32_t src, PageId lp);
+  PageId replay_mixed_next(PageId lp);
+  PageId mixed_after(PageId lp) const { return mixed_lru_.after(lp); }
+
+  // Addresses prefetch strategies request (prefetch.hpp).
+  const LargeRec* large_record(PageId lp) const { return &large_[lp]; }
+  const std::uint32_t* evictable_count(PageId lp) const { return &ev_in_large_[lp]; }
+  const LargePagePool& pool() const { return pool_; }
+  const Group& group(GroupId g) const { return groups_[g]; }
+  const PrefixIndex& index() const { return index_; }
+
+  // ---- queries for tests, stats and checks
+  const PageRec& rec(GroupId g, PageId p) const { return groups_[g].pg[p]; }
+  bool listed(GroupId g, PageId p) const { return groups_[g].lru.contains(p); }
+  // Recounts every evictable count, list and list order; kvmm::Error naming the first
+  // mismatch. `refs[g][p]` are the holders the caller counted. O(memory).
+  void check_invariants(const std::vector<std::vector<std::uint32_t>>& refs) const;
+
+ private:
+  template <class Lru>
+  PageId replay_next(Lru& lru, PageId lp, bool mixed_list);
+  bool victim_before(std::uint32_t sa, PageId a, std::uint32_t sb, PageId b) const;
+  // The key and level lp is listed under: its most recent cached small page's key and the
+  // highest retention level among them. O(n).
+  std::pair<EvictionKey, std::uint32_t> large_entry(GroupId g, PageId lp) const;
+  // Files lp in the list its state calls for (wholly evictable, mixed or none). O(n).
+  void refresh_large(GroupId g, PageId lp);
+  void ev_add(PageId lp, std::uint32_t n) { num_full_ev_ += ++ev_in_large_[lp] == n; }
+  void ev_sub(PageId lp, std::uint32_t n) { num_full_ev_ -= ev_in_large_[lp]-- == n; }
+  auto hash_of() const {
+    return [this](GroupId g, PageId p) -> const BlockHash& { return groups_[g].pg[p].hash; };
+  }
+  void check_large_lists(GroupId g, const std::vector<std::uint32_t>& per_large) const;
+
+  std::vector<Group>& groups_;
+  LargePagePool& pool_;
+  PrefixIndex& index_;
+  EventLog& events_;
+  bool prefix_caching_;
+  std::vector<LargeRec> large_;
+  // Evictable small pages per large page: dense (4 bytes each, cache-resident), since a
+  // hit's pin loop touches it for every page and nothing else of the large page.
+  std::vector<std::uint32_t> ev_in_large_;
+  std::uint32_t num_full_ev_ = 0;  // large pages with every small page evictable
+  mutable LargeLru large_lru_;     // wholly evictable large pages, plus stale ones
+  // Large pages with no used small page, some evictable and some empty, plus stale ones:
+  // reclaimed by any group only when Jenga's five steps find nothing (step 6), so memory
+  // is never stranded in a group whose cached pages leave empty slots behind.
+  mutable LargeLru mixed_lru_;
+  std::vector<GroupId> single_;  // groups with one small page per large page (sources 1..)
+  std::uint64_t seq_ = 0;        // last insertion number handed out
+  std::uint32_t replay_epoch_ = 0;
+};
+
+}  // namespace kvmm::detail

@@ -1,0 +1,285 @@
+#include "prefix_lookup.hpp"
+
+#include "kvmm/detail/debug_checks.hpp"
+#include "kvmm/error.hpp"
+#include "prefetch.hpp"
+
+#include <algorithm>
+
+namespace kvmm::detail {
+
+namespace {
+
+constexpr PageId kUnknown = kNullPage - 1;  // a memo entry not probed yet
+constexpr std::uint64_t kNoProbe = ~std::uint64_t{0};
+
+// Group g's cached pages as the index's hash_of: holds(p, h) when page p is cached under h
+// (then the index maps h to p: check_invariants checks that every cached page is indexed).
+struct Cached {
+  const Group* grp;
+  bool holds(std::uint64_t p, const BlockHash& h) const {
+    return p < grp->pg.size() && grp->pg[p].hashed && grp->pg[p].hash == h;
+  }
+  const BlockHash& operator()(GroupId, PageId p) const { return grp->pg[p].hash; }
+};
+
+// Answers a policy's probes of one group from the request's page hashes, remembering every
+// answer (page id or null) so repeated candidates cost an array read and the pin needs no
+// second lookup. A known neighbour's page +-1 is tried first (a prefix cached by one
+// prefill sits in consecutive ids; a page cached under the same hash is the index's own
+// answer), else the index.
+class IndexProbe final : public PageProbe {
+ public:
+  IndexProbe(const PrefixIndex& index, GroupId g, std::span<const BlockHash> hashes, std::vector<PageId>& memo,
+             const Group& grp)
+      : index_(index), g_(g), hashes_(hashes), memo_(memo), grp_(grp), cached_{&grp} {}
+  bool hit(std::uint64_t i) override { return page(i) != kNullPage; }
+  PageId page(std::uint64_t i) {
+    if (i >= memo_.size() || i >= hashes_.size()) return kNullPage;
+    if (memo_[i] == kUnknown) memo_[i] = find(i);
+    return memo_[i];
+  }
+
+ private:
+  PageId find(std::uint64_t i) const {
+    const BlockHash& h = hashes_[i];
+    const bool down = i + 1 < memo_.size() && memo_[i + 1] < kUnknown;
+    const bool up = i > 0 && memo_[i - 1] < kUnknown;
+    // Scans run page by page up or down (a known neighbour tells which way; else both).
+    if (!down) prefetch_probe(index_, grp_, g_, hashes_.data(), i, hashes_.size(), true);
+    if (!up) prefetch_probe(index_, grp_, g_, hashes_.data(), i, hashes_.size(), false);
+    PageId guess = kNullPage;
+    if (down && memo_[i + 1] > 0 && cached_.holds(memo_[i + 1] - 1, h))
+      guess = memo_[i + 1] - 1;
+    else if (up && cached_.holds(std::uint64_t{memo_[i - 1]} + 1, h))
+      guess = memo_[i - 1] + 1;
+    if (guess == kNullPage) return index_.find(g_, h, cached_);
+    if constexpr (kCheckInternal) {
+      if (index_.find(g_, h, cached_) != guess)
+        fail("debug check: group {} page {}: the neighbour guess {} is not the index's answer", g_, i, guess);
+    }
+    return guess;
+  }
+  const PrefixIndex& index_;
+  GroupId g_;
+  std::span<const BlockHash> hashes_;
+  std::vector<PageId>& memo_;
+  const Group& grp_;
+  Cached cached_;
+};
+
+}  // namespace
+
+PrefixLookup::PrefixLookup(std::vector<Group>& groups, PageStore& store, PrefixIndex& index)
+    : groups_(groups),
+      store_(store),
+      index_(index),
+      memo_(groups.size()),
+      first_miss_(groups.size(), kNoProbe),
+      accepted_(groups.size(), 0) {}
+
+// A prefix cached by one prefill mostly sits in consecutive page ids, so the page after the
+// previous hit is tried first: cached under the same hash means the index maps that hash
+// to it, the same answer as a find, from records read in order instead of a random index
+// slot per page. Otherwise the index answers; while it did within the last 16 pages, its
+// slots are requested ahead (probe-ahead). A prefix in one long run skips all that.
+std::uint64_t PrefixLookup::probe_in_order(const Request& q, GroupId g, std::uint64_t pages) {
+  std::vector<PageId>& memo = memo_[g];
+  if (memo.size() < pages) memo.resize(pages);  // grows once per longest prompt
+  const Group& grp = groups_[g];
+  const BlockHash* hv = q.ids.chain(grp.hash_class).data();
+  const PageRec* rec = grp.pg.data();
+  const std::uint64_t num_pages = grp.pg.size();
+  PageId* out = memo.data();
+  std::uint64_t next = num_pages;  // candidate: the page after the previous hit
+  const Cached in_group{&grp};
+  std::uint64_t i = 0, last_index = 0;
+  for (; i < pages; ++i) {
+    if (i < last_index + kIndexAhead) prefetch_probe(index_, grp, g, hv, i, pages, true);
+    PageId page;
+    if (next < num_pages && rec[next].hashed && rec[next].hash == hv[i]) {
+      page = static_cast<PageId>(next);
+    } else {
+      last_index = i;
+      page = index_.find(g, hv[i], in_group);
+      if (page == kNullPage) break;
+    }
+    out[i] = page;
+    next = std::uint64_t{page} + 1;
+  }
+  return i;
+}
+
+// Group g's longest valid prefix of at most p tokens.
+std::uint64_t PrefixLookup::decoder_hit(const Request& q, GroupId g, std::uint64_t p) {
+  const Group& grp = groups_[g];
+  const std::span<const BlockHash> chain = q.ids.chain(grp.hash_class);
+  if (first_miss_[g] == kNoProbe) {
+    IndexProbe probe(index_, g, chain, memo_[g], grp);
+    return grp.policy->longest_valid_prefix(p, probe);
+  }
+  const std::uint64_t v = std::min(p / grp.P, first_miss_[g]) * grp.P;
+  if constexpr (kCheckInternal) {  // the in-order probe against the policy's own rule
+    std::vector<PageId> memo(p / grp.P, kUnknown);
+    IndexProbe probe(index_, g, chain, memo, grp);
+    if (const std::uint64_t w = grp.policy->longest_valid_prefix(p, probe); w != v)
+      fail("debug check: group {} in-order probe finds {} tokens, longest_valid_prefix {}", g, v, w);
+  }
+  return v;
+}
+
+// An encoder-token group: the hit stops before the first image it needs and lacks.
+std::uint64_t PrefixLookup::image_hit(const Request& q, GroupId g, std::uint64_t p) const {
+  const Group& grp = groups_[g];
+  const Cached in_group{&grp};
+  std::uint64_t v = p;
+  const std::span<const MultimodalItem> items = q.ids.items();
+  for (std::uint32_t k = 0; k < items.size(); ++k) {
+    const MultimodalItem& m = items[k];
+    if (!grp.image.needs(m.offset, m.length, v)) continue;
+    const std::uint64_t pages = q.item_page[g][k + 1] - q.item_page[g][k];
+    for (std::uint64_t j = 0; j < pages; ++j) {
+      if (index_.find(g, q.ids.item_page_hash(k, j), in_group) == kNullPage) {
+        v = m.offset;
+        break;
+      }
+    }
+  }
+  return v;
+}
+
+std::uint64_t PrefixLookup::longest_hit(RequestId handle, const Request& q, std::uint64_t limit) {
+  memo_owner_ = handle;
+  for (GroupId g = 0; g < groups_.size(); ++g) {
+    first_miss_[g] = kNoProbe;
+    const Group& grp = groups_[g];
+    if (!grp.decoder) continue;
+    accepted_[g] = ~std::uint64_t{0};
+    if (grp.whole_prefix)
+      first_miss_[g] = probe_in_order(q, g, limit / grp.P);
+    else
+      memo_[g].assign(limit / grp.P, kUnknown);
+  }
+  // Shrink p until every group accepts it. A group whose last answer equals p is not
+  // asked again.
+  std::uint64_t p = limit;
+  for (bool changed = true; changed && p > 0;) {
+    changed = false;
+    for (GroupId g = 0; g < groups_.size() && p > 0; ++g) {
+      std::uint64_t v = p;
+      if (groups_[g].decoder) {
+        if (accepted_[g] == p) continue;
+        v = accepted_[g] = decoder_hit(q, g, p);
+      } else {
+        v = image_hit(q, g, p);
+      }
+      if (v < p) {
+        p = v;
+        changed = true;
+      }
+    }
+  }
+  return p;
+}
+
+PageId PrefixLookup::page_of(const Request& q, GroupId g, std::uint64_t i) {
+  const Group& grp = groups_[g];
+  IndexProbe probe(index_, g, q.ids.chain(grp.hash_class), memo_[g], grp);
+  return probe.page(i);
+}
+
+bool PrefixLookup::pin_decoder(std::uint32_t r, const Request& q, GroupId g, std::uint64_t p, bool memo_valid) {
+  Group& grp = groups_[g];
+  const std::uint64_t pages = p / grp.P;
+  const std::uint64_t lo = std::min(grp.policy->first_required_page(p), pages);
+  const BlockHash* hv = q.ids.chain(grp.hash_class).data();
+  const PageId* hit;
+  if (memo_valid && grp.whole_prefix) {
+    if (pages > first_miss_[g]) return false;  // cannot be: the lookup accepted p
+    hit = memo_[g].data();
+  } else {
+    // Pages the memo knows (another group's lookup since: none), else the index.
+    if (!memo_valid) memo_[g].assign(pages, kUnknown);
+    run_.resize(pages);
+    for (std::uint64_t i = lo; i < pages; ++i) {
+      run_[i] = page_of(q, g, i);
+      if (run_[i] == kNullPage) return false;
+    }
+    hit = run_.data();
+  }
+  const std::size_t pinned = store_.acquire_run(g, hit + lo, hv + lo, pages - lo);
+  if (pinned != pages - lo) {  // a page was evicted since the lookup: undo this group's
+    for (std::size_t i = pinned; i-- > 0;) store_.release(g, hit[lo + i], 0, store_.rec(g, hit[lo + i]).prio);
+    return false;
+  }
+  grp.table.append(r, lo, kNullPage);
+  grp.table.append(r, std::span<const PageId>(hit + lo, hit + pages));
+  grp.table.set_num_tokens(r, p);
+  return true;
+}
+
+bool PrefixLookup::pin_images(std::uint32_t r, const Request& q, GroupId g, std::uint64_t p) {
+  Group& grp = groups_[g];
+  const Cached in_group{&grp};
+  const std::span<const MultimodalItem> items = q.ids.items();
+  for (std::uint32_t k = 0; k < items.size(); ++k) {
+    if (!grp.image.needs(items[k].offset, items[k].length, p)) continue;
+    for (std::uint64_t j = 0; j < q.item_page[g][k + 1] - q.item_page[g][k]; ++j) {
+      const PageId page = index_.find(g, q.ids.item_page_hash(k, j), in_group);
+      if (page == kNullPage) return false;
+      store_.acquire(g, page);
+      grp.table.set(r, static_cast<std::uint32_t>(q.item_page[g][k] + j), page);
+    }
+  }
+  return true;
+}
+
+// Releases what pin() mapped in groups [0, upto] and empties their rows: the pins were
+// lazy and nothing listed moved, so each page goes back in place (released at time 0, at
+// its own level).
+void PrefixLookup::unpin_rows(std::uint32_t r, GroupId upto) {
+  for (GroupId g = 0; g <= upto && g < groups_.size(); ++g) {
+    Group& grp = groups_[g];
+    const std::span<const PageId> row = grp.table.pages(r);
+    for (std::size_t i = row.size(); i-- > 0;)
+      if (row[i] != kNullPage) store_.release(g, row[i], 0, store_.rec(g, row[i]).prio);
+    grp.table.clear(r);
+  }
+}
+
+bool PrefixLookup::pin(RequestId handle, std::uint32_t r, const Request& q, std::uint64_t p) {
+  const bool memo_valid = memo_owner_ == handle;
+  for (GroupId g = 0; g < groups_.size(); ++g) {
+    Group& grp = groups_[g];
+    bool ok = true;
+    if (grp.decoder) {
+      ok = pin_decoder(r, q, g, p, memo_valid);
+    } else if (!q.ids.items().empty()) {
+      for (std::uint64_t i = 0; i < q.item_page[g].back(); ++i) grp.table.append(r, kNullPage);
+      grp.table.set_num_tokens(r, q.item_page[g].back() * grp.P);
+      ok = pin_images(r, q, g, p);
+    }
+    if (!ok) {
+      unpin_rows(r, g);
+      return false;
+    }
+  }
+  return true;
+}
+
+void PrefixLookup::count_hit(const Request& q, std::uint64_t p) {
+  for (GroupId g = 0; g < groups_.size(); ++g) {
+    Group& grp = groups_[g];
+    if (grp.decoder) {
+      const std::uint64_t pages = p / grp.P;
+      grp.hit_pages += pages - std::min(grp.policy->first_required_page(p), pages);
+      continue;
+    }
+    const std::span<const MultimodalItem> items = q.ids.items();
+    for (std::uint32_t k = 0; k < items.size(); ++k)
+      if (grp.image.needs(items[k].offset, items[k].length, p))
+        grp.hit_pages += q.item_page[g][k + 1] - q.item_page[g][k];
+  }
+}
+
+}  // namespace kvmm::detail

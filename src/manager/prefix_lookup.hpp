@@ -1,0 +1,58 @@
+// PrefixLookup (private to src/manager/): the longest prefix of a request valid in every
+// group (Jenga §5.2: each group's policy decides which of its pages a hit needs), found
+// without changing any page, and the pinning of that hit when allocate admits the request.
+// A lookup costs O(pages probed): a whole-prefix group (full attention) is probed once in
+// page order up to its first miss, other groups through their policy's
+// longest_valid_prefix over a memoized probe. Pinning costs O(hit pages).
+#pragma once
+
+#include "group.hpp"
+#include "kvmm/caching/prefix_index.hpp"
+#include "page_store.hpp"
+#include "request_table.hpp"
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace kvmm::detail {
+
+class PrefixLookup {
+ public:
+  PrefixLookup(std::vector<Group>& groups, PageStore& store, PrefixIndex& index);
+
+  // The longest prefix of at most `limit` tokens valid in every group for request q, whose
+  // chains cover limit tokens. Remembers the pages its probes found for pin() (until the
+  // next call). Changes no page and no list. O(pages probed).
+  std::uint64_t longest_hit(RequestId handle, const Request& q, std::uint64_t limit);
+  // Maps the pages a hit of p tokens needs in every group into request slot r's rows
+  // (references +1, lazy pins; kNullPage below what a group needs), each page checked to
+  // be still cached under its hash. false when one was evicted since the lookup: then
+  // nothing is pinned and the rows are as they were. O(hit pages).
+  bool pin(RequestId handle, std::uint32_t r, const Request& q, std::uint64_t p);
+  // Adds a hit of p tokens to each group's hit_pages (the pages it needs). O(groups + items).
+  void count_hit(const Request& q, std::uint64_t p);
+
+ private:
+  // Group g's pages [0, pages) probed in order up to the first miss, each hit recorded in
+  // memo_[g]; returns the first miss (pages when every page hits).
+  std::uint64_t probe_in_order(const Request& q, GroupId g, std::uint64_t pages);
+  std::uint64_t decoder_hit(const Request& q, GroupId g, std::uint64_t p);
+  std::uint64_t image_hit(const Request& q, GroupId g, std::uint64_t p) const;
+  // The page of group g holding page i of q's prefix (memo, else the index), or null.
+  PageId page_of(const Request& q, GroupId g, std::uint64_t i);
+  bool pin_decoder(std::uint32_t r, const Request& q, GroupId g, std::uint64_t p, bool memo_valid);
+  bool pin_images(std::uint32_t r, const Request& q, GroupId g, std::uint64_t p);
+  void unpin_rows(std::uint32_t r, GroupId upto);
+
+  std::vector<Group>& groups_;
+  PageStore& store_;
+  PrefixIndex& index_;
+  std::vector<std::vector<PageId>> memo_;  // per group: page ids found (or unknown / null)
+  std::vector<std::uint64_t> first_miss_;  // per whole-prefix group: its first missing page
+  std::vector<std::uint64_t> accepted_;    // per group: its last valid prefix
+  std::vector<PageId> run_;                // scratch: a group's pages to pin
+  RequestId memo_owner_ = kNoRequest;      // whose probes memo_ holds
+};
+
+}  // namespace kvmm::detail

@@ -1,0 +1,107 @@
+// The manager's requests (private to src/manager/): one record per request slot, reused,
+// and the handles the engine holds. A handle packs the slot with the slot's generation,
+// which rises at every free, so a handle kept past free() (a stale one) is refused with
+// kvmm::Error instead of acting on the slot's next request. Lookups are O(1); no heap use
+// once a slot's buffers have grown.
+#pragma once
+
+#include "kvmm/caching/request_hashes.hpp"
+#include "kvmm/error.hpp"
+#include "kvmm/types.hpp"
+
+#include <bit>
+#include <cstdint>
+#include <vector>
+
+namespace kvmm::detail {
+
+struct Request {
+  bool active = false, swapped = false, looked_up = false, enc_ready = false, enc_registered = false;
+  // Its first allocate succeeded: only then do its pages count as accessed (a request that
+  // looked up and could not be admitted leaves the hit pages' ages alone).
+  bool admitted = false;
+  // lookup_prefix found `hit` tokens that allocate has not pinned yet.
+  bool hit_pending = false;
+  std::uint64_t hit = 0;
+  RequestHashes ids;                     // token ids, extra keys and block-hash chains
+  std::vector<std::uint64_t> item_rank;  // random prefix length per item
+  std::uint32_t prio = 0;
+  std::uint64_t computed = 0, slots = 0, last_step = 0;
+  std::uint64_t step_end = 0;  // computed + the tokens its last allocate scheduled
+  std::uint32_t items_consumed = 0;
+  std::vector<std::uint64_t> lo;                      // per group: first page still held
+  std::vector<std::uint64_t> registered;              // per group: pages considered for caching
+  std::vector<std::vector<std::uint64_t>> item_page;  // per encoder group: item k's first page
+};
+
+class RequestTable {
+ public:
+  RequestTable(std::uint32_t max_requests, std::uint32_t num_groups)
+      : reqs_(max_requests),
+        gen_(max_requests, 1),
+        slot_bits_(max_requests > 1 ? static_cast<std::uint32_t>(std::bit_width(max_requests - 1u)) : 0),
+        max_gen_((std::uint64_t{1} << (32 - slot_bits_)) - 2) {
+    for (Request& q : reqs_) {
+      q.lo.assign(num_groups, 0);
+      q.registered.assign(num_groups, 0);
+      q.item_page.resize(num_groups);
+    }
+    free_.reserve(max_requests);
+    for (std::uint32_t s = max_requests; s-- > 0;) free_.push_back(s);
+  }
+
+  std::uint32_t capacity() const { return static_cast<std::uint32_t>(reqs_.size()); }
+  std::uint32_t num_active() const { return num_active_; }
+  bool full() const { return free_.empty(); }
+
+  // The slot the next take() hands out, and its handle; nothing changes.
+  std::uint32_t next_slot() const { return free_.back(); }
+  RequestId handle_of(std::uint32_t slot) const { return (gen_[slot] << slot_bits_) | slot; }
+  // Takes the next slot (must not be full()); returns its handle.
+  RequestId take() {
+    const std::uint32_t s = free_.back();
+    free_.pop_back();
+    reqs_[s].active = true;
+    ++num_active_;
+    return handle_of(s);
+  }
+  // Gives the slot back; its handles become stale.
+  void give_back(std::uint32_t slot) {
+    reqs_[slot].active = false;
+    gen_[slot] = gen_[slot] == max_gen_ ? 1 : gen_[slot] + 1;
+    free_.push_back(slot);
+    --num_active_;
+  }
+
+  // The slot of an active request's handle; kvmm::Error naming the handle otherwise.
+  std::uint32_t slot(RequestId r) const {
+    const std::uint32_t s = r & ((std::uint32_t{1} << slot_bits_) - 1u);
+    if (s < reqs_.size() && reqs_[s].active && handle_of(s) == r) [[likely]]
+      return s;
+    bad(r);
+  }
+  bool is_active(RequestId r) const {
+    const std::uint32_t s = r & ((std::uint32_t{1} << slot_bits_) - 1u);
+    return s < reqs_.size() && reqs_[s].active && handle_of(s) == r;
+  }
+  Request& operator[](std::uint32_t slot) { return reqs_[slot]; }
+  const Request& operator[](std::uint32_t slot) const { return reqs_[slot]; }
+
+ private:
+  [[noreturn, gnu::cold]] void bad(RequestId r) const {
+    const std::uint32_t s = r & ((std::uint32_t{1} << slot_bits_) - 1u);
+    if (s >= reqs_.size() || (r >> slot_bits_) == 0 || (r >> slot_bits_) > max_gen_)
+      fail("request = {}: not an active request (not a handle this manager issued)", r);
+    if (!reqs_[s].active) fail("request = {}: not an active request (freed)", r);
+    fail("request = {}: not an active request (a stale handle: its slot serves a newer request)", r);
+  }
+
+  std::vector<Request> reqs_;
+  std::vector<std::uint32_t> gen_;
+  std::vector<std::uint32_t> free_;
+  std::uint32_t slot_bits_;
+  std::uint32_t max_gen_;
+  std::uint32_t num_active_ = 0;
+};
+
+}  // namespace kvmm::detail

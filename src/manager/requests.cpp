@@ -1,0 +1,247 @@
+// ManagerCore's calls after admission: commit (caches full pages, O(new pages); releases
+// pages out of every policy's need, O(released)), fork (O(pages)), free and reset
+// (O(pages held)), prefix pins, and reset_prefix_cache (O(pages)).
+#include "manager_core.hpp"
+
+#include "kvmm/error.hpp"
+#include "prefetch.hpp"
+
+#include <algorithm>
+
+namespace kvmm::detail {
+
+std::uint64_t splitmix(std::uint64_t& state);  // core.cpp
+
+// ---------------------------------------------------------------- commit
+
+// The first page the step wrote, if partial, must be r's own: allocate plans the copy of a
+// page shared since fork; a commit without it would have let the kernels write another
+// request's page.
+void ManagerCore::check_shared_write(RequestId r, std::uint32_t s, const Request& q, std::uint64_t c) const {
+  const std::uint64_t c0 = q.computed;
+  for (GroupId g = 0; g < groups_.size(); ++g) {
+    const Group& grp = groups_[g];
+    if (!grp.decoder || c0 % grp.P == 0) continue;
+    const std::span<const PageId> pages = grp.table.pages(s);
+    const std::uint64_t idx = c0 / grp.P;
+    if (idx < pages.size() && pages[idx] != kNullPage && grp.pg[pages[idx]].ref > 1)
+      fail(
+          "request = {}: commit({}) writes page {} of group {}, shared since fork; call allocate(r, n) "
+          "before the step's kernels so its copy-on-write copy is planned",
+          r, c, pages[idx], g);
+  }
+}
+
+// Full pages below c become cached (index inserts, each missing the cache: requested ahead).
+void ManagerCore::register_full_pages(std::uint32_t s, Request& q, std::uint64_t c) {
+  for (GroupId g = 0; g < groups_.size(); ++g) {
+    Group& grp = groups_[g];
+    const std::uint64_t full = c / grp.P;
+    if (!grp.decoder || q.registered[g] >= full) continue;
+    q.ids.ensure(grp.hash_class, full);
+    const BlockHash* hv = q.ids.chain(grp.hash_class).data();
+    const PageId* pages = grp.table.pages(s).data();
+    for (std::uint64_t i = q.registered[g]; i < full; ++i) {
+      prefetch_insert(index_, grp, g, hv, pages, i, full);
+      if (pages[i] != kNullPage) store_.register_page(g, pages[i], hv[i]);
+    }
+    q.registered[g] = full;
+  }
+}
+
+// Pages no policy needs once c tokens are computed (a sliding window's tail) are released,
+// last first. Pages the step touched get this step's time; the others keep their last one.
+void ManagerCore::release_out_of_window(std::uint32_t s, Request& q, std::uint64_t c0, std::uint64_t c) {
+  for (GroupId g = 0; g < groups_.size(); ++g) {
+    Group& grp = groups_[g];
+    if (!grp.decoder) continue;
+    const std::span<const PageId> pages = grp.table.pages(s);
+    const std::uint64_t new_lo = std::min<std::uint64_t>(grp.policy->first_needed_page(c), pages.size());
+    if (new_lo <= q.lo[g]) continue;
+    const std::uint64_t touch_lo = grp.policy->first_touched_page(c0, c);
+    for (std::uint64_t i = new_lo; i-- > q.lo[g];) {
+      if (i >= q.lo[g] + kReleaseAhead && pages[i - kReleaseAhead] != kNullPage)
+        prefetch_release(store_, grp, pages[i - kReleaseAhead]);
+      const PageId p = pages[i];
+      if (p == kNullPage) continue;
+      store_.release(g, p, i >= touch_lo && c > c0 ? step_ : q.last_step, q.prio);
+      grp.table.set(s, static_cast<std::uint32_t>(i), kNullPage);
+    }
+    q.lo[g] = new_lo;
+  }
+}
+
+// Encoder groups: image pages are cached at the first commit; vision-embedding pages of
+// images the prefill consumed are released (Jenga §6.2).
+void ManagerCore::commit_images(std::uint32_t s, Request& q, std::uint64_t c) {
+  const std::span<const MultimodalItem> items = q.ids.items();
+  for (GroupId g = 0; g < groups_.size(); ++g) {
+    Group& grp = groups_[g];
+    if (grp.decoder) continue;
+    if (options_.prefix_caching && !q.enc_registered && c > 0) {
+      for (std::uint32_t k = 0; k < items.size(); ++k)
+        for (std::uint64_t i = q.item_page[g][k]; i < q.item_page[g][k + 1]; ++i)
+          if (const PageId p = grp.table.pages(s)[i]; p != kNullPage)
+            store_.register_page(g, p, q.ids.item_page_hash(k, i - q.item_page[g][k]));
+    }
+    if (!grp.image.release_when_consumed) continue;
+    for (std::uint32_t k = q.items_consumed; k < items.size(); ++k) {
+      if (items[k].offset + items[k].length > c) break;
+      for (std::uint64_t i = q.item_page[g][k + 1]; i-- > q.item_page[g][k];) {
+        const PageId p = grp.table.pages(s)[i];
+        if (p == kNullPage) continue;
+        store_.release(g, p, step_, q.prio);
+        grp.table.set(s, static_cast<std::uint32_t>(i), kNullPage);
+      }
+    }
+  }
+  if (c > 0) q.enc_registered = true;
+  while (q.items_consumed < items.size() && items[q.items_consumed].offset + items[q.items_consumed].length <= c)
+    ++q.items_consumed;
+}
+
+void ManagerCore::commit(RequestId r, std::uint64_t num_computed_tokens) {
+  const std::uint32_t s = running(r);
+  Request& q = reqs_[s];
+  const std::uint64_t c = num_computed_tokens, c0 = q.computed;
+  if (q.hit_pending) fail("request = {}: commit before the allocate that pins its prefix hit", r);
+  if (c < c0) fail("num_computed_tokens = {}: request {} already has {} computed", c, r, c0);
+  if (c > q.slots) fail("num_computed_tokens = {}: request {} has pages for {} tokens only", c, r, q.slots);
+  if (options_.prefix_caching && c > q.ids.num_tokens())
+    fail("num_computed_tokens = {}: request {} has {} token ids (append_tokens first)", c, r, q.ids.num_tokens());
+  if (c > c0) check_shared_write(r, s, q, c);
+  if (options_.prefix_caching) register_full_pages(s, q, c);
+  release_out_of_window(s, q, c0, c);
+  if (!q.ids.items().empty() && q.enc_ready) commit_images(s, q, c);
+  q.computed = c;
+  if (c > c0) q.last_step = step_;
+  expensive_check();
+}
+
+// ---------------------------------------------------------------- fork, free, reset
+
+RequestId ManagerCore::fork(RequestId parent) {
+  const std::uint32_t ps = running(parent);
+  if (reqs_.full()) fail("fork: all max_requests = {} slots are active", reqs_.capacity());
+  if (reqs_[ps].hit_pending) fail("request = {}: fork before the allocate that pins its prefix hit", parent);
+  const std::uint32_t s = reqs_.next_slot();
+  const Request& pq = reqs_[ps];
+  Request& q = reqs_[s];
+  q.swapped = q.hit_pending = false;
+  q.looked_up = true;
+  q.hit = pq.hit;
+  q.enc_ready = pq.enc_ready;
+  q.enc_registered = pq.enc_registered;
+  q.ids = pq.ids;
+  q.item_rank = pq.item_rank;
+  q.prio = pq.prio;
+  q.computed = q.slots = q.step_end = pq.computed;
+  q.last_step = pq.last_step;
+  q.admitted = pq.admitted;
+  q.items_consumed = pq.items_consumed;
+  q.item_page = pq.item_page;
+  for (GroupId g = 0; g < groups_.size(); ++g) {
+    Group& grp = groups_[g];
+    const std::span<const PageId> pages = grp.table.pages(ps);
+    const std::size_t k =
+        grp.decoder ? std::min<std::size_t>(pages.size(), pages_for(pq.computed, grp.P)) : pages.size();
+    for (std::size_t i = 0; i < k; ++i) {
+      grp.table.append(s, pages[i]);
+      if (pages[i] != kNullPage) ++grp.pg[pages[i]].ref;
+    }
+    grp.table.set_num_tokens(s, grp.decoder ? pq.computed : grp.table.num_tokens(ps));
+    q.registered[g] = std::min<std::uint64_t>(pq.registered[g], k);
+    q.lo[g] = std::min<std::uint64_t>(pq.lo[g], k);
+  }
+  const RequestId r = reqs_.take();
+  expensive_check();
+  return r;
+}
+
+// Last page first: within one step the longest prefix is evicted first, so the evictor
+// appends at its tail in O(1).
+void ManagerCore::release_rows(std::uint32_t s, const Request& q) {
+  for (GroupId g = 0; g < groups_.size(); ++g) {
+    Group& grp = groups_[g];
+    store_.release_row(g, grp.table.pages(s), q.last_step, q.prio);
+    grp.alloc.release_request(s);
+    grp.table.clear(s);
+  }
+}
+
+// Device pages, or host pages if swapped out.
+void ManagerCore::release_all(std::uint32_t s, Request& q) {
+  if (q.swapped) {
+    for (Group& grp : groups_) {
+      for (PageId h : grp.host_table.pages(s))
+        if (h != kNullPage) grp.host_alloc.free(h);
+      grp.host_alloc.release_request(s);
+      grp.host_table.clear(s);
+    }
+  } else {
+    release_rows(s, q);
+  }
+  q.swapped = q.hit_pending = false;
+}
+
+void ManagerCore::free(RequestId r) {
+  const std::uint32_t s = reqs_.slot(r);
+  release_all(s, reqs_[s]);
+  reqs_.give_back(s);
+  expensive_check();
+}
+
+void ManagerCore::reset(RequestId r) {
+  const std::uint32_t s = reqs_.slot(r);
+  Request& q = reqs_[s];
+  release_all(s, q);
+  q.looked_up = q.enc_ready = q.enc_registered = q.admitted = false;
+  q.hit = 0;
+  clear_progress(q);
+  // As a new request: its images get new random prefix lengths.
+  for (std::uint64_t& rank : q.item_rank) rank = splitmix(rng_) >> 1;
+  expensive_check();
+}
+
+// ---------------------------------------------------------------- cache control
+
+void ManagerCore::reset_prefix_cache() {
+  // Swapped-out pages come back private: their pre-reset content is not cached again.
+  for (Group& grp : groups_) std::fill(grp.host_hashed.begin(), grp.host_hashed.end(), std::uint8_t{0});
+  store_.forget_all();
+  expensive_check();
+}
+
+PinId ManagerCore::pin_prefix(RequestId r) {
+  const std::uint32_t s = running(r);
+  PinId id;
+  if (!free_pins_.empty()) {
+    id = free_pins_.back();
+    free_pins_.pop_back();
+  } else {
+    id = static_cast<PinId>(pins_.size());
+    pins_.emplace_back();
+  }
+  auto& held = pins_[id];
+  held.clear();
+  for (GroupId g = 0; g < groups_.size(); ++g) {
+    Group& grp = groups_[g];
+    for (PageId p : grp.table.pages(s)) {
+      if (p == kNullPage || !grp.pg[p].hashed) continue;
+      ++grp.pg[p].ref;
+      held.emplace_back(g, p);
+    }
+  }
+  return id;
+}
+
+void ManagerCore::unpin(PinId pin) {
+  if (pin >= pins_.size() || std::find(free_pins_.begin(), free_pins_.end(), pin) != free_pins_.end())
+    fail("pin = {}: not an active pin", pin);
+  for (auto it = pins_[pin].rbegin(); it != pins_[pin].rend(); ++it) store_.release(it->first, it->second, step_, 0);
+  pins_[pin].clear();
+  free_pins_.push_back(pin);
+  expensive_check();
+}
+
+}  // namespace kvmm::detail

@@ -1,0 +1,54 @@
+// ManagerCore::stats(): the cache's counters (O(1) each) and each group's memory use: used,
+// evictable and empty pages, and the bytes the used pages really hold (a page shared by a
+// fork or a hit counted once, at its fullest). O(pages held by requests and pins).
+#include "manager_core.hpp"
+
+#include <algorithm>
+
+namespace kvmm::detail {
+
+CacheStats ManagerCore::stats() const {
+  CacheStats s;
+  s.free_large_pages = pool_.num_free();
+  s.lookups = lookups_;
+  s.lookup_tokens = lookup_tokens_;
+  s.hit_tokens = hit_tokens_;
+  for (GroupId g = 0; g < groups_.size(); ++g) {
+    const Group& grp = groups_[g];
+    GroupStats gs;
+    gs.evictable_pages = grp.evictable;
+    gs.used_pages = grp.alloc.num_used_small() - grp.evictable;
+    gs.empty_pages = grp.alloc.num_free_small();
+    gs.large_pages = grp.alloc.num_large_pages();
+    gs.allocated_bytes = std::uint64_t{gs.used_pages} * layout_.small_page_bytes(g);
+    gs.hit_pages = grp.hit_pages;
+    gs.evicted_pages = grp.evicted;
+    std::vector<std::uint32_t> held(grp.pg.size(), 0);
+    for (std::uint32_t r = 0; r < reqs_.capacity(); ++r) {
+      const Request& q = reqs_[r];
+      if (!q.active || q.swapped) continue;
+      const std::span<const PageId> pages = grp.table.pages(r);
+      for (std::size_t i = 0; i < pages.size(); ++i) {
+        if (pages[i] == kNullPage) continue;
+        std::uint64_t tok = grp.P;
+        if (grp.decoder) {
+          const std::uint64_t start = i * std::uint64_t{grp.P};
+          tok = q.computed > start ? std::min<std::uint64_t>(grp.P, q.computed - start) : 0;
+        }
+        held[pages[i]] = std::max<std::uint32_t>(held[pages[i]], static_cast<std::uint32_t>(tok));
+      }
+    }
+    for (const auto& pin : pins_)
+      for (const auto& [pg, p] : pin)
+        if (pg == g) held[p] = grp.P;
+    for (PageId p = 0; p < held.size(); ++p) {
+      if (held[p] == 0) continue;
+      gs.needed_bytes += grp.spec.is_state() ? layout_.natural_page_bytes(g) : held[p] * grp.spec.bytes_per_token();
+    }
+    gs.waste_bytes = gs.allocated_bytes > gs.needed_bytes ? gs.allocated_bytes - gs.needed_bytes : 0;
+    s.groups.push_back(gs);
+  }
+  return s;
+}
+
+}  // namespace kvmm::detail
