@@ -68,8 +68,8 @@ class KvmmPolicy final : public Policy {
       if (caching_ && info.token_ids != nullptr && !info.token_ids->empty()) build_prompt_ids(q);
       // With caching the manager gets the ids at lookup_prefix, as many as the scheduler
       // knows, and hashes them from ids_ (no copy kept); later ones come with commit.
-      q.slot = kNoRequest;
-      if (!caching_) register_slot(q, {});
+      q.handle = kNoRequest;
+      if (!caching_) register_request(q, {});
     }
     q.lo.assign(kv_.layout().num_groups(), 0);
     q.shared_counted = false;
@@ -82,13 +82,13 @@ class KvmmPolicy final : public Policy {
     Req& q = req(id);
     // The manager looks up at most (token ids known - 1) tokens.
     const std::uint64_t known = std::uint64_t{max_hit} + 1;
-    if (q.slot == kNoRequest) {
-      register_slot(q, write_ids(q, 0, known, ids_));
+    if (q.handle == kNoRequest) {
+      register_request(q, write_ids(q, 0, known, ids_));
     } else if (caching_) {
       feed_ids(q, known);
     }
     // Pure: the hit's pages enter the rows at the first allocate.
-    const auto hit = static_cast<std::uint32_t>(kv_.lookup_prefix(q.slot));
+    const auto hit = static_cast<std::uint32_t>(kv_.lookup_prefix(q.handle));
     // Hit pages shared with another running request are counted at the first successful
     // allocate (count_shared): a failed admission is freed at once and never counts.
     q.shared_counted = false;
@@ -97,11 +97,11 @@ class KvmmPolicy final : public Policy {
 
   bool allocate(std::uint32_t id, std::uint32_t num_computed, std::uint32_t num_new) override {
     Req& q = req(id);
-    if (q.slot == kNoRequest) register_slot(q, {});  // no lookup_prefix first
-    if (kv_.num_computed(q.slot) != num_computed)
+    if (q.handle == kNoRequest) register_request(q, {});  // no lookup_prefix first
+    if (kv_.num_computed(q.handle) != num_computed)
       fail("num_computed = {}: request {} has {} computed tokens in the manager", num_computed, id,
-           kv_.num_computed(q.slot));
-    if (!kv_.allocate(q.slot, num_new)) return false;
+           kv_.num_computed(q.handle));
+    if (!kv_.allocate(q.handle, num_new)) return false;
     for (GroupId g = 0; g < kv_.layout().num_groups(); ++g) advance_lo(q, g);
     if (!q.shared_counted) count_shared(q);
     return true;
@@ -115,7 +115,7 @@ class KvmmPolicy final : public Policy {
     for (GroupId g = 0; g < l.num_groups(); ++g) {
       if (extra_[g] == 0) continue;
       // Shared image pages this commit releases stay held by their other holders.
-      const std::span<const PageId> pages = kv_.page_table(q.slot, g);
+      const std::span<const PageId> pages = kv_.page_table(q.handle, g);
       if (l.group(g).kind == LayerKind::kVisionEmbedding) {
         std::size_t i = 0;
         for (const MultimodalItem& m : q.items) {
@@ -126,22 +126,22 @@ class KvmmPolicy final : public Policy {
         }
       }
     }
-    kv_.commit(q.slot, num_computed);
+    kv_.commit(q.handle, num_computed);
     for (GroupId g = 0; g < l.num_groups(); ++g) advance_lo(q, g);
   }
 
   void free(std::uint32_t id) override {
     Req& q = release(id);
-    if (q.slot != kNoRequest) kv_.free(q.slot);
+    if (q.handle != kNoRequest) kv_.free(q.handle);
   }
 
-  // The request comes back with the same info: its manager slot keeps the token ids and
+  // The request comes back with the same info: its manager request keeps the token ids and
   // block hashes (KVCacheManager::reset), so its next lookup hashes nothing again.
   void preempt(std::uint32_t id) override {
     if (!caching_) return free(id);
     Req& q = release(id);
-    if (q.slot == kNoRequest) return;  // nothing registered yet: comes back as new
-    kv_.reset(q.slot);
+    if (q.handle == kNoRequest) return;  // nothing registered yet: comes back as new
+    kv_.reset(q.handle);
     q.parked = true;
     ++parked_;
   }
@@ -149,12 +149,12 @@ class KvmmPolicy final : public Policy {
   void check_invariants() const override {
     kv_.check_invariants();
     std::uint32_t registered = parked_;
-    for (std::uint32_t id : active_) registered += reqs_[id].slot != kNoRequest;
+    for (std::uint32_t id : active_) registered += reqs_[id].handle != kNoRequest;
     if (kv_.num_active() != registered)
       fail("invariant: manager has {} active requests, policy {} (with {} parked)", kv_.num_active(), registered,
            parked_);
     for (std::uint32_t id : active_)
-      if (!reqs_[id].active || (reqs_[id].slot != kNoRequest && !kv_.is_active(reqs_[id].slot)))
+      if (!reqs_[id].active || (reqs_[id].handle != kNoRequest && !kv_.is_active(reqs_[id].handle)))
         fail("invariant: request {} active in the policy, not in the manager", id);
     // The closed form of stats() against a page-by-page recount and the manager's counts.
     const CacheStats cs = kv_.stats();
@@ -164,8 +164,8 @@ class KvmmPolicy final : public Policy {
         fail("invariant: group {} used pages {} (closed form) / {} (recount) / {} (manager), needed bytes {} / {}", g,
              fast.distinct, exact.distinct, cs.groups[g].used_pages, fast.need, exact.need);
       for (std::uint32_t id : active_) {
-        if (reqs_[id].slot == kNoRequest) continue;
-        const std::span<const PageId> pages = kv_.page_table(reqs_[id].slot, g);
+        if (reqs_[id].handle == kNoRequest) continue;
+        const std::span<const PageId> pages = kv_.page_table(reqs_[id].handle, g);
         for (std::size_t i = 0; i < pages.size() && kv_.layout().group(g).is_decoder(); ++i)
           if ((pages[i] == kNullPage) != (i < reqs_[id].lo[g]))
             fail("invariant: request {} group {} entry {} null-ness disagrees with lo {}", id, g, i, reqs_[id].lo[g]);
@@ -201,8 +201,8 @@ class KvmmPolicy final : public Policy {
   struct Req {
     bool active = false;
     bool shared_counted = false;  // its shared hit pages are in extra_ (count_shared)
-    bool parked = false;          // preempted: the manager slot is kept, reset
-    RequestId slot = kNoRequest;
+    bool parked = false;          // preempted: the manager request is kept, reset
+    RequestId handle = kNoRequest;  // the manager's (kNoRequest: not registered yet)
     std::uint32_t pos = 0;  // index in active_
     SeqInfo info;
     std::vector<MultimodalItem> items;
@@ -228,17 +228,17 @@ class KvmmPolicy final : public Policy {
     std::uint64_t dup = 0;  // decoder groups: holds of pages another running request holds too
     if (grp.is_decoder()) {
       for (std::uint32_t id : active_) {
-        if (reqs_[id].slot == kNoRequest) continue;  // added, not looked up yet: holds nothing
-        const std::uint64_t n = kv_.page_table(reqs_[id].slot, g).size();
+        if (reqs_[id].handle == kNoRequest) continue;  // added, not looked up yet: holds nothing
+        const std::uint64_t n = kv_.page_table(reqs_[id].handle, g).size();
         dup += n - std::min<std::uint64_t>(n, reqs_[id].lo[g]);
       }
       dup -= kv_.num_used_pages(g);
     }
     for (std::uint32_t id : active_) {
       const Req& q = reqs_[id];
-      if (q.slot == kNoRequest) continue;
+      if (q.handle == kNoRequest) continue;
       if (!grp.is_decoder()) {
-        const std::uint64_t c = kv_.num_computed(q.slot);
+        const std::uint64_t c = kv_.num_computed(q.handle);
         for (const MultimodalItem& m : q.items) {
           if (grp.kind == LayerKind::kVisionEmbedding && m.offset + m.length <= c) continue;
           u.distinct += (m.length + P - 1) / P;
@@ -246,10 +246,10 @@ class KvmmPolicy final : public Policy {
         }
         continue;
       }
-      const std::uint64_t n = kv_.page_table(q.slot, g).size();
+      const std::uint64_t n = kv_.page_table(q.handle, g).size();
       if (n <= q.lo[g]) continue;
       u.distinct += n - q.lo[g];
-      const std::uint64_t T = std::min<std::uint64_t>(kv_.num_computed(q.slot) + 1, n * P);
+      const std::uint64_t T = std::min<std::uint64_t>(kv_.num_computed(q.handle) + 1, n * P);
       if (grp.is_state()) {
         u.need += grp.natural_page_bytes();
         continue;
@@ -261,7 +261,7 @@ class KvmmPolicy final : public Policy {
       if (dup == 0) continue;
       // Held pages before the window's front are needed partly or not at all by q; if
       // shared, the duplicate took a whole page back for q: corrected below.
-      const std::span<const PageId> pages = kv_.page_table(q.slot, g);
+      const std::span<const PageId> pages = kv_.page_table(q.handle, g);
       for (std::uint64_t i = q.lo[g]; i < n && i * P < from; ++i)
         if (pages[i] != kNullPage && kvmm::testing::ManagerInspector(kv_).ref_count(g, pages[i]) > 1)
           front_.push_back({pages[i], (i + 1) * P > from ? (std::min((i + 1) * P, T) - from) * bpt : 0});
@@ -309,7 +309,7 @@ class KvmmPolicy final : public Policy {
   void count_shared(Req& q) {
     for (GroupId g = 0; g < kv_.layout().num_groups(); ++g) {
       if (kv_.layout().group(g).is_decoder()) continue;
-      const std::span<const PageId> pages = kv_.page_table(q.slot, g);
+      const std::span<const PageId> pages = kv_.page_table(q.handle, g);
       for (std::size_t i = 0; i < pages.size(); ++i)
         if (pages[i] != kNullPage && kvmm::testing::ManagerInspector(kv_).ref_count(g, pages[i]) > 1) {
           ++extra_[g];
@@ -345,8 +345,8 @@ class KvmmPolicy final : public Policy {
     };
     for (std::uint32_t id : active_) {
       const Req& q = reqs_[id];
-      if (q.slot == kNoRequest) continue;
-      const std::span<const PageId> pages = kv_.page_table(q.slot, g);
+      if (q.handle == kNoRequest) continue;
+      const std::span<const PageId> pages = kv_.page_table(q.handle, g);
       if (!grp.is_decoder()) {
         std::size_t i = 0;  // item k's tokens fill its pages in order
         for (const MultimodalItem& m : q.items)
@@ -354,7 +354,7 @@ class KvmmPolicy final : public Policy {
             if (pages[i] != kNullPage) credit(pages[i], std::min<std::uint64_t>(P, m.length - t) * bpt);
         continue;
       }
-      const std::uint64_t T = std::min<std::uint64_t>(kv_.num_computed(q.slot) + 1, pages.size() * P);
+      const std::uint64_t T = std::min<std::uint64_t>(kv_.num_computed(q.handle) + 1, pages.size() * P);
       std::uint64_t from = 0;
       if (grp.kind == LayerKind::kSlidingWindow && T > grp.window) from = T - grp.window;
       if (grp.kind == LayerKind::kChunkedLocal && T > 0) from = (T - 1) / grp.chunk * grp.chunk;
@@ -373,7 +373,7 @@ class KvmmPolicy final : public Policy {
 
   void advance_lo(Req& q, GroupId g) {
     if (!kv_.layout().group(g).is_decoder()) return;
-    const std::span<const PageId> pages = kv_.page_table(q.slot, g);
+    const std::span<const PageId> pages = kv_.page_table(q.handle, g);
     while (q.lo[g] < pages.size() && pages[q.lo[g]] == kNullPage) ++q.lo[g];
   }
 
@@ -459,19 +459,19 @@ class KvmmPolicy final : public Policy {
     return {out.data(), n - from};
   }
 
-  // Appends the ids of positions [known, n) to the request's manager slot.
+  // Appends the ids of positions [known, n) to the request's manager request.
   void feed_ids(Req& q, std::uint64_t n) {
-    const std::uint64_t have = kv_.num_tokens(q.slot);
+    const std::uint64_t have = kv_.num_tokens(q.handle);
     if (n <= have) return;
-    kv_.append_tokens(q.slot, write_ids(q, have, n, ids_));
+    kv_.append_tokens(q.handle, write_ids(q, have, n, ids_));
   }
 
-  void register_slot(Req& q, std::span<const std::uint32_t> ids) {
+  void register_request(Req& q, std::span<const std::uint32_t> ids) {
     RequestExtras ex;
     ex.items = q.items;
     // The ids arrive in chunks; the prompt holds every image span.
     if (!q.items.empty()) ex.prompt_tokens = std::max<std::uint64_t>(ids.size(), q.items.back().offset + q.items.back().length);
-    q.slot = kv_.add_request(ids, ex);
+    q.handle = kv_.add_request(ids, ex);
   }
 
   // Takes the request out of the running set, its shared image pages out of extra_.
@@ -479,7 +479,7 @@ class KvmmPolicy final : public Policy {
     Req& q = req(id);
     for (GroupId g = 0; g < kv_.layout().num_groups() && q.shared_counted; ++g)
       if (extra_[g] > 0) {
-        const std::span<const PageId> pages = kv_.page_table(q.slot, g);
+        const std::span<const PageId> pages = kv_.page_table(q.handle, g);
         for (std::size_t i = 0; i < pages.size(); ++i) unshare(q, g, pages, i);
       }
     q.active = false;
@@ -500,7 +500,7 @@ class KvmmPolicy final : public Policy {
   bool cross_;
   std::vector<Req> reqs_;
   std::vector<std::uint32_t> active_;
-  std::uint32_t parked_ = 0;  // requests preempted, their manager slots kept
+  std::uint32_t parked_ = 0;  // requests preempted, their manager requests kept
   std::vector<std::uint32_t> ids_;  // scratch: ids handed to the manager
   std::vector<std::uint64_t> extra_;       // per image group: duplicate holds of shared pages
   std::vector<std::uint64_t> extra_need_;  // per group: their needed bytes

@@ -44,7 +44,7 @@ class RealSteps {
     return got(a_.groups_[g].alloc.try_fresh(r_));
   }
   bool any_free(GroupId g) { return got(a_.groups_[g].alloc.try_any()); }
-  // Evicting a small page frees a slot of the group (or, n = 1, its large page): served.
+  // Evicting a small page frees a small page of the group (or, n = 1, its large page): served.
   bool evict_small(GroupId g) {
     Group& grp = a_.groups_[g];
     const PageId s = a_.store_.small_front(g);
@@ -80,20 +80,20 @@ PageId PageAllocation::take_page(GroupId g, std::uint32_t r) {
   return steps.page;
 }
 
-// The steps on counters (see replay_feasible). Per group: sim_a_ free slots in r's
-// associated large pages, sim_f_ free slots, sim_e_ evictable pages.
+// The steps on counters (see replay_feasible). Per group: sim_a_ free small pages in r's
+// associated large pages, sim_f_ free small pages, sim_e_ evictable pages.
 class ReplaySteps {
  public:
   ReplaySteps(PageAllocation& a, std::uint32_t r, std::uint64_t pool) : a_(a), r_(r), pool_(pool) {}
 
-  // Step 1 serves first, from r's associated large pages; a mixed one it takes an empty slot
+  // Step 1 serves first, from r's associated large pages; a mixed one it takes a free small page
   // of is no longer step 6's to reclaim.
   void begin_group(GroupId g, std::uint64_t need) {
     a_.replay_spoil(g, r_, a_.groups_[g].alloc.first_associated(r_), true, std::min(need, a_.sim_a_[g]));
     any_takes_ = 0;
     spoiled_any_ = false;
   }
-  // Step 4 took empty slots from the group's large pages in list order.
+  // Step 4 took free small pages from the group's large pages in list order.
   void end_group(GroupId g) { spoil_any(g); }
 
   bool associated(GroupId g) {
@@ -108,7 +108,7 @@ class ReplaySteps {
     opened(g);
     return true;
   }
-  // A wholly evictable large page: no empty slot, not associated with a free one.
+  // A wholly evictable large page: no free small page, not associated with a free one.
   bool evict_large(GroupId g) {
     const PageId lp = a_.store_.earliest([this](std::uint32_t s) { return a_.rpos_[s]; }, src3_);
     if (lp == kNullPage) return false;
@@ -130,7 +130,7 @@ class ReplaySteps {
     --a_.sim_e_[g];
     return true;
   }
-  // Another group's large page of cached and empty slots; its empty slots leave that group
+  // Another group's large page of cached and free small pages; its free small pages leave that group
   // (and r's associated ones there, for a later group).
   bool reclaim_mixed(GroupId g) {
     spoil_any(g);  // step 4's takes all come before the group's first step 6
@@ -152,7 +152,7 @@ class ReplaySteps {
   }
 
  private:
-  // A large page opened for g (steps 2, 3, 6): the page taken, its other slots r's.
+  // A large page opened for g (steps 2, 3, 6): the page taken, its other small pages r's.
   void opened(GroupId g) {
     a_.sim_a_[g] += a_.groups_[g].n - 1;
     a_.sim_f_[g] += a_.groups_[g].n - 1;
@@ -186,7 +186,7 @@ bool PageAllocation::surely_infeasible(std::span<const std::uint64_t> need) cons
 
 int PageAllocation::quick_feasible(std::span<const std::uint64_t> need) const {
   // Sufficient, O(groups): group g needs at most ceil(need / n) large pages from steps 2
-  // and 3 (each one's other slots then serve it by step 1), and step 3 comes before the
+  // and 3 (each one's other small pages then serve it by step 1), and step 3 comes before the
   // steps that could fail. Under memory pressure this answers almost every call.
   std::uint64_t large_needed = 0;
   for (GroupId g = 0; g < groups_.size(); ++g) large_needed += (need[g] + groups_[g].n - 1) / groups_[g].n;
@@ -200,15 +200,15 @@ bool PageAllocation::feasible(std::uint32_t r, std::span<const std::uint64_t> ne
   const int quick = quick_feasible(need);
   if constexpr (kCheckInternal) {
     if (quick >= 0 && replay_feasible(r, need) != (quick == 1))
-      fail("debug check: quick feasibility answer {} differs from the replay for request slot {}", quick, r);
+      fail("debug check: quick feasibility answer {} differs from the replay for request row {}", quick, r);
   }
   return quick >= 0 ? quick == 1 : replay_feasible(r, need);
 }
 
-// Exact, because allocate() has no rollback: steps 1 and 4 take empty slots from the
+// Exact, because allocate() has no rollback: steps 1 and 4 take free small pages from the
 // request's and the group's large pages in list order, and replay_spoil walks those lists
-// the same way, so a mixed page that loses an empty slot to them is not counted for step
-// 6, and a mixed page step 6 reclaims takes its empty slots away from the groups after it.
+// the same way, so a mixed page that loses a free small page to them is not counted for step
+// 6, and a mixed page step 6 reclaims takes its free small pages away from the groups after it.
 bool PageAllocation::replay_feasible(std::uint32_t r, std::span<const std::uint64_t> need) {
   store_.replay_begin();
   for (GroupId g = 0; g < groups_.size(); ++g) {
@@ -229,7 +229,7 @@ bool PageAllocation::replay_feasible(std::uint32_t r, std::span<const std::uint6
   return true;
 }
 
-// Marks the mixed large pages that `takes` slot takes of group g fill, walking the list the
+// Marks the mixed large pages that `takes` small-page takes of group g fill, walking the list the
 // allocator takes them from (r's associated pages for step 1, the group's pages for step
 // 4, where r's own are already full) in its order, each until full.
 void PageAllocation::replay_spoil(GroupId g, std::uint32_t r, PageId first, bool by_request, std::uint64_t takes) {

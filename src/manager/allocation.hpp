@@ -10,7 +10,7 @@
 // step-3 order, see PageStore), (4) any free small page of the group, (5) evict the
 // group's LRU small page; then, where Jenga would fail, (6) reclaim the LRU large page of
 // another group that holds cached and empty but no used small pages, so memory is never
-// stranded in a group whose cached pages leave empty slots behind.
+// stranded in a group whose cached pages leave free small pages behind.
 #pragma once
 
 #include "group.hpp"
@@ -34,14 +34,14 @@ class PageAllocation {
  public:
   PageAllocation(std::vector<Group>& groups, LargePagePool& pool, PageStore& store);
 
-  // One page of group g for request slot r, kNullPage when the steps find none (never
+  // One page of group g for request row r, kNullPage when the steps find none (never
   // after feasible() said yes for the pages being taken).
   PageId take_page(GroupId g, std::uint32_t r);
   // Whether need[g] pages of every group g can be had, taken in group order as allocate()
   // and swap_in() take them. Exact (allocation has no rollback). Changes nothing but
   // dropping stale list entries.
   bool feasible(std::uint32_t r, std::span<const std::uint64_t> need);
-  // Necessary, O(groups): more pages than every free slot, evictable page and free large
+  // Necessary, O(groups): more pages than every free small page, evictable page and free large
   // page together cannot be had. Holds whatever is pinned later, so allocate asks it before
   // pinning a hit.
   bool surely_infeasible(std::span<const std::uint64_t> need) const;
@@ -58,7 +58,7 @@ class PageAllocation {
   PageStore& store_;
   VictimRing ring_;
   std::uint64_t slot_units_ = 0;  // lcm of the groups' n (0: too large for the bound)
-  // The replay's counters per group: free slots in r's associated large pages, free slots,
+  // The replay's counters per group: free small pages in r's associated large pages, free small pages,
   // evictable pages; and its cursor per step-3 source.
   std::vector<std::uint64_t> sim_a_, sim_f_, sim_e_;
   std::vector<PageId> rpos_;

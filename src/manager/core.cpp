@@ -89,7 +89,7 @@ ManagerCore::ManagerCore(KVLayout layout, const KVCacheManagerOptions& options)
 }
 
 std::uint32_t ManagerCore::running(RequestId r) const {
-  const std::uint32_t s = reqs_.slot(r);
+  const std::uint32_t s = reqs_.row(r);
   if (reqs_[s].swapped) fail("request = {}: swapped out (swap_in first)", r);
   return s;
 }
@@ -140,12 +140,12 @@ void check_extras(std::span<const std::uint32_t> tokens, const RequestExtras& ex
 
 RequestId ManagerCore::add_request(std::span<const std::uint32_t> tokens, const RequestExtras& extras) {
   if (reqs_.full())
-    fail("add_request: all max_requests = {} request slots are active (raise KVCacheManagerOptions::max_requests)",
+    fail("add_request: all max_requests = {} request rows are active (raise KVCacheManagerOptions::max_requests)",
          reqs_.capacity());
   check_extras(tokens, extras);
-  // The slot is taken last: whatever throws before (bad_alloc reserving for max_tokens)
+  // The row is taken last: whatever throws before (bad_alloc reserving for max_tokens)
   // leaves the manager as it was; an inactive record's fields are rewritten on reuse.
-  const std::uint32_t s = reqs_.next_slot();
+  const std::uint32_t s = reqs_.next_row();
   Request& q = reqs_[s];
   q.ids.assign(tokens, extras.lora_id, extras.cache_salt, extras.items, class_tokens_, options_.prefix_caching, false,
                extras.max_tokens);
@@ -171,14 +171,14 @@ RequestId ManagerCore::add_request(std::span<const std::uint32_t> tokens, const 
 }
 
 void ManagerCore::clear_progress(Request& q) {
-  q.computed = q.slots = q.last_step = q.step_end = 0;
+  q.computed = q.allocated = q.last_step = q.step_end = 0;
   q.items_consumed = 0;
   std::fill(q.lo.begin(), q.lo.end(), 0);
   std::fill(q.registered.begin(), q.registered.end(), 0);
 }
 
 void ManagerCore::append_tokens(RequestId r, std::span<const std::uint32_t> tokens) {
-  Request& q = reqs_[reqs_.slot(r)];
+  Request& q = reqs_[reqs_.row(r)];
   if (tokens.size() > KVCacheManager::kMaxTokens - q.ids.num_tokens())
     fail("tokens.size() = {}: request {} has {} tokens, at most {} in all", tokens.size(), r, q.ids.num_tokens(),
          KVCacheManager::kMaxTokens);
@@ -186,7 +186,7 @@ void ManagerCore::append_tokens(RequestId r, std::span<const std::uint32_t> toke
 }
 
 void ManagerCore::set_priority(RequestId r, std::uint32_t priority) {
-  reqs_[reqs_.slot(r)].prio = std::min<std::uint32_t>(priority, LruEvictor::kLevels - 1);
+  reqs_[reqs_.row(r)].prio = std::min<std::uint32_t>(priority, LruEvictor::kLevels - 1);
 }
 
 // ---------------------------------------------------------------- lookup_prefix
@@ -194,7 +194,7 @@ void ManagerCore::set_priority(RequestId r, std::uint32_t priority) {
 std::uint64_t ManagerCore::lookup_prefix(RequestId r) {
   const std::uint32_t s = running(r);
   Request& q = reqs_[s];
-  if (q.looked_up || q.slots > 0 || q.admitted)
+  if (q.looked_up || q.allocated > 0 || q.admitted)
     fail("request = {}: lookup_prefix must come once, before the first allocate (or after reset)", r);
   q.looked_up = true;
   ++lookups_;
@@ -213,7 +213,7 @@ std::uint64_t ManagerCore::lookup_prefix(RequestId r) {
   // Embedding pages of images the hit consumed entirely are never needed.
   while (q.items_consumed < items.size() && items[q.items_consumed].offset + items[q.items_consumed].length <= p)
     ++q.items_consumed;
-  q.computed = q.slots = p;
+  q.computed = q.allocated = p;
   hit_tokens_ += p;
   return p;
 }
@@ -251,7 +251,7 @@ bool ManagerCore::compute_need(std::uint32_t s, const Request& q, std::uint32_t 
     need_[g] = 0;
     cow_[g] = 0;
     if (grp.decoder) {
-      if (target > q.slots) {
+      if (target > q.allocated) {
         // A pending hit will bring its pages (below the policy's first required one: null).
         const std::uint64_t have = q.hit_pending ? q.hit / grp.P : grp.table.num_pages(s);
         const std::uint64_t want = pages_for(target, grp.P);
@@ -391,7 +391,7 @@ bool ManagerCore::allocate(RequestId r, std::uint32_t num_new_tokens, std::uint3
     build_encoder_rows(s, q);
     q.enc_ready = true;
   }
-  q.slots = std::max(q.slots, target);
+  q.allocated = std::max(q.allocated, target);
   q.step_end = q.computed + num_new_tokens;
   if (!q.admitted) {  // only now do its pages count as accessed
     q.admitted = true;

@@ -49,7 +49,7 @@ std::optional<std::span<const PageCopy>> ManagerCore::swap_out(RequestId r) {
 }
 
 std::optional<std::span<const PageCopy>> ManagerCore::swap_in(RequestId r) {
-  const std::uint32_t s = reqs_.slot(r);
+  const std::uint32_t s = reqs_.row(r);
   Request& q = reqs_[s];
   if (!q.swapped) fail("request = {}: not swapped out", r);
   for (GroupId g = 0; g < groups_.size(); ++g) {

@@ -16,26 +16,26 @@ void ManagerCore::check_tables(GroupId g, std::vector<std::uint32_t>& refs) cons
     const Request& q = reqs_[s];
     if (!q.active) {
       if (grp.table.num_pages(s) || grp.host_table.num_pages(s))
-        fail("invariant: inactive request slot {} holds pages in group {}", s, g);
+        fail("invariant: inactive row {} holds pages in group {}", s, g);
       continue;
     }
     for (PageId h : grp.host_table.pages(s)) host_used += h != kNullPage;
     const std::span<const PageId> pages = grp.table.pages(s);
     if (q.swapped || q.hit_pending) {
       if (!pages.empty())
-        fail("invariant: slot {} (swapped {}, hit pending {}) holds device pages", s, q.swapped, q.hit_pending);
+        fail("invariant: row {} (swapped {}, hit pending {}) holds device pages", s, q.swapped, q.hit_pending);
       continue;
     }
     if (grp.decoder) {
-      if (pages.size() != pages_for(q.slots, grp.P))
-        fail("invariant: slot {} group {} has {} pages for {} allocated tokens", s, g, pages.size(), q.slots);
+      if (pages.size() != pages_for(q.allocated, grp.P))
+        fail("invariant: row {} group {} has {} pages for {} allocated tokens", s, g, pages.size(), q.allocated);
       for (std::size_t i = 0; i < pages.size(); ++i)
         if ((pages[i] == kNullPage) != (i < q.lo[g]))
-          fail("invariant: slot {} group {} entry {} is {} (first held page {})", s, g, i, pages[i], q.lo[g]);
+          fail("invariant: row {} group {} entry {} is {} (first held page {})", s, g, i, pages[i], q.lo[g]);
     }
     for (PageId p : pages) {
       if (p == kNullPage) continue;
-      if (!grp.alloc.is_allocated(p)) fail("invariant: slot {} group {} maps empty page {}", s, g, p);
+      if (!grp.alloc.is_allocated(p)) fail("invariant: row {} group {} maps empty page {}", s, g, p);
       ++refs[p];
     }
   }
@@ -57,7 +57,7 @@ void ManagerCore::check_invariants() const {
   store_.check_invariants(refs);
   std::uint32_t active = 0;
   for (std::uint32_t s = 0; s < reqs_.capacity(); ++s) active += reqs_[s].active;
-  if (active != reqs_.num_active()) fail("invariant: {} active request slots, {} counted", active, reqs_.num_active());
+  if (active != reqs_.num_active()) fail("invariant: {} active request rows, {} counted", active, reqs_.num_active());
 }
 
 void PageStore::check_invariants(const std::vector<std::vector<std::uint32_t>>& refs) const {
@@ -115,7 +115,7 @@ void PageStore::check_invariants(const std::vector<std::vector<std::uint32_t>>& 
 
 // Group g's large pages: evictable counts, and the list each belongs in. Wholly evictable:
 // the large LRU; cached + empty, nothing used: the mixed LRU; each under its current key.
-// Anything else listed is a stale entry (a lazy pin, or a slot taken since).
+// Anything else listed is a stale entry (a lazy pin, or a small page taken since).
 void PageStore::check_large_lists(GroupId g, const std::vector<std::uint32_t>& per_large) const {
   const Group& grp = groups_[g];
   for (PageId lp = 0; lp < pool_.capacity(); ++lp) {

@@ -13,7 +13,7 @@ KVCacheManager::KVCacheManager(KVLayout layout, const KVCacheManagerOptions& opt
 } catch (const std::bad_alloc&) {
   fail(
       "num_large_pages = {}, num_host_large_pages = {}, max_requests = {}: the manager's metadata does not "
-      "fit in memory (about 200 bytes per small page and 100 per request slot)",
+      "fit in memory (about 200 bytes per small page and 100 per request row)",
       options.num_large_pages, options.num_host_large_pages, options.max_requests);
 }
 KVCacheManager::~KVCacheManager() = default;
@@ -56,16 +56,16 @@ bool KVCacheManager::is_active(RequestId r) const { return core_->requests().is_
 bool KVCacheManager::is_swapped(RequestId r) const { return is_active(r) && core_->req(r).swapped; }
 std::uint32_t KVCacheManager::num_active() const { return core_->requests().num_active(); }
 std::uint64_t KVCacheManager::num_computed(RequestId r) const { return core_->req(r).computed; }
-std::uint64_t KVCacheManager::num_allocated(RequestId r) const { return core_->req(r).slots; }
+std::uint64_t KVCacheManager::num_allocated(RequestId r) const { return core_->req(r).allocated; }
 std::uint64_t KVCacheManager::num_tokens(RequestId r) const { return core_->req(r).ids.num_tokens(); }
 std::span<const PageId> KVCacheManager::page_table(RequestId r, GroupId g) const {
-  return core_->group(g).table.pages(slot(r));
+  return core_->group(g).table.pages(row(r));
 }
 std::span<const PageId> KVCacheManager::host_page_table(RequestId r, GroupId g) const {
-  return core_->group(g).host_table.pages(slot(r));
+  return core_->group(g).host_table.pages(row(r));
 }
 const PageTableSet& KVCacheManager::page_tables(GroupId g) const { return core_->group(g).table; }
-std::uint32_t KVCacheManager::slot(RequestId r) const { return core_->requests().slot(r); }
+std::uint32_t KVCacheManager::row(RequestId r) const { return core_->requests().row(r); }
 const LargePagePool& KVCacheManager::large_pages() const { return core_->large_pages(); }
 const SmallPageAllocator& KVCacheManager::small_pages(GroupId g) const { return core_->group(g).alloc; }
 std::uint32_t KVCacheManager::num_used_pages(GroupId g) const {

@@ -67,7 +67,7 @@ class ManagerCore {
   std::uint64_t step() const { return step_; }
   std::span<const PageCopy> copies() const { return copies_; }
   const RequestTable& requests() const { return reqs_; }
-  const Request& req(RequestId r) const { return reqs_[reqs_.slot(r)]; }
+  const Request& req(RequestId r) const { return reqs_[reqs_.row(r)]; }
   GroupId check_group(GroupId g) const {
     if (g >= groups_.size()) fail("group = {}: layout has {} groups", g, groups_.size());
     return g;
@@ -83,7 +83,7 @@ class ManagerCore {
  private:
   static KVLayout validated(KVLayout layout, const KVCacheManagerOptions& options);
   static std::uint64_t pages_for(std::uint64_t tokens, std::uint32_t P) { return (tokens + P - 1) / P; }
-  // The slot of an active, not swapped-out request.
+  // The row of an active, not swapped-out request.
   std::uint32_t running(RequestId r) const;
   // ---- core.cpp helpers
   void build_encoder_rows(std::uint32_t s, const Request& q);

@@ -93,7 +93,7 @@ PageId PageStore::mixed_front() const {
   return lp;
 }
 
-// Jenga §5.4 step 3: a large page's key is its most recent cached small page's (empty slots
+// Jenga §5.4 step 3: a large page's key is its most recent cached small page's (free small pages
 // hold nothing and have no age). Its allocated small pages are exactly its evictable ones,
 // so the records alone tell (no allocator read).
 std::pair<EvictionKey, std::uint32_t> PageStore::large_entry(GroupId g, PageId lp) const {
@@ -149,7 +149,7 @@ void PageStore::release(GroupId g, PageId p, std::uint64_t t, std::uint32_t prio
   if (!rec.hashed) {
     rec.node.key.time = key.time;  // never listed
     grp.alloc.free(p);
-    // The large page may now hold only cached pages and empty slots (or be back in the
+    // The large page may now hold only cached pages and free small pages (or be back in the
     // pool: no entry may outlive that). One-page large pages are never listed there.
     if (grp.n > 1 &&
         (mixed(lp) || (pool_.slot(lp).owner == kNoGroup && (large_lru_.contains(lp) || mixed_lru_.contains(lp)))))
@@ -171,7 +171,7 @@ void PageStore::release(GroupId g, PageId p, std::uint64_t t, std::uint32_t prio
   rec.prio = static_cast<std::uint8_t>(prio);
   ++grp.evictable;
   ev_add(lp, grp.n);
-  // lp is g's (p was allocated): wholly evictable iff every slot is; mixed needs n > 1.
+  // lp is g's (p was allocated): wholly evictable iff every small page is; mixed needs n > 1.
   // A one-page large page is listed by its page's entry alone.
   if (grp.n > 1 && (ev_in_large_[lp] == grp.n || mixed(lp))) refresh_large(g, lp);
 }
@@ -229,7 +229,7 @@ void PageStore::forget_all() {
 }
 
 // Stale entries are dropped as the fronts would drop them; pages the replay already
-// evicted, or took an empty slot of (the real run makes those stale only when it gets
+// evicted, or took a free small page of (the real run makes those stale only when it gets
 // there), are skipped. A one-page group's entry is stale exactly when its large page is
 // not wholly evictable (see source_front).
 template <class Lru>

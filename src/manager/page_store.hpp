@@ -30,7 +30,7 @@ class EventLog;
 // Per large page, what the list walks and the feasibility replay read: one 64-byte record.
 struct alignas(64) LargeRec {
   LruNode node;              // in the large-page or the mixed LRU (tags 0 and 1), or neither
-  std::uint32_t replay = 0;  // evicted or slot taken by the current replay (== epoch)
+  std::uint32_t replay = 0;  // evicted or small page taken by the current replay (== epoch)
   std::uint64_t seq = 0;     // insertion number while in the large-page LRU (see PageRec)
 };
 using LargeLru = LruOrder<MemberNodes<LargeRec, &LargeRec::node>>;
@@ -140,7 +140,7 @@ class PageStore {
     return &groups_[single_[src - 1]].pg[id];
   }
 
-  // ---- the feasibility replay's marks: evicted, or an empty slot taken, by this replay
+  // ---- the feasibility replay's marks: evicted, or a free small page taken, by this replay
   void replay_begin() {
     if (++replay_epoch_ == 0) {
       for (LargeRec& l : large_) l.replay = 0;
@@ -198,7 +198,7 @@ class PageStore {
   mutable LargeLru large_lru_;     // wholly evictable large pages, plus stale ones
   // Large pages with no used small page, some evictable and some empty, plus stale ones:
   // reclaimed by any group only when Jenga's five steps find nothing (step 6), so memory
-  // is never stranded in a group whose cached pages leave empty slots behind.
+  // is never stranded in a group whose cached pages leave free small pages behind.
   mutable LargeLru mixed_lru_;
   std::vector<GroupId> single_;  // groups with one small page per large page (sources 1..)
   std::uint64_t seq_ = 0;        // last insertion number handed out

@@ -2,11 +2,11 @@
 // hint behind KVMM_PREFETCH (kvmm/detail/prefetch.hpp): built with -DKVMM_PREFETCH=OFF they
 // issue nothing and every result is the same. Why they exist: the manager's per-page work
 // is a few cached operations on records that sit in separate random cache lines (a page's
-// record, its large page's, the allocator's slot, the index slot), so where the next
+// record, its large page's, the allocator's entry, the index bucket), so where the next
 // addresses are known they are requested ahead and the misses overlap.
 //   release-ahead   loops releasing a page-table row request the lines 8 pages ahead;
 //   victim ring     step 3's next victims, whose lines are requested in stages;
-//   probe-ahead     index slots 16 pages ahead of a probe, candidates' records 8 ahead;
+//   probe-ahead     index buckets 16 pages ahead of a probe, candidates' records 8 ahead;
 //   insert-ahead    commit's index inserts: the same, ahead of each insert.
 #pragma once
 
@@ -33,7 +33,7 @@ inline void prefetch_release(const PageStore& store, const Group& grp, PageId p)
 }
 
 // ---- probe-ahead and insert-ahead
-inline constexpr std::uint64_t kIndexAhead = 16;  // pages ahead: the index slot
+inline constexpr std::uint64_t kIndexAhead = 16;  // pages ahead: the index bucket
 inline constexpr std::uint64_t kRecordAhead = 8;  // pages ahead: records its fingerprints name
 
 // For a scan over pages [0, n) of hashes hv, at page i, in direction up (i rising) or down.
@@ -50,8 +50,8 @@ inline void prefetch_probe(const PrefixIndex& index, const Group& grp, GroupId g
   }
 }
 
-// Before commit's insert of page i of [.., full): the slot 16 ahead; 8 ahead, the page's
-// record and any record a fingerprint in the slot's line names (same content cached
+// Before commit's insert of page i of [.., full): the bucket 16 ahead; 8 ahead, the page's
+// record and any record a fingerprint in the bucket's line names (same content cached
 // already: the insert confirms it there).
 inline void prefetch_insert(const PrefixIndex& index, const Group& grp, GroupId g, const BlockHash* hv,
                             const PageId* pages, std::uint64_t i, std::uint64_t full) {
@@ -65,7 +65,7 @@ inline void prefetch_insert(const PrefixIndex& index, const Group& grp, GroupId 
 
 // ---- victim ring
 // Step 3 evicts in runs down the merged step-3 order, and each victim's records (its large
-// page, small pages, allocator slots, LRU neighbours, index slots) sit in separate random
+// page, small pages, allocator entries, LRU neighbours, index buckets) sit in separate random
 // lines: loaded serially, a victim costs several memory latencies. So the entries after
 // the front are kept in a ring (a hint: the lists alone decide) and their lines are
 // requested in stages as they approach, each stage reading only what an earlier one
@@ -120,7 +120,7 @@ class VictimRing {
       }
     }
   }
-  // Stage 2, halfway: the owner is known now; the small pages' records and slots, and the
+  // Stage 2, halfway: the owner is known now; the small pages' records and allocator entries, and the
   // records the taking group will write when the page comes back to it.
   static void stage_owner(const PageStore& store, PageId v, GroupId taker) {
     const GroupId h = store.pool().slot(v).owner;
@@ -136,7 +136,7 @@ class VictimRing {
       for (PageId s = v * gt.n; s < (v + 1) * gt.n && s < v * gt.n + 8; ++s) prefetch_write(&gt.pg[s]);
     }
   }
-  // Stage 3, the next victim: its index slots and its small pages' LRU neighbours.
+  // Stage 3, the next victim: its index buckets and its small pages' LRU neighbours.
   static void stage_neighbours(const PageStore& store, PageId v) {
     const GroupId h = store.pool().slot(v).owner;
     if (h == kNoGroup) return;

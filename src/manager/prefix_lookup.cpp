@@ -81,8 +81,8 @@ PrefixLookup::PrefixLookup(std::vector<Group>& groups, PageStore& store, PrefixI
 // A prefix cached by one prefill mostly sits in consecutive page ids, so the page after the
 // previous hit is tried first: cached under the same hash means the index maps that hash
 // to it, the same answer as a find, from records read in order instead of a random index
-// slot per page. Otherwise the index answers; while it did within the last 16 pages, its
-// slots are requested ahead (probe-ahead). A prefix in one long run skips all that.
+// bucket per page. Otherwise the index answers; while it did within the last 16 pages, its
+// buckets are requested ahead (probe-ahead). A prefix in one long run skips all that.
 std::uint64_t PrefixLookup::probe_in_order(const Request& q, GroupId g, std::uint64_t pages) {
   std::vector<PageId>& memo = memo_[g];
   if (memo.size() < pages) memo.resize(pages);  // grows once per longest prompt

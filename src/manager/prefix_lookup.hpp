@@ -25,7 +25,7 @@ class PrefixLookup {
   // chains cover limit tokens. Remembers the pages its probes found for pin() (until the
   // next call). Changes no page and no list. O(pages probed).
   std::uint64_t longest_hit(RequestId handle, const Request& q, std::uint64_t limit);
-  // Maps the pages a hit of p tokens needs in every group into request slot r's rows
+  // Maps the pages a hit of p tokens needs in every group into request row r's rows
   // (references +1, lazy pins; kNullPage below what a group needs), each page checked to
   // be still cached under its hash. false when one was evicted since the lookup: then
   // nothing is pinned and the rows are as they were. O(hit pages).

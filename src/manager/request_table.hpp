@@ -1,8 +1,8 @@
-// The manager's requests (private to src/manager/): one record per request slot, reused,
-// and the handles the engine holds. A handle packs the slot with the slot's generation,
+// The manager's requests (private to src/manager/): one record per request row, reused,
+// and the handles the engine holds. A handle packs the row with the row's generation,
 // which rises at every free, so a handle kept past free() (a stale one) is refused with
-// kvmm::Error instead of acting on the slot's next request. Lookups are O(1); no heap use
-// once a slot's buffers have grown.
+// kvmm::Error instead of acting on the row's next request. Lookups are O(1); no heap use
+// once a row's buffers have grown.
 #pragma once
 
 #include "kvmm/caching/request_hashes.hpp"
@@ -26,7 +26,7 @@ struct Request {
   RequestHashes ids;                     // token ids, extra keys and block-hash chains
   std::vector<std::uint64_t> item_rank;  // random prefix length per item
   std::uint32_t prio = 0;
-  std::uint64_t computed = 0, slots = 0, last_step = 0;
+  std::uint64_t computed = 0, allocated = 0, last_step = 0;
   std::uint64_t step_end = 0;  // computed + the tokens its last allocate scheduled
   std::uint32_t items_consumed = 0;
   std::vector<std::uint64_t> lo;                      // per group: first page still held
@@ -39,8 +39,8 @@ class RequestTable {
   RequestTable(std::uint32_t max_requests, std::uint32_t num_groups)
       : reqs_(max_requests),
         gen_(max_requests, 1),
-        slot_bits_(max_requests > 1 ? static_cast<std::uint32_t>(std::bit_width(max_requests - 1u)) : 0),
-        max_gen_((std::uint64_t{1} << (32 - slot_bits_)) - 2) {
+        row_bits_(max_requests > 1 ? static_cast<std::uint32_t>(std::bit_width(max_requests - 1u)) : 0),
+        max_gen_((std::uint64_t{1} << (32 - row_bits_)) - 2) {
     for (Request& q : reqs_) {
       q.lo.assign(num_groups, 0);
       q.registered.assign(num_groups, 0);
@@ -54,10 +54,10 @@ class RequestTable {
   std::uint32_t num_active() const { return num_active_; }
   bool full() const { return free_.empty(); }
 
-  // The slot the next take() hands out, and its handle; nothing changes.
-  std::uint32_t next_slot() const { return free_.back(); }
-  RequestId handle_of(std::uint32_t slot) const { return (gen_[slot] << slot_bits_) | slot; }
-  // Takes the next slot (must not be full()); returns its handle.
+  // The row the next take() hands out, and its handle; nothing changes.
+  std::uint32_t next_row() const { return free_.back(); }
+  RequestId handle_of(std::uint32_t row) const { return (gen_[row] << row_bits_) | row; }
+  // Takes the next row (must not be full()); returns its handle.
   RequestId take() {
     const std::uint32_t s = free_.back();
     free_.pop_back();
@@ -65,41 +65,41 @@ class RequestTable {
     ++num_active_;
     return handle_of(s);
   }
-  // Gives the slot back; its handles become stale.
-  void give_back(std::uint32_t slot) {
-    reqs_[slot].active = false;
-    gen_[slot] = gen_[slot] == max_gen_ ? 1 : gen_[slot] + 1;
-    free_.push_back(slot);
+  // Gives the row back; its handles become stale.
+  void give_back(std::uint32_t row) {
+    reqs_[row].active = false;
+    gen_[row] = gen_[row] == max_gen_ ? 1 : gen_[row] + 1;
+    free_.push_back(row);
     --num_active_;
   }
 
-  // The slot of an active request's handle; kvmm::Error naming the handle otherwise.
-  std::uint32_t slot(RequestId r) const {
-    const std::uint32_t s = r & ((std::uint32_t{1} << slot_bits_) - 1u);
+  // The row of an active request's handle; kvmm::Error naming the handle otherwise.
+  std::uint32_t row(RequestId r) const {
+    const std::uint32_t s = r & ((std::uint32_t{1} << row_bits_) - 1u);
     if (s < reqs_.size() && reqs_[s].active && handle_of(s) == r) [[likely]]
       return s;
     bad(r);
   }
   bool is_active(RequestId r) const {
-    const std::uint32_t s = r & ((std::uint32_t{1} << slot_bits_) - 1u);
+    const std::uint32_t s = r & ((std::uint32_t{1} << row_bits_) - 1u);
     return s < reqs_.size() && reqs_[s].active && handle_of(s) == r;
   }
-  Request& operator[](std::uint32_t slot) { return reqs_[slot]; }
-  const Request& operator[](std::uint32_t slot) const { return reqs_[slot]; }
+  Request& operator[](std::uint32_t row) { return reqs_[row]; }
+  const Request& operator[](std::uint32_t row) const { return reqs_[row]; }
 
  private:
   [[noreturn, gnu::cold]] void bad(RequestId r) const {
-    const std::uint32_t s = r & ((std::uint32_t{1} << slot_bits_) - 1u);
-    if (s >= reqs_.size() || (r >> slot_bits_) == 0 || (r >> slot_bits_) > max_gen_)
+    const std::uint32_t s = r & ((std::uint32_t{1} << row_bits_) - 1u);
+    if (s >= reqs_.size() || (r >> row_bits_) == 0 || (r >> row_bits_) > max_gen_)
       fail("request = {}: not an active request (not a handle this manager issued)", r);
     if (!reqs_[s].active) fail("request = {}: not an active request (freed)", r);
-    fail("request = {}: not an active request (a stale handle: its slot serves a newer request)", r);
+    fail("request = {}: not an active request (a stale handle: its row serves a newer request)", r);
   }
 
   std::vector<Request> reqs_;
   std::vector<std::uint32_t> gen_;
   std::vector<std::uint32_t> free_;
-  std::uint32_t slot_bits_;
+  std::uint32_t row_bits_;
   std::uint32_t max_gen_;
   std::uint32_t num_active_ = 0;
 };

@@ -106,7 +106,7 @@ void ManagerCore::commit(RequestId r, std::uint64_t num_computed_tokens) {
   const std::uint64_t c = num_computed_tokens, c0 = q.computed;
   if (q.hit_pending) fail("request = {}: commit before the allocate that pins its prefix hit", r);
   if (c < c0) fail("num_computed_tokens = {}: request {} already has {} computed", c, r, c0);
-  if (c > q.slots) fail("num_computed_tokens = {}: request {} has pages for {} tokens only", c, r, q.slots);
+  if (c > q.allocated) fail("num_computed_tokens = {}: request {} has pages for {} tokens only", c, r, q.allocated);
   if (options_.prefix_caching && c > q.ids.num_tokens())
     fail("num_computed_tokens = {}: request {} has {} token ids (append_tokens first)", c, r, q.ids.num_tokens());
   if (c > c0) check_shared_write(r, s, q, c);
@@ -122,9 +122,9 @@ void ManagerCore::commit(RequestId r, std::uint64_t num_computed_tokens) {
 
 RequestId ManagerCore::fork(RequestId parent) {
   const std::uint32_t ps = running(parent);
-  if (reqs_.full()) fail("fork: all max_requests = {} slots are active", reqs_.capacity());
+  if (reqs_.full()) fail("fork: all max_requests = {} rows are active", reqs_.capacity());
   if (reqs_[ps].hit_pending) fail("request = {}: fork before the allocate that pins its prefix hit", parent);
-  const std::uint32_t s = reqs_.next_slot();
+  const std::uint32_t s = reqs_.next_row();
   const Request& pq = reqs_[ps];
   Request& q = reqs_[s];
   q.swapped = q.hit_pending = false;
@@ -135,7 +135,7 @@ RequestId ManagerCore::fork(RequestId parent) {
   q.ids = pq.ids;
   q.item_rank = pq.item_rank;
   q.prio = pq.prio;
-  q.computed = q.slots = q.step_end = pq.computed;
+  q.computed = q.allocated = q.step_end = pq.computed;
   q.last_step = pq.last_step;
   q.admitted = pq.admitted;
   q.items_consumed = pq.items_consumed;
@@ -185,14 +185,14 @@ void ManagerCore::release_all(std::uint32_t s, Request& q) {
 }
 
 void ManagerCore::free(RequestId r) {
-  const std::uint32_t s = reqs_.slot(r);
+  const std::uint32_t s = reqs_.row(r);
   release_all(s, reqs_[s]);
   reqs_.give_back(s);
   expensive_check();
 }
 
 void ManagerCore::reset(RequestId r) {
-  const std::uint32_t s = reqs_.slot(r);
+  const std::uint32_t s = reqs_.row(r);
   Request& q = reqs_[s];
   release_all(s, q);
   q.looked_up = q.enc_ready = q.enc_registered = q.admitted = false;

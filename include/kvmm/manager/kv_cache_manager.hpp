@@ -33,7 +33,7 @@ class ManagerInspector;
 struct KVCacheManagerOptions {
   std::uint32_t num_large_pages = 0;       // device pool
   std::uint32_t num_host_large_pages = 0;  // host pool of the same layout, for swap_out
-  std::uint32_t max_requests = 1024;       // request slots, at most KVCacheManager::kMaxRequests
+  std::uint32_t max_requests = 1024;       // request rows, at most KVCacheManager::kMaxRequests
   bool prefix_caching = true;
   bool record_events = false;       // keep stored/removed events for take_events()
   std::uint64_t seed = 0x6b766d6d;  // random per-image prefix lengths
@@ -167,10 +167,10 @@ class KVCacheManager {
   std::uint64_t num_tokens(RequestId r) const;
   std::span<const PageId> page_table(RequestId r, GroupId g) const;
   std::span<const PageId> host_page_table(RequestId r, GroupId g) const;
-  // The rows of group g, indexed by request slot (slot(r)), for the batch exports of
+  // The rows of group g, indexed by request row (row(r)), for the batch exports of
   // paging/page_table.hpp.
   const PageTableSet& page_tables(GroupId g) const;
-  std::uint32_t slot(RequestId r) const;
+  std::uint32_t row(RequestId r) const;
   const LargePagePool& large_pages() const;
   const SmallPageAllocator& small_pages(GroupId g) const;
   // Distinct small pages of g held by requests or pins (reference count > 0), cached ones
