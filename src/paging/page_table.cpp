@@ -5,10 +5,19 @@
 namespace kvmm {
 
 PageTableSet::PageTableSet(std::uint32_t max_requests, std::uint32_t tokens_per_page)
-    : rows_(max_requests), tokens_(max_requests, 0), tokens_per_page_(tokens_per_page),
-      last_batch_(max_requests, kNoRequest), last_len_(max_requests, 0) {
-  if (max_requests == 0) fail("max_requests = 0: must be >= 1");
+    : tokens_per_page_(tokens_per_page) {
+  // Checked before the rows are allocated: 2^32-1 rows would be 128 GiB.
+  if (max_requests == 0 || max_requests == kNoRequest)
+    fail("max_requests = {}: must be in [1, 2^32-1)", max_requests);
   if (tokens_per_page == 0) fail("tokens_per_page = 0: must be >= 1");
+  rows_.resize(max_requests);
+  tokens_.assign(max_requests, 0);
+  last_batch_.assign(max_requests, kNoRequest);
+  last_len_.assign(max_requests, 0);
+}
+
+void PageTableSet::bad_count(RequestId r, std::uint64_t count) const {
+  fail("count = {}: request {} would hold more than 2^31-1 pages ({} now)", count, r, rows_[r].pages.size());
 }
 
 void PageTableSet::bad_request(RequestId r) const {
@@ -100,7 +109,7 @@ std::size_t PageTableSet::export_dense_incremental(std::span<const RequestId> ba
   if (max_pages != last_max_pages_ || pad != last_pad_) invalidate_incremental();
   std::size_t written = 0;
   for (std::size_t i = 0; i < batch.size(); ++i) {
-    Row& w = rows_[batch[i]];
+    const Row& w = rows_[batch[i]];
     PageId* out = table.data() + i * max_pages;
     const auto len = static_cast<std::uint32_t>(w.pages.size());
     std::uint32_t from = 0, pad_to = max_pages;
@@ -111,10 +120,12 @@ std::size_t PageTableSet::export_dense_incremental(std::span<const RequestId> ba
     std::copy(w.pages.begin() + from, w.pages.end(), out + from);
     std::fill(out + len, out + pad_to, pad);
     written += (len - from) + (pad_to - len);
-    w.dirty_lo = kClean;
     last_batch_[i] = batch[i];
     last_len_[i] = len;
   }
+  // Dirty marks are cleared only after every row was written: a request twice in the
+  // batch needs its mark at both rows.
+  for (RequestId r : batch) rows_[r].dirty_lo = kClean;
   last_rows_ = static_cast<std::uint32_t>(batch.size());
   last_max_pages_ = max_pages;
   last_pad_ = pad;

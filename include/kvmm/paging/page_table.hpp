@@ -17,6 +17,8 @@ namespace kvmm {
 
 class PageTableSet {
  public:
+  // Raises kvmm::Error, before allocating, for max_requests outside [1, 2^32-1) or
+  // tokens_per_page = 0.
   PageTableSet(std::uint32_t max_requests, std::uint32_t tokens_per_page);
 
   std::uint32_t max_requests() const { return static_cast<std::uint32_t>(rows_.size()); }
@@ -32,13 +34,17 @@ class PageTableSet {
     w.pages.push_back(page);
   }
   // Bulk forms of append: `pages` in order, or `count` copies of `page`. O(count).
+  // A row holds at most 2^31-1 pages (a row indexes with int32 in FlashInfer's and
+  // FlashAttention's tables): kvmm::Error naming `count` past that, nothing appended.
   void append(RequestId r, std::span<const PageId> pages) {
     Row& w = row(r);
+    if (pages.size() > kMaxPages - w.pages.size()) bad_count(r, pages.size());
     mark(w, w.pages.size());
     w.pages.insert(w.pages.end(), pages.begin(), pages.end());
   }
   void append(RequestId r, std::uint64_t count, PageId page) {
     Row& w = row(r);
+    if (count > kMaxPages - w.pages.size()) bad_count(r, count);
     mark(w, w.pages.size());
     w.pages.insert(w.pages.end(), count, page);
   }
@@ -67,7 +73,8 @@ class PageTableSet {
 
   // Like export_dense, for a buffer that holds this set's previous incremental export:
   // a row whose request is the same as last time gets only its changed entries (and
-  // the padding of pages it lost) rewritten. Returns the number of entries written.
+  // the padding of pages it lost) rewritten. A request may appear in several rows.
+  // Returns the number of entries written.
   std::size_t export_dense_incremental(std::span<const RequestId> batch, std::span<PageId> table,
                                        std::uint32_t max_pages, PageId pad = kNullPage);
   // Forgets the previous incremental export (next one rewrites every row).
@@ -75,6 +82,7 @@ class PageTableSet {
 
  private:
   static constexpr std::uint32_t kClean = ~std::uint32_t{0};
+  static constexpr std::uint64_t kMaxPages = (std::uint64_t{1} << 31) - 1;  // pages per row
   struct Row {
     std::vector<PageId> pages;
     std::uint32_t dirty_lo = 0;  // lowest entry changed since the last incremental export
@@ -92,6 +100,7 @@ class PageTableSet {
   }
   std::uint32_t last_page_len_of(std::uint64_t tokens) const;
   [[noreturn, gnu::cold]] void bad_request(RequestId r) const;
+  [[noreturn, gnu::cold]] void bad_count(RequestId r, std::uint64_t count) const;
   void check_dense(std::span<const RequestId> batch, std::span<PageId> table,
                    std::uint32_t max_pages) const;
 
