@@ -1,22 +1,37 @@
 #include "kvmm/paging/kv_allocator.hpp"
 
-#include <limits>
+#include "kvmm/checked.hpp"
 
 namespace kvmm {
 
 namespace {
-constexpr std::uint32_t kUnbounded = std::numeric_limits<std::uint32_t>::max();
+
+// Checks the options against the layout before anything is allocated, naming the option
+// at fault; returns the number of large pages.
+std::uint32_t checked_large_pages(const KVLayout& layout, const PagedKVAllocatorOptions& o) {
+  const LargePageSource* src = o.large_page_source;
+  const std::uint32_t n = src && o.num_large_pages == 0 ? src->capacity() : o.num_large_pages;
+  if (n == 0) fail("num_large_pages = 0: must be >= 1");
+  if (n == kNullPage) fail("num_large_pages = {}: must be below 2^32-1 (the null page id)", n);
+  if (src && src->capacity() != n)
+    fail("num_large_pages = {}: the large_page_source holds {} pages", n, src->capacity());
+  if (o.max_requests == 0 || o.max_requests == kNoRequest)
+    fail("max_requests = {}: must be in [1, 2^32-1)", o.max_requests);
+  for (GroupId g = 0; g < layout.num_groups(); ++g) {
+    const std::uint64_t ids = std::uint64_t{n} * layout.small_pages_per_large_page(g);
+    if (ids >= kNullPage)
+      fail("num_large_pages = {}: group '{}' has {} small pages per large page; {} small page ids "
+           "do not fit below 2^32-1",
+           n, layout.group(g).name, layout.small_pages_per_large_page(g), ids);
+  }
+  return n;
 }
+
+}  // namespace
 
 PagedKVAllocator::PagedKVAllocator(KVLayout layout, const PagedKVAllocatorOptions& options)
     : layout_(std::move(layout)),
-      pool_(options.large_page_source && options.num_large_pages == 0
-                ? options.large_page_source->capacity()
-                : options.num_large_pages,
-            options.large_page_source) {
-  if (pool_.capacity() == 0) fail("num_large_pages = 0: must be >= 1");
-  if (options.max_requests == 0 || options.max_requests == kNoRequest)
-    fail("max_requests = {}: must be in [1, 2^32-1)", options.max_requests);
+      pool_(checked_large_pages(layout_, options), options.large_page_source) {
   const auto groups = static_cast<GroupId>(layout_.num_groups());
   allocators_.reserve(groups);
   tables_.reserve(groups);
@@ -59,7 +74,12 @@ RequestId PagedKVAllocator::add_request() {
 
 bool PagedKVAllocator::append_encoder_tokens(RequestId r, std::uint32_t num_tokens) {
   check_active(r);
+  if (!try_add(encoder_tokens_[r], std::uint64_t{num_tokens})) too_many_tokens(r, num_tokens);
   return grow(r, encoder_groups_, num_tokens, encoder_tokens_[r]);
+}
+
+void PagedKVAllocator::too_many_tokens(RequestId r, std::uint64_t num_tokens) const {
+  fail("num_tokens = {}: request {} would pass 2^64-1 tokens", num_tokens, r);
 }
 
 bool PagedKVAllocator::grow(RequestId r, const std::vector<GroupId>& groups,
@@ -74,8 +94,8 @@ bool PagedKVAllocator::grow(RequestId r, const std::vector<GroupId>& groups,
       need_[g] = 0;
     } else if (grp.is_state()) {
       need_[g] = 1;  // first token: the request's state page
-    } else {
-      need_[g] = (num_tokens - slack[g] + grp.tokens_per_page - 1) / grp.tokens_per_page;
+    } else {  // 64-bit: 2^32-1 tokens must not wrap to 0 pages
+      need_[g] = ceil_div(std::uint64_t{num_tokens} - slack[g], grp.tokens_per_page);
     }
     const SmallPageAllocator& a = allocators_[g];
     if (need_[g] > a.num_free_small()) {
@@ -107,12 +127,12 @@ bool PagedKVAllocator::grow(RequestId r, const std::vector<GroupId>& groups,
       tables_[g].append(r, *p);
     }
   }
-  const std::uint64_t after = counter + num_tokens;
+  const std::uint64_t after = counter + num_tokens;  // checked by the caller
   for (GroupId g : groups) {
     tables_[g].set_num_tokens(r, after);
     if (layout_.groups()[g].is_state()) {
-      slack[g] = kUnbounded;  // one state page, whatever the length
-    } else {
+      slack[g] = kUnboundedSlack;  // one state page, whatever the length
+    } else {  // < tokens_per_page: fits 32 bits
       slack[g] = static_cast<std::uint32_t>(slack[g] + need_[g] * layout_.groups()[g].tokens_per_page - num_tokens);
     }
   }

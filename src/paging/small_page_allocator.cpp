@@ -8,6 +8,7 @@ SmallPageAllocator::SmallPageAllocator(GroupId group, std::uint32_t pages_per_la
                                        LargePagePool& pool, std::uint32_t max_requests,
                                        Placement placement)
     : group_(group), n_(pages_per_large), pool_(pool), placement_(placement) {
+  if (group == kNoGroup) fail("group = {} (kNoGroup): not a group id", group);
   if (pages_per_large == 0) fail("pages_per_large = 0: must be >= 1");
   if (max_requests == 0 || max_requests == kNoRequest)
     fail("max_requests = {}: must be in [1, 2^32-1)", max_requests);

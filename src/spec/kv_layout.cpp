@@ -1,5 +1,6 @@
 #include "kvmm/spec/kv_layout.hpp"
 
+#include "kvmm/checked.hpp"
 #include "kvmm/error.hpp"
 
 #include <fmt/format.h>
@@ -17,19 +18,19 @@ namespace {
 
 constexpr std::uint64_t kOverflow = std::numeric_limits<std::uint64_t>::max();
 
-// lcm that saturates to kOverflow instead of wrapping.
+// lcm of two non-zero sizes that saturates to kOverflow instead of wrapping. The planner
+// never uses a saturated value as a page size: every limit is below kOverflow.
 std::uint64_t lcm_sat(std::uint64_t a, std::uint64_t b) {
   if (a == kOverflow || b == kOverflow) return kOverflow;
-  const std::uint64_t q = a / std::gcd(a, b);
-  std::uint64_t r = 0;
-  return __builtin_mul_overflow(q, b, &r) ? kOverflow : r;
+  return try_mul(a / std::gcd(a, b), b).value_or(kOverflow);
 }
 
 using Factors = std::map<std::uint64_t, int>;
 
+// Trial division: n <= max_large_page_bytes <= 2^40, so at most 2^20 steps.
 Factors factorize(std::uint64_t n) {
   Factors f;
-  for (std::uint64_t p = 2; p * p <= n; ++p) {
+  for (std::uint64_t p = 2; p <= n / p; ++p) {
     while (n % p == 0) {
       ++f[p];
       n /= p;
@@ -46,8 +47,9 @@ void divisors_rec(const std::vector<std::pair<std::uint64_t, int>>& fs, std::siz
     return;
   }
   std::uint64_t v = cur;
-  for (int e = 0; e <= fs[i].second; ++e) {
+  for (int e = 0;; ++e) {  // v = cur * p^e divides the large page: no overflow
     divisors_rec(fs, i + 1, v, out);
+    if (e == fs[i].second) break;
     v *= fs[i].first;
   }
 }
@@ -60,14 +62,21 @@ std::vector<std::uint64_t> sorted_divisors(const Factors& f) {
   return out;
 }
 
+// v * p while it stays <= limit, else 0 (which ends a loop), never wrapping.
+std::uint64_t times_within(std::uint64_t v, std::uint64_t p, std::uint64_t limit) {
+  const std::optional<std::uint64_t> r = try_mul(v, p);
+  return r && *r <= limit ? *r : 0;
+}
+
 // 7-smooth numbers <= limit: multipliers with many divisors, so that a large page made
-// from them can be split into small pages close to any requested size.
+// from them can be split into small pages close to any requested size. About 10^4 of
+// them below 2^40.
 std::vector<std::uint64_t> smooth_numbers(std::uint64_t limit) {
   std::vector<std::uint64_t> out;
-  for (std::uint64_t a = 1; a <= limit; a *= 2)
-    for (std::uint64_t b = a; b <= limit; b *= 3)
-      for (std::uint64_t c = b; c <= limit; c *= 5)
-        for (std::uint64_t d = c; d <= limit; d *= 7) out.push_back(d);
+  for (std::uint64_t a = 1; a != 0; a = times_within(a, 2, limit))
+    for (std::uint64_t b = a; b != 0; b = times_within(b, 3, limit))
+      for (std::uint64_t c = b; c != 0; c = times_within(c, 5, limit))
+        for (std::uint64_t d = c; d != 0; d = times_within(d, 7, limit)) out.push_back(d);
   return out;
 }
 
@@ -115,7 +124,10 @@ GroupId KVLayout::check(GroupId g) const {
 
 KVLayout KVLayout::plan(std::vector<LayerGroup> groups, const LayoutOptions& options) {
   if (groups.empty()) fail("groups: empty, a layout needs at least one layer group");
-  if (options.max_large_page_bytes == 0) fail("max_large_page_bytes = 0, must be >= 1");
+  if (options.max_large_page_bytes == 0 || options.max_large_page_bytes > LayoutOptions::kMaxLargePageBytes)
+    fail("max_large_page_bytes = {}: must be in [1, 2^40]; a large page is carved from one "
+         "device's memory, and the padding search must end",
+         options.max_large_page_bytes);
   if (options.padded_page_alignment == 0) fail("padded_page_alignment = 0, must be >= 1");
   std::set<std::string_view> names;
   for (const LayerGroup& g : groups) {

@@ -1,7 +1,9 @@
 #include "kvmm/spec/layer_group.hpp"
 
+#include "kvmm/checked.hpp"
 #include "kvmm/error.hpp"
 
+#include <optional>
 #include <utility>
 
 namespace kvmm {
@@ -95,51 +97,90 @@ LayerGroup LayerGroup::vision_embedding(std::string name, std::uint64_t bytes_pe
 }
 
 std::uint64_t LayerGroup::head_bytes_per_token() const {
-  return std::uint64_t{kv_heads} * head_dim * dtype_bytes;
+  // kv_heads * head_dim fits 64 bits (two 32-bit factors); the dtype factor may not.
+  return checked_mul(std::uint64_t{kv_heads} * head_dim, dtype_bytes, "head_bytes_per_token");
 }
 
 std::uint64_t LayerGroup::bytes_per_token() const {
   switch (kind) {
     case LayerKind::kMambaState: return 0;
     case LayerKind::kVisionEmbedding: return embedding_bytes_per_token;
-    default: return 2 * head_bytes_per_token() * num_layers;
+    default: return checked_mul(head_bytes_per_token(), std::uint64_t{2} * num_layers, "bytes_per_token");
   }
 }
 
 std::uint64_t LayerGroup::natural_page_bytes() const {
-  if (kind == LayerKind::kMambaState) return state_bytes_per_layer * num_layers;
-  return bytes_per_token() * tokens_per_page;
+  if (kind == LayerKind::kMambaState)
+    return checked_mul(state_bytes_per_layer, num_layers, "natural_page_bytes (state_bytes_per_layer x num_layers)");
+  return checked_mul(bytes_per_token(), tokens_per_page, "natural_page_bytes (bytes_per_token x tokens_per_page)");
 }
 
 std::uint64_t LayerGroup::pages_for_tokens(std::uint64_t num_tokens) const {
   if (kind == LayerKind::kMambaState) return num_tokens > 0 ? 1 : 0;
-  return (num_tokens + tokens_per_page - 1) / tokens_per_page;
+  return checked_ceil_div(num_tokens, tokens_per_page, "pages_for_tokens (tokens_per_page = 0)");
 }
+
+namespace {
+
+// The small page size of a group whose fields are otherwise valid, or std::nullopt when
+// it does not fit 64 bits: the product of up to six 32-bit fields.
+std::optional<std::uint64_t> try_page_bytes(const LayerGroup& g) {
+  switch (g.kind) {
+    case LayerKind::kMambaState: return try_mul<std::uint64_t>(g.state_bytes_per_layer, g.num_layers);
+    case LayerKind::kVisionEmbedding: return try_mul<std::uint64_t>(g.embedding_bytes_per_token, g.tokens_per_page);
+    default: break;
+  }
+  std::optional<std::uint64_t> v = std::uint64_t{2} * g.num_layers;  // K and V: fits
+  for (const std::uint64_t f : {std::uint64_t{g.tokens_per_page}, std::uint64_t{g.kv_heads},
+                                std::uint64_t{g.head_dim}, std::uint64_t{g.dtype_bytes}})
+    if (v) v = try_mul(*v, f);
+  return v;
+}
+
+[[noreturn]] void page_overflow(const LayerGroup& g) {
+  switch (g.kind) {
+    case LayerKind::kMambaState:
+      fail("LayerGroup '{}': state_bytes_per_layer {} x num_layers {} overflows 64 bits", g.name,
+           g.state_bytes_per_layer, g.num_layers);
+    case LayerKind::kVisionEmbedding:
+      fail("LayerGroup '{}': embedding_bytes_per_token {} x tokens_per_page {} overflows 64 bits", g.name,
+           g.embedding_bytes_per_token, g.tokens_per_page);
+    default:
+      fail("LayerGroup '{}': small page of num_layers {} x 2 (K, V) x tokens_per_page {} x kv_heads {} x "
+           "head_dim {} x dtype_bytes {} overflows 64 bits",
+           g.name, g.num_layers, g.tokens_per_page, g.kv_heads, g.head_dim, g.dtype_bytes);
+  }
+}
+
+}  // namespace
 
 void LayerGroup::validate() const {
   const auto& n = name;
   if (n.empty()) fail("LayerGroup.name: must not be empty");
+  if (static_cast<std::uint8_t>(kind) > static_cast<std::uint8_t>(LayerKind::kVisionEmbedding))
+    fail("LayerGroup '{}': kind = {}: not a LayerKind", n, static_cast<unsigned>(kind));
   if (num_layers == 0) fail("LayerGroup '{}': num_layers = 0, must be >= 1", n);
   if (tokens_per_page == 0) fail("LayerGroup '{}': tokens_per_page = 0, must be >= 1", n);
   switch (kind) {
     case LayerKind::kMambaState:
       if (state_bytes_per_layer == 0)
         fail("LayerGroup '{}': state_bytes_per_layer = 0, must be >= 1", n);
-      return;
+      break;
     case LayerKind::kVisionEmbedding:
       if (embedding_bytes_per_token == 0)
         fail("LayerGroup '{}': embedding_bytes_per_token = 0, must be >= 1", n);
-      return;
-    default: break;
+      break;
+    default:
+      if (kv_heads == 0) fail("LayerGroup '{}': kv_heads = 0, must be >= 1", n);
+      if (head_dim == 0) fail("LayerGroup '{}': head_dim = 0, must be >= 1", n);
+      if (dtype_bytes != 1 && dtype_bytes != 2 && dtype_bytes != 4)
+        fail("LayerGroup '{}': dtype_bytes = {}, must be 1, 2 or 4", n, dtype_bytes);
+      if (kind == LayerKind::kSlidingWindow && window == 0)
+        fail("LayerGroup '{}': window = 0, a sliding-window group needs window >= 1", n);
+      if (kind == LayerKind::kChunkedLocal && chunk == 0)
+        fail("LayerGroup '{}': chunk = 0, a chunked-local group needs chunk >= 1", n);
   }
-  if (kv_heads == 0) fail("LayerGroup '{}': kv_heads = 0, must be >= 1", n);
-  if (head_dim == 0) fail("LayerGroup '{}': head_dim = 0, must be >= 1", n);
-  if (dtype_bytes != 1 && dtype_bytes != 2 && dtype_bytes != 4)
-    fail("LayerGroup '{}': dtype_bytes = {}, must be 1, 2 or 4", n, dtype_bytes);
-  if (kind == LayerKind::kSlidingWindow && window == 0)
-    fail("LayerGroup '{}': window = 0, a sliding-window group needs window >= 1", n);
-  if (kind == LayerKind::kChunkedLocal && chunk == 0)
-    fail("LayerGroup '{}': chunk = 0, a chunked-local group needs chunk >= 1", n);
+  if (!try_page_bytes(*this)) page_overflow(*this);
 }
 
 }  // namespace kvmm

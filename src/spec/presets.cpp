@@ -9,6 +9,19 @@ namespace kvmm::presets {
 
 namespace {
 
+bool is_element_size(std::uint32_t bytes) { return bytes == 1 || bytes == 2 || bytes == 4; }
+
+// Checks the options every preset reads (and, for hybrid models, the state options), so
+// an error names the option the caller set rather than a group field derived from it.
+const PresetOptions& checked(const PresetOptions& o, bool state = false) {
+  if (o.tokens_per_page == 0) fail("PresetOptions.tokens_per_page = 0: must be >= 1");
+  if (!is_element_size(o.dtype_bytes)) fail("PresetOptions.dtype_bytes = {}: must be 1, 2 or 4", o.dtype_bytes);
+  if (state && !is_element_size(o.state_dtype_bytes))
+    fail("PresetOptions.state_dtype_bytes = {}: must be 1, 2 or 4", o.state_dtype_bytes);
+  if (state && o.mamba_checkpoint_interval == 0) fail("PresetOptions.mamba_checkpoint_interval = 0: must be >= 1");
+  return o;
+}
+
 // Llama-family decoder: every layer full attention.
 LayerGroup llama_full(std::string name, std::uint32_t layers, std::uint32_t kv_heads,
                       std::uint32_t head_dim, const PresetOptions& o) {
@@ -19,18 +32,22 @@ LayerGroup llama_full(std::string name, std::uint32_t layers, std::uint32_t kv_h
 }  // namespace
 
 KVLayout llama3_1_8b(const PresetOptions& o) {
+  checked(o);
   return KVLayout::plan({llama_full("full", 32, 8, 128, o)}, o.layout);
 }
 
 KVLayout llama3_1_70b(const PresetOptions& o) {
+  checked(o);
   return KVLayout::plan({llama_full("full", 80, 8, 128, o)}, o.layout);
 }
 
 KVLayout llama3_2_1b(const PresetOptions& o) {
+  checked(o);
   return KVLayout::plan({llama_full("full", 16, 8, 64, o)}, o.layout);
 }
 
 KVLayout llama3_2_11b_vision(const PresetOptions& o) {
+  checked(o);
   // text_config: 40 layers, cross_attention_layers = [3, 8, 13, 18, 23, 28, 33, 38].
   std::vector<LayerGroup> g{
       llama_full("self", 32, 8, 128, o),
@@ -42,6 +59,7 @@ KVLayout llama3_2_11b_vision(const PresetOptions& o) {
 }
 
 KVLayout gemma2_27b(const PresetOptions& o) {
+  checked(o);
   // 46 layers, even layers sliding (window 4096), odd layers global; 16 KV heads x 128.
   return KVLayout::plan(
       {LayerGroup::full_attention("global", 23, 16, 128, o.dtype_bytes, o.tokens_per_page),
@@ -50,6 +68,7 @@ KVLayout gemma2_27b(const PresetOptions& o) {
 }
 
 KVLayout gemma3_27b(const PresetOptions& o) {
+  checked(o);
   // 62 layers, sliding_window_pattern 6: layers 5, 11, ..., 59 global (10), 52 local.
   return KVLayout::plan(
       {LayerGroup::full_attention("global", 10, 16, 128, o.dtype_bytes, o.tokens_per_page),
@@ -58,6 +77,7 @@ KVLayout gemma3_27b(const PresetOptions& o) {
 }
 
 KVLayout ministral_8b(const PresetOptions& o) {
+  checked(o);
   // 36 layers, interleaved 128k full : 32k sliding x 3.
   return KVLayout::plan(
       {LayerGroup::full_attention("full", 9, 8, 128, o.dtype_bytes, o.tokens_per_page),
@@ -67,6 +87,7 @@ KVLayout ministral_8b(const PresetOptions& o) {
 }
 
 KVLayout jamba1_5_mini(const PresetOptions& o) {
+  checked(o, /*state=*/true);
   // 32 layers, attn_layer_period 8 / offset 4: 4 attention, 28 Mamba.
   // Mamba state per layer: conv [d_inner, d_conv-1] + SSM [d_inner, d_state].
   constexpr std::uint64_t d_inner = 2 * 4096, d_state = 16, d_conv = 4;
@@ -78,6 +99,7 @@ KVLayout jamba1_5_mini(const PresetOptions& o) {
 }
 
 KVLayout speculative_70b_1b(const PresetOptions& o) {
+  checked(o);
   return KVLayout::plan({llama_full("target", 80, 8, 128, o), llama_full("draft", 16, 8, 64, o)},
                         o.layout);
 }

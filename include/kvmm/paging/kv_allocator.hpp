@@ -27,6 +27,9 @@ struct PagedKVAllocatorOptions {
 
 class PagedKVAllocator {
  public:
+  // Raises kvmm::Error, before allocating, naming the option at fault: num_large_pages
+  // 0 or 2^32-1, a large_page_source of another capacity, max_requests outside
+  // [1, 2^32-1), or a group whose small page ids would not fit below 2^32-1.
   PagedKVAllocator(KVLayout layout, const PagedKVAllocatorOptions& options);
 
   const KVLayout& layout() const { return layout_; }
@@ -37,13 +40,15 @@ class PagedKVAllocator {
   // Mamba). false, with nothing changed, if memory is short.
   bool append_tokens(RequestId r, std::uint32_t num_tokens) {
     check_active(r);
+    if (tokens_[r] > ~std::uint64_t{0} - num_tokens) [[unlikely]] too_many_tokens(r, num_tokens);
     std::uint32_t* slack = &slack_[std::size_t{r} * layout_.num_groups()];
     bool fits = true;
     for (GroupId g : decoder_groups_) fits &= slack[g] >= num_tokens;
     if (!fits) return grow(r, decoder_groups_, num_tokens, tokens_[r]);
     tokens_[r] += num_tokens;
     for (GroupId g : decoder_groups_) {
-      slack[g] -= num_tokens;  // a state group's "unbounded" slack lasts 4G tokens
+      // A state group's slack stays unbounded: its one page covers any length.
+      if (slack[g] != kUnboundedSlack) slack[g] -= num_tokens;
       tables_[g].set_num_tokens(r, tokens_[r]);
     }
     return true;
@@ -77,6 +82,10 @@ class PagedKVAllocator {
     if (!is_active(r)) bad_request(r);
   }
   [[noreturn, gnu::cold]] void bad_request(RequestId r) const;
+  [[noreturn, gnu::cold]] void too_many_tokens(RequestId r, std::uint64_t num_tokens) const;
+  // Slack of a state group once it holds its page; a paged group's slack is always below
+  // its tokens_per_page, so never this value.
+  static constexpr std::uint32_t kUnboundedSlack = ~std::uint32_t{0};
   bool grow(RequestId r, const std::vector<GroupId>& groups, std::uint32_t num_tokens,
             std::uint64_t& counter);
 

@@ -47,17 +47,17 @@ struct LargePageSlot {
 
 class LargePagePool {
  public:
+  // Raises kvmm::Error, before allocating anything, for capacity = 2^32-1 (the null
+  // page id) or a source of another capacity.
   explicit LargePagePool(std::uint32_t capacity, LargePageSource* source = nullptr)
-      : free_(capacity), slots_(capacity), source_(source) {
-    if (capacity == kNullPage) fail("capacity = {}: must be below 2^32-1", capacity);
-    if (source && source->capacity() != capacity)
-      fail("capacity = {}: the large page source holds {} pages", capacity, source->capacity());
+      : free_(validated(capacity, source)), slots_(capacity), source_(source) {
     // Low ids on top of the stack: a fresh pool hands out 0, 1, 2, ...
     for (std::uint32_t i = 0; i < capacity; ++i) free_[i] = capacity - 1 - i;
     top_ = capacity;
   }
 
-  // O(1). std::nullopt when every large page is in use (not an error).
+  // O(1). std::nullopt when every large page is in use (not an error); kvmm::Error for
+  // owner = kNoGroup (the page would read as free).
   std::optional<PageId> allocate(GroupId owner) {
     const PageId id = try_allocate(owner);
     if (id == kNullPage) return std::nullopt;
@@ -66,6 +66,7 @@ class LargePagePool {
   // The same with kNullPage for none: hot paths return the id in a register (an optional
   // built in memory would wait behind the store to the page's record).
   PageId try_allocate(GroupId owner) {
+    if (owner == kNoGroup) [[unlikely]] bad_owner();
     if (source_) return allocate_from_source(owner).value_or(kNullPage);
     if (top_ == 0) return kNullPage;
     const PageId id = free_[--top_];
@@ -93,11 +94,38 @@ class LargePagePool {
     if (id >= slots_.size()) fail("large page id = {}: pool capacity is {}", id, slots_.size());
     return slots_[id].owner;
   }
+  // Recomputes the counts: every id on the free stack is in range, free (owner kNoGroup)
+  // and listed once; the owned pages number capacity - num_free(). Raises kvmm::Error on
+  // a mismatch. O(capacity): for tests and KVMM_DEBUG_CHECKS.
+  void check_invariants() const {
+    std::uint32_t owned = 0;
+    for (const LargePageSlot& s : slots_) owned += s.owner != kNoGroup;
+    if (owned != num_used())
+      fail("invariant: {} large pages have an owner, {} are in use", owned, num_used());
+    if (source_) return;  // the source keeps its own free list
+    std::vector<std::uint8_t> seen(slots_.size(), 0);
+    for (std::uint32_t i = 0; i < top_; ++i) {
+      const PageId id = free_[i];
+      if (id >= slots_.size() || slots_[id].owner != kNoGroup || seen[id]++)
+        fail("invariant: free stack entry {} holds large page {} (out of range, owned or listed twice)", i, id);
+    }
+  }
+
   // The record of large page `id`, unchecked: for the owning SmallPageAllocator.
   LargePageSlot& slot(PageId id) { return slots_[id]; }
   const LargePageSlot& slot(PageId id) const { return slots_[id]; }
 
  private:
+  static std::uint32_t validated(std::uint32_t capacity, const LargePageSource* source) {
+    if (capacity == kNullPage) fail("capacity = {}: must be below 2^32-1 (the null page id)", capacity);
+    if (source && source->capacity() != capacity)
+      fail("capacity = {}: the large page source holds {} pages", capacity, source->capacity());
+    return capacity;
+  }
+  [[noreturn, gnu::cold]] static void bad_owner() {
+    fail("owner = {} (kNoGroup): a large page must be allocated to a group", kNoGroup);
+  }
+
   std::vector<PageId> free_;    // stack of free ids, [0, top_)
   std::optional<PageId> allocate_from_source(GroupId owner) {
     const std::optional<PageId> id = source_->acquire(owner);

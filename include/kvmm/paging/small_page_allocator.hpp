@@ -24,6 +24,8 @@ enum class Placement : std::uint8_t {
 
 class SmallPageAllocator {
  public:
+  // Raises kvmm::Error, before allocating, for group = kNoGroup, pages_per_large = 0,
+  // max_requests outside [1, 2^32-1), or small page ids that would not fit below 2^32-1.
   SmallPageAllocator(GroupId group, std::uint32_t pages_per_large, LargePagePool& pool,
                      std::uint32_t max_requests, Placement placement = Placement::kRequestAware);
 

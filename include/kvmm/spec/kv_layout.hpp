@@ -19,8 +19,12 @@
 namespace kvmm {
 
 struct LayoutOptions {
-  // Largest large page the planner accepts before it pads small pages. 64 MiB holds the
-  // unpadded LCM of every preset (Jamba's is 133 attention pages, about 33 MiB).
+  // The largest max_large_page_bytes accepted: 1 TiB, more than one device holds. It also
+  // bounds the padding search (about 10^4 candidate sizes, each factorized in 2^20 steps).
+  static constexpr std::uint64_t kMaxLargePageBytes = std::uint64_t{1} << 40;
+  // Largest large page the planner accepts before it pads small pages, in [1, 2^40].
+  // 64 MiB holds the unpadded LCM of every preset (Jamba's is 133 attention pages, about
+  // 33 MiB).
   std::uint64_t max_large_page_bytes = std::uint64_t{64} << 20;
   // A padded small page is a multiple of this, so kernels keep 16-byte aligned loads.
   std::uint64_t padded_page_alignment = 256;
@@ -45,7 +49,8 @@ class KVLayout {
   double padding_fraction(GroupId g) const;
   double padding_fraction() const;
   bool padded() const;
-  // The LCM of the natural sizes, before any padding (may exceed the limit).
+  // The LCM of the natural sizes, before any padding (may exceed the limit; saturates at
+  // 2^64-1 when it does not fit 64 bits).
   std::uint64_t natural_lcm_bytes() const { return natural_lcm_; }
 
   // Byte offsets inside a small page of group g (attention-like groups).

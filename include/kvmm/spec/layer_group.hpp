@@ -62,6 +62,8 @@ struct LayerGroup {
   }
   std::uint32_t checkpoint_interval() const { return tokens_per_page; }
 
+  // Sizes below are 64-bit and overflow-checked: a product that does not fit raises
+  // kvmm::Error (validate() reports it with every factor named).
   // Bytes of one layer's K (or V) for one token: kv_heads * head_dim * dtype_bytes.
   std::uint64_t head_bytes_per_token() const;
   // Bytes the group needs per token across all its layers (K and V); 0 for state groups.
@@ -71,7 +73,8 @@ struct LayerGroup {
   // Pages a request of `num_tokens` tokens holds in this group (no window applied).
   std::uint64_t pages_for_tokens(std::uint64_t num_tokens) const;
 
-  // Raises kvmm::Error naming the first invalid field and its value.
+  // Raises kvmm::Error naming the first invalid field and its value, including a kind
+  // outside LayerKind and a small page size that overflows 64 bits.
   void validate() const;
 };
 
