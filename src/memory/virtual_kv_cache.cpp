@@ -147,9 +147,9 @@ bool VirtualKVCache::grow_locked(std::span<const std::uint32_t> slots, std::span
   return true;
 }
 
-void VirtualKVCache::shrink_locked(std::uint32_t slot, std::uint32_t to_groups) {
+std::uint32_t VirtualKVCache::shrink_locked(std::uint32_t slot, std::uint32_t to_groups) {
   const std::uint32_t backed = backed_[slot].load(std::memory_order_relaxed), from = extent_[slot];
-  if (to_groups >= from) return;
+  if (to_groups >= from) return 0;
   ids_.clear();
   where_.clear();
   addrs_.clear();
@@ -172,7 +172,10 @@ void VirtualKVCache::shrink_locked(std::uint32_t slot, std::uint32_t to_groups) 
     bool any = false;
     for (std::size_t k = 0; k < ids_.size(); ++k)
       if (pool_.address(ids_[k]) != addrs_[k]) table_[where_[k]] = kNoChunk, any = true;
-    if (any && backed > to_groups) publish(slot, to_groups);
+    if (any && backed > to_groups) {
+      publish(slot, to_groups);
+      reclaimed_groups_.fetch_add(backed - to_groups, std::memory_order_relaxed);
+    }
     throw;
   }
   for (std::size_t w : where_) table_[w] = kNoChunk;
@@ -181,6 +184,7 @@ void VirtualKVCache::shrink_locked(std::uint32_t slot, std::uint32_t to_groups) 
     publish(slot, to_groups);
     reclaimed_groups_.fetch_add(backed - to_groups, std::memory_order_relaxed);
   }
+  return static_cast<std::uint32_t>(ids_.size());
 }
 
 bool VirtualKVCache::reclaim_locked(std::uint32_t chunks, std::uint32_t keep, bool only_if_enough, bool record) {
@@ -213,10 +217,13 @@ bool VirtualKVCache::reclaim_locked(std::uint32_t chunks, std::uint32_t keep, bo
 void VirtualKVCache::restore_victims_locked() {
   if (victim_slots_.empty()) return;
   try {
+    // Only the groups that come back leave the reclaimed count (a slot whose unmap
+    // raised before anything went was never counted).
+    std::uint64_t before = 0, after = 0;
+    for (std::uint32_t s : victim_slots_) before += backed_[s].load(std::memory_order_relaxed);
     if (grow_locked(victim_slots_, victim_groups_)) {
-      std::uint64_t groups = 0;
-      for (std::uint32_t g : victim_groups_) groups += g;
-      reclaimed_groups_.fetch_sub(groups, std::memory_order_relaxed);
+      for (std::uint32_t s : victim_slots_) after += backed_[s].load(std::memory_order_relaxed);
+      reclaimed_groups_.fetch_sub(after - before, std::memory_order_relaxed);
     }
   } catch (...) {
     // A second failure: those slots keep less cached; nothing else is affected.
@@ -281,20 +288,25 @@ void VirtualKVCache::free_reqid(std::uint32_t slot) {
 std::uint32_t VirtualKVCache::reclaimable_chunks() const {
   std::lock_guard lock(state_mutex_);
   std::uint64_t n = 0;
-  for (std::uint32_t s = 0; s < options_.max_batch; ++s)
-    if (!active_[s]) n += std::uint64_t{backed_[s].load(std::memory_order_relaxed)} * num_tensors_ * chunks_per_group_;
+  for (std::uint32_t s = 0; s < options_.max_batch; ++s) {
+    if (active_[s]) continue;
+    const std::uint32_t b = backed_[s].load(std::memory_order_relaxed);
+    n += std::uint64_t{b} * num_tensors_ * chunks_per_group_;
+    // Strays above the backing (only after a backend raised on an unmap) count too.
+    for (std::uint32_t g = b; g < extent_[s]; ++g)
+      for (std::uint32_t t = 0; t < num_tensors_; ++t)
+        for (std::uint32_t i = 0; i < chunks_per_group_; ++i) n += table_[index(s, g, t, i)] != kNoChunk;
+  }
   return static_cast<std::uint32_t>(n);
 }
 
 std::uint32_t VirtualKVCache::reclaim(std::uint32_t chunks) {
   std::lock_guard lock(state_mutex_);
-  const std::uint64_t per_group = std::uint64_t{num_tensors_} * chunks_per_group_;
   std::uint64_t done = 0;
   for (int pass = 0; pass < 2 && done < chunks; ++pass)
     for (std::uint32_t s = 0; s < options_.max_batch && done < chunks; ++s) {
-      if (active_[s] || backed_[s].load(std::memory_order_relaxed) == 0 || (s == spare_) != (pass == 1)) continue;
-      done += backed_[s].load(std::memory_order_relaxed) * per_group;
-      shrink_locked(s, 0);
+      if (active_[s] || extent_[s] == 0 || (s == spare_) != (pass == 1)) continue;
+      done += shrink_locked(s, 0);
     }
   return static_cast<std::uint32_t>(done);
 }

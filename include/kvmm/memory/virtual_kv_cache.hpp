@@ -130,13 +130,14 @@ class VirtualKVCache {
 
   TensorView view(std::uint32_t layer, std::uint32_t kv) const;
   std::uint64_t chunk_address(std::uint32_t t, std::uint32_t slot, std::uint32_t g, std::uint32_t i) const;
-  ChunkId& table(std::uint32_t slot, std::uint32_t g, std::uint32_t t, std::uint32_t i) {
-    return table_[((std::size_t{slot} * groups_per_slot_ + g) * num_tensors_ + t) * chunks_per_group_ + i];
+  std::size_t index(std::uint32_t slot, std::uint32_t g, std::uint32_t t, std::uint32_t i) const {
+    return ((std::size_t{slot} * groups_per_slot_ + g) * num_tensors_ + t) * chunks_per_group_ + i;
   }
+  ChunkId& table(std::uint32_t slot, std::uint32_t g, std::uint32_t t, std::uint32_t i) { return table_[index(slot, g, t, i)]; }
   // All with state_mutex_ held. grow maps the listed slots' missing chunks in one
-  // transaction; shrink unmaps a slot's chunks in groups [to, extent).
+  // transaction; shrink unmaps a slot's chunks in groups [to, extent), returns how many.
   bool grow_locked(std::span<const std::uint32_t> slots, std::span<const std::uint32_t> targets);
-  void shrink_locked(std::uint32_t slot, std::uint32_t to_groups);
+  std::uint32_t shrink_locked(std::uint32_t slot, std::uint32_t to_groups);
   void publish(std::uint32_t slot, std::uint32_t groups);
   // Unmaps inactive slots (other than `keep`) until `chunks` are available; with
   // `only_if_enough`, does nothing unless that can succeed. Each slot it unmaps is
