@@ -31,6 +31,7 @@ std::size_t holder(ChunkOwner o, const char* what) {
 
 ChunkPool::ChunkPool(MemoryBackend& backend, const ChunkPoolOptions& options)
     : backend_(backend), chunk_bytes_(backend.chunk_bytes()) {
+  if (chunk_bytes_ == 0) fail("backend.chunk_bytes() = 0: the {} backend reports no chunk size", backend.name());
   if (options.max_chunks == 0 || options.max_chunks == kNoChunk)
     fail("max_chunks = {}: must be in [1, 2^32-1)", options.max_chunks);
   if (options.precreate_chunks > options.max_chunks)

@@ -340,3 +340,24 @@ TEST_CASE("issue 14: a backend raising inside the background mapper does not end
   c.wait_idle();
   c.check_invariants();
 }
+
+namespace {
+// A backend that reports a chunk size of 0 (a broken wrapper): nothing else is reached.
+struct ZeroChunkBackend final : MemoryBackend {
+  const char* name() const override { return "zero"; }
+  std::uint64_t granularity() const override { return 0; }
+  std::uint64_t chunk_bytes() const override { return 0; }
+  bool reserve(std::uint64_t, VirtualRange*) override { return false; }
+  void free_range(const VirtualRange&) override {}
+  bool create_chunk(ChunkHandle*) override { return false; }
+  void release_chunk(ChunkHandle) override {}
+  bool map(ChunkHandle, std::uint64_t) override { return false; }
+  bool set_access(std::uint64_t, std::uint64_t) override { return false; }
+  void unmap(std::uint64_t, std::uint64_t) override {}
+};
+}  // namespace
+
+TEST_CASE("issue 14: ChunkPool refuses a backend whose chunk size is 0 (every address check divides by it)") {
+  ZeroChunkBackend zero;
+  CHECK_THROWS_WITH(ChunkPool(zero, {.max_chunks = 4}), Catch::Contains("chunk_bytes() = 0"));
+}
