@@ -50,6 +50,15 @@ inline std::uint64_t checked_ceil_div(std::uint64_t a, std::uint64_t b, std::str
   return a / b + (a % b != 0);
 }
 
+// a rounded up to a multiple of m (m > 0); kvmm::Error naming `what` when that
+// overflows 64 bits (a = 2^64-1 rounds to 0 with the a + m - 1 idiom).
+inline std::uint64_t checked_round_up(std::uint64_t a, std::uint64_t m, std::string_view what) {
+  if (m == 0) fail("{}: rounding {} up to a multiple of 0", what, a);
+  const std::uint64_t q = a / m + (a % m != 0);
+  if (const auto r = try_mul(q, m)) return *r;
+  fail("{} = {}: rounded up to a multiple of {} overflows 64 bits", what, a, m);
+}
+
 // ceil(a / b) for b > 0 (the caller knows it): no overflow for any a.
 constexpr std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) { return a / b + (a % b != 0); }
 

@@ -1,23 +1,35 @@
 #include "kvmm/memory/activation_allocator.hpp"
 
+#include "kvmm/checked.hpp"
 #include "kvmm/error.hpp"
 
 namespace kvmm {
 
 ActivationAllocator::ActivationAllocator(ChunkPool& pool, std::uint64_t max_bytes) : pool_(pool) {
   const std::uint64_t cb = pool.chunk_bytes();
-  const std::uint64_t chunks = (max_bytes + cb - 1) / cb;
+  const std::uint64_t chunks = ceil_div(max_bytes, cb);
   if (chunks == 0 || chunks >= kNoChunk) fail("max_bytes = {}: must be between 1 byte and 2^32-2 chunks", max_bytes);
-  if (!pool_.reserve(chunks * cb, &range_)) fail("max_bytes = {}: cannot reserve the address space", max_bytes);
+  const std::uint64_t bytes = checked_mul(chunks, cb, "max_bytes rounded up to whole chunks");
+  // Host memory first, address space last: a failure leaves nothing to undo.
   chunk_id_.assign(chunks, kNoChunk);
   live_flag_.assign(chunks, 0);
   insert_free(0, static_cast<std::uint32_t>(chunks));
+  if (!pool_.reserve(bytes, &range_)) fail("max_bytes = {}: cannot reserve the address space", max_bytes);
 }
 
 ActivationAllocator::~ActivationAllocator() {
-  for (std::uint32_t c = 0; c < num_chunks(); ++c)
-    if (chunk_id_[c] != kNoChunk) pool_.unmap_batch(std::span<const ChunkId>(&chunk_id_[c], 1));
-  pool_.free_range(range_);
+  // A destructor cannot raise: a chunk the backend fails to unmap stays with the pool.
+  for (std::uint32_t c = 0; c < num_chunks(); ++c) {
+    if (chunk_id_[c] == kNoChunk) continue;
+    try {
+      pool_.unmap_batch(std::span<const ChunkId>(&chunk_id_[c], 1));
+    } catch (...) {
+    }
+  }
+  try {
+    pool_.free_range(range_);
+  } catch (...) {
+  }
 }
 
 void ActivationAllocator::insert_free(std::uint32_t off, std::uint32_t len) {
@@ -33,7 +45,7 @@ void ActivationAllocator::erase_free(std::uint32_t off, std::uint32_t len) {
 std::optional<std::uint64_t> ActivationAllocator::allocate(std::uint64_t bytes) {
   const std::uint64_t cb = pool_.chunk_bytes();
   if (bytes == 0) fail("bytes = {}: cannot allocate nothing", bytes);
-  const std::uint64_t n64 = (bytes + cb - 1) / cb;
+  const std::uint64_t n64 = ceil_div(bytes, cb);  // (bytes + cb - 1) wraps for 2^64-1
   if (n64 > num_chunks()) return std::nullopt;
   const auto n = static_cast<std::uint32_t>(n64);
   auto it = free_by_len_.lower_bound({n, 0});  // best fit: smallest extent that holds n
@@ -62,7 +74,8 @@ std::optional<std::uint64_t> ActivationAllocator::allocate(std::uint64_t bytes) 
 
 void ActivationAllocator::free(std::uint64_t addr) {
   const std::uint64_t cb = pool_.chunk_bytes();
-  if (addr < range_.base || (addr - range_.base) % cb != 0) fail("addr = {:#x}: not an activation allocation", addr);
+  if (addr < range_.base || addr - range_.base >= range_.bytes || (addr - range_.base) % cb != 0)
+    fail("addr = {:#x}: not an activation allocation", addr);
   auto a = allocs_.find(static_cast<std::uint32_t>((addr - range_.base) / cb));
   if (a == allocs_.end()) fail("addr = {:#x}: not a live activation allocation (double free?)", addr);
   std::uint32_t off = a->first, len = a->second;
@@ -98,7 +111,16 @@ std::uint32_t ActivationAllocator::gc(std::uint32_t n) {
     where_.push_back(c);
   }
   if (ids_.empty()) return 0;
-  pool_.unmap_batch(ids_);
+  try {
+    pool_.unmap_batch(ids_);
+  } catch (...) {
+    // The backend raised part way: keep exactly the chunks still mapped here (an
+    // unmapped one may already be mapped elsewhere by another pool user).
+    for (std::size_t k = 0; k < where_.size(); ++k)
+      if (pool_.address(ids_[k]) != range_.base + std::uint64_t{where_[k]} * pool_.chunk_bytes())
+        chunk_id_[where_[k]] = kNoChunk, --mapped_;
+    throw;
+  }
   for (std::uint32_t c : where_) chunk_id_[c] = kNoChunk;
   mapped_ -= static_cast<std::uint32_t>(ids_.size());
   return static_cast<std::uint32_t>(ids_.size());

@@ -7,7 +7,6 @@ namespace kvmm {
 ArenaPagePool::ArenaPagePool(KVArena& arena)
     : arena_(arena),
       owner_(arena.num_large_pages(), kNoGroup),
-      users_(arena.num_chunks(), 0),
       next_(arena.num_large_pages(), kNullPage),
       prev_(arena.num_large_pages(), kNullPage),
       rank_(arena.num_large_pages(), kUnbacked),
@@ -21,7 +20,7 @@ ArenaPagePool::Rank ArenaPagePool::rank_of(PageId j) const {
   bool busy = false;
   for (std::uint32_t c = arena_.first_chunk(j); c <= arena_.last_chunk(j); ++c) {
     if (!arena_.chunk_backed(c)) return kUnbacked;
-    busy |= users_[c] > 0;
+    busy |= arena_.chunk_users(c) > 0;
   }
   return busy ? kBusy : kIdle;
 }
@@ -64,15 +63,11 @@ std::optional<PageId> ArenaPagePool::allocate(GroupId owner) {
   PageId j = kNullPage;
   for (int r = kBusy; r >= kUnbacked && j == kNullPage; --r) j = head_[r];
   if (j == kNullPage) return std::nullopt;
-  const std::uint32_t first = arena_.first_chunk(j), last = arena_.last_chunk(j);
-  if (rank_[j] == kUnbacked && !arena_.back_chunks(first, last)) return std::nullopt;
+  if (!arena_.pin(j)) return std::nullopt;  // backs the chunks of an unbacked page
   unlink(j);
   owner_[j] = owner;
   --num_free_;
-  for (std::uint32_t c = first; c <= last; ++c) {
-    ++users_[c];
-    rerank_chunk(c);
-  }
+  for (std::uint32_t c = arena_.first_chunk(j); c <= arena_.last_chunk(j); ++c) rerank_chunk(c);
   return j;
 }
 
@@ -81,16 +76,24 @@ void ArenaPagePool::free(PageId id) {
   if (owner_[id] == kNoGroup) fail("large page id = {}: double free (page is already free)", id);
   owner_[id] = kNoGroup;
   ++num_free_;
-  const std::uint32_t first = arena_.first_chunk(id), last = arena_.last_chunk(id);
-  for (std::uint32_t c = first; c <= last; ++c) --users_[c];
-  for (std::uint32_t c = first; c <= last; ++c)
-    if (users_[c] == 0 && arena_.backing() == ArenaBacking::kElastic) arena_.release_chunk(c);
+  // The page is free whether or not the arena manages to unmap its emptied chunks: the
+  // free lists are brought up to date before a backend exception propagates.
+  try {
+    arena_.unpin(id);
+  } catch (...) {
+    relink(id);
+    throw;
+  }
+  relink(id);
+}
+
+void ArenaPagePool::relink(PageId id) {
   link(id, rank_of(id));
-  for (std::uint32_t c = first; c <= last; ++c) rerank_chunk(c);
+  for (std::uint32_t c = arena_.first_chunk(id); c <= arena_.last_chunk(id); ++c) rerank_chunk(c);
 }
 
 void ArenaPagePool::check_invariants() const {
-  std::vector<std::uint32_t> users(users_.size(), 0);
+  std::vector<std::uint32_t> users(arena_.num_chunks(), 0);
   std::uint32_t free_pages = 0;
   for (PageId j = 0; j < capacity(); ++j) {
     if (owner_[j] != kNoGroup) {
@@ -116,10 +119,11 @@ void ArenaPagePool::check_invariants() const {
   if (listed != free_pages || free_pages != num_free_) fail("arena page pool: {} free pages, {} listed, counter {}", free_pages, listed, num_free_);
   std::uint32_t backed = 0;
   for (std::uint32_t c = 0; c < users.size(); ++c) {
-    if (users[c] != users_[c]) fail("arena page pool: chunk {} has {} users, counter {}", c, users[c], users_[c]);
+    if (users[c] != arena_.chunk_users(c)) fail("arena page pool: chunk {} has {} users, arena counts {}", c, users[c], arena_.chunk_users(c));
     backed += arena_.chunk_backed(c);
-    if (arena_.backing() == ArenaBacking::kElastic && arena_.chunk_backed(c) != (users[c] > 0))
-      fail("arena page pool: elastic chunk {} backed = {} with {} users", c, arena_.chunk_backed(c), users[c]);
+    // (An elastic chunk without users is normally unmapped; it stays backed, and is
+    // reused first, only after the backend raised on its unmap.)
+    if (users[c] > 0 && !arena_.chunk_backed(c)) fail("arena page pool: chunk {} has {} users but is not backed", c, users[c]);
     if (arena_.backing() == ArenaBacking::kFull && !arena_.chunk_backed(c)) fail("arena page pool: full arena chunk {} unbacked", c);
   }
   if (backed != arena_.num_backed_chunks()) fail("arena page pool: {} chunks backed, arena says {}", backed, arena_.num_backed_chunks());

@@ -2,6 +2,7 @@
 
 #include "kvmm/error.hpp"
 
+#include <limits>
 #include <utility>
 
 namespace kvmm {
@@ -17,7 +18,7 @@ bool ElasticMemory::inflate(std::uint32_t n) {
   const std::uint32_t slack = pool_.quota(act) - pool_.owned(act);
   if (slack < n) {
     // Lightweight GC: only idle (mapped, unused) activation chunks can be given up.
-    if (slack + act_.idle_chunks() < n) return false;
+    if (std::uint64_t{slack} + act_.idle_chunks() < n) return false;
     act_.gc(n - slack);
   }
   return pool_.move_quota(act, kv_owner_, n);
@@ -34,9 +35,18 @@ bool ElasticMemory::deflate(std::uint32_t n) {
 }
 
 bool ElasticMemory::balloon(std::int64_t amount) {
-  if (amount > 0) return inflate(static_cast<std::uint32_t>(amount));
-  if (amount < 0) return deflate(static_cast<std::uint32_t>(-amount));
+  // |amount| in 64 bits (INT64_MIN has no int64 negation), then it must fit 32.
+  const std::uint64_t magnitude = amount < 0 ? std::uint64_t{0} - static_cast<std::uint64_t>(amount) : static_cast<std::uint64_t>(amount);
+  if (magnitude > std::numeric_limits<std::uint32_t>::max())
+    fail("amount = {}: more chunks than a pool can hold (|amount| must be below 2^32)", amount);
+  if (amount > 0) return inflate(static_cast<std::uint32_t>(magnitude));
+  if (amount < 0) return deflate(static_cast<std::uint32_t>(magnitude));
   return true;
+}
+
+void ElasticMemory::check_invariants() const {
+  pool_.check_invariants();
+  act_.check_invariants();
 }
 
 ElasticBatch plan_elastic_batch(const ElasticBatchInput& in, std::span<const ElasticRequest> queue) {

@@ -1,5 +1,6 @@
 #include "kvmm/memory/virtual_kv_cache.hpp"
 
+#include "kvmm/checked.hpp"
 #include "kvmm/error.hpp"
 
 #include <algorithm>
@@ -10,27 +11,43 @@ namespace kvmm {
 VirtualKVCache::VirtualKVCache(ChunkPool& pool, const VirtualKVCacheOptions& options) : pool_(pool), options_(options) {
   const auto& o = options_;
   if (o.num_layers == 0) fail("num_layers = {}: must be positive", o.num_layers);
-  if (o.max_batch == 0 || o.max_batch >= kNoSlot) fail("max_batch = {}: must be positive", o.max_batch);
+  if (o.max_batch == 0 || o.max_batch >= kNoSlot) fail("max_batch = {}: must be in [1, 2^32-1)", o.max_batch);
   if (o.max_context == 0) fail("max_context = {}: must be positive", o.max_context);
   if (o.kv_heads == 0) fail("kv_heads = {}: must be positive", o.kv_heads);
   if (o.head_dim == 0) fail("head_dim = {}: must be positive", o.head_dim);
   if (o.dtype_bytes == 0) fail("dtype_bytes = {}: must be positive", o.dtype_bytes);
+  if (o.layout != TensorLayout::kPerLayer && o.layout != TensorLayout::kSliced)
+    fail("layout = {}: not a TensorLayout", static_cast<int>(o.layout));
   const std::uint64_t chunk = pool.chunk_bytes();
   if (o.page_group_bytes == 0 || o.page_group_bytes % chunk != 0)
     fail("page_group_bytes = {}: must be a positive multiple of the chunk size {}", o.page_group_bytes, chunk);
+  if (o.page_group_bytes / chunk >= kNoChunk) fail("page_group_bytes = {}: more than 2^32-2 chunks", o.page_group_bytes);
   if (o.eager_tokens > o.max_context) fail("eager_tokens = {}: above max_context {}", o.eager_tokens, o.max_context);
   if (o.prefetch_tokens == 0) fail("prefetch_tokens = {}: must be at least 1 (the next step's token)", o.prefetch_tokens);
-  const std::uint64_t head_bytes = std::uint64_t{o.kv_heads} * o.head_dim * o.dtype_bytes;
+  // Every size product checked, each message naming the fields that overflow.
+  const std::uint64_t head_bytes =
+      checked_mul(checked_mul(o.kv_heads, o.head_dim, "kv_heads * head_dim"), o.dtype_bytes, "kv_heads * head_dim * dtype_bytes");
+  if (o.layout == TensorLayout::kPerLayer && o.num_layers > (kNoSlot >> 1))
+    fail("num_layers = {}: 2 * num_layers tensors overflow 32 bits", o.num_layers);
   num_tensors_ = o.layout == TensorLayout::kPerLayer ? 2 * o.num_layers : 2;
-  token_bytes_ = o.layout == TensorLayout::kPerLayer ? head_bytes : head_bytes * o.num_layers;
-  groups_per_slot_ = groups_for(o.max_context);
+  token_bytes_ = o.layout == TensorLayout::kPerLayer
+                     ? head_bytes
+                     : checked_mul(head_bytes, o.num_layers, "num_layers * kv_heads * head_dim * dtype_bytes");
+  const std::uint64_t groups = ceil_div(checked_mul(o.max_context, token_bytes_, "max_context * token bytes"), o.page_group_bytes);
+  if (groups >= kNoSlot)
+    fail("max_context = {}: {} page groups of {} bytes per slot, more than 2^32-2", o.max_context, groups, o.page_group_bytes);
+  groups_per_slot_ = static_cast<std::uint32_t>(groups);
   chunks_per_group_ = static_cast<std::uint32_t>(o.page_group_bytes / chunk);
-  slot_bytes_ = std::uint64_t{groups_per_slot_} * o.page_group_bytes;
-  tensor_bytes_ = slot_bytes_ * o.max_batch;
-  const std::uint64_t total = tensor_bytes_ * num_tensors_;
-  if (total / num_tensors_ / o.max_batch != slot_bytes_) fail("max_context = {}: virtual size overflows", o.max_context);
-  if (!pool_.reserve(total, &range_)) fail("max_batch = {}: cannot reserve {} bytes of address space", o.max_batch, total);
+  slot_bytes_ = checked_mul(groups_per_slot_, o.page_group_bytes, "max_context rounded up to whole page groups");
+  tensor_bytes_ = checked_mul(slot_bytes_, o.max_batch, "max_batch * slot bytes");
+  const std::uint64_t total = checked_mul(tensor_bytes_, num_tensors_, "tensors * max_batch * slot bytes");
+  const std::uint64_t table_entries = total / chunk;
+  if (table_entries >= kNoChunk)
+    fail("max_batch = {}, max_context = {}: the virtual tensors span {} chunks, more than 2^32-2", o.max_batch,
+         o.max_context, table_entries);
 
+  // Host memory first, then the address space, the mapper thread last: a failure
+  // leaves nothing behind.
   active_.assign(o.max_batch, 0);
   backed_ = std::make_unique<std::atomic<std::uint32_t>[]>(o.max_batch);
   want_ = std::make_unique<std::atomic<std::uint32_t>[]>(o.max_batch);
@@ -40,12 +57,22 @@ VirtualKVCache::VirtualKVCache(ChunkPool& pool, const VirtualKVCacheOptions& opt
     capacity_[s].store(0, std::memory_order_relaxed);
     want_[s].store(0, std::memory_order_relaxed);
   }
-  table_.assign(std::size_t{o.max_batch} * groups_per_slot_ * num_tensors_ * chunks_per_group_, kNoChunk);
+  table_.assign(table_entries, kNoChunk);
+  extent_.assign(o.max_batch, 0);
   missing_slots_.reserve(o.max_batch);
   missing_targets_.reserve(o.max_batch);
+  victim_slots_.reserve(o.max_batch);
+  victim_groups_.reserve(o.max_batch);
   ring_.assign(o.max_batch, 0);
   queued_.assign(o.max_batch, 0);
-  if (o.background_mapper) mapper_ = std::thread([this] { mapper_loop(); });
+  if (!pool_.reserve(total, &range_)) fail("max_batch = {}: cannot reserve {} bytes of address space", o.max_batch, total);
+  if (!o.background_mapper) return;
+  try {
+    mapper_ = std::thread([this] { mapper_loop(); });
+  } catch (...) {
+    pool_.free_range(range_);
+    throw;
+  }
 }
 
 VirtualKVCache::~VirtualKVCache() {
@@ -57,9 +84,19 @@ VirtualKVCache::~VirtualKVCache() {
     queue_cv_.notify_all();
     mapper_.join();
   }
+  // A destructor cannot raise: chunks the backend fails to unmap stay with the pool,
+  // which releases them when it goes.
   std::lock_guard lock(state_mutex_);
-  for (std::uint32_t s = 0; s < options_.max_batch; ++s) shrink_locked(s, 0);
-  pool_.free_range(range_);
+  for (std::uint32_t s = 0; s < options_.max_batch; ++s) {
+    try {
+      shrink_locked(s, 0);
+    } catch (...) {
+    }
+  }
+  try {
+    pool_.free_range(range_);
+  } catch (...) {
+  }
 }
 
 TensorView VirtualKVCache::view(std::uint32_t layer, std::uint32_t kv) const {
@@ -84,43 +121,73 @@ void VirtualKVCache::publish(std::uint32_t slot, std::uint32_t groups) {
 
 bool VirtualKVCache::grow_locked(std::span<const std::uint32_t> slots, std::span<const std::uint32_t> targets) {
   addrs_.clear();
-  for (std::size_t k = 0; k < slots.size(); ++k) {
-    const std::uint32_t s = slots[k], from = backed_[s].load(std::memory_order_relaxed);
-    for (std::uint32_t t = 0; t < num_tensors_; ++t)
-      for (std::uint32_t g = from; g < targets[k]; ++g)
-        for (std::uint32_t i = 0; i < chunks_per_group_; ++i) addrs_.push_back(chunk_address(t, s, g, i));
+  // Chunks left above the backing by a failed unmap (strays) are kept, not mapped again.
+  auto for_missing = [&](auto&& fn) {
+    for (std::size_t k = 0; k < slots.size(); ++k) {
+      const std::uint32_t s = slots[k], from = backed_[s].load(std::memory_order_relaxed);
+      for (std::uint32_t t = 0; t < num_tensors_; ++t)
+        for (std::uint32_t g = from; g < targets[k]; ++g)
+          for (std::uint32_t i = 0; i < chunks_per_group_; ++i)
+            if (table(s, g, t, i) == kNoChunk) fn(s, g, t, i);
+    }
+  };
+  for_missing([&](std::uint32_t s, std::uint32_t g, std::uint32_t t, std::uint32_t i) { addrs_.push_back(chunk_address(t, s, g, i)); });
+  if (!addrs_.empty()) {
+    ids_.resize(addrs_.size());
+    if (!pool_.map_batch(ChunkOwner::kVirtualTensor, addrs_, ids_)) return false;
+    std::size_t n = 0;
+    for_missing([&](std::uint32_t s, std::uint32_t g, std::uint32_t t, std::uint32_t i) { table(s, g, t, i) = ids_[n++]; });
   }
-  if (addrs_.empty()) return true;
-  ids_.resize(addrs_.size());
-  if (!pool_.map_batch(ChunkOwner::kVirtualTensor, addrs_, ids_)) return false;
-  std::size_t n = 0;
   for (std::size_t k = 0; k < slots.size(); ++k) {
-    const std::uint32_t s = slots[k], from = backed_[s].load(std::memory_order_relaxed);
-    for (std::uint32_t t = 0; t < num_tensors_; ++t)
-      for (std::uint32_t g = from; g < targets[k]; ++g)
-        for (std::uint32_t i = 0; i < chunks_per_group_; ++i) table(s, g, t, i) = ids_[n++];
-    publish(s, std::max(from, targets[k]));
+    const std::uint32_t s = slots[k];
+    if (targets[k] <= backed_[s].load(std::memory_order_relaxed)) continue;
+    extent_[s] = std::max(extent_[s], targets[k]);
+    publish(s, targets[k]);
   }
   return true;
 }
 
-void VirtualKVCache::shrink_locked(std::uint32_t slot, std::uint32_t to_groups) {
-  const std::uint32_t from = backed_[slot].load(std::memory_order_relaxed);
-  if (to_groups >= from) return;
+std::uint32_t VirtualKVCache::shrink_locked(std::uint32_t slot, std::uint32_t to_groups) {
+  const std::uint32_t backed = backed_[slot].load(std::memory_order_relaxed), from = extent_[slot];
+  if (to_groups >= from) return 0;
   ids_.clear();
+  where_.clear();
+  addrs_.clear();
   // Tensor-major order, so each tensor's groups form one contiguous run to unmap.
   for (std::uint32_t t = 0; t < num_tensors_; ++t)
     for (std::uint32_t g = to_groups; g < from; ++g)
       for (std::uint32_t i = 0; i < chunks_per_group_; ++i) {
-        ids_.push_back(table(slot, g, t, i));
-        table(slot, g, t, i) = kNoChunk;
+        ChunkId& id = table(slot, g, t, i);
+        if (id == kNoChunk) continue;
+        ids_.push_back(id);
+        where_.push_back(static_cast<std::size_t>(&id - table_.data()));
+        addrs_.push_back(chunk_address(t, slot, g, i));
       }
-  pool_.unmap_batch(ids_);
-  publish(slot, to_groups);
-  reclaimed_groups_.fetch_add(from - to_groups, std::memory_order_relaxed);
+  try {
+    pool_.unmap_batch(ids_);
+  } catch (...) {
+    // The backend raised part way: forget exactly the chunks no longer mapped here (an
+    // unmapped one may already serve another pool user). The backing drops to
+    // `to_groups` if anything went; chunks left above it are strays.
+    bool any = false;
+    for (std::size_t k = 0; k < ids_.size(); ++k)
+      if (pool_.address(ids_[k]) != addrs_[k]) table_[where_[k]] = kNoChunk, any = true;
+    if (any && backed > to_groups) {
+      publish(slot, to_groups);
+      reclaimed_groups_.fetch_add(backed - to_groups, std::memory_order_relaxed);
+    }
+    throw;
+  }
+  for (std::size_t w : where_) table_[w] = kNoChunk;
+  extent_[slot] = to_groups;
+  if (backed > to_groups) {
+    publish(slot, to_groups);
+    reclaimed_groups_.fetch_add(backed - to_groups, std::memory_order_relaxed);
+  }
+  return static_cast<std::uint32_t>(ids_.size());
 }
 
-bool VirtualKVCache::reclaim_locked(std::uint32_t chunks, std::uint32_t keep, bool only_if_enough) {
+bool VirtualKVCache::reclaim_locked(std::uint32_t chunks, std::uint32_t keep, bool only_if_enough, bool record) {
   std::uint32_t have = pool_.available(ChunkOwner::kVirtualTensor);
   if (have >= chunks) return true;
   const std::uint64_t per_group = std::uint64_t{num_tensors_} * chunks_per_group_;
@@ -133,13 +200,56 @@ bool VirtualKVCache::reclaim_locked(std::uint32_t chunks, std::uint32_t keep, bo
   // Spare slot last: it is the next request's memory.
   for (int pass = 0; pass < 2 && have < chunks; ++pass) {
     for (std::uint32_t s = 0; s < options_.max_batch && have < chunks; ++s) {
-      if (active_[s] || backed_[s].load(std::memory_order_relaxed) == 0) continue;
+      const std::uint32_t b = backed_[s].load(std::memory_order_relaxed);
+      if (active_[s] || (b == 0 && extent_[s] == 0)) continue;
       if ((s == keep) != (pass == 1)) continue;
+      if (record && b > 0) {
+        victim_slots_.push_back(s);  // reserved for max_batch: no allocation
+        victim_groups_.push_back(b);
+      }
       shrink_locked(s, 0);
       have = pool_.available(ChunkOwner::kVirtualTensor);
     }
   }
   return have >= chunks;
+}
+
+void VirtualKVCache::restore_victims_locked() {
+  if (victim_slots_.empty()) return;
+  try {
+    // Only the groups that come back leave the reclaimed count (a slot whose unmap
+    // raised before anything went was never counted).
+    std::uint64_t before = 0, after = 0;
+    for (std::uint32_t s : victim_slots_) before += backed_[s].load(std::memory_order_relaxed);
+    if (grow_locked(victim_slots_, victim_groups_)) {
+      for (std::uint32_t s : victim_slots_) after += backed_[s].load(std::memory_order_relaxed);
+      reclaimed_groups_.fetch_sub(after - before, std::memory_order_relaxed);
+    }
+  } catch (...) {
+    // A second failure: those slots keep less cached; nothing else is affected.
+  }
+  victim_slots_.clear();
+  victim_groups_.clear();
+}
+
+// Reclaims cached chunks of inactive slots if the pool is short, then maps the missing
+// groups in one transaction. Any failure maps the reclaimed chunks back first, so a
+// failing step leaves every slot's backing as it was.
+bool VirtualKVCache::grow_or_restore_locked(std::uint64_t chunks) {
+  const auto need = static_cast<std::uint32_t>(std::min<std::uint64_t>(chunks, pool_.capacity() + std::uint64_t{1}));
+  victim_slots_.clear();
+  victim_groups_.clear();
+  bool ok = false;
+  try {
+    ok = reclaim_locked(need, spare_, true, true) && grow_locked(missing_slots_, missing_targets_);
+  } catch (...) {
+    restore_victims_locked();
+    throw;
+  }
+  if (!ok) restore_victims_locked();
+  victim_slots_.clear();
+  victim_groups_.clear();
+  return ok;
 }
 
 std::optional<std::uint32_t> VirtualKVCache::alloc_reqid() {
@@ -178,20 +288,25 @@ void VirtualKVCache::free_reqid(std::uint32_t slot) {
 std::uint32_t VirtualKVCache::reclaimable_chunks() const {
   std::lock_guard lock(state_mutex_);
   std::uint64_t n = 0;
-  for (std::uint32_t s = 0; s < options_.max_batch; ++s)
-    if (!active_[s]) n += std::uint64_t{backed_[s].load(std::memory_order_relaxed)} * num_tensors_ * chunks_per_group_;
+  for (std::uint32_t s = 0; s < options_.max_batch; ++s) {
+    if (active_[s]) continue;
+    const std::uint32_t b = backed_[s].load(std::memory_order_relaxed);
+    n += std::uint64_t{b} * num_tensors_ * chunks_per_group_;
+    // Strays above the backing (only after a backend raised on an unmap) count too.
+    for (std::uint32_t g = b; g < extent_[s]; ++g)
+      for (std::uint32_t t = 0; t < num_tensors_; ++t)
+        for (std::uint32_t i = 0; i < chunks_per_group_; ++i) n += table_[index(s, g, t, i)] != kNoChunk;
+  }
   return static_cast<std::uint32_t>(n);
 }
 
 std::uint32_t VirtualKVCache::reclaim(std::uint32_t chunks) {
   std::lock_guard lock(state_mutex_);
-  const std::uint64_t per_group = std::uint64_t{num_tensors_} * chunks_per_group_;
   std::uint64_t done = 0;
   for (int pass = 0; pass < 2 && done < chunks; ++pass)
     for (std::uint32_t s = 0; s < options_.max_batch && done < chunks; ++s) {
-      if (active_[s] || backed_[s].load(std::memory_order_relaxed) == 0 || (s == spare_) != (pass == 1)) continue;
-      done += backed_[s].load(std::memory_order_relaxed) * per_group;
-      shrink_locked(s, 0);
+      if (active_[s] || extent_[s] == 0 || (s == spare_) != (pass == 1)) continue;
+      done += shrink_locked(s, 0);
     }
   return static_cast<std::uint32_t>(done);
 }
@@ -235,8 +350,14 @@ bool VirtualKVCache::step(std::span<const std::uint32_t> seq_lens) {
     }
     if (!missing_slots_.empty()) {
       sync_steps_.fetch_add(1, std::memory_order_relaxed);
-      const auto need = static_cast<std::uint32_t>(std::min<std::uint64_t>(chunks, pool_.capacity() + std::uint64_t{1}));
-      if (!reclaim_locked(need, spare_, true) || !grow_locked(missing_slots_, missing_targets_)) {
+      bool ok = false;
+      try {
+        ok = grow_or_restore_locked(chunks);
+      } catch (...) {
+        failed_steps_.fetch_add(1, std::memory_order_relaxed);
+        throw;
+      }
+      if (!ok) {
         failed_steps_.fetch_add(1, std::memory_order_relaxed);
         return false;
       }
@@ -316,15 +437,21 @@ void VirtualKVCache::mapper_loop() {
     }
     busy_ = true;
     lock.unlock();
-    if (item == kHousekeeping) {
-      housekeeping();
-    } else {
-      std::lock_guard state(state_mutex_);
-      const std::uint32_t want = want_[item].load(std::memory_order_relaxed);
-      const std::uint32_t have = backed_[item].load(std::memory_order_relaxed);
-      // Best effort: a failed pre-map leaves the work to step(), which reports it.
-      if (active_[item] && want > have && grow_locked(std::span<const std::uint32_t>(&item, 1), std::span<const std::uint32_t>(&want, 1)))
-        background_groups_.fetch_add(want - have, std::memory_order_relaxed);
+    // Best effort: a failed pre-map (false or a backend exception) leaves the work to
+    // step(), which reports it; an exception must not leave this thread.
+    try {
+      if (item == kHousekeeping) {
+        housekeeping();
+      } else {
+        std::lock_guard state(state_mutex_);
+        const std::uint32_t want = want_[item].load(std::memory_order_relaxed);
+        const std::uint32_t have = backed_[item].load(std::memory_order_relaxed);
+        if (active_[item] && want > have &&
+            grow_locked(std::span<const std::uint32_t>(&item, 1), std::span<const std::uint32_t>(&want, 1)))
+          background_groups_.fetch_add(want - have, std::memory_order_relaxed);
+      }
+    } catch (...) {
+      background_errors_.fetch_add(1, std::memory_order_relaxed);
     }
     lock.lock();
     busy_ = false;
@@ -370,6 +497,7 @@ VirtualKVCacheStats VirtualKVCache::stats() const {
   s.background_groups = background_groups_.load();
   s.reclaimed_groups = reclaimed_groups_.load();
   s.failed_steps = failed_steps_.load();
+  s.background_errors = background_errors_.load();
   return s;
 }
 
@@ -377,18 +505,22 @@ void VirtualKVCache::check_invariants() const {
   std::lock_guard lock(state_mutex_);
   std::uint64_t chunks = 0;
   for (std::uint32_t s = 0; s < options_.max_batch; ++s) {
-    const std::uint32_t b = backed_[s].load(std::memory_order_relaxed);
-    if (b > groups_per_slot_) fail("virtual kv cache: slot {} backs {} groups of {}", s, b, groups_per_slot_);
+    const std::uint32_t b = backed_[s].load(std::memory_order_relaxed), e = extent_[s];
+    if (b > groups_per_slot_ || e > groups_per_slot_ || e < b)
+      fail("virtual kv cache: slot {} backs {} groups, extent {}, of {}", s, b, e, groups_per_slot_);
+    const std::uint64_t cap = std::min<std::uint64_t>(std::uint64_t{b} * options_.page_group_bytes / token_bytes_, options_.max_context);
+    if (capacity_[s].load(std::memory_order_relaxed) != cap)
+      fail("virtual kv cache: slot {} publishes {} tokens for {} groups", s, capacity_[s].load(std::memory_order_relaxed), b);
     for (std::uint32_t g = 0; g < groups_per_slot_; ++g)
       for (std::uint32_t t = 0; t < num_tensors_; ++t)
         for (std::uint32_t i = 0; i < chunks_per_group_; ++i) {
           const ChunkId id =
               table_[((std::size_t{s} * groups_per_slot_ + g) * num_tensors_ + t) * chunks_per_group_ + i];
-          if (g >= b) {
-            if (id != kNoChunk) fail("virtual kv cache: slot {} group {} is past the backing but holds chunk {}", s, g, id);
+          if (id == kNoChunk) {
+            if (g < b) fail("virtual kv cache: slot {} group {} tensor {} has no chunk", s, g, t);
             continue;
           }
-          if (id == kNoChunk) fail("virtual kv cache: slot {} group {} tensor {} has no chunk", s, g, t);
+          if (g >= e) fail("virtual kv cache: slot {} group {} is past the extent but holds chunk {}", s, g, id);
           if (pool_.owner(id) != ChunkOwner::kVirtualTensor || pool_.address(id) != chunk_address(t, s, g, i))
             fail("virtual kv cache: chunk {} of slot {} group {} is not mapped where the table says", id, s, g);
           ++chunks;

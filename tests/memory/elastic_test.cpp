@@ -9,6 +9,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <random>
@@ -226,7 +227,7 @@ TEST_CASE("HostOffloadBuffer: offload and fetch plans move a request's pages and
   const std::uint64_t page = layout.large_page_bytes();
   HostOffloadBuffer buf(page, 4, 4);
   for (PageId p = 0; p < 6; ++p) std::memset(arena.data() + p * page, int(0x10 + p), page);
-  std::vector<PageCopy> plan;
+  std::vector<OffloadCopy> plan;
   const std::vector<PageId> mine = {4, 1, 5};
   REQUIRE(buf.offload(7, mine, page, plan));
   REQUIRE(plan.size() == 3);
@@ -267,7 +268,7 @@ TEST_CASE("HostOffloadBuffer: the logical buffer scales as eLLM Algorithm 2") {
   CHECK(buf.logical_pages() == 10);
   for (int i = 0; i < 6; ++i) buf.on_slo_events(false, true);
   CHECK(buf.logical_pages() == 1);  // never below 1
-  std::vector<PageCopy> plan;
+  std::vector<OffloadCopy> plan;
   CHECK_FALSE(buf.offload(0, std::vector<PageId>{1, 2}, 4096, plan));  // only 1 logical page
   CHECK(buf.offload(0, std::vector<PageId>{1}, 4096, plan));
   CHECK(buf.free_logical_pages() == 0);
@@ -347,15 +348,21 @@ TEST_CASE("ElasticMemory: seeded random inflate/deflate beside KV and activation
 TEST_CASE("HostOffloadBuffer: seeded random offload/fetch/drop/scaling keeps every page accounted for") {
   HostOffloadBuffer buf(64, 32, 8);
   std::mt19937 rng(77);
+  // Device pages of one plan are distinct (the same page twice is refused).
+  auto distinct = [&](std::vector<PageId>& pages) {
+    for (std::size_t i = 0; i < pages.size(); ++i)
+      do pages[i] = rng() % 1000;
+      while (std::find(pages.begin(), pages.begin() + std::ptrdiff_t(i), pages[i]) != pages.begin() + std::ptrdiff_t(i));
+  };
   std::vector<std::vector<PageId>> held(10);
-  std::vector<PageCopy> plan;
+  std::vector<OffloadCopy> plan;
   int offloads = 0, refused = 0;
   for (int op = 0; op < 5000; ++op) {
     const RequestId r = rng() % 10;
     const int kind = int(rng() % 8);
     if (kind < 3 && held[r].empty()) {
       std::vector<PageId> pages(1 + rng() % 6);
-      for (auto& p : pages) p = rng() % 1000;
+      distinct(pages);
       plan.clear();
       const std::uint32_t before = buf.used_pages();
       if (buf.offload(r, pages, 64, plan)) {
@@ -370,7 +377,7 @@ TEST_CASE("HostOffloadBuffer: seeded random offload/fetch/drop/scaling keeps eve
     } else if (kind < 5 && !held[r].empty()) {
       plan.clear();
       std::vector<PageId> dst(held[r].size());
-      for (auto& p : dst) p = rng() % 1000;
+      distinct(dst);
       buf.fetch(r, dst, 64, plan);
       REQUIRE(plan.size() == dst.size());
       for (std::size_t i = 0; i < dst.size(); ++i) REQUIRE(plan[i].device_offset == dst[i] * 64u);

@@ -26,11 +26,13 @@ class ActivationAllocator {
   ActivationAllocator& operator=(const ActivationAllocator&) = delete;
 
   // Address of `bytes` (rounded up to whole chunks) of mapped, writable memory;
-  // nullopt, with nothing changed, when no extent fits or the pool is short.
+  // nullopt, with nothing changed, when no extent fits (any size past the range, up to
+  // 2^64-1) or the pool is short. A backend exception propagates, nothing changed.
   std::optional<std::uint64_t> allocate(std::uint64_t bytes);
   // Raises kvmm::Error for an address that is not a live allocation.
   void free(std::uint64_t addr);
-  // Unmaps up to `n` idle chunks (mapped, under no allocation); returns how many.
+  // Unmaps up to `n` idle chunks (mapped, under no allocation); returns how many. Should
+  // the backend raise, the chunks unmapped before are accounted and it propagates.
   std::uint32_t gc(std::uint32_t n);
 
   std::uint64_t base() const { return range_.base; }

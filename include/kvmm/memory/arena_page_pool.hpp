@@ -20,7 +20,9 @@ class ArenaPagePool final : public LargePageSource {
   // std::nullopt when every page is used or no chunk can be backed (not an error).
   std::optional<PageId> allocate(GroupId owner);
   // Raises kvmm::Error for an id out of range or already free. In an elastic arena a
-  // chunk whose large pages are all free is unmapped here.
+  // chunk whose large pages are all free is unmapped here (should the backend raise on
+  // that unmap, the page is free all the same, the chunk stays backed and idle, and the
+  // exception propagates).
   void free(PageId id);
 
   // LargePageSource: the paging layer's pool calls these.
@@ -36,7 +38,7 @@ class ArenaPagePool final : public LargePageSource {
   }
   KVArena& arena() { return arena_; }
   // Used large pages overlapping arena chunk c.
-  std::uint32_t chunk_users(std::uint32_t c) const { return users_[c]; }
+  std::uint32_t chunk_users(std::uint32_t c) const { return arena_.chunk_users(c); }
   // Raises kvmm::Error naming the first broken invariant. O(pages + chunks).
   void check_invariants() const;
 
@@ -46,10 +48,10 @@ class ArenaPagePool final : public LargePageSource {
   void link(PageId j, Rank r);
   void unlink(PageId j);
   void rerank_chunk(std::uint32_t c);
+  void relink(PageId id);  // a freed page back on its list; its chunks' pages re-ranked
 
   KVArena& arena_;
   std::vector<GroupId> owner_;
-  std::vector<std::uint32_t> users_;  // per arena chunk
   std::vector<PageId> next_, prev_;   // intrusive free lists, one per rank
   std::vector<Rank> rank_;
   PageId head_[3];

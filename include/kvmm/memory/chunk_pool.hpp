@@ -1,8 +1,9 @@
 // ChunkPool: the one physical pool the KV arena, virtual KV tensors and activations draw
 // from (eLLM's unified pool); every chunk has an owner, every owner a quota. map_batch()
 // is a transaction (idle handles first, then create; map; one set_access per run; any
-// failure undoes all). Bookkeeping O(batch), no steady-state heap use; the cost is about
-// one backend call per chunk plus one per run. Thread-safe (one mutex).
+// failure, by false or by exception, undoes all). Bookkeeping O(batch), no steady-state
+// heap use; the cost is about one backend call per chunk plus one per run, and an
+// O(log ranges) check per address. Thread-safe (one mutex).
 #pragma once
 
 #include "kvmm/memory/backend.hpp"
@@ -48,19 +49,27 @@ class ChunkPool {
   std::uint64_t chunk_bytes() const { return chunk_bytes_; }
   std::uint32_t capacity() const { return static_cast<std::uint32_t>(owner_.size()); }
 
+  // Reserves through the backend and records the range: map_batch maps only inside
+  // ranges reserved here. free_range raises kvmm::Error for a range not reserved here
+  // or with a chunk still mapped in it.
   bool reserve(std::uint64_t bytes, VirtualRange* out);
   void free_range(const VirtualRange& range);
 
-  // One chunk mapped at each address in `addrs` (chunk aligned, currently unmapped),
-  // owned by `owner`; chunk ids written to `ids_out` (same length). Consecutive
-  // addresses that follow each other form a run that gets one set_access call.
-  // false, with nothing changed, if the owner's quota, the pool or the backend is short.
+  // One chunk mapped at each address in `addrs` (chunk aligned, inside a range reserved
+  // here, each once, currently unmapped), owned by `owner`; chunk ids written to
+  // `ids_out` (same length). Consecutive addresses form a run that gets one set_access
+  // call. false, with nothing changed, if the owner's quota, the pool or the backend is
+  // short. Bad arguments raise kvmm::Error before any backend call; a backend that raises
+  // (e.g. an address already mapped) has the batch undone and its exception propagated.
   bool map_batch(ChunkOwner owner, std::span<const std::uint64_t> addrs, std::span<ChunkId> ids_out);
   // Unmaps the chunks (one backend call per contiguous run) and makes them idle; the
-  // physical handles are kept for reuse. Raises kvmm::Error for an unmapped id.
+  // physical handles are kept for reuse. Raises kvmm::Error for an unmapped id. Should
+  // the backend raise (breaking its promise), the runs before the failing one are
+  // unmapped and the rest stay mapped and owned; the exception propagates.
   void unmap_batch(std::span<const ChunkId> ids);
 
-  // Quotas: the most chunks an owner may hold. Start at max_chunks for every owner.
+  // Quotas: the most chunks an owner may hold. Start at max_chunks for every owner;
+  // set_quota accepts at most max_chunks (move_quota may carry an owner above it).
   void set_quota(ChunkOwner owner, std::uint32_t quota);
   std::uint32_t quota(ChunkOwner owner) const;
   std::uint32_t owned(ChunkOwner owner) const;
@@ -70,7 +79,8 @@ class ChunkPool {
   // Chunks `owner` could still map now: min(quota slack, idle + creatable).
   std::uint32_t available(ChunkOwner owner) const;
 
-  // Creates idle chunks until `n` are idle (bounded by capacity); false on failure.
+  // Creates idle chunks until `n` are idle (bounded by capacity); false on failure
+  // (the chunks created so far stay idle).
   bool precreate(std::uint32_t n);
   // Releases idle chunks to the backend until at most `keep` are idle.
   void trim(std::uint32_t keep);
@@ -78,11 +88,19 @@ class ChunkPool {
   ChunkOwner owner(ChunkId id) const;
   std::uint64_t address(ChunkId id) const;  // 0 while unmapped
   ChunkPoolStats stats() const;
-  // Raises kvmm::Error naming the first broken invariant. O(capacity).
+  // Raises kvmm::Error naming the first broken invariant. O(capacity + ranges).
   void check_invariants() const;
 
  private:
-  void rollback(std::size_t acquired, std::size_t created, std::size_t mapped, std::span<const std::uint64_t> addrs);
+  // How far a map_batch got: handles taken from idle, handles created, chunks mapped.
+  struct Progress {
+    std::size_t from_idle = 0, created = 0, mapped = 0;
+  };
+  void check_addresses(std::span<const std::uint64_t> addrs);
+  bool map_locked(ChunkOwner owner, std::span<const std::uint64_t> addrs, Progress& p);
+  void rollback(const Progress& p, std::span<const std::uint64_t> addrs);
+  void commit_unmapped(std::span<const ChunkId> ids);
+  bool in_ranges(std::uint64_t addr) const;
   ChunkId check_id(ChunkId id) const;
 
   MemoryBackend& backend_;
@@ -95,6 +113,8 @@ class ChunkPool {
   std::vector<ChunkId> idle_;    // stack of created, unowned chunks
   std::vector<ChunkId> unborn_;  // stack of ids with no physical chunk
   std::vector<ChunkId> scratch_; // ids taken by the batch in progress
+  std::vector<std::uint64_t> sorted_;  // scratch: a batch's addresses, sorted
+  std::vector<VirtualRange> ranges_;   // reserved through this pool, sorted by base
   std::uint32_t quota_[kNumChunkOwners] = {};
   std::uint32_t owned_[kNumChunkOwners] = {};
   std::uint32_t num_created_ = 0;

@@ -27,12 +27,16 @@ class ElasticMemory {
   ElasticMemory(ChunkPool& pool, ActivationAllocator& activations, ChunkOwner kv_owner, KVReclaimer kv = {});
 
   // Moves n chunks of quota activation -> KV. false, nothing changed, if the
-  // activation side cannot free that many (live activations are never touched).
+  // activation side cannot free that many (live activations are never touched). Should
+  // the backend raise during the GC, the idle chunks unmapped so far stay unmapped, the
+  // quotas are unchanged and the exception propagates.
   bool inflate(std::uint32_t n);
   // Moves n chunks of quota KV -> activation. false, nothing changed, if the KV side
-  // cannot free that many.
+  // cannot free that many. Should the backend raise while the KV side reclaims, what
+  // was reclaimed stays reclaimed, the quotas are unchanged and it propagates.
   bool deflate(std::uint32_t n);
-  // Signed form used by the scheduler: I > 0 inflates, I < 0 deflates.
+  // Signed form used by the scheduler: I > 0 inflates, I < 0 deflates. Raises
+  // kvmm::Error, nothing changed, for |I| >= 2^32 (no pool holds that many chunks).
   bool balloon(std::int64_t amount);
 
   std::uint32_t kv_quota() const { return pool_.quota(kv_owner_); }
@@ -40,6 +44,9 @@ class ElasticMemory {
   // Chunks each side could map right now without borrowing.
   std::uint32_t kv_free() const { return pool_.available(kv_owner_); }
   std::uint32_t activation_free() const { return pool_.available(ChunkOwner::kActivation); }
+  // The pool's and the activation allocator's invariant checks (both sides' holdings
+  // within their quotas). Raises kvmm::Error naming the first broken one.
+  void check_invariants() const;
 
  private:
   ChunkPool& pool_;

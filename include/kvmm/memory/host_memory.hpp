@@ -2,12 +2,14 @@
 // component runs on real memory without a GPU. Physical chunks live at offsets of one
 // memfd; map() is mmap(MAP_FIXED|MAP_SHARED) of a chunk into a PROT_NONE reservation,
 // set_access() one mprotect per run, unmap() maps PROT_NONE back, release_chunk()
-// punches a hole (fallocate) and the offset is reused. Each call is one syscall (~µs).
+// punches a hole (fallocate) and the offset is reused. Each call is one syscall (~µs)
+// plus an O(log ranges) check that the address lies in a range this backend reserved.
 #pragma once
 
 #include "kvmm/memory/backend.hpp"
 
 #include <cstdint>
+#include <map>
 #include <unordered_map>
 #include <vector>
 
@@ -42,12 +44,17 @@ class HostMemory final : public MemoryBackend {
   // ranges reserved and not freed.
   std::uint32_t live_chunks() const { return live_chunks_; }
   std::uint64_t live_mappings() const { return live_mappings_; }
-  std::uint32_t live_ranges() const { return live_ranges_; }
+  std::uint32_t live_ranges() const { return static_cast<std::uint32_t>(ranges_.size()); }
   // Number of times chunk `c` is mapped right now.
   std::uint32_t map_count(ChunkHandle chunk) const;
+  // Raises kvmm::Error naming the first broken invariant (counters against the chunk and
+  // mapping tables, every mapping inside a reserved range). O(chunks + mappings).
+  void check_invariants() const;
 
  private:
   void check_chunk(ChunkHandle chunk, const char* what) const;
+  // Raises unless [addr, addr + bytes) is a run of whole chunks inside one reserved range.
+  void check_run(std::uint64_t addr, std::uint64_t bytes) const;
   int fd_ = -1;
   std::uint64_t page_bytes_ = 0;
   std::uint64_t chunk_bytes_ = 0;
@@ -56,9 +63,9 @@ class HostMemory final : public MemoryBackend {
   std::vector<std::uint32_t> map_count_;    // per offset index: live mappings, or kDead
   std::vector<std::uint32_t> free_slots_;   // released offset indices, reused first
   std::unordered_map<std::uint64_t, std::uint32_t> mapped_;  // address -> offset index
+  std::map<std::uint64_t, std::uint64_t> ranges_;             // reserved: base -> bytes
   std::uint32_t live_chunks_ = 0;
   std::uint64_t live_mappings_ = 0;
-  std::uint32_t live_ranges_ = 0;
 };
 
 }  // namespace kvmm

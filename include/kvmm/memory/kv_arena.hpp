@@ -1,7 +1,8 @@
 // KVArena: all large pages of the paging layer in one reserved range, backed by ChunkPool
 // chunks fully at construction or elastically (via ArenaPagePool). Large page j is at
 // base + j * large_page_bytes, small page p of group g at base + p * small_page_bytes(g).
-// Address queries are O(1); backing is one ChunkPool transaction over missing chunks.
+// Address queries are O(1); backing is one ChunkPool transaction over missing chunks;
+// the arena counts the live large pages on each chunk, so no chunk under one is released.
 #pragma once
 
 #include "kvmm/memory/chunk_pool.hpp"
@@ -31,8 +32,8 @@ struct PagedLayerView {
 
 class KVArena {
  public:
-  // Raises kvmm::Error if the range cannot be reserved, or (full backing) the pool
-  // cannot back every chunk.
+  // Raises kvmm::Error if num_large_pages is 0 or its size overflows, the range cannot be
+  // reserved, or (full backing) the pool cannot back every chunk; nothing is left behind.
   KVArena(ChunkPool& pool, const KVLayout& layout, const KVArenaOptions& options);
   ~KVArena();
   KVArena(const KVArena&) = delete;
@@ -47,7 +48,7 @@ class KVArena {
   ArenaBacking backing() const { return backing_; }
   const KVLayout& layout() const { return layout_; }
 
-  std::uint64_t large_page_address(PageId large) const;
+  std::uint64_t large_page_address(PageId large) const;  // raises for an id out of range
   std::uint64_t small_page_address(GroupId g, PageId small) const;
   PagedLayerView layer_view(GroupId g, std::uint32_t layer) const;
 
@@ -60,11 +61,23 @@ class KVArena {
   }
   bool chunk_backed(std::uint32_t c) const { return chunk_id_[c] != kNoChunk; }
   std::uint32_t num_backed_chunks() const { return num_backed_; }
+  // Live large pages (pinned) overlapping chunk c.
+  std::uint32_t chunk_users(std::uint32_t c) const { return users_[c]; }
   // Maps every unbacked chunk of [first, last] in one transaction; false, nothing
-  // changed, if memory is short.
+  // changed, if memory is short (a backend exception propagates, nothing changed).
   bool back_chunks(std::uint32_t first, std::uint32_t last);
-  // Unmaps one backed chunk (its large pages must hold no live data).
+  // Unmaps one backed chunk. Raises kvmm::Error if a live large page lies on it.
   void release_chunk(std::uint32_t c);
+
+  // A large page goes live: its chunks are backed (one transaction, none if all are) and
+  // counted as in use; false, nothing changed, if memory is short. Raises kvmm::Error
+  // for a page out of range or already pinned.
+  bool pin(PageId large);
+  // The page holds no live data any more; in an elastic arena the chunks it leaves
+  // without users are unmapped. Raises kvmm::Error if the page was not pinned. Should the
+  // backend raise on an unmap, the page is unpinned all the same, that chunk and the
+  // page's later ones stay backed (idle), and the exception propagates.
+  void unpin(PageId large);
 
  private:
   ChunkPool& pool_;
@@ -75,6 +88,8 @@ class KVArena {
   std::uint64_t chunk_bytes_ = 0;
   ArenaBacking backing_;
   std::vector<ChunkId> chunk_id_;  // per arena chunk: pool chunk id or kNoChunk
+  std::vector<std::uint32_t> users_;  // per arena chunk: pinned large pages on it
+  std::vector<std::uint8_t> pinned_;  // per large page
   std::uint32_t num_backed_ = 0;
   std::vector<std::uint64_t> addrs_;  // scratch for back_chunks
   std::vector<ChunkId> ids_;

@@ -5,6 +5,7 @@
 // reclamation; only what is still missing is mapped by the caller, in one transaction.
 #pragma once
 
+#include "kvmm/checked.hpp"
 #include "kvmm/memory/chunk_pool.hpp"
 
 #include <atomic>
@@ -66,12 +67,14 @@ struct VirtualKVCacheStats {
   std::uint64_t background_groups = 0;  // page groups mapped by the mapper
   std::uint64_t reclaimed_groups = 0;   // page groups unmapped from inactive slots
   std::uint64_t failed_steps = 0;
+  std::uint64_t background_errors = 0;  // mapper units whose backend call raised (left to step())
 };
 
 class VirtualKVCache {
  public:
   // vAttention init(N, B, L, H, D, P, page-group size). Raises kvmm::Error for a zero
-  // dimension or a page group that is not a multiple of the chunk size.
+  // dimension, a page group that is not a multiple of the chunk size, or sizes whose
+  // products overflow (the message names the fields); nothing is left reserved.
   VirtualKVCache(ChunkPool& pool, const VirtualKVCacheOptions& options);
   // Stops the mapper, unmaps every chunk and frees the range.
   ~VirtualKVCache();
@@ -86,10 +89,10 @@ class VirtualKVCache {
   std::uint64_t slot_bytes() const { return slot_bytes_; }
   std::uint32_t groups_per_slot() const { return groups_per_slot_; }
   std::uint32_t chunks_per_group() const { return chunks_per_group_; }
-  // Page groups needed per tensor to hold `tokens` tokens.
+  // Page groups needed per tensor to hold `tokens` tokens (at most max_context).
   std::uint32_t groups_for(std::uint32_t tokens) const {
-    return static_cast<std::uint32_t>((std::uint64_t{tokens} * token_bytes_ + options_.page_group_bytes - 1) /
-                                      options_.page_group_bytes);
+    if (tokens > options_.max_context) fail("tokens = {}: above max_context {}", tokens, options_.max_context);
+    return static_cast<std::uint32_t>(ceil_div(std::uint64_t{tokens} * token_bytes_, options_.page_group_bytes));
   }
 
   // An unused slot, marked active: the eager spare if there is one, else the inactive
@@ -99,12 +102,16 @@ class VirtualKVCache {
   void free_reqid(std::uint32_t slot);
   // Ensures every active slot s is backed up to seq_lens[s] tokens (seq_lens has B
   // entries, 0 for inactive slots). false, with no slot's backing changed, if memory
-  // is short. Raises kvmm::Error for a length over L or a length on an inactive slot.
+  // is short or the backend fails; cached chunks of inactive slots unmapped to make room
+  // are mapped back then (only a second backend failure during that restore leaves
+  // such a slot with less cached). A backend exception propagates the same way. Raises
+  // kvmm::Error, nothing changed, for a length over L or a length on an inactive slot.
   bool step(std::span<const std::uint32_t> seq_lens);
 
   // Chunks held by inactive slots (cached by deferred reclamation), and unmapping whole
   // inactive slots (the spare last) until at least `chunks` chunks were unmapped;
-  // returns how many were (eLLM deflation hands them on).
+  // returns how many were (eLLM deflation hands them on). Should the backend raise on
+  // an unmap, what was unmapped stays unmapped and the exception propagates.
   std::uint32_t reclaimable_chunks() const;
   std::uint32_t reclaim(std::uint32_t chunks);
 
@@ -123,17 +130,23 @@ class VirtualKVCache {
 
   TensorView view(std::uint32_t layer, std::uint32_t kv) const;
   std::uint64_t chunk_address(std::uint32_t t, std::uint32_t slot, std::uint32_t g, std::uint32_t i) const;
-  ChunkId& table(std::uint32_t slot, std::uint32_t g, std::uint32_t t, std::uint32_t i) {
-    return table_[((std::size_t{slot} * groups_per_slot_ + g) * num_tensors_ + t) * chunks_per_group_ + i];
+  std::size_t index(std::uint32_t slot, std::uint32_t g, std::uint32_t t, std::uint32_t i) const {
+    return ((std::size_t{slot} * groups_per_slot_ + g) * num_tensors_ + t) * chunks_per_group_ + i;
   }
-  // Both with state_mutex_ held. grow maps the listed slots' missing groups in one
-  // transaction; shrink unmaps a slot's groups [to, backed).
+  ChunkId& table(std::uint32_t slot, std::uint32_t g, std::uint32_t t, std::uint32_t i) { return table_[index(slot, g, t, i)]; }
+  // All with state_mutex_ held. grow maps the listed slots' missing chunks in one
+  // transaction; shrink unmaps a slot's chunks in groups [to, extent), returns how many.
   bool grow_locked(std::span<const std::uint32_t> slots, std::span<const std::uint32_t> targets);
-  void shrink_locked(std::uint32_t slot, std::uint32_t to_groups);
+  std::uint32_t shrink_locked(std::uint32_t slot, std::uint32_t to_groups);
   void publish(std::uint32_t slot, std::uint32_t groups);
   // Unmaps inactive slots (other than `keep`) until `chunks` are available; with
-  // `only_if_enough`, does nothing unless that can succeed.
-  bool reclaim_locked(std::uint32_t chunks, std::uint32_t keep, bool only_if_enough);
+  // `only_if_enough`, does nothing unless that can succeed. Each slot it unmaps is
+  // recorded in victims_ (with its backing) when `record` is set.
+  bool reclaim_locked(std::uint32_t chunks, std::uint32_t keep, bool only_if_enough, bool record = false);
+  // Maps the recorded victims back (after a failed step); best effort, never raises.
+  void restore_victims_locked();
+  // The step's synchronous part: reclaim if short, then grow, all or nothing.
+  bool grow_or_restore_locked(std::uint64_t chunks);
   void enqueue(std::uint32_t item);
   void push_locked(std::uint32_t item);  // queue_mutex_ held
   void mapper_loop();
@@ -157,9 +170,15 @@ class VirtualKVCache {
   std::unique_ptr<std::atomic<std::uint32_t>[]> want_;
   std::unique_ptr<std::atomic<std::uint32_t>[]> capacity_;  // tokens backed per slot
   std::vector<ChunkId> table_;
+  // Per slot: groups below which the table may hold chunks (>= backed). Above backed
+  // only after the backend raised on an unmap: such strays are reused by grow and
+  // unmapped by shrink.
+  std::vector<std::uint32_t> extent_;
   std::uint32_t spare_ = kNoSlot;
-  std::vector<std::uint64_t> addrs_;  // scratch for grow_locked
+  std::vector<std::uint64_t> addrs_;  // scratch for grow_locked and shrink_locked
   std::vector<ChunkId> ids_;
+  std::vector<std::size_t> where_;  // scratch: table index of each id in shrink_locked
+  std::vector<std::uint32_t> victim_slots_, victim_groups_;  // slots a failing step reclaimed
   std::vector<std::uint32_t> missing_slots_, missing_targets_;  // scratch for step
 
   // Mapper queue: a ring of slot ids (each at most once) plus a housekeeping flag.
@@ -175,7 +194,7 @@ class VirtualKVCache {
   std::thread mapper_;
 
   std::atomic<std::uint64_t> steps_{0}, sync_steps_{0}, sync_groups_{0}, background_groups_{0}, reclaimed_groups_{0},
-      failed_steps_{0};
+      failed_steps_{0}, background_errors_{0};
 };
 
 }  // namespace kvmm
