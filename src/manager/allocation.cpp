@@ -112,7 +112,7 @@ class ReplaySteps {
   bool evict_large(GroupId g) {
     const PageId lp = a_.store_.earliest([this](std::uint32_t s) { return a_.rpos_[s]; }, src3_);
     if (lp == kNullPage) return false;
-    const GroupId h = a_.pool_.slot(lp).owner;
+    const GroupId h = a_.pool_.owner_unchecked(lp);
     a_.sim_e_[h] -= a_.groups_[h].n;
     a_.store_.replay_mark(lp);
     a_.rpos_[src3_] = a_.store_.replay_source_next(src3_, a_.store_.source_after(src3_, lp));
@@ -140,8 +140,8 @@ class ReplaySteps {
     }
     mcursor_ = a_.store_.replay_mixed_next(mcursor_);
     if (mcursor_ == kNullPage) return false;
-    const GroupId h = a_.pool_.slot(mcursor_).owner;
-    const std::uint32_t empty = a_.pool_.slot(mcursor_).free_count;
+    const GroupId h = a_.pool_.owner_unchecked(mcursor_);
+    const std::uint32_t empty = a_.pool_.free_small_unchecked(mcursor_);
     a_.sim_e_[h] -= a_.store_.evictable_in(mcursor_);
     a_.sim_f_[h] -= empty;
     if (h > g && a_.sim_a_[h] > 0 && a_.groups_[h].alloc.associated_request(mcursor_) == r_) a_.sim_a_[h] -= empty;
@@ -233,14 +233,14 @@ bool PageAllocation::replay_feasible(std::uint32_t r, std::span<const std::uint6
 // allocator takes them from (r's associated pages for step 1, the group's pages for step
 // 4, where r's own are already full) in its order, each until full.
 void PageAllocation::replay_spoil(GroupId g, std::uint32_t r, PageId first, bool by_request, std::uint64_t takes) {
+  const SmallPageAllocator& alloc = groups_[g].alloc;
   for (PageId lp = first; lp != kNullPage && takes > 0;) {
-    const LargePageSlot& L = pool_.slot(lp);
-    const PageId next = by_request ? L.rnext : L.gnext;
-    if (!store_.replay_skips(lp) && (by_request || groups_[g].alloc.associated_request(lp) != r)) {
-      takes -= std::min<std::uint64_t>(takes, L.free_count);
+    const PageId next = by_request ? alloc.next_associated(lp) : alloc.next_with_free(lp);
+    if (!store_.replay_skips(lp) && (by_request || alloc.associated_request(lp) != r)) {
+      takes -= std::min<std::uint64_t>(takes, pool_.free_small_unchecked(lp));
       if (store_.mixed(lp)) store_.replay_mark(lp);
     }
-    lp = next == LargePageSlot::kNone ? kNullPage : next;
+    lp = next;
   }
 }
 

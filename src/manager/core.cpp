@@ -153,7 +153,7 @@ RequestId ManagerCore::add_request(std::span<const std::uint32_t> tokens, const 
   q.hit = 0;
   q.item_rank.clear();
   for (std::size_t k = 0; k < extras.items.size(); ++k) q.item_rank.push_back(splitmix(rng_) >> 1);
-  q.prio = std::min<std::uint32_t>(extras.priority, LruEvictor::kLevels - 1);
+  q.prio = std::min<std::uint32_t>(extras.priority, SmallLru::kLevels - 1);
   clear_progress(q);
   for (GroupId g = 0; g < groups_.size(); ++g) {
     q.item_page[g].clear();
@@ -186,7 +186,7 @@ void ManagerCore::append_tokens(RequestId r, std::span<const std::uint32_t> toke
 }
 
 void ManagerCore::set_priority(RequestId r, std::uint32_t priority) {
-  reqs_[reqs_.row(r)].prio = std::min<std::uint32_t>(priority, LruEvictor::kLevels - 1);
+  reqs_[reqs_.row(r)].prio = std::min<std::uint32_t>(priority, SmallLru::kLevels - 1);
 }
 
 // ---------------------------------------------------------------- lookup_prefix

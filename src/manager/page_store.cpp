@@ -152,7 +152,7 @@ void PageStore::release(GroupId g, PageId p, std::uint64_t t, std::uint32_t prio
     // The large page may now hold only cached pages and free small pages (or be back in the
     // pool: no entry may outlive that). One-page large pages are never listed there.
     if (grp.n > 1 &&
-        (mixed(lp) || (pool_.slot(lp).owner == kNoGroup && (large_lru_.contains(lp) || mixed_lru_.contains(lp)))))
+        (mixed(lp) || (pool_.owner_unchecked(lp) == kNoGroup && (large_lru_.contains(lp) || mixed_lru_.contains(lp)))))
       refresh_large(g, lp);
     return;
   }

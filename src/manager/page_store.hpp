@@ -96,14 +96,14 @@ class PageStore {
   // ---- large-page states, O(1)
   // Jenga §5.4's evictable large page: every small page evictable (step 3).
   bool full_evictable(PageId lp) const {
-    const GroupId g = pool_.slot(lp).owner;
+    const GroupId g = pool_.owner_unchecked(lp);
     return g != kNoGroup && ev_in_large_[lp] == groups_[g].n;
   }
   // No used small page, some evictable and some empty (step 6).
   bool mixed(PageId lp) const {
-    const GroupId g = pool_.slot(lp).owner;
+    const GroupId g = pool_.owner_unchecked(lp);
     if (g == kNoGroup) return false;
-    const std::uint32_t ev = ev_in_large_[lp], empty = pool_.slot(lp).free_count;
+    const std::uint32_t ev = ev_in_large_[lp], empty = pool_.free_small_unchecked(lp);
     return ev > 0 && empty > 0 && ev + empty == groups_[g].n;
   }
   std::uint32_t num_full_evictable() const { return num_full_ev_; }

@@ -26,7 +26,7 @@ inline void prefetch_release(const PageStore& store, const Group& grp, PageId p)
   prefetch_write(&grp.pg[p]);
   const PageId lp = p / grp.n;
   if (grp.n > 1) {  // one-page large pages: neither record is read
-    prefetch_read(&store.pool().slot(lp));
+    store.pool().prefetch(lp);
     prefetch_write(store.large_record(lp));
   }
   prefetch_write(store.evictable_count(lp));
@@ -116,14 +116,14 @@ class VictimRing {
       pos_[src] = store.source_after(src, next);
       if (pos_[src] != kNullPage) {
         prefetch_read(store.source_record(src, pos_[src]));
-        prefetch_read(&store.pool().slot(pos_[src]));
+        store.pool().prefetch(pos_[src]);
       }
     }
   }
   // Stage 2, halfway: the owner is known now; the small pages' records and allocator entries, and the
   // records the taking group will write when the page comes back to it.
   static void stage_owner(const PageStore& store, PageId v, GroupId taker) {
-    const GroupId h = store.pool().slot(v).owner;
+    const GroupId h = store.pool().owner_unchecked(v);
     if (h != kNoGroup) {
       const Group& gh = store.group(h);
       for (PageId s = v * gh.n; s < (v + 1) * gh.n && s < v * gh.n + 8; ++s) {
@@ -138,7 +138,7 @@ class VictimRing {
   }
   // Stage 3, the next victim: its index buckets and its small pages' LRU neighbours.
   static void stage_neighbours(const PageStore& store, PageId v) {
-    const GroupId h = store.pool().slot(v).owner;
+    const GroupId h = store.pool().owner_unchecked(v);
     if (h == kNoGroup) return;
     const Group& gh = store.group(h);
     for (PageId s = v * gh.n; s < (v + 1) * gh.n && s < v * gh.n + 8; ++s) {

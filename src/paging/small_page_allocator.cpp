@@ -16,7 +16,7 @@ SmallPageAllocator::SmallPageAllocator(GroupId group, std::uint32_t pages_per_la
   if (total >= kNullPage)
     fail("pages_per_large = {}: {} large pages x {} small pages overflow 32-bit page ids",
          pages_per_large, pool.capacity(), pages_per_large);
-  slot_.assign(total, kNone);
+  entry_.assign(total, kNone);
   req_head_.assign(max_requests, kNone);
   req_epoch_.assign(max_requests, 0);
 }
@@ -24,7 +24,7 @@ SmallPageAllocator::SmallPageAllocator(GroupId group, std::uint32_t pages_per_la
 PageId SmallPageAllocator::take_fresh(RequestId r) {
   const PageId lp = pool_.try_allocate(group_);
   if (lp == kNullPage) return kNullPage;
-  LargeSlot& L = pool_.slot(lp);
+  LargeRecord& L = pool_.record(lp);
   L.free_head = kNone;
   L.free_count = n_ - 1;
   L.bump = 1;
@@ -32,7 +32,7 @@ PageId SmallPageAllocator::take_fresh(RequestId r) {
   L.assoc_epoch = r == kNoRequest ? 0 : req_epoch_[r];
   L.rprev = L.rnext = L.gprev = L.gnext = kNone;
   const PageId s = lp * n_;
-  slot_[s] = kAllocated;
+  entry_[s] = kAllocated;
   num_free_ += n_ - 1;
   ++num_used_;
   ++num_large_;
@@ -41,29 +41,29 @@ PageId SmallPageAllocator::take_fresh(RequestId r) {
 }
 
 void SmallPageAllocator::link(std::uint32_t lp) {
-  LargeSlot& L = pool_.slot(lp);
+  LargeRecord& L = pool_.record(lp);
   L.gprev = kNone;
   L.gnext = group_head_;
-  if (group_head_ != kNone) pool_.slot(group_head_).gprev = lp;
+  if (group_head_ != kNone) pool_.record(group_head_).gprev = lp;
   group_head_ = lp;
   if (L.assoc != kNoRequest && L.assoc_epoch != req_epoch_[L.assoc]) L.assoc = kNoRequest;
   if (L.assoc != kNoRequest) {
     std::uint32_t& head = req_head_[L.assoc];
     L.rprev = kNone;
     L.rnext = head;
-    if (head != kNone) pool_.slot(head).rprev = lp;
+    if (head != kNone) pool_.record(head).rprev = lp;
     head = lp;
   }
 }
 
 void SmallPageAllocator::unlink(std::uint32_t lp) {
-  LargeSlot& L = pool_.slot(lp);
-  if (L.gprev != kNone) pool_.slot(L.gprev).gnext = L.gnext; else group_head_ = L.gnext;
-  if (L.gnext != kNone) pool_.slot(L.gnext).gprev = L.gprev;
+  LargeRecord& L = pool_.record(lp);
+  if (L.gprev != kNone) pool_.record(L.gprev).gnext = L.gnext; else group_head_ = L.gnext;
+  if (L.gnext != kNone) pool_.record(L.gnext).gprev = L.gprev;
   L.gprev = L.gnext = kNone;
   if (L.assoc != kNoRequest && L.assoc_epoch == req_epoch_[L.assoc]) {
-    if (L.rprev != kNone) pool_.slot(L.rprev).rnext = L.rnext; else req_head_[L.assoc] = L.rnext;
-    if (L.rnext != kNone) pool_.slot(L.rnext).rprev = L.rprev;
+    if (L.rprev != kNone) pool_.record(L.rprev).rnext = L.rnext; else req_head_[L.assoc] = L.rnext;
+    if (L.rnext != kNone) pool_.record(L.rnext).rprev = L.rprev;
   }
   L.rprev = L.rnext = kNone;
 }
@@ -71,7 +71,7 @@ void SmallPageAllocator::unlink(std::uint32_t lp) {
 void SmallPageAllocator::release_request(RequestId r) {
   if (r >= req_head_.size()) bad_request(r);
   for (std::uint32_t lp = req_head_[r]; lp != kNone;) {
-    LargeSlot& L = pool_.slot(lp);
+    LargeRecord& L = pool_.record(lp);
     const std::uint32_t next = L.rnext;
     L.rprev = L.rnext = kNone;
     L.assoc = kNoRequest;
@@ -85,14 +85,14 @@ void SmallPageAllocator::release_request(RequestId r) {
 RequestId SmallPageAllocator::associated_request(PageId large) const {
   if (large >= pool_.capacity()) fail("large page id = {}: pool capacity is {}", large, pool_.capacity());
   if (pool_.owner(large) != group_) return kNoRequest;
-  const LargeSlot& L = pool_.slot(large);
+  const LargeRecord& L = pool_.record(large);
   if (L.assoc == kNoRequest || L.assoc_epoch != req_epoch_[L.assoc]) return kNoRequest;
   return L.assoc;
 }
 
 std::uint32_t SmallPageAllocator::free_in_large(PageId large) const {
   if (large >= pool_.capacity()) fail("large page id = {}: pool capacity is {}", large, pool_.capacity());
-  return pool_.owner(large) == group_ ? pool_.slot(large).free_count : 0;
+  return pool_.owner(large) == group_ ? pool_.record(large).free_count : 0;
 }
 
 void SmallPageAllocator::bad_request(RequestId r) const {
@@ -100,8 +100,8 @@ void SmallPageAllocator::bad_request(RequestId r) const {
 }
 
 void SmallPageAllocator::bad_free(PageId s) const {
-  if (s >= slot_.size())
-    fail("small page id = {}: group {} has {} small page ids", s, group_, slot_.size());
+  if (s >= entry_.size())
+    fail("small page id = {}: group {} has {} small page ids", s, group_, entry_.size());
   fail("small page id = {}: double free or never allocated in group {}", s, group_);
 }
 
@@ -110,42 +110,42 @@ void SmallPageAllocator::check_invariants() const {
   for (std::uint32_t lp = 0; lp < pool_.capacity(); ++lp) {
     const bool mine = pool_.owner(lp) == group_;
     std::uint32_t alloc_here = 0;
-    for (std::uint32_t k = 0; k < n_; ++k) alloc_here += slot_[lp * n_ + k] == kAllocated;
+    for (std::uint32_t k = 0; k < n_; ++k) alloc_here += entry_[lp * n_ + k] == kAllocated;
     if (!mine) {
       if (alloc_here != 0) fail("invariant: large page {} not owned by group {} has small pages", lp, group_);
       continue;
     }
     ++held;
-    const LargeSlot& L = pool_.slot(lp);
+    const LargeRecord& L = pool_.record(lp);
     if (alloc_here == 0) fail("invariant: large page {} of group {} is empty but held", lp, group_);
     if (alloc_here + L.free_count != n_)
       fail("invariant: large page {} counts {} used + {} free != {}", lp, alloc_here, L.free_count, n_);
     std::uint32_t listed = 0;
-    for (std::uint32_t s = L.free_head; s != kNone; s = slot_[s]) {
-      if (s / n_ != lp || slot_[s] == kAllocated) fail("invariant: free list of large page {} holds bad page {}", lp, s);
+    for (std::uint32_t s = L.free_head; s != kNone; s = entry_[s]) {
+      if (s / n_ != lp || entry_[s] == kAllocated) fail("invariant: free list of large page {} holds bad page {}", lp, s);
       if (++listed > n_) fail("invariant: free list of large page {} has a cycle", lp);
     }
     for (std::uint32_t k = L.bump; k < n_; ++k)
-      if (slot_[lp * n_ + k] == kAllocated) fail("invariant: unhanded slot {} of large page {} is allocated", k, lp);
+      if (entry_[lp * n_ + k] == kAllocated) fail("invariant: unhanded slot {} of large page {} is allocated", k, lp);
     if (listed + (n_ - L.bump) != L.free_count)
       fail("invariant: large page {} free_count {} != listed {} + unhanded {}", lp, L.free_count, listed, n_ - L.bump);
     used += alloc_here;
     free += L.free_count;
   }
-  for (std::uint32_t lp = group_head_; lp != kNone; lp = pool_.slot(lp).gnext) {
-    if (pool_.owner(lp) != group_ || pool_.slot(lp).free_count == 0)
+  for (std::uint32_t lp = group_head_; lp != kNone; lp = pool_.record(lp).gnext) {
+    if (pool_.owner(lp) != group_ || pool_.record(lp).free_count == 0)
       fail("invariant: group list of group {} holds large page {} without free slots", group_, lp);
     if (++in_group_list > pool_.capacity()) fail("invariant: group list of group {} has a cycle", group_);
   }
   std::uint32_t with_free = 0;
   for (std::uint32_t lp = 0; lp < pool_.capacity(); ++lp)
-    with_free += pool_.owner(lp) == group_ && pool_.slot(lp).free_count > 0;
+    with_free += pool_.owner(lp) == group_ && pool_.record(lp).free_count > 0;
   if (with_free != in_group_list)
     fail("invariant: group {} lists {} large pages with free slots, has {}", group_, in_group_list, with_free);
   for (RequestId r = 0; r < req_head_.size(); ++r) {
     std::uint32_t steps = 0;
-    for (std::uint32_t lp = req_head_[r]; lp != kNone; lp = pool_.slot(lp).rnext) {
-      if (associated_request(lp) != r || pool_.slot(lp).free_count == 0)
+    for (std::uint32_t lp = req_head_[r]; lp != kNone; lp = pool_.record(lp).rnext) {
+      if (associated_request(lp) != r || pool_.record(lp).free_count == 0)
         fail("invariant: request {}'s list in group {} holds large page {} wrongly", r, group_, lp);
       if (++steps > pool_.capacity()) fail("invariant: request {}'s list has a cycle", r);
     }

@@ -196,7 +196,7 @@ TEST_CASE("SmallPageAllocator: hostile calls raise, change nothing, and the allo
   const std::vector<std::pair<std::function<void()>, std::string>> calls{
       {[&] { (void)a.allocate(kReq); }, "request = 4"},
       {[&] { (void)a.allocate(kNoRequest); }, "request = 4294967295"},
-      {[&] { (void)a.allocate_associated(kReq); }, "request = 4"},
+      {[&] { (void)a.try_associated(kReq); }, "request = 4"},
       {[&] { (void)a.try_associated(kReq); }, "request = 4"},
       {[&] { (void)a.try_fresh(kReq); }, "request = 4"},
       {[&] { a.free(ids); }, "small page id = 18"},

@@ -6,6 +6,7 @@
 // live pages sit densely together: one cache line per large page touched.
 #pragma once
 
+#include "kvmm/detail/prefetch.hpp"
 #include "kvmm/error.hpp"
 #include "kvmm/types.hpp"
 
@@ -33,7 +34,7 @@ class LargePageSource {
 
 // Per-large-page record. `owner` belongs to the pool; the other words belong to the
 // owning group's SmallPageAllocator while it holds the page.
-struct LargePageSlot {
+struct LargePageRecord {
   static constexpr std::uint32_t kNone = ~std::uint32_t{0};
   GroupId owner = kNoGroup;
   std::uint32_t free_head = kNone;   // intrusive list of returned small pages
@@ -50,7 +51,7 @@ class LargePagePool {
   // Raises kvmm::Error, before allocating anything, for capacity = 2^32-1 (the null
   // page id) or a source of another capacity.
   explicit LargePagePool(std::uint32_t capacity, LargePageSource* source = nullptr)
-      : free_(validated(capacity, source)), slots_(capacity), source_(source) {
+      : free_(validated(capacity, source)), records_(capacity), source_(source) {
     // Low ids on top of the stack: a fresh pool hands out 0, 1, 2, ...
     for (std::uint32_t i = 0; i < capacity; ++i) free_[i] = capacity - 1 - i;
     top_ = capacity;
@@ -70,15 +71,15 @@ class LargePagePool {
     if (source_) return allocate_from_source(owner).value_or(kNullPage);
     if (top_ == 0) return kNullPage;
     const PageId id = free_[--top_];
-    slots_[id].owner = owner;
+    records_[id].owner = owner;
     return id;
   }
 
   // O(1). Raises kvmm::Error for an id out of range or already free.
   void free(PageId id) {
-    if (id >= slots_.size()) fail("large page id = {}: pool capacity is {}", id, slots_.size());
-    if (slots_[id].owner == kNoGroup) fail("large page id = {}: double free (page is already free)", id);
-    slots_[id].owner = kNoGroup;
+    if (id >= records_.size()) fail("large page id = {}: pool capacity is {}", id, records_.size());
+    if (records_[id].owner == kNoGroup) fail("large page id = {}: double free (page is already free)", id);
+    records_[id].owner = kNoGroup;
     if (source_) {
       source_->release(id);
       return;
@@ -86,36 +87,44 @@ class LargePagePool {
     free_[top_++] = id;
   }
 
-  std::uint32_t capacity() const { return static_cast<std::uint32_t>(slots_.size()); }
+  std::uint32_t capacity() const { return static_cast<std::uint32_t>(records_.size()); }
   std::uint32_t num_free() const { return source_ ? source_->num_free() : top_; }
   std::uint32_t num_used() const { return capacity() - num_free(); }
   // kNoGroup while the page is free.
   GroupId owner(PageId id) const {
-    if (id >= slots_.size()) fail("large page id = {}: pool capacity is {}", id, slots_.size());
-    return slots_[id].owner;
+    if (id >= records_.size()) fail("large page id = {}: pool capacity is {}", id, records_.size());
+    return records_[id].owner;
   }
   // Recomputes the counts: every id on the free stack is in range, free (owner kNoGroup)
   // and listed once; the owned pages number capacity - num_free(). Raises kvmm::Error on
   // a mismatch. O(capacity): for tests and KVMM_DEBUG_CHECKS.
   void check_invariants() const {
     std::uint32_t owned = 0;
-    for (const LargePageSlot& s : slots_) owned += s.owner != kNoGroup;
+    for (const LargePageRecord& s : records_) owned += s.owner != kNoGroup;
     if (owned != num_used())
       fail("invariant: {} large pages have an owner, {} are in use", owned, num_used());
     if (source_) return;  // the source keeps its own free list
-    std::vector<std::uint8_t> seen(slots_.size(), 0);
+    std::vector<std::uint8_t> seen(records_.size(), 0);
     for (std::uint32_t i = 0; i < top_; ++i) {
       const PageId id = free_[i];
-      if (id >= slots_.size() || slots_[id].owner != kNoGroup || seen[id]++)
+      if (id >= records_.size() || records_[id].owner != kNoGroup || seen[id]++)
         fail("invariant: free stack entry {} holds large page {} (out of range, owned or listed twice)", i, id);
     }
   }
 
-  // The record of large page `id`, unchecked: for the owning SmallPageAllocator.
-  LargePageSlot& slot(PageId id) { return slots_[id]; }
-  const LargePageSlot& slot(PageId id) const { return slots_[id]; }
+  // Unchecked reads for hot paths (id < capacity()): the owner, and how many free small
+  // pages its group has in the page. O(1), one cache line.
+  GroupId owner_unchecked(PageId id) const { return records_[id].owner; }
+  std::uint32_t free_small_unchecked(PageId id) const { return records_[id].free_count; }
+  // Requests the record's line ahead of those reads (kvmm/detail/prefetch.hpp's switch).
+  void prefetch(PageId id) const { detail::prefetch_read(&records_[id]); }
 
  private:
+  // The record of large page `id`, unchecked: the owning SmallPageAllocator's alone.
+  friend class SmallPageAllocator;
+  LargePageRecord& record(PageId id) { return records_[id]; }
+  const LargePageRecord& record(PageId id) const { return records_[id]; }
+
   static std::uint32_t validated(std::uint32_t capacity, const LargePageSource* source) {
     if (capacity == kNullPage) fail("capacity = {}: must be below 2^32-1 (the null page id)", capacity);
     if (source && source->capacity() != capacity)
@@ -129,11 +138,11 @@ class LargePagePool {
   std::vector<PageId> free_;    // stack of free ids, [0, top_)
   std::optional<PageId> allocate_from_source(GroupId owner) {
     const std::optional<PageId> id = source_->acquire(owner);
-    if (id) slots_[*id].owner = owner;
+    if (id) records_[*id].owner = owner;
     return id;
   }
 
-  std::vector<LargePageSlot> slots_;
+  std::vector<LargePageRecord> records_;
   LargePageSource* source_ = nullptr;
   std::uint32_t top_ = 0;
 };

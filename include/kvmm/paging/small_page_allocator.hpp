@@ -7,6 +7,7 @@
 // after construction. Small page id s lives in large page s / n at slot s % n.
 #pragma once
 
+#include "kvmm/detail/prefetch.hpp"
 #include "kvmm/error.hpp"
 #include "kvmm/paging/large_page_pool.hpp"
 #include "kvmm/types.hpp"
@@ -50,24 +51,25 @@ class SmallPageAllocator {
   }
 
   // The three placement steps on their own, for callers that interleave other steps
-  // (eviction, Jenga §5.4). Each is O(1) and returns std::nullopt when it cannot serve;
-  // the try_ forms return kNullPage instead (no optional in memory on hot paths).
+  // (eviction, Jenga §5.4). Each is O(1) and returns kNullPage when it cannot serve.
   // Step 1: a free small page in a large page associated with r.
-  std::optional<PageId> allocate_associated(RequestId r) { return optional(try_associated(r)); }
   PageId try_associated(RequestId r) {
     if (r >= req_head_.size()) bad_request(r);
     if (req_head_[r] == kNone) return kNullPage;
     return take(req_head_[r]);
   }
   // Step 2: a fresh large page from the pool, associated with r (kNoRequest: none).
-  std::optional<PageId> allocate_fresh(RequestId r) { return optional(try_fresh(r)); }
   PageId try_fresh(RequestId r) {
     if (r != kNoRequest && r >= req_head_.size()) bad_request(r);
     if (pool_.num_free() == 0) return kNullPage;
     return take_fresh(r);
   }
+  // The take order, for a caller that replays it (the manager's feasibility check): the
+  // page after lp in its request's list (step 1) or in the group's list of pages with
+  // free small pages (step 3); kNullPage at the end. O(1).
+  PageId next_associated(PageId lp) const { return pool_.record(lp).rnext; }
+  PageId next_with_free(PageId lp) const { return pool_.record(lp).gnext; }
   // Step 3: any free small page of the group.
-  std::optional<PageId> allocate_any() { return optional(try_any()); }
   PageId try_any() {
     if (group_head_ == kNone) return kNullPage;
     return take(group_head_);
@@ -75,14 +77,14 @@ class SmallPageAllocator {
 
   // O(1). Raises kvmm::Error for a page out of range or not allocated.
   void free(PageId s) {
-    if (s >= slot_.size() || slot_[s] != kAllocated) bad_free(s);
+    if (s >= entry_.size() || entry_[s] != kAllocated) bad_free(s);
     const std::uint32_t lp = s / n_;
-    LargeSlot& L = pool_.slot(lp);
+    LargeRecord& L = pool_.record(lp);
 #if KVMM_DEBUG_CHECKS
     if (L.owner != group_ || L.free_count >= n_)
       fail("debug check: group {} frees page {} of large page {} (owner {}, {} free)", group_, s, lp, L.owner, L.free_count);
 #endif
-    slot_[s] = L.free_head;
+    entry_[s] = L.free_head;
     L.free_head = s;
     ++L.free_count;
     --num_used_;
@@ -102,9 +104,9 @@ class SmallPageAllocator {
   // serve step 3). O(large pages of r that have free small pages).
   void release_request(RequestId r);
 
-  bool is_allocated(PageId s) const { return s < slot_.size() && slot_[s] == kAllocated; }
+  bool is_allocated(PageId s) const { return s < entry_.size() && entry_[s] == kAllocated; }
   // Starts loading what free(s) reads of s (a hint; s must be a page id of this group).
-  void prefetch(PageId s) const { __builtin_prefetch(&slot_[s]); }
+  void prefetch(PageId s) const { detail::prefetch_read(&entry_[s]); }
   GroupId group() const { return group_; }
   std::uint32_t pages_per_large() const { return n_; }
   PageId large_page_of(PageId s) const { return s / n_; }
@@ -119,18 +121,18 @@ class SmallPageAllocator {
   // Free small pages in large pages associated with r (what step 1 can serve).
   // O(associated large pages that have a free slot).
   // The first large page associated with r that has a free slot (kNullPage: none); the
-  // next one is pool.slot(lp).rnext. Step 1 fills them in this order, each until full.
+  // next one is next_associated(lp). Step 1 fills them in this order, each until full.
   PageId first_associated(RequestId r) const {
     if (r >= req_head_.size()) bad_request(r);
     return req_head_[r] == kNone ? kNullPage : req_head_[r];
   }
   // The first large page of the group with a free slot (kNullPage: none); the next one is
-  // pool.slot(lp).gnext. Step 3 (allocate_any) fills them in this order.
+  // next_with_free(lp). Step 3 (try_any) fills them in this order.
   PageId first_with_free() const { return group_head_ == kNone ? kNullPage : group_head_; }
   std::uint32_t associated_free_small(RequestId r) const {
     if (r >= req_head_.size()) bad_request(r);
     std::uint32_t n = 0;
-    for (std::uint32_t lp = req_head_[r]; lp != kNone; lp = pool_.slot(lp).rnext) n += pool_.slot(lp).free_count;
+    for (std::uint32_t lp = req_head_[r]; lp != kNone; lp = pool_.record(lp).rnext) n += pool_.record(lp).free_count;
     return n;
   }
 
@@ -141,10 +143,10 @@ class SmallPageAllocator {
  private:
   static constexpr std::uint32_t kNone = ~std::uint32_t{0};
   static constexpr std::uint32_t kAllocated = kNone - 1;
-  using LargeSlot = LargePageSlot;
+  using LargeRecord = LargePageRecord;
 
   PageId take(std::uint32_t lp) {
-    LargeSlot& L = pool_.slot(lp);
+    LargeRecord& L = pool_.record(lp);
 #if KVMM_DEBUG_CHECKS
     if (L.owner != group_ || L.free_count == 0 || L.free_count > n_)
       fail("debug check: group {} takes from large page {} (owner {}, {} free)", group_, lp, L.owner, L.free_count);
@@ -152,11 +154,11 @@ class SmallPageAllocator {
     PageId s;
     if (L.free_head != kNone) {
       s = L.free_head;
-      L.free_head = slot_[s];
+      L.free_head = entry_[s];
     } else {
       s = lp * n_ + L.bump++;
     }
-    slot_[s] = kAllocated;
+    entry_[s] = kAllocated;
     ++num_used_;
     --num_free_;
     if (--L.free_count == 0) unlink(lp);
@@ -182,7 +184,7 @@ class SmallPageAllocator {
   Placement placement_;
     // Per small page: kAllocated, or the next free page of its large page (kNone: last).
   // One array, so an allocation or a free touches one cache line of it.
-  std::vector<std::uint32_t> slot_;
+  std::vector<std::uint32_t> entry_;
   std::vector<std::uint32_t> req_head_;
   std::vector<std::uint32_t> req_epoch_;
   std::uint32_t group_head_ = kNone;
