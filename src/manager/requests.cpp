@@ -104,9 +104,9 @@ void ManagerCore::commit(RequestId r, std::uint64_t num_computed_tokens) {
   const std::uint32_t s = running(r);
   Request& q = reqs_[s];
   const std::uint64_t c = num_computed_tokens, c0 = q.computed;
-  if (q.hit_pending) fail("request = {}: commit before the allocate that pins its prefix hit", r);
   if (c < c0) fail("num_computed_tokens = {}: request {} already has {} computed", c, r, c0);
   if (c > q.allocated) fail("num_computed_tokens = {}: request {} has pages for {} tokens only", c, r, q.allocated);
+  if (q.hit_pending) fail("request = {}: commit before the allocate that pins its prefix hit", r);
   if (options_.prefix_caching && c > q.ids.num_tokens())
     fail("num_computed_tokens = {}: request {} has {} token ids (append_tokens first)", c, r, q.ids.num_tokens());
   if (c > c0) check_shared_write(r, s, q, c);

@@ -11,6 +11,10 @@
 using namespace kvmm;
 
 TEST_CASE("no heap allocation per step in steady state", "[manager][alloc]") {
+#if defined(KVMM_DEBUG_CHECKS) && KVMM_DEBUG_CHECKS >= 3
+  WARN("skipped: debug tier 3 recounts every invariant after each call, with scratch vectors");
+  return;
+#endif
   const KVLayout layout = KVLayout::plan({LayerGroup::full_attention("full", 2, 2, 16, 2, 16),
                                           LayerGroup::sliding_window("sw", 2, 2, 16, 2, 16, 64)});
   // Tight enough that the second wave evicts the first wave's cached pages.
