@@ -1,7 +1,7 @@
 // Model description for kvmm-sim: a preset name (kvmm::presets) or a Hugging Face
-// config.json of the llama, mllama, gemma2, gemma3, mistral or jamba families, turned
-// into a planned kvmm::KVLayout. Reading a config is a one-off parse (milliseconds);
-// errors raise kvmm::Error naming the file, the line (for JSON syntax) and the field.
+// config.json (any family kvmm::read_hf_config reads), turned into a planned
+// kvmm::KVLayout. Reading a config is a one-off parse (well under a millisecond); errors
+// raise kvmm::Error naming the file, the line (for JSON syntax) and the field.
 #pragma once
 
 #include "kvmm/spec/presets.hpp"

@@ -77,9 +77,11 @@ TEST_CASE("HF config reader: errors name the file, line and field", "[sim][confi
   CHECK_THROWS_WITH(layout_from_hf_config(R"({"model_type": "llama", "num_hidden_layers": 2,
       "num_attention_heads": 4, "num_key_value_heads": "8", "hidden_size": 64})", "c.json"),
                     Catch::Contains("field 'num_key_value_heads': expected a positive integer, got \"8\""));
+  // (A text_config without cross_attention_layers gets transformers' default list, as in
+  // MllamaTextConfig; a value that is not a list is an error.)
   CHECK_THROWS_WITH(layout_from_hf_config(R"({"model_type": "mllama", "text_config": {"num_hidden_layers": 4,
-      "num_attention_heads": 4, "hidden_size": 64}})", "v.json"),
-                    Catch::Contains("field 'text_config.cross_attention_layers'"));
+      "num_attention_heads": 4, "hidden_size": 64, "cross_attention_layers": "3"}})", "v.json"),
+                    Catch::Contains("field 'text_config.cross_attention_layers': missing or not an array"));
   CHECK_THROWS_WITH(layout_from_hf_config(R"({"model_type": "mllama", "text_config": {"num_hidden_layers": 4,
       "num_attention_heads": 4, "hidden_size": 64, "cross_attention_layers": [1, 9]}})", "v.json"),
                     Catch::Contains("field 'text_config.cross_attention_layers[1]'"));

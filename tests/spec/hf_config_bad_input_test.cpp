@@ -1,0 +1,246 @@
+// kvmm::read_hf_config against hostile and random input: every malformed config raises
+// kvmm::Error naming the source and the field (with its path) and the reader keeps
+// serving; random configs of every family place each layer exactly as a plain
+// per-layer reference of the family's rule says.
+#include <kvmm/error.hpp>
+#include <kvmm/spec/hf_config.hpp>
+
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+using namespace kvmm;
+
+namespace {
+
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+constexpr const char* kGood = R"({"model_type": "llama", "num_hidden_layers": 4, "num_attention_heads": 8,
+    "num_key_value_heads": 2, "hidden_size": 512})";
+
+// The reader still serves a good config, with the same result as before the bad one.
+void still_serves(const KVLayout& before) {
+  const ModelSpec m = read_hf_config(kGood, "good.json");
+  REQUIRE(m.layout.num_groups() == 1);
+  CHECK(m.layout.large_page_bytes() == before.large_page_bytes());
+  CHECK(m.layers.size() == 4);
+}
+
+}  // namespace
+
+TEST_CASE("hf config bad input: errors name the source and the field", "[spec][hf_config][errors]") {
+  const KVLayout before = read_hf_config(kGood, "good.json").layout;
+  struct Case {
+    std::string json;
+    std::string expect;
+  };
+  const std::vector<Case> cases{
+      {"{\n \"model_type\": \"llama\",\n \"x\": 1,,\n}", "c.json:3:"},
+      {"[1]", "c.json: expected a JSON object"},
+      {R"({"model_type": 7})", "field 'model_type': expected a string, got 7"},
+      {R"({"model_type": "gpt2"})", "field 'model_type': 'gpt2' is not supported; supported: llama, qwen2"},
+      {R"({"model_type": "llama"})", "field 'num_hidden_layers': missing"},
+      {R"({"model_type": "llama", "num_hidden_layers": 0})", "field 'num_hidden_layers': expected a positive integer, got 0"},
+      {R"({"model_type": "llama", "num_hidden_layers": 1048576})", "field 'num_hidden_layers': 1048576 is more than 65536"},
+      {R"({"model_type": "llama", "num_hidden_layers": 18446744073709551615})", "field 'num_hidden_layers'"},
+      {R"({"model_type": "llama", "num_hidden_layers": 2.5})", "field 'num_hidden_layers': expected a positive integer"},
+      {R"({"model_type": "llama", "num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 3,
+          "hidden_size": 64})", "field 'num_key_value_heads': 3 does not divide num_attention_heads = 8"},
+      {R"({"model_type": "llama", "num_hidden_layers": 2, "num_attention_heads": 6, "hidden_size": 64})",
+       "field 'hidden_size': 64 is not a multiple of num_attention_heads = 6"},
+      {R"({"model_type": "llama", "num_hidden_layers": 2, "num_attention_heads": 2, "hidden_size": 4294967296})",
+       "field 'hidden_size': expected a positive integer"},
+      {R"({"model_type": "mistral", "num_hidden_layers": 2, "num_attention_heads": 2, "hidden_size": 64,
+          "sliding_window": -1})", "field 'sliding_window': expected a positive integer, got -1"},
+      {R"({"model_type": "mistral", "num_hidden_layers": 2, "num_attention_heads": 2, "hidden_size": 64,
+          "layer_types": ["sliding_attention", "full_attention"]})",
+       "field 'sliding_window': missing or null but some layers slide"},
+      {R"({"model_type": "mistral", "num_hidden_layers": 2, "num_attention_heads": 2, "hidden_size": 64,
+          "sliding_window": 8, "layer_types": ["full_attention"]})",
+       "field 'layer_types': expected an array of num_hidden_layers = 2 strings"},
+      {R"({"model_type": "qwen2", "num_hidden_layers": 2, "num_attention_heads": 2, "hidden_size": 64,
+          "use_sliding_window": "yes"})", "field 'use_sliding_window': expected true or false"},
+      {R"({"model_type": "qwen2", "num_hidden_layers": 2, "num_attention_heads": 2, "hidden_size": 64,
+          "use_sliding_window": true, "sliding_window": 8})", "field 'max_window_layers': missing"},
+      {R"({"model_type": "gemma2", "query_pre_attn_scalar": -144})",
+       "field 'query_pre_attn_scalar': expected a positive number or null, got -144"},
+      {R"({"model_type": "gemma2", "attn_logit_softcapping": "50"})",
+       "field 'attn_logit_softcapping': expected a positive number or null"},
+      {R"({"model_type": "gemma3", "text_config": 5})", "field 'text_config': missing or not an object"},
+      {R"({"model_type": "gemma3", "text_config": {"sliding_window_pattern": 0}})",
+       "field 'text_config.sliding_window_pattern': expected a positive integer, got 0"},
+      {R"({"model_type": "mllama"})", "field 'text_config': missing or not an object"},
+      {R"({"model_type": "mllama", "text_config": {"cross_attention_layers": [3, 3]}})",
+       "field 'text_config.cross_attention_layers[1]': layer 3 is listed twice"},
+      {R"({"model_type": "mllama", "text_config": {"cross_attention_layers": [-1]}})",
+       "field 'text_config.cross_attention_layers[0]': expected a layer index below num_hidden_layers = 40, got -1"},
+      {R"({"model_type": "mllama", "text_config": {"num_hidden_layers": 1, "cross_attention_layers": [0]}})",
+       "field 'text_config.cross_attention_layers': every layer is a cross-attention layer"},
+      {R"({"model_type": "jamba", "num_hidden_layers": 8, "attn_layer_period": 4, "attn_layer_offset": -1})",
+       "field 'attn_layer_offset': expected a non-negative integer, got -1"},
+      {R"({"model_type": "jamba", "num_hidden_layers": 8, "attn_layer_period": 4, "attn_layer_offset": 1,
+          "num_attention_heads": 4, "hidden_size": 64, "mamba_expand": 2, "mamba_d_conv": 4})",
+       "field 'mamba_d_state': missing"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.json);
+    CHECK_THAT(error_of([&] { read_hf_config(c.json, "c.json"); }), Catch::Contains(c.expect));
+    CHECK_THAT(error_of([&] { read_hf_config(c.json, "c.json"); }), Catch::StartsWith("c.json"));
+    still_serves(before);
+  }
+  CHECK_THAT(error_of([] { read_hf_config_file("/nonexistent/config.json"); }),
+             Catch::Contains("config file = '/nonexistent/config.json': cannot open the file"));
+  still_serves(before);
+}
+
+TEST_CASE("hf config bad input: options are checked before the config", "[spec][hf_config][errors]") {
+  HfConfigOptions o;
+  o.tokens_per_page = 0;
+  CHECK_THAT(error_of([&] { read_hf_config(kGood, "c", o); }), Catch::Contains("HfConfigOptions.tokens_per_page = 0"));
+  o = {};
+  o.dtype_bytes = 3;
+  CHECK_THAT(error_of([&] { read_hf_config(kGood, "c", o); }), Catch::Contains("HfConfigOptions.dtype_bytes = 3"));
+  o = {};
+  o.state_dtype_bytes = 3;
+  CHECK_THAT(error_of([&] { read_hf_config(kGood, "c", o); }),
+             Catch::Contains("HfConfigOptions.state_dtype_bytes = 3"));
+  o = {};
+  o.mamba_checkpoint_interval = 0;
+  CHECK_THAT(error_of([&] { read_hf_config(kGood, "c", o); }),
+             Catch::Contains("HfConfigOptions.mamba_checkpoint_interval = 0"));
+  // A layout limit the groups cannot meet is the planner's error, passed through.
+  o = {};
+  o.layout.max_large_page_bytes = 0;
+  CHECK_THAT(error_of([&] { read_hf_config(kGood, "c", o); }), Catch::Contains("max_large_page_bytes"));
+  still_serves(read_hf_config(kGood, "good.json").layout);
+}
+
+namespace {
+
+// A random config of one family and the kind each layer must get (the plain reference
+// of the family's rule, written per layer).
+struct Generated {
+  std::string json;
+  std::vector<LayerKind> kinds;
+  std::uint32_t window = 0;
+};
+
+std::string layer_types_json(const std::vector<LayerKind>& kinds) {
+  std::string s;
+  for (std::size_t i = 0; i < kinds.size(); ++i)
+    s += fmt::format("{}\"{}\"", i ? "," : "",
+                     kinds[i] == LayerKind::kSlidingWindow ? "sliding_attention" : "full_attention");
+  return "[" + s + "]";
+}
+
+Generated generate(std::mt19937_64& rng) {
+  const std::uint32_t layers = 1 + static_cast<std::uint32_t>(rng() % 48);
+  const std::uint32_t kv = 1u << (rng() % 3), q = kv * (1 + static_cast<std::uint32_t>(rng() % 4));
+  const std::string heads = fmt::format(R"("num_hidden_layers": {}, "num_attention_heads": {}, "num_key_value_heads": {},
+      "head_dim": 64)", layers, q, kv);
+  Generated g;
+  g.window = 16 * (1 + static_cast<std::uint32_t>(rng() % 64));
+  g.kinds.assign(layers, LayerKind::kFullAttention);
+  auto slide_if = [&](auto pred) {
+    for (std::uint32_t i = 0; i < layers; ++i)
+      if (pred(i)) g.kinds[i] = LayerKind::kSlidingWindow;
+  };
+  switch (rng() % 7) {
+    case 0:
+      g.json = fmt::format(R"({{"model_type": "llama", {}}})", heads);
+      break;
+    case 1: {  // mistral: every layer, or layer_types
+      const bool types = rng() % 2 == 0;
+      if (types) slide_if([&](std::uint32_t) { return rng() % 2 == 0; });
+      else slide_if([](std::uint32_t) { return true; });
+      g.json = fmt::format(R"({{"model_type": "mistral", {}, "sliding_window": {}{}}})", heads, g.window,
+                           types ? ", \"layer_types\": " + layer_types_json(g.kinds) : "");
+      break;
+    }
+    case 2: {  // qwen2: layers at or past max_window_layers when use_sliding_window
+      const bool use = rng() % 2 == 0;
+      const std::uint32_t first = static_cast<std::uint32_t>(rng() % (layers + 1));
+      if (use) slide_if([&](std::uint32_t i) { return i >= first; });
+      g.json = fmt::format(R"({{"model_type": "qwen2", {}, "sliding_window": {}, "use_sliding_window": {},
+          "max_window_layers": {}}})", heads, g.window, use, first);
+      break;
+    }
+    case 3:  // gemma2: even layers local
+      slide_if([](std::uint32_t i) { return i % 2 == 0; });
+      g.json = fmt::format(R"({{"model_type": "gemma2", {}, "sliding_window": {}}})", heads, g.window);
+      break;
+    case 4: {  // gemma3: every pattern-th layer global
+      const std::uint32_t pattern = 1 + static_cast<std::uint32_t>(rng() % 8);
+      slide_if([&](std::uint32_t i) { return (i + 1) % pattern != 0; });
+      g.json = fmt::format(R"({{"model_type": "gemma3", "text_config": {{{}, "sliding_window": {},
+          "sliding_window_pattern": {}}}}})", heads, g.window, pattern);
+      break;
+    }
+    case 5: {  // mllama: a random proper subset of layers cross-attends
+      std::string list;
+      for (std::uint32_t i = 0; i + 1 < layers; ++i)
+        if (rng() % 3 == 0) {
+          g.kinds[i] = LayerKind::kCrossAttention;
+          list += fmt::format("{}{}", list.empty() ? "" : ",", i);
+        }
+      g.json = fmt::format(R"({{"model_type": "mllama", "text_config": {{{}, "cross_attention_layers": [{}]}}}})",
+                           heads, list);
+      break;
+    }
+    default: {  // jamba: attention at offset within each period, Mamba elsewhere
+      const std::uint32_t period = 1 + static_cast<std::uint32_t>(rng() % 9);
+      const std::uint32_t offset = static_cast<std::uint32_t>(rng() % period);
+      for (std::uint32_t i = 0; i < layers; ++i)
+        g.kinds[i] = i % period == offset ? LayerKind::kFullAttention : LayerKind::kMambaState;
+      g.json = fmt::format(R"({{"model_type": "jamba", {}, "attn_layer_period": {}, "attn_layer_offset": {},
+          "hidden_size": 256, "mamba_expand": 2, "mamba_d_state": 16, "mamba_d_conv": 4}})", heads, period, offset);
+    }
+  }
+  return g;
+}
+
+}  // namespace
+
+TEST_CASE("hf config: random configs of every family match the per-layer reference", "[spec][hf_config][random]") {
+  std::mt19937_64 rng(20261124);
+  for (int iter = 0; iter < 2000; ++iter) {
+    const Generated g = generate(rng);
+    INFO("iteration " << iter << ": " << g.json);
+    const ModelSpec m = read_hf_config(g.json, "random.json");
+    REQUIRE(m.layers.size() == g.kinds.size());
+    REQUIRE(m.attention.size() == m.layout.num_groups());
+    std::vector<std::uint32_t> seen(m.layout.num_groups(), 0);
+    for (std::size_t i = 0; i < g.kinds.size(); ++i) {
+      const LayerPlacement p = m.layers[i];
+      REQUIRE(p.group < m.layout.num_groups());
+      REQUIRE(m.layout.group(p.group).kind == g.kinds[i]);
+      REQUIRE(p.index == seen[p.group]++);  // slots in model order, no gaps
+    }
+    for (GroupId grp = 0; grp < m.layout.num_groups(); ++grp) {
+      const LayerGroup& lg = m.layout.group(grp);
+      REQUIRE(lg.num_layers == seen[grp]);
+      if (grp > 0) REQUIRE(static_cast<int>(m.layout.group(grp - 1).kind) < static_cast<int>(lg.kind));
+      const AttentionParams& a = m.attention[grp];
+      if (lg.kind == LayerKind::kMambaState) {
+        REQUIRE(a.num_q_heads == 0);
+        continue;
+      }
+      REQUIRE(a.head_dim == 64);
+      REQUIRE(a.num_kv_heads == lg.kv_heads);
+      REQUIRE(a.num_q_heads % a.num_kv_heads == 0);
+      REQUIRE(a.sliding_window == (lg.kind == LayerKind::kSlidingWindow ? g.window : 0u));
+      REQUIRE(lg.window == a.sliding_window);
+    }
+  }
+}
