@@ -19,9 +19,9 @@ cmake -S . -B "$build/release" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVMM_WERROR=O
 cmake --build "$build/release" -j"$jobs"
 ctest --test-dir "$build/release" --output-on-failure -j"$jobs"
 
-echo "== AddressSanitizer + UndefinedBehaviorSanitizer build and tests"
+echo "== AddressSanitizer + UndefinedBehaviorSanitizer build and tests (debug tier 3; the plain path: no prefetch)"
 cmake -S . -B "$build/asan" -DCMAKE_BUILD_TYPE=Debug -DKVMM_WERROR=ON -DKVMM_CUDA=OFF \
-  -DKVMM_SANITIZE=address,undefined -DKVMM_DEBUG_CHECKS=3 \
+  -DKVMM_SANITIZE=address,undefined -DKVMM_DEBUG_CHECKS=3 -DKVMM_PREFETCH=OFF \
   -DKVMM_BUILD_TESTS=ON -DKVMM_BUILD_BENCH=OFF -DKVMM_BUILD_EXAMPLES=ON \
   -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g"
 cmake --build "$build/asan" -j"$jobs"

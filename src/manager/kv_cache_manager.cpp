@@ -65,6 +65,18 @@ std::span<const PageId> KVCacheManager::host_page_table(RequestId r, GroupId g) 
   return core_->group(g).host_table.pages(row(r));
 }
 const PageTableSet& KVCacheManager::page_tables(GroupId g) const { return core_->group(g).table; }
+std::uint64_t KVCacheManager::kv_len(RequestId r, GroupId g) const { return core_->kv_len(r, g); }
+std::size_t KVCacheManager::export_csr(GroupId g, std::span<const RequestId> batch, std::span<std::int32_t> indptr,
+                                       std::span<std::int32_t> indices, std::span<std::int32_t> last_page_len,
+                                       const KernelExportOptions& o, std::span<std::int32_t> first_page) const {
+  const ExportOptions eo = core_->export_options(g, batch, o);
+  return core_->group(g).table.export_csr(core_->export_rows(), indptr, indices, last_page_len, eo, first_page);
+}
+void KVCacheManager::export_dense(GroupId g, std::span<const RequestId> batch, std::span<std::int32_t> block_table,
+                                  std::uint32_t max_pages, const KernelExportOptions& o) const {
+  const ExportOptions eo = core_->export_options(g, batch, o);
+  core_->group(g).table.export_dense(core_->export_rows(), block_table, max_pages, eo);
+}
 std::uint32_t KVCacheManager::row(RequestId r) const { return core_->requests().row(r); }
 const LargePagePool& KVCacheManager::large_pages() const { return core_->large_pages(); }
 const SmallPageAllocator& KVCacheManager::small_pages(GroupId g) const { return core_->group(g).alloc; }

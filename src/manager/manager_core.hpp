@@ -57,6 +57,11 @@ class ManagerCore {
   // ---- swapping (host_tier.cpp)
   std::optional<std::span<const PageCopy>> swap_out(RequestId r);
   std::optional<std::span<const PageCopy>> swap_in(RequestId r);
+  // ---- kernel exports (stats.cpp)
+  std::uint64_t kv_len(RequestId r, GroupId g) const;
+  // The rows and kv lengths of a batch, into scratch; the PageTableSet options for them.
+  ExportOptions export_options(GroupId g, std::span<const RequestId> batch, const KernelExportOptions& o) const;
+  std::span<const RequestId> export_rows() const { return export_rows_; }
   // ---- stats (stats.cpp) and checks (invariants.cpp)
   CacheStats stats() const;
   void check_invariants() const;
@@ -127,6 +132,8 @@ class ManagerCore {
   std::vector<std::uint64_t> need_;  // scratch per group: pages allocate needs
   std::vector<std::uint8_t> cow_;    // scratch per group: a copy-on-write copy first
   std::uint64_t lookups_ = 0, lookup_tokens_ = 0, hit_tokens_ = 0;
+  mutable std::vector<RequestId> export_rows_;  // scratch of the kernel exports
+  mutable std::vector<std::uint64_t> export_lens_;
 };
 
 }  // namespace kvmm::detail

@@ -1,6 +1,7 @@
 // ManagerCore::stats(): the cache's counters (O(1) each) and each group's memory use: used,
 // evictable and empty pages, and the bytes the used pages really hold (a page shared by a
-// fork or a hit counted once, at its fullest). O(pages held by requests and pins).
+// fork or a hit counted once, at its fullest), O(pages held by requests and pins); and
+// what the kernel exports read of a request: its rows and kv lengths, O(1) per request.
 #include "manager_core.hpp"
 
 #include <algorithm>
@@ -49,6 +50,28 @@ CacheStats ManagerCore::stats() const {
     s.groups.push_back(gs);
   }
   return s;
+}
+
+std::uint64_t ManagerCore::kv_len(RequestId r, GroupId g) const {
+  const Request& q = req(r);
+  const Group& grp = group(g);
+  if (grp.decoder) return std::max(q.computed, q.step_end);
+  const std::span<const MultimodalItem> items = q.ids.items();
+  if (items.empty()) return 0;
+  const auto k = items.size() - 1;
+  return q.item_page[g][k] * grp.P + items[k].length;
+}
+
+ExportOptions ManagerCore::export_options(GroupId g, std::span<const RequestId> batch,
+                                          const KernelExportOptions& o) const {
+  check_group(g);
+  export_rows_.resize(batch.size());
+  export_lens_.resize(batch.size());
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    export_rows_[i] = reqs_.row(batch[i]);
+    export_lens_[i] = kv_len(batch[i], g);
+  }
+  return ExportOptions{.kv_lens = export_lens_, .null_page = o.null_page, .trim = o.trim};
 }
 
 }  // namespace kvmm::detail

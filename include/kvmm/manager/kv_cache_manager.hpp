@@ -85,6 +85,17 @@ struct CacheStats {
 
 using PinId = std::uint32_t;
 
+// How the kernel-facing exports write a batch's rows (see PageTableSet's ExportOptions).
+struct KernelExportOptions {
+  // Written for every kNullPage entry (out-of-window pages, images not needed) and as the
+  // dense padding: a zero-filled page the engine reserves, so FlashInfer and FlashAttention
+  // never read kNullPage as a page id. kNullPage: left as is (kvmm's own kernels skip it).
+  PageId null_page = kNullPage;
+  // CSR only: rows start at their first page that is not null; first_page[i] receives its
+  // index in the row (a kernel adds first_page[i] * tokens_per_page to positions).
+  bool trim = false;
+};
+
 class KVCacheManager {
  public:
   static constexpr std::uint64_t kMaxTokens = (std::uint64_t{1} << 32) - 1;  // per request
@@ -167,6 +178,21 @@ class KVCacheManager {
   std::uint64_t num_tokens(RequestId r) const;
   std::span<const PageId> page_table(RequestId r, GroupId g) const;
   std::span<const PageId> host_page_table(RequestId r, GroupId g) const;
+  // Kernel inputs of group g for the step's batch (after its allocate calls), as FlashInfer
+  // and FlashAttention take them (int32): each row holds the pages of the tokens its request
+  // will have computed after the step (kv_len(r, g)), so last_page_len is exact and
+  // lookahead pages stay out. O(batch + pages written). kvmm::Error for a stale handle, a
+  // request with nothing scheduled or computed, or buffers too small.
+  std::size_t export_csr(GroupId g, std::span<const RequestId> batch, std::span<std::int32_t> indptr,
+                         std::span<std::int32_t> indices, std::span<std::int32_t> last_page_len,
+                         const KernelExportOptions& o = {}, std::span<std::int32_t> first_page = {}) const;
+  void export_dense(GroupId g, std::span<const RequestId> batch, std::span<std::int32_t> block_table,
+                    std::uint32_t max_pages, const KernelExportOptions& o = {}) const;
+  // The tokens row r of group g exports: for a decoder group what the request will have
+  // computed after this step (computed + the tokens its last allocate scheduled); for an
+  // encoder-token group its image tokens (each image starts on a page boundary: the pages
+  // before the last image count whole, plus the last image's length). O(1).
+  std::uint64_t kv_len(RequestId r, GroupId g) const;
   // The rows of group g, indexed by request row (row(r)), for the batch exports of
   // paging/page_table.hpp.
   const PageTableSet& page_tables(GroupId g) const;
