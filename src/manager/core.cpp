@@ -171,7 +171,7 @@ RequestId ManagerCore::add_request(std::span<const std::uint32_t> tokens, const 
 }
 
 void ManagerCore::clear_progress(Request& q) {
-  q.computed = q.allocated = q.last_step = q.step_end = 0;
+  q.computed = q.allocated = q.last_step = q.step_end = q.lookup_tokens = 0;
   q.items_consumed = 0;
   std::fill(q.lo.begin(), q.lo.end(), 0);
   std::fill(q.registered.begin(), q.registered.end(), 0);
@@ -200,6 +200,7 @@ std::uint64_t ManagerCore::lookup_prefix(RequestId r) {
   ++lookups_;
   const std::uint64_t num_tokens = q.ids.num_tokens();
   lookup_tokens_ += num_tokens;
+  q.lookup_tokens = num_tokens;
   if (!options_.prefix_caching || num_tokens <= 1) return 0;
   const std::uint64_t limit = num_tokens - 1;
   // add_request hashed the prompt's full pages; only ids appended since need hashing.
@@ -289,6 +290,7 @@ void ManagerCore::take_pages(std::uint32_t s, Request& q) {
         store_.init_page(g, p, step_, grp.pg[old].node.key.prefix_len);
         grp.table.set(s, idx, p);
         copies_.push_back(PageCopy{g, old, p});
+        ++counts_.cow_copies;
         store_.release(g, old, q.last_step, q.prio);
         --need_[g];
       }
@@ -353,6 +355,14 @@ void ManagerCore::check_refusal(RequestId r, std::uint32_t s, Request& q, std::u
   if (fits) fail("debug check: request {} refused before pinning its hit, but the pinned need fits", r);
 }
 
+bool ManagerCore::refused(RequestId r, const Request& q, std::uint32_t num_new_tokens) {
+  ++counts_.refused_allocations;
+  if (!q.admitted) ++counts_.refused_admissions;
+  log(LogLevel::kDebug, "request {}: allocate of {} tokens refused ({})", r, num_new_tokens,
+      q.admitted ? "running" : "admission");
+  return false;
+}
+
 bool ManagerCore::allocate(RequestId r, std::uint32_t num_new_tokens, std::uint32_t lookahead) {
   const std::uint32_t s = running(r);
   Request& q = reqs_[s];
@@ -368,18 +378,21 @@ bool ManagerCore::allocate(RequestId r, std::uint32_t num_new_tokens, std::uint3
     // counted only once the rows exist, so requests with images skip this.
     if (q.ids.items().empty() && compute_need(s, q, num_new_tokens, target) && alloc_.surely_infeasible(need_)) {
       if constexpr (kCheckInternal) check_refusal(r, s, q, num_new_tokens, target);
-      return false;
+      return refused(r, q, num_new_tokens);
     }
-    if (!admit(r, s, q))
+    if (!admit(r, s, q)) {
+      ++counts_.lost_hits;
+      log(LogLevel::kWarning, "request {}: its {}-token prefix hit was evicted before its allocate", r, q.hit);
       fail(
           "request = {}: pages of its {}-token prefix hit were evicted since lookup_prefix (other requests "
           "allocated in between); reset(r) and look it up again",
           r, q.hit);
+    }
   }
   if (compute_need(s, q, num_new_tokens, target)) {
     if (!alloc_.feasible(s, need_)) {
       if (pinning) release_unpinned_hit(s, q);
-      return false;
+      return refused(r, q, num_new_tokens);
     }
     take_pages(s, q);
   }
@@ -396,6 +409,9 @@ bool ManagerCore::allocate(RequestId r, std::uint32_t num_new_tokens, std::uint3
   if (!q.admitted) {  // only now do its pages count as accessed
     q.admitted = true;
     q.last_step = step_;
+    ++counts_.admissions;
+    counts_.admitted_lookup_tokens += q.lookup_tokens;
+    counts_.admitted_hit_tokens += q.hit;
   }
   expensive_check();
   return true;

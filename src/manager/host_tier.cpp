@@ -20,7 +20,11 @@ std::optional<std::span<const PageCopy>> ManagerCore::swap_out(RequestId r) {
     const std::uint64_t free_small = grp.host_alloc.num_free_small();
     if (need_[g] > free_small) large_needed += (need_[g] - free_small + grp.n - 1) / grp.n;
   }
-  if (large_needed > host_pool_.num_free()) return std::nullopt;
+  if (large_needed > host_pool_.num_free()) {
+    log(LogLevel::kInfo, "request {}: swap_out refused, {} host large pages needed, {} free", r, large_needed,
+        host_pool_.num_free());
+    return std::nullopt;
+  }
   plan_.clear();
   std::uint64_t reserve = large_needed;
   for (GroupId g = 0; g < groups_.size(); ++g) {
@@ -44,6 +48,7 @@ std::optional<std::span<const PageCopy>> ManagerCore::swap_out(RequestId r) {
   }
   release_rows(s, q);
   q.swapped = true;
+  counts_.swapped_out_pages += plan_.size();
   expensive_check();
   return std::span<const PageCopy>(plan_);
 }
@@ -86,6 +91,7 @@ std::optional<std::span<const PageCopy>> ManagerCore::swap_in(RequestId r) {
   }
   q.swapped = false;
   q.last_step = step_;
+  counts_.swapped_in_pages += plan_.size();
   expensive_check();
   return std::span<const PageCopy>(plan_);
 }

@@ -21,6 +21,8 @@
 #include "prefix_lookup.hpp"
 #include "request_table.hpp"
 
+#include <fmt/format.h>
+
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -64,6 +66,7 @@ class ManagerCore {
   std::span<const RequestId> export_rows() const { return export_rows_; }
   // ---- stats (stats.cpp) and checks (invariants.cpp)
   CacheStats stats() const;
+  ManagerCounters counters() const;
   void check_invariants() const;
   void take_events(std::vector<CacheEvent>& out) { events_.take(out); }
 
@@ -97,6 +100,7 @@ class ManagerCore {
   void take_pages(std::uint32_t s, Request& q);
   bool admit(RequestId r, std::uint32_t s, Request& q);
   void release_unpinned_hit(std::uint32_t s, Request& q);
+  bool refused(RequestId r, const Request& q, std::uint32_t num_new_tokens);  // counts, logs; false
   void check_refusal(RequestId r, std::uint32_t s, Request& q, std::uint32_t num_new_tokens, std::uint64_t target);
   void check_shared_write(RequestId r, std::uint32_t s, const Request& q, std::uint64_t c) const;
   void register_full_pages(std::uint32_t s, Request& q, std::uint64_t c);
@@ -105,6 +109,12 @@ class ManagerCore {
   void release_rows(std::uint32_t s, const Request& q);
   void release_all(std::uint32_t s, Request& q);
   void clear_progress(Request& q);
+  // The engine's log callback, if any: formats only then.
+  template <class... Args>
+  void log(LogLevel level, fmt::format_string<Args...> f, Args&&... args) const {
+    if (options_.log) [[unlikely]]
+      options_.log(level, fmt::format(f, std::forward<Args>(args)...));
+  }
   void expensive_check() const {
     if constexpr (kCheckExpensive) check_invariants();
   }
@@ -132,6 +142,7 @@ class ManagerCore {
   std::vector<std::uint64_t> need_;  // scratch per group: pages allocate needs
   std::vector<std::uint8_t> cow_;    // scratch per group: a copy-on-write copy first
   std::uint64_t lookups_ = 0, lookup_tokens_ = 0, hit_tokens_ = 0;
+  ManagerCounters counts_;                      // the counters not kept elsewhere (admissions, refusals, copies, swaps)
   mutable std::vector<RequestId> export_rows_;  // scratch of the kernel exports
   mutable std::vector<std::uint64_t> export_lens_;
 };

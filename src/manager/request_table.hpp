@@ -23,6 +23,7 @@ struct Request {
   // lookup_prefix found `hit` tokens that allocate has not pinned yet.
   bool hit_pending = false;
   std::uint64_t hit = 0;
+  std::uint64_t lookup_tokens = 0;       // tokens its lookup_prefix looked up (admission counts)
   RequestHashes ids;                     // token ids, extra keys and block-hash chains
   std::vector<std::uint64_t> item_rank;  // random prefix length per item
   std::uint32_t prio = 0;

@@ -209,6 +209,7 @@ void ManagerCore::reset_prefix_cache() {
   // Swapped-out pages come back private: their pre-reset content is not cached again.
   for (Group& grp : groups_) std::fill(grp.host_hashed.begin(), grp.host_hashed.end(), std::uint8_t{0});
   store_.forget_all();
+  log(LogLevel::kInfo, "reset_prefix_cache: every cached hash forgotten");
   expensive_check();
 }
 

@@ -52,6 +52,24 @@ CacheStats ManagerCore::stats() const {
   return s;
 }
 
+ManagerCounters ManagerCore::counters() const {
+  ManagerCounters c = counts_;
+  c.lookups = lookups_;
+  c.lookup_tokens = lookup_tokens_;
+  c.hit_tokens = hit_tokens_;
+  c.active_requests = reqs_.num_active();
+  c.free_large_pages = pool_.num_free();
+  c.large_pages = pool_.capacity();
+  c.used_pages.clear();
+  c.evictable_pages.clear();
+  for (const Group& grp : groups_) {
+    c.evicted_pages += grp.evicted;
+    c.used_pages.push_back(grp.alloc.num_used_small() - grp.evictable);
+    c.evictable_pages.push_back(grp.evictable);
+  }
+  return c;
+}
+
 std::uint64_t ManagerCore::kv_len(RequestId r, GroupId g) const {
   const Request& q = req(r);
   const Group& grp = group(g);

@@ -15,6 +15,7 @@
 #include "kvmm/spec/kv_layout.hpp"
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -30,12 +31,18 @@ namespace testing {
 class ManagerInspector;
 }
 
+enum class LogLevel : std::uint8_t { kDebug, kInfo, kWarning };
+
 struct KVCacheManagerOptions {
   std::uint32_t num_large_pages = 0;       // device pool
   std::uint32_t num_host_large_pages = 0;  // host pool of the same layout, for swap_out
   std::uint32_t max_requests = 1024;       // request rows, at most KVCacheManager::kMaxRequests
   bool prefix_caching = true;
-  bool record_events = false;       // keep stored/removed events for take_events()
+  bool record_events = false;  // keep stored/removed events for take_events()
+  // Called with what the manager decided and why (refused admissions, lost hits, swaps,
+  // cache resets); none by default (then each site costs one test). The manager's thread
+  // calls it; it must not call back into the manager.
+  std::function<void(LogLevel, std::string_view)> log = {};
   std::uint64_t seed = 0x6b766d6d;  // random per-image prefix lengths
 };
 
@@ -81,6 +88,31 @@ struct CacheStats {
   std::uint64_t lookups = 0;
   std::uint64_t lookup_tokens = 0;  // prompt tokens looked up
   std::uint64_t hit_tokens = 0;
+};
+
+// O(1) counters (counters(): O(groups)), named as metrics.hpp's Prometheus text names them.
+// Admission counts separate a request's first successful allocate from the refused
+// attempts of a blocked queue head, which a scheduler repeats every step: hit rates over
+// admitted requests do not count a prompt once per retry.
+struct ManagerCounters {
+  std::uint64_t lookups = 0;                   // kvmm_lookups_total: lookup_prefix calls
+  std::uint64_t lookup_tokens = 0;             // kvmm_lookup_tokens_total: prompt tokens looked up
+  std::uint64_t hit_tokens = 0;                // kvmm_hit_tokens_total: tokens those lookups hit
+  std::uint64_t admissions = 0;                // kvmm_admissions_total: first successful allocates
+  std::uint64_t admitted_lookup_tokens = 0;    // kvmm_admitted_lookup_tokens_total
+  std::uint64_t admitted_hit_tokens = 0;       // kvmm_admitted_hit_tokens_total
+  std::uint64_t refused_admissions = 0;        // kvmm_refused_admissions_total: first allocates refused
+  std::uint64_t refused_allocations = 0;       // kvmm_refused_allocations_total: every refused allocate
+  std::uint64_t lost_hits = 0;                 // kvmm_lost_hits_total: hits evicted before their allocate
+  std::uint64_t cow_copies = 0;                // kvmm_cow_copies_total
+  std::uint64_t swapped_out_pages = 0;         // kvmm_swapped_out_pages_total
+  std::uint64_t swapped_in_pages = 0;          // kvmm_swapped_in_pages_total
+  std::uint64_t evicted_pages = 0;             // kvmm_evicted_pages_total (every group)
+  std::uint32_t active_requests = 0;           // kvmm_active_requests (gauge)
+  std::uint32_t free_large_pages = 0;          // kvmm_free_large_pages (gauge)
+  std::uint32_t large_pages = 0;               // kvmm_large_pages (gauge)
+  std::vector<std::uint32_t> used_pages;       // kvmm_used_pages{group="name"} (gauge)
+  std::vector<std::uint32_t> evictable_pages;  // kvmm_evictable_pages{group="name"} (gauge)
 };
 
 using PinId = std::uint32_t;
@@ -165,6 +197,8 @@ class KVCacheManager {
   void set_priority(RequestId r, std::uint32_t priority);
 
   CacheStats stats() const;
+  // The O(1) counters (O(groups) for the per-group gauges), for metrics on every step.
+  ManagerCounters counters() const;
   // Moves the recorded events into `out` (cleared first; capacities swap, so a reused
   // vector makes no heap allocation in steady state).
   void take_events(std::vector<CacheEvent>& out);
