@@ -50,6 +50,9 @@ PinId KVCacheManager::pin_prefix(RequestId r) { return core_->pin_prefix(r); }
 void KVCacheManager::unpin(PinId pin) { core_->unpin(pin); }
 void KVCacheManager::set_priority(RequestId r, std::uint32_t priority) { core_->set_priority(r, priority); }
 CacheStats KVCacheManager::stats() const { return core_->stats(); }
+bool KVCacheManager::cached_image(const MultimodalItem& item, std::uint32_t lora_id) const {
+  return core_->cached_image(item, lora_id);
+}
 ManagerCounters KVCacheManager::counters() const { return core_->counters(); }
 void KVCacheManager::take_events(std::vector<CacheEvent>& out) { core_->take_events(out); }
 

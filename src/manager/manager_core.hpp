@@ -52,6 +52,10 @@ class ManagerCore {
   void reset_prefix_cache();
   void set_policy(GroupId g, std::unique_ptr<LayerPolicy> policy);
   const LayerPolicy& policy(GroupId g) const;
+  bool cached_image(const MultimodalItem& m, std::uint32_t lora) const {
+    if (m.length == 0) fail("item.length = 0: must be >= 1");
+    return options_.prefix_caching && lookup_.image_cached(m, lora);
+  }
   std::uint64_t begin_step() {
     copies_.clear();
     return ++step_;

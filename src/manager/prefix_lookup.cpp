@@ -267,6 +267,21 @@ bool PrefixLookup::pin(RequestId handle, std::uint32_t r, const Request& q, std:
   return true;
 }
 
+bool PrefixLookup::image_cached(const MultimodalItem& m, std::uint32_t lora) const {
+  bool any = false;
+  for (GroupId g = 0; g < groups_.size(); ++g) {
+    const Group& grp = groups_[g];
+    if (grp.decoder) continue;
+    any = true;
+    const Cached in_group{&grp};
+    const std::uint64_t pages = (m.length + grp.P - 1) / grp.P;
+    for (std::uint64_t j = 0; j < pages; ++j)
+      if (index_.find(g, hash_item_page(m.hash, static_cast<std::uint32_t>(j), lora), in_group) == kNullPage)
+        return false;
+  }
+  return any;
+}
+
 void PrefixLookup::count_hit(const Request& q, std::uint64_t p) {
   for (GroupId g = 0; g < groups_.size(); ++g) {
     Group& grp = groups_[g];

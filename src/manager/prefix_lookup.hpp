@@ -30,6 +30,9 @@ class PrefixLookup {
   // be still cached under its hash. false when one was evicted since the lookup: then
   // nothing is pinned and the rows are as they were. O(hit pages).
   bool pin(RequestId handle, std::uint32_t r, const Request& q, std::uint64_t p);
+  // Whether every page of image m (under LoRA lora) is cached in every encoder-token group:
+  // the engine may skip the encoder for it. false without such groups. O(pages of m).
+  bool image_cached(const MultimodalItem& m, std::uint32_t lora) const;
   // Adds a hit of p tokens to each group's hit_pages (the pages it needs). O(groups + items).
   void count_hit(const Request& q, std::uint64_t p);
 

@@ -196,6 +196,11 @@ class KVCacheManager {
   void unpin(PinId pin);
   void set_priority(RequestId r, std::uint32_t priority);
 
+  // Whether image `item` (its hash and length; offset ignored) is cached whole, under LoRA
+  // `lora_id`, in every encoder-token group (cross attention, vision embedding): an engine
+  // may skip the vision encoder for it, its pages come from the cache at allocate. false
+  // when the layout has no such group or prefix caching is off. O(pages of the image).
+  bool cached_image(const MultimodalItem& item, std::uint32_t lora_id = 0) const;
   CacheStats stats() const;
   // The O(1) counters (O(groups) for the per-group gauges), for metrics on every step.
   ManagerCounters counters() const;
