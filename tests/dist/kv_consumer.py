@@ -61,6 +61,7 @@ class Consumer:
         self.sub.setsockopt(zmq.SUBSCRIBE, args.topic.encode())
         self.sub.connect(args.endpoint)
         self.replay = self.ctx.socket(zmq.DEALER)
+        self.replay.setsockopt(zmq.RCVHWM, 0)
         self.replay.connect(args.replay)
         self.blocks = set()
         self.digest = 0

@@ -116,6 +116,10 @@ KvEventPublisher::Impl::Impl(const KVLayout& l, EventPublisherOptions o)
     if (!replay_endpoint.empty()) {
       replay = zmq::socket_t(ctx, zmq::socket_type::router);
       replay.set(zmq::sockopt::linger, static_cast<int>(opt.linger.count()));
+      // An answer is up to buffer_steps batches: at the default HWM (1000) a ROUTER would
+      // silently drop the rest of a long answer, so its queue is unbounded (the buffer
+      // bounds it).
+      replay.set(zmq::sockopt::sndhwm, 0);
       replay.bind(replay_endpoint);
       bound_replay = replay.get(zmq::sockopt::last_endpoint);
     }
