@@ -31,7 +31,9 @@ cmake -S . -B "$build/tsan" -DCMAKE_BUILD_TYPE=Debug -DKVMM_WERROR=ON -DKVMM_CUD
 cmake --build "$build/tsan" -j"$jobs" --target kvmm_test_memory kvmm_test_dist kvmm_test_dist_events
 TSAN_OPTIONS=halt_on_error=1 "$build/tsan/tests/kvmm_test_memory"
 TSAN_OPTIONS=halt_on_error=1 "$build/tsan/tests/kvmm_test_dist"
-TSAN_OPTIONS=halt_on_error=1 "$build/tsan/tests/kvmm_test_dist_events"
+# libzmq's own threads are invisible to TSan (tsan.supp); the [python] cases fork a
+# consumer, which TSan does not support in a threaded process: they run in the stages above.
+TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/tests/dist/tsan.supp" "$build/tsan/tests/kvmm_test_dist_events" "~[python]"
 
 echo "== consumer: find_package(kvmm) against the installed tree"
 rm -rf "$build/install" "$build/consumer"

@@ -166,9 +166,10 @@ void KvEventPublisher::Impl::sleep(Clock::time_point last_activity) {
   if (light) {
     timeout_ms = std::max<long>(1, static_cast<long>(opt.poll_interval.count() / 1000));
   } else {
-    sleeping.store(true, std::memory_order_relaxed);
-    std::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with publish(): one sees the other
-    if (!ring.empty() || stop.load()) {
+    // Dekker with publish(): both store then load, all seq_cst (no fences: TSan cannot
+    // model them), so either this sees the new count or publish() sees `sleeping`.
+    sleeping.store(true, std::memory_order_seq_cst);
+    if (published.load(std::memory_order_seq_cst) != handled.load(std::memory_order_relaxed) || stop.load()) {
       sleeping.store(false, std::memory_order_relaxed);
       return;
     }
@@ -279,9 +280,8 @@ bool KvEventPublisher::publish(const KvEventBatch& batch, double ts) {
     m.dropped.fetch_add(1, std::memory_order_relaxed);
     return false;
   }
-  m.published.fetch_add(1, std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_seq_cst);  // pairs with Impl::sleep
-  if (m.sleeping.load(std::memory_order_relaxed) && m.sleeping.exchange(false)) {
+  m.published.fetch_add(1, std::memory_order_seq_cst);  // pairs with Impl::sleep
+  if (m.sleeping.load(std::memory_order_seq_cst) && m.sleeping.exchange(false)) {
     const std::uint64_t one = 1;
     [[maybe_unused]] const ssize_t n = ::write(m.wake_fd, &one, sizeof one);
     m.wakeups.fetch_add(1, std::memory_order_relaxed);

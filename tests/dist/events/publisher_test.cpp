@@ -2,7 +2,8 @@
 // (kv_consumer.py: vLLM's schema, gap detection, replay): a randomized prefix-cache model
 // produces >= 1e5 operations per run; at checkpoints every consumer's rebuilt set equals the
 // model's, for both encodings, with simulated gaps, a late joiner, and a consumer killed and
-// restarted. Also: no heap allocation per publish on the scheduler thread, a dropped batch
+// restarted ([python]: these fork a consumer, which ThreadSanitizer does not support in a
+// threaded process, so the TSan stage runs the rest). Also: no heap allocation per publish on the scheduler thread, a dropped batch
 // is counted and leaves a gap, and vLLM's data-parallel endpoint rule.
 #include "event_harness.hpp"
 #include "kvmm/dist/batch_ring.hpp"
@@ -230,7 +231,7 @@ void run_stream(const KVLayout& layout, BatchSource& source, EventEncoding encod
 
 }  // namespace
 
-TEST_CASE("publisher: a Python consumer rebuilds the cached set through the wire, map encoding") {
+TEST_CASE("publisher: a Python consumer rebuilds the cached set through the wire, map encoding", "[python]") {
   KVMM_REQUIRE_PYTHON();
   ::signal(SIGPIPE, SIG_IGN);
   const KVLayout layout = model_layout();
@@ -241,7 +242,7 @@ TEST_CASE("publisher: a Python consumer rebuilds the cached set through the wire
   }
 }
 
-TEST_CASE("publisher: a Python consumer rebuilds the cached set through the wire, array encoding") {
+TEST_CASE("publisher: a Python consumer rebuilds the cached set through the wire, array encoding", "[python]") {
   KVMM_REQUIRE_PYTHON();
   ::signal(SIGPIPE, SIG_IGN);
   const KVLayout layout = model_layout();
@@ -276,7 +277,7 @@ TEST_CASE("publisher: publish() makes no heap allocation on the scheduler thread
   CHECK(pub.stats().dropped == 0);
 }
 
-TEST_CASE("publisher: a batch that does not fit is dropped, counted, and leaves a gap") {
+TEST_CASE("publisher: a batch that does not fit is dropped, counted, and leaves a gap", "[python]") {
   KVMM_REQUIRE_PYTHON();
   ::signal(SIGPIPE, SIG_IGN);
   TempDir dir;
