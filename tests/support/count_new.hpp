@@ -9,5 +9,8 @@ namespace kvmm::test {
 
 // operator new calls (all unaligned forms) since the program started.
 std::uint64_t heap_allocations();
+// operator new calls made by the calling thread (for code that shares the process with
+// threads that may allocate, e.g. a publisher's own thread).
+std::uint64_t thread_heap_allocations();
 
 }  // namespace kvmm::test

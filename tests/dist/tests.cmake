@@ -1,0 +1,18 @@
+# tests/dist: kvmm_test_dist (core dist/ parts, made by tests/CMakeLists.txt's per-directory
+# glob) needs the path of its Python scripts; the transports' tests are their own binaries,
+# built when their targets are: kvmm_test_dist_events (tests/dist/events, ZeroMQ + Python
+# consumer) and kvmm_test_dist_redis (tests/dist/redis, a real redis-server).
+if(TARGET kvmm_test_dist)
+  target_compile_definitions(kvmm_test_dist PRIVATE KVMM_DIST_TEST_DIR="${CMAKE_CURRENT_LIST_DIR}")
+endif()
+foreach(name events redis)
+  file(GLOB srcs CONFIGURE_DEPENDS ${CMAKE_CURRENT_LIST_DIR}/${name}/*.cpp)
+  if(NOT TARGET kvmm_${name} OR NOT srcs)
+    continue()
+  endif()
+  add_executable(kvmm_test_dist_${name} ${srcs} ${CMAKE_CURRENT_LIST_DIR}/../support/count_new.cpp)
+  target_include_directories(kvmm_test_dist_${name} PRIVATE ${CMAKE_CURRENT_LIST_DIR}/.. ${CMAKE_CURRENT_LIST_DIR})
+  target_compile_definitions(kvmm_test_dist_${name} PRIVATE KVMM_DIST_TEST_DIR="${CMAKE_CURRENT_LIST_DIR}")
+  target_link_libraries(kvmm_test_dist_${name} PRIVATE kvmm::${name} kvmm_catch_main kvmm_warnings)
+  add_test(NAME dist_${name} COMMAND kvmm_test_dist_${name})
+endforeach()
