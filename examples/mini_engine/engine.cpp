@@ -127,10 +127,14 @@ class Engine::PagedStore final : public KVStore {
 // ---------------------------------------------------------------------------------------
 
 namespace {
-kvmm::HostMemoryOptions host_options() { return {.chunk_bytes = 64 << 10, .max_chunks = 0}; }
-std::uint32_t arena_chunks(const kvmm::KVLayout& layout, std::uint32_t large_pages) {
-  return static_cast<std::uint32_t>((std::uint64_t{large_pages} * layout.large_page_bytes() + (64 << 10) - 1) /
-                                    (64 << 10));
+// Elastic: small chunks (one OS page), so chunks are backed and released page by page.
+std::uint64_t chunk_bytes(const EngineOptions& o) { return o.elastic_arena ? 4096 : 64 << 10; }
+kvmm::HostMemoryOptions host_options(const EngineOptions& o) {
+  return {.chunk_bytes = chunk_bytes(o), .max_chunks = o.elastic_arena ? o.max_backed_chunks : 0};
+}
+std::uint32_t arena_chunks(const kvmm::KVLayout& layout, const EngineOptions& o) {
+  const std::uint64_t c = chunk_bytes(o);
+  return static_cast<std::uint32_t>((std::uint64_t{o.num_large_pages} * layout.large_page_bytes() + c - 1) / c);
 }
 }  // namespace
 
@@ -139,13 +143,17 @@ Engine::Engine(Model& model, const EngineOptions& options, std::unique_ptr<Devic
       opt_(options),
       layout_(model.layout()),
       ops_(ops ? std::move(ops) : std::make_unique<CpuOps>()),
+      backend_(host_options(options)),
+      chunks_(backend_, {.max_chunks = arena_chunks(layout_, options), .precreate_chunks = 0}),
+      arena_(chunks_, layout_,
+             {.num_large_pages = options.num_large_pages,
+              .backing = options.elastic_arena ? kvmm::ArenaBacking::kElastic : kvmm::ArenaBacking::kFull}),
+      source_(options.elastic_arena ? std::make_unique<kvmm::ArenaPagePool>(arena_) : nullptr),
       kv_(layout_, {.num_large_pages = options.num_large_pages,
                     .num_host_large_pages = options.num_host_large_pages,
                     .max_requests = options.max_requests,
-                    .prefix_caching = options.prefix_caching}),
-      backend_(host_options()),
-      chunks_(backend_, {.max_chunks = arena_chunks(layout_, options.num_large_pages), .precreate_chunks = 0}),
-      arena_(chunks_, layout_, {.num_large_pages = options.num_large_pages, .backing = kvmm::ArenaBacking::kFull}),
+                    .prefix_caching = options.prefix_caching,
+                    .large_page_source = source_.get()}),
       host_(new std::byte[std::max<std::uint64_t>(1, std::uint64_t{options.num_host_large_pages} *
                                                         layout_.large_page_bytes())]),
       store_(std::make_unique<PagedStore>(model_, kv_, arena_.data(), *ops_)) {

@@ -10,6 +10,7 @@
 #include "kvmm/manager/kv_cache_manager.hpp"
 #include "kvmm/memory/chunk_pool.hpp"
 #include "kvmm/memory/host_memory.hpp"
+#include "kvmm/memory/arena_page_pool.hpp"
 #include "kvmm/memory/kv_arena.hpp"
 #include "kvmm/memory/virtual_kv_cache.hpp"
 
@@ -178,7 +179,12 @@ struct EngineOptions {
   bool prefix_caching = true;
   std::uint32_t max_running = 8;            // requests in one batch
   std::uint32_t token_budget = 16;          // tokens per step (decodes first, then prefill chunks)
-  std::uint32_t max_requests = 64;          // manager slots
+  std::uint32_t max_requests = 64;          // manager rows
+  // The arena backs its chunks as pages are taken and releases them as pages are freed
+  // (kvmm::ArenaPagePool as the manager's large-page source; at most max_backed_chunks
+  // chunks at once, 0: all), instead of backing every chunk up front.
+  bool elastic_arena = false;
+  std::uint32_t max_backed_chunks = 0;
 };
 
 // ---------------------------------------------------------------------------------------
@@ -199,6 +205,7 @@ class Engine {
 
   const EngineStats& stats() const { return stats_; }
   const kvmm::KVCacheManager& manager() const { return kv_; }
+  const kvmm::KVArena& arena() const { return arena_; }
   std::uint32_t num_unfinished() const;
 
  private:
@@ -218,12 +225,14 @@ class Engine {
   EngineOptions opt_;
   kvmm::KVLayout layout_;
   std::unique_ptr<DeviceOps> ops_;
-  kvmm::KVCacheManager kv_;
-  // Device KV memory: a KVArena over host memory (page-layer layout); host swap space in
-  // the same layout (host page p of group g at host_ + p * small_page_bytes(g)).
+  // Device KV memory: a KVArena over host memory (page-layer layout), fully or elastically
+  // backed; host swap space in the same layout (host page p of group g at host_ + p *
+  // small_page_bytes(g)).
   kvmm::HostMemory backend_;
   kvmm::ChunkPool chunks_;
   kvmm::KVArena arena_;
+  std::unique_ptr<kvmm::ArenaPagePool> source_;  // elastic_arena: the manager's page source
+  kvmm::KVCacheManager kv_;
   std::unique_ptr<std::byte[]> host_;
   std::unique_ptr<PagedStore> store_;
 

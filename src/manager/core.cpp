@@ -53,6 +53,9 @@ std::uint64_t splitmix(std::uint64_t& state) {
 // array by must fit (page ids are 32-bit; the prefix index holds fewer than 2^31 pages).
 KVLayout ManagerCore::validated(KVLayout layout, const KVCacheManagerOptions& options) {
   if (options.num_large_pages == 0) fail("num_large_pages = 0: must be >= 1");
+  if (options.large_page_source && options.large_page_source->capacity() != options.num_large_pages)
+    fail("large_page_source: holds {} large pages, num_large_pages = {}", options.large_page_source->capacity(),
+         options.num_large_pages);
   if (options.max_requests == 0 || options.max_requests > KVCacheManager::kMaxRequests)
     fail("max_requests = {}: must be in [1, {}]", options.max_requests, KVCacheManager::kMaxRequests);
   std::uint64_t per_large = 0;
@@ -71,7 +74,7 @@ KVLayout ManagerCore::validated(KVLayout layout, const KVCacheManagerOptions& op
 ManagerCore::ManagerCore(KVLayout layout, const KVCacheManagerOptions& options)
     : layout_(validated(std::move(layout), options)),
       options_(options),
-      pool_(options.num_large_pages),
+      pool_(options.num_large_pages, options.large_page_source),
       host_pool_(options.num_host_large_pages),
       groups_(make_groups(layout_, pool_, host_pool_, options.max_requests)),
       class_tokens_(hash_classes(groups_)),
@@ -86,6 +89,7 @@ ManagerCore::ManagerCore(KVLayout layout, const KVCacheManagerOptions& options)
       need_(layout_.num_groups(), 0),
       cow_(layout_.num_groups(), 0) {
   copies_.reserve(256);
+  pool_.keep_freed(true);  // a source's freed pages stay backed until begin_step (swap plans read them)
 }
 
 std::uint32_t ManagerCore::running(RequestId r) const {
@@ -355,6 +359,24 @@ void ManagerCore::check_refusal(RequestId r, std::uint32_t s, Request& q, std::u
   if (fits) fail("debug check: request {} refused before pinning its hit, but the pinned need fits", r);
 }
 
+// A pool over a source backs pages as they are taken, and backing may fail (an elastic
+// arena short of chunks): the fresh large pages the step may take (a group's fresh page
+// serves it by step 1 until full, after the free small pages of its associated ones) are
+// backed first, as many as can be, and the pool then offers only those: the steps and the
+// feasibility check count them, evict where they fall short, and cannot fail half way.
+// A plain pool: nothing to do.
+void ManagerCore::begin_backing(std::uint32_t s) {
+  if (!pool_.has_source()) return;
+  std::uint64_t fresh = 0;
+  for (GroupId g = 0; g < groups_.size(); ++g) {
+    const std::uint64_t assoc = groups_[g].alloc.associated_free_small(s);
+    if (need_[g] > assoc) fresh += (need_[g] - assoc + groups_[g].n - 1) / groups_[g].n;
+  }
+  const auto want = static_cast<std::uint32_t>(std::min<std::uint64_t>(fresh, pool_.num_free()));
+  if (const std::uint32_t got = pool_.reserve(want); got < want)
+    log(LogLevel::kInfo, "{} of {} large pages could be backed", got, want);
+}
+
 bool ManagerCore::refused(RequestId r, const Request& q, std::uint32_t num_new_tokens) {
   ++counts_.refused_allocations;
   if (!q.admitted) ++counts_.refused_admissions;
@@ -390,11 +412,19 @@ bool ManagerCore::allocate(RequestId r, std::uint32_t num_new_tokens, std::uint3
     }
   }
   if (compute_need(s, q, num_new_tokens, target)) {
+    try {
+      begin_backing(s);
+    } catch (...) {  // the source raised: nothing reserved, the hit given back
+      if (pinning) release_unpinned_hit(s, q);
+      throw;
+    }
     if (!alloc_.feasible(s, need_)) {
+      pool_.end_reservation();
       if (pinning) release_unpinned_hit(s, q);
       return refused(r, q, num_new_tokens);
     }
     take_pages(s, q);
+    pool_.end_reservation();
   }
   for (GroupId g = 0; g < groups_.size(); ++g) {
     Group& grp = groups_[g];

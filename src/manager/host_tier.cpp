@@ -61,7 +61,11 @@ std::optional<std::span<const PageCopy>> ManagerCore::swap_in(RequestId r) {
     need_[g] = 0;
     for (PageId h : groups_[g].host_table.pages(s)) need_[g] += h != kNullPage;
   }
-  if (!alloc_.feasible(s, need_)) return std::nullopt;
+  begin_backing(s);
+  if (!alloc_.feasible(s, need_)) {
+    pool_.end_reservation();
+    return std::nullopt;
+  }
   plan_.clear();
   for (GroupId g = 0; g < groups_.size(); ++g) {
     Group& grp = groups_[g];
@@ -78,6 +82,7 @@ std::optional<std::span<const PageCopy>> ManagerCore::swap_in(RequestId r) {
     }
     grp.table.set_num_tokens(s, grp.host_table.num_tokens(s));
   }
+  pool_.end_reservation();
   // Re-cache after every page is placed: an eviction above may have dropped the device
   // copy of a hash that a swapped-in page now holds.
   for (const PageCopy& c : plan_) {

@@ -56,8 +56,11 @@ class ManagerCore {
     if (m.length == 0) fail("item.length = 0: must be >= 1");
     return options_.prefix_caching && lookup_.image_cached(m, lora);
   }
+  // Pages a pool over a source kept backed during the last step (freed ones a swap-out
+  // plan may still read, reserved ones not taken) go back to the source here.
   std::uint64_t begin_step() {
     copies_.clear();
+    pool_.release_kept();
     return ++step_;
   }
   // ---- swapping (host_tier.cpp)
@@ -105,6 +108,7 @@ class ManagerCore {
   bool admit(RequestId r, std::uint32_t s, Request& q);
   void release_unpinned_hit(std::uint32_t s, Request& q);
   bool refused(RequestId r, const Request& q, std::uint32_t num_new_tokens);  // counts, logs; false
+  void begin_backing(std::uint32_t s);  // with a large-page source: backs what the step may take
   void check_refusal(RequestId r, std::uint32_t s, Request& q, std::uint32_t num_new_tokens, std::uint64_t target);
   void check_shared_write(RequestId r, std::uint32_t s, const Request& q, std::uint64_t c) const;
   void register_full_pages(std::uint32_t s, Request& q, std::uint64_t c);

@@ -133,6 +133,30 @@ TEST_CASE("memory pressure: evictions, recompute and swap preemptions, same toke
   CHECK(c == a);
 }
 
+TEST_CASE("an elastically backed arena (the manager over ArenaPagePool) gives the same tokens", "[mini_engine]") {
+  const std::vector<Request> w = workload(3, 24);
+  const std::vector<Output> a = baseline(w);
+  // 40 large pages of the arena; only some of its chunks may be backed at once, so
+  // allocations meet backing failures and fall back on eviction and preemption.
+  for (const std::uint32_t max_chunks : {0u, 14u}) {
+    mini::Engine e(model(), {.num_large_pages = 40, .num_host_large_pages = 8, .elastic_arena = true,
+                             .max_backed_chunks = max_chunks});
+    for (const Request& r : w) e.submit(r);
+    std::uint32_t peak_chunks = 0;
+    while (e.step()) {
+      e.manager().check_invariants();
+      peak_chunks = std::max(peak_chunks, e.arena().num_backed_chunks());
+    }
+    const std::vector<Output> c = e.run();
+    INFO("max_backed_chunks " << max_chunks);
+    check_complete(w, c);
+    CHECK(c == a);
+    CHECK(peak_chunks > 0);
+    WARN("peak backed chunks " << peak_chunks << " of " << e.arena().num_chunks());
+    if (max_chunks != 0) CHECK(peak_chunks <= max_chunks);
+  }
+}
+
 TEST_CASE("batching and chunking do not change tokens (seeded random configurations)", "[mini_engine]") {
   const std::vector<Request> w = workload(4, 12);
   const std::vector<Output> a = baseline(w);

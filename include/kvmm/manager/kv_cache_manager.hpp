@@ -44,6 +44,12 @@ struct KVCacheManagerOptions {
   // calls it; it must not call back into the manager.
   std::function<void(LogLevel, std::string_view)> log = {};
   std::uint64_t seed = 0x6b766d6d;  // random per-image prefix lengths
+  // Where the device pool's large pages come from when they need backing first (e.g.
+  // memory/ArenaPagePool over an elastic KVArena, on host or CUDA memory); null: a plain
+  // pool. With a source, each allocate first backs the fresh large pages it may take, as
+  // many as can be; the rest is made up by eviction, else the allocate returns false with
+  // nothing changed. Must outlive the manager and hold num_large_pages pages.
+  LargePageSource* large_page_source = nullptr;
 };
 
 struct RequestExtras {

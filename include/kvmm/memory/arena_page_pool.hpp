@@ -28,6 +28,9 @@ class ArenaPagePool final : public LargePageSource {
   // LargePageSource: the paging layer's pool calls these.
   std::optional<PageId> acquire(GroupId owner) override { return allocate(owner); }
   void release(PageId id) override { free(id); }
+  void reassign(PageId id, GroupId owner) override {
+    if (id < owner_.size() && owner_[id] != kNoGroup && owner != kNoGroup) owner_[id] = owner;
+  }
 
   std::uint32_t capacity() const override { return static_cast<std::uint32_t>(owner_.size()); }
   std::uint32_t num_free() const override { return num_free_; }

@@ -10,7 +10,9 @@
 #include "kvmm/error.hpp"
 #include "kvmm/types.hpp"
 
+#include <algorithm>
 #include <cstdint>
+#include <exception>
 #include <optional>
 #include <vector>
 
@@ -30,6 +32,11 @@ class LargePageSource {
   // std::nullopt when no id is free or no memory can be backed for one.
   virtual std::optional<PageId> acquire(GroupId owner) = 0;
   virtual void release(PageId id) = 0;
+  // A page acquired for one owner (a reservation) now serves another. Default: nothing.
+  virtual void reassign(PageId id, GroupId owner) {
+    (void)id;
+    (void)owner;
+  }
 };
 
 // Per-large-page record. `owner` belongs to the pool; the other words belong to the
@@ -54,7 +61,7 @@ class LargePagePool {
       : free_(validated(capacity, source)), records_(capacity), source_(source) {
     // Low ids on top of the stack: a fresh pool hands out 0, 1, 2, ...
     for (std::uint32_t i = 0; i < capacity; ++i) free_[i] = capacity - 1 - i;
-    top_ = capacity;
+    top_ = source ? 0 : capacity;  // a source keeps its own free ids; the stack holds reservations
   }
 
   // O(1). std::nullopt when every large page is in use (not an error); kvmm::Error for
@@ -68,7 +75,13 @@ class LargePagePool {
   // built in memory would wait behind the store to the page's record).
   PageId try_allocate(GroupId owner) {
     if (owner == kNoGroup) [[unlikely]] bad_owner();
-    if (source_) return allocate_from_source(owner).value_or(kNullPage);
+    if (source_) [[unlikely]] {
+      if (top_ == 0) return reserving_ ? kNullPage : allocate_from_source(owner).value_or(kNullPage);
+      const PageId id = free_[--top_];  // a kept page, backed already
+      records_[id].owner = owner;
+      source_->reassign(id, owner);
+      return id;
+    }
     if (top_ == 0) return kNullPage;
     const PageId id = free_[--top_];
     records_[id].owner = owner;
@@ -80,15 +93,56 @@ class LargePagePool {
     if (id >= records_.size()) fail("large page id = {}: pool capacity is {}", id, records_.size());
     if (records_[id].owner == kNoGroup) fail("large page id = {}: double free (page is already free)", id);
     records_[id].owner = kNoGroup;
-    if (source_) {
+    if (source_ && !reserving_ && !keep_freed_) {
       source_->release(id);
       return;
     }
-    free_[top_++] = id;
+    free_[top_++] = id;  // with a source: kept (backed) until release_kept()
   }
 
+  // Over a source whose acquire may fail to back a page, the pool can keep pages: kept
+  // pages are backed and free, allocations take them first, and release_kept() gives them
+  // back to the source. reserve(n) keeps up to n pages (it stops at the first the source
+  // cannot back) and returns how many; until end_reservation() the pool offers only kept
+  // pages (num_free() counts them, allocations never ask the source) and freed pages are
+  // kept: a run of allocations and evictions decided on num_free() cannot fail half way.
+  // keep_freed(true) keeps every freed page, so memory a plan of this step still reads
+  // (a swap-out copy) stays backed until release_kept(). A source that raises in reserve
+  // leaves the pages kept so far kept. Without a source: reserve is min(n, num_free()) and
+  // the rest does nothing. O(n).
+  std::uint32_t reserve(std::uint32_t n) {
+    if (!source_) return std::min(n, top_);
+    reserving_ = true;
+    try {
+      while (top_ < n) {
+        const std::optional<PageId> id = source_->acquire(0);
+        if (!id) break;
+        free_[top_++] = *id;
+      }
+    } catch (...) {
+      reserving_ = false;
+      throw;
+    }
+    return top_;
+  }
+  void end_reservation() { reserving_ = false; }
+  void keep_freed(bool on) { keep_freed_ = on; }
+  void release_kept() {
+    if (!source_) return;
+    std::exception_ptr first;
+    while (top_ > 0) {
+      try {
+        source_->release(free_[--top_]);
+      } catch (...) {
+        if (!first) first = std::current_exception();
+      }
+    }
+    if (first) std::rethrow_exception(first);
+  }
+  bool has_source() const { return source_ != nullptr; }
+
   std::uint32_t capacity() const { return static_cast<std::uint32_t>(records_.size()); }
-  std::uint32_t num_free() const { return source_ ? source_->num_free() : top_; }
+  std::uint32_t num_free() const { return source_ && !reserving_ ? source_->num_free() + top_ : top_; }
   std::uint32_t num_used() const { return capacity() - num_free(); }
   // kNoGroup while the page is free.
   GroupId owner(PageId id) const {
@@ -103,7 +157,7 @@ class LargePagePool {
     for (const LargePageRecord& s : records_) owned += s.owner != kNoGroup;
     if (owned != num_used())
       fail("invariant: {} large pages have an owner, {} are in use", owned, num_used());
-    if (source_) return;  // the source keeps its own free list
+    if (source_ && top_ == 0) return;  // the source keeps its own free list
     std::vector<std::uint8_t> seen(records_.size(), 0);
     for (std::uint32_t i = 0; i < top_; ++i) {
       const PageId id = free_[i];
@@ -144,7 +198,9 @@ class LargePagePool {
 
   std::vector<LargePageRecord> records_;
   LargePageSource* source_ = nullptr;
-  std::uint32_t top_ = 0;
+  std::uint32_t top_ = 0;  // free stack; with a source, the reserved pages
+  bool reserving_ = false;
+  bool keep_freed_ = false;
 };
 
 }  // namespace kvmm
