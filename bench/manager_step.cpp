@@ -75,6 +75,7 @@ void BM_DecodeStep(benchmark::State& state) {
     ++step;
   }
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()) * kBatch);
+  state.counters["evicted_pages"] = static_cast<double>(kv.num_evicted_pages(0) + kv.num_evicted_pages(1));
   state.counters["ns_per_request"] = benchmark::Counter(
       static_cast<double>(state.iterations()) * kBatch,
       benchmark::Counter::kIsRate | benchmark::Counter::kInvert);

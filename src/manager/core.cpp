@@ -303,6 +303,8 @@ void ManagerCore::take_pages(std::uint32_t s, Request& q) {
         store_.init_page(g, p, step_, grp.policy->prefix_length(grp.table.num_pages(s)));
         grp.table.append(s, p);
       }
+      // The table's own token count follows the pages (kernel exports use kv_len instead).
+      if (target_ > grp.table.num_tokens(s)) grp.table.set_num_tokens(s, target_);
     } else if (need_[g] > 0) {
       build_encoder_rows(s, q);
       for (std::uint32_t k = 0; k < items.size(); ++k) {
@@ -423,12 +425,9 @@ bool ManagerCore::allocate(RequestId r, std::uint32_t num_new_tokens, std::uint3
       if (pinning) release_unpinned_hit(s, q);
       return refused(r, q, num_new_tokens);
     }
+    target_ = target;
     take_pages(s, q);
     pool_.end_reservation();
-  }
-  for (GroupId g = 0; g < groups_.size(); ++g) {
-    Group& grp = groups_[g];
-    if (grp.decoder && target > grp.table.num_tokens(s)) grp.table.set_num_tokens(s, target);
   }
   if (!q.ids.items().empty()) {
     build_encoder_rows(s, q);

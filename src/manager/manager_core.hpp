@@ -149,6 +149,7 @@ class ManagerCore {
   std::vector<PinId> free_pins_;
   std::vector<std::uint64_t> need_;  // scratch per group: pages allocate needs
   std::vector<std::uint8_t> cow_;    // scratch per group: a copy-on-write copy first
+  std::uint64_t target_ = 0;         // scratch: the tokens allocate's pages cover
   std::uint64_t lookups_ = 0, lookup_tokens_ = 0, hit_tokens_ = 0;
   ManagerCounters counts_;                      // the counters not kept elsewhere (admissions, refusals, copies, swaps)
   mutable std::vector<RequestId> export_rows_;  // scratch of the kernel exports
