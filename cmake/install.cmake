@@ -6,6 +6,20 @@
 
 set(_kvmm_cmake_dir ${CMAKE_INSTALL_LIBDIR}/cmake/kvmm)
 
+# Shared builds: an installed libkvmm_cuda.so (or a dist library) finds the libkvmm.so
+# beside it. A consumer's RUNPATH does not serve its libraries' own dependencies, and a
+# linker with --as-needed drops libkvmm from a program that calls only kvmm::cuda.
+if(APPLE)
+  set(_kvmm_origin "@loader_path")
+else()
+  set(_kvmm_origin "$ORIGIN")
+endif()
+foreach(_kvmm_target ${KVMM_INSTALL_TARGETS} kvmm_cuda)
+  if(TARGET ${_kvmm_target})
+    set_target_properties(${_kvmm_target} PROPERTIES INSTALL_RPATH "${_kvmm_origin}")
+  endif()
+endforeach()
+
 install(TARGETS ${KVMM_INSTALL_TARGETS} EXPORT kvmmTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT kvmm
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT kvmm
