@@ -54,18 +54,18 @@ pkgconf_run() {
 step "install the release build ($release)"
 cmake --install "$release" --prefix "$work/install" >/dev/null
 has_cuda=0
+cpu="$work/install"  # the CPU-only install
 if [ -n "$(find "$work/install" -name kvmmCudaTargets.cmake)" ]; then
   has_cuda=1
-  cmake --install "$release" --prefix "$work/install-cpu" --component kvmm >/dev/null
-  [ -z "$(find "$work/install-cpu" -name 'kvmmCudaTargets.cmake' -o -name 'libkvmm_cuda*')" ]
-else
-  ln -s "$work/install" "$work/install-cpu"
+  cpu="$work/install-cpu"
+  cmake --install "$release" --prefix "$cpu" --component kvmm >/dev/null
+  [ -z "$(find "$cpu" -name 'kvmmCudaTargets.cmake' -o -name 'libkvmm_cuda*')" ]
 fi
 
 step "find_package(kvmm) of a CPU-only static install"
-consume static "$work/install-cpu" -DKVMM_CONSUMER_LIBRARY_TYPE=STATIC_LIBRARY
+consume static "$cpu" -DKVMM_CONSUMER_LIBRARY_TYPE=STATIC_LIBRARY
 step "find_package(kvmm COMPONENTS cuda) of a CPU-only install must fail, naming the component"
-if cmake -S "$src/tests/consumer" -B "$work/no-cuda" -DCMAKE_PREFIX_PATH="$work/install-cpu" \
+if cmake -S "$src/tests/consumer" -B "$work/no-cuda" -DCMAKE_PREFIX_PATH="$cpu" \
   -DKVMM_CONSUMER_CUDA=ON >"$work/no-cuda.log" 2>&1; then
   echo "configured, expected a failure"; exit 1
 fi
@@ -80,7 +80,7 @@ if [ $has_cuda = 1 ]; then
 fi
 
 step "pkg-config kvmm, static install"
-pkgconf_run pkgconf-static "$work/install-cpu"
+pkgconf_run pkgconf-static "$cpu"
 
 step "add_subdirectory(kvmm) from a parent project with no build type"
 cmake -S "$src/tests/consumer/embed" -B "$work/embed-sub" -DKVMM_EMBED=subdirectory -DKVMM_SOURCE="$src" \
