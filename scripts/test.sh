@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds kvmm with warnings as errors and runs every test; then again under
 # AddressSanitizer + UndefinedBehaviorSanitizer; the memory tests under ThreadSanitizer;
-# then builds and runs the consumer project against the installed package (find_package(kvmm)).
+# then uses kvmm as engines would: installed (find_package, pkg-config) and embedded
+# (add_subdirectory, FetchContent), checking the embedding manners (tests/consumer/run.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/deps.sh
@@ -38,11 +39,7 @@ TSAN_OPTIONS=halt_on_error=1 "$build/tsan/tests/kvmm_test_dist"
 # consumer, which TSan does not support in a threaded process: they run in the stages above.
 TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/tests/dist/tsan.supp" "$build/tsan/tests/kvmm_test_dist_events" "~[python]"
 
-echo "== consumer: find_package(kvmm) against the installed tree"
-rm -rf "$build/install" "$build/consumer"
-cmake --install "$build/release" --prefix "$build/install" >/dev/null
-cmake -S tests/consumer -B "$build/consumer" -DCMAKE_PREFIX_PATH="$build/install" -DCMAKE_BUILD_TYPE=Release
-cmake --build "$build/consumer" -j"$jobs"
-"$build/consumer/kvmm_consumer"
+echo "== consumer: find_package (static, shared, kvmm::cuda), pkg-config, add_subdirectory, FetchContent"
+tests/consumer/run.sh "$build/release" "$build/consumer"
 
 echo "== all kvmm tests passed"
