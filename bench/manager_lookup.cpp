@@ -33,10 +33,8 @@ void time_lookups(benchmark::State& state, KVCacheManager& kv, const std::vector
   state.counters["hit_tokens"] = static_cast<double>(hit);
 }
 
-void BM_LookupCached128k(benchmark::State& state) {
-  std::vector<LayerGroup> groups{LayerGroup::full_attention("global", 32, 8, 128, 2, 16)};
-  if (state.range(0) == 2) groups.push_back(LayerGroup::sliding_window("local", 32, 8, 128, 2, 16, 4096));
-  KVCacheManager kv(KVLayout::plan(groups), {.num_large_pages = 2 * (kTokens / 16 + 16), .max_requests = 4});
+// Prefills the 128k-token prompt once and frees it: every full page is cached.
+std::vector<std::uint32_t> cache_prompt(benchmark::State& state, KVCacheManager& kv) {
   std::vector<std::uint32_t> tokens(kTokens);
   for (std::uint32_t i = 0; i < kTokens; ++i) tokens[i] = i * 2654435761u;
   kv.begin_step();
@@ -45,6 +43,14 @@ void BM_LookupCached128k(benchmark::State& state) {
   if (!kv.allocate(warm, kTokens)) state.SkipWithError("warm-up allocation failed");
   kv.commit(warm, kTokens);
   kv.free(warm);
+  return tokens;
+}
+
+void BM_LookupCached128k(benchmark::State& state) {
+  std::vector<LayerGroup> groups{LayerGroup::full_attention("global", 32, 8, 128, 2, 16)};
+  if (state.range(0) == 2) groups.push_back(LayerGroup::sliding_window("local", 32, 8, 128, 2, 16, 4096));
+  KVCacheManager kv(KVLayout::plan(groups), {.num_large_pages = 2 * (kTokens / 16 + 16), .max_requests = 4});
+  const std::vector<std::uint32_t> tokens = cache_prompt(state, kv);
   time_lookups(state, kv, tokens);
 }
 BENCHMARK(BM_LookupCached128k)->Arg(1)->Arg(2)->Unit(benchmark::kMicrosecond);
@@ -81,14 +87,7 @@ BENCHMARK(BM_LookupCached128kScattered)->Unit(benchmark::kMicrosecond);
 void BM_RefusedAdmission128k(benchmark::State& state) {
   KVCacheManager kv(KVLayout::plan({LayerGroup::full_attention("global", 32, 8, 128, 2, 16)}),
                     {.num_large_pages = kTokens / 16 + 16, .max_requests = 4});
-  std::vector<std::uint32_t> tokens(kTokens);
-  for (std::uint32_t i = 0; i < kTokens; ++i) tokens[i] = i * 2654435761u;
-  kv.begin_step();
-  const RequestId warm = kv.add_request(tokens);
-  kv.lookup_prefix(warm);
-  if (!kv.allocate(warm, kTokens)) state.SkipWithError("warm-up allocation failed");
-  kv.commit(warm, kTokens);
-  kv.free(warm);
+  const std::vector<std::uint32_t> tokens = cache_prompt(state, kv);
   const RequestId r = kv.add_request(tokens);
   benchmark::IterationCount refused = 0;
   for (auto _ : state) {

@@ -13,17 +13,6 @@ using namespace kvmm;
 using namespace kvmm::kernels;
 using namespace kvmm::test;
 
-namespace {
-
-struct GroupState {
-  GroupId id;
-  std::uint32_t layer;
-  AttentionOptions options;
-  std::uint32_t q_heads;
-  std::vector<std::vector<std::uint16_t>> k_tok, v_tok;  // per request, every token so far
-};
-
-}  // namespace
 
 TEST_CASE("prefill then decode steps over PagedKVAllocator pages match naive attention", "[kernels][engine]") {
   const KVLayout layout = KVLayout::plan({LayerGroup::full_attention("full", 2, 2, 64, 2, 16),
@@ -39,7 +28,7 @@ TEST_CASE("prefill then decode steps over PagedKVAllocator pages match naive att
   std::vector<RequestId> ids(batch);
   for (auto& r : ids) r = kv.add_request();
 
-  std::vector<GroupState> groups = {
+  std::vector<EngineGroup> groups = {
       {0, 1, AttentionOptions{}, 8, {}, {}},
       {1, 0, AttentionOptions{MaskKind::kSlidingWindow, 24, 0, 0.0f, 0.0f}, 4, {}, {}},
   };
@@ -58,7 +47,7 @@ TEST_CASE("prefill then decode steps over PagedKVAllocator pages match naive att
       q_indptr[b + 1] = q_indptr[b] + n;
     }
     const std::uint32_t rows = q_indptr[batch];
-    for (GroupState& g : groups) {
+    for (EngineGroup& g : groups) {
       const LayerGroup& lg = layout.group(g.id);
       const std::uint64_t stride = layout.small_page_bytes(g.id);
       const PagedKVCache cache{static_cast<char*>(arena.data()) + layout.k_offset(g.id, g.layer),
@@ -66,23 +55,8 @@ TEST_CASE("prefill then decode steps over PagedKVAllocator pages match naive att
                                lg.tokens_per_page, lg.kv_heads, lg.head_dim, dt};
       const PageTableSet& tables = kv.page_tables(g.id);
       // Slot mapping of the new tokens and their K/V.
-      const std::size_t row_elems = std::size_t{lg.kv_heads} * lg.head_dim;
-      std::vector<std::uint16_t> k_new(rows * row_elems), v_new(rows * row_elems);
-      std::vector<PageId> page_ids(rows);
-      std::vector<std::uint32_t> offsets(rows);
-      for (std::uint32_t b = 0; b < batch; ++b)
-        for (std::uint32_t i = q_indptr[b]; i < q_indptr[b + 1]; ++i) {
-          const std::uint32_t pos = lens[b] + (i - q_indptr[b]);
-          page_ids[i] = tables.pages(ids[b])[pos / lg.tokens_per_page];
-          offsets[i] = pos % lg.tokens_per_page;
-          for (std::size_t e = 0; e < row_elems; ++e) {
-            k_new[i * row_elems + e] = from_float(dt, val(rng));
-            v_new[i * row_elems + e] = from_float(dt, val(rng));
-          }
-          g.k_tok[b].insert(g.k_tok[b].end(), k_new.begin() + i * row_elems, k_new.begin() + (i + 1) * row_elems);
-          g.v_tok[b].insert(g.v_tok[b].end(), v_new.begin() + i * row_elems, v_new.begin() + (i + 1) * row_elems);
-        }
-      cpu::write_kv(PagedWriteParams{cache, k_new.data(), v_new.data(), page_ids.data(), offsets.data(), rows});
+      write_step_kv(g, cache, q_indptr, lens, rng,
+                    [&](std::uint32_t b, std::uint32_t pos) { return tables.pages(ids[b])[pos / lg.tokens_per_page]; });
       // Tables as the engine ships them: CSR, out-of-window pages freed to the null page.
       std::vector<std::uint32_t> indptr(batch + 1), last(batch), kv_lens(batch);
       std::vector<PageId> indices(256);

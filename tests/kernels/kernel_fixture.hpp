@@ -328,6 +328,43 @@ inline double max_rel_error(DType t, const std::vector<std::uint16_t>& got, cons
 }
 
 // Unit roundoff of a storage type (half an ulp at 1.0).
+// One layer group of an engine-loop test: the layer attended, its mask, q heads, and every
+// request's K/V so far held contiguously (what naive_attention compares against).
+struct EngineGroup {
+  GroupId id;
+  std::uint32_t layer;
+  AttentionOptions options;
+  std::uint32_t q_heads;
+  std::vector<std::vector<std::uint16_t>> k_tok, v_tok;  // per request, every token so far
+};
+
+// Writes random K/V for a step's new tokens (request b's are rows q_indptr[b] .. and start
+// at position lens[b]) through the slot mapping into the pages page_of(b, pos) names, and
+// appends them to g's contiguous copies.
+template <class PageOf>
+void write_step_kv(EngineGroup& g, const PagedKVCache& cache, const std::vector<std::uint32_t>& q_indptr,
+                   const std::vector<std::uint32_t>& lens, std::mt19937_64& rng, PageOf page_of) {
+  std::uniform_real_distribution<float> val(-1.0f, 1.0f);
+  const std::uint32_t batch = static_cast<std::uint32_t>(lens.size()), rows = q_indptr[batch];
+  const std::size_t row_elems = std::size_t{cache.kv_heads} * cache.head_dim;
+  std::vector<std::uint16_t> k_new(rows * row_elems), v_new(rows * row_elems);
+  std::vector<PageId> page_ids(rows);
+  std::vector<std::uint32_t> offsets(rows);
+  for (std::uint32_t b = 0; b < batch; ++b)
+    for (std::uint32_t i = q_indptr[b]; i < q_indptr[b + 1]; ++i) {
+      const std::uint32_t pos = lens[b] + (i - q_indptr[b]);
+      page_ids[i] = page_of(b, pos);
+      offsets[i] = pos % cache.tokens_per_page;
+      for (std::size_t e = 0; e < row_elems; ++e) {
+        k_new[i * row_elems + e] = from_float(cache.dtype, val(rng));
+        v_new[i * row_elems + e] = from_float(cache.dtype, val(rng));
+      }
+      g.k_tok[b].insert(g.k_tok[b].end(), k_new.begin() + i * row_elems, k_new.begin() + (i + 1) * row_elems);
+      g.v_tok[b].insert(g.v_tok[b].end(), v_new.begin() + i * row_elems, v_new.begin() + (i + 1) * row_elems);
+    }
+  cpu::write_kv(PagedWriteParams{cache, k_new.data(), v_new.data(), page_ids.data(), offsets.data(), rows});
+}
+
 inline double unit_roundoff(DType t) { return t == DType::kF16 ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8); }
 
 }  // namespace kvmm::test

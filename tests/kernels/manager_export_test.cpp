@@ -14,17 +14,6 @@ using namespace kvmm;
 using namespace kvmm::kernels;
 using namespace kvmm::test;
 
-namespace {
-
-struct GroupState {
-  GroupId id;
-  std::uint32_t layer;
-  AttentionOptions options;
-  std::uint32_t q_heads;
-  std::vector<std::vector<std::uint16_t>> k_tok, v_tok;  // per request, every token so far
-};
-
-}  // namespace
 
 TEST_CASE("manager exports read back through the CPU kernels equal contiguous attention", "[kernels][export]") {
   const KVLayout layout = KVLayout::plan({LayerGroup::full_attention("full", 2, 2, 64, 2, 16),
@@ -38,7 +27,7 @@ TEST_CASE("manager exports read back through the CPU kernels equal contiguous at
   std::uniform_real_distribution<float> val(-1.0f, 1.0f);
   const DType dt = DType::kF16;
   const std::uint32_t batch = 3;
-  std::vector<GroupState> groups = {
+  std::vector<EngineGroup> groups = {
       {0, 1, AttentionOptions{}, 8, {}, {}},
       {1, 0, AttentionOptions{MaskKind::kSlidingWindow, 24, 0, 0.0f, 0.0f}, 4, {}, {}},
   };
@@ -66,30 +55,15 @@ TEST_CASE("manager exports read back through the CPU kernels equal contiguous at
       q_indptr[b + 1] = q_indptr[b] + n;
     }
     const std::uint32_t rows = q_indptr[batch];
-    for (GroupState& g : groups) {
+    for (EngineGroup& g : groups) {
       const LayerGroup& lg = layout.group(g.id);
       const std::uint32_t P = lg.tokens_per_page;
       const PagedKVCache cache{static_cast<char*>(arena.data()) + layout.k_offset(g.id, g.layer),
                                static_cast<char*>(arena.data()) + layout.v_offset(g.id, g.layer),
                                layout.small_page_bytes(g.id), P, lg.kv_heads, lg.head_dim, dt};
       // The new tokens' K/V into the pages their rows name.
-      const std::size_t row_elems = std::size_t{lg.kv_heads} * lg.head_dim;
-      std::vector<std::uint16_t> k_new(rows * row_elems), v_new(rows * row_elems);
-      std::vector<PageId> page_ids(rows);
-      std::vector<std::uint32_t> offsets(rows);
-      for (std::uint32_t b = 0; b < batch; ++b)
-        for (std::uint32_t i = q_indptr[b]; i < q_indptr[b + 1]; ++i) {
-          const std::uint32_t pos = lens[b] + (i - q_indptr[b]);
-          page_ids[i] = kv.page_table(ids[b], g.id)[pos / P];
-          offsets[i] = pos % P;
-          for (std::size_t e = 0; e < row_elems; ++e) {
-            k_new[i * row_elems + e] = from_float(dt, val(rng));
-            v_new[i * row_elems + e] = from_float(dt, val(rng));
-          }
-          g.k_tok[b].insert(g.k_tok[b].end(), k_new.begin() + i * row_elems, k_new.begin() + (i + 1) * row_elems);
-          g.v_tok[b].insert(g.v_tok[b].end(), v_new.begin() + i * row_elems, v_new.begin() + (i + 1) * row_elems);
-        }
-      cpu::write_kv(PagedWriteParams{cache, k_new.data(), v_new.data(), page_ids.data(), offsets.data(), rows});
+      write_step_kv(g, cache, q_indptr, lens, rng,
+                    [&](std::uint32_t b, std::uint32_t pos) { return kv.page_table(ids[b], g.id)[pos / P]; });
       // The export as FlashInfer takes it, with the reserved zero page for freed pages.
       const PageId zero_page = num_large * layout.small_pages_per_large_page(g.id);
       std::vector<std::int32_t> indptr(batch + 1), indices(512), last(batch);

@@ -3,6 +3,7 @@
 // lookahead pages stay out, an image row counts its image tokens, and a reserved null page
 // replaces kNullPage. Exact cases from the issue, by hand.
 #include "kvmm/manager/kv_cache_manager.hpp"
+#include "manager_fixture.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -12,11 +13,7 @@ using namespace kvmm;
 
 namespace {
 
-std::vector<std::uint32_t> ids(std::uint32_t n, std::uint32_t salt) {
-  std::vector<std::uint32_t> t(n);
-  for (std::uint32_t i = 0; i < n; ++i) t[i] = salt * 100000 + i;
-  return t;
-}
+std::vector<std::uint32_t> ids(std::uint32_t n, std::uint32_t salt) { return test::salted_ids(n, salt); }
 
 struct Csr {
   std::vector<std::int32_t> indptr, indices, last, first;

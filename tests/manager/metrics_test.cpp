@@ -2,6 +2,7 @@
 // 5): a blocked queue head retried every step counts its prompt once among admitted
 // requests; copies and swaps are counted; every metric has HELP and TYPE lines.
 #include "kvmm/manager/kv_cache_manager.hpp"
+#include "manager_fixture.hpp"
 #include "kvmm/manager/metrics.hpp"
 
 #include <catch2/catch.hpp>
@@ -13,11 +14,7 @@ using namespace kvmm;
 
 namespace {
 
-std::vector<std::uint32_t> ids(std::uint32_t n, std::uint32_t salt) {
-  std::vector<std::uint32_t> t(n);
-  for (std::uint32_t i = 0; i < n; ++i) t[i] = salt * 100000 + i;
-  return t;
-}
+std::vector<std::uint32_t> ids(std::uint32_t n, std::uint32_t salt) { return test::salted_ids(n, salt); }
 
 }  // namespace
 
