@@ -13,6 +13,7 @@
 #include <random>
 #include <string>
 #include <vector>
+#include "support/error_of.hpp"
 
 using namespace kvmm;
 
@@ -20,15 +21,7 @@ namespace {
 
 constexpr std::uint32_t kMax32 = std::numeric_limits<std::uint32_t>::max();
 
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
+using kvmm::test::error_of;
 
 // A LargePageSource over a plain stack, for the pool's source path.
 class StackSource final : public LargePageSource {

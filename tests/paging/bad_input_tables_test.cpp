@@ -14,6 +14,7 @@
 #include <random>
 #include <string>
 #include <vector>
+#include "support/error_of.hpp"
 
 using namespace kvmm;
 
@@ -21,15 +22,7 @@ namespace {
 
 constexpr std::uint32_t kMax32 = std::numeric_limits<std::uint32_t>::max();
 
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
+using kvmm::test::error_of;
 
 struct TableState {
   std::vector<std::vector<PageId>> rows;

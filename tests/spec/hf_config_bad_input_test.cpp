@@ -11,20 +11,13 @@
 #include <random>
 #include <string>
 #include <vector>
+#include "support/error_of.hpp"
 
 using namespace kvmm;
 
 namespace {
 
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
+using kvmm::test::error_of;
 
 constexpr const char* kGood = R"({"model_type": "llama", "num_hidden_layers": 4, "num_attention_heads": 8,
     "num_key_value_heads": 2, "hidden_size": 512})";

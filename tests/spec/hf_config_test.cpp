@@ -15,6 +15,7 @@
 #include <fstream>
 #include <random>
 #include <sstream>
+#include "support/error_of.hpp"
 
 using namespace kvmm;
 
@@ -74,15 +75,7 @@ void all_in_group0(const ModelSpec& m, std::uint32_t layers) {
   }
 }
 
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
+using kvmm::test::error_of;
 
 }  // namespace
 

@@ -6,6 +6,7 @@
 
 #include <numeric>
 #include <random>
+#include "support/error_of.hpp"
 
 using namespace kvmm;
 
@@ -18,15 +19,7 @@ KVLayout fig6_layout() {
                          LayerGroup::full_attention("text", 3, 1, 32, 2, 1)});
 }
 
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
+using kvmm::test::error_of;
 
 }  // namespace
 
