@@ -173,13 +173,15 @@ class ReplaySteps {
   bool spoiled_any_ = false;
 };
 
-bool PageAllocation::surely_infeasible(std::span<const std::uint64_t> need) const {
+bool PageAllocation::surely_infeasible(std::span<const std::uint64_t> need,
+                                       std::span<const std::uint64_t> leaving) const {
   if (slot_units_ == 0) return false;
   std::uint64_t want = 0, have = std::uint64_t{pool_.num_free()} * slot_units_;
   for (GroupId g = 0; g < groups_.size(); ++g) {
     const std::uint64_t w = slot_units_ / groups_[g].n;
+    const std::uint64_t evictable = groups_[g].evictable - (leaving.empty() ? 0 : leaving[g]);
     want += need[g] * w;
-    have += (std::uint64_t{groups_[g].alloc.num_free_small()} + groups_[g].evictable) * w;
+    have += (std::uint64_t{groups_[g].alloc.num_free_small()} + evictable) * w;
   }
   return want > have;
 }

@@ -44,7 +44,8 @@ class PageAllocation {
   // Necessary, O(groups): more pages than every free small page, evictable page and free large
   // page together cannot be had. Holds whatever is pinned later, so allocate asks it before
   // pinning a hit.
-  bool surely_infeasible(std::span<const std::uint64_t> need) const;
+  // `leaving[g]` (optional): evictable pages of g a pin is about to take out of the counts.
+  bool surely_infeasible(std::span<const std::uint64_t> need, std::span<const std::uint64_t> leaving = {}) const;
 
  private:
   friend class RealSteps;

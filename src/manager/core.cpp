@@ -351,6 +351,24 @@ void ManagerCore::release_unpinned_hit(std::uint32_t s, Request& q) {
   q.hit_pending = true;
 }
 
+// The need (compute_need, as if pinned) cannot be had even before the pin: against the
+// counts as they are, then, where removing every hit page from the evictable counts would
+// refuse too (O(groups)), against the counts less the hit's evictable pages (one read
+// pass over the hit, only then: an admission that fits never pays it).
+bool ManagerCore::refused_before_pin(RequestId r, const Request& q) {
+  if (alloc_.surely_infeasible(need_)) return true;
+  leaving_.assign(groups_.size(), 0);
+  for (GroupId g = 0; g < groups_.size(); ++g) {
+    const Group& grp = groups_[g];
+    if (!grp.decoder) continue;
+    const std::uint64_t pages = q.hit / grp.P;
+    leaving_[g] =
+        std::min<std::uint64_t>(pages - std::min(grp.policy->first_required_page(q.hit), pages), grp.evictable);
+  }
+  if (!alloc_.surely_infeasible(need_, leaving_)) return false;
+  return lookup_.evictable_in_hit(r, q, q.hit, leaving_) && alloc_.surely_infeasible(need_, leaving_);
+}
+
 // Debug tier 2: the refusal before the pin against the full path (pin, need, replay,
 // unpin), which must refuse too. Drops stale list entries only (order unchanged).
 void ManagerCore::check_refusal(RequestId r, std::uint32_t s, Request& q, std::uint32_t num_new_tokens,
@@ -400,7 +418,7 @@ bool ManagerCore::allocate(RequestId r, std::uint32_t num_new_tokens, std::uint3
     // (the hit's pages are had) against the evictable counts before the pin takes the hit
     // out of them (more capacity): a refusal here is a refusal after it. Image pages are
     // counted only once the rows exist, so requests with images skip this.
-    if (q.ids.items().empty() && compute_need(s, q, num_new_tokens, target) && alloc_.surely_infeasible(need_)) {
+    if (q.ids.items().empty() && compute_need(s, q, num_new_tokens, target) && refused_before_pin(r, q)) {
       if constexpr (kCheckInternal) check_refusal(r, s, q, num_new_tokens, target);
       return refused(r, q, num_new_tokens);
     }

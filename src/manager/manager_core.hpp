@@ -108,6 +108,7 @@ class ManagerCore {
   bool admit(RequestId r, std::uint32_t s, Request& q);
   void release_unpinned_hit(std::uint32_t s, Request& q);
   bool refused(RequestId r, const Request& q, std::uint32_t num_new_tokens);  // counts, logs; false
+  bool refused_before_pin(RequestId r, const Request& q);
   void begin_backing(std::uint32_t s);  // with a large-page source: backs what the step may take
   void check_refusal(RequestId r, std::uint32_t s, Request& q, std::uint32_t num_new_tokens, std::uint64_t target);
   void check_shared_write(RequestId r, std::uint32_t s, const Request& q, std::uint64_t c) const;
@@ -147,9 +148,10 @@ class ManagerCore {
   std::vector<PageCopy> plan_;
   std::vector<std::vector<std::pair<GroupId, PageId>>> pins_;
   std::vector<PinId> free_pins_;
-  std::vector<std::uint64_t> need_;  // scratch per group: pages allocate needs
-  std::vector<std::uint8_t> cow_;    // scratch per group: a copy-on-write copy first
-  std::uint64_t target_ = 0;         // scratch: the tokens allocate's pages cover
+  std::vector<std::uint64_t> need_;     // scratch per group: pages allocate needs
+  std::vector<std::uint8_t> cow_;       // scratch per group: a copy-on-write copy first
+  std::uint64_t target_ = 0;            // scratch: the tokens allocate's pages cover
+  std::vector<std::uint64_t> leaving_;  // scratch per group: evictable pages a pin would take
   std::uint64_t lookups_ = 0, lookup_tokens_ = 0, hit_tokens_ = 0;
   ManagerCounters counts_;                      // the counters not kept elsewhere (admissions, refusals, copies, swaps)
   mutable std::vector<RequestId> export_rows_;  // scratch of the kernel exports

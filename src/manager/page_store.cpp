@@ -34,6 +34,12 @@ void PageStore::register_page(GroupId g, PageId p, const BlockHash& h) {
 }
 
 std::size_t PageStore::acquire_run(GroupId g, const PageId* pages, const BlockHash* hashes, std::size_t count) {
+  return hashes != nullptr ? acquire_run_impl<true>(g, pages, hashes, count)
+                           : acquire_run_impl<false>(g, pages, hashes, count);
+}
+
+template <bool kCheck>
+std::size_t PageStore::acquire_run_impl(GroupId g, const PageId* pages, const BlockHash* hashes, std::size_t count) {
   Group& grp = groups_[g];
   PageRec* rec = grp.pg.data();
   std::uint32_t* ev = ev_in_large_.data();
@@ -43,7 +49,8 @@ std::size_t PageStore::acquire_run(GroupId g, const PageId* pages, const BlockHa
   for (; i < count; ++i) {
     const PageId page = pages[i];
     PageRec& r = rec[page];
-    if (!r.hashed || !(r.hash == hashes[i])) break;  // evicted since the lookup
+    if constexpr (kCheck)
+      if (!r.hashed || !(r.hash == hashes[i])) break;  // evicted since the lookup
     if (r.ref++ == 0) {
       full_lost += ev[n == 1 ? page : page / n]-- == n;
       ++newly;
@@ -197,6 +204,7 @@ void PageStore::evict_small(GroupId g, PageId p) {
   --grp.evictable;
   index_.erase(g, grp.pg[p].hash, p);
   grp.pg[p].hashed = 0;
+  ++uncached_;
   events_.removed(g, p, grp.pg[p].hash);
   ++grp.evicted;
   grp.alloc.free(p);
@@ -213,6 +221,7 @@ void PageStore::evict_large(PageId lp) {
 }
 
 void PageStore::forget_all() {
+  ++uncached_;
   for (GroupId g = 0; g < groups_.size(); ++g) {
     Group& grp = groups_[g];
     for (PageId s = small_front(g); s != kNullPage; s = small_front(g)) evict_small(g, s);

@@ -65,9 +65,13 @@ class PageStore {
   // acquire() for a hit's run of pages in group g, each first checked to be still cached
   // under hashes[i] (lookup_prefix found it; a call since may have evicted it): returns
   // how many were acquired, the run's length when every page held, else the index of the
-  // first that did not (none after it acquired). Counts kept in locals: no store-load
-  // chain through the members per page.
+  // first that did not (none after it acquired). hashes = nullptr: no check (the caller
+  // knows no page was uncached since, see uncached()). Counts kept in locals: no
+  // store-load chain through the members per page.
   std::size_t acquire_run(GroupId g, const PageId* pages, const BlockHash* hashes, std::size_t count);
+  // How many times a page left the cache (an eviction, or every page at forget_all): while
+  // it is unchanged, every page found cached is cached still, under the same hash. O(1).
+  std::uint64_t uncached() const { return uncached_; }
   // One reference less; at the last, a cached page becomes evictable under key (max(its
   // time, t), its prefix length) at level prio, an uncached one empty. An entry that is
   // still listed under the same key and level (a hit released unchanged) stays in place.
@@ -172,6 +176,8 @@ class PageStore {
  private:
   template <class Lru>
   PageId replay_next(Lru& lru, PageId lp, bool mixed_list);
+  template <bool kCheck>
+  std::size_t acquire_run_impl(GroupId g, const PageId* pages, const BlockHash* hashes, std::size_t count);
   bool victim_before(std::uint32_t sa, PageId a, std::uint32_t sb, PageId b) const;
   // The key and level lp is listed under: its most recent cached small page's key and the
   // highest retention level among them. O(n).
@@ -202,6 +208,7 @@ class PageStore {
   mutable LargeLru mixed_lru_;
   std::vector<GroupId> single_;  // groups with one small page per large page (sources 1..)
   std::uint64_t seq_ = 0;        // last insertion number handed out
+  std::uint64_t uncached_ = 0;   // see uncached()
   std::uint32_t replay_epoch_ = 0;
 };
 

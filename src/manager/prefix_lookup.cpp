@@ -150,6 +150,7 @@ std::uint64_t PrefixLookup::image_hit(const Request& q, GroupId g, std::uint64_t
 
 std::uint64_t PrefixLookup::longest_hit(RequestId handle, const Request& q, std::uint64_t limit) {
   memo_owner_ = handle;
+  memo_uncached_ = store_.uncached();
   for (GroupId g = 0; g < groups_.size(); ++g) {
     first_miss_[g] = kNoProbe;
     const Group& grp = groups_[g];
@@ -207,7 +208,15 @@ bool PrefixLookup::pin_decoder(std::uint32_t r, const Request& q, GroupId g, std
     }
     hit = run_.data();
   }
-  const std::size_t pinned = store_.acquire_run(g, hit + lo, hv + lo, pages - lo);
+  // The memo's pages need no hash check when no page left the cache since the lookup
+  // (debug tier 2 checks them all the same).
+  const bool unchanged = memo_valid && store_.uncached() == memo_uncached_;
+  if constexpr (kCheckInternal) {
+    for (std::uint64_t i = lo; unchanged && i < pages; ++i)
+      if (!store_.rec(g, hit[i]).hashed || !(store_.rec(g, hit[i]).hash == hv[i]))
+        fail("debug check: group {} page {} of a hit left the cache with no eviction counted", g, i);
+  }
+  const std::size_t pinned = store_.acquire_run(g, hit + lo, unchanged ? nullptr : hv + lo, pages - lo);
   if (pinned != pages - lo) {  // a page was evicted since the lookup: undo this group's
     for (std::size_t i = pinned; i-- > 0;) store_.release(g, hit[lo + i], 0, store_.rec(g, hit[lo + i]).prio);
     return false;
@@ -262,6 +271,23 @@ bool PrefixLookup::pin(RequestId handle, std::uint32_t r, const Request& q, std:
     if (!ok) {
       unpin_rows(r, g);
       return false;
+    }
+  }
+  return true;
+}
+
+bool PrefixLookup::evictable_in_hit(RequestId handle, const Request& q, std::uint64_t p,
+                                    std::vector<std::uint64_t>& out) {
+  if (memo_owner_ != handle || store_.uncached() != memo_uncached_) return false;
+  out.assign(groups_.size(), 0);
+  for (GroupId g = 0; g < groups_.size(); ++g) {
+    const Group& grp = groups_[g];
+    if (!grp.decoder) continue;
+    const std::uint64_t pages = p / grp.P;
+    for (std::uint64_t i = std::min(grp.policy->first_required_page(p), pages); i < pages; ++i) {
+      const PageId page = grp.whole_prefix ? memo_[g][i] : page_of(q, g, i);
+      if (page == kNullPage) return false;
+      out[g] += store_.rec(g, page).ref == 0;
     }
   }
   return true;

@@ -33,6 +33,10 @@ class PrefixLookup {
   // Whether every page of image m (under LoRA lora) is cached in every encoder-token group:
   // the engine may skip the encoder for it. false without such groups. O(pages of m).
   bool image_cached(const MultimodalItem& m, std::uint32_t lora) const;
+  // The evictable pages (reference count 0) among those pin() would take for request q's
+  // hit of p tokens, per group, into out: read only, O(hit pages). false (out unset) unless
+  // the probes of that lookup are at hand and no page left the cache since.
+  bool evictable_in_hit(RequestId handle, const Request& q, std::uint64_t p, std::vector<std::uint64_t>& out);
   // Adds a hit of p tokens to each group's hit_pages (the pages it needs). O(groups + items).
   void count_hit(const Request& q, std::uint64_t p);
 
@@ -56,6 +60,7 @@ class PrefixLookup {
   std::vector<std::uint64_t> accepted_;    // per group: its last valid prefix
   std::vector<PageId> run_;                // scratch: a group's pages to pin
   RequestId memo_owner_ = kNoRequest;      // whose probes memo_ holds
+  std::uint64_t memo_uncached_ = 0;        // store_.uncached() when memo_ was filled
 };
 
 }  // namespace kvmm::detail

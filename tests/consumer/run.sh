@@ -90,7 +90,8 @@ cmake --build "$work/embed-sub" -j"$jobs" --target parent_app >>"$work/embed-sub
 "$work/embed-sub/parent_app"
 cmake --install "$work/embed-sub" --prefix "$work/embed-sub-install" >/dev/null
 [ -x "$work/embed-sub-install/bin/parent_app" ]
-if [ -n "$(find "$work/embed-sub-install" -path '*kvmm*' -print -quit)" ]; then
+# Paths below the prefix only: the prefix itself may lie in a folder named kvmm.
+if [ -n "$(cd "$work/embed-sub-install" && find . -path '*kvmm*' -print -quit)" ]; then
   echo "an embedded kvmm installed files (KVMM_INSTALL should default OFF):"; find "$work/embed-sub-install"; exit 1
 fi
 
