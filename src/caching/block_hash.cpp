@@ -2,6 +2,7 @@
 
 #include "block_hash_detail.hpp"
 
+#include "kvmm/detail/prefetch.hpp"
 #include "kvmm/error.hpp"
 
 #include <cstring>
@@ -42,8 +43,8 @@ template <std::size_t kBytes, class Emit>
   // while page i's link (the latency-bound part) is in flight.
   for (std::size_t i = 0; i < pages; ++i, p += bytes) {
     if ((i + 1) * bytes + kPrefetchAhead <= pages * bytes) {  // stays inside the arrays
-      __builtin_prefetch(p + kPrefetchAhead);
-      if (d != nullptr) __builtin_prefetch(d + i * bytes + kPrefetchAhead, 1);
+      detail::prefetch_read(p + kPrefetchAhead);
+      if (d != nullptr) detail::prefetch_write(d + i * bytes + kPrefetchAhead);
     }
     if (d != nullptr) std::memcpy(d + i * bytes, p, bytes);
     const BlockHash c = lora_id == 0

@@ -8,6 +8,7 @@
 #pragma once
 
 #include "kvmm/caching/block_hash.hpp"
+#include "kvmm/detail/prefetch.hpp"
 #include "kvmm/error.hpp"
 #include "kvmm/types.hpp"
 
@@ -35,7 +36,7 @@ class PrefixIndex {
     }
   }
   // Pulls the slot of (g, h) toward the cache ahead of a find or an insert.
-  void prefetch(GroupId g, const BlockHash& h) const { __builtin_prefetch(&slots_[mix(g, h) & mask_]); }
+  void prefetch(GroupId g, const BlockHash& h) const { detail::prefetch_read(&slots_[mix(g, h) & mask_]); }
   // Calls f(page) for the pages a find of (g, h) would confirm against hash_of, among the
   // slots of the home slot's cache line (where a probe run almost always ends): a second
   // prefetch stage, after prefetch() brought that line in.
