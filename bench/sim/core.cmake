@@ -7,6 +7,7 @@ if(NOT TARGET kvmm_sim_core)
     ${CMAKE_CURRENT_LIST_DIR}/model_config.cpp
     ${CMAKE_CURRENT_LIST_DIR}/workload.cpp
     ${CMAKE_CURRENT_LIST_DIR}/block_policy.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/block_engines.cpp
     ${CMAKE_CURRENT_LIST_DIR}/kvmm_policy.cpp
     ${CMAKE_CURRENT_LIST_DIR}/policy.cpp
     ${CMAKE_CURRENT_LIST_DIR}/scheduler.cpp)

@@ -1,0 +1,44 @@
+// The block-pool engine behind the policies of today's engines (block_policy.cpp) and the
+// configurations that model each engine (block_engines.cpp): policy groups (vgroups) take
+// fixed-size blocks from pools of interchangeable units. Private to the simulator.
+#pragma once
+
+#include "sim/policy.hpp"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace kvmm::sim::block {
+
+constexpr std::uint32_t kNull = ~std::uint32_t{0};
+
+enum class VKind : std::uint8_t { kFull, kWindow, kChunked, kEncoder, kState };
+
+struct VGroup {
+  std::string name;
+  VKind kind = VKind::kFull;
+  std::uint32_t tpb = 16;         // tokens per block (state: unused)
+  std::uint32_t window = 0;       // kWindow
+  std::uint32_t chunk = 0;        // kChunked
+  std::uint64_t units = 1;        // pool units one block occupies
+  std::uint32_t pool = 0;
+  std::vector<GroupId> covers;    // layout groups whose memory the blocks hold
+};
+
+struct Pool {
+  std::string name;
+  std::uint64_t unit_bytes = 0;
+  std::uint64_t capacity = 0;     // units
+  std::uint64_t free = 0;         // units
+  std::uint64_t evictable = 0;    // units in cached blocks with ref 0
+  std::uint32_t lru_head = kNull, lru_tail = kNull;
+  bool shared = true;             // free units usable by several vgroups
+};
+
+// The engine over these vgroups and pools; block-hash prefix caching when `caching`.
+std::unique_ptr<Policy> make_engine(std::string name, const KVLayout& layout, std::vector<VGroup> vgs,
+                                    std::vector<Pool> pools, bool caching, std::string description);
+
+}  // namespace kvmm::sim::block
