@@ -42,13 +42,6 @@ std::vector<std::uint32_t> hash_classes(std::vector<Group>& groups) {
 
 }  // namespace
 
-std::uint64_t splitmix(std::uint64_t& state) {
-  std::uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
 // The options, checked before any member allocates: every count the constructor sizes an
 // array by must fit (page ids are 32-bit; the prefix index holds fewer than 2^31 pages).
 KVLayout ManagerCore::validated(KVLayout layout, const KVCacheManagerOptions& options) {
@@ -156,7 +149,7 @@ RequestId ManagerCore::add_request(std::span<const std::uint32_t> tokens, const 
   q.swapped = q.looked_up = q.enc_ready = q.enc_registered = q.admitted = q.hit_pending = false;
   q.hit = 0;
   q.item_rank.clear();
-  for (std::size_t k = 0; k < extras.items.size(); ++k) q.item_rank.push_back(splitmix(rng_) >> 1);
+  for (std::size_t k = 0; k < extras.items.size(); ++k) q.item_rank.push_back(next_rank());
   q.prio = std::min<std::uint32_t>(extras.priority, SmallLru::kLevels - 1);
   clear_progress(q);
   for (GroupId g = 0; g < groups_.size(); ++g) {

@@ -15,6 +15,7 @@
 #include "event_log.hpp"
 #include "group.hpp"
 #include "kvmm/caching/prefix_index.hpp"
+#include "kvmm/checked.hpp"
 #include "kvmm/detail/debug_checks.hpp"
 #include "kvmm/manager/kv_cache_manager.hpp"
 #include "page_store.hpp"
@@ -97,7 +98,14 @@ class ManagerCore {
 
  private:
   static KVLayout validated(KVLayout layout, const KVCacheManagerOptions& options);
-  static std::uint64_t pages_for(std::uint64_t tokens, std::uint32_t P) { return (tokens + P - 1) / P; }
+  static std::uint64_t pages_for(std::uint64_t tokens, std::uint32_t P) { return ceil_div(tokens, P); }
+  // The per-image random prefix lengths (splitmix64 over the options' seed).
+  std::uint64_t next_rank() {
+    std::uint64_t z = (rng_ += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return (z ^ (z >> 31)) >> 1;
+  }
   // The row of an active, not swapped-out request.
   std::uint32_t running(RequestId r) const;
   // ---- core.cpp helpers

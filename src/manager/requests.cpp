@@ -10,8 +10,6 @@
 
 namespace kvmm::detail {
 
-std::uint64_t splitmix(std::uint64_t& state);  // core.cpp
-
 // ---------------------------------------------------------------- commit
 
 // The first page the step wrote, if partial, must be r's own: allocate plans the copy of a
@@ -199,7 +197,7 @@ void ManagerCore::reset(RequestId r) {
   q.hit = 0;
   clear_progress(q);
   // As a new request: its images get new random prefix lengths.
-  for (std::uint64_t& rank : q.item_rank) rank = splitmix(rng_) >> 1;
+  for (std::uint64_t& rank : q.item_rank) rank = next_rank();
   expensive_check();
 }
 
