@@ -14,6 +14,7 @@
 #include "kvmm/paging/small_page_allocator.hpp"
 #include "kvmm/spec/kv_layout.hpp"
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -50,6 +51,13 @@ struct KVCacheManagerOptions {
   // many as can be; the rest is made up by eviction, else the allocate returns false with
   // nothing changed. Must outlive the manager and hold num_large_pages pages.
   LargePageSource* large_page_source = nullptr;
+  // Learned cache boundaries (boundary-aware retention without hints): when a lookup's
+  // full-attention hit is longer than the hit every group allows, the prefix length where
+  // they part is remembered (its block hash, in a direct-mapped table of this many
+  // entries, 16 bytes each), and a later request whose prompt reaches that prefix holds
+  // the pages a hit there needs, as if it had named it in RequestExtras::cache_boundaries.
+  // 0: off. Costs one table probe per full page a commit registers.
+  std::uint32_t learned_boundaries = 0;
 };
 
 struct RequestExtras {
@@ -63,7 +71,17 @@ struct RequestExtras {
   // Expected final length (prompt + output); the request reserves for it once, so
   // steady-state decode steps never touch the heap. 0: grow on demand (amortized doubling).
   std::uint64_t max_tokens = 0;
+  // Prefix lengths (tokens) that later requests are likely to share: a system prompt, a
+  // document, the previous turns of a conversation. Ascending, each at most the prompt's
+  // length; at most kMaxCacheBoundaries. For each boundary L, the pages a hit at L needs in
+  // every group (LayerPolicy::first_required_page: a sliding window's last w tokens, a Mamba
+  // group's checkpoint) are held while the request runs instead of being released when they
+  // leave the window, count as used, and are released at free/reset with the eviction key of
+  // the full-attention pages at the same positions, so the cached prefix is evicted as one
+  // aligned unit. Costs O(boundaries) per page leaving a window.
+  std::span<const std::uint64_t> cache_boundaries = {};
 };
+inline constexpr std::size_t kMaxCacheBoundaries = 8;
 
 // Copy `src` to `dst` in `group` before the step's kernels run. Copy-on-write copies are
 // device -> device; swap plans are device -> host (swap_out) or host -> device.
