@@ -46,8 +46,8 @@ class IndexProbe final : public PageProbe {
     const bool down = i + 1 < memo_.size() && memo_[i + 1] < kUnknown;
     const bool up = i > 0 && memo_[i - 1] < kUnknown;
     // Scans run page by page up or down (a known neighbour tells which way; else both).
-    if (!down) prefetch_probe(index_, grp_, g_, hashes_.data(), i, hashes_.size(), true);
-    if (!up) prefetch_probe(index_, grp_, g_, hashes_.data(), i, hashes_.size(), false);
+    if (!down) prefetch_probe(index_, g_, hashes_.data(), i, hashes_.size(), true);
+    if (!up) prefetch_probe(index_, g_, hashes_.data(), i, hashes_.size(), false);
     PageId guess = kNullPage;
     if (down && memo_[i + 1] > 0 && cached_.holds(memo_[i + 1] - 1, h))
       guess = memo_[i + 1] - 1;
@@ -95,7 +95,7 @@ std::uint64_t PrefixLookup::probe_in_order(const Request& q, GroupId g, std::uin
   const Cached in_group{&grp};
   std::uint64_t i = 0, last_index = 0;
   for (; i < pages; ++i) {
-    if (i < last_index + kIndexAhead) prefetch_probe(index_, grp, g, hv, i, pages, true);
+    if (i < last_index + kIndexAhead) prefetch_probe(index_, g, hv, i, pages, true);
     PageId page;
     if (next < num_pages && rec[next].hashed && rec[next].hash == hv[i]) {
       page = static_cast<PageId>(next);

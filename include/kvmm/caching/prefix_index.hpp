@@ -37,21 +37,6 @@ class PrefixIndex {
   }
   // Pulls the slot of (g, h) toward the cache ahead of a find or an insert.
   void prefetch(GroupId g, const BlockHash& h) const { detail::prefetch_read(&slots_[mix(g, h) & mask_]); }
-  // Calls f(page) for the pages a find of (g, h) would confirm against hash_of, among the
-  // slots of the home slot's cache line (where a probe run almost always ends): a second
-  // prefetch stage, after prefetch() brought that line in.
-  template <class F>
-  void for_candidates(GroupId g, const BlockHash& h, F&& f) const {
-    const std::uint64_t m = mix(g, h);
-    const std::uint16_t fp = fingerprint(m);
-    const std::uint64_t home = m & mask_;
-    const std::uint64_t line_end = (home | (kSlotsPerLine - 1)) + 1;
-    for (std::uint64_t i = home; i < line_end && i <= mask_; ++i) {
-      const Slot& s = slots_[i];
-      if (s.page == kNullPage) return;
-      if (s.fp == fp && s.group == g) f(s.page);
-    }
-  }
   // false (nothing changed) when (g, h) is already present, or, for adversarial hashes
   // only, when its probe run is too long to record (the page then stays uncached).
   template <class HashOf>
@@ -81,7 +66,6 @@ class PrefixIndex {
 
  private:
   static constexpr std::uint32_t kMaxDist = 255;
-  static constexpr std::uint64_t kSlotsPerLine = 8;  // 64-byte lines of 8-byte slots
   struct Slot {
     PageId page = kNullPage;
     std::uint8_t group = 0;
