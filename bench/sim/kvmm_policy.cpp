@@ -230,7 +230,7 @@ class KvmmPolicy final : public Policy {
       for (std::uint32_t id : active_) {
         if (reqs_[id].handle == kNoRequest) continue;  // added, not looked up yet: holds nothing
         const std::uint64_t n = kv_.page_table(reqs_[id].handle, g).size();
-        dup += n - std::min<std::uint64_t>(n, reqs_[id].lo[g]);
+        dup += n - std::min<std::uint64_t>(n, reqs_[id].lo[g]) + kv_.num_held_pages(reqs_[id].handle, g);
       }
       dup -= kv_.num_used_pages(g);
     }
@@ -246,6 +246,18 @@ class KvmmPolicy final : public Policy {
         }
         continue;
       }
+      // Pages held for a cache boundary (out of the table): needed whole, as stats() counts.
+      const std::uint64_t held = kv_.num_held_pages(q.handle, g);
+      u.distinct += held;
+      u.need += held * (grp.is_state() ? grp.natural_page_bytes() : P * bpt);
+      // A held page another request maps too (a later hit at the boundary): its need is the
+      // largest over holders, which the closed form does not track; rare, so recount.
+      if (held > 0 && dup > 0)
+        for (const auto& [hg, hp] : kvmm::testing::ManagerInspector(kv_).held_pages(q.handle))
+          if (hg == g && kvmm::testing::ManagerInspector(kv_).ref_count(g, hp) > 1) {
+            front_.clear();
+            return exact_usage(g);
+          }
       const std::uint64_t n = kv_.page_table(q.handle, g).size();
       if (n <= q.lo[g]) continue;
       u.distinct += n - q.lo[g];
@@ -347,6 +359,9 @@ class KvmmPolicy final : public Policy {
       const Req& q = reqs_[id];
       if (q.handle == kNoRequest) continue;
       const std::span<const PageId> pages = kv_.page_table(q.handle, g);
+      if (kv_.num_held_pages(q.handle, g) > 0)
+        for (const auto& [hg, hp] : kvmm::testing::ManagerInspector(kv_).held_pages(q.handle))
+          if (hg == g) credit(hp, grp.is_state() ? grp.natural_page_bytes() : P * bpt);
       if (!grp.is_decoder()) {
         std::size_t i = 0;  // item k's tokens fill its pages in order
         for (const MultimodalItem& m : q.items)

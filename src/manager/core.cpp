@@ -49,6 +49,8 @@ KVLayout ManagerCore::validated(KVLayout layout, const KVCacheManagerOptions& op
   if (options.large_page_source && options.large_page_source->capacity() != options.num_large_pages)
     fail("large_page_source: holds {} large pages, num_large_pages = {}", options.large_page_source->capacity(),
          options.num_large_pages);
+  if (options.learned_boundaries > (1u << 24))
+    fail("learned_boundaries = {}: at most {} entries", options.learned_boundaries, 1u << 24);
   if (options.max_requests == 0 || options.max_requests > KVCacheManager::kMaxRequests)
     fail("max_requests = {}: must be in [1, {}]", options.max_requests, KVCacheManager::kMaxRequests);
   std::uint64_t per_large = 0;
@@ -79,10 +81,12 @@ ManagerCore::ManagerCore(KVLayout layout, const KVCacheManagerOptions& options)
       lookup_(groups_, store_, index_),
       reqs_(options.max_requests, static_cast<std::uint32_t>(layout_.num_groups())),
       rng_(options.seed),
+      branches_(options.prefix_caching ? options.learned_boundaries : 0),
       need_(layout_.num_groups(), 0),
       cow_(layout_.num_groups(), 0) {
   copies_.reserve(256);
   pool_.keep_freed(true);  // a source's freed pages stay backed until begin_step (swap plans read them)
+  update_anchor();
 }
 
 std::uint32_t ManagerCore::running(RequestId r) const {
@@ -100,6 +104,7 @@ void ManagerCore::set_policy(GroupId g, std::unique_ptr<LayerPolicy> policy) {
   if (reqs_.num_active() != 0) fail("set_policy: {} requests are active; set policies first", reqs_.num_active());
   grp.whole_prefix = policy->hit_needs_whole_prefix();
   grp.policy = std::move(policy);
+  update_anchor();
 }
 
 const LayerPolicy& ManagerCore::policy(GroupId g) const {
@@ -122,6 +127,15 @@ void check_extras(std::span<const std::uint32_t> tokens, const RequestExtras& ex
   if (extras.prompt_tokens != 0 && extras.prompt_tokens < tokens.size())
     fail("extras.prompt_tokens = {}: fewer than the {} ids given", extras.prompt_tokens, tokens.size());
   const std::uint64_t prompt = std::max<std::uint64_t>(extras.prompt_tokens, tokens.size());
+  const std::span<const std::uint64_t> bounds = extras.cache_boundaries;
+  if (bounds.size() > kMaxCacheBoundaries)
+    fail("extras.cache_boundaries.size() = {}: at most {}", bounds.size(), kMaxCacheBoundaries);
+  for (std::size_t k = 0; k < bounds.size(); ++k) {
+    if (bounds[k] == 0 || bounds[k] > prompt)
+      fail("extras.cache_boundaries[{}] = {}: must be in [1, {}] (the prompt's tokens)", k, bounds[k], prompt);
+    if (k > 0 && bounds[k] <= bounds[k - 1])
+      fail("extras.cache_boundaries[{}] = {}: must be ascending (previous {})", k, bounds[k], bounds[k - 1]);
+  }
   for (std::size_t k = 0; k < extras.items.size(); ++k) {
     const MultimodalItem& m = extras.items[k];
     if (m.length == 0) fail("extras.items[{}].length = 0: must be >= 1", k);
@@ -151,6 +165,8 @@ RequestId ManagerCore::add_request(std::span<const std::uint32_t> tokens, const 
   q.item_rank.clear();
   for (std::size_t k = 0; k < extras.items.size(); ++k) q.item_rank.push_back(next_rank());
   q.prio = std::min<std::uint32_t>(extras.priority, SmallLru::kLevels - 1);
+  set_boundaries(q, extras.cache_boundaries);
+  q.was_reset = false;
   clear_progress(q);
   for (GroupId g = 0; g < groups_.size(); ++g) {
     q.item_page[g].clear();
@@ -168,7 +184,7 @@ RequestId ManagerCore::add_request(std::span<const std::uint32_t> tokens, const 
 }
 
 void ManagerCore::clear_progress(Request& q) {
-  q.computed = q.allocated = q.last_step = q.step_end = q.lookup_tokens = 0;
+  q.computed = q.allocated = q.last_step = q.step_end = q.lookup_tokens = q.branch = 0;
   q.items_consumed = 0;
   std::fill(q.lo.begin(), q.lo.end(), 0);
   std::fill(q.registered.begin(), q.registered.end(), 0);
@@ -207,6 +223,7 @@ std::uint64_t ManagerCore::lookup_prefix(RequestId r) {
   // The request continues from p; allocate pins the pages the hit needs.
   q.hit = p;
   q.hit_pending = p > 0;
+  q.branch = lookup_.whole_prefix_hit(limit);
   const std::span<const MultimodalItem> items = q.ids.items();
   // Embedding pages of images the hit consumed entirely are never needed.
   while (q.items_consumed < items.size() && items[q.items_consumed].offset + items[q.items_consumed].length <= p)
@@ -452,6 +469,7 @@ bool ManagerCore::allocate(RequestId r, std::uint32_t num_new_tokens, std::uint3
     ++counts_.admissions;
     counts_.admitted_lookup_tokens += q.lookup_tokens;
     counts_.admitted_hit_tokens += q.hit;
+    learn_at_admission(q);
   }
   expensive_check();
   return true;

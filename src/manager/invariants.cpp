@@ -22,10 +22,19 @@ void ManagerCore::check_tables(GroupId g, std::vector<std::uint32_t>& refs) cons
     for (PageId h : grp.host_table.pages(s)) host_used += h != kNullPage;
     const std::span<const PageId> pages = grp.table.pages(s);
     if (q.swapped || q.hit_pending) {
-      if (!pages.empty())
+      if (!pages.empty() || !q.held.empty())
         fail("invariant: row {} (swapped {}, hit pending {}) holds device pages", s, q.swapped, q.hit_pending);
       continue;
     }
+    std::uint32_t num_held = 0;
+    for (const HeldPage& h : q.held) {
+      if (h.group != g) continue;
+      ++num_held;
+      if (!grp.alloc.is_allocated(h.page)) fail("invariant: row {} group {} holds empty page {}", s, g, h.page);
+      ++refs[h.page];
+    }
+    if (num_held != q.held_in[g])
+      fail("invariant: row {} group {} holds {} pages, counted {}", s, g, num_held, q.held_in[g]);
     if (grp.decoder) {
       if (pages.size() != pages_for(q.allocated, grp.P))
         fail("invariant: row {} group {} has {} pages for {} allocated tokens", s, g, pages.size(), q.allocated);

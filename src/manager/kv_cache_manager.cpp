@@ -88,6 +88,9 @@ std::uint32_t KVCacheManager::num_used_pages(GroupId g) const {
   const detail::Group& grp = core_->group(g);
   return grp.alloc.num_used_small() - grp.evictable;
 }
+std::uint32_t KVCacheManager::num_held_pages(RequestId r, GroupId g) const {
+  return core_->req(r).held_in[core_->check_group(g)];
+}
 std::uint32_t KVCacheManager::num_evictable_pages(GroupId g) const { return core_->group(g).evictable; }
 std::uint64_t KVCacheManager::num_evicted_pages(GroupId g) const { return core_->group(g).evicted; }
 void KVCacheManager::check_invariants() const { core_->check_invariants(); }
@@ -119,6 +122,15 @@ std::optional<BlockHash> ManagerInspector::page_hash(GroupId g, PageId p) const 
 
 PageId ManagerInspector::next_small_victim(GroupId g) const {
   return kv_.core_->store().small_front(kv_.core_->check_group(g));
+}
+std::vector<std::pair<GroupId, PageId>> ManagerInspector::held_pages(RequestId r) const {
+  std::vector<std::pair<GroupId, PageId>> out;
+  for (const detail::HeldPage& h : kv_.core_->req(r).held) out.emplace_back(h.group, h.page);
+  return out;
+}
+std::vector<std::uint64_t> ManagerInspector::cache_boundaries(RequestId r) const {
+  const auto v = kv_.core_->req(r).bounds.values();
+  return {v.begin(), v.end()};
 }
 PageId ManagerInspector::next_large_victim() const { return kv_.core_->store().large_front(); }
 PageId ManagerInspector::next_mixed_victim() const { return kv_.core_->store().mixed_front(); }

@@ -7,6 +7,7 @@
 //   prefix_lookup.hpp  the longest valid hit, and pinning it at admission
 //   prefetch.hpp       every prefetch strategy, behind KVMM_PREFETCH
 //   event_log.hpp      stored/removed events
+//   retention.hpp      cache boundaries: pages held for later hits, learned branch points
 // Its calls are split by concept over core.cpp (requests: add, lookup, allocate, commit,
 // fork, free, reset, pins), host_tier.cpp (swap), stats.cpp and invariants.cpp.
 #pragma once
@@ -21,6 +22,7 @@
 #include "page_store.hpp"
 #include "prefix_lookup.hpp"
 #include "request_table.hpp"
+#include "retention.hpp"
 
 #include <fmt/format.h>
 
@@ -123,9 +125,15 @@ class ManagerCore {
   void register_full_pages(std::uint32_t s, Request& q, std::uint64_t c);
   void release_out_of_window(std::uint32_t s, Request& q, std::uint64_t c0, std::uint64_t c);
   void commit_images(std::uint32_t s, Request& q, std::uint64_t c);
-  void release_rows(std::uint32_t s, const Request& q);
+  void release_rows(std::uint32_t s, Request& q);
   void release_all(std::uint32_t s, Request& q);
   void clear_progress(Request& q);
+  // ---- boundary-aware retention (requests.cpp)
+  void set_boundaries(Request& q, std::span<const std::uint64_t> hinted);
+  void learn_at_admission(Request& q);
+  void learn_on_register(Request& q, const BlockHash* hv, std::uint64_t from, std::uint64_t full);
+  void release_held(Request& q);
+  void update_anchor();
   // The engine's log callback, if any: formats only then.
   template <class... Args>
   void log(LogLevel level, fmt::format_string<Args...> f, Args&&... args) const {
@@ -153,6 +161,8 @@ class ManagerCore {
   std::uint64_t step_ = 0;
   std::uint64_t rng_;
   std::vector<PageCopy> copies_;
+  BranchPoints branches_;
+  GroupId anchor_ = kNoGroup;  // the first whole-prefix decoder group: learned points use its hashes
   std::vector<PageCopy> plan_;
   std::vector<std::vector<std::pair<GroupId, PageId>>> pins_;
   std::vector<PinId> free_pins_;

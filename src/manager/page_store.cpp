@@ -27,7 +27,18 @@ PageStore::PageStore(std::vector<Group>& groups, LargePagePool& pool, PrefixInde
 void PageStore::register_page(GroupId g, PageId p, const BlockHash& h) {
   Group& grp = groups_[g];
   if (!prefix_caching_ || grp.pg[p].hashed) return;
-  if (!index_.insert(g, h, p, hash_of())) return;  // same content cached already: p stays private
+  if (!index_.insert(g, h, p, hash_of())) {
+    // Same content cached already, as page o. While a request uses o, p stays private.
+    // Otherwise p, which a running request uses, takes the hash over and o is evicted now:
+    // the prefix stays findable for as long as its newest copy lives (a copy left in the
+    // LRU with its older time would go first, and the prefix with it), and o's memory
+    // returns now instead of at its turn in the LRU.
+    const PageId o = index_.find(g, h, hash_of());
+    if (o == kNullPage || grp.pg[o].ref != 0) return;
+    evict_small(g, o);
+    if (const PageId lp = o / grp.n; grp.n > 1 && pool_.owner_unchecked(lp) == g) refresh_large(g, lp);
+    if (!index_.insert(g, h, p, hash_of())) return;  // adversarial hashes only: a probe run too long
+  }
   grp.pg[p].hashed = 1;
   grp.pg[p].hash = h;
   events_.stored(g, p, h);

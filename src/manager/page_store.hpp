@@ -50,8 +50,9 @@ class PageStore {
     rec.node.key = EvictionKey{step, prefix_len};
     rec.prio = 0;
   }
-  // Caches p under h unless h is cached already (then p stays private). Records a stored
-  // event. O(1) expected.
+  // Caches p under h. When h is cached already as a page no request uses, p takes it over
+  // and that page is evicted (a removed event); as one a request uses, p stays private.
+  // Records a stored event. O(1) expected, O(n) when a large page is re-filed.
   void register_page(GroupId g, PageId p, const BlockHash& h);
   // One more reference to a cached page (a hit or a pin). O(1): a lazy pin.
   void acquire(GroupId g, PageId p) {

@@ -183,6 +183,14 @@ std::uint64_t PrefixLookup::longest_hit(RequestId handle, const Request& q, std:
   return p;
 }
 
+std::uint64_t PrefixLookup::whole_prefix_hit(std::uint64_t limit) const {
+  std::uint64_t v = limit;
+  for (GroupId g = 0; g < groups_.size(); ++g)
+    if (groups_[g].decoder && groups_[g].whole_prefix && first_miss_[g] != kNoProbe)
+      v = std::min(v, first_miss_[g] * groups_[g].P);
+  return v;
+}
+
 PageId PrefixLookup::page_of(const Request& q, GroupId g, std::uint64_t i) {
   const Group& grp = groups_[g];
   IndexProbe probe(index_, g, q.ids.chain(grp.hash_class), memo_[g], grp);

@@ -37,6 +37,9 @@ class PrefixLookup {
   // hit of p tokens, per group, into out: read only, O(hit pages). false (out unset) unless
   // the probes of that lookup are at hand and no page left the cache since.
   bool evictable_in_hit(RequestId handle, const Request& q, std::uint64_t p, std::vector<std::uint64_t>& out);
+  // After longest_hit: how far the whole-prefix groups (full attention) alone would have
+  // hit (the least of them), limit when there are none. O(groups).
+  std::uint64_t whole_prefix_hit(std::uint64_t limit) const;
   // Adds a hit of p tokens to each group's hit_pages (the pages it needs). O(groups + items).
   void count_hit(const Request& q, std::uint64_t p);
 

@@ -8,6 +8,7 @@
 #include "kvmm/caching/request_hashes.hpp"
 #include "kvmm/error.hpp"
 #include "kvmm/types.hpp"
+#include "retention.hpp"
 
 #include <bit>
 #include <cstdint>
@@ -33,6 +34,11 @@ struct Request {
   std::vector<std::uint64_t> lo;                      // per group: first page still held
   std::vector<std::uint64_t> registered;              // per group: pages considered for caching
   std::vector<std::vector<std::uint64_t>> item_page;  // per encoder group: item k's first page
+  CacheBoundaries bounds;                             // hinted at add_request, learned ones merged in
+  std::vector<HeldPage> held;                         // pages held for a boundary after leaving the table's window
+  std::vector<std::uint32_t> held_in;                 // per group: how many of held
+  std::uint64_t branch = 0;                           // its lookup's whole-prefix hit (>= hit): a branch point if more
+  bool was_reset = false;                             // reset (preempted) since add: its lookups find its own pages
 };
 
 class RequestTable {
@@ -45,6 +51,7 @@ class RequestTable {
     for (Request& q : reqs_) {
       q.lo.assign(num_groups, 0);
       q.registered.assign(num_groups, 0);
+      q.held_in.assign(num_groups, 0);
       q.item_page.resize(num_groups);
     }
     free_.reserve(max_requests);

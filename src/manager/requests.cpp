@@ -43,6 +43,7 @@ void ManagerCore::register_full_pages(std::uint32_t s, Request& q, std::uint64_t
       prefetch_insert(index_, grp, g, hv, pages, i, full);
       if (pages[i] != kNullPage) store_.register_page(g, pages[i], hv[i]);
     }
+    if (g == anchor_ && branches_.enabled()) learn_on_register(q, hv, q.registered[g], full);
     q.registered[g] = full;
   }
 }
@@ -57,12 +58,18 @@ void ManagerCore::release_out_of_window(std::uint32_t s, Request& q, std::uint64
     const std::uint64_t new_lo = std::min<std::uint64_t>(grp.policy->first_needed_page(c), pages.size());
     if (new_lo <= q.lo[g]) continue;
     const std::uint64_t touch_lo = grp.policy->first_touched_page(c0, c);
+    const bool holds = !q.bounds.empty();
     for (std::uint64_t i = new_lo; i-- > q.lo[g];) {
       if (i >= q.lo[g] + kReleaseAhead && pages[i - kReleaseAhead] != kNullPage)
         prefetch_release(store_, grp, pages[i - kReleaseAhead]);
       const PageId p = pages[i];
       if (p == kNullPage) continue;
-      store_.release(g, p, i >= touch_lo && c > c0 ? step_ : q.last_step, q.prio);
+      if (holds && q.bounds.held(*grp.policy, i)) {
+        q.held.push_back(HeldPage{g, p});  // leaves the table, keeps its reference until free
+        ++q.held_in[g];
+      } else {
+        store_.release(g, p, i >= touch_lo && c > c0 ? step_ : q.last_step, q.prio);
+      }
       grp.table.set(s, static_cast<std::uint32_t>(i), kNullPage);
     }
     q.lo[g] = new_lo;
@@ -138,6 +145,10 @@ RequestId ManagerCore::fork(RequestId parent) {
   q.admitted = pq.admitted;
   q.items_consumed = pq.items_consumed;
   q.item_page = pq.item_page;
+  q.bounds = pq.bounds;  // the pages the parent holds stay the parent's
+  q.held.clear();
+  std::fill(q.held_in.begin(), q.held_in.end(), 0);
+  q.branch = pq.branch;
   for (GroupId g = 0; g < groups_.size(); ++g) {
     Group& grp = groups_[g];
     const std::span<const PageId> pages = grp.table.pages(ps);
@@ -158,7 +169,8 @@ RequestId ManagerCore::fork(RequestId parent) {
 
 // Last page first: within one step the longest prefix is evicted first, so the evictor
 // appends at its tail in O(1).
-void ManagerCore::release_rows(std::uint32_t s, const Request& q) {
+void ManagerCore::release_rows(std::uint32_t s, Request& q) {
+  release_held(q);
   for (GroupId g = 0; g < groups_.size(); ++g) {
     Group& grp = groups_[g];
     store_.release_row(g, grp.table.pages(s), q.last_step, q.prio);
@@ -194,11 +206,72 @@ void ManagerCore::reset(RequestId r) {
   Request& q = reqs_[s];
   release_all(s, q);
   q.looked_up = q.enc_ready = q.enc_registered = q.admitted = false;
+  q.was_reset = true;
   q.hit = 0;
   clear_progress(q);
   // As a new request: its images get new random prefix lengths.
   for (std::uint64_t& rank : q.item_rank) rank = next_rank();
   expensive_check();
+}
+
+// ---------------------------------------------------------------- boundary-aware retention
+
+void ManagerCore::update_anchor() {
+  anchor_ = kNoGroup;
+  for (GroupId g = 0; g < groups_.size() && anchor_ == kNoGroup; ++g)
+    if (groups_[g].decoder && groups_[g].whole_prefix) anchor_ = g;
+}
+
+// Hinted boundaries replace the row's; the held list is reserved for them (a sliding
+// window's w / P + 1 pages per boundary), so holding them never touches the heap mid-step.
+void ManagerCore::set_boundaries(Request& q, std::span<const std::uint64_t> hinted) {
+  q.bounds.clear();
+  q.held.clear();
+  std::fill(q.held_in.begin(), q.held_in.end(), 0);
+  for (std::uint64_t L : hinted) q.bounds.add(L);
+  std::uint64_t most = 0;
+  for (const Group& grp : groups_) {
+    if (!grp.decoder) continue;
+    for (std::uint64_t L : hinted) {
+      const std::uint64_t pages = L / grp.P;
+      most += pages - std::min(pages, grp.policy->first_required_page(pages * grp.P));
+    }
+  }
+  q.held.reserve(most);
+}
+
+// At its first admission: a whole-prefix hit longer than the hit every group allowed is a
+// branch point (learned, and held by this request, which recomputes up to it); a hit that
+// ends at a learned point is held again, so the prefix stays findable after this request.
+void ManagerCore::learn_at_admission(Request& q) {
+  if (!branches_.enabled() || anchor_ == kNoGroup) return;
+  const Group& a = groups_[anchor_];
+  // A preempted request's own pages are not another request's prefix: where they part from
+  // the hit says nothing about what others share.
+  if (q.was_reset) return;
+  const std::span<const BlockHash> chain = q.ids.chain(a.hash_class);
+  if (const std::uint64_t pages = q.branch / a.P; q.branch > q.hit && pages > 0 && pages <= chain.size()) {
+    branches_.insert(chain[pages - 1]);
+    q.bounds.add(pages * a.P);
+  }
+  if (const std::uint64_t pages = q.hit / a.P;
+      pages > 0 && pages <= chain.size() && branches_.contains(chain[pages - 1]))
+    q.bounds.add(pages * a.P);
+}
+
+// The anchor group's pages [from, full) just registered: a learned point among them is a
+// boundary of this request.
+void ManagerCore::learn_on_register(Request& q, const BlockHash* hv, std::uint64_t from, std::uint64_t full) {
+  for (std::uint64_t i = from; i < full; ++i)
+    if (branches_.contains(hv[i])) q.bounds.add((i + 1) * groups_[anchor_].P);
+}
+
+// Held pages go back with the request's last access time, the key its full-attention pages
+// at the same positions get in release_rows: the cached prefix ages as one unit.
+void ManagerCore::release_held(Request& q) {
+  for (auto it = q.held.rbegin(); it != q.held.rend(); ++it) store_.release(it->group, it->page, q.last_step, q.prio);
+  q.held.clear();
+  std::fill(q.held_in.begin(), q.held_in.end(), 0);
 }
 
 // ---------------------------------------------------------------- cache control
@@ -207,6 +280,7 @@ void ManagerCore::reset_prefix_cache() {
   // Swapped-out pages come back private: their pre-reset content is not cached again.
   for (Group& grp : groups_) std::fill(grp.host_hashed.begin(), grp.host_hashed.end(), std::uint8_t{0});
   store_.forget_all();
+  branches_.clear();
   log(LogLevel::kInfo, "reset_prefix_cache: every cached hash forgotten");
   expensive_check();
 }

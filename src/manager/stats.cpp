@@ -42,6 +42,10 @@ CacheStats ManagerCore::stats() const {
     for (const auto& pin : pins_)
       for (const auto& [pg, p] : pin)
         if (pg == g) held[p] = grp.P;
+    for (std::uint32_t r = 0; r < reqs_.capacity(); ++r)  // pages held for a cache boundary: full
+      if (reqs_[r].active)
+        for (const HeldPage& h : reqs_[r].held)
+          if (h.group == g) held[h.page] = grp.P;
     for (PageId p = 0; p < held.size(); ++p) {
       if (held[p] == 0) continue;
       gs.needed_bytes += grp.spec.is_state() ? layout_.natural_page_bytes(g) : held[p] * grp.spec.bytes_per_token();

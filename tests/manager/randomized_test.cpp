@@ -9,6 +9,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <map>
 #include <optional>
 #include <random>
@@ -43,14 +44,27 @@ struct RefRequest {
   bool swapped = false;
   std::vector<std::optional<BlockHash>> swapped_hash[3];
   std::vector<bool> swapped_null[3];
+  std::vector<std::uint64_t> bounds;                // hinted cache boundaries
+  std::vector<std::pair<GroupId, PageId>> held;     // pages the model expects held for them
 };
+
+// Whether page i of group g is one a hit at some boundary needs (the policies' rule,
+// written out: the window's pages below L, Mamba's checkpoint at L).
+bool held_by_rule(GroupId g, std::uint64_t i, const std::vector<std::uint64_t>& bounds) {
+  for (std::uint64_t L : bounds) {
+    const std::uint64_t p = L / kP[g] * kP[g], pages = p / kP[g];
+    const std::uint64_t lo = g == kSw ? (p > kWindow ? p - kWindow : 0) / 4 : pages > 0 ? pages - 1 : 0;
+    if (g != kFull && i >= lo && i < pages) return true;
+  }
+  return false;
+}
 
 class Model {
  public:
-  Model(std::uint64_t seed, std::uint32_t large_pages, int layout = 0)
+  Model(std::uint64_t seed, std::uint32_t large_pages, int layout = 0, std::uint32_t learned = 0)
       : rng_(seed),
         kv_(random_layout(layout), {.num_large_pages = large_pages, .num_host_large_pages = 6,
-                              .max_requests = kMaxRequests, .record_events = true}) {
+                              .max_requests = kMaxRequests, .record_events = true, .learned_boundaries = learned}) {
     for (GroupId g = 0; g < 3; ++g) n_[g] = kv_.layout().small_pages_per_large_page(g);
     for (auto& base : bases_) {
       base.resize(40);
@@ -67,6 +81,7 @@ class Model {
     }
   }
 
+  std::uint64_t holds = 0;
   std::uint64_t hits = 0, lookups = 0, evictions = 0, failures = 0, cows = 0, swaps = 0, resets = 0, refusals = 0;
   const KVCacheManager& kv() const { return kv_; }
 
@@ -107,6 +122,7 @@ class Model {
       for (GroupId g = 0; g < 3; ++g)
         for (PageId x : kv_.page_table(r, g))
           if (x != kNullPage) ++refs_[g][x];
+      for (const auto& [g, x] : q.held) ++refs_[g][x];
     }
     for (const auto& [id, held] : pins_)
       for (const auto& [pg, x] : held) ++refs_[pg][x];
@@ -222,7 +238,11 @@ class Model {
     q.tokens.assign(base.begin(), base.begin() + 1 + static_cast<long>(rng_() % base.size()));
     for (std::uint64_t k = rng_() % 6; k > 0; --k) q.tokens.push_back(static_cast<std::uint32_t>(rng_() % 3));
     q.lora = rng_() % 8 == 0 ? 1 : 0;
-    const RequestId r = kv_.add_request(q.tokens, {.lora_id = q.lora, .priority = static_cast<std::uint32_t>(rng_() % 2)});
+    for (std::uint64_t k = rng_() % 2 ? 1 + rng_() % 3 : 0; k > 0; --k) q.bounds.push_back(1 + rng_() % q.tokens.size());
+    std::sort(q.bounds.begin(), q.bounds.end());
+    q.bounds.erase(std::unique(q.bounds.begin(), q.bounds.end()), q.bounds.end());
+    const RequestId r = kv_.add_request(q.tokens, {.lora_id = q.lora, .priority = static_cast<std::uint32_t>(rng_() % 2),
+                                                   .cache_boundaries = q.bounds});
     REQUIRE_FALSE(reqs_.count(r));
     reqs_[r] = q;
     last_added_ = r;
@@ -272,6 +292,8 @@ class Model {
     }
     REQUIRE(kv_.num_computed(r) == 0);
     REQUIRE(kv_.num_tokens(r) == q.tokens.size());
+    q.held.clear();  // released with the rows
+    REQUIRE(kvmm::testing::ManagerInspector(kv_).held_pages(r).empty());
     if (rng_() % 4 == 0) return;  // allocates from scratch
     after_op();
     before_op();
@@ -399,6 +421,26 @@ class Model {
         if (before[i] != kNullPage) remember(g, before[i], h[i]);
       q.registered[g] = std::max<std::uint64_t>(q.registered[g], c / kP[g]);
     }
+    check_held(r, q);
+  }
+
+  // Pages that left r's tables in its last commit are held iff a boundary (hinted, or
+  // learned: the manager's list, which must contain the hinted ones) needs them.
+  void check_held(RequestId r, RefRequest& q) {
+    const std::vector<std::uint64_t> bounds = kvmm::testing::ManagerInspector(kv_).cache_boundaries(r);
+    for (std::uint64_t L : q.bounds) REQUIRE(std::count(bounds.begin(), bounds.end(), L) == 1);
+    for (GroupId g = 0; g < 3; ++g) {
+      const auto& before = tables_before_.at({r, g});
+      const auto after = kv_.page_table(r, g);
+      for (std::uint64_t i = 0; i < before.size() && i < after.size(); ++i)
+        if (before[i] != kNullPage && after[i] == kNullPage && held_by_rule(g, i, bounds)) q.held.emplace_back(g, before[i]);
+    }
+    auto got = kvmm::testing::ManagerInspector(kv_).held_pages(r);
+    auto want = q.held;
+    std::sort(got.begin(), got.end());
+    std::sort(want.begin(), want.end());
+    REQUIRE(got == want);
+    if (!q.held.empty()) ++holds;
   }
 
   void op_free(RequestId r) {
@@ -428,6 +470,7 @@ class Model {
       for (std::size_t i = 0; i < ct.size(); ++i) REQUIRE(ct[i] == pt[i]);
       q.registered[g] = std::min<std::uint64_t>(q.registered[g], ct.size());
     }
+    q.held.clear();  // the parent's stay the parent's
     reqs_[c] = q;
   }
 
@@ -450,6 +493,7 @@ class Model {
     REQUIRE(plan->size() == held);
     RefRequest& q = reqs_[r];
     q.swapped = true;
+    q.held.clear();  // released, not swapped: they serve later hits, not this request
     for (GroupId g = 0; g < 3; ++g) {
       q.swapped_hash[g].clear();
       q.swapped_null[g].clear();
@@ -560,7 +604,8 @@ TEST_CASE("model-based randomized test against a reference model", "[manager][ra
   for (std::uint64_t seed : {1u, 2u, 3u, 4u, 5u}) {
     INFO("seed " << seed);
     const int layout = seed >= 4 ? 1 : 0;  // seeds 4 and 5: one-page sliding and Mamba groups
-    Model m(seed, seed == 3 ? 40 : layout == 1 ? 24 : 12, layout);
+    // Seeds 2 and 5 learn boundaries too (a small table: entries overwrite each other).
+    Model m(seed, seed == 3 ? 40 : layout == 1 ? 24 : 12, layout, seed == 2 || seed == 5 ? 16 : 0);
     m.run(35000);
     total_ops += 35000;
     // The run exercised what it claims to.
@@ -570,6 +615,7 @@ TEST_CASE("model-based randomized test against a reference model", "[manager][ra
     CHECK(m.swaps > 10);
     CHECK(m.resets > 10);
     CHECK(m.refusals > 50);
+    CHECK(m.holds > 100);
     if (seed != 3) CHECK(m.failures > 10);
     if (layout == 1) {
       CHECK(m.kv().layout().small_pages_per_large_page(kSw) == 1);
@@ -578,7 +624,8 @@ TEST_CASE("model-based randomized test against a reference model", "[manager][ra
     }
     WARN("seed " << seed << ": lookups " << m.lookups << " hits " << m.hits << " evictions "
                  << m.evictions << " failed allocations " << m.failures << " copies " << m.cows
-                 << " swaps " << m.swaps << " resets " << m.resets << " refused admissions " << m.refusals);
+                 << " swaps " << m.swaps << " resets " << m.resets << " refused admissions " << m.refusals
+                 << " commits holding pages " << m.holds);
   }
   CHECK(total_ops >= 100000);
 }

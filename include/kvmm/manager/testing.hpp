@@ -11,6 +11,8 @@
 
 #include <cstdint>
 #include <optional>
+#include <utility>
+#include <vector>
 
 namespace kvmm::testing {
 
@@ -28,6 +30,10 @@ class ManagerInspector {
   PageId next_small_victim(GroupId g) const;
   PageId next_large_victim() const;
   PageId next_mixed_victim() const;
+  // Request r's pages held for its cache boundaries (out of its page tables), as (group,
+  // page) in the order they left the window; and its boundaries, hinted and learned.
+  std::vector<std::pair<GroupId, PageId>> held_pages(RequestId r) const;
+  std::vector<std::uint64_t> cache_boundaries(RequestId r) const;
 
  private:
   const KVCacheManager& kv_;

@@ -1,0 +1,87 @@
+// Boundary-aware retention (private to src/manager/; issue 17): a request's cache
+// boundaries, the pages a hit at each needs that it holds instead of releasing when they
+// leave its window, and the branch points learned from lookups. Why: Jenga §5's rule
+// releases a running request's out-of-window pages with their older access time, so they
+// are the first victims, and they are exactly the window a later hit at a shared prefix
+// (a document, a system prompt, the previous turns) needs. Costs: held() is O(boundaries)
+// per page leaving a window and nothing for a request without boundaries; BranchPoints is
+// a direct-mapped table (16 bytes an entry), O(1) per insert and probe.
+#pragma once
+
+#include "kvmm/caching/block_hash.hpp"
+#include "kvmm/caching/layer_policy.hpp"
+#include "kvmm/manager/kv_cache_manager.hpp"
+#include "kvmm/types.hpp"
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace kvmm::detail {
+
+// A request's boundaries (tokens), ascending, unique: the hinted ones, then learned ones
+// merged in. Fixed capacity: no heap.
+class CacheBoundaries {
+ public:
+  static constexpr std::size_t kCapacity = 2 * kMaxCacheBoundaries;  // hinted + learned
+
+  void clear() { n_ = 0; }
+  bool empty() const { return n_ == 0; }
+  std::span<const std::uint64_t> values() const { return {at_.data(), n_}; }
+  // Inserts L in order; false when present or full (a learned one beyond the capacity is
+  // dropped: the hold is a retention hint, never needed for correctness).
+  bool add(std::uint64_t L) {
+    const auto end = at_.begin() + n_;
+    const auto it = std::lower_bound(at_.begin(), end, L);
+    if ((it != end && *it == L) || n_ == kCapacity || L == 0) return false;
+    std::copy_backward(it, end, end + 1);
+    *it = L;
+    ++n_;
+    return true;
+  }
+  // Whether page i of a group with policy `policy` is one a hit at some boundary needs:
+  // i in [first_required_page(L'), L' / P), L' = L rounded down to the group's pages.
+  bool held(const LayerPolicy& policy, std::uint64_t i) const {
+    const std::uint64_t P = policy.tokens_per_page();
+    for (std::size_t k = 0; k < n_; ++k) {
+      const std::uint64_t pages = at_[k] / P;
+      if (i < pages && i >= policy.first_required_page(pages * P)) return true;
+    }
+    return false;
+  }
+
+ private:
+  std::array<std::uint64_t, kCapacity> at_{};
+  std::size_t n_ = 0;
+};
+
+// A page a request holds for a boundary after it left the page table's window.
+struct HeldPage {
+  GroupId group;
+  PageId page;
+};
+
+// Learned branch points: block hashes (of the anchor group, the first whole-prefix one) of
+// the last page before a prefix length where a lookup's full-attention hit went further
+// than the hit every group allowed. Direct-mapped, a newer point overwrites an older one
+// in its slot: bounded memory, and a lost point is only a lost hint.
+class BranchPoints {
+ public:
+  explicit BranchPoints(std::uint32_t capacity)
+      : slots_(capacity == 0 ? 0 : std::bit_ceil(capacity)), mask_(slots_.empty() ? 0 : slots_.size() - 1) {}
+  bool enabled() const { return !slots_.empty(); }
+  void insert(const BlockHash& h) {
+    if (enabled()) slots_[h.lo & mask_] = h;
+  }
+  bool contains(const BlockHash& h) const { return enabled() && slots_[h.lo & mask_] == h && !(h == BlockHash{}); }
+  void clear() { std::fill(slots_.begin(), slots_.end(), BlockHash{}); }
+
+ private:
+  std::vector<BlockHash> slots_;
+  std::uint64_t mask_;
+};
+
+}  // namespace kvmm::detail

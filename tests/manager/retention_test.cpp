@@ -1,0 +1,184 @@
+// Boundary-aware retention (issue 17): Jenga Fig. 10's setting plus one more eviction,
+// where the sliding-window pages a hit at the shared prefix needs go first unless the
+// boundary is named; the held pages' keys, stats and release; learned branch points; bad
+// boundaries. The randomized model test (randomized_test.cpp) checks holds at every commit.
+#include "kvmm/manager/kv_cache_manager.hpp"
+#include "kvmm/manager/testing.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <vector>
+
+using namespace kvmm;
+
+namespace {
+
+constexpr GroupId kFull = 0, kSw = 1;
+constexpr std::uint32_t A = 101, B = 102, C = 103, D = 104, E = 105, F = 106, G = 107, X = 200;
+
+// Jenga §5.1's setting: full attention + a window of 2, one-token pages, one small page
+// per large page.
+KVLayout fig10_layout() {
+  return KVLayout::plan({LayerGroup::full_attention("full", 1, 1, 8, 2, 1),
+                         LayerGroup::sliding_window("sw", 1, 1, 8, 2, 1, 2)});
+}
+
+struct Fig10Run {
+  std::uint64_t hit = 0;
+  std::vector<std::pair<GroupId, PageId>> held;  // at the end of request 1's decode
+  GroupStats sw_before_free;
+  EvictionKey sw_c, full_c;  // keys of token C's pages once request 1 is freed
+};
+
+// Request 1 computes ABCD (the shared prefix: boundary 4 when named), decodes E and F, and
+// finishes; an unrelated request then takes 4 pages (2 per group) out of the 12, all cached;
+// request 2, ABCDG, looks up.
+Fig10Run fig10_plus_one_eviction(std::vector<std::uint64_t> boundaries) {
+  KVCacheManager kv(fig10_layout(), {.num_large_pages = 12, .max_requests = 4});
+  testing::ManagerInspector in(kv);
+  Fig10Run out;
+  kv.begin_step();
+  const RequestId r1 = kv.add_request(std::vector<std::uint32_t>{A, B, C, D}, {.cache_boundaries = boundaries});
+  REQUIRE(kv.lookup_prefix(r1) == 0);
+  REQUIRE(kv.allocate(r1, 4));
+  const PageId sw_c = kv.page_table(r1, kSw)[2], full_c = kv.page_table(r1, kFull)[2];
+  kv.commit(r1, 4);
+  for (std::uint32_t t : {E, F}) {
+    kv.append_token(r1, t);
+    kv.begin_step();
+    REQUIRE(kv.allocate(r1, 1));
+    kv.commit(r1, kv.num_computed(r1) + 1);
+  }
+  kv.check_invariants();
+  out.held = in.held_pages(r1);
+  out.sw_before_free = kv.stats().groups[kSw];
+  kv.free(r1);
+  out.sw_c = in.eviction_key(kSw, sw_c);
+  out.full_c = in.eviction_key(kFull, full_c);
+  kv.begin_step();
+  const RequestId other = kv.add_request(std::vector<std::uint32_t>{X, X + 1, X + 2});
+  REQUIRE(kv.lookup_prefix(other) == 0);
+  REQUIRE(kv.allocate(other, 2));
+  kv.check_invariants();
+  const RequestId r2 = kv.add_request(std::vector<std::uint32_t>{A, B, C, D, G});
+  out.hit = kv.lookup_prefix(r2);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("Jenga Fig. 10 plus one eviction: a named boundary keeps the 4-token hit", "[manager][retention]") {
+  const Fig10Run plain = fig10_plus_one_eviction({});
+  const Fig10Run named = fig10_plus_one_eviction({4});
+  // Without the boundary, the window's pages C and D left request 1's window at steps 2 and
+  // 3 with their older times and are the first victims: the hit needs them and is lost.
+  CHECK(plain.held.empty());
+  CHECK(plain.hit == 0);
+  CHECK(plain.sw_c.time < plain.full_c.time);
+  // Named, request 1 holds C and D (the window a hit at 4 needs) until it finishes; they
+  // count as used, and go back with the key of the full-attention pages at their positions.
+  REQUIRE(named.held.size() == 2);
+  CHECK(named.held[0].first == kSw);
+  CHECK(named.sw_before_free.used_pages == plain.sw_before_free.used_pages + 2);
+  CHECK(named.sw_before_free.evictable_pages + 2 == plain.sw_before_free.evictable_pages);
+  CHECK(named.sw_before_free.waste_bytes == 0);
+  CHECK(named.sw_c == named.full_c);
+  CHECK(named.hit == 4);
+}
+
+TEST_CASE("held pages are released at free and reset, not leaked", "[manager][retention]") {
+  KVCacheManager kv(fig10_layout(), {.num_large_pages = 16, .max_requests = 4});
+  testing::ManagerInspector in(kv);
+  const std::vector<std::uint64_t> bounds{2, 4};
+  const RequestId r = kv.add_request(std::vector<std::uint32_t>{A, B, C, D, E, F, G}, {.cache_boundaries = bounds});
+  kv.lookup_prefix(r);
+  REQUIRE(kv.allocate(r, 7));
+  kv.commit(r, 7);
+  // Window 2 after 7 tokens: page 6 in the table (the next token reads 6 and itself); 0..3
+  // held for boundaries 2 and 4; 4 and 5 released.
+  CHECK(in.held_pages(r).size() == 4);
+  CHECK(kv.stats().groups[kSw].used_pages == 5);
+  kv.check_invariants();
+  kv.reset(r);
+  CHECK(in.held_pages(r).empty());
+  CHECK(kv.stats().groups[kSw].used_pages == 0);
+  CHECK(in.cache_boundaries(r) == bounds);  // a preempted request keeps its hints
+  CHECK(kv.lookup_prefix(r) == 6);          // and its pages stay findable: hit up to the window at 6
+  REQUIRE(kv.allocate(r, 1));
+  kv.commit(r, 7);
+  kv.free(r);
+  kv.check_invariants();
+  for (GroupId g : {kFull, kSw}) CHECK(kv.stats().groups[g].used_pages == 0);
+}
+
+TEST_CASE("learned boundaries: a branch point found by one lookup is held by the next requests",
+          "[manager][retention]") {
+  // A 12-token "article" shared by three questions of 2 tokens each, each prefilled 2 tokens
+  // a step (window 2: the article's window pages leave early, with older times); after each
+  // request an unrelated one takes 24 of the 40 pages, so the oldest pages go.
+  auto run = [](std::uint32_t learned) {
+    KVCacheManager kv(fig10_layout(), {.num_large_pages = 40, .max_requests = 4, .learned_boundaries = learned});
+    testing::ManagerInspector in(kv);
+    std::vector<std::uint32_t> article(12);
+    for (std::uint32_t i = 0; i < 12; ++i) article[i] = 1000 + i;
+    std::vector<std::uint64_t> hits;
+    std::vector<std::size_t> bounds;
+    for (std::uint32_t q = 0; q < 3; ++q) {
+      std::vector<std::uint32_t> ids = article;
+      ids.push_back(2000 + 10 * q);
+      ids.push_back(2001 + 10 * q);
+      kv.begin_step();
+      const RequestId r = kv.add_request(ids);
+      hits.push_back(kv.lookup_prefix(r));
+      while (kv.num_computed(r) < ids.size()) {
+        const auto n = static_cast<std::uint32_t>(std::min<std::uint64_t>(2, ids.size() - kv.num_computed(r)));
+        REQUIRE(kv.allocate(r, n));
+        kv.commit(r, kv.num_computed(r) + n);
+        kv.begin_step();
+      }
+      bounds.push_back(in.cache_boundaries(r).size());
+      kv.free(r);
+      kv.begin_step();
+      const RequestId o = kv.add_request(std::vector<std::uint32_t>(12, 3000 + q));
+      kv.lookup_prefix(o);
+      REQUIRE(kv.allocate(o, 12));
+      kv.commit(o, 12);
+      kv.free(o);
+      kv.check_invariants();
+    }
+    return std::pair{hits, bounds};
+  };
+  const auto [plain_hits, plain_bounds] = run(0);
+  const auto [learned_hits, learned_bounds] = run(64);
+  // Without learning: the article's full-attention pages survive, its window does not.
+  CHECK(plain_hits == std::vector<std::uint64_t>{0, 0, 0});
+  CHECK(plain_bounds == std::vector<std::size_t>{0, 0, 0});
+  // Learning: the second request's lookup finds the full-attention hit (12) longer than the
+  // hit (0): 12 is a branch point, which it holds; the third request hits the article.
+  CHECK(learned_hits == std::vector<std::uint64_t>{0, 0, 12});
+  CHECK(learned_bounds == std::vector<std::size_t>{0, 1, 1});
+}
+
+TEST_CASE("bad cache boundaries raise and leave the manager as it was", "[manager][retention][errors]") {
+  KVCacheManager kv(fig10_layout(), {.num_large_pages = 8, .max_requests = 2});
+  const std::vector<std::uint32_t> ids{A, B, C, D};
+  auto message = [&](std::vector<std::uint64_t> b) {
+    try {
+      kv.add_request(ids, {.cache_boundaries = b});
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  CHECK_THAT(message({0}), Catch::Contains("extras.cache_boundaries[0] = 0"));
+  CHECK_THAT(message({5}), Catch::Contains("extras.cache_boundaries[0] = 5: must be in [1, 4]"));
+  CHECK_THAT(message({3, 2}), Catch::Contains("extras.cache_boundaries[1] = 2: must be ascending"));
+  CHECK_THAT(message(std::vector<std::uint64_t>(kMaxCacheBoundaries + 1, 1)),
+             Catch::Contains("extras.cache_boundaries.size() = 9"));
+  CHECK(kv.num_active() == 0);
+  // With prompt_tokens (ids arriving in chunks), the bound is the full prompt.
+  CHECK(kv.is_active(kv.add_request(ids, {.prompt_tokens = 8, .cache_boundaries = std::vector<std::uint64_t>{8}})));
+  KVCacheManagerOptions o{.num_large_pages = 8, .learned_boundaries = (1u << 24) + 1};
+  CHECK_THROWS_WITH(KVCacheManager(fig10_layout(), o), Catch::Contains("learned_boundaries = 16777217"));
+}
