@@ -31,12 +31,13 @@ table() {  # $1 = run dir
   "$py" - "$1" <<'PY'
 import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1] + "/summary.csv")))
-print("| policy | steps | finished | mean batch | out tokens/step | preemptions | prefix hit % | waste % (mean) | waste % (peak) | one-group free % | cached % |")
-print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+print("| policy | steps | finished | mean batch | out tokens/step | preemptions | prefix hit % | first-admission hit % | prefill tokens | waste % (mean) | waste % (peak) | one-group free % | cached % |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 for r in rows:
     f = lambda k, s=100.0, d=2: f"{float(r[k]) * s:.{d}f}"
     print(f"| {r['policy']} | {r['steps']} | {r['finished']} | {f('mean_running', 1)} | {f('output_tokens_per_step', 1)} "
-          f"| {r['preemptions']} | {f('prefix_hit_rate', d=1)} | {f('mean_wasted', d=3)} | {f('peak_wasted', d=3)} "
+          f"| {r['preemptions']} | {f('prefix_hit_rate', d=1)} | {f('first_admission_hit_rate', d=1)} "
+          f"| {int(r['prefill_tokens']):,} | {f('mean_wasted', d=3)} | {f('peak_wasted', d=3)} "
           f"| {f('mean_group_free')} | {f('mean_cached')} |")
 PY
 }

@@ -23,7 +23,8 @@ namespace {
 class KvmmPolicy final : public Policy {
  public:
   KvmmPolicy(const KVLayout& layout, const PolicyOptions& o)
-      : kv_(layout, options(layout, o)), caching_(o.prefix_caching), cross_(shape_of(layout).cross_attention) {
+      : kv_(layout, options(layout, o)), caching_(o.prefix_caching), cross_(shape_of(layout).cross_attention),
+        hinted_(o.boundaries == BoundaryMode::kHinted || o.boundaries == BoundaryMode::kBoth) {
     const std::uint32_t large = kv_.large_pages().capacity();
     extra_.assign(layout.num_groups(), 0);
     extra_need_.assign(layout.num_groups(), 0);
@@ -208,6 +209,7 @@ class KvmmPolicy final : public Policy {
     std::vector<MultimodalItem> items;
     std::vector<std::uint32_t> prompt_ids;  // decoder prompt ids of a token-id trace
     std::vector<std::uint64_t> lo;          // per decoder group: first non-null page
+    std::vector<std::uint64_t> bounds;      // RequestExtras::cache_boundaries (hinted mode)
   };
 
   struct Usage {
@@ -386,6 +388,8 @@ class KvmmPolicy final : public Policy {
     a.num_large_pages = static_cast<std::uint32_t>(n);
     a.max_requests = o.max_seqs + 1;
     a.prefix_caching = o.prefix_caching;
+    if (o.boundaries == BoundaryMode::kLearned || o.boundaries == BoundaryMode::kBoth)
+      a.learned_boundaries = kLearnedBoundaryEntries;
     return a;
   }
 
@@ -471,6 +475,10 @@ class KvmmPolicy final : public Policy {
     ex.items = q.items;
     // The ids arrive in chunks; the prompt holds every image span.
     if (!q.items.empty()) ex.prompt_tokens = std::max<std::uint64_t>(ids.size(), q.items.back().offset + q.items.back().length);
+    // Boundaries only with the prompt's ids (a lookup first): they name prefixes to hit.
+    q.bounds.clear();
+    if (hinted_ && caching_ && !ids.empty()) q.bounds = cache_boundaries_for(q.info, std::max<std::uint64_t>(ids.size(), ex.prompt_tokens));
+    ex.cache_boundaries = q.bounds;
     q.handle = kv_.add_request(ids, ex);
   }
 
@@ -498,6 +506,7 @@ class KvmmPolicy final : public Policy {
   KVCacheManager kv_;
   bool caching_;
   bool cross_;
+  bool hinted_;  // requests pass SimRequest::boundaries to the manager
   std::vector<Req> reqs_;
   std::vector<std::uint32_t> active_;
   std::uint32_t parked_ = 0;  // requests preempted, their manager requests kept
@@ -512,6 +521,15 @@ class KvmmPolicy final : public Policy {
 };
 
 }  // namespace
+
+std::vector<std::uint64_t> cache_boundaries_for(const SeqInfo& info, std::uint64_t prompt_tokens) {
+  std::vector<std::uint64_t> out;
+  if (info.boundaries == nullptr) return out;
+  for (const std::uint32_t b : *info.boundaries)
+    if (b > 0 && b <= prompt_tokens && (out.empty() || b > out.back())) out.push_back(b);
+  if (out.size() > kMaxCacheBoundaries) out.erase(out.begin(), out.end() - static_cast<std::ptrdiff_t>(kMaxCacheBoundaries));
+  return out;
+}
 
 std::unique_ptr<Policy> make_kvmm_policy(const KVLayout& layout, const PolicyOptions& o) {
   return std::make_unique<KvmmPolicy>(layout, o);
