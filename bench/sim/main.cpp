@@ -216,12 +216,14 @@ int run(int argc, char** argv) {
     Summary s = simulate(w, layout, *policy, so, out.empty() ? nullptr : &csv);
     s.model = model;
     fmt::print(
-        "{:<14} {:>7} {:>9} {:>8.2f} {:>8.2f} {:>9} {:>9.2f} {:>8.2f} {:>8.3f} {:>8.3f} {:>8.2f} {:>8.2f} {:>12}  ({:.2f} s)\n",
+        "{:<14} {:>7} {:>9} {:>8.2f} {:>8.2f} {:>9} {:>9.2f} {:>8.2f} {:>8.3f} {:>8.3f} {:>8.2f} {:>8.2f} {:>12}"
+        "  ({:.2f} s)\n",
         s.policy, s.steps, s.finished, s.mean_running, s.mean_decode_batch, s.preemptions, s.output_tokens_per_step,
         100 * s.prefix_hit_rate, 100 * s.mean_wasted, 100 * s.peak_wasted, 100 * s.mean_group_free,
         100 * s.first_hit_rate, s.prefill_tokens, s.wall_seconds);
     csv_summary += fmt::format(
-        "{},{},{},{},{:.4f},{:.4f},{},{:.3f},{:.4f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{},{:.3f},{:.6f},{}\n",
+        "{},{},{},{},{:.4f},{:.4f},{},{:.3f},{:.4f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{},{:.3f},"
+        "{:.6f},{}\n",
         s.policy, s.steps, s.finished, s.aborted, s.mean_running, s.mean_decode_batch, s.preemptions, s.tokens_per_step,
         s.output_tokens_per_step, s.prefix_hit_rate, s.mean_used, s.mean_wasted, s.peak_wasted, s.mean_cached,
         s.mean_group_free, s.mean_free, s.evictions, s.wall_seconds, s.first_hit_rate, s.prefill_tokens);

@@ -272,7 +272,9 @@ Summary simulate(const Workload& w, const KVLayout& layout, Policy& policy, cons
   s.mean_decode_batch = decode_steps > 0 ? sum_decode / decode_steps : 0;
   s.tokens_per_step = static_cast<double>(s.computed_tokens) / steps;
   s.output_tokens_per_step = static_cast<double>(s.output_tokens) / steps;
-  auto ratio = [](std::uint64_t a, std::uint64_t b) { return b > 0 ? static_cast<double>(a) / static_cast<double>(b) : 0; };
+  auto ratio = [](std::uint64_t a, std::uint64_t b) {
+    return b > 0 ? static_cast<double>(a) / static_cast<double>(b) : 0.0;
+  };
   s.prefix_hit_rate = ratio(s.hit_tokens, s.lookup_tokens);
   s.first_hit_rate = ratio(s.first_hit_tokens, s.first_lookup_tokens);
   s.mean_used = sum_used / steps;

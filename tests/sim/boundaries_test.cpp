@@ -106,7 +106,8 @@ TEST_CASE("chat: a turn's boundaries are where the earlier turns ended", "[sim][
 }
 
 TEST_CASE("JSONL trace: boundaries round trip and are checked", "[sim][trace][boundaries]") {
-  const Workload w = parse_trace("{\"prompt_len\": 100, \"output_len\": 2, \"boundaries\": [10, 64, 100]}\n", "b.jsonl");
+  const Workload w =
+      parse_trace("{\"prompt_len\": 100, \"output_len\": 2, \"boundaries\": [10, 64, 100]}\n", "b.jsonl");
   REQUIRE(w.requests.size() == 1);
   CHECK(w.requests[0].boundaries == std::vector<std::uint32_t>{10, 64, 100});
   CHECK(dump(parse_trace(dump(w), "again.jsonl")) == dump(w));
