@@ -85,7 +85,7 @@ int run(int argc, char** argv) {
   std::string model, workload, policies = "all", out, dump;
   double memory_gib = 40, rate = 0;
   bool caching = true;
-  std::uint64_t seed = 1, requests = 1000, max_steps = 0, articles = 8;
+  std::uint64_t seed = 1, requests = 1000, max_steps = 0, articles = 0;  // articles 0: not given
   BoundaryMode boundaries = BoundaryMode::kNone;
   std::uint32_t token_budget = 8192, max_seqs = 256, tpp = 16, dtype = 2, csv_every = 1;
   std::vector<std::pair<std::string, std::uint32_t>> group_tpp;
@@ -113,7 +113,7 @@ int run(int argc, char** argv) {
     else if (a == "--seed") seed = parse_uint(a, v);
     else if (a == "--requests") requests = parse_uint(a, v);
     else if (a == "--rate") rate = parse_double(a, v);
-    else if (a == "--articles") articles = parse_uint(a, v);
+    else if (a == "--articles") articles = to_u32(a, parse_uint(a, v), 1);
     else if (a == "--boundaries") boundaries = parse_boundary_mode(v);
     else if (a == "--token-budget") token_budget = to_u32(a, parse_uint(a, v), 1);
     else if (a == "--max-seqs") max_seqs = to_u32(a, parse_uint(a, v), 1);
@@ -148,7 +148,9 @@ int run(int argc, char** argv) {
   wo.num_requests = to_u32("--requests", requests, 1);
   wo.seed = seed;
   wo.rate = rate;
-  wo.articles = to_u32("--articles", articles, 1);
+  if (articles > 0 && workload != "arxiv-sweep")
+    kvmm::fail("--articles = {}: only arxiv-sweep has articles (workload '{}')", articles, workload);
+  if (articles > 0) wo.articles = static_cast<std::uint32_t>(articles);
   const Workload w = make_workload(workload, wo);
   if (!dump.empty()) {
     std::ofstream f(dump);
