@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Regenerates the kvmm-sim results of docs/results/sim.md: runs every policy on the five
+# Regenerates the kvmm-sim results of docs/results/sim.md: runs every policy on the
 # model/workload pairs (with each engine's own prefix caching, then with caching off),
-# renders the charts into docs/results/sim/ and prints the markdown tables.
+# renders the charts into docs/results/sim/ and prints the markdown tables. With caching,
+# kvmm runs again with --boundaries hinted and learned (rows "kvmm --boundaries ...").
 #   scripts/sim-table.sh [BUILD_DIR] [OUT_DIR]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -15,9 +16,11 @@ py=/usr/bin/python3
 [ -x "$py" ] || py=python3
 mkdir -p "$out" "$png"
 
-# name model workload memory_gib requests [layout options]
+# name model workload memory_gib requests [layout and other options]
 # Llama-3.2-Vision runs twice: with 4-token cross-attention pages (an image is k x 1601
 # encoder tokens; self-attention keeps 16-token pages), and with the preset's 16 tokens.
+# The chat sessions arrive at 0.2 per step: all at step 0, a follow-up turn would queue
+# behind every first turn and find its history evicted under any policy.
 runs=(
   "llama-vision-mmmu llama-3.2-11b-vision mmmu-pro 50 2000 --group-tokens-per-page cross=4"
   "llama-vision-mmmu-16 llama-3.2-11b-vision mmmu-pro 50 2000"
@@ -25,18 +28,26 @@ runs=(
   "ministral-arxiv ministral-8b arxiv-qa 55 300"
   "jamba-sharegpt jamba-1.5-mini sharegpt 4 2000"
   "spec-sharegpt spec-70b-1b sharegpt 40 2000"
+  "gemma3-chat gemma-3-27b chat 40 1000 --rate 0.2"
 )
+modes=(hinted learned)  # kvmm's --boundaries runs besides the default (none)
 
-table() {  # $1 = run dir
-  "$py" - "$1" <<'PY'
+table() {  # $1 = run dir, then the dirs of kvmm's --boundaries runs as MODE=DIR
+  "$py" - "$@" <<'PY'
 import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1] + "/summary.csv")))
-print("| policy | steps | finished | mean batch | out tokens/step | preemptions | prefix hit % | waste % (mean) | waste % (peak) | one-group free % | cached % |")
-print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+for extra in sys.argv[2:]:
+    mode, d = extra.split("=", 1)
+    for r in csv.DictReader(open(d + "/summary.csv")):
+        r["policy"] = f"{r['policy']} --boundaries {mode}"
+        rows.insert(sum(x["policy"].startswith("kvmm") for x in rows), r)  # after the kvmm rows
+print("| policy | steps | finished | mean batch | out tokens/step | preemptions | prefix hit % | first-admission hit % | prefill tokens | waste % (mean) | waste % (peak) | one-group free % | cached % |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 for r in rows:
     f = lambda k, s=100.0, d=2: f"{float(r[k]) * s:.{d}f}"
     print(f"| {r['policy']} | {r['steps']} | {r['finished']} | {f('mean_running', 1)} | {f('output_tokens_per_step', 1)} "
-          f"| {r['preemptions']} | {f('prefix_hit_rate', d=1)} | {f('mean_wasted', d=3)} | {f('peak_wasted', d=3)} "
+          f"| {r['preemptions']} | {f('prefix_hit_rate', d=1)} | {f('first_admission_hit_rate', d=1)} "
+          f"| {int(r['prefill_tokens']):,} | {f('mean_wasted', d=3)} | {f('peak_wasted', d=3)} "
           f"| {f('mean_group_free')} | {f('mean_cached')} |")
 PY
 }
@@ -59,8 +70,17 @@ for spec in "${runs[@]}"; do
     [ "$mode" = nocache ] && label="prefix caching off in every policy"
     echo "#### $model, $workload, $gib GiB, $n requests${layout:+ ($layout)}: $label"
     echo
+    extra=()
+    if [ "$mode" = engine ]; then
+      for b in "${modes[@]}"; do
+        "$sim" --model "$model" --workload "$workload" --memory-gib "$gib" --requests "$n" --seed 1 \
+          ${flags[@]+"${flags[@]}"} --policy kvmm --boundaries "$b" --out "$dir-$b" > "$dir-$b.log"
+        extra+=("$b=$dir-$b")
+      done
+      cmd="$cmd (kvmm also with --policy kvmm --boundaries ${modes[*]})"
+    fi
     echo "\`$cmd\`"
     echo
-    table "$dir"
+    table "$dir" ${extra[@]+"${extra[@]}"}
   done
 done

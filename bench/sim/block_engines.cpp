@@ -208,10 +208,11 @@ std::unique_ptr<Policy> unified_block(const KVLayout& layout, const PolicyOption
   const bool caching = o.prefix_caching && !has_kind(layout, is_state) && !has_kind(layout, is_encoder);
   std::string d = fmt::format(
       "vLLM v1 hybrid allocator: one pool of {} B per-layer blocks shared by every group ({}); state pages "
-      "padded to the block; sliding windows freed at the next allocation; prefix caching {} (block hashes per group, hit = longest "
-      "prefix valid in all groups, one LRU free queue across groups; off with Mamba or encoder groups)",
+      "padded to the block; sliding windows freed at the next allocation, highest block first (remove_skipped_blocks); "
+      "prefix caching {} (block hashes per group, hit = longest prefix valid in all groups, one LRU free queue across "
+      "groups; off with Mamba or encoder groups)",
       page, tpbs, caching ? "on" : "off");
-  return make_engine("unified-block", layout, std::move(vgs), std::move(pools), caching, d);
+  return make_engine("unified-block", layout, std::move(vgs), std::move(pools), caching, d, SkipOrder::kHighFirst);
 }
 
 }  // namespace

@@ -21,9 +21,9 @@ namespace {
 class BlockPolicy final : public Policy {
  public:
   BlockPolicy(std::string name, const KVLayout& layout, std::vector<VGroup> vgs, std::vector<Pool> pools,
-              bool caching, std::string description)
+              bool caching, std::string description, SkipOrder skip_order)
       : name_(std::move(name)), layout_(layout), vgs_(std::move(vgs)), pools_(std::move(pools)),
-        caching_(caching), description_(std::move(description)), index_(vgs_.size()),
+        caching_(caching), skip_order_(skip_order), description_(std::move(description)), index_(vgs_.size()),
         vg_evictable_(vgs_.size(), 0), vg_in_use_(vgs_.size(), 0) {}
 
   std::string_view name() const override { return name_; }
@@ -101,7 +101,8 @@ class BlockPolicy final : public Policy {
       const VGroup& g = vgs_[v];
       if (g.kind != VKind::kWindow && g.kind != VKind::kChunked) continue;
       const std::uint64_t first = std::min<std::uint64_t>(first_needed_block(g, num_computed), q.blocks[v].size());
-      for (std::uint64_t b = q.first_live[v]; b < first; ++b) {
+      for (std::uint64_t k = q.first_live[v]; k < first; ++k) {
+        const std::uint64_t b = skip_order_ == SkipOrder::kHighFirst ? first - 1 - (k - q.first_live[v]) : k;
         release(v, q.blocks[v][b]);
         q.blocks[v][b] = kNull;
       }
@@ -436,6 +437,7 @@ class BlockPolicy final : public Policy {
   std::vector<VGroup> vgs_;
   std::vector<Pool> pools_;
   bool caching_;
+  SkipOrder skip_order_;
   std::string description_;
   std::vector<std::unordered_map<std::uint64_t, std::uint32_t>> index_;  // per vgroup: key -> block
   std::vector<std::uint64_t> vg_evictable_;
@@ -454,9 +456,10 @@ class BlockPolicy final : public Policy {
 }  // namespace
 
 std::unique_ptr<Policy> make_engine(std::string name, const KVLayout& layout, std::vector<VGroup> vgs,
-                                    std::vector<Pool> pools, bool caching, std::string description) {
+                                    std::vector<Pool> pools, bool caching, std::string description,
+                                    SkipOrder skip_order) {
   return std::make_unique<BlockPolicy>(std::move(name), layout, std::move(vgs), std::move(pools), caching,
-                                       std::move(description));
+                                       std::move(description), skip_order);
 }
 
 }  // namespace kvmm::sim::block

@@ -37,8 +37,16 @@ struct Pool {
   bool shared = true;             // free units usable by several vgroups
 };
 
+// The order in which a request's blocks that left the window or chunk go back to their
+// pool, and so into its LRU (whose head is evicted first). kLowFirst: index ascending, the
+// oldest block is evicted first. kHighFirst: vLLM v1's remove_skipped_blocks (it walks
+// down from the last skipped block), so the block that just left the window, the one a
+// hit at the end of a shared prefix needs, is evicted first.
+enum class SkipOrder : std::uint8_t { kLowFirst, kHighFirst };
+
 // The engine over these vgroups and pools; block-hash prefix caching when `caching`.
 std::unique_ptr<Policy> make_engine(std::string name, const KVLayout& layout, std::vector<VGroup> vgs,
-                                    std::vector<Pool> pools, bool caching, std::string description);
+                                    std::vector<Pool> pools, bool caching, std::string description,
+                                    SkipOrder skip_order = SkipOrder::kLowFirst);
 
 }  // namespace kvmm::sim::block

@@ -23,7 +23,8 @@ namespace {
 class KvmmPolicy final : public Policy {
  public:
   KvmmPolicy(const KVLayout& layout, const PolicyOptions& o)
-      : kv_(layout, options(layout, o)), caching_(o.prefix_caching), cross_(shape_of(layout).cross_attention) {
+      : kv_(layout, options(layout, o)), caching_(o.prefix_caching), cross_(shape_of(layout).cross_attention),
+        hinted_(o.boundaries == BoundaryMode::kHinted || o.boundaries == BoundaryMode::kBoth) {
     const std::uint32_t large = kv_.large_pages().capacity();
     extra_.assign(layout.num_groups(), 0);
     extra_need_.assign(layout.num_groups(), 0);
@@ -208,6 +209,7 @@ class KvmmPolicy final : public Policy {
     std::vector<MultimodalItem> items;
     std::vector<std::uint32_t> prompt_ids;  // decoder prompt ids of a token-id trace
     std::vector<std::uint64_t> lo;          // per decoder group: first non-null page
+    std::vector<std::uint64_t> bounds;      // RequestExtras::cache_boundaries (hinted mode)
   };
 
   struct Usage {
@@ -401,6 +403,8 @@ class KvmmPolicy final : public Policy {
     a.num_large_pages = static_cast<std::uint32_t>(n);
     a.max_requests = o.max_seqs + 1;
     a.prefix_caching = o.prefix_caching;
+    if (o.boundaries == BoundaryMode::kLearned || o.boundaries == BoundaryMode::kBoth)
+      a.learned_boundaries = kLearnedBoundaryEntries;
     return a;
   }
 
@@ -442,22 +446,15 @@ class KvmmPolicy final : public Policy {
   // Token id at position t: the trace's, else the shared stream's inside the prefix, else
   // the request's own stream. Even and odd positions carry the two halves of a 64-bit
   // stream key, so two streams collide only if their 64-bit keys do. Writes the ids of
-  // positions [from, to) of stream `key` to out[t - from].
+  // positions [from, to) of stream `key` to out[t - from]. A plain loop: the earlier
+  // 8-lane running-sum version was miscompiled by GCC 12.2 at -O3 (lanes 4-7 got lanes
+  // 0-3's ids), so ids written in bulk (a lookup's prompt) disagreed with ids fed one
+  // decode step at a time, and a chat turn never hit the pages of its parent's answer.
   static void fill_stream(std::uint32_t* out, std::uint64_t from, std::uint64_t to, std::uint64_t key) {
     constexpr std::uint32_t kStep = 0x9e3779b1u;  // id(t) = half(t) + t * kStep (mod 2^32)
     const auto even = static_cast<std::uint32_t>(key), odd = static_cast<std::uint32_t>(key >> 32);
-    auto id = [&](std::uint64_t t) { return ((t & 1) != 0 ? odd : even) + static_cast<std::uint32_t>(t) * kStep; };
-    std::uint64_t t = from;
-    for (; t < to && (t & 7) != 0; ++t) *out++ = id(t);
-    // Eight ids at a time from eight running sums (no multiply per id).
-    std::uint32_t v[8];
-    for (int k = 0; k < 8; ++k) v[k] = id(t + static_cast<std::uint64_t>(k));
-    for (; t + 8 <= to; t += 8, out += 8)
-      for (int k = 0; k < 8; ++k) {
-        out[k] = v[k];
-        v[k] += 8 * kStep;
-      }
-    for (; t < to; ++t) *out++ = id(t);
+    for (std::uint64_t t = from; t < to; ++t)
+      *out++ = ((t & 1) != 0 ? odd : even) + static_cast<std::uint32_t>(t) * kStep;
   }
 
   // Writes the ids of positions [from, n) to the front of out (grown, never shrunk: no
@@ -486,6 +483,11 @@ class KvmmPolicy final : public Policy {
     ex.items = q.items;
     // The ids arrive in chunks; the prompt holds every image span.
     if (!q.items.empty()) ex.prompt_tokens = std::max<std::uint64_t>(ids.size(), q.items.back().offset + q.items.back().length);
+    // Boundaries only with the prompt's ids (a lookup first): they name prefixes to hit.
+    q.bounds.clear();
+    if (hinted_ && caching_ && !ids.empty())
+      q.bounds = cache_boundaries_for(q.info, std::max<std::uint64_t>(ids.size(), ex.prompt_tokens));
+    ex.cache_boundaries = q.bounds;
     q.handle = kv_.add_request(ids, ex);
   }
 
@@ -513,6 +515,7 @@ class KvmmPolicy final : public Policy {
   KVCacheManager kv_;
   bool caching_;
   bool cross_;
+  bool hinted_;  // requests pass SimRequest::boundaries to the manager
   std::vector<Req> reqs_;
   std::vector<std::uint32_t> active_;
   std::uint32_t parked_ = 0;  // requests preempted, their manager requests kept
@@ -527,6 +530,16 @@ class KvmmPolicy final : public Policy {
 };
 
 }  // namespace
+
+std::vector<std::uint64_t> cache_boundaries_for(const SeqInfo& info, std::uint64_t prompt_tokens) {
+  std::vector<std::uint64_t> out;
+  if (info.boundaries == nullptr) return out;
+  for (const std::uint32_t b : *info.boundaries)
+    if (b > 0 && b <= prompt_tokens && (out.empty() || b > out.back())) out.push_back(b);
+  if (out.size() > kMaxCacheBoundaries)
+    out.erase(out.begin(), out.end() - static_cast<std::ptrdiff_t>(kMaxCacheBoundaries));
+  return out;
+}
 
 std::unique_ptr<Policy> make_kvmm_policy(const KVLayout& layout, const PolicyOptions& o) {
   return std::make_unique<KvmmPolicy>(layout, o);

@@ -29,13 +29,18 @@ constexpr const char* kUsage = R"(usage: kvmm-sim --model PRESET|config.json --w
 
   --model M           preset name (see --list) or a Hugging Face config.json
                       (llama, mllama, gemma2, gemma3, mistral, jamba)
-  --workload W        sharegpt | mmmu-pro | arxiv-qa | multi-turn | path.jsonl
+  --workload W        sharegpt | mmmu-pro | arxiv-qa | multi-turn | arxiv-sweep |
+                      chat | path.jsonl
   --policy P          kvmm | paged-uniform | max-page | static-split | unified-block,
                       a comma-separated list, or all (default: all)
   --memory-gib X      KV cache memory budget in GiB (default 40)
   --seed N            workload seed (default 1)
   --requests N        requests to generate for a synthetic workload (default 1000)
   --rate R            Poisson arrivals, R requests per step (default 0: all at step 0)
+  --articles N        arxiv-sweep: articles the questions cycle over (default 8)
+  --boundaries B      kvmm's retention at shared-prefix boundaries: none (default),
+                      hinted (the trace's boundaries as RequestExtras::cache_boundaries),
+                      learned (KVCacheManagerOptions::learned_boundaries = 4096), both
   --token-budget N    tokens computed per step (default 8192)
   --max-seqs N        running requests at most (default 256)
   --tokens-per-page N tokens per small page / block (default 16)
@@ -80,7 +85,8 @@ int run(int argc, char** argv) {
   std::string model, workload, policies = "all", out, dump;
   double memory_gib = 40, rate = 0;
   bool caching = true;
-  std::uint64_t seed = 1, requests = 1000, max_steps = 0;
+  std::uint64_t seed = 1, requests = 1000, max_steps = 0, articles = 0;  // articles 0: not given
+  BoundaryMode boundaries = BoundaryMode::kNone;
   std::uint32_t token_budget = 8192, max_seqs = 256, tpp = 16, dtype = 2, csv_every = 1;
   std::vector<std::pair<std::string, std::uint32_t>> group_tpp;
   for (int i = 1; i < argc; ++i) {
@@ -107,6 +113,8 @@ int run(int argc, char** argv) {
     else if (a == "--seed") seed = parse_uint(a, v);
     else if (a == "--requests") requests = parse_uint(a, v);
     else if (a == "--rate") rate = parse_double(a, v);
+    else if (a == "--articles") articles = to_u32(a, parse_uint(a, v), 1);
+    else if (a == "--boundaries") boundaries = parse_boundary_mode(v);
     else if (a == "--token-budget") token_budget = to_u32(a, parse_uint(a, v), 1);
     else if (a == "--max-seqs") max_seqs = to_u32(a, parse_uint(a, v), 1);
     else if (a == "--tokens-per-page") tpp = to_u32(a, parse_uint(a, v), 1);
@@ -128,7 +136,7 @@ int run(int argc, char** argv) {
     else kvmm::fail("{}: unknown option (see --help)", a);
   }
   if (model.empty()) kvmm::fail("--model: required (a preset from --list or a config.json)");
-  if (workload.empty()) kvmm::fail("--workload: required (sharegpt, mmmu-pro, arxiv-qa, multi-turn or a .jsonl)");
+  if (workload.empty()) kvmm::fail("--workload: required ({} or a .jsonl)", fmt::join(workload_names(), ", "));
   if (memory_gib <= 0) kvmm::fail("--memory-gib = {}: must be > 0", memory_gib);
 
   ModelOptions mo;
@@ -140,6 +148,9 @@ int run(int argc, char** argv) {
   wo.num_requests = to_u32("--requests", requests, 1);
   wo.seed = seed;
   wo.rate = rate;
+  if (articles > 0 && workload != "arxiv-sweep")
+    kvmm::fail("--articles = {}: only arxiv-sweep has articles (workload '{}')", articles, workload);
+  if (articles > 0) wo.articles = static_cast<std::uint32_t>(articles);
   const Workload w = make_workload(workload, wo);
   if (!dump.empty()) {
     std::ofstream f(dump);
@@ -165,6 +176,7 @@ int run(int argc, char** argv) {
   po.memory_bytes = static_cast<std::uint64_t>(memory_gib * 1073741824.0);
   po.max_seqs = max_seqs;
   po.prefix_caching = caching;
+  po.boundaries = boundaries;
   po.max_model_len = 1;
   po.max_encoder_tokens = 1;
   for (const SimRequest& r : w.requests) {
@@ -180,12 +192,13 @@ int run(int argc, char** argv) {
 
   if (!out.empty()) std::filesystem::create_directories(out);
   fmt::print("model {}:\n{}\nworkload {}: {} requests\n", model, layout.describe(), w.name, w.requests.size());
-  fmt::print("{:<14} {:>7} {:>9} {:>8} {:>8} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8}\n", "policy", "steps", "finished",
-             "batch", "decode", "preempt", "out/step", "hit%", "waste%", "peakw%", "gfree%");
+  fmt::print("{:<14} {:>7} {:>9} {:>8} {:>8} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>12}\n", "policy", "steps",
+             "finished", "batch", "decode", "preempt", "out/step", "hit%", "waste%", "peakw%", "gfree%", "hit1st%",
+             "prefill");
   std::string csv_summary =
       "policy,steps,finished,aborted,mean_running,mean_decode_batch,preemptions,tokens_per_step,"
       "output_tokens_per_step,prefix_hit_rate,mean_used,mean_wasted,peak_wasted,mean_cached,mean_group_free,"
-      "mean_free,evictions,wall_seconds\n";
+      "mean_free,evictions,wall_seconds,first_admission_hit_rate,prefill_tokens\n";
   std::string run_json = fmt::format("{{\n  \"command\": \"{}\",\n  \"policies\": {{\n",
                                      [&] {
                                        std::string c;
@@ -204,15 +217,18 @@ int run(int argc, char** argv) {
     }
     Summary s = simulate(w, layout, *policy, so, out.empty() ? nullptr : &csv);
     s.model = model;
-    fmt::print("{:<14} {:>7} {:>9} {:>8.2f} {:>8.2f} {:>9} {:>9.2f} {:>8.2f} {:>8.3f} {:>8.3f} {:>8.2f}  ({:.2f} s)\n",
-               s.policy, s.steps, s.finished, s.mean_running, s.mean_decode_batch, s.preemptions, s.output_tokens_per_step,
-               100 * s.prefix_hit_rate, 100 * s.mean_wasted, 100 * s.peak_wasted, 100 * s.mean_group_free,
-               s.wall_seconds);
-    csv_summary += fmt::format("{},{},{},{},{:.4f},{:.4f},{},{:.3f},{:.4f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{},{:.3f}\n",
-                               s.policy, s.steps, s.finished, s.aborted, s.mean_running, s.mean_decode_batch,
-                               s.preemptions, s.tokens_per_step, s.output_tokens_per_step, s.prefix_hit_rate,
-                               s.mean_used, s.mean_wasted, s.peak_wasted, s.mean_cached, s.mean_group_free,
-                               s.mean_free, s.evictions, s.wall_seconds);
+    fmt::print(
+        "{:<14} {:>7} {:>9} {:>8.2f} {:>8.2f} {:>9} {:>9.2f} {:>8.2f} {:>8.3f} {:>8.3f} {:>8.2f} {:>8.2f} {:>12}"
+        "  ({:.2f} s)\n",
+        s.policy, s.steps, s.finished, s.mean_running, s.mean_decode_batch, s.preemptions, s.output_tokens_per_step,
+        100 * s.prefix_hit_rate, 100 * s.mean_wasted, 100 * s.peak_wasted, 100 * s.mean_group_free,
+        100 * s.first_hit_rate, s.prefill_tokens, s.wall_seconds);
+    csv_summary += fmt::format(
+        "{},{},{},{},{:.4f},{:.4f},{},{:.3f},{:.4f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{},{:.3f},"
+        "{:.6f},{}\n",
+        s.policy, s.steps, s.finished, s.aborted, s.mean_running, s.mean_decode_batch, s.preemptions, s.tokens_per_step,
+        s.output_tokens_per_step, s.prefix_hit_rate, s.mean_used, s.mean_wasted, s.peak_wasted, s.mean_cached,
+        s.mean_group_free, s.mean_free, s.evictions, s.wall_seconds, s.first_hit_rate, s.prefill_tokens);
     std::string desc;
     for (char c : policy->describe()) {
       if (c == '"' || c == '\\') desc.push_back('\\');

@@ -5,8 +5,9 @@
 
 writes PREFIX-timeline.png (memory composition over the steps for every policy, in
 the style of Jenga Fig. 16: used per group, wasted, cached, group-only free, free) and
-PREFIX-summary.png (waste, batch size, output tokens per step, prefix hit rate,
-preemptions across policies). PREFIX defaults to DIR/sim. Needs python3-matplotlib.
+PREFIX-summary.png (waste, batch size, output tokens per step, prefix hit rate at every
+admission and at first admission, preemptions across policies). PREFIX defaults to
+DIR/sim. Needs python3-matplotlib.
 """
 import argparse
 import csv
@@ -84,8 +85,10 @@ def summary(outdir, policies, title, png):
         ("mean_running", "mean running batch", 1.0),
         ("output_tokens_per_step", "output tokens per step", 1.0),
         ("prefix_hit_rate", "prefix hit rate (%)", 100.0),
+        ("first_admission_hit_rate", "first-admission hit rate (%)", 100.0),
         ("preemptions", "preemptions", 1.0),
     ]
+    metrics = [m for m in metrics if m[0] in next(iter(rows.values()))]  # older summary.csv: no first-admission
     fig, axes = plt.subplots(1, len(metrics), figsize=(3.0 * len(metrics), 3.4))
     colors = ["#1f77b4" if p == "kvmm" else "#a0a0a0" for p in policies]
     for ax, (key, label, scale) in zip(axes, metrics):

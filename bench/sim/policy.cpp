@@ -19,6 +19,14 @@ std::unique_ptr<Policy> make_policy(std::string_view name, const KVLayout& layou
   fail("policy = '{}': unknown; known: kvmm, paged-uniform, max-page, static-split, unified-block", name);
 }
 
+BoundaryMode parse_boundary_mode(std::string_view s) {
+  if (s == "none") return BoundaryMode::kNone;
+  if (s == "hinted") return BoundaryMode::kHinted;
+  if (s == "learned") return BoundaryMode::kLearned;
+  if (s == "both") return BoundaryMode::kBoth;
+  fail("boundaries = '{}': unknown; known: none, hinted, learned, both", s);
+}
+
 std::uint64_t needed_bytes(const LayerGroup& g, std::uint64_t T, std::uint64_t E) {
   switch (g.kind) {
     case LayerKind::kFullAttention: return T * g.bytes_per_token();

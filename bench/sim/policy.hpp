@@ -24,6 +24,7 @@ struct SeqInfo {
   std::uint32_t prefix_len = 0;      // tokens [0, prefix_len) are stream prefix_id's
   const std::vector<std::uint32_t>* token_ids = nullptr;  // optional prompt token ids
   const std::vector<ImageSpan>* images = nullptr;          // image spans (text offsets)
+  const std::vector<std::uint32_t>* boundaries = nullptr;  // SimRequest::boundaries (may be null)
 };
 
 // Bytes of one policy group at one instant. used: needed to compute the next token
@@ -75,12 +76,21 @@ class Policy {
   virtual void check_invariants() const = 0;
 };
 
+// kvmm's retention of the pages a hit at a shared prefix needs (issue 17): none (today's
+// rule), hinted (each request's SimRequest::boundaries as RequestExtras::cache_boundaries),
+// learned (KVCacheManagerOptions::learned_boundaries = kLearnedBoundaryEntries), both.
+enum class BoundaryMode : std::uint8_t { kNone, kHinted, kLearned, kBoth };
+inline constexpr std::uint32_t kLearnedBoundaryEntries = 4096;
+// "none" | "hinted" | "learned" | "both"; raises kvmm::Error naming the value otherwise.
+BoundaryMode parse_boundary_mode(std::string_view s);
+
 struct PolicyOptions {
   std::uint64_t memory_bytes = std::uint64_t{40} << 30;
   std::uint32_t max_seqs = 256;            // scheduler's batch limit; state slots
   std::uint32_t max_model_len = 131072;    // static-split sizing
   std::uint32_t max_encoder_tokens = 6404; // static-split sizing of encoder groups
   bool prefix_caching = true;              // false: no policy caches (memory policy alone)
+  BoundaryMode boundaries = BoundaryMode::kNone;  // kvmm only
 };
 
 const std::vector<std::string>& policy_names();
@@ -93,6 +103,10 @@ std::unique_ptr<Policy> make_policy(std::string_view name, const KVLayout& layou
 std::uint64_t needed_bytes(const LayerGroup& g, std::uint64_t T, std::uint64_t E);
 
 std::unique_ptr<Policy> make_kvmm_policy(const KVLayout& layout, const PolicyOptions& o);
+// The cache boundaries the kvmm policy hands the manager for a request whose prompt has
+// prompt_tokens decoder tokens: info.boundaries at most prompt_tokens (ascending, 0 and
+// duplicates dropped), the last kMaxCacheBoundaries of them. O(boundaries).
+std::vector<std::uint64_t> cache_boundaries_for(const SeqInfo& info, std::uint64_t prompt_tokens);
 std::unique_ptr<Policy> make_block_policy(std::string_view name, const KVLayout& layout, const PolicyOptions& o);
 
 }  // namespace kvmm::sim

@@ -32,6 +32,7 @@ struct ReqState {
   std::uint32_t generated = 0;
   Status status = Status::kPending;
   bool added = false;           // registered with the policy
+  bool admitted = false;        // admitted once (first_hit_tokens counted)
 };
 
 }  // namespace
@@ -56,7 +57,7 @@ Summary simulate(const Workload& w, const KVLayout& layout, Policy& policy, cons
     if (st[i].tokens == 0) fail("request {}: empty prompt (no text or inlined image tokens)", i);
     info[i] = SeqInfo{i, shape.encoder_groups ? images : 0, r.prefix_id, r.prefix_len,
                       r.token_ids.empty() ? nullptr : &r.token_ids,
-                      r.images.empty() ? nullptr : &r.images};
+                      r.images.empty() ? nullptr : &r.images, r.boundaries.empty() ? nullptr : &r.boundaries};
     if (r.parent >= 0) {
       if (r.parent >= i) fail("request {}: parent = {} must be an earlier request", i, r.parent);
       children[static_cast<std::size_t>(r.parent)].push_back(i);
@@ -178,6 +179,11 @@ Summary simulate(const Workload& w, const KVLayout& layout, Policy& policy, cons
         policy.preempt(r);  // tried again next step
         break;  // FCFS: nobody overtakes the head of the queue
       }
+      if (!q.admitted) {
+        q.admitted = true;
+        s.first_lookup_tokens += q.tokens;
+        s.first_hit_tokens += q.computed;
+      }
       waiting.pop_front();
       q.status = Status::kRunning;
       running.push_back(r);
@@ -266,7 +272,11 @@ Summary simulate(const Workload& w, const KVLayout& layout, Policy& policy, cons
   s.mean_decode_batch = decode_steps > 0 ? sum_decode / decode_steps : 0;
   s.tokens_per_step = static_cast<double>(s.computed_tokens) / steps;
   s.output_tokens_per_step = static_cast<double>(s.output_tokens) / steps;
-  s.prefix_hit_rate = s.lookup_tokens > 0 ? static_cast<double>(s.hit_tokens) / static_cast<double>(s.lookup_tokens) : 0;
+  auto ratio = [](std::uint64_t a, std::uint64_t b) {
+    return b > 0 ? static_cast<double>(a) / static_cast<double>(b) : 0.0;
+  };
+  s.prefix_hit_rate = ratio(s.hit_tokens, s.lookup_tokens);
+  s.first_hit_rate = ratio(s.first_hit_tokens, s.first_lookup_tokens);
   s.mean_used = sum_used / steps;
   s.mean_wasted = sum_wasted / steps;
   s.mean_cached = sum_cached / steps;
@@ -300,6 +310,9 @@ std::string summary_json(const Summary& s, bool with_wall_time) {
   j["prefix_hit_rate"] = s.prefix_hit_rate;
   j["hit_tokens"] = s.hit_tokens;
   j["lookup_tokens"] = s.lookup_tokens;
+  j["first_admission_hit_rate"] = s.first_hit_rate;
+  j["first_admission_hit_tokens"] = s.first_hit_tokens;
+  j["first_admission_prompt_tokens"] = s.first_lookup_tokens;
   j["evictions"] = s.evictions;
   j["computed_tokens"] = s.computed_tokens;
   j["prefill_tokens"] = s.prefill_tokens;

@@ -33,11 +33,14 @@ struct Summary {
   std::uint64_t requests = 0, finished = 0, aborted = 0, steps = 0;
   std::uint64_t preemptions = 0, evictions = 0;
   std::uint64_t computed_tokens = 0, prefill_tokens = 0, decode_tokens = 0, output_tokens = 0;
-  std::uint64_t lookup_tokens = 0, hit_tokens = 0;
+  std::uint64_t lookup_tokens = 0, hit_tokens = 0;  // every admission (a preempted request's re-hits too)
+  // At each request's first admission only: a preempted request re-hitting its own pages
+  // is not a hit of the cache. prefill_tokens counts recomputation.
+  std::uint64_t first_lookup_tokens = 0, first_hit_tokens = 0;
   std::uint64_t capacity_bytes = 0;
   double mean_running = 0, mean_decode_batch = 0;
   std::uint64_t peak_running = 0;
-  double tokens_per_step = 0, output_tokens_per_step = 0, prefix_hit_rate = 0;
+  double tokens_per_step = 0, output_tokens_per_step = 0, prefix_hit_rate = 0, first_hit_rate = 0;
   double mean_used = 0, mean_wasted = 0, peak_wasted = 0, mean_cached = 0, mean_group_free = 0, mean_free = 0;
   std::vector<GroupSummary> groups;
   double wall_seconds = 0;  // not part of the deterministic output

@@ -103,6 +103,7 @@ Workload arxiv_qa(const WorkloadOptions& o) {
       r.output_len = rng.uniform_int(50, 100);
       r.prefix_id = 0xa000000000000000ULL + article;
       r.prefix_len = len;
+      r.boundaries = {len};
       w.requests.push_back(std::move(r));
       key.push_back(article + 3.0 * rng.uniform());
     }
@@ -146,16 +147,84 @@ Workload multi_turn(const WorkloadOptions& o) {
   return w;
 }
 
+// The arXiv-QA sweep of Jenga Fig. 17: `articles` articles (U[55k, 110k] tokens) and
+// questions on them in round robin (request i asks about article i mod N), so a question
+// finds its article cached only if the cache kept all N articles since the previous
+// question on it. Questions, answers and the article boundary as in arxiv-qa.
+Workload arxiv_sweep(const WorkloadOptions& o) {
+  if (o.articles == 0) fail("articles = 0: arxiv-sweep needs at least one article");
+  Rng rng(o.seed ^ 0x5a5a0005ULL);
+  Workload w{"arxiv-sweep", {}};
+  std::vector<std::uint32_t> len(o.articles);
+  for (std::uint32_t& l : len) l = rng.uniform_int(55000, 110000);
+  w.requests.resize(o.num_requests);
+  for (std::uint32_t i = 0; i < o.num_requests; ++i) {
+    SimRequest& r = w.requests[i];
+    const std::uint32_t a = i % o.articles;
+    r.prompt_len = len[a] + rng.uniform_int(16, 64);
+    r.output_len = rng.uniform_int(50, 100);
+    r.prefix_id = 0xa100000000000000ULL + a;
+    r.prefix_len = len[a];
+    r.boundaries = {len[a]};
+  }
+  assign_arrivals(w.requests, o.rate, rng);
+  return w;
+}
+
+// Long multi-turn chats: sessions of U[2, 8] turns; a turn's prompt is the session's
+// history (earlier prompts and answers) plus a new user message (lognormal, mean 300
+// tokens), the answer lognormal with mean 400; turn t+1 arrives U[1, 50] steps after turn
+// t finished. Boundaries: where each earlier turn ended (the last kMaxBoundaries of them).
+Workload chat(const WorkloadOptions& o) {
+  constexpr std::size_t kMaxBoundaries = 8;  // the manager's kMaxCacheBoundaries
+  Rng rng(o.seed ^ 0x5a5a0006ULL);
+  Workload w{"chat", {}};
+  for (std::uint64_t session = 0; w.requests.size() < o.num_requests; ++session) {
+    const std::uint32_t turns = rng.uniform_int(2, 8);
+    std::vector<std::uint32_t> ends;
+    std::int64_t parent = -1;
+    for (std::uint32_t turn = 0; turn < turns && w.requests.size() < o.num_requests; ++turn) {
+      SimRequest r;
+      r.prompt_len = (ends.empty() ? 0 : ends.back()) + rng.lognormal(300, 1.0, 1, 8192);
+      r.output_len = rng.lognormal(400, 0.8, 1, 4096);
+      r.prefix_id = 0xb100000000000000ULL + session;
+      r.prefix_len = r.prompt_len + r.output_len;  // the whole turn is session content
+      r.boundaries.assign(ends.end() - static_cast<std::ptrdiff_t>(std::min(ends.size(), kMaxBoundaries)), ends.end());
+      r.parent = parent;
+      r.delay = parent >= 0 ? rng.uniform_int(1, 50) : 0;
+      ends.push_back(r.prompt_len + r.output_len);
+      parent = static_cast<std::int64_t>(w.requests.size());
+      w.requests.push_back(std::move(r));
+    }
+  }
+  assign_arrivals(w.requests, o.rate, rng);
+  return w;
+}
+
 std::uint64_t fnv1a(std::string_view s) {
   std::uint64_t h = 0xcbf29ce484222325ULL;
   for (char c : s) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ULL;
   return h | (std::uint64_t{1} << 63);
 }
 
+// A trace line's "boundaries": ascending prefix lengths in [1, prompt_len].
+void parse_boundaries(const nlohmann::json& a, SimRequest& r, std::string_view file, std::size_t line_no) {
+  if (!a.is_array()) fail("{}:{}: field 'boundaries': expected an ascending array of prefix lengths", file, line_no);
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const nlohmann::json& b = a[i];
+    const std::int64_t lo = r.boundaries.empty() ? 1 : std::int64_t{r.boundaries.back()} + 1;
+    if (!b.is_number_integer() || b.get<std::int64_t>() < lo || b.get<std::int64_t>() > r.prompt_len)
+      fail("{}:{}: field 'boundaries[{}]': expected an integer in [{}, {}] (ascending, at most prompt_len), got {}",
+           file, line_no, i, lo, r.prompt_len, b.dump());
+    r.boundaries.push_back(static_cast<std::uint32_t>(b.get<std::int64_t>()));
+  }
+}
+
 }  // namespace
 
 const std::vector<std::string>& workload_names() {
-  static const std::vector<std::string> kNames{"sharegpt", "mmmu-pro", "arxiv-qa", "multi-turn"};
+  static const std::vector<std::string> kNames{"sharegpt", "mmmu-pro", "arxiv-qa", "multi-turn", "arxiv-sweep",
+                                               "chat"};
   return kNames;
 }
 
@@ -164,8 +233,11 @@ Workload make_workload(const std::string& name_or_path, const WorkloadOptions& o
   if (name_or_path == "mmmu-pro") return mmmu_pro(o);
   if (name_or_path == "arxiv-qa") return arxiv_qa(o);
   if (name_or_path == "multi-turn") return multi_turn(o);
+  if (name_or_path == "arxiv-sweep") return arxiv_sweep(o);
+  if (name_or_path == "chat") return chat(o);
   if (name_or_path.ends_with(".jsonl")) return read_trace(name_or_path);
-  fail("workload = '{}': unknown; known: sharegpt, mmmu-pro, arxiv-qa, multi-turn, or a .jsonl trace",
+  fail("workload = '{}': unknown; known: sharegpt, mmmu-pro, arxiv-qa, multi-turn, arxiv-sweep, chat, or a .jsonl "
+       "trace",
        name_or_path);
 }
 
@@ -210,10 +282,10 @@ Workload parse_trace(std::string_view text, std::string_view file) {
     };
     for (auto it = j.begin(); it != j.end(); ++it) {
       static const char* kKnown[] = {"arrival", "prompt_len", "prompt_tokens", "output_len", "prefix_id",
-                                     "prefix_len", "images", "parent", "delay"};
+                                     "prefix_len", "images", "parent", "delay", "boundaries"};
       if (std::find(std::begin(kKnown), std::end(kKnown), it.key()) == std::end(kKnown))
         bad(it.key(), "unknown field (known: arrival, prompt_len, prompt_tokens, output_len, prefix_id, "
-                      "prefix_len, images, parent, delay)");
+                      "prefix_len, images, parent, delay, boundaries)");
     }
     SimRequest r;
     r.arrival = static_cast<std::uint64_t>(uint_field("arrival", 0, 0));
@@ -261,6 +333,7 @@ Workload parse_trace(std::string_view text, std::string_view file) {
       r.parent = p;
     }
     r.delay = static_cast<std::uint64_t>(uint_field("delay", 0, 0));
+    if (auto it = j.find("boundaries"); it != j.end()) parse_boundaries(*it, r, file, line_no);
     w.requests.push_back(std::move(r));
   }
   if (w.requests.empty()) fail("{}: the trace holds no requests", file);
@@ -287,6 +360,7 @@ void write_trace(const Workload& w, std::ostream& out) {
       j["parent"] = r.parent;
       j["delay"] = r.delay;
     }
+    if (!r.boundaries.empty()) j["boundaries"] = r.boundaries;
     out << j.dump() << '\n';
   }
 }

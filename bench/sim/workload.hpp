@@ -1,5 +1,6 @@
 // Workloads for kvmm-sim: seeded synthetic generators (ShareGPT-like chat, MMMU-pro-like
-// vision QA, arXiv long-context QA, multi-turn sessions) and the JSONL trace format.
+// vision QA, arXiv long-context QA and its Jenga Fig. 17 sweep, multi-turn sessions, long
+// chats with their turn boundaries) and the JSONL trace format.
 // Generating n requests is O(n) plus the token-id lists a trace carries; a trace read
 // reports malformed input as kvmm::Error naming the file, the line and the field.
 #pragma once
@@ -32,6 +33,10 @@ struct SimRequest {
   std::int64_t parent = -1;       // index of a request that must finish first (multi-turn)
   std::uint64_t delay = 0;        // steps after the parent finishes (think time)
   std::vector<std::uint32_t> token_ids;  // optional: the text prompt's token ids
+  // Prefix lengths later requests are likely to share (an article, earlier turns):
+  // ascending, each in [1, prompt_len]; kvmm-sim --boundaries hinted passes them to the
+  // manager (RequestExtras::cache_boundaries).
+  std::vector<std::uint32_t> boundaries;
 
   std::uint32_t image_tokens() const {
     std::uint32_t n = 0;
@@ -50,6 +55,7 @@ struct WorkloadOptions {
   std::uint64_t seed = 1;
   // Poisson arrivals at this many requests per step; 0: all arrive at step 0 (offline).
   double rate = 0;
+  std::uint32_t articles = 8;  // arxiv-sweep: articles the questions cycle over
 };
 
 // The synthetic workload names, in a stable order.

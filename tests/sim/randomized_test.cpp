@@ -8,6 +8,7 @@
 
 #include "kvmm/spec/presets.hpp"
 
+#include <algorithm>
 #include <random>
 
 using kvmm::sim::Workload;
@@ -42,7 +43,62 @@ Workload random_workload(std::mt19937_64& rng, std::uint32_t n) {
   return w;
 }
 
+std::uint64_t prompt_tokens(const Workload& w, const kvmm::KVLayout& layout) {
+  const bool cross = kvmm::sim::shape_of(layout).cross_attention;
+  std::uint64_t n = 0;
+  for (const auto& r : w.requests) n += r.prompt_len + (cross ? 0 : r.image_tokens());
+  return n;
+}
+
+// Random ascending boundaries in [1, prompt_len], the shared prefix's length among them.
+void add_boundaries(std::mt19937_64& rng, Workload& w) {
+  for (auto& r : w.requests) {
+    std::vector<std::uint32_t> b;
+    for (std::uint64_t k = rng() % 4; k > 0; --k) b.push_back(1 + static_cast<std::uint32_t>(rng() % r.prompt_len));
+    if (r.prefix_len > 0) b.push_back(r.prefix_len);
+    std::sort(b.begin(), b.end());
+    b.erase(std::unique(b.begin(), b.end()), b.end());
+    r.boundaries = b;
+  }
+}
+
 }  // namespace
+
+TEST_CASE("kvmm, random traces with boundaries, every --boundaries mode: invariants", "[sim][randomized][boundaries]") {
+  using kvmm::sim::BoundaryMode;
+  const auto ls = layouts();
+  std::uint64_t preemptions = 0, hits = 0;
+  for (std::uint64_t seed = 1; seed <= 15; ++seed) {
+    std::mt19937_64 rng(seed * 7919);
+    Workload w = random_workload(rng, 60);
+    add_boundaries(rng, w);
+    const auto& layout = ls[seed % ls.size()];
+    const std::uint64_t memory = 8192 + (rng() % 4) * 4096;
+    const auto budget = static_cast<std::uint32_t>(8 + rng() % 64);
+    for (const BoundaryMode mode : {BoundaryMode::kHinted, BoundaryMode::kLearned, BoundaryMode::kBoth}) {
+      INFO("seed " << seed << " mode " << static_cast<int>(mode));
+      kvmm::sim::PolicyOptions po;
+      po.memory_bytes = memory;
+      po.max_seqs = 16;
+      po.max_encoder_tokens = 12;
+      po.max_model_len = 64;
+      po.boundaries = mode;
+      auto p = kvmm::sim::make_policy("kvmm", layout, po);
+      kvmm::sim::SchedulerOptions so;
+      so.token_budget = budget;
+      so.max_seqs = 16;
+      so.check_invariants = true;  // the manager's check_invariants and the policy's recount
+      const auto s = kvmm::sim::simulate(w, layout, *p, so, nullptr);
+      CHECK(s.finished + s.aborted == w.requests.size());
+      CHECK(s.first_hit_tokens <= s.hit_tokens);
+      if (s.aborted == 0) CHECK(s.first_lookup_tokens == prompt_tokens(w, layout));
+      preemptions += s.preemptions;
+      hits += s.first_hit_tokens;
+    }
+  }
+  CHECK(preemptions > 20);
+  CHECK(hits > 500);
+}
 
 TEST_CASE("every policy, random traces, tight memory: invariants after every step", "[sim][randomized]") {
   const auto ls = layouts();
@@ -68,6 +124,12 @@ TEST_CASE("every policy, random traces, tight memory: invariants after every ste
         REQUIRE(sum == row.at("capacity"));
         ++rows;
       }
+      // First admissions are a subset of all admissions; without aborts every request was
+      // admitted, so the first-admission lookups are every request's decoder prompt.
+      CHECK(r.summary.first_hit_tokens <= r.summary.hit_tokens);
+      CHECK(r.summary.first_lookup_tokens <= r.summary.lookup_tokens);
+      CHECK(r.summary.first_hit_tokens <= r.summary.first_lookup_tokens);
+      if (r.summary.aborted == 0) CHECK(r.summary.first_lookup_tokens == prompt_tokens(w, layout));
       preemptions += r.summary.preemptions;
       evictions += r.summary.evictions;
       hits += r.summary.hit_tokens;
