@@ -2,7 +2,8 @@
 # Regenerates the kvmm-sim results of docs/results/sim.md: runs every policy on the
 # model/workload pairs (with each engine's own prefix caching, then with caching off),
 # renders the charts into docs/results/sim/ and prints the markdown tables. With caching,
-# kvmm runs again with --boundaries hinted and learned (rows "kvmm --boundaries ...").
+# kvmm runs again with --boundaries none (Jenga's rule, kvmm before issue 17) and hinted
+# (rows "kvmm --boundaries ..."); the plain kvmm row is the default, learned.
 #   scripts/sim-table.sh [BUILD_DIR] [OUT_DIR]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -30,7 +31,7 @@ runs=(
   "spec-sharegpt spec-70b-1b sharegpt 40 2000"
   "gemma3-chat gemma-3-27b chat 40 1000 --rate 0.2"
 )
-modes=(hinted learned)  # kvmm's --boundaries runs besides the default (none)
+modes=(none hinted)  # kvmm's --boundaries runs besides the default (learned, the manager's)
 
 table() {  # $1 = run dir, then the dirs of kvmm's --boundaries runs as MODE=DIR
   "$py" - "$@" <<'PY'

@@ -403,8 +403,9 @@ class KvmmPolicy final : public Policy {
     a.num_large_pages = static_cast<std::uint32_t>(n);
     a.max_requests = o.max_seqs + 1;
     a.prefix_caching = o.prefix_caching;
-    if (o.boundaries == BoundaryMode::kLearned || o.boundaries == BoundaryMode::kBoth)
-      a.learned_boundaries = kLearnedBoundaryEntries;
+    // none and hinted: no learning (the manager's default learns).
+    const bool learn = o.boundaries == BoundaryMode::kLearned || o.boundaries == BoundaryMode::kBoth;
+    a.learned_boundaries = learn ? kLearnedBoundaryEntries : 0;
     return a;
   }
 

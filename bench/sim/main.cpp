@@ -38,9 +38,10 @@ constexpr const char* kUsage = R"(usage: kvmm-sim --model PRESET|config.json --w
   --requests N        requests to generate for a synthetic workload (default 1000)
   --rate R            Poisson arrivals, R requests per step (default 0: all at step 0)
   --articles N        arxiv-sweep: articles the questions cycle over (default 8)
-  --boundaries B      kvmm's retention at shared-prefix boundaries: none (default),
+  --boundaries B      kvmm's retention at shared-prefix boundaries: none (Jenga's rule),
                       hinted (the trace's boundaries as RequestExtras::cache_boundaries),
-                      learned (KVCacheManagerOptions::learned_boundaries = 4096), both
+                      learned (KVCacheManagerOptions::learned_boundaries = 4096, the
+                      manager's default; the default here too), both
   --token-budget N    tokens computed per step (default 8192)
   --max-seqs N        running requests at most (default 256)
   --tokens-per-page N tokens per small page / block (default 16)
@@ -86,7 +87,7 @@ int run(int argc, char** argv) {
   double memory_gib = 40, rate = 0;
   bool caching = true;
   std::uint64_t seed = 1, requests = 1000, max_steps = 0, articles = 0;  // articles 0: not given
-  BoundaryMode boundaries = BoundaryMode::kNone;
+  BoundaryMode boundaries = BoundaryMode::kLearned;
   std::uint32_t token_budget = 8192, max_seqs = 256, tpp = 16, dtype = 2, csv_every = 1;
   std::vector<std::pair<std::string, std::uint32_t>> group_tpp;
   for (int i = 1; i < argc; ++i) {

@@ -90,7 +90,7 @@ struct PolicyOptions {
   std::uint32_t max_model_len = 131072;    // static-split sizing
   std::uint32_t max_encoder_tokens = 6404; // static-split sizing of encoder groups
   bool prefix_caching = true;              // false: no policy caches (memory policy alone)
-  BoundaryMode boundaries = BoundaryMode::kNone;  // kvmm only
+  BoundaryMode boundaries = BoundaryMode::kLearned;  // kvmm only; the manager's default
 };
 
 const std::vector<std::string>& policy_names();
