@@ -23,9 +23,13 @@ namespace kvmm::detail {
 // number while listed: step 3's tie-break across lists (see PageStore).
 struct alignas(64) PageRec {
   LruNode node;
-  BlockHash hash;  // valid while hashed
+  BlockHash hash;  // valid while hashed or copy
   std::uint32_t ref = 0;
   std::uint8_t hashed = 0;
+  // Used, not cached: the same content as a cached page that was in use when this one was
+  // registered; listed in PageStore's copies, it takes the hash over when that page is
+  // released (PageStore::hand_over).
+  std::uint8_t copy = 0;
   std::uint8_t prio = 0;
   std::uint64_t seq = 0;
 };

@@ -70,7 +70,7 @@ void ManagerCore::check_invariants() const {
 }
 
 void PageStore::check_invariants(const std::vector<std::vector<std::uint32_t>>& refs) const {
-  std::uint64_t hashed_total = 0;
+  std::uint64_t hashed_total = 0, copies = 0;
   for (GroupId g = 0; g < groups_.size(); ++g) {
     const Group& grp = groups_[g];
     std::uint32_t evictable = 0, listed_total = 0;
@@ -95,6 +95,14 @@ void PageStore::check_invariants(const std::vector<std::vector<std::uint32_t>>& 
         ++evictable;
         ++per_large[p / grp.n];
       }
+      if (rec.copy) {  // used, uncached, listed as the copy of a cached page in use
+        ++copies;
+        const PageId o = index_.find(g, rec.hash, hash_of());
+        if (rec.hashed || rec.ref == 0 || copies_.find(g, rec.hash, hash_of()) != p || o == kNullPage ||
+            groups_[g].pg[o].ref == 0)
+          fail("invariant: group {} copy page {} (ref {}, hashed {}) not a listed copy of a used cached page", g, p,
+               rec.ref, rec.hashed);
+      }
     }
     if (evictable != grp.evictable || listed_total != grp.lru.size())
       fail("invariant: group {} counts {} evictable, list {}, actual {} (+ stale {})", g, grp.evictable, grp.lru.size(),
@@ -118,6 +126,8 @@ void PageStore::check_invariants(const std::vector<std::vector<std::uint32_t>>& 
   }
   if (full_ev != num_full_ev_)
     fail("invariant: {} wholly evictable large pages counted, actual {}", num_full_ev_, full_ev);
+  if (copies != num_copies_ || copies != copies_.size())
+    fail("invariant: {} copy pages, {} counted, {} listed", copies, num_copies_, copies_.size());
   if (hashed_total != index_.size())
     fail("invariant: {} hashed pages but {} index entries", hashed_total, index_.size());
 }

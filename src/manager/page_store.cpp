@@ -14,6 +14,7 @@ PageStore::PageStore(std::vector<Group>& groups, LargePagePool& pool, PrefixInde
     : groups_(groups),
       pool_(pool),
       index_(index),
+      copies_(std::max<std::uint64_t>(index.capacity() / 4, 64), std::max<std::uint32_t>(index.num_groups(), 1)),
       events_(events),
       prefix_caching_(prefix_caching),
       large_(pool.capacity()),
@@ -34,7 +35,18 @@ void PageStore::register_page(GroupId g, PageId p, const BlockHash& h) {
     // LRU with its older time would go first, and the prefix with it), and o's memory
     // returns now instead of at its turn in the LRU.
     const PageId o = index_.find(g, h, hash_of());
-    if (o == kNullPage || grp.pg[o].ref != 0) return;
+    if (o == kNullPage) return;
+    if (grp.pg[o].ref != 0) {
+      // A full copies table (or a run too long) leaves p private: only a lost hint.
+      if (copies_.find(g, h, hash_of()) == kNullPage) {
+        grp.pg[p].hash = h;
+        if (copies_.insert(g, h, p, hash_of())) {
+          grp.pg[p].copy = 1;
+          ++num_copies_;
+        }
+      }
+      return;
+    }
     evict_small(g, o);
     if (const PageId lp = o / grp.n; grp.n > 1 && pool_.owner_unchecked(lp) == g) refresh_large(g, lp);
     if (!index_.insert(g, h, p, hash_of())) return;  // adversarial hashes only: a probe run too long
@@ -166,13 +178,19 @@ void PageStore::release(GroupId g, PageId p, std::uint64_t t, std::uint32_t prio
   const PageId lp = p / grp.n;
   if (!rec.hashed) {
     rec.node.key.time = key.time;  // never listed
-    grp.alloc.free(p);
-    // The large page may now hold only cached pages and free small pages (or be back in the
-    // pool: no entry may outlive that). One-page large pages are never listed there.
-    if (grp.n > 1 &&
-        (mixed(lp) || (pool_.owner_unchecked(lp) == kNoGroup && (large_lru_.contains(lp) || mixed_lru_.contains(lp)))))
-      refresh_large(g, lp);
+    if (rec.copy) {                // its cached twin is still in use: it stays the cached one
+      copies_.erase(g, rec.hash, p);
+      rec.copy = 0;
+      --num_copies_;
+    }
+    free_uncached(g, p);
     return;
+  }
+  if (num_copies_ > 0) [[unlikely]] {
+    if (const PageId d = copies_.find(g, rec.hash, hash_of()); d != kNullPage) {
+      hand_over(g, p, d);
+      return;
+    }
   }
   if (grp.lru.contains(p)) {  // its stale entry from a lazy pin
     // Key and level unchanged (a hit that was never used): the entry is already where a
@@ -192,6 +210,37 @@ void PageStore::release(GroupId g, PageId p, std::uint64_t t, std::uint32_t prio
   // lp is g's (p was allocated): wholly evictable iff every small page is; mixed needs n > 1.
   // A one-page large page is listed by its page's entry alone.
   if (grp.n > 1 && (ev_in_large_[lp] == grp.n || mixed(lp))) refresh_large(g, lp);
+}
+
+void PageStore::free_uncached(GroupId g, PageId p) {
+  Group& grp = groups_[g];
+  const PageId lp = p / grp.n;
+  grp.alloc.free(p);
+  // The large page may now hold only cached pages and free small pages (or be back in the
+  // pool: no entry may outlive that). One-page large pages are never listed there.
+  if (grp.n > 1 &&
+      (mixed(lp) || (pool_.owner_unchecked(lp) == kNoGroup && (large_lru_.contains(lp) || mixed_lru_.contains(lp)))))
+    refresh_large(g, lp);
+}
+
+void PageStore::hand_over(GroupId g, PageId o, PageId d) {
+  Group& grp = groups_[g];
+  PageRec& ro = grp.pg[o];
+  PageRec& rd = grp.pg[d];
+  const BlockHash h = ro.hash;
+  if (grp.lru.contains(o)) grp.lru.erase(o);  // its stale entry from a lazy pin
+  index_.erase(g, h, o);
+  ro.hashed = 0;
+  ++uncached_;
+  events_.removed(g, o, h);
+  copies_.erase(g, h, d);
+  rd.copy = 0;
+  --num_copies_;
+  if (index_.insert(g, h, d, hash_of())) {
+    rd.hashed = 1;
+    events_.stored(g, d, h);
+  }
+  free_uncached(g, o);
 }
 
 void PageStore::release_row(GroupId g, std::span<const PageId> pages, std::uint64_t t, std::uint32_t prio) {
@@ -233,6 +282,13 @@ void PageStore::evict_large(PageId lp) {
 
 void PageStore::forget_all() {
   ++uncached_;
+  for (Group& grp : groups_)
+    for (PageRec& rec : grp.pg)
+      if (rec.copy) {
+        rec.copy = 0;
+        --num_copies_;
+      }
+  copies_.clear();
   for (GroupId g = 0; g < groups_.size(); ++g) {
     Group& grp = groups_[g];
     for (PageId s = small_front(g); s != kNullPage; s = small_front(g)) evict_small(g, s);

@@ -51,8 +51,10 @@ class PageStore {
     rec.prio = 0;
   }
   // Caches p under h. When h is cached already as a page no request uses, p takes it over
-  // and that page is evicted (a removed event); as one a request uses, p stays private.
-  // Records a stored event. O(1) expected, O(n) when a large page is re-filed.
+  // and that page is evicted (a removed event); as one a request uses, p becomes a copy
+  // that takes the hash over when that page's last user releases it. Either way a computed
+  // prefix stays findable for as long as its newest copy lives (issue 17 item 4). Records a
+  // stored event. O(1) expected, O(n) when a large page is re-filed.
   void register_page(GroupId g, PageId p, const BlockHash& h);
   // One more reference to a cached page (a hit or a pin). O(1): a lazy pin.
   void acquire(GroupId g, PageId p) {
@@ -173,6 +175,7 @@ class PageStore {
   // Recounts every evictable count, list and list order; kvmm::Error naming the first
   // mismatch. `refs[g][p]` are the holders the caller counted. O(memory).
   void check_invariants(const std::vector<std::vector<std::uint32_t>>& refs) const;
+  std::uint64_t num_copies() const { return num_copies_; }
 
  private:
   template <class Lru>
@@ -187,6 +190,11 @@ class PageStore {
   void refresh_large(GroupId g, PageId lp);
   void ev_add(PageId lp, std::uint32_t n) { num_full_ev_ += ++ev_in_large_[lp] == n; }
   void ev_sub(PageId lp, std::uint32_t n) { num_full_ev_ -= ev_in_large_[lp]-- == n; }
+  // Cached page o, just released by its last user, gives its hash to copy d (in use) and
+  // is freed. O(1) + O(n) to re-file o's large page.
+  void hand_over(GroupId g, PageId o, PageId d);
+  // Frees a page no request uses and no hash names; re-files its large page. O(1) + O(n).
+  void free_uncached(GroupId g, PageId p);
   auto hash_of() const {
     return [this](GroupId g, PageId p) -> const BlockHash& { return groups_[g].pg[p].hash; };
   }
@@ -195,6 +203,8 @@ class PageStore {
   std::vector<Group>& groups_;
   LargePagePool& pool_;
   PrefixIndex& index_;
+  PrefixIndex copies_;            // (group, hash) -> a copy waiting to take the hash over
+  std::uint64_t num_copies_ = 0;  // while 0, a release does not look for one
   EventLog& events_;
   bool prefix_caching_;
   std::vector<LargeRec> large_;

@@ -6,6 +6,7 @@
 // tables, evictions only of pages the model holds evictable, all-or-none failures.
 #include "kvmm/manager/kv_cache_manager.hpp"
 #include "kvmm/manager/testing.hpp"
+#include "random_model.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -17,47 +18,9 @@
 #include <vector>
 
 using namespace kvmm;
+using namespace kvmm::test;
 
 namespace {
-
-constexpr std::uint32_t kMaxRequests = 12;
-constexpr GroupId kFull = 0, kSw = 1, kMamba = 2;
-constexpr std::uint32_t kWindow = 6;
-const std::uint32_t kP[3] = {4, 4, 8};
-
-// Layout 0: 6, 3 and 2 small pages per large page. Layout 1: the sliding-window and Mamba
-// pages fill a large page each (n = 1), so step 3 merges their small-page LRUs with the
-// large-page LRU of the full-attention group (n = 6).
-KVLayout random_layout(int variant) {
-  return KVLayout::plan({LayerGroup::full_attention("full", 1, 1, 8, 2, 4),
-                         LayerGroup::sliding_window("sw", variant == 0 ? 2 : 6, 1, 8, 2, 4, kWindow),
-                         LayerGroup::mamba_state("mamba", 1, variant == 0 ? 384 : 768, 8)});
-}
-
-using HashKey = std::pair<std::uint64_t, std::uint64_t>;
-HashKey key(const BlockHash& h) { return {h.lo, h.hi}; }
-
-struct RefRequest {
-  std::vector<std::uint32_t> tokens;
-  std::uint32_t lora = 0;
-  std::uint64_t registered[3] = {0, 0, 0};
-  bool swapped = false;
-  std::vector<std::optional<BlockHash>> swapped_hash[3];
-  std::vector<bool> swapped_null[3];
-  std::vector<std::uint64_t> bounds;                // hinted cache boundaries
-  std::vector<std::pair<GroupId, PageId>> held;     // pages the model expects held for them
-};
-
-// Whether page i of group g is one a hit at some boundary needs (the policies' rule,
-// written out: the window's pages below L, Mamba's checkpoint at L).
-bool held_by_rule(GroupId g, std::uint64_t i, const std::vector<std::uint64_t>& bounds) {
-  for (std::uint64_t L : bounds) {
-    const std::uint64_t p = L / kP[g] * kP[g], pages = p / kP[g];
-    const std::uint64_t lo = g == kSw ? (p > kWindow ? p - kWindow : 0) / 4 : pages > 0 ? pages - 1 : 0;
-    if (g != kFull && i >= lo && i < pages) return true;
-  }
-  return false;
-}
 
 class Model {
  public:
@@ -81,22 +44,11 @@ class Model {
     }
   }
 
-  std::uint64_t holds = 0;
-  std::uint64_t hits = 0, lookups = 0, evictions = 0, failures = 0, cows = 0, swaps = 0, resets = 0, refusals = 0;
+  std::uint64_t holds = 0, handovers = 0, hits = 0, lookups = 0, evictions = 0, failures = 0, cows = 0, swaps = 0, resets = 0, refusals = 0;
   const KVCacheManager& kv() const { return kv_; }
 
  private:
   // ---- reference hashes and hits
-  std::vector<BlockHash> chain(const RefRequest& q, std::uint32_t P) const {
-    std::vector<BlockHash> out;
-    for (std::size_t i = 0; (i + 1) * P <= q.tokens.size(); ++i) {
-      PageExtraKeys ex;
-      ex.lora_id = q.lora;
-      out.push_back(hash_page(i ? out.back() : BlockHash{},
-                              std::span(q.tokens).subspan(i * P, P), ex));
-    }
-    return out;
-  }
   bool cached(GroupId g, const std::vector<BlockHash>& h, std::uint64_t i) const {
     return i < h.size() && cached_[g].count(key(h[i]));
   }
@@ -163,16 +115,28 @@ class Model {
   // Removed events: only pages the model held evictable before the operation.
   void take_events(bool resetting = false) {
     kv_.take_events(events_);
-    for (const CacheEvent& e : events_) {
+    for (std::size_t i = 0; i < events_.size(); ++i) {
+      const CacheEvent& e = events_[i];
       if (e.kind != CacheEventKind::kRemoved) continue;
-      if (!resetting) {
-        INFO("group " << e.group << " page " << e.page);
-        REQUIRE(evictable_[e.group].count(e.page));
-        ++evictions;
-      }
       REQUIRE(page_hash_[e.group].count(e.page));
       REQUIRE(page_hash_[e.group].at(e.page) == e.hash);
       forget(e.group, e.page);
+      if (resetting) continue;
+      INFO("group " << e.group << " page " << e.page);
+      if (evictable_[e.group].count(e.page)) {
+        ++evictions;
+        continue;
+      }
+      // A used page released during the operation hands its hash to a copy of the same
+      // content that a running request uses: removed, then stored for the copy.
+      REQUIRE(i + 1 < events_.size());
+      const CacheEvent& s = events_[++i];
+      REQUIRE(s.kind == CacheEventKind::kStored);
+      REQUIRE(s.group == e.group);
+      REQUIRE(s.hash == e.hash);
+      REQUIRE(refs_[s.group][s.page] > 0);
+      remember(s.group, s.page, s.hash);
+      ++handovers;
     }
   }
 
@@ -283,6 +247,7 @@ class Model {
   void op_reset(RequestId r) {
     last_op_ = "op_reset";
     kv_.reset(r);
+    take_events();
     ++resets;
     RefRequest& q = reqs_[r];
     q.swapped = false;
@@ -435,10 +400,8 @@ class Model {
       for (std::uint64_t i = 0; i < before.size() && i < after.size(); ++i)
         if (before[i] != kNullPage && after[i] == kNullPage && held_by_rule(g, i, bounds)) q.held.emplace_back(g, before[i]);
     }
-    auto got = kvmm::testing::ManagerInspector(kv_).held_pages(r);
-    auto want = q.held;
-    std::sort(got.begin(), got.end());
-    std::sort(want.begin(), want.end());
+    auto got = kvmm::testing::ManagerInspector(kv_).held_pages(r), want = q.held;
+    std::sort(got.begin(), got.end()), std::sort(want.begin(), want.end());
     REQUIRE(got == want);
     if (!q.held.empty()) ++holds;
   }
@@ -449,12 +412,14 @@ class Model {
       if (rng_() % 2) {
         kv_.unpin(it->first);
         it = pins_.erase(it);
+        take_events();
       } else {
         ++it;
       }
     }
     kv_.free(r);
     reqs_.erase(r);
+    take_events();
   }
 
   void op_fork() {
@@ -484,8 +449,8 @@ class Model {
     for (GroupId g = 0; g < 3; ++g)
       for (PageId p : kv_.page_table(r, g)) held += p != kNullPage;
     const auto plan = kv_.swap_out(r);
-    take_events();
     if (!plan) {
+      take_events();
       REQUIRE(snap() == s);
       return;
     }
@@ -494,6 +459,8 @@ class Model {
     RefRequest& q = reqs_[r];
     q.swapped = true;
     q.held.clear();  // released, not swapped: they serve later hits, not this request
+    // The hashes the host copies carry: as cached before this operation's events (a page
+    // released here may hand its hash to a copy).
     for (GroupId g = 0; g < 3; ++g) {
       q.swapped_hash[g].clear();
       q.swapped_null[g].clear();
@@ -507,6 +474,7 @@ class Model {
         }
       }
     }
+    take_events();
   }
 
   void op_swap_in() {
@@ -616,6 +584,7 @@ TEST_CASE("model-based randomized test against a reference model", "[manager][ra
     CHECK(m.resets > 10);
     CHECK(m.refusals > 50);
     CHECK(m.holds > 100);
+    CHECK(m.handovers > 10);
     if (seed != 3) CHECK(m.failures > 10);
     if (layout == 1) {
       CHECK(m.kv().layout().small_pages_per_large_page(kSw) == 1);
@@ -625,7 +594,7 @@ TEST_CASE("model-based randomized test against a reference model", "[manager][ra
     WARN("seed " << seed << ": lookups " << m.lookups << " hits " << m.hits << " evictions "
                  << m.evictions << " failed allocations " << m.failures << " copies " << m.cows
                  << " swaps " << m.swaps << " resets " << m.resets << " refused admissions " << m.refusals
-                 << " commits holding pages " << m.holds);
+                 << " commits holding pages " << m.holds << " hand-overs " << m.handovers);
   }
   CHECK(total_ops >= 100000);
 }

@@ -182,3 +182,60 @@ TEST_CASE("bad cache boundaries raise and leave the manager as it was", "[manage
   KVCacheManagerOptions o{.num_large_pages = 8, .learned_boundaries = (1u << 24) + 1};
   CHECK_THROWS_WITH(KVCacheManager(fig10_layout(), o), Catch::Contains("learned_boundaries = 16777217"));
 }
+
+TEST_CASE("a prefix computed twice stays findable from its newest copy", "[manager][retention]") {
+  const KVLayout layout = KVLayout::plan({LayerGroup::full_attention("full", 1, 1, 8, 2, 1)});
+  KVCacheManager kv(layout, {.num_large_pages = 32, .max_requests = 4, .record_events = true});
+  testing::ManagerInspector in(kv);
+  const std::vector<std::uint32_t> ids{A, B, C, D, E, F, G, X};
+  std::vector<std::uint32_t> longer = ids;
+  longer.push_back(X + 1);
+  std::vector<CacheEvent> events;
+
+  SECTION("both admitted before either committed: the second copy takes over at the first's release") {
+    const RequestId a = kv.add_request(ids), b = kv.add_request(ids);
+    REQUIRE(kv.lookup_prefix(a) == 0);
+    REQUIRE(kv.lookup_prefix(b) == 0);
+    REQUIRE(kv.allocate(a, 8));
+    REQUIRE(kv.allocate(b, 8));
+    kv.commit(a, 8);
+    kv.commit(b, 8);
+    const auto pa = kv.page_table(a, 0), pb = kv.page_table(b, 0);
+    const std::vector<PageId> a_pages(pa.begin(), pa.end()), b_pages(pb.begin(), pb.end());
+    for (std::size_t i = 0; i < 8; ++i) {
+      CHECK(in.page_hash(0, a_pages[i]).has_value());
+      CHECK_FALSE(in.page_hash(0, b_pages[i]).has_value());  // a copy: private until a lets go
+    }
+    kv.take_events(events);
+    kv.free(a);
+    kv.check_invariants();
+    for (std::size_t i = 0; i < 8; ++i) {
+      CHECK(in.page_state(0, a_pages[i]) == PageState::kEmpty);  // its memory back at once
+      CHECK(in.page_hash(0, b_pages[i]).has_value());
+    }
+    kv.take_events(events);
+    CHECK(events.size() == 16);  // each page: removed (a's), then stored (b's)
+    const RequestId c = kv.add_request(longer);
+    CHECK(kv.lookup_prefix(c) == 8);  // from b's pages, while b runs
+    REQUIRE(kv.allocate(c, 1));
+    CHECK(std::equal(b_pages.begin(), b_pages.end(), kv.page_table(c, 0).begin()));
+  }
+
+  SECTION("computed again while the first copy is evictable: the new copy takes over, the old is evicted") {
+    const RequestId a = kv.add_request(ids);
+    REQUIRE(kv.allocate(a, 8));
+    kv.commit(a, 8);
+    const auto pa = kv.page_table(a, 0);
+    const std::vector<PageId> a_pages(pa.begin(), pa.end());
+    kv.free(a);
+    CHECK(kv.num_evictable_pages(0) == 8);
+    const RequestId b = kv.add_request(ids);  // no lookup: computes the prefix again
+    REQUIRE(kv.allocate(b, 8));
+    kv.commit(b, 8);
+    kv.check_invariants();
+    CHECK(kv.num_evictable_pages(0) == 0);
+    CHECK(kv.num_used_pages(0) == 8);
+    for (PageId p : a_pages) CHECK(in.page_state(0, p) == PageState::kEmpty);
+    for (PageId p : kv.page_table(b, 0)) CHECK(in.page_hash(0, p).has_value());
+  }
+}

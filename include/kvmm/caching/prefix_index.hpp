@@ -62,6 +62,8 @@ class PrefixIndex {
   // reads: a page is indexed under one hash at a time). false when absent.
   bool erase(GroupId g, const BlockHash& h, PageId page);
   std::uint64_t size() const { return size_; }
+  std::uint64_t capacity() const { return max_; }
+  std::uint32_t num_groups() const { return num_groups_; }
   void clear();
 
  private:
