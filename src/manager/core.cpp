@@ -429,7 +429,11 @@ bool ManagerCore::allocate(RequestId r, std::uint32_t num_new_tokens, std::uint3
     // out of them (more capacity): a refusal here is a refusal after it. Image pages are
     // counted only once the rows exist, so requests with images skip this.
     if (q.ids.items().empty() && compute_need(s, q, num_new_tokens, target) && refused_before_pin(r, q)) {
-      if constexpr (kCheckInternal) check_refusal(r, s, q, num_new_tokens, target);
+      if constexpr (kCheckInternal) {
+        const bool was = store_.keep_stale(true);
+        check_refusal(r, s, q, num_new_tokens, target);
+        store_.keep_stale(was);
+      }
       return refused(r, q, num_new_tokens);
     }
     if (!admit(r, s, q)) {

@@ -87,7 +87,7 @@ std::size_t PageStore::acquire_run_impl(GroupId g, const PageId* pages, const Bl
 PageId PageStore::small_front(GroupId g) const {
   const Group& grp = groups_[g];
   PageId s = grp.lru.front();
-  for (; s != kNullPage && grp.pg[s].ref > 0; s = grp.lru.front()) grp.lru.erase(s);
+  while (s != kNullPage && grp.pg[s].ref > 0) s = drop_stale(grp.lru, s);
   return s;
 }
 
@@ -109,7 +109,7 @@ bool PageStore::victim_before(std::uint32_t sa, PageId a, std::uint32_t sb, Page
 PageId PageStore::source_front(std::uint32_t src) const {
   if (src > 0) return small_front(single_[src - 1]);
   PageId lp = large_lru_.front();
-  for (; lp != kNullPage && !full_evictable(lp); lp = large_lru_.front()) large_lru_.erase(lp);
+  while (lp != kNullPage && !full_evictable(lp)) lp = drop_stale(large_lru_, lp);
   return lp;
 }
 
@@ -119,7 +119,7 @@ PageId PageStore::large_front(std::uint32_t& src) const {
 
 PageId PageStore::mixed_front() const {
   PageId lp = mixed_lru_.front();
-  for (; lp != kNullPage && !mixed(lp); lp = mixed_lru_.front()) mixed_lru_.erase(lp);
+  while (lp != kNullPage && !mixed(lp)) lp = drop_stale(mixed_lru_, lp);
   return lp;
 }
 
@@ -314,9 +314,7 @@ PageId PageStore::replay_next(Lru& lru, PageId lp, bool mixed_list) {
     if (lp == kNullPage) return lp;
     const bool stale = mixed_list ? !mixed(lp) : !full_evictable(lp);
     if (!stale && !replay_skips(lp)) return lp;
-    const PageId next = lru.after(lp);
-    if (stale) lru.erase(lp);
-    lp = next;
+    lp = stale ? drop_stale(lru, lp) : lru.after(lp);
   }
 }
 

@@ -176,6 +176,12 @@ class PageStore {
   // mismatch. `refs[g][p]` are the holders the caller counted. O(memory).
   void check_invariants(const std::vector<std::vector<std::uint32_t>>& refs) const;
   std::uint64_t num_copies() const { return num_copies_; }
+  // While set, the fronts and the replay step over stale entries instead of dropping them,
+  // so a debug check that replays (allocation's feasibility, a refusal) leaves the lists
+  // exactly as they were: a dropped entry of a page later released unchanged is inserted
+  // anew rather than revived in place, which orders it after its equals. O(1).
+  // Returns the previous setting (checks nest).
+  bool keep_stale(bool on) const { return std::exchange(keep_stale_, on); }
 
  private:
   template <class Lru>
@@ -190,6 +196,13 @@ class PageStore {
   void refresh_large(GroupId g, PageId lp);
   void ev_add(PageId lp, std::uint32_t n) { num_full_ev_ += ++ev_in_large_[lp] == n; }
   void ev_sub(PageId lp, std::uint32_t n) { num_full_ev_ -= ev_in_large_[lp]-- == n; }
+  // The entry after stale entry e of list l, e dropped unless keep_stale. O(1).
+  template <class Lru>
+  PageId drop_stale(Lru& l, PageId e) const {
+    const PageId next = l.after(e);
+    if (!keep_stale_) l.erase(e);
+    return next;
+  }
   // Cached page o, just released by its last user, gives its hash to copy d (in use) and
   // is freed. O(1) + O(n) to re-file o's large page.
   void hand_over(GroupId g, PageId o, PageId d);
@@ -205,6 +218,7 @@ class PageStore {
   PrefixIndex& index_;
   PrefixIndex copies_;            // (group, hash) -> a copy waiting to take the hash over
   std::uint64_t num_copies_ = 0;  // while 0, a release does not look for one
+  mutable bool keep_stale_ = false;
   EventLog& events_;
   bool prefix_caching_;
   std::vector<LargeRec> large_;

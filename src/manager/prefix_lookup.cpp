@@ -266,6 +266,9 @@ void PrefixLookup::unpin_rows(std::uint32_t r, GroupId upto) {
 
 bool PrefixLookup::pin(RequestId handle, std::uint32_t r, const Request& q, std::uint64_t p) {
   const bool memo_valid = memo_owner_ == handle;
+  // Pinning another request's hit rewrites the memo with its pages: the memo's owner must
+  // not trust it afterwards (it would pin this request's pages unchecked).
+  if (!memo_valid) memo_owner_ = kNoRequest;
   for (GroupId g = 0; g < groups_.size(); ++g) {
     Group& grp = groups_[g];
     bool ok = true;

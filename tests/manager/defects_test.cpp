@@ -165,3 +165,29 @@ TEST_CASE("manager options are validated before anything is allocated", "[manage
   CHECK_THROWS_WITH(KVCacheManager(layout, {.num_large_pages = 8, .max_requests = max32}),
                     Catch::Contains("max_requests = " + std::to_string(max32)));
 }
+
+// Found by the Python differential test (issue 22): pinning a request's hit when another
+// request was looked up last rewrote the lookup memo, which the other request's allocate
+// then trusted, pinning the first request's pages (another LoRA adapter's KV) unchecked.
+TEST_CASE("interleaved lookups pin each request's own pages", "[manager][defect]") {
+  KVCacheManager kv(text_layout(), {.num_large_pages = 32, .max_requests = 4});
+  const std::vector<std::uint32_t> ids{1, 2, 3, 4, 5, 6, 7, 8, 9};
+  for (std::uint32_t lora : {0u, 1u}) {  // the same ids cached under two adapters
+    const RequestId r = kv.add_request(ids, {.lora_id = lora});
+    kv.lookup_prefix(r);
+    REQUIRE(kv.allocate(r, 9));
+    kv.commit(r, 9);
+    kv.free(r);
+  }
+  const RequestId a = kv.add_request(ids, {.lora_id = 0}), b = kv.add_request(ids, {.lora_id = 1});
+  REQUIRE(kv.lookup_prefix(a) == 8);
+  REQUIRE(kv.lookup_prefix(b) == 8);
+  REQUIRE(kv.allocate(a, 1));
+  REQUIRE(kv.allocate(b, 1));
+  kv.check_invariants();
+  for (GroupId g = 0; g < 2; ++g) {
+    const auto pa = kv.page_table(a, g), pb = kv.page_table(b, g);
+    for (std::size_t i = 0; i < 2; ++i)
+      if (pa[i] != kNullPage) CHECK(pa[i] != pb[i]);
+  }
+}
