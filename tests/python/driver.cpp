@@ -1,0 +1,183 @@
+// kvmm_py_driver: replays an operation script (written by tests/python/test_differential.py)
+// through the C++ KVCacheManager and prints one line per result, the same lines the Python
+// side prints for the same script through the bindings; the test compares the two.
+// Usage: kvmm_py_driver SCRIPT. O(script) manager calls; output O(pages) per `tables`.
+#include "kvmm/error.hpp"
+#include "kvmm/manager/kv_cache_manager.hpp"
+
+#include <fmt/format.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace kvmm;
+
+std::string join(std::span<const PageId> ids) {
+  std::string s;
+  for (PageId p : ids) s += fmt::format(" {}", static_cast<std::int64_t>(p == kNullPage ? -1 : p));
+  return s;
+}
+
+std::string join32(const std::vector<std::int32_t>& v, std::size_t n) {
+  std::string s;
+  for (std::size_t i = 0; i < n; ++i) s += fmt::format(" {}", v[i]);
+  return s;
+}
+
+std::string plan_text(const std::optional<std::span<const PageCopy>>& plan) {
+  if (!plan) return "none";
+  std::string s = fmt::format("{}", plan->size());
+  for (const PageCopy& c : *plan) s += fmt::format(" {}:{}:{}", c.group, c.src, c.dst);
+  return s;
+}
+
+struct Driver {
+  std::vector<LayerGroup> groups;
+  std::optional<KVCacheManager> kv;
+  std::map<std::uint32_t, RequestId> slots;
+  std::map<std::uint32_t, PinId> pins;
+
+  void tables() {
+    for (const auto& [slot, r] : slots) {
+      if (!kv->is_active(r)) continue;
+      std::cout << fmt::format("req {} computed={} allocated={} tokens={} swapped={}\n", slot, kv->num_computed(r),
+                               kv->num_allocated(r), kv->num_tokens(r), kv->is_swapped(r) ? 1 : 0);
+      for (GroupId g = 0; g < groups.size(); ++g)
+        std::cout << fmt::format("  g{}:{}\n", g, join(kv->is_swapped(r) ? kv->host_page_table(r, g) : kv->page_table(r, g)));
+    }
+    const CacheStats st = kv->stats();
+    std::cout << fmt::format("stats free={} lookups={} lookup_tokens={} hit_tokens={}\n", st.free_large_pages,
+                             st.lookups, st.lookup_tokens, st.hit_tokens);
+    for (const GroupStats& g : st.groups)
+      std::cout << fmt::format("  used={} evictable={} empty={} large={} waste={} hit={} evicted={}\n", g.used_pages,
+                               g.evictable_pages, g.empty_pages, g.large_pages, g.waste_bytes, g.hit_pages,
+                               g.evicted_pages);
+  }
+
+  void exports(GroupId g, const std::vector<RequestId>& batch) {
+    std::uint64_t bound = 0;
+    for (RequestId r : batch) bound += kv->page_table(r, g).size();
+    std::vector<std::int32_t> indptr(batch.size() + 1), indices(bound), last(batch.size());
+    const std::size_t nnz = kv->export_csr(g, batch, indptr, indices, last);
+    std::cout << fmt::format("csr{} |{} |{}\n", join32(indptr, indptr.size()), join32(indices, nnz),
+                             join32(last, last.size()));
+  }
+
+  // One script line; prints its result line (or "error").
+  void run(const std::string& line) {
+    std::istringstream in(line);
+    std::string op;
+    in >> op;
+    std::uint32_t a = 0, b = 0, c = 0;
+    if (op == "group") {
+      std::string kind, name;
+      std::uint32_t layers = 0, heads = 0, dim = 0, dtype = 0, tpp = 0, window = 0;
+      in >> kind >> name >> layers >> heads >> dim >> dtype >> tpp;
+      if (kind == "full") groups.push_back(LayerGroup::full_attention(name, layers, heads, dim, dtype, tpp));
+      if (kind == "sliding") {
+        in >> window;
+        groups.push_back(LayerGroup::sliding_window(name, layers, heads, dim, dtype, tpp, window));
+      }
+      return;
+    }
+    if (op == "manager") {
+      std::uint32_t caching = 0;
+      in >> a >> b >> c >> caching;
+      kv.emplace(KVLayout::plan(groups), KVCacheManagerOptions{.num_large_pages = a, .num_host_large_pages = b,
+                                                               .max_requests = c, .prefix_caching = caching != 0});
+      return;
+    }
+    if (op == "step") {
+      kv->begin_step();
+      return;
+    }
+    if (op == "tables") return tables();
+    try {
+      if (op == "add") {
+        std::uint32_t lora = 0, n = 0;
+        in >> a >> lora >> n;
+        std::vector<std::uint32_t> t(n);
+        for (auto& x : t) in >> x;
+        slots[a] = kv->add_request(t, {.lora_id = lora});
+        std::cout << "ok\n";
+      } else if (op == "lookup") {
+        in >> a;
+        std::cout << kv->lookup_prefix(slots.at(a)) << "\n";
+      } else if (op == "alloc") {
+        in >> a >> b >> c;
+        std::cout << (kv->allocate(slots.at(a), b, c) ? 1 : 0) << "\n";
+      } else if (op == "commit") {
+        in >> a >> b;
+        kv->commit(slots.at(a), b);
+        std::cout << "ok\n";
+      } else if (op == "append") {
+        in >> a >> b;
+        kv->append_token(slots.at(a), b);
+        std::cout << "ok\n";
+      } else if (op == "fork") {
+        in >> a >> b;
+        slots[b] = kv->fork(slots.at(a));
+        std::cout << "ok\n";
+      } else if (op == "free") {
+        in >> a;
+        kv->free(slots.at(a));
+        std::cout << "ok\n";
+      } else if (op == "reset") {
+        in >> a;
+        kv->reset(slots.at(a));
+        std::cout << "ok\n";
+      } else if (op == "swapout") {
+        in >> a;
+        std::cout << plan_text(kv->swap_out(slots.at(a))) << "\n";
+      } else if (op == "swapin") {
+        in >> a;
+        std::cout << plan_text(kv->swap_in(slots.at(a))) << "\n";
+      } else if (op == "pin") {
+        in >> a >> b;
+        pins[b] = kv->pin_prefix(slots.at(a));
+        std::cout << "ok\n";
+      } else if (op == "unpin") {
+        in >> a;
+        kv->unpin(pins.at(a));
+        std::cout << "ok\n";
+      } else if (op == "export") {
+        in >> a;
+        std::vector<RequestId> batch;
+        while (in >> b) batch.push_back(slots.at(b));
+        exports(a, batch);
+      } else {
+        fail("unknown op '{}'", op);
+      }
+    } catch (const Error&) {
+      std::cout << "error\n";
+    }
+  }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: kvmm_py_driver SCRIPT\n");
+    return 2;
+  }
+  std::ifstream f(argv[1]);
+  if (!f) {
+    std::fprintf(stderr, "kvmm_py_driver: cannot read %s\n", argv[1]);
+    return 2;
+  }
+  Driver d;
+  std::string line;
+  while (std::getline(f, line))
+    if (!line.empty()) d.run(line);
+  return 0;
+}
