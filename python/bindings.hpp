@@ -38,7 +38,13 @@ struct Buffer {
   std::vector<std::int32_t> data;
   std::vector<py::ssize_t> shape;
   explicit Buffer(std::vector<py::ssize_t> s);
+  Buffer(Buffer&& o) noexcept : data(std::move(o.data)), shape(std::move(o.shape)) { ++live; }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  Buffer& operator=(Buffer&&) = delete;
+  ~Buffer() { --live; }
   py::ssize_t size() const { return static_cast<py::ssize_t>(data.size()); }
+  static inline std::int64_t live = 0;  // Buffers alive, for leak tests (under the GIL)
 };
 
 // A zero-copy numpy view of the whole buffer (its base is the Buffer) and of its first n

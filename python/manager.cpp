@@ -49,7 +49,8 @@ std::vector<MultimodalItem> items_from(const py::object& items) {
   for (const py::handle& it : items) {
     const py::tuple t = py::reinterpret_borrow<py::object>(it).cast<py::tuple>();
     if (t.size() != 3) fail("items: each item is (hash, offset, length), got {} fields", t.size());
-    out.push_back({.hash = hash_from(t[0], "item hash"), .offset = t[1].cast<std::uint64_t>(),
+    out.push_back({.hash = hash_from(t[0], "item hash"),
+                   .offset = t[1].cast<std::uint64_t>(),
                    .length = t[2].cast<std::uint32_t>()});
   }
   return out;
@@ -170,9 +171,12 @@ struct PerRequest {
 KVCacheManagerOptions options_from(std::uint32_t num_large_pages, std::uint32_t num_host_large_pages,
                                    std::uint32_t max_requests, bool prefix_caching, bool record_events,
                                    const py::object& log, std::uint64_t seed) {
-  KVCacheManagerOptions o{.num_large_pages = num_large_pages, .num_host_large_pages = num_host_large_pages,
-                          .max_requests = max_requests, .prefix_caching = prefix_caching,
-                          .record_events = record_events, .seed = seed};
+  KVCacheManagerOptions o{.num_large_pages = num_large_pages,
+                          .num_host_large_pages = num_host_large_pages,
+                          .max_requests = max_requests,
+                          .prefix_caching = prefix_caching,
+                          .record_events = record_events,
+                          .seed = seed};
   if (!log.is_none()) {
     if (!PyCallable_Check(log.ptr())) throw py::type_error("log: expected a callable(level: str, message: str)");
     // The callable is called with the GIL held; an exception it raises is reported as
@@ -295,7 +299,8 @@ py::object export_dense(Manager& m, GroupId g, const U32Array& batch_arr, std::o
   if (max_pages) {
     width = *max_pages;
   } else {
-    for (RequestId r : batch) width = std::max<std::uint32_t>(width, static_cast<std::uint32_t>(kv->page_table(r, g).size()));
+    for (RequestId r : batch)
+      width = std::max<std::uint32_t>(width, static_cast<std::uint32_t>(kv->page_table(r, g).size()));
   }
   py::object t = py::cast(Buffer({static_cast<py::ssize_t>(batch.size()), static_cast<py::ssize_t>(width)}));
   Buffer& bt = t.cast<Buffer&>();
@@ -365,12 +370,17 @@ void bind_requests(py::class_<Manager>& c) {
   c.def(
        "add_request",
        [](Manager& m, const U32Array& tokens, std::uint32_t lora_id, const py::object& items,
-          std::uint64_t prompt_tokens, const std::string& cache_salt, std::uint32_t priority, std::uint64_t max_tokens) {
+          std::uint64_t prompt_tokens, const std::string& cache_salt, std::uint32_t priority,
+          std::uint64_t max_tokens) {
          auto kv = m.use();
          const auto t = span_of(tokens, "tokens");
          const std::vector<MultimodalItem> it = items_from(items);
-         const RequestExtras extras{.lora_id = lora_id, .items = it, .prompt_tokens = prompt_tokens,
-                                    .cache_salt = cache_salt, .priority = priority, .max_tokens = max_tokens};
+         const RequestExtras extras{.lora_id = lora_id,
+                                    .items = it,
+                                    .prompt_tokens = prompt_tokens,
+                                    .cache_salt = cache_salt,
+                                    .priority = priority,
+                                    .max_tokens = max_tokens};
          MaybeRelease release(t.size() >= kReleaseGilAt);
          return kv->add_request(t, extras);
        },
@@ -386,8 +396,9 @@ void bind_requests(py::class_<Manager>& c) {
             kv->append_tokens(r, t);
           },
           py::arg("r"), py::arg("tokens"))
-      .def("append_token", [](Manager& m, RequestId r, std::uint32_t t) { m.use()->append_token(r, t); },
-           py::arg("r"), py::arg("token"))
+      .def(
+          "append_token", [](Manager& m, RequestId r, std::uint32_t t) { m.use()->append_token(r, t); }, py::arg("r"),
+          py::arg("token"))
       .def(
           "lookup_prefix",
           [](Manager& m, RequestId r) {
@@ -404,11 +415,15 @@ void bind_requests(py::class_<Manager>& c) {
             return kv->allocate(r, n, lookahead);
           },
           py::arg("r"), py::arg("num_new_tokens"), py::arg("lookahead") = 0)
-      .def("commit", [](Manager& m, RequestId r, std::uint64_t n) { m.use()->commit(r, n); }, py::arg("r"),
-           py::arg("num_computed_tokens"))
-      .def("fork", [](Manager& m, RequestId r) { return m.use()->fork(r); }, py::arg("parent"))
-      .def("free", [](Manager& m, RequestId r) { m.use()->free(r); }, py::arg("r"))
-      .def("reset", [](Manager& m, RequestId r) { m.use()->reset(r); }, py::arg("r"))
+      .def(
+          "commit", [](Manager& m, RequestId r, std::uint64_t n) { m.use()->commit(r, n); }, py::arg("r"),
+          py::arg("num_computed_tokens"))
+      .def(
+          "fork", [](Manager& m, RequestId r) { return m.use()->fork(r); }, py::arg("parent"))
+      .def(
+          "free", [](Manager& m, RequestId r) { m.use()->free(r); }, py::arg("r"))
+      .def(
+          "reset", [](Manager& m, RequestId r) { m.use()->reset(r); }, py::arg("r"))
       .def(
           "swap_out",
           [](Manager& m, RequestId r) -> py::object {
@@ -423,17 +438,22 @@ void bind_requests(py::class_<Manager>& c) {
             return plan ? py::object(copies_array(*plan)) : py::object(py::none());
           },
           py::arg("r"))
-      .def("copies", [](Manager& m) { return copies_array(m.use()->copies()); },
-           "Copy-on-write copies since begin_step(): [n, 3] uint32 (group, src, dst)")
-      .def("reset_prefix_cache", [](Manager& m) {
-        auto kv = m.use();
-        py::gil_scoped_release release;
-        kv->reset_prefix_cache();
-      })
-      .def("pin_prefix", [](Manager& m, RequestId r) { return m.use()->pin_prefix(r); }, py::arg("r"))
-      .def("unpin", [](Manager& m, PinId p) { m.use()->unpin(p); }, py::arg("pin"))
-      .def("set_priority", [](Manager& m, RequestId r, std::uint32_t p) { m.use()->set_priority(r, p); },
-           py::arg("r"), py::arg("priority"))
+      .def(
+          "copies", [](Manager& m) { return copies_array(m.use()->copies()); },
+          "Copy-on-write copies since begin_step(): [n, 3] uint32 (group, src, dst)")
+      .def("reset_prefix_cache",
+           [](Manager& m) {
+             auto kv = m.use();
+             py::gil_scoped_release release;
+             kv->reset_prefix_cache();
+           })
+      .def(
+          "pin_prefix", [](Manager& m, RequestId r) { return m.use()->pin_prefix(r); }, py::arg("r"))
+      .def(
+          "unpin", [](Manager& m, PinId p) { m.use()->unpin(p); }, py::arg("pin"))
+      .def(
+          "set_priority", [](Manager& m, RequestId r, std::uint32_t p) { m.use()->set_priority(r, p); }, py::arg("r"),
+          py::arg("priority"))
       .def(
           "cached_image",
           [](Manager& m, const py::object& hash, std::uint32_t length, std::uint32_t lora_id) {
@@ -447,11 +467,12 @@ void bind_queries(py::class_<Manager>& c) {
   c.def_property_readonly("layout", [](Manager& m) { return m.kv().layout(); })
       .def("begin_step", [](Manager& m) { return m.use()->begin_step(); })
       .def_property_readonly("step", [](Manager& m) { return m.use()->step(); })
-      .def("stats", [](Manager& m) {
-        auto kv = m.use();
-        py::gil_scoped_release release;
-        return kv->stats();
-      })
+      .def("stats",
+           [](Manager& m) {
+             auto kv = m.use();
+             py::gil_scoped_release release;
+             return kv->stats();
+           })
       .def("counters", [](Manager& m) { return m.use()->counters(); })
       .def(
           "take_events",
@@ -465,25 +486,37 @@ void bind_queries(py::class_<Manager>& c) {
             return out;
           },
           "Recorded events since the last take: [(kind 'stored'|'removed', group, page, hash)]")
-      .def("is_active", [](Manager& m, RequestId r) { return m.use()->is_active(r); }, py::arg("r"))
-      .def("is_swapped", [](Manager& m, RequestId r) { return m.use()->is_swapped(r); }, py::arg("r"))
+      .def(
+          "is_active", [](Manager& m, RequestId r) { return m.use()->is_active(r); }, py::arg("r"))
+      .def(
+          "is_swapped", [](Manager& m, RequestId r) { return m.use()->is_swapped(r); }, py::arg("r"))
       .def_property_readonly("num_active", [](Manager& m) { return m.use()->num_active(); })
-      .def("num_computed", [](Manager& m, RequestId r) { return m.use()->num_computed(r); }, py::arg("r"))
-      .def("num_allocated", [](Manager& m, RequestId r) { return m.use()->num_allocated(r); }, py::arg("r"))
-      .def("num_tokens", [](Manager& m, RequestId r) { return m.use()->num_tokens(r); }, py::arg("r"))
-      .def("page_table", [](Manager& m, RequestId r, GroupId g) { return ids_array(m.use()->page_table(r, g)); },
-           py::arg("r"), py::arg("group"), "A copy of r's page ids in group g (uint32; NULL_PAGE for freed ones)")
-      .def("host_page_table",
-           [](Manager& m, RequestId r, GroupId g) { return ids_array(m.use()->host_page_table(r, g)); },
-           py::arg("r"), py::arg("group"))
-      .def("kv_len", [](Manager& m, RequestId r, GroupId g) { return m.use()->kv_len(r, g); }, py::arg("r"),
-           py::arg("group"))
-      .def("row", [](Manager& m, RequestId r) { return m.use()->row(r); }, py::arg("r"))
+      .def(
+          "num_computed", [](Manager& m, RequestId r) { return m.use()->num_computed(r); }, py::arg("r"))
+      .def(
+          "num_allocated", [](Manager& m, RequestId r) { return m.use()->num_allocated(r); }, py::arg("r"))
+      .def(
+          "num_tokens", [](Manager& m, RequestId r) { return m.use()->num_tokens(r); }, py::arg("r"))
+      .def(
+          "page_table", [](Manager& m, RequestId r, GroupId g) { return ids_array(m.use()->page_table(r, g)); },
+          py::arg("r"), py::arg("group"), "A copy of r's page ids in group g (uint32; NULL_PAGE for freed ones)")
+      .def(
+          "host_page_table",
+          [](Manager& m, RequestId r, GroupId g) { return ids_array(m.use()->host_page_table(r, g)); }, py::arg("r"),
+          py::arg("group"))
+      .def(
+          "kv_len", [](Manager& m, RequestId r, GroupId g) { return m.use()->kv_len(r, g); }, py::arg("r"),
+          py::arg("group"))
+      .def(
+          "row", [](Manager& m, RequestId r) { return m.use()->row(r); }, py::arg("r"))
       .def_property_readonly("free_large_pages", [](Manager& m) { return m.use()->large_pages().num_free(); })
-      .def("num_used_pages", [](Manager& m, GroupId g) { return m.use()->num_used_pages(g); }, py::arg("group"))
-      .def("num_evictable_pages", [](Manager& m, GroupId g) { return m.use()->num_evictable_pages(g); },
-           py::arg("group"))
-      .def("num_evicted_pages", [](Manager& m, GroupId g) { return m.use()->num_evicted_pages(g); }, py::arg("group"))
+      .def(
+          "num_used_pages", [](Manager& m, GroupId g) { return m.use()->num_used_pages(g); }, py::arg("group"))
+      .def(
+          "num_evictable_pages", [](Manager& m, GroupId g) { return m.use()->num_evictable_pages(g); },
+          py::arg("group"))
+      .def(
+          "num_evicted_pages", [](Manager& m, GroupId g) { return m.use()->num_evicted_pages(g); }, py::arg("group"))
       .def("check_invariants", [](Manager& m) {
         auto kv = m.use();
         py::gil_scoped_release release;
@@ -501,8 +534,9 @@ void bind_manager(py::module_& m) {
                     std::uint32_t max_requests, bool prefix_caching, bool record_events, const py::object& log,
                     std::uint64_t seed, const py::object& arena) {
           if (!arena.is_none() && !py::isinstance<Arena>(arena)) throw py::type_error("arena: expected a kvmm.Arena");
-          return std::make_unique<Manager>(layout, options_from(num_large_pages, num_host_large_pages, max_requests,
-                                                                prefix_caching, record_events, log, seed),
+          return std::make_unique<Manager>(layout,
+                                           options_from(num_large_pages, num_host_large_pages, max_requests,
+                                                        prefix_caching, record_events, log, seed),
                                            arena);
         }),
         py::arg("layout"), py::kw_only(), py::arg("num_large_pages") = 0, py::arg("num_host_large_pages") = 0,
@@ -514,7 +548,8 @@ void bind_manager(py::module_& m) {
   bind_requests(c);
   bind_batch(c);
   bind_queries(c);
-  m.def("_live_managers", [] { return g_live_managers.load(); }, "KVCacheManager objects alive (leak tests)");
+  m.def(
+      "_live_managers", [] { return g_live_managers.load(); }, "KVCacheManager objects alive (leak tests)");
 }
 
 }  // namespace kvmm::py_bind

@@ -103,6 +103,7 @@ Buffer::Buffer(std::vector<py::ssize_t> s) : shape(std::move(s)) {
     n *= d;
   }
   data.assign(static_cast<std::size_t>(n), 0);
+  ++live;  // last: a constructor that raises never counts
 }
 
 py::array view_of(const py::object& buffer) {
@@ -135,7 +136,9 @@ Int32Out int32_out(const py::handle& obj, const char* what) {
   out.info = py::buffer_info(view.release(), true);  // owns the view: releases and deletes it
   const std::string& f = out.info.format;
   const bool int32 = out.info.itemsize == 4 && (f == "i" || f == "=i" || f == "<i" || (f == "l" && sizeof(long) == 4));
-  if (!int32) throw py::type_error(fmt::format("{}: dtype must be int32, got format '{}' of {} bytes", what, f, out.info.itemsize));
+  if (!int32)
+    throw py::type_error(
+        fmt::format("{}: dtype must be int32, got format '{}' of {} bytes", what, f, out.info.itemsize));
   out.data = static_cast<std::int32_t*>(out.info.ptr);
   out.size = static_cast<std::size_t>(out.info.size);
   return out;
@@ -157,7 +160,8 @@ void bind_buffer(py::module_& m) {
       })
       .def_property_readonly("shape", [](const Buffer& b) { return py::tuple(py::cast(b.shape)); })
       .def("__len__", [](const Buffer& b) { return b.shape.empty() ? 0 : b.shape[0]; })
-      .def("numpy", [](const py::object& self) { return view_of(self); }, "A zero-copy numpy view")
+      .def(
+          "numpy", [](const py::object& self) { return view_of(self); }, "A zero-copy numpy view")
       .def(
           "__dlpack__",
           [](const py::object& self, const py::object& stream) {
@@ -169,6 +173,8 @@ void bind_buffer(py::module_& m) {
           },
           py::arg("stream") = py::none())
       .def("__dlpack_device__", [](const Buffer&) { return py::make_tuple(kDLCpu, 0); });
+  m.def(
+      "_live_buffers", [] { return Buffer::live; }, "kvmm.Buffer objects alive (leak tests)");
 }
 
 namespace {
@@ -203,9 +209,8 @@ void bind_layer_group(py::module_& m) {
       .def_static("sliding_window", &LayerGroup::sliding_window, py::arg("name"), py::arg("layers"),
                   py::arg("kv_heads"), py::arg("head_dim"), py::arg("dtype_bytes"), py::arg("tokens_per_page"),
                   py::arg("window"))
-      .def_static("chunked_local", &LayerGroup::chunked_local, py::arg("name"), py::arg("layers"),
-                  py::arg("kv_heads"), py::arg("head_dim"), py::arg("dtype_bytes"), py::arg("tokens_per_page"),
-                  py::arg("chunk"))
+      .def_static("chunked_local", &LayerGroup::chunked_local, py::arg("name"), py::arg("layers"), py::arg("kv_heads"),
+                  py::arg("head_dim"), py::arg("dtype_bytes"), py::arg("tokens_per_page"), py::arg("chunk"))
       .def_static("mamba_state", &LayerGroup::mamba_state, py::arg("name"), py::arg("layers"),
                   py::arg("state_bytes_per_layer"), py::arg("checkpoint_interval") = 512)
       .def_static("cross_attention", &LayerGroup::cross_attention, py::arg("name"), py::arg("layers"),
@@ -261,10 +266,13 @@ void bind_layout(py::module_& m) {
 void bind_presets(py::module_& m) {
   py::module_ p = m.def_submodule("presets", "Layouts of published models");
   const presets::PresetOptions d;
-  auto opts = [](std::uint32_t tpp, std::uint32_t dtype, std::uint32_t state_dtype, std::uint32_t interval,
-                 bool vision, std::uint64_t max_large, std::uint64_t align) {
-    return presets::PresetOptions{.tokens_per_page = tpp, .dtype_bytes = dtype, .state_dtype_bytes = state_dtype,
-                                  .mamba_checkpoint_interval = interval, .vision_embedding = vision,
+  auto opts = [](std::uint32_t tpp, std::uint32_t dtype, std::uint32_t state_dtype, std::uint32_t interval, bool vision,
+                 std::uint64_t max_large, std::uint64_t align) {
+    return presets::PresetOptions{.tokens_per_page = tpp,
+                                  .dtype_bytes = dtype,
+                                  .state_dtype_bytes = state_dtype,
+                                  .mamba_checkpoint_interval = interval,
+                                  .vision_embedding = vision,
                                   .layout = layout_options(max_large, align)};
   };
   p.def("names", &presets::names);
@@ -301,8 +309,11 @@ void bind_hf_config(py::module_& m) {
   const HfConfigOptions d;
   auto opts = [](std::uint32_t tpp, std::uint32_t dtype, std::uint32_t state_dtype, std::uint32_t interval,
                  std::uint64_t max_large, std::uint64_t align) {
-    return HfConfigOptions{.tokens_per_page = tpp, .dtype_bytes = dtype, .state_dtype_bytes = state_dtype,
-                           .mamba_checkpoint_interval = interval, .layout = layout_options(max_large, align)};
+    return HfConfigOptions{.tokens_per_page = tpp,
+                           .dtype_bytes = dtype,
+                           .state_dtype_bytes = state_dtype,
+                           .mamba_checkpoint_interval = interval,
+                           .layout = layout_options(max_large, align)};
   };
   m.def(
       "read_hf_config",
@@ -310,8 +321,9 @@ void bind_hf_config(py::module_& m) {
              std::uint32_t state_dtype, std::uint32_t interval, std::uint64_t max_large, std::uint64_t align) {
         return read_hf_config(text, source, opts(tpp, dtype, state_dtype, interval, max_large, align));
       },
-      py::arg("json_text"), py::arg("source") = "<memory>", py::kw_only(), py::arg("tokens_per_page") = d.tokens_per_page,
-      py::arg("dtype_bytes") = d.dtype_bytes, py::arg("state_dtype_bytes") = d.state_dtype_bytes,
+      py::arg("json_text"), py::arg("source") = "<memory>", py::kw_only(),
+      py::arg("tokens_per_page") = d.tokens_per_page, py::arg("dtype_bytes") = d.dtype_bytes,
+      py::arg("state_dtype_bytes") = d.state_dtype_bytes,
       py::arg("mamba_checkpoint_interval") = d.mamba_checkpoint_interval,
       py::arg("max_large_page_bytes") = d.layout.max_large_page_bytes,
       py::arg("padded_page_alignment") = d.layout.padded_page_alignment);
@@ -352,7 +364,8 @@ void bind_memory(py::module_& m) {
              a->device = cuda_device;
              if (a->cuda) {
                if (!CudaMemory::available()) fail("device = 'cuda': {}", CudaMemory::unavailable_reason());
-               a->backend = std::make_unique<CudaMemory>(CudaMemoryOptions{.device = cuda_device, .chunk_bytes = chunk_bytes});
+               a->backend =
+                   std::make_unique<CudaMemory>(CudaMemoryOptions{.device = cuda_device, .chunk_bytes = chunk_bytes});
              } else {
                a->backend = std::make_unique<HostMemory>(HostMemoryOptions{.chunk_bytes = chunk_bytes});
              }
@@ -375,16 +388,20 @@ void bind_memory(py::module_& m) {
            py::arg("backing") = "full", py::arg("chunk_bytes") = std::uint64_t{2} << 20, py::arg("max_chunks") = 0,
            py::arg("cuda_device") = 0)
       .def_property_readonly("device", [](const Arena& a) { return a.cuda ? "cuda" : "cpu"; })
-      .def_property_readonly("base", [](const Arena& a) { return a.arena->base(); }, "Address of large page 0 (device pointer on CUDA)")
+      .def_property_readonly(
+          "base", [](const Arena& a) { return a.arena->base(); }, "Address of large page 0 (device pointer on CUDA)")
       .def_property_readonly("bytes", [](const Arena& a) { return a.arena->bytes(); })
       .def_property_readonly("num_large_pages", [](const Arena& a) { return a.arena->num_large_pages(); })
       .def_property_readonly("large_page_bytes", [](const Arena& a) { return a.arena->large_page_bytes(); })
       .def_property_readonly("chunk_bytes", [](const Arena& a) { return a.arena->chunk_bytes(); })
       .def_property_readonly("num_backed_chunks", [](const Arena& a) { return a.arena->num_backed_chunks(); })
       .def_property_readonly("elastic", [](const Arena& a) { return a.arena->backing() == ArenaBacking::kElastic; })
-      .def("large_page_address", [](const Arena& a, PageId p) { return a.arena->large_page_address(p); }, py::arg("large_page"))
-      .def("small_page_address", [](const Arena& a, GroupId g, PageId p) { return a.arena->small_page_address(g, p); },
-           py::arg("group"), py::arg("page"))
+      .def(
+          "large_page_address", [](const Arena& a, PageId p) { return a.arena->large_page_address(p); },
+          py::arg("large_page"))
+      .def(
+          "small_page_address", [](const Arena& a, GroupId g, PageId p) { return a.arena->small_page_address(g, p); },
+          py::arg("group"), py::arg("page"))
       .def(
           "layer_view",
           [](const Arena& a, GroupId g, std::uint32_t layer) {

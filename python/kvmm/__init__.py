@@ -8,5 +8,6 @@ kvmm.Error with the C++ message. Guide: docs/python.md.
 
 from ._kvmm import *  # noqa: F401,F403
 from ._kvmm import Error, KVCacheManager, NULL_PAGE, __version__, presets  # noqa: F401
+from ._kvmm import _live_buffers, _live_managers  # noqa: F401  (leak tests)
 
 __all__ = [n for n in dir() if not n.startswith("_")]

@@ -1,6 +1,7 @@
 # pytest setup for the kvmm Python package: imports it from the build tree named by
 # KVMM_BUILD (default build/release; scripts/test.sh sets it), where CMake puts the package
-# (python/kvmm) and the differential test's C++ driver (python/kvmm_py_driver).
+# (python/kvmm) and the differential test's C++ driver (python/kvmm_py_driver; KVMM_PY_DRIVER
+# names another build's, e.g. the ASan one).
 import os
 import pathlib
 import sys
@@ -16,7 +17,7 @@ import kvmm  # noqa: E402
 
 @pytest.fixture
 def driver_path():
-    path = BUILD / "python" / "kvmm_py_driver"
+    path = pathlib.Path(os.environ.get("KVMM_PY_DRIVER", BUILD / "python" / "kvmm_py_driver"))
     if not path.exists():
         pytest.fail(f"{path} not built (cmake --build {BUILD} --target kvmm_py_driver)")
     return path

@@ -23,7 +23,7 @@ using namespace kvmm;
 
 std::string join(std::span<const PageId> ids) {
   std::string s;
-  for (PageId p : ids) s += fmt::format(" {}", static_cast<std::int64_t>(p == kNullPage ? -1 : p));
+  for (PageId p : ids) s += fmt::format(" {}", p == kNullPage ? std::int64_t{-1} : std::int64_t{p});
   return s;
 }
 
@@ -52,7 +52,8 @@ struct Driver {
       std::cout << fmt::format("req {} computed={} allocated={} tokens={} swapped={}\n", slot, kv->num_computed(r),
                                kv->num_allocated(r), kv->num_tokens(r), kv->is_swapped(r) ? 1 : 0);
       for (GroupId g = 0; g < groups.size(); ++g)
-        std::cout << fmt::format("  g{}:{}\n", g, join(kv->is_swapped(r) ? kv->host_page_table(r, g) : kv->page_table(r, g)));
+        std::cout << fmt::format("  g{}:{}\n", g,
+                                 join(kv->is_swapped(r) ? kv->host_page_table(r, g) : kv->page_table(r, g)));
     }
     const CacheStats st = kv->stats();
     std::cout << fmt::format("stats free={} lookups={} lookup_tokens={} hit_tokens={}\n", st.free_large_pages,
@@ -92,8 +93,10 @@ struct Driver {
     if (op == "manager") {
       std::uint32_t caching = 0;
       in >> a >> b >> c >> caching;
-      kv.emplace(KVLayout::plan(groups), KVCacheManagerOptions{.num_large_pages = a, .num_host_large_pages = b,
-                                                               .max_requests = c, .prefix_caching = caching != 0});
+      kv.emplace(
+          KVLayout::plan(groups),
+          KVCacheManagerOptions{
+              .num_large_pages = a, .num_host_large_pages = b, .max_requests = c, .prefix_caching = caching != 0});
       return;
     }
     if (op == "step") {
