@@ -160,8 +160,9 @@ struct Driver {
       } else {
         fail("unknown op '{}'", op);
       }
-    } catch (const Error&) {
+    } catch (const Error& e) {
       std::cout << "error\n";
+      std::cerr << line << ": " << e.what() << "\n";  // for a human reading a failure
     }
   }
 };
