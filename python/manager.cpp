@@ -423,14 +423,18 @@ void bind_requests(py::class_<Manager>& c) {
       .def(
           "free", [](Manager& m, RequestId r) { m.use()->free(r); }, py::arg("r"))
       .def(
-          "reset", [](Manager& m, RequestId r) { m.use()->reset(r); }, py::arg("r"))
-      .def(
-          "swap_out",
-          [](Manager& m, RequestId r) -> py::object {
-            auto plan = m.use()->swap_out(r);
-            return plan ? py::object(copies_array(*plan)) : py::object(py::none());
-          },
-          py::arg("r"), "Every page of r to the host pool: [n, 3] uint32 (group, src, dst), or None (host full)")
+          "reset", [](Manager& m, RequestId r) { m.use()->reset(r); }, py::arg("r"));
+}
+
+// Preemption plans, copy-on-write copies, the prefix cache's pins and priorities.
+void bind_plans(py::class_<Manager>& c) {
+  c.def(
+       "swap_out",
+       [](Manager& m, RequestId r) -> py::object {
+         auto plan = m.use()->swap_out(r);
+         return plan ? py::object(copies_array(*plan)) : py::object(py::none());
+       },
+       py::arg("r"), "Every page of r to the host pool: [n, 3] uint32 (group, src, dst), or None (host full)")
       .def(
           "swap_in",
           [](Manager& m, RequestId r) -> py::object {
@@ -546,6 +550,7 @@ void bind_manager(py::module_& m) {
   c.attr("MAX_TOKENS") = KVCacheManager::kMaxTokens;
   c.attr("MAX_REQUESTS") = KVCacheManager::kMaxRequests;
   bind_requests(c);
+  bind_plans(c);
   bind_batch(c);
   bind_queries(c);
   m.def(

@@ -350,43 +350,48 @@ void bind_spec(py::module_& m) {
   bind_hf_config(m);
 }
 
+namespace {
+
+// An Arena: its backend (host or CUDA), a chunk pool just big enough, the KVArena and its
+// page pool. Raises kvmm::Error for a bad device / backing or no CUDA driver.
+std::unique_ptr<Arena> make_arena(const KVLayout& layout, std::uint32_t num_large_pages, const std::string& device,
+                                  const std::string& backing, std::uint64_t chunk_bytes, std::uint32_t max_chunks,
+                                  int cuda_device) {
+  if (device != "cpu" && device != "cuda") fail("device = '{}': expected 'cpu' or 'cuda'", device);
+  if (backing != "full" && backing != "elastic") fail("backing = '{}': expected 'full' or 'elastic'", backing);
+  auto a = std::make_unique<Arena>();
+  a->cuda = device == "cuda";
+  a->device = cuda_device;
+  if (a->cuda) {
+    if (!CudaMemory::available()) fail("device = 'cuda': {}", CudaMemory::unavailable_reason());
+    a->backend = std::make_unique<CudaMemory>(CudaMemoryOptions{.device = cuda_device, .chunk_bytes = chunk_bytes});
+  } else {
+    a->backend = std::make_unique<HostMemory>(HostMemoryOptions{.chunk_bytes = chunk_bytes});
+  }
+  const std::uint64_t bytes = checked_mul(num_large_pages, layout.large_page_bytes(), "arena bytes");
+  // Each large page may straddle one extra chunk boundary.
+  const std::uint64_t need =
+      checked_add(checked_ceil_div(bytes, a->backend->chunk_bytes(), "arena chunks"), num_large_pages, "arena chunks");
+  const std::uint64_t chunks = max_chunks != 0 ? max_chunks : need;
+  if (chunks >= kNoChunk) fail("max_chunks = {}: the arena needs at most 2^32-2 chunks", chunks);
+  a->pool =
+      std::make_unique<ChunkPool>(*a->backend, ChunkPoolOptions{.max_chunks = static_cast<std::uint32_t>(chunks)});
+  a->arena = std::make_unique<KVArena>(
+      *a->pool, layout,
+      KVArenaOptions{.num_large_pages = num_large_pages,
+                     .backing = backing == "full" ? ArenaBacking::kFull : ArenaBacking::kElastic});
+  a->pages = std::make_unique<ArenaPagePool>(*a->arena);
+  return a;
+}
+
+}  // namespace
+
 void bind_memory(py::module_& m) {
   py::class_<Arena>(m, "Arena",
                     "A KVArena: all large pages in one virtual range, on host memory or (device='cuda') CUDA VMM")
-      .def(py::init([](const KVLayout& layout, std::uint32_t num_large_pages, const std::string& device,
-                       const std::string& backing, std::uint64_t chunk_bytes, std::uint32_t max_chunks,
-                       int cuda_device) {
-             if (device != "cpu" && device != "cuda") fail("device = '{}': expected 'cpu' or 'cuda'", device);
-             if (backing != "full" && backing != "elastic")
-               fail("backing = '{}': expected 'full' or 'elastic'", backing);
-             auto a = std::make_unique<Arena>();
-             a->cuda = device == "cuda";
-             a->device = cuda_device;
-             if (a->cuda) {
-               if (!CudaMemory::available()) fail("device = 'cuda': {}", CudaMemory::unavailable_reason());
-               a->backend =
-                   std::make_unique<CudaMemory>(CudaMemoryOptions{.device = cuda_device, .chunk_bytes = chunk_bytes});
-             } else {
-               a->backend = std::make_unique<HostMemory>(HostMemoryOptions{.chunk_bytes = chunk_bytes});
-             }
-             const std::uint64_t bytes = checked_mul(num_large_pages, layout.large_page_bytes(), "arena bytes");
-             // Each large page may straddle one extra chunk boundary.
-             const std::uint64_t need = checked_add(checked_ceil_div(bytes, a->backend->chunk_bytes(), "arena chunks"),
-                                                    num_large_pages, "arena chunks");
-             const std::uint64_t chunks = max_chunks != 0 ? max_chunks : need;
-             if (chunks >= kNoChunk) fail("max_chunks = {}: the arena needs at most 2^32-2 chunks", chunks);
-             a->pool = std::make_unique<ChunkPool>(*a->backend,
-                                                   ChunkPoolOptions{.max_chunks = static_cast<std::uint32_t>(chunks)});
-             a->arena = std::make_unique<KVArena>(
-                 *a->pool, layout,
-                 KVArenaOptions{.num_large_pages = num_large_pages,
-                                .backing = backing == "full" ? ArenaBacking::kFull : ArenaBacking::kElastic});
-             a->pages = std::make_unique<ArenaPagePool>(*a->arena);
-             return a;
-           }),
-           py::arg("layout"), py::arg("num_large_pages"), py::kw_only(), py::arg("device") = "cpu",
-           py::arg("backing") = "full", py::arg("chunk_bytes") = std::uint64_t{2} << 20, py::arg("max_chunks") = 0,
-           py::arg("cuda_device") = 0)
+      .def(py::init(&make_arena), py::arg("layout"), py::arg("num_large_pages"), py::kw_only(),
+           py::arg("device") = "cpu", py::arg("backing") = "full", py::arg("chunk_bytes") = std::uint64_t{2} << 20,
+           py::arg("max_chunks") = 0, py::arg("cuda_device") = 0)
       .def_property_readonly("device", [](const Arena& a) { return a.cuda ? "cuda" : "cpu"; })
       .def_property_readonly(
           "base", [](const Arena& a) { return a.arena->base(); }, "Address of large page 0 (device pointer on CUDA)")

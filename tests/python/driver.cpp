@@ -64,21 +64,16 @@ struct Driver {
                                g.evicted_pages);
   }
 
-  void exports(GroupId g, const std::vector<RequestId>& batch) {
+  std::string exports(GroupId g, const std::vector<RequestId>& batch) {
     std::uint64_t bound = 0;
     for (RequestId r : batch) bound += kv->page_table(r, g).size();
     std::vector<std::int32_t> indptr(batch.size() + 1), indices(bound), last(batch.size());
     const std::size_t nnz = kv->export_csr(g, batch, indptr, indices, last);
-    std::cout << fmt::format("csr{} |{} |{}\n", join32(indptr, indptr.size()), join32(indices, nnz),
-                             join32(last, last.size()));
+    return fmt::format("csr{} |{} |{}", join32(indptr, indptr.size()), join32(indices, nnz), join32(last, last.size()));
   }
 
-  // One script line; prints its result line (or "error").
-  void run(const std::string& line) {
-    std::istringstream in(line);
-    std::string op;
-    in >> op;
-    std::uint32_t a = 0, b = 0, c = 0;
+  // Layout and manager set-up lines: "group ..." and "manager ...".
+  void setup(const std::string& op, std::istringstream& in) {
     if (op == "group") {
       std::string kind, name;
       std::uint32_t layers = 0, heads = 0, dim = 0, dtype = 0, tpp = 0, window = 0;
@@ -90,76 +85,74 @@ struct Driver {
       }
       return;
     }
-    if (op == "manager") {
-      std::uint32_t caching = 0;
-      in >> a >> b >> c >> caching;
-      kv.emplace(
-          KVLayout::plan(groups),
-          KVCacheManagerOptions{
-              .num_large_pages = a, .num_host_large_pages = b, .max_requests = c, .prefix_caching = caching != 0});
-      return;
+    std::uint32_t large = 0, host = 0, rows = 0, caching = 0;
+    in >> large >> host >> rows >> caching;
+    kv.emplace(KVLayout::plan(groups), KVCacheManagerOptions{.num_large_pages = large,
+                                                             .num_host_large_pages = host,
+                                                             .max_requests = rows,
+                                                             .prefix_caching = caching != 0});
+  }
+
+  // A request operation; returns its result line. kvmm::Error propagates.
+  std::string request_op(const std::string& op, std::istringstream& in) {
+    std::uint32_t a = 0, b = 0, c = 0;
+    in >> a;
+    if (op == "add") {
+      std::uint32_t n = 0;
+      in >> b >> n;
+      std::vector<std::uint32_t> t(n);
+      for (auto& x : t) in >> x;
+      slots[a] = kv->add_request(t, {.lora_id = b});
+    } else if (op == "lookup") {
+      return fmt::format("{}", kv->lookup_prefix(slots.at(a)));
+    } else if (op == "alloc") {
+      in >> b >> c;
+      return kv->allocate(slots.at(a), b, c) ? "1" : "0";
+    } else if (op == "commit" || op == "append") {
+      in >> b;
+      if (op == "commit")
+        kv->commit(slots.at(a), b);
+      else
+        kv->append_token(slots.at(a), b);
+    } else if (op == "fork") {
+      in >> b;
+      slots[b] = kv->fork(slots.at(a));
+    } else if (op == "free") {
+      kv->free(slots.at(a));
+    } else if (op == "reset") {
+      kv->reset(slots.at(a));
+    } else if (op == "swapout") {
+      return plan_text(kv->swap_out(slots.at(a)));
+    } else if (op == "swapin") {
+      return plan_text(kv->swap_in(slots.at(a)));
+    } else if (op == "pin") {
+      in >> b;
+      pins[b] = kv->pin_prefix(slots.at(a));
+    } else if (op == "unpin") {
+      kv->unpin(pins.at(a));
+    } else if (op == "export") {
+      std::vector<RequestId> batch;
+      while (in >> b) batch.push_back(slots.at(b));
+      return exports(a, batch);
+    } else {
+      fail("unknown op '{}'", op);
     }
+    return "ok";
+  }
+
+  // One script line; prints its result line (or "error", the message on stderr).
+  void run(const std::string& line) {
+    std::istringstream in(line);
+    std::string op;
+    in >> op;
+    if (op == "group" || op == "manager") return setup(op, in);
     if (op == "step") {
       kv->begin_step();
       return;
     }
     if (op == "tables") return tables();
     try {
-      if (op == "add") {
-        std::uint32_t lora = 0, n = 0;
-        in >> a >> lora >> n;
-        std::vector<std::uint32_t> t(n);
-        for (auto& x : t) in >> x;
-        slots[a] = kv->add_request(t, {.lora_id = lora});
-        std::cout << "ok\n";
-      } else if (op == "lookup") {
-        in >> a;
-        std::cout << kv->lookup_prefix(slots.at(a)) << "\n";
-      } else if (op == "alloc") {
-        in >> a >> b >> c;
-        std::cout << (kv->allocate(slots.at(a), b, c) ? 1 : 0) << "\n";
-      } else if (op == "commit") {
-        in >> a >> b;
-        kv->commit(slots.at(a), b);
-        std::cout << "ok\n";
-      } else if (op == "append") {
-        in >> a >> b;
-        kv->append_token(slots.at(a), b);
-        std::cout << "ok\n";
-      } else if (op == "fork") {
-        in >> a >> b;
-        slots[b] = kv->fork(slots.at(a));
-        std::cout << "ok\n";
-      } else if (op == "free") {
-        in >> a;
-        kv->free(slots.at(a));
-        std::cout << "ok\n";
-      } else if (op == "reset") {
-        in >> a;
-        kv->reset(slots.at(a));
-        std::cout << "ok\n";
-      } else if (op == "swapout") {
-        in >> a;
-        std::cout << plan_text(kv->swap_out(slots.at(a))) << "\n";
-      } else if (op == "swapin") {
-        in >> a;
-        std::cout << plan_text(kv->swap_in(slots.at(a))) << "\n";
-      } else if (op == "pin") {
-        in >> a >> b;
-        pins[b] = kv->pin_prefix(slots.at(a));
-        std::cout << "ok\n";
-      } else if (op == "unpin") {
-        in >> a;
-        kv->unpin(pins.at(a));
-        std::cout << "ok\n";
-      } else if (op == "export") {
-        in >> a;
-        std::vector<RequestId> batch;
-        while (in >> b) batch.push_back(slots.at(b));
-        exports(a, batch);
-      } else {
-        fail("unknown op '{}'", op);
-      }
+      std::cout << request_op(op, in) << "\n";
     } catch (const Error& e) {
       std::cout << "error\n";
       std::cerr << line << ": " << e.what() << "\n";  // for a human reading a failure
