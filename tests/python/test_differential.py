@@ -1,7 +1,7 @@
 # Randomized differential test: a seeded operation sequence (add with shared prefixes and
 # LoRA ids, lookup, allocate with lookahead, commit, append, fork, free, reset, swap out/in,
 # pins, CSR exports, steps) runs through the Python bindings while being written as a
-# script; the C++ driver (driver.cpp) replays the script on the C++ KVCacheManager. Both
+# script; the C++ driver (driver/driver.cpp) replays the script on the C++ KVCacheManager. Both
 # print every result, page table and stats line the same way: the outputs must be equal.
 import random
 import subprocess
