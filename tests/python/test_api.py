@@ -290,3 +290,21 @@ def test_interleaved_lookups_keep_their_own_hits():
     assert kv.allocate(x, 2) and kv.allocate(y, 2)  # then admits
     assert int(kv.page_table(x, 0)[0]) == cached[0]
     assert int(kv.page_table(y, 0)[0]) == cached[1]  # fails: y gets LoRA 0's page
+
+
+def test_prompt_in_chunks_and_hf_config_file(tmp_path):
+    kv = kvmm.KVCacheManager(small_layout(), num_large_pages=32, max_requests=8)
+    kv.begin_step()
+    whole, _ = run_prompt(kv, np.arange(20, dtype=np.uint32))
+    kv.free(whole)
+    r = kv.add_request(np.arange(8, dtype=np.uint32), prompt_tokens=20)  # ids arrive in chunks
+    kv.append_tokens(r, np.arange(8, 20, dtype=np.uint32))
+    assert kv.num_tokens(r) == 20
+    assert kv.lookup_prefix(r) == 16  # the same cached pages as the whole prompt's
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "qwen2", "num_hidden_layers": 2, "num_attention_heads": 4,
+                                "num_key_value_heads": 2, "hidden_size": 256}))
+    spec = kvmm.read_hf_config_file(str(path), tokens_per_page=8)
+    assert spec.layout.group(0).tokens_per_page == 8 and spec.attention[0].head_dim == 64
+    with pytest.raises(kvmm.Error, match="missing.json"):
+        kvmm.read_hf_config_file(str(tmp_path / "missing.json"))
