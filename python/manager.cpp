@@ -8,7 +8,6 @@
 #include "kvmm/error.hpp"
 #include "kvmm/manager/kv_cache_manager.hpp"
 
-#include <pybind11/functional.h>
 #include <pybind11/stl.h>
 
 #include <atomic>
@@ -180,9 +179,8 @@ KVCacheManagerOptions options_from(std::uint32_t num_large_pages, std::uint32_t 
   if (!log.is_none()) {
     if (!PyCallable_Check(log.ptr())) throw py::type_error("log: expected a callable(level: str, message: str)");
     // The callable is called with the GIL held; an exception it raises is reported as
-    // unraisable (it must not unwind through the manager's call).
-    // The callable's last reference may drop without the GIL (a manager freed on
-    // another thread): a deleter that takes it.
+    // unraisable (it must not unwind through the manager's call). Its last reference may
+    // drop without the GIL (a manager freed on another thread): a deleter that takes it.
     std::shared_ptr<py::object> guarded(new py::object(log), [](py::object* p) {
       py::gil_scoped_acquire gil;
       delete p;
