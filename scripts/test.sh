@@ -16,9 +16,11 @@ build=$(realpath -m "${KVMM_BUILD_ROOT:-build}")
 
 echo "== release build (-Werror) and tests"
 cmake -S . -B "$build/release" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVMM_WERROR=ON \
-  -DKVMM_BUILD_TESTS=ON -DKVMM_BUILD_BENCH=ON -DKVMM_BUILD_EXAMPLES=ON
+  -DKVMM_BUILD_TESTS=ON -DKVMM_BUILD_BENCH=ON -DKVMM_BUILD_EXAMPLES=ON -DKVMM_PYTHON=ON
 cmake --build "$build/release" -j"$jobs"
 ctest --test-dir "$build/release" --output-on-failure -j"$jobs"
+echo "== Python package: pytest against the release build tree (tests/python)"
+KVMM_BUILD="$build/release" /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/python
 
 echo "== AddressSanitizer + UndefinedBehaviorSanitizer build and tests (debug tier 3; the plain path: no prefetch)"
 cmake -S . -B "$build/asan" -DCMAKE_BUILD_TYPE=Debug -DKVMM_WERROR=ON -DKVMM_CUDA=OFF \
@@ -28,6 +30,11 @@ cmake -S . -B "$build/asan" -DCMAKE_BUILD_TYPE=Debug -DKVMM_WERROR=ON -DKVMM_CUD
 cmake --build "$build/asan" -j"$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir "$build/asan" --output-on-failure -j"$jobs"
+# The Python differential scripts replayed by the sanitized C++ driver (the module itself
+# stays the release one: a sanitized extension cannot load into python3).
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  KVMM_BUILD="$build/release" KVMM_PY_DRIVER="$build/asan/python/kvmm_py_driver" \
+  /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/python/test_differential.py
 
 echo "== ThreadSanitizer: memory tests (the background mapper thread), dist tests (publisher thread)"
 cmake -S . -B "$build/tsan" -DCMAKE_BUILD_TYPE=Debug -DKVMM_WERROR=ON -DKVMM_CUDA=OFF -DKVMM_SANITIZE=thread \
