@@ -268,10 +268,8 @@ def test_cuda_arena_without_driver():
         kvmm.Arena(small_layout(), 4, device="cuda")
 
 
-@pytest.mark.xfail(strict=True, reason="manager bug, found by test_differential's ASan replay: PrefixLookup::pin "
-                   "probes into memo_ for a request whose lookup is not the latest one but leaves memo_owner_ "
-                   "as it was, so the latest request's allocate pins those pages without a hash check "
-                   "(src/manager/prefix_lookup.cpp; remove this mark with the fix)")
+# Found by test_differential's ASan replay (fixed in PrefixLookup::pin; C++ test in
+# tests/manager/defects_test.cpp).
 def test_interleaved_lookups_keep_their_own_hits():
     kv = kvmm.KVCacheManager(small_layout(), num_large_pages=64, max_requests=16)
     kv.begin_step()
