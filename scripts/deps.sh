@@ -2,7 +2,7 @@
 # needs when any is missing (root on a fresh Debian machine; sudo otherwise).
 kvmm_install_deps() {
   local pkgs=(cmake g++ make catch2 libfmt-dev libxxhash-dev libbenchmark-dev nlohmann-json3-dev
-    libzmq3-dev cppzmq-dev python3-zmq python3-msgpack "$@")
+    libzmq3-dev cppzmq-dev python3-zmq python3-msgpack libhiredis-dev redis-server "$@")
   local missing=()
   for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
