@@ -177,14 +177,19 @@ bool Relay::forward(Pair& p, bool to_server) {
   const ssize_t n = ::recv(from, buf, sizeof buf, 0);
   if (n <= 0) return false;
   std::size_t pass = static_cast<std::size_t>(n);
-  const bool cutting = p.armed && (p.direction == Direction::kToServer) == to_server;
-  if (cutting) pass = static_cast<std::size_t>(std::min<std::uint64_t>(pass, p.left));
-  if (!write_all(to, buf, pass)) return false;
-  if (cutting && (p.left -= pass) == 0) {
-    cuts_.fetch_add(1);
-    return false;
+  bool cut = false;
+  {
+    std::lock_guard lock(mu_);
+    if (armed_ && (direction_ == Direction::kToServer) == to_server) {
+      pass = static_cast<std::size_t>(std::min<std::uint64_t>(pass, bytes_));
+      bytes_ -= pass;
+      cut = bytes_ == 0;
+      if (cut) armed_ = false;
+    }
   }
-  return true;
+  if (pass != 0 && !write_all(to, buf, pass)) return false;
+  if (cut) cuts_.fetch_add(1);
+  return !cut;
 }
 
 void Relay::run() {
@@ -216,15 +221,8 @@ void Relay::run() {
         ::close(c);
         continue;
       }
-      Pair p{c, s};
-      {
-        std::lock_guard lock(mu_);
-        p.armed = std::exchange(armed_, false);
-        p.direction = direction_;
-        p.left = bytes_;
-      }
       accepted_.fetch_add(1);
-      pairs_.push_back(p);
+      pairs_.push_back(Pair{c, s});
     }
   }
   for (std::size_t i = 1; i < pairs_.size(); ++i) ::close(pairs_[i].client), ::close(pairs_[i].server);

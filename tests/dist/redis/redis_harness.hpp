@@ -57,9 +57,9 @@ class RedisServer {
   redisContext* client_ = nullptr;
 };
 
-// Forwards connections accepted on listen_path to target_path. cut_next() arms a cut: the
-// next accepted connection forwards exactly `bytes` bytes in the chosen direction, then
-// both of its sockets are closed; every other connection passes everything.
+// Forwards connections accepted on listen_path to target_path. cut_next() arms a cut: from
+// then on, exactly `bytes` more bytes pass in the chosen direction (whichever connection
+// carries them), then that connection's two sockets are closed; the cut is then disarmed.
 class Relay {
  public:
   enum class Direction { kToServer, kToClient };
@@ -75,9 +75,6 @@ class Relay {
  private:
   struct Pair {
     int client = -1, server = -1;
-    bool armed = false;
-    Direction direction = Direction::kToClient;
-    std::uint64_t left = 0;
   };
   void run();
   bool forward(Pair& p, bool to_server);  // false: the pair is finished
