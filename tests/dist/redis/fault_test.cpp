@@ -220,7 +220,9 @@ TEST_CASE("redis tier faults: a connection cut at chosen byte offsets (relay)") 
     hp.sentinel();
     REQUIRE(require_sound_get(hp, bounded(*tier, [&] { return tier->get(hp.pages); }), 4) == 8);
   }
-  // Client to server, mid-put: the server stores exactly the commands it fully received.
+  // Client to server, mid-put: the server stores at most the commands it fully received (it
+  // may drop the connection, on the failed write of an earlier reply, before executing the
+  // last ones), each stored one exact.
   std::string key;
   format_tier_key("kvmm", tier->scope(), tier_key(1, 100), key);
   const std::uint64_t command = 4 + 9 + (1 + std::to_string(key.size()).size() + 2) + key.size() + 2 + head +
@@ -236,7 +238,7 @@ TEST_CASE("redis tier faults: a connection cut at chosen byte offsets (relay)") 
     REQUIRE(relay.cuts() == ++cuts);
     REQUIRE(only(st, {TierStatus::kOk, TierStatus::kUnavailable}));
     fresh.sentinel();
-    REQUIRE(require_sound_get(fresh, bounded(*tier, [&] { return tier->get(fresh.pages); }), 5) == at / command);
+    REQUIRE(require_sound_get(fresh, bounded(*tier, [&] { return tier->get(fresh.pages); }), 5) <= at / command);
   }
   REQUIRE(tier->health().corrupt == 0);
   REQUIRE(tier->health().io_failures >= static_cast<std::uint64_t>(cuts));

@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -229,30 +230,41 @@ void Relay::run() {
   ::close(pairs_[0].client);
 }
 
-std::vector<TierStatus> wait_ticket(KVTier& tier, TierTicket ticket, std::chrono::milliseconds limit,
-                                    std::chrono::milliseconds* waited) {
-  const auto start = std::chrono::steady_clock::now();
-  const auto until = start + limit;
+bool wait_tickets(KVTier& tier, const std::vector<TierTicket>& tickets, std::chrono::milliseconds limit,
+                  std::vector<std::vector<TierStatus>>& out) {
+  const auto until = std::chrono::steady_clock::now() + limit;
+  out.assign(tickets.size(), {});
+  std::vector<bool> seen(tickets.size(), false);
+  std::size_t left = tickets.size();
   TierResults results;
-  std::vector<TierStatus> out;
-  bool done = false;
-  while (!done) {
+  for (;;) {
     results.clear();
     tier.poll(results);
     for (const TierCompletion& c : results.completions) {
-      if (c.ticket != ticket) continue;
+      const auto i = static_cast<std::size_t>(std::find(tickets.begin(), tickets.end(), c.ticket) - tickets.begin());
+      if (i == tickets.size()) continue;
+      if (seen[i]) return false;
+      seen[i] = true;
+      --left;
       const auto s = results.status_of(c);
-      out.assign(s.begin(), s.end());
-      done = true;
+      out[i].assign(s.begin(), s.end());
     }
     const auto now = std::chrono::steady_clock::now();
-    if (done || now >= until) break;
+    if (left == 0) return true;
+    if (now >= until) return false;
     pollfd p{tier.event_fd(), POLLIN, 0};
     ::poll(&p, 1, static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(until - now).count()));
   }
+}
+
+std::vector<TierStatus> wait_ticket(KVTier& tier, TierTicket ticket, std::chrono::milliseconds limit,
+                                    std::chrono::milliseconds* waited) {
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::vector<TierStatus>> out;
+  const bool done = wait_tickets(tier, {ticket}, limit, out);
   if (waited)
     *waited = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
-  return out;
+  return done ? out[0] : std::vector<TierStatus>();
 }
 
 }  // namespace kvmm::test

@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+
 namespace kvmm::test {
 
 // True when redis-server is on PATH; tests SKIP with a message otherwise.
@@ -91,8 +92,13 @@ class Relay {
 };
 
 // Waits for `ticket` with poll() on the tier's event fd, at most `limit`; the statuses, or
-// an empty vector when it did not complete. `waited` gets the time it took.
+// an empty vector when it did not complete. `waited` gets the time it took. Completions of
+// other tickets polled meanwhile are dropped.
 std::vector<TierStatus> wait_ticket(KVTier& tier, TierTicket ticket, std::chrono::milliseconds limit,
                                     std::chrono::milliseconds* waited = nullptr);
+// The same for several tickets: their statuses in the order of `tickets`; false when one
+// did not complete within `limit` or completed twice.
+bool wait_tickets(KVTier& tier, const std::vector<TierTicket>& tickets, std::chrono::milliseconds limit,
+                  std::vector<std::vector<TierStatus>>& out);
 
 }  // namespace kvmm::test

@@ -130,7 +130,9 @@ TEST_CASE("redis tier: round trip, SET NX, key and value format, scope isolation
   REQUIRE_FALSE(readable(tier->event_fd()));
   // An empty submission completes at once.
   const TierTicket e = tier->get(std::span<const TierPage>());
-  REQUIRE(wait_ticket(*tier, e, 1s).empty());  // completed with no keys: no statuses
+  std::vector<std::vector<TierStatus>> done;
+  REQUIRE(wait_tickets(*tier, {e}, 1s, done));
+  REQUIRE(done[0].empty());
   const TierHealth h = tier->health();
   REQUIRE(h.corrupt == 0);
   REQUIRE(h.timeouts == 0);
