@@ -12,6 +12,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <mutex>
 
@@ -21,7 +22,11 @@ namespace {
 
 constexpr std::uint32_t kMaxConnections = 16;
 constexpr std::uint32_t kMaxPipelineDepth = 65536;
-constexpr std::uint32_t kMinKeysPerJob = 16;  // fewer keys than this are not worth another connection
+// A ticket is split over connections only in jobs of at least this much wire work (a key
+// counts kKeyWork bytes, a get or put its page bytes too): each more job costs the caller
+// one more wake-up of an I/O thread (~1 us), worth it for bulk transfers only.
+constexpr std::uint64_t kMinJobWork = std::uint64_t{256} << 10;
+constexpr std::uint64_t kKeyWork = 128;
 
 void validate(const RedisTierOptions& o) {
   if (o.connections < 1 || o.connections > kMaxConnections)
@@ -148,19 +153,22 @@ class RedisTier final : public KVTier, public redis::TierCore {
     t->id = next_id_.fetch_add(1, std::memory_order_relaxed);
     t->op = op;
     t->deadline = redis::Clock::now() + options_.command_timeout;
-    t->pages.clear();
-    for (const T& item : items) t->pages.push_back(TierPage{key_of(item), data_of(item)});
     const auto n = static_cast<std::uint32_t>(items.size());
+    t->pages.resize(n);
+    TierPage* pages = t->pages.data();
+    for (std::uint32_t i = 0; i < n; ++i) pages[i] = TierPage{key_of(items[i]), data_of(items[i])};
     const TierTicket id = t->id;
+    t->status.assign(n, TierStatus::kUnavailable);
     if (n == 0 || breaker_.open()) {  // no I/O: every key completes now
-      t->status.assign(n, TierStatus::kUnavailable);
       counters_.count(TierStatus::kUnavailable, n);
       complete(t);
       return id;
     }
-    t->status.assign(n, TierStatus::kUnavailable);
     const std::uint32_t conns = static_cast<std::uint32_t>(connections_.size());
-    const std::uint32_t jobs = std::min(conns, std::max<std::uint32_t>(1, n / kMinKeysPerJob));
+    std::uint64_t work = std::uint64_t{n} * kKeyWork;
+    if (op == TierOp::kGet || op == TierOp::kPut)
+      for (std::uint32_t i = 0; i < n; ++i) work += page_bytes_[pages[i].key.group];
+    const auto jobs = static_cast<std::uint32_t>(std::clamp<std::uint64_t>(work / kMinJobWork, 1, conns));
     t->jobs.resize(jobs);
     t->jobs_left.store(jobs, std::memory_order_relaxed);
     const std::uint32_t first = next_conn_.fetch_add(1, std::memory_order_relaxed);
