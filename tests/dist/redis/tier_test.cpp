@@ -6,7 +6,11 @@
 #include "kvmm/error.hpp"
 #include "tier_fixture.hpp"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 using namespace kvmm;
 using namespace kvmm::test;
@@ -179,4 +183,27 @@ TEST_CASE("redis tier: many tickets in flight complete once each, in any order, 
     s->sentinel();
     REQUIRE(require_sound_get(*s, wait_ticket(*tier, tier->get(s->pages), 5s), 5) == s->keys.size());
   }
+}
+
+TEST_CASE("redis tier: a TCP endpoint round-trips too") {
+  KVMM_REQUIRE_REDIS();
+  // A free loopback port: bind port 0, read it back, release it for the server.
+  const int s = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  REQUIRE(::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  REQUIRE(::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+  const std::string port = std::to_string(ntohs(a.sin_port));
+  ::close(s);
+  RedisServer server({"--port", port, "--bind", "127.0.0.1"});
+  const KVLayout layout = tier_layout();
+  auto tier = make_redis_tier(layout, tier_scope(), options_for("tcp:127.0.0.1:" + port));
+  HostPages hp(layout, keys(6));
+  hp.fill(9);
+  REQUIRE(count(wait_ticket(*tier, tier->put(hp.pages), 5s), TierStatus::kOk) == 6);
+  hp.sentinel();
+  REQUIRE(require_sound_get(hp, wait_ticket(*tier, tier->get(hp.pages), 5s), 9) == 6);
+  REQUIRE(server.dbsize() == 6);
 }
