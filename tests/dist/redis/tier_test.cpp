@@ -207,3 +207,27 @@ TEST_CASE("redis tier: a TCP endpoint round-trips too") {
   REQUIRE(require_sound_get(hp, wait_ticket(*tier, tier->get(hp.pages), 5s), 9) == 6);
   REQUIRE(server.dbsize() == 6);
 }
+
+TEST_CASE("redis tier: ttl_ms gives every stored page an expiry") {
+  KVMM_REQUIRE_REDIS();
+  RedisServer server;
+  const KVLayout layout = tier_layout();
+  RedisTierOptions o = options_for(server.endpoint());
+  o.ttl_ms = 60000;
+  auto tier = make_redis_tier(layout, tier_scope(), o);
+  HostPages hp(layout, keys(4));
+  hp.fill(1);
+  REQUIRE(count(wait_ticket(*tier, tier->put(hp.pages), 5s), TierStatus::kOk) == 4);
+  for (const TierKey& k : hp.keys) {
+    const Reply r = server.command({"PTTL", tier_key_string(*tier, k)});
+    REQUIRE(r);
+    REQUIRE(r->type == REDIS_REPLY_INTEGER);
+    REQUIRE(r->integer > 50000);
+    REQUIRE(r->integer <= 60000);
+  }
+  // Without ttl_ms a key has none (PTTL -1).
+  auto plain = make_redis_tier(layout, tier_scope(1), options_for(server.endpoint()));
+  REQUIRE(count(wait_ticket(*plain, plain->put(hp.pages), 5s), TierStatus::kOk) == 4);
+  const Reply r = server.command({"PTTL", tier_key_string(*plain, hp.keys[0])});
+  REQUIRE(r->integer == -1);
+}
