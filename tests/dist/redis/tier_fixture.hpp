@@ -31,11 +31,18 @@ inline TierScope tier_scope(std::uint32_t tp_rank = 0) { return TierScope{"test-
 
 inline TierKey tier_key(GroupId g, std::uint64_t i) { return TierKey{g, BlockHash{0x9e3779b97f4a7c15ULL * (i + 1), i}}; }
 
-// The bytes of version `version` of page `key` (a pure function of both).
+// Word i of version `version` of page `key`: a pure function of the three (splitmix64).
+inline std::uint64_t page_word(const TierKey& key, std::uint64_t version, std::uint64_t i) {
+  std::uint64_t z = key.hash.lo * 31 + key.hash.hi * 7 + key.group * 131 + version * 1000003 + i * 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+// The bytes of version `version` of page `key`.
 inline void fill_page(std::byte* p, std::uint64_t bytes, const TierKey& key, std::uint64_t version) {
-  std::mt19937_64 rng(key.hash.lo * 31 + key.hash.hi * 7 + key.group * 131 + version * 1000003);
   for (std::uint64_t i = 0; i < bytes; i += 8) {
-    const std::uint64_t v = rng();
+    const std::uint64_t v = page_word(key, version, i);
     std::memcpy(p + i, &v, std::min<std::uint64_t>(8, bytes - i));
   }
 }
@@ -58,13 +65,19 @@ struct HostPages {
     for (auto& b : bytes) std::fill(b.begin(), b.end(), kSentinel);
   }
   bool equals(std::size_t i, std::uint64_t version) const {
-    std::vector<std::byte> want(bytes[i].size());
-    fill_page(want.data(), want.size(), keys[i], version);
-    return want == bytes[i];
+    const std::vector<std::byte>& b = bytes[i];
+    for (std::uint64_t at = 0; at < b.size(); at += 8) {
+      const std::uint64_t v = page_word(keys[i], version, at);
+      if (std::memcmp(b.data() + at, &v, std::min<std::uint64_t>(8, b.size() - at)) != 0) return false;
+    }
+    return true;
   }
   bool untouched(std::size_t i) const {
-    for (const std::byte b : bytes[i])
-      if (b != kSentinel) return false;
+    std::byte row[256];
+    std::fill(std::begin(row), std::end(row), kSentinel);
+    const std::vector<std::byte>& b = bytes[i];
+    for (std::size_t at = 0; at < b.size(); at += sizeof row)
+      if (std::memcmp(b.data() + at, row, std::min(sizeof row, b.size() - at)) != 0) return false;
     return true;
   }
 };
