@@ -54,7 +54,10 @@ struct Pages {
     for (std::size_t i = 0; i < n; ++i) {
       keys.push_back(TierKey{g, BlockHash{base + i, 0x5eed}});
       bytes.emplace_back(layout().small_page_bytes(g));
-      for (auto& b : bytes.back()) b = static_cast<std::byte>(rng());
+      for (std::size_t at = 0; at + 8 <= bytes.back().size(); at += 8) {
+        const std::uint64_t v = rng();
+        std::memcpy(bytes.back().data() + at, &v, 8);
+      }
     }
     for (std::size_t i = 0; i < n; ++i) pages.push_back(TierPage{keys[i], bytes[i].data()});
   }

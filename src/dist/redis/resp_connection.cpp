@@ -78,6 +78,26 @@ int open_socket(const Endpoint& e, Clock::time_point deadline) {
   return -1;
 }
 
+// hiredis's reader builds no reply objects here: these hooks record each reply in view_
+// (one reply at a time; arrays are not expected and fail the connection), and a GET's value
+// is verified, and copied into its page, while it is still in the reader's buffer.
+const redisReplyObjectFunctions kReplyHooks = {
+    [](const redisReadTask* task, char* str, std::size_t len) -> void* {
+      return static_cast<Connection*>(task->privdata)->hook_string(task->type, task->parent != nullptr, str, len);
+    },
+    [](const redisReadTask* task, int) -> void* {
+      auto* c = static_cast<Connection*>(task->privdata);
+      return c->hook_value(REDIS_REPLY_ARRAY, true, 0);
+    },
+    [](const redisReadTask* task, long long value) -> void* {
+      return static_cast<Connection*>(task->privdata)->hook_value(REDIS_REPLY_INTEGER, task->parent != nullptr, value);
+    },
+    [](const redisReadTask* task) -> void* {
+      return static_cast<Connection*>(task->privdata)->hook_value(REDIS_REPLY_NIL, task->parent != nullptr, 0);
+    },
+    [](void*) {},
+};
+
 }  // namespace
 
 Endpoint parse_endpoint(const std::string& endpoint) {
@@ -184,8 +204,9 @@ bool Connection::connect(Clock::time_point now) {
     core_.counters().connect_failures.fetch_add(1, std::memory_order_relaxed);
     return false;
   }
-  reader_ = redisReaderCreate();
+  reader_ = redisReaderCreateWithFunctions(const_cast<redisReplyObjectFunctions*>(&kReplyHooks));
   reader_->maxbuf = 0;  // keep the reader's buffer between replies
+  reader_->privdata = this;
   core_.counters().connects.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
@@ -336,8 +357,8 @@ bool Connection::read_in() {
       void* reply = nullptr;
       if (redisReaderGetReply(reader_, &reply) != REDIS_OK) return false;  // protocol error
       if (!reply) break;
-      const bool ok = on_reply(static_cast<redisReply*>(reply));
-      freeReplyObject(reply);
+      const bool ok = on_reply();
+      view_ = ReplyView{};
       if (!ok) return false;
     }
     if (static_cast<std::size_t>(n) < rbuf_.size()) return true;
@@ -345,9 +366,38 @@ bool Connection::read_in() {
   return true;
 }
 
-// Resolves the oldest in-flight command with `reply`; false for a reply nobody asked for.
-bool Connection::on_reply(redisReply* reply) {
-  if (if_count_ == 0) return false;
+void* Connection::hook_value(int type, bool nested, long long value) {
+  view_.type = type;
+  view_.nested = view_.nested || nested;
+  view_.integer = value;
+  return &view_;
+}
+
+void* Connection::hook_string(int type, bool nested, const char* str, std::size_t len) {
+  hook_value(type, nested, 0);
+  if (type == REDIS_REPLY_STRING && !nested && if_count_ != 0) {
+    const Cmd& cmd = inflight_[if_head_];
+    if (cmd.kind == CmdKind::kKey && cmd.job->ticket->op == TierOp::kGet)
+      view_.get = verify_get(str, len, cmd.job->ticket->pages[cmd.index]);
+  }
+  return &view_;
+}
+
+// A get's value: the page's bytes are written only when the whole value verifies.
+TierStatus Connection::verify_get(const char* str, std::size_t len, const TierPage& page) {
+  const std::uint64_t bytes = core_.page_bytes(page.key.group);
+  const TierValueIdentity id{core_.scope(), page.key, core_.tokens_per_page(page.key.group), bytes};
+  if (check_tier_value(std::span<const std::byte>(reinterpret_cast<const std::byte*>(str), len), id) !=
+      TierValueError::kNone)
+    return TierStatus::kCorrupt;
+  std::memcpy(page.data, str + kTierHeaderBytes, bytes);
+  core_.counters().bytes_got.fetch_add(bytes, std::memory_order_relaxed);
+  return TierStatus::kOk;
+}
+
+// Resolves the oldest in-flight command with view_; false for a reply nobody asked for.
+bool Connection::on_reply() {
+  if (if_count_ == 0 || view_.nested) return false;
   const Cmd cmd = inflight_[if_head_];
   if_head_ = (if_head_ + 1) % inflight_.size();
   --if_count_;
@@ -356,39 +406,27 @@ bool Connection::on_reply(redisReply* reply) {
   if (cmd.kind != CmdKind::kKey) return true;
   Job& job = *cmd.job;
   const Ticket& t = *job.ticket;
+  const int type = view_.type;
   TierStatus s = TierStatus::kUnavailable;  // an error reply (OOM, LOADING, ...)
-  if (reply->type != REDIS_REPLY_ERROR) {
+  if (type != REDIS_REPLY_ERROR) {
     switch (t.op) {
       case TierOp::kContains:
       case TierOp::kRemove:
-        s = reply->type == REDIS_REPLY_INTEGER && reply->integer > 0 ? TierStatus::kOk : TierStatus::kMiss;
+        s = type == REDIS_REPLY_INTEGER && view_.integer > 0 ? TierStatus::kOk : TierStatus::kMiss;
         break;
       case TierOp::kPut:
         s = TierStatus::kOk;
-        if (reply->type == REDIS_REPLY_NIL) core_.counters().put_existing.fetch_add(1, std::memory_order_relaxed);
+        if (type == REDIS_REPLY_NIL) core_.counters().put_existing.fetch_add(1, std::memory_order_relaxed);
         else core_.counters().bytes_put.fetch_add(core_.page_bytes(t.pages[cmd.index].key.group), std::memory_order_relaxed);
         break;
-      case TierOp::kGet: s = get_status(reply, t.pages[cmd.index], Clock::now()); break;
+      case TierOp::kGet:
+        s = type == REDIS_REPLY_NIL ? TierStatus::kMiss : type == REDIS_REPLY_STRING ? view_.get : TierStatus::kCorrupt;
+        if (s == TierStatus::kCorrupt) append_del(t.pages[cmd.index].key, Clock::now());  // never served again
+        break;
     }
   }
   set(job, cmd.index, s);
   return true;
-}
-
-// A get's reply: the page's bytes are written only when the whole value verifies.
-TierStatus Connection::get_status(redisReply* reply, const TierPage& page, Clock::time_point now) {
-  if (reply->type == REDIS_REPLY_NIL) return TierStatus::kMiss;
-  const std::uint64_t bytes = core_.page_bytes(page.key.group);
-  const TierValueIdentity id{core_.scope(), page.key, core_.tokens_per_page(page.key.group), bytes};
-  if (reply->type == REDIS_REPLY_STRING &&
-      check_tier_value(std::span<const std::byte>(reinterpret_cast<const std::byte*>(reply->str), reply->len), id) ==
-          TierValueError::kNone) {
-    std::memcpy(page.data, reply->str + kTierHeaderBytes, bytes);
-    core_.counters().bytes_got.fetch_add(bytes, std::memory_order_relaxed);
-    return TierStatus::kOk;
-  }
-  append_del(page.key, now);  // never served again
-  return TierStatus::kCorrupt;
 }
 
 bool Connection::probe(Clock::time_point now) {

@@ -1,7 +1,8 @@
 // Internal (src/dist/redis): one connection to the server and the I/O thread that owns it.
 // Commands are written as RESP by hand with sendmsg(): a put's page goes to the kernel
 // straight from the caller's buffer (no copy on our side); replies are parsed by hiredis's
-// reader. At most pipeline_depth commands and max_inflight_bytes value bytes are in flight.
+// reader with hooks that build no objects: a GET's value is verified in the reader's buffer
+// and copied once, into its page. At most pipeline_depth commands and max_inflight_bytes value bytes are in flight.
 // Every deadline is enforced with poll() timeouts, so nothing waits past it.
 #pragma once
 
@@ -15,7 +16,6 @@
 #include <vector>
 
 struct redisReader;
-struct redisReply;
 
 namespace kvmm::redis {
 
@@ -37,7 +37,19 @@ class Connection {
 
   void submit(Job* job);  // any thread
 
+  // For the reader's hooks only (resp_connection.cpp): record the reply being parsed.
+  void* hook_value(int type, bool nested, long long value);
+  void* hook_string(int type, bool nested, const char* str, std::size_t len);
+
  private:
+  // The reply hiredis's reader is parsing, as its hooks record it.
+  struct ReplyView {
+    int type = 0;  // REDIS_REPLY_*
+    bool nested = false;
+    long long integer = 0;
+    TierStatus get = TierStatus::kCorrupt;  // a GET's verified outcome
+  };
+
   enum class CmdKind : std::uint8_t { kKey, kDel, kPing };
   struct Cmd {
     Job* job = nullptr;
@@ -62,8 +74,8 @@ class Connection {
   void pump(Clock::time_point now);
   bool write_out();
   bool read_in();
-  bool on_reply(redisReply* reply);
-  TierStatus get_status(redisReply* reply, const TierPage& page, Clock::time_point now);
+  bool on_reply();
+  TierStatus verify_get(const char* str, std::size_t len, const TierPage& page);
   bool probe(Clock::time_point now);
   void drop(Clock::time_point now, TierStatus status);  // fails what is in flight, closes, counts a failure
   void fail_inflight(TierStatus status);
@@ -105,6 +117,7 @@ class Connection {
   std::string small_;
   std::string key_;
   std::vector<char> rbuf_;
+  ReplyView view_;
 };
 
 }  // namespace kvmm::redis
