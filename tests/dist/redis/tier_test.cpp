@@ -231,3 +231,22 @@ TEST_CASE("redis tier: ttl_ms gives every stored page an expiry") {
   const Reply r = server.command({"PTTL", tier_key_string(*plain, hp.keys[0])});
   REQUIRE(r->integer == -1);
 }
+
+TEST_CASE("redis tier: two engines writing the same pages at once: one value per key, whole and valid") {
+  KVMM_REQUIRE_REDIS();
+  RedisServer server;
+  const KVLayout layout = tier_layout();
+  auto a = make_redis_tier(layout, tier_scope(), options_for(server.endpoint()));
+  auto b = make_redis_tier(layout, tier_scope(), options_for(server.endpoint()));
+  REQUIRE(a->scope() == b->scope());
+  HostPages pa(layout, keys(64)), pb(layout, keys(64));
+  pa.fill(1);
+  pb.fill(2);
+  const TierTicket ta = a->put(pa.pages), tb = b->put(pb.pages);
+  REQUIRE(count(wait_ticket(*a, ta, 5s), TierStatus::kOk) == 64);
+  REQUIRE(count(wait_ticket(*b, tb, 5s), TierStatus::kOk) == 64);
+  REQUIRE(a->health().put_existing + b->health().put_existing == 64);  // SET NX: one writer per key
+  pa.sentinel();
+  REQUIRE(count(wait_ticket(*a, a->get(pa.pages), 5s), TierStatus::kOk) == 64);
+  for (std::size_t i = 0; i < 64; ++i) REQUIRE((pa.equals(i, 1) || pa.equals(i, 2)));  // never a mix
+}
