@@ -1,9 +1,10 @@
 // The Redis tier's fault matrix with a real redis-server: SIGKILL mid-put and mid-get,
 // SIGSTOP past the timeout (the circuit breaker opens, then a probe closes it), a
 // connection cut at chosen byte offsets by a relay, values corrupted in place (SETRANGE and
-// friends), keys evicted by maxmemory. In every case: each submission returns at once and
-// completes within the timeout bound, a get's page holds exactly the stored bytes or is
-// untouched, and the tier works again once the server is back.
+// friends), keys evicted by maxmemory. In every case: each submission and each poll()
+// returns at once, each ticket completes within the timeout bound, a get's page holds
+// exactly the stored bytes or is untouched, and the tier works again once the server is
+// back.
 #include "kvmm/dist/tier_value.hpp"
 #include "tier_fixture.hpp"
 
@@ -50,6 +51,7 @@ std::vector<TierStatus> bounded(KVTier& tier, Submit submit) {
   INFO("completed after " << waited.count() << " ms");
   REQUIRE_FALSE(st.empty());
   REQUIRE(waited <= kBound);
+  REQUIRE(longest_poll() < kSubmitBound);  // poll() never waited either
   return st;
 }
 

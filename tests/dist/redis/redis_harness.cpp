@@ -230,6 +230,12 @@ void Relay::run() {
   ::close(pairs_[0].client);
 }
 
+namespace {
+std::atomic<std::int64_t> g_longest_poll_us{0};
+}
+
+std::chrono::microseconds longest_poll() { return std::chrono::microseconds(g_longest_poll_us.load()); }
+
 bool wait_tickets(KVTier& tier, const std::vector<TierTicket>& tickets, std::chrono::milliseconds limit,
                   std::vector<std::vector<TierStatus>>& out) {
   const auto until = std::chrono::steady_clock::now() + limit;
@@ -239,7 +245,10 @@ bool wait_tickets(KVTier& tier, const std::vector<TierTicket>& tickets, std::chr
   TierResults results;
   for (;;) {
     results.clear();
+    const auto p0 = std::chrono::steady_clock::now();
     tier.poll(results);
+    const auto took = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - p0);
+    if (took.count() > g_longest_poll_us.load()) g_longest_poll_us.store(took.count());
     for (const TierCompletion& c : results.completions) {
       const auto i = static_cast<std::size_t>(std::find(tickets.begin(), tickets.end(), c.ticket) - tickets.begin());
       if (i == tickets.size()) continue;

@@ -101,4 +101,7 @@ std::vector<TierStatus> wait_ticket(KVTier& tier, TierTicket ticket, std::chrono
 bool wait_tickets(KVTier& tier, const std::vector<TierTicket>& tickets, std::chrono::milliseconds limit,
                   std::vector<std::vector<TierStatus>>& out);
 
+// The longest single tier.poll() call the wait helpers have seen (poll must never block).
+std::chrono::microseconds longest_poll();
+
 }  // namespace kvmm::test
