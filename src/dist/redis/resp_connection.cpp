@@ -1,3 +1,6 @@
+// One Redis connection and its I/O thread (resp_connection.hpp): a loop of take new jobs,
+// send while the pipeline has room, poll() the socket and the wake-up fd up to the next
+// deadline, resolve replies in order; the circuit breaker's probe runs here too.
 #include "resp_connection.hpp"
 
 #include "kvmm/dist/tier_value.hpp"
