@@ -1,10 +1,10 @@
 // The Redis tier's fault matrix with a real redis-server: SIGKILL mid-put and mid-get,
 // SIGSTOP past the timeout (the circuit breaker opens, then a probe closes it), a
 // connection cut at chosen byte offsets by a relay, values corrupted in place (SETRANGE and
-// friends), keys evicted by maxmemory. In every case: each submission and each poll()
-// returns at once, each ticket completes within the timeout bound, a get's page holds
-// exactly the stored bytes or is untouched, and the tier works again once the server is
-// back.
+// friends), keys evicted by maxmemory, a durable (append-only) server killed mid-put. In
+// every case: each submission and each poll() returns at once, each ticket completes
+// within the timeout bound, a get's page holds exactly the stored bytes or is untouched,
+// and the tier works again once the server is back.
 #include "kvmm/dist/tier_value.hpp"
 #include "tier_fixture.hpp"
 
@@ -316,4 +316,34 @@ TEST_CASE("redis tier faults: keys evicted by maxmemory read as misses, never as
   REQUIRE(ok > 0);
   REQUIRE(ok < 128);
   REQUIRE(tier->health().corrupt == 0);
+}
+
+TEST_CASE("redis tier faults: a durable server killed mid-put keeps every acknowledged page, exact") {
+  KVMM_REQUIRE_REDIS();
+  RedisServer server({"--appendonly", "yes", "--appendfsync", "always"});
+  const KVLayout layout = tier_layout();
+  auto tier = make_redis_tier(layout, tier_scope(), fault_options(server.endpoint()));
+  HostPages hp(layout, keys_of_group(1, 300));
+  hp.fill(11);
+  const TierTicket t = tier->put(hp.pages);
+  REQUIRE(wait_until([&] { return server.dbsize() >= 20; }, 5s));
+  server.kill9();
+  std::chrono::milliseconds waited{};
+  const auto put = wait_ticket(*tier, t, 10s, &waited);
+  REQUIRE_FALSE(put.empty());
+  REQUIRE(waited <= kBound);
+  REQUIRE(only(put, {TierStatus::kOk, TierStatus::kUnavailable, TierStatus::kTimeout}));
+  REQUIRE(count(put, TierStatus::kOk) < put.size());
+  server.start();  // reloads the append-only file
+  require_recovers(*tier, layout, 7000);
+  hp.sentinel();
+  const auto got = bounded(*tier, [&] { return tier->get(hp.pages); });
+  require_sound_get(hp, got, 11);
+  for (std::size_t i = 0; i < put.size(); ++i) {
+    INFO("page " << i << ": put " << to_string(put[i]) << ", get " << to_string(got[i]));
+    if (put[i] == TierStatus::kOk) REQUIRE(got[i] == TierStatus::kOk);  // acknowledged: kept
+    REQUIRE((got[i] == TierStatus::kOk || got[i] == TierStatus::kMiss));  // never corrupt
+  }
+  REQUIRE(count(put, TierStatus::kOk) > 0);  // replies already sent are read before the EOF
+  REQUIRE(count(got, TierStatus::kOk) >= count(put, TierStatus::kOk));
 }
