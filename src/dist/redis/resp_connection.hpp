@@ -2,8 +2,9 @@
 // Commands are written as RESP by hand with sendmsg(): a put's page goes to the kernel
 // straight from the caller's buffer (no copy on our side); replies are parsed by hiredis's
 // reader with hooks that build no objects: a GET's value is verified in the reader's buffer
-// and copied once, into its page. At most pipeline_depth commands and max_inflight_bytes value bytes are in flight.
-// Every deadline is enforced with poll() timeouts, so nothing waits past it.
+// and copied once, into its page. At most pipeline_depth commands and max_inflight_bytes
+// value bytes are in flight. Every deadline is enforced with poll() timeouts, so nothing
+// waits past it.
 #pragma once
 
 #include "tier_state.hpp"
