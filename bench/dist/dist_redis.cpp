@@ -30,8 +30,8 @@ test::RedisServer& server() {
 
 // Group 0: 2 MiB pages (32 layers x 8 KV heads x 128 x bf16 x 16 tokens); group 1: 1 KiB.
 const KVLayout& layout() {
-  static const KVLayout l = KVLayout::plan({LayerGroup::full_attention("full", 32, 8, 128, 2, 16),
-                                            LayerGroup::full_attention("small", 1, 1, 16, 2, 16)});
+  static const KVLayout l = KVLayout::plan(
+      {LayerGroup::full_attention("full", 32, 8, 128, 2, 16), LayerGroup::full_attention("small", 1, 1, 16, 2, 16)});
   return l;
 }
 

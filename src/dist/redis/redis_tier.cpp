@@ -48,7 +48,8 @@ void validate(const RedisTierOptions& o) {
 class RedisTier final : public KVTier, public redis::TierCore {
  public:
   RedisTier(const KVLayout& layout, const TierScope& scope, const RedisTierOptions& options)
-      : options_(options), scope_(scope_fingerprint(layout, scope)),
+      : options_(options),
+        scope_(scope_fingerprint(layout, scope)),
         breaker_(options.breaker_failures, options.breaker_cooldown) {
     validate(options_);
     const redis::Endpoint endpoint = redis::parse_endpoint(options_.endpoint);
@@ -141,7 +142,8 @@ class RedisTier final : public KVTier, public redis::TierCore {
     for (std::size_t i = 0; i < items.size(); ++i) {
       const TierKey& k = key_of(items[i]);
       if (k.group >= page_bytes_.size())
-        fail("KVTier::{}: key {} has group = {}, the layout has {} groups", to_string(op), i, k.group, page_bytes_.size());
+        fail("KVTier::{}: key {} has group = {}, the layout has {} groups", to_string(op), i, k.group,
+             page_bytes_.size());
       if (needs_data && data_of(items[i]) == nullptr) fail("KVTier::{}: page {} has data = null", to_string(op), i);
     }
   }

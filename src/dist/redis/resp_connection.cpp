@@ -74,7 +74,8 @@ int open_socket(const Endpoint& e, Clock::time_point deadline) {
     int err = 0;
     socklen_t err_len = sizeof err;
     const auto now = Clock::now();
-    const int ms = deadline > now ? static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(deadline - now).count()) : 0;
+    const int ms =
+        deadline > now ? static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(deadline - now).count()) : 0;
     if (::poll(&p, 1, ms) == 1 && ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &err_len) == 0 && err == 0) return fd;
   }
   ::close(fd);
@@ -108,7 +109,8 @@ Endpoint parse_endpoint(const std::string& endpoint) {
   if (endpoint.rfind("unix:", 0) == 0) {
     e.path = endpoint.substr(5);
     if (e.path.empty() || e.path.size() >= sizeof(sockaddr_un{}.sun_path))
-      fail("RedisTierOptions::endpoint = '{}': a unix socket path of 1..{} bytes", endpoint, sizeof(sockaddr_un{}.sun_path) - 1);
+      fail("RedisTierOptions::endpoint = '{}': a unix socket path of 1..{} bytes", endpoint,
+           sizeof(sockaddr_un{}.sun_path) - 1);
     return e;
   }
   const std::size_t colon = endpoint.rfind(':');
@@ -196,8 +198,10 @@ void Connection::run() {
       continue;
     }
     if (fd_ >= 0) fill(now);
-    if (fd_ >= 0 && (if_count_ != 0 || has_output())) pump(now);
-    else wait_wake(pend_head_ ? next_deadline() : now + kIdleWait);
+    if (fd_ >= 0 && (if_count_ != 0 || has_output()))
+      pump(now);
+    else
+      wait_wake(pend_head_ ? next_deadline() : now + kIdleWait);
   }
 }
 
@@ -235,11 +239,15 @@ void Connection::fill(Clock::time_point now) {
     const bool last = send_index_ == job->end;
     if (last) {
       pend_head_ = job->next;
-      if (!pend_head_) pend_tail_ = nullptr;
-      else send_index_ = pend_head_->begin;
+      if (!pend_head_)
+        pend_tail_ = nullptr;
+      else
+        send_index_ = pend_head_->begin;
     }
-    if (now >= job->ticket->deadline) set(*job, index, TierStatus::kTimeout);  // may finish the job
-    else append(*job, index);
+    if (now >= job->ticket->deadline)
+      set(*job, index, TierStatus::kTimeout);  // may finish the job
+    else
+      append(*job, index);
   }
 }
 
@@ -309,8 +317,10 @@ void Connection::pump(Clock::time_point now) {
   if (p[0].revents & POLLOUT) ok = write_out();
   if (ok && (p[0].revents & (POLLIN | POLLHUP | POLLERR))) ok = read_in();
   now = Clock::now();
-  if (!ok) drop(now, TierStatus::kUnavailable);
-  else if (if_count_ != 0 && inflight_[if_head_].deadline <= now) drop(now, TierStatus::kTimeout);
+  if (!ok)
+    drop(now, TierStatus::kUnavailable);
+  else if (if_count_ != 0 && inflight_[if_head_].deadline <= now)
+    drop(now, TierStatus::kTimeout);
 }
 
 void Connection::drop(Clock::time_point now, TierStatus status) {
@@ -419,8 +429,11 @@ bool Connection::on_reply() {
         break;
       case TierOp::kPut:
         s = TierStatus::kOk;
-        if (type == REDIS_REPLY_NIL) core_.counters().put_existing.fetch_add(1, std::memory_order_relaxed);
-        else core_.counters().bytes_put.fetch_add(core_.page_bytes(t.pages[cmd.index].key.group), std::memory_order_relaxed);
+        if (type == REDIS_REPLY_NIL)
+          core_.counters().put_existing.fetch_add(1, std::memory_order_relaxed);
+        else
+          core_.counters().bytes_put.fetch_add(core_.page_bytes(t.pages[cmd.index].key.group),
+                                               std::memory_order_relaxed);
         break;
       case TierOp::kGet:
         s = type == REDIS_REPLY_NIL ? TierStatus::kMiss : type == REDIS_REPLY_STRING ? view_.get : TierStatus::kCorrupt;
@@ -502,8 +515,10 @@ void Connection::resp_bulk(std::string_view s) {
 void Connection::small(std::string_view s) {
   const std::uint64_t off = small_.size();
   small_.append(s);
-  if (!segs_.empty() && !segs_.back().ptr && segs_.back().off + segs_.back().len == off) segs_.back().len += s.size();
-  else segs_.push_back(Seg{nullptr, off, s.size()});
+  if (!segs_.empty() && !segs_.back().ptr && segs_.back().off + segs_.back().len == off)
+    segs_.back().len += s.size();
+  else
+    segs_.push_back(Seg{nullptr, off, s.size()});
 }
 
 void Connection::ref(const std::byte* p, std::uint64_t len) {

@@ -83,11 +83,21 @@ struct Counters {
   void count(TierStatus s, std::uint64_t n = 1) {
     const auto r = std::memory_order_relaxed;
     switch (s) {
-      case TierStatus::kOk: ok.fetch_add(n, r); break;
-      case TierStatus::kMiss: misses.fetch_add(n, r); break;
-      case TierStatus::kCorrupt: corrupt.fetch_add(n, r); break;
-      case TierStatus::kTimeout: timeouts.fetch_add(n, r); break;
-      case TierStatus::kUnavailable: unavailable.fetch_add(n, r); break;
+      case TierStatus::kOk:
+        ok.fetch_add(n, r);
+        break;
+      case TierStatus::kMiss:
+        misses.fetch_add(n, r);
+        break;
+      case TierStatus::kCorrupt:
+        corrupt.fetch_add(n, r);
+        break;
+      case TierStatus::kTimeout:
+        timeouts.fetch_add(n, r);
+        break;
+      case TierStatus::kUnavailable:
+        unavailable.fetch_add(n, r);
+        break;
     }
   }
 };

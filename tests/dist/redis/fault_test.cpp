@@ -113,7 +113,7 @@ TEST_CASE("redis tier faults: SIGKILL mid-put and mid-get, then restart") {
     REQUIRE(waited <= kBound);
     REQUIRE(only(st, {TierStatus::kOk, TierStatus::kUnavailable, TierStatus::kTimeout}));
     REQUIRE(count(st, TierStatus::kOk) < st.size());  // it was cut mid-way
-    server.start();  // empty: no persistence
+    server.start();                                   // empty: no persistence
     require_recovers(*tier, layout, 5000);
     hp.sentinel();
     REQUIRE(require_sound_get(hp, bounded(*tier, [&] { return tier->get(hp.pages); }), 1) == 0);
@@ -232,8 +232,8 @@ TEST_CASE("redis tier faults: a connection cut at chosen byte offsets (relay)") 
   // last ones), each stored one exact.
   std::string key;
   format_tier_key("kvmm", tier->scope(), tier_key(1, 100), key);
-  const std::uint64_t command = 4 + 9 + (1 + std::to_string(key.size()).size() + 2) + key.size() + 2 + head +
-                                value + 2 + 8;  // *4 $3 SET $<n> key $<len> value $2 NX
+  const std::uint64_t command = 4 + 9 + (1 + std::to_string(key.size()).size() + 2) + key.size() + 2 + head + value +
+                                2 + 8;  // *4 $3 SET $<n> key $<len> value $2 NX
   std::uint64_t base = 100;
   for (const std::uint64_t at : {std::uint64_t{10}, command - 1, command, command + 5000, 3 * command + 70}) {
     INFO("command stream cut after " << at << " bytes");
@@ -275,8 +275,8 @@ TEST_CASE("redis tier faults: values corrupted in place are never loaded, counte
   flip_at(3, 20);                       // block hash
   const std::string v4 = server.get(name(4));
   REQUIRE(server.command({"SET", name(4), v4.substr(0, v4.size() - 1)}));  // truncated
-  REQUIRE(server.command({"SET", name(5), server.get(name(6))}));        // another page's valid value
-  REQUIRE(server.command({"APPEND", name(7), "x"}));                     // extended
+  REQUIRE(server.command({"SET", name(5), server.get(name(6))}));          // another page's valid value
+  REQUIRE(server.command({"APPEND", name(7), "x"}));                       // extended
   const std::vector<std::size_t> bad = {0, 1, 2, 3, 4, 5, 7};
 
   hp.sentinel();
@@ -341,7 +341,7 @@ TEST_CASE("redis tier faults: a durable server killed mid-put keeps every acknow
   require_sound_get(hp, got, 11);
   for (std::size_t i = 0; i < put.size(); ++i) {
     INFO("page " << i << ": put " << to_string(put[i]) << ", get " << to_string(got[i]));
-    if (put[i] == TierStatus::kOk) REQUIRE(got[i] == TierStatus::kOk);  // acknowledged: kept
+    if (put[i] == TierStatus::kOk) REQUIRE(got[i] == TierStatus::kOk);    // acknowledged: kept
     REQUIRE((got[i] == TierStatus::kOk || got[i] == TierStatus::kMiss));  // never corrupt
   }
   REQUIRE(count(put, TierStatus::kOk) > 0);  // replies already sent are read before the EOF

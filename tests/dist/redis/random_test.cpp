@@ -48,10 +48,14 @@ class RandomRun {
     for (int step = 1; step <= steps; ++step) {
       INFO("step " << step);
       const auto op = rng_() % 100;
-      if (op < 5) corrupt_one();
-      else if (op < 10) delete_one();
-      else if (op < 20) two_at_once(step);
-      else one_ticket(static_cast<TierOp>(rng_() % 4), pick(), step);
+      if (op < 5)
+        corrupt_one();
+      else if (op < 10)
+        delete_one();
+      else if (op < 20)
+        two_at_once(step);
+      else
+        one_ticket(static_cast<TierOp>(rng_() % 4), pick(), step);
       if (step % 100 == 0) check_server();
     }
     check_server();
@@ -75,10 +79,15 @@ class RandomRun {
 
   TierTicket submit(TierOp op, HostPages& hp) {
     switch (op) {
-      case TierOp::kContains: return tier_->contains(hp.keys);
-      case TierOp::kRemove: return tier_->remove(hp.keys);
-      case TierOp::kGet: hp.sentinel(); return tier_->get(hp.pages);
-      case TierOp::kPut: return tier_->put(hp.pages);
+      case TierOp::kContains:
+        return tier_->contains(hp.keys);
+      case TierOp::kRemove:
+        return tier_->remove(hp.keys);
+      case TierOp::kGet:
+        hp.sentinel();
+        return tier_->get(hp.pages);
+      case TierOp::kPut:
+        return tier_->put(hp.pages);
     }
     return 0;
   }
@@ -120,7 +129,9 @@ class RandomRun {
       INFO(to_string(op) << " key " << k << " status " << to_string(st[j]));
       const bool has = model_.has(k), bad = model_.corrupt.count(k) != 0;
       switch (op) {
-        case TierOp::kContains: REQUIRE(st[j] == (has ? TierStatus::kOk : TierStatus::kMiss)); break;
+        case TierOp::kContains:
+          REQUIRE(st[j] == (has ? TierStatus::kOk : TierStatus::kMiss));
+          break;
         case TierOp::kRemove:
           REQUIRE(st[j] == (has ? TierStatus::kOk : TierStatus::kMiss));
           model_.version.erase(k);
@@ -128,8 +139,10 @@ class RandomRun {
           break;
         case TierOp::kPut:
           REQUIRE(st[j] == TierStatus::kOk);
-          if (has) ++put_existing_;
-          else model_.version[k] = version;
+          if (has)
+            ++put_existing_;
+          else
+            model_.version[k] = version;
           break;
         case TierOp::kGet:
           if (!has) {
@@ -143,7 +156,8 @@ class RandomRun {
             model_.corrupt.erase(k);
             // The tier deletes it asynchronously; later tickets may use another connection.
             const auto until = std::chrono::steady_clock::now() + 5s;
-            while (server_.exists(names_[k]) && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+            while (server_.exists(names_[k]) && std::chrono::steady_clock::now() < until)
+              std::this_thread::sleep_for(1ms);
             REQUIRE_FALSE(server_.exists(names_[k]));
           } else {
             REQUIRE(st[j] == TierStatus::kOk);

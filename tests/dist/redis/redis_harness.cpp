@@ -72,9 +72,10 @@ RedisServer::~RedisServer() {
 }
 
 void RedisServer::start() {
-  std::vector<std::string> args = {"redis-server", "--port", "0", "--unixsocket", socket_path(),
-                                   "--unixsocketperm", "700", "--save", "", "--appendonly", "no",
-                                   "--dir", dir_, "--daemonize", "no", "--loglevel", "warning"};
+  std::vector<std::string> args = {
+      "redis-server", "--port",      "0",  "--unixsocket", socket_path(), "--unixsocketperm",
+      "700",          "--save",      "",   "--appendonly", "no",          "--dir",
+      dir_,           "--daemonize", "no", "--loglevel",   "warning"};
   args.insert(args.end(), extra_.begin(), extra_.end());
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
@@ -124,8 +125,8 @@ Reply RedisServer::command(const std::vector<std::string>& args) {
     std::vector<const char*> argv;
     std::vector<std::size_t> lens;
     for (const std::string& a : args) argv.push_back(a.data()), lens.push_back(a.size());
-    auto* r = static_cast<redisReply*>(
-        redisCommandArgv(client_, static_cast<int>(args.size()), argv.data(), lens.data()));
+    auto* r =
+        static_cast<redisReply*>(redisCommandArgv(client_, static_cast<int>(args.size()), argv.data(), lens.data()));
     if (r) return Reply(r);
     redisFree(client_);  // a dead connection (the server restarted): reconnect once
     client_ = nullptr;
@@ -271,8 +272,7 @@ std::vector<TierStatus> wait_ticket(KVTier& tier, TierTicket ticket, std::chrono
   const auto start = std::chrono::steady_clock::now();
   std::vector<std::vector<TierStatus>> out;
   const bool done = wait_tickets(tier, {ticket}, limit, out);
-  if (waited)
-    *waited = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+  if (waited) *waited = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
   return done ? out[0] : std::vector<TierStatus>();
 }
 

@@ -8,16 +8,15 @@
 
 #include <hiredis/hiredis.h>
 
+#include <sys/types.h>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <sys/types.h>
 #include <thread>
 #include <vector>
-
 
 namespace kvmm::test {
 
@@ -37,10 +36,10 @@ class RedisServer {
   RedisServer(const RedisServer&) = delete;
   RedisServer& operator=(const RedisServer&) = delete;
 
-  void start();    // spawns and waits (<= 5 s) until PING answers; throws otherwise
-  void kill9();    // SIGKILL and reap
-  void stop();     // SIGSTOP
-  void resume();   // SIGCONT
+  void start();   // spawns and waits (<= 5 s) until PING answers; throws otherwise
+  void kill9();   // SIGKILL and reap
+  void stop();    // SIGSTOP
+  void resume();  // SIGCONT
   std::string dir() const { return dir_; }
   std::string socket_path() const { return dir_ + "/redis.sock"; }
   std::string endpoint() const { return "unix:" + socket_path(); }

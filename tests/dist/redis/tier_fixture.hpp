@@ -27,13 +27,18 @@ inline KVLayout tier_layout(std::uint32_t layers = 2) {
                          LayerGroup::sliding_window("swa", 1, 8, 128, 2, 16, 64)});
 }
 
-inline TierScope tier_scope(std::uint32_t tp_rank = 0) { return TierScope{"test-model@1", "bfloat16", tp_rank, 2, false}; }
+inline TierScope tier_scope(std::uint32_t tp_rank = 0) {
+  return TierScope{"test-model@1", "bfloat16", tp_rank, 2, false};
+}
 
-inline TierKey tier_key(GroupId g, std::uint64_t i) { return TierKey{g, BlockHash{0x9e3779b97f4a7c15ULL * (i + 1), i}}; }
+inline TierKey tier_key(GroupId g, std::uint64_t i) {
+  return TierKey{g, BlockHash{0x9e3779b97f4a7c15ULL * (i + 1), i}};
+}
 
 // Word i of version `version` of page `key`: a pure function of the three (splitmix64).
 inline std::uint64_t page_word(const TierKey& key, std::uint64_t version, std::uint64_t i) {
-  std::uint64_t z = key.hash.lo * 31 + key.hash.hi * 7 + key.group * 131 + version * 1000003 + i * 0x9e3779b97f4a7c15ULL;
+  std::uint64_t z =
+      key.hash.lo * 31 + key.hash.hi * 7 + key.group * 131 + version * 1000003 + i * 0x9e3779b97f4a7c15ULL;
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
   return z ^ (z >> 31);
@@ -109,12 +114,12 @@ inline std::string tier_key_string(const KVTier& tier, const TierKey& key) {
   return s;
 }
 
-#define KVMM_REQUIRE_REDIS()                                                             \
-  do {                                                                                   \
-    if (!::kvmm::test::redis_server_available()) {                                       \
-      WARN("SKIPPED: redis-server not found on PATH (scripts/deps.sh installs it)");     \
-      return;                                                                            \
-    }                                                                                    \
+#define KVMM_REQUIRE_REDIS()                                                         \
+  do {                                                                               \
+    if (!::kvmm::test::redis_server_available()) {                                   \
+      WARN("SKIPPED: redis-server not found on PATH (scripts/deps.sh installs it)"); \
+      return;                                                                        \
+    }                                                                                \
   } while (0)
 
 }  // namespace kvmm::test
