@@ -2,7 +2,8 @@
 # needs when any is missing (root on a fresh Debian machine; sudo otherwise).
 kvmm_install_deps() {
   local pkgs=(cmake g++ make catch2 libfmt-dev libxxhash-dev libbenchmark-dev nlohmann-json3-dev
-    libzmq3-dev cppzmq-dev python3-zmq python3-msgpack pybind11-dev python3-dev python3-numpy python3-pytest "$@")
+    libzmq3-dev cppzmq-dev python3-zmq python3-msgpack pybind11-dev python3-dev python3-numpy python3-pytest
+    libhiredis-dev redis-server "$@")
   local missing=()
   for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

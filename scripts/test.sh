@@ -36,15 +36,17 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:ha
   KVMM_BUILD="$build/release" KVMM_PY_DRIVER="$build/asan/python/kvmm_py_driver" \
   /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/python/test_differential.py
 
-echo "== ThreadSanitizer: memory tests (the background mapper thread), dist tests (publisher thread)"
+echo "== ThreadSanitizer: memory tests (the background mapper thread), dist tests (publisher thread, Redis tier I/O threads)"
 cmake -S . -B "$build/tsan" -DCMAKE_BUILD_TYPE=Debug -DKVMM_WERROR=ON -DKVMM_CUDA=OFF -DKVMM_SANITIZE=thread \
   -DKVMM_BUILD_TESTS=ON -DKVMM_BUILD_BENCH=OFF -DKVMM_BUILD_EXAMPLES=OFF -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g"
-cmake --build "$build/tsan" -j"$jobs" --target kvmm_test_memory kvmm_test_dist kvmm_test_dist_events
+cmake --build "$build/tsan" -j"$jobs" --target kvmm_test_memory kvmm_test_dist kvmm_test_dist_events kvmm_test_dist_redis
 TSAN_OPTIONS=halt_on_error=1 "$build/tsan/tests/kvmm_test_memory"
 TSAN_OPTIONS=halt_on_error=1 "$build/tsan/tests/kvmm_test_dist"
 # libzmq's own threads are invisible to TSan (tsan.supp); the [python] cases fork a
 # consumer, which TSan does not support in a threaded process: they run in the stages above.
 TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/tests/dist/tsan.supp" "$build/tsan/tests/kvmm_test_dist_events" "~[python]"
+# The Redis tier against a real redis-server (spawned with posix_spawn, no fork).
+TSAN_OPTIONS=halt_on_error=1 "$build/tsan/tests/kvmm_test_dist_redis"
 
 echo "== consumer: find_package (static, shared, kvmm::cuda), pkg-config, add_subdirectory, FetchContent"
 tests/consumer/run.sh "$build/release" "$build/consumer"

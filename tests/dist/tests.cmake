@@ -16,3 +16,8 @@ foreach(name events redis)
   target_link_libraries(kvmm_test_dist_${name} PRIVATE kvmm::${name} kvmm_catch_main kvmm_warnings)
   add_test(NAME dist_${name} COMMAND kvmm_test_dist_${name})
 endforeach()
+# The Redis tier's tests drive a real redis-server and inspect it with hiredis's own client.
+if(TARGET kvmm_test_dist_redis)
+  target_include_directories(kvmm_test_dist_redis PRIVATE ${KVMM_HIREDIS_INCLUDE_DIR})
+  target_link_libraries(kvmm_test_dist_redis PRIVATE ${KVMM_HIREDIS_LIBRARY})
+endif()

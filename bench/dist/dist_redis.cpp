@@ -1,0 +1,240 @@
+// RedisTier benchmarks against a redis-server the benchmark starts itself (unix socket in a
+// temporary directory, as in the tests): put and get throughput of 2 MiB pages (64 a
+// ticket) by connection count, the presence check of a 128k-token prefix (8192 keys), and
+// the caller thread's CPU time per request (inside submit and poll, the cost of the clock
+// reads subtracted), also per admission when a step submits several. The baseline, in the
+// same run: hiredis's synchronous client, one SET or GET at a time.
+// Throughput counters are decimal GB/s (1e9 B/s).
+#include "kvmm/dist/redis_tier.hpp"
+#include "redis_harness.hpp"
+
+#include <benchmark/benchmark.h>
+#include <poll.h>
+#include <time.h>
+
+#include <cstring>
+#include <memory>
+#include <random>
+
+using namespace kvmm;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr std::size_t kPages = 64;  // 2 MiB pages per ticket: 128 MiB
+
+test::RedisServer& server() {
+  static test::RedisServer s({"--maxmemory", "2gb", "--maxmemory-policy", "allkeys-lru"});
+  return s;
+}
+
+// Group 0: 2 MiB pages (32 layers x 8 KV heads x 128 x bf16 x 16 tokens); group 1: 1 KiB.
+const KVLayout& layout() {
+  static const KVLayout l = KVLayout::plan(
+      {LayerGroup::full_attention("full", 32, 8, 128, 2, 16), LayerGroup::full_attention("small", 1, 1, 16, 2, 16)});
+  return l;
+}
+
+TierScope scope() { return TierScope{"bench-model", "bfloat16", 0, 1, false}; }
+
+std::unique_ptr<KVTier> tier(std::uint32_t connections) {
+  RedisTierOptions o;
+  o.endpoint = server().endpoint();
+  o.connections = connections;
+  o.command_timeout = 10s;
+  return make_redis_tier(layout(), scope(), o);
+}
+
+struct Pages {
+  std::vector<std::vector<std::byte>> bytes;
+  std::vector<TierPage> pages;
+  std::vector<TierKey> keys;
+  Pages(GroupId g, std::size_t n, std::uint64_t base) {
+    std::mt19937_64 rng(base);
+    for (std::size_t i = 0; i < n; ++i) {
+      keys.push_back(TierKey{g, BlockHash{base + i, 0x5eed}});
+      bytes.emplace_back(layout().small_page_bytes(g));
+      for (std::size_t at = 0; at + 8 <= bytes.back().size(); at += 8) {
+        const std::uint64_t v = rng();
+        std::memcpy(bytes.back().data() + at, &v, 8);
+      }
+    }
+    for (std::size_t i = 0; i < n; ++i) pages.push_back(TierPage{keys[i], bytes[i].data()});
+  }
+};
+
+// The caller thread's CPU time (wall time would count preemption on a loaded machine).
+double now_us() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) * 1e6 + static_cast<double>(t.tv_nsec) / 1e3;
+}
+
+// What one measured interval (two clock reads) adds by itself, measured in this run and
+// subtracted from every interval.
+double clock_pair_us() {
+  static const double cost = [] {
+    constexpr int kPairs = 20000;
+    double sum = 0;
+    for (int i = 0; i < kPairs; ++i) {
+      const double t0 = now_us();
+      sum += now_us() - t0;
+    }
+    return sum / kPairs;
+  }();
+  return cost;
+}
+
+// Waits for `ticket`, sleeping in poll() on the event fd (the engine's event loop would);
+// the CPU time spent inside tier.poll() is added to *poll_us. Aborts the benchmark on a status other than kOk.
+void finish(benchmark::State& state, KVTier& tier, TierTicket ticket, TierResults& r, double* poll_us = nullptr) {
+  for (;;) {
+    pollfd p{tier.event_fd(), POLLIN, 0};
+    ::poll(&p, 1, 1000);
+    r.clear();
+    const double t0 = poll_us ? now_us() : 0;
+    tier.poll(r);
+    if (poll_us) *poll_us += now_us() - t0 - clock_pair_us();
+    for (const TierCompletion& c : r.completions) {
+      if (c.ticket != ticket) continue;
+      for (const TierStatus s : r.status_of(c))
+        if (s != TierStatus::kOk) state.SkipWithError(std::string(to_string(s)).c_str());
+      return;
+    }
+  }
+}
+
+void set_gbps(benchmark::State& state, double bytes_per_iteration) {
+  state.counters["GB/s"] = benchmark::Counter(bytes_per_iteration / 1e9 * static_cast<double>(state.iterations()),
+                                              benchmark::Counter::kIsRate);
+}
+
+void flush() { server().command({"FLUSHALL"}); }
+
+void BM_TierPut2MiB(benchmark::State& state) {
+  auto t = tier(static_cast<std::uint32_t>(state.range(0)));
+  Pages p(0, kPages, 1);
+  TierResults r;
+  for (auto _ : state) {
+    state.PauseTiming();
+    flush();  // fresh keys every time: SET NX stores
+    state.ResumeTiming();
+    finish(state, *t, t->put(p.pages), r);
+  }
+  set_gbps(state, static_cast<double>(kPages * layout().small_page_bytes(0)));
+}
+
+void BM_TierGet2MiB(benchmark::State& state) {
+  flush();
+  auto t = tier(static_cast<std::uint32_t>(state.range(0)));
+  Pages p(0, kPages, 2);
+  TierResults r;
+  finish(state, *t, t->put(p.pages), r);
+  for (auto _ : state) finish(state, *t, t->get(p.pages), r);
+  set_gbps(state, static_cast<double>(kPages * layout().small_page_bytes(0)));
+}
+
+// The baseline: one synchronous SET / GET at a time with hiredis's own client.
+void BM_HiredisSyncSet2MiB(benchmark::State& state) {
+  Pages p(0, kPages, 3);
+  std::string key;
+  for (auto _ : state) {
+    state.PauseTiming();
+    flush();
+    state.ResumeTiming();
+    for (std::size_t i = 0; i < kPages; ++i) {
+      format_tier_key("base", 0, p.keys[i], key);
+      server().command({"SET", key, std::string(reinterpret_cast<const char*>(p.bytes[i].data()), p.bytes[i].size())});
+    }
+  }
+  set_gbps(state, static_cast<double>(kPages * layout().small_page_bytes(0)));
+}
+
+void BM_HiredisSyncGet2MiB(benchmark::State& state) {
+  flush();
+  Pages p(0, kPages, 4);
+  std::string key;
+  for (std::size_t i = 0; i < kPages; ++i) {
+    format_tier_key("base", 0, p.keys[i], key);
+    server().command({"SET", key, std::string(reinterpret_cast<const char*>(p.bytes[i].data()), p.bytes[i].size())});
+  }
+  for (auto _ : state) {
+    for (std::size_t i = 0; i < kPages; ++i) {
+      format_tier_key("base", 0, p.keys[i], key);
+      test::Reply reply = server().command({"GET", key});
+      std::memcpy(p.bytes[i].data(), reply->str, p.bytes[i].size());
+    }
+  }
+  set_gbps(state, static_cast<double>(kPages * layout().small_page_bytes(0)));
+}
+
+// Presence of a 128k-token prefix: 8192 keys of pages that are all stored. Also reports
+// the caller thread's CPU time per request (inside submit and every poll call) in us.
+void BM_TierContains(benchmark::State& state) {
+  flush();
+  const auto n = static_cast<std::size_t>(state.range(1));
+  auto t = tier(static_cast<std::uint32_t>(state.range(0)));
+  Pages p(1, n, 5);
+  TierResults r;
+  finish(state, *t, t->put(p.pages), r);
+  double submit_us = 0, poll_us = 0;
+  for (auto _ : state) {
+    const double t0 = now_us();
+    const TierTicket ticket = t->contains(p.keys);
+    submit_us += now_us() - t0 - clock_pair_us();
+    finish(state, *t, ticket, r, &poll_us);
+  }
+  const auto iters = static_cast<double>(state.iterations());
+  state.counters["caller_us"] = (submit_us + poll_us) / iters;
+  state.counters["submit_us"] = submit_us / iters;
+  state.counters["poll_us"] = poll_us / iters;
+  state.counters["clock_pair_us"] = clock_pair_us();
+}
+
+// One scheduler step's admissions: range(0) presence checks of 64 keys (1k tokens) each,
+// then every completion; 2 connections. caller_us is per admission: its submit and its
+// share of the poll() calls. The first submission of a step wakes the sleeping I/O thread;
+// the next ones find it awake.
+void BM_TierAdmissions(benchmark::State& state) {
+  flush();
+  const auto k = static_cast<std::size_t>(state.range(0));
+  auto t = tier(2);
+  Pages p(1, 64, 6);
+  TierResults r;
+  finish(state, *t, t->put(p.pages), r);
+  double caller_us = 0;
+  for (auto _ : state) {
+    const double t0 = now_us();
+    for (std::size_t i = 0; i < k; ++i) t->contains(p.keys);
+    caller_us += now_us() - t0 - clock_pair_us();
+    std::size_t done = 0;
+    while (done < k) {
+      pollfd pf{t->event_fd(), POLLIN, 0};
+      ::poll(&pf, 1, 1000);
+      r.clear();
+      const double t1 = now_us();
+      done += t->poll(r);
+      caller_us += now_us() - t1 - clock_pair_us();
+    }
+  }
+  state.counters["caller_us"] = caller_us / static_cast<double>(state.iterations() * k);
+}
+
+}  // namespace
+
+BENCHMARK(BM_HiredisSyncSet2MiB)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_TierPut2MiB)->Arg(1)->Arg(2)->Arg(4)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_HiredisSyncGet2MiB)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_TierGet2MiB)->Arg(1)->Arg(2)->Arg(4)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_TierContains)
+    ->Args({1, 8192})
+    ->Args({2, 8192})
+    ->Args({4, 8192})
+    ->Args({2, 64})
+    ->Args({2, 1})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+
+BENCHMARK(BM_TierAdmissions)->Arg(1)->Arg(8)->Arg(32)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+BENCHMARK_MAIN();

@@ -1,0 +1,40 @@
+// RedisTier (target kvmm::redis, built when libhiredis-dev is found): a KVTier on a Redis
+// or Valkey server. One key per page ("<prefix>:<scope>:<group>:<hash>", tier_value.hpp's
+// self-verifying value), pipelined commands (EXISTS, GET, SET NX: first writer wins, DEL)
+// on a few connections, each with its own I/O thread; a get verifies every value and
+// deletes one that fails. Every key completes within command_timeout of its submission
+// (plus connect_timeout when its connection must connect first); after breaker_failures
+// consecutive I/O failures a circuit breaker completes submissions at once as kUnavailable
+// until a probe (connect + PING, every breaker_cooldown) succeeds. The scheduler thread's
+// cost is a copy of the keys on submit and of the statuses on poll; no hiredis type here.
+#pragma once
+
+#include "kvmm/dist/kv_tier.hpp"
+#include "kvmm/spec/kv_layout.hpp"
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace kvmm {
+
+struct RedisTierOptions {
+  std::string endpoint;                                        // "unix:/path/redis.sock" or "tcp:127.0.0.1:6379"
+  std::uint32_t connections = 2;                               // I/O threads, one socket each (1..16)
+  std::uint32_t pipeline_depth = 256;                          // commands in flight per connection (1..65536)
+  std::uint64_t max_inflight_bytes = std::uint64_t{32} << 20;  // value bytes in flight per connection (> 0)
+  std::chrono::milliseconds connect_timeout{200};
+  std::chrono::milliseconds command_timeout{1000};
+  std::uint32_t ttl_ms = 0;  // 0: keys live until the server's maxmemory policy evicts them
+  std::uint32_t breaker_failures = 3;
+  std::chrono::milliseconds breaker_cooldown{1000};
+  std::string key_prefix = "kvmm";
+};
+
+// Validates the options (kvmm::Error naming the field and value) and starts the I/O
+// threads; connections are opened when the first command needs them.
+std::unique_ptr<KVTier> make_redis_tier(const KVLayout& layout, const TierScope& scope,
+                                        const RedisTierOptions& options);
+
+}  // namespace kvmm
