@@ -309,6 +309,23 @@ py::object export_dense(Manager& m, GroupId g, const U32Array& batch_arr, std::o
   return view_of(t);
 }
 
+py::int_ export_dense_incremental(Manager& m, GroupId g, const U32Array& batch_arr, const py::object& block_table,
+                                  std::optional<std::uint32_t> max_pages, PageId null_page) {
+  auto kv = m.use();
+  const std::span<const RequestId> batch = span_of(batch_arr, "batch");
+  const Int32Out t = int32_out(block_table, "block_table");
+  std::uint32_t width = 0;
+  if (max_pages) {
+    width = *max_pages;
+  } else if (t.info.ndim == 2) {
+    width = static_cast<std::uint32_t>(t.info.shape[1]);
+  } else {
+    fail("export_dense_incremental: max_pages is needed with a 1-D block_table");
+  }
+  MaybeRelease release(batch.size() >= kReleaseGilAt);
+  return py::int_(kv->export_dense_incremental(g, batch, {t.data, t.size}, width, {.null_page = null_page}));
+}
+
 void bind_batch(py::class_<Manager>& c) {
   c.def(
        "append_batch",
@@ -361,7 +378,12 @@ void bind_batch(py::class_<Manager>& c) {
            "returns zero-copy numpy views (indptr, indices, last_page_len, first_page or None) of new kvmm.Buffers")
       .def("export_dense", &export_dense, py::arg("group"), py::arg("batch"), py::arg("max_pages") = py::none(),
            py::arg("block_table") = py::none(), py::kw_only(), py::arg("null_page") = kNullPage,
-           "Group g's [batch, max_pages] block table: into block_table (returns None) or a new Buffer's view");
+           "Group g's [batch, max_pages] block table: into block_table (returns None) or a new Buffer's view")
+      .def("export_dense_incremental", &export_dense_incremental, py::arg("group"), py::arg("batch"),
+           py::arg("block_table"), py::arg("max_pages") = py::none(), py::kw_only(), py::arg("null_page") = kNullPage,
+           "export_dense into block_table, which holds this manager's previous incremental export of the group "
+           "(same array, max_pages, null_page): rows of unchanged requests get only their changed entries. "
+           "Returns the number of entries written");
 }
 
 void bind_requests(py::class_<Manager>& c) {

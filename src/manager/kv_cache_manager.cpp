@@ -76,6 +76,12 @@ std::size_t KVCacheManager::export_csr(GroupId g, std::span<const RequestId> bat
   const ExportOptions eo = core_->export_options(g, batch, o);
   return core_->group(g).table.export_csr(core_->export_rows(), indptr, indices, last_page_len, eo, first_page);
 }
+std::size_t KVCacheManager::export_dense_incremental(GroupId g, std::span<const RequestId> batch,
+                                                     std::span<std::int32_t> block_table, std::uint32_t max_pages,
+                                                     const KernelExportOptions& o) {
+  const ExportOptions eo = core_->export_options(g, batch, o);
+  return core_->table_for_export(g).export_dense_incremental(core_->export_rows(), block_table, max_pages, eo);
+}
 void KVCacheManager::export_dense(GroupId g, std::span<const RequestId> batch, std::span<std::int32_t> block_table,
                                   std::uint32_t max_pages, const KernelExportOptions& o) const {
   const ExportOptions eo = core_->export_options(g, batch, o);

@@ -74,6 +74,8 @@ class ManagerCore {
   // The rows and kv lengths of a batch, into scratch; the PageTableSet options for them.
   ExportOptions export_options(GroupId g, std::span<const RequestId> batch, const KernelExportOptions& o) const;
   std::span<const RequestId> export_rows() const { return export_rows_; }
+  // Group g's tables for an incremental export (which keeps its own change marks).
+  PageTableSet& table_for_export(GroupId g) { return groups_[check_group(g)].table; }
   // ---- stats (stats.cpp) and checks (invariants.cpp)
   CacheStats stats() const;
   ManagerCounters counters() const;

@@ -7,6 +7,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <random>
 #include <vector>
 
 using namespace kvmm;
@@ -117,4 +119,66 @@ TEST_CASE("sliding-window rows: the reserved null page replaces freed pages, or 
   kv.free(idle);
   kv.free(r);
   CHECK_THROWS_WITH(kv.export_csr(1, batch, c.indptr, c.indices, c.last), Catch::Contains("not an active request"));
+}
+
+TEST_CASE("the incremental dense export equals the full one after every step of a random run",
+          "[manager][export][random]") {
+  const KVLayout layout = KVLayout::plan({LayerGroup::full_attention("full", 1, 1, 8, 2, 4),
+                                          LayerGroup::sliding_window("sw", 1, 1, 8, 2, 4, 12)});
+  KVCacheManager kv(layout, {.num_large_pages = 64, .max_requests = 12});
+  std::mt19937_64 rng(7);
+  constexpr std::uint32_t kMaxPages = 48;
+  std::vector<RequestId> running;
+  std::vector<std::int32_t> inc[2], full;
+  std::vector<RequestId> prev;
+  std::uint64_t same_steps = 0, same_rows = 0, same_written = 0;
+  for (std::uint32_t step = 0; step < 3000; ++step) {
+    kv.begin_step();
+    std::vector<RequestId> batch;
+    if (running.size() < 10 && rng() % 3 == 0) {  // a prompt sharing one of 4 prefixes
+      std::vector<std::uint32_t> t = ids(8 + rng() % 24, static_cast<std::uint32_t>(rng() % 4));
+      t.push_back(static_cast<std::uint32_t>(rng()));
+      const RequestId r = kv.add_request(t);
+      const std::uint64_t hit = kv.lookup_prefix(r);
+      if (kv.allocate(r, static_cast<std::uint32_t>(t.size() - hit))) batch.push_back(r);
+      else kv.free(r);
+    }
+    std::size_t old = running.size();
+    running.insert(running.end(), batch.begin(), batch.end());
+    for (std::size_t k = 0; k < old;) {
+      const RequestId r = running[k];
+      const std::uint64_t c = kv.num_computed(r), n = kv.num_tokens(r);
+      if (c >= 120 || rng() % 40 == 0) {  // finished or dropped
+        kv.free(r);
+        running.erase(running.begin() + static_cast<std::ptrdiff_t>(k));
+        --old;
+        continue;
+      }
+      if (c >= n) kv.append_token(r, static_cast<std::uint32_t>(rng()));
+      const auto todo = static_cast<std::uint32_t>(std::min<std::uint64_t>(kv.num_tokens(r) - c, 1 + rng() % 9));
+      if (kv.allocate(r, todo, rng() % 4 == 0 ? 2 : 0)) batch.push_back(r);
+      ++k;
+    }
+    if (step % 50 == 0) std::shuffle(batch.begin(), batch.end(), rng);  // rows move in the buffer
+    for (GroupId g = 0; g < 2; ++g) {
+      const KernelExportOptions o{.null_page = 0};
+      full.assign(batch.size() * kMaxPages, -7);
+      inc[g].resize(batch.size() * kMaxPages, -9);
+      kv.export_dense(g, batch, full, kMaxPages, o);
+      const std::size_t w = kv.export_dense_incremental(g, batch, inc[g], kMaxPages, o);
+      if (batch == prev) {
+        same_rows += batch.size();
+        same_written += w;
+      }
+      INFO("step " << step << " group " << g);
+      REQUIRE(inc[g] == full);
+    }
+    same_steps += batch == prev;
+    prev = batch;
+    for (RequestId r : batch) kv.commit(r, kv.kv_len(r, 0));
+  }
+  // With the batch unchanged, a row gets only its new pages and the window's newly freed
+  // ones (a step adds at most 9 tokens: 3 pages each way with 4-token pages), not 48.
+  REQUIRE(same_steps > 100);
+  CHECK(same_written <= 6 * same_rows);
 }

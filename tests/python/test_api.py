@@ -104,6 +104,27 @@ def test_export_csr_and_dense():
     assert (table >= 0).all()
 
 
+def test_export_dense_incremental_matches_full_export():
+    kv = kvmm.KVCacheManager(small_layout(), num_large_pages=64, max_requests=16)
+    kv.begin_step()
+    ids = np.array([run_prompt(kv, np.arange(n) + 1000 * n)[0] for n in (5, 9, 13)], dtype=np.uint32)
+    inc = np.full((3, 16), -9, np.int32)
+    first = kv.export_dense_incremental(1, ids, inc, null_page=0)
+    assert first == inc.size  # the first call writes everything
+    for step in range(12):  # decode steps: only changed entries are written again
+        kv.begin_step()
+        kv.append_batch(ids, np.full(3, step, np.uint32))
+        assert kv.allocate_batch(ids, 1) == 3
+        written = kv.export_dense_incremental(1, ids, inc, null_page=0)
+        full = np.zeros((3, 16), np.int32)
+        kv.export_dense(1, ids, block_table=full, null_page=0)
+        assert (inc == full).all()
+        assert written <= 3 * 3  # per row: a new page, a page leaving the window, its pad (of 16)
+        kv.commit_batch(ids)
+    with pytest.raises(kvmm.Error, match="max_pages"):
+        kv.export_dense_incremental(0, ids, np.zeros(48, np.int32))
+
+
 def test_buffer_dlpack_zero_copy():
     kv = kvmm.KVCacheManager(small_layout(), num_large_pages=16, max_requests=4)
     kv.begin_step()

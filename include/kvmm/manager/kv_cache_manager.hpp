@@ -254,6 +254,13 @@ class KVCacheManager {
                          const KernelExportOptions& o = {}, std::span<std::int32_t> first_page = {}) const;
   void export_dense(GroupId g, std::span<const RequestId> batch, std::span<std::int32_t> block_table,
                     std::uint32_t max_pages, const KernelExportOptions& o = {}) const;
+  // export_dense into a buffer that holds this manager's previous incremental export of
+  // group g (the same buffer, max_pages and options; the first call writes everything): a
+  // row whose request row is unchanged since gets only the entries changed since rewritten,
+  // O(batch + changed entries) instead of O(batch * max_pages): a decode step writes about
+  // one entry per request. Returns the number of entries written.
+  std::size_t export_dense_incremental(GroupId g, std::span<const RequestId> batch, std::span<std::int32_t> block_table,
+                                       std::uint32_t max_pages, const KernelExportOptions& o = {});
   // The tokens row r of group g exports: for a decoder group what the request will have
   // computed after this step (computed + the tokens its last allocate scheduled); for an
   // encoder-token group its image tokens (each image starts on a page boundary: the pages
