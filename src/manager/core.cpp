@@ -75,7 +75,7 @@ ManagerCore::ManagerCore(KVLayout layout, const KVCacheManagerOptions& options)
       class_tokens_(hash_classes(groups_)),
       index_(total_small_pages(layout_, options.num_large_pages),
              static_cast<std::uint32_t>(std::max<std::size_t>(layout_.num_groups(), 1))),
-      events_(options.record_events),
+      events_(options.record_events, options.record_kv_events),
       store_(groups_, pool_, index_, events_, options.prefix_caching),
       alloc_(groups_, pool_, store_),
       lookup_(groups_, store_, index_),
@@ -158,8 +158,8 @@ RequestId ManagerCore::add_request(std::span<const std::uint32_t> tokens, const 
   // leaves the manager as it was; an inactive record's fields are rewritten on reuse.
   const std::uint32_t s = reqs_.next_row();
   Request& q = reqs_[s];
-  q.ids.assign(tokens, extras.lora_id, extras.cache_salt, extras.items, class_tokens_, options_.prefix_caching, false,
-               extras.max_tokens);
+  q.ids.assign(tokens, extras.lora_id, extras.cache_salt, extras.items, class_tokens_, options_.prefix_caching,
+               events_.runs_on(), extras.max_tokens);
   q.swapped = q.looked_up = q.enc_ready = q.enc_registered = q.admitted = q.hit_pending = false;
   q.hit = 0;
   q.item_rank.clear();

@@ -85,10 +85,17 @@ std::optional<std::span<const PageCopy>> ManagerCore::swap_in(RequestId r) {
   pool_.end_reservation();
   // Re-cache after every page is placed: an eviction above may have dropped the device
   // copy of a hash that a swapped-in page now holds.
-  for (const PageCopy& c : plan_) {
-    Group& grp = groups_[c.group];
-    if (grp.host_hashed[c.src]) store_.register_page(c.group, c.dst, grp.host_hash[c.src]);
-    grp.host_alloc.free(c.src);
+  for (GroupId g = 0; g < groups_.size(); ++g) {
+    Group& grp = groups_[g];
+    const std::span<const PageId> host = grp.host_table.pages(s), dev = grp.table.pages(s);
+    for (std::size_t i = 0; i < host.size(); ++i) {
+      const PageId h = host[i];
+      if (h == kNullPage) continue;
+      if (grp.host_hashed[h] && store_.register_page(g, dev[i], grp.host_hash[h]) && grp.decoder)
+        events_.stored_page(g, q.ids, q.ids.chain(grp.hash_class).data(), i, grp.P);
+      grp.host_alloc.free(h);
+    }
+    events_.end_run();
   }
   for (Group& grp : groups_) {
     grp.host_alloc.release_request(s);

@@ -55,6 +55,7 @@ bool KVCacheManager::cached_image(const MultimodalItem& item, std::uint32_t lora
 }
 ManagerCounters KVCacheManager::counters() const { return core_->counters(); }
 void KVCacheManager::take_events(std::vector<CacheEvent>& out) { core_->take_events(out); }
+void KVCacheManager::take_events(KvEventBatch& out) { core_->take_events(out); }
 
 bool KVCacheManager::is_active(RequestId r) const { return core_->requests().is_active(r); }
 bool KVCacheManager::is_swapped(RequestId r) const { return is_active(r) && core_->req(r).swapped; }

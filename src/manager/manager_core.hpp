@@ -6,7 +6,7 @@
 //   allocation.hpp     Jenga §5.4's steps and the all-or-nothing check that replays them
 //   prefix_lookup.hpp  the longest valid hit, and pinning it at admission
 //   prefetch.hpp       every prefetch strategy, behind KVMM_PREFETCH
-//   event_log.hpp      stored/removed events
+//   event_log.hpp      page events and a router's KV events
 //   retention.hpp      cache boundaries: pages held for later hits, learned branch points
 // Its calls are split by concept over core.cpp (requests: add, lookup, allocate, commit,
 // fork, free, reset, pins), host_tier.cpp (swap), stats.cpp and invariants.cpp.
@@ -81,6 +81,7 @@ class ManagerCore {
   ManagerCounters counters() const;
   void check_invariants() const;
   void take_events(std::vector<CacheEvent>& out) { events_.take(out); }
+  void take_events(KvEventBatch& out) { events_.take(out); }
 
   // ---- queries
   const KVLayout& layout() const { return layout_; }

@@ -25,9 +25,9 @@ PageStore::PageStore(std::vector<Group>& groups, LargePagePool& pool, PrefixInde
     if (groups_[g].n == 1) single_.push_back(g);
 }
 
-void PageStore::register_page(GroupId g, PageId p, const BlockHash& h) {
+bool PageStore::register_page(GroupId g, PageId p, const BlockHash& h) {
   Group& grp = groups_[g];
-  if (!prefix_caching_ || grp.pg[p].hashed) return;
+  if (!prefix_caching_ || grp.pg[p].hashed) return false;
   if (!index_.insert(g, h, p, hash_of())) {
     // Same content cached already, as page o. While a request uses o, p stays private.
     // Otherwise p, which a running request uses, takes the hash over and o is evicted now:
@@ -35,7 +35,7 @@ void PageStore::register_page(GroupId g, PageId p, const BlockHash& h) {
     // LRU with its older time would go first, and the prefix with it), and o's memory
     // returns now instead of at its turn in the LRU.
     const PageId o = index_.find(g, h, hash_of());
-    if (o == kNullPage) return;
+    if (o == kNullPage) return false;
     if (grp.pg[o].ref != 0) {
       // A full copies table (or a run too long) leaves p private: only a lost hint.
       if (copies_.find(g, h, hash_of()) == kNullPage) {
@@ -45,15 +45,16 @@ void PageStore::register_page(GroupId g, PageId p, const BlockHash& h) {
           ++num_copies_;
         }
       }
-      return;
+      return false;
     }
     evict_small(g, o);
     if (const PageId lp = o / grp.n; grp.n > 1 && pool_.owner_unchecked(lp) == g) refresh_large(g, lp);
-    if (!index_.insert(g, h, p, hash_of())) return;  // adversarial hashes only: a probe run too long
+    if (!index_.insert(g, h, p, hash_of())) return false;  // adversarial hashes only: a probe run too long
   }
   grp.pg[p].hashed = 1;
   grp.pg[p].hash = h;
   events_.stored(g, p, h);
+  return true;
 }
 
 std::size_t PageStore::acquire_run(GroupId g, const PageId* pages, const BlockHash* hashes, std::size_t count) {
@@ -232,13 +233,14 @@ void PageStore::hand_over(GroupId g, PageId o, PageId d) {
   index_.erase(g, h, o);
   ro.hashed = 0;
   ++uncached_;
-  events_.removed(g, o, h);
   copies_.erase(g, h, d);
   rd.copy = 0;
   --num_copies_;
   if (index_.insert(g, h, d, hash_of())) {
     rd.hashed = 1;
-    events_.stored(g, d, h);
+    events_.moved(g, o, d, h);
+  } else {
+    events_.removed(g, o, h, grp.decoder);  // adversarial hashes only: a probe run too long
   }
   free_uncached(g, o);
 }
@@ -265,7 +267,7 @@ void PageStore::evict_small(GroupId g, PageId p) {
   index_.erase(g, grp.pg[p].hash, p);
   grp.pg[p].hashed = 0;
   ++uncached_;
-  events_.removed(g, p, grp.pg[p].hash);
+  events_.removed(g, p, grp.pg[p].hash, grp.decoder);
   ++grp.evicted;
   grp.alloc.free(p);
 }
@@ -281,6 +283,7 @@ void PageStore::evict_large(PageId lp) {
 }
 
 void PageStore::forget_all() {
+  events_.begin_clear();
   ++uncached_;
   for (Group& grp : groups_)
     for (PageRec& rec : grp.pg)
@@ -299,9 +302,10 @@ void PageStore::forget_all() {
       if (mixed_lru_.contains(p / grp.n)) mixed_lru_.erase(p / grp.n);
       index_.erase(g, grp.pg[p].hash, p);
       grp.pg[p].hashed = 0;
-      events_.removed(g, p, grp.pg[p].hash);
+      events_.removed(g, p, grp.pg[p].hash, grp.decoder);
     }
   }
+  events_.end_clear();
 }
 
 // Stale entries are dropped as the fronts would drop them; pages the replay already

@@ -54,8 +54,9 @@ class PageStore {
   // and that page is evicted (a removed event); as one a request uses, p becomes a copy
   // that takes the hash over when that page's last user releases it. Either way a computed
   // prefix stays findable for as long as its newest copy lives (issue 17 item 4). Records a
-  // stored event. O(1) expected, O(n) when a large page is re-filed.
-  void register_page(GroupId g, PageId p, const BlockHash& h);
+  // stored page event; true when p became cached under h (the caller records the KV
+  // event, which needs the request). O(1) expected, O(n) when a large page is re-filed.
+  bool register_page(GroupId g, PageId p, const BlockHash& h);
   // One more reference to a cached page (a hit or a pin). O(1): a lazy pin.
   void acquire(GroupId g, PageId p) {
     Group& grp = groups_[g];

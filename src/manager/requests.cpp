@@ -41,8 +41,10 @@ void ManagerCore::register_full_pages(std::uint32_t s, Request& q, std::uint64_t
     const PageId* pages = grp.table.pages(s).data();
     for (std::uint64_t i = q.registered[g]; i < full; ++i) {
       prefetch_insert(index_, grp, g, hv, pages, i, full);
-      if (pages[i] != kNullPage) store_.register_page(g, pages[i], hv[i]);
+      if (pages[i] != kNullPage && store_.register_page(g, pages[i], hv[i]))
+        events_.stored_page(g, q.ids, hv, i, grp.P);
     }
+    events_.end_run();
     if (g == anchor_ && branches_.enabled()) learn_on_register(q, hv, q.registered[g], full);
     q.registered[g] = full;
   }

@@ -1,6 +1,8 @@
 // Steady state makes no heap allocation: a counting global operator new watches a second
 // wave of requests (add, lookup, prefill, reset and lookup again, decode steps with
-// evictions, free) after a first wave sized every slot.
+// evictions, free) after a first wave sized every slot. With record_kv_events, the batch
+// taken after every call and passed back: the third wave is watched (the second is the
+// first to evict, so the first whose batches hold removed runs).
 #include "kvmm/manager/kv_cache_manager.hpp"
 #include "support/count_new.hpp"
 
@@ -17,8 +19,18 @@ TEST_CASE("no heap allocation per step in steady state", "[manager][alloc]") {
 #endif
   const KVLayout layout = KVLayout::plan({LayerGroup::full_attention("full", 2, 2, 16, 2, 16),
                                           LayerGroup::sliding_window("sw", 2, 2, 16, 2, 16, 64)});
+  const bool kv_events = GENERATE(false, true);
+  INFO("record_kv_events " << kv_events);
   // Tight enough that the second wave evicts the first wave's cached pages.
-  KVCacheManager kv(layout, {.num_large_pages = 64 * 32, .max_requests = 64});
+  KVCacheManager kv(layout, {.num_large_pages = 64 * 32, .max_requests = 64, .record_kv_events = kv_events});
+  KvEventBatch batch;
+  std::uint64_t stored_pages = 0, removed_pages = 0;
+  auto take = [&] {
+    if (!kv_events) return;
+    kv.take_events(batch);
+    for (const KvEvent& e : batch.events)
+      (e.kind == KvEventKind::kStored ? stored_pages : removed_pages) += e.num_pages;
+  };
   std::vector<RequestId> ids(64);
   std::vector<std::uint32_t> prompt(200);
   auto wave = [&](std::uint32_t salt, std::uint64_t& decode_allocs) {
@@ -35,6 +47,7 @@ TEST_CASE("no heap allocation per step in steady state", "[manager][alloc]") {
         REQUIRE(kv.allocate(ids[i], 8));
         kv.commit(ids[i], 200);
       }
+      take();
     }
     for (std::uint32_t step = 0; step < 180; ++step) {
       const std::uint64_t before = kvmm::test::heap_allocations();
@@ -44,18 +57,25 @@ TEST_CASE("no heap allocation per step in steady state", "[manager][alloc]") {
         REQUIRE(kv.allocate(r, 1));
         kv.commit(r, kv.num_computed(r) + 1);
       }
+      take();
       decode_allocs += kvmm::test::heap_allocations() - before;
     }
     for (RequestId r : ids) kv.free(r);
+    take();
   };
   std::uint64_t first = 0, second = 0;
   wave(1, first);
+  if (kv_events) wave(3, first);
   const std::uint64_t before = kvmm::test::heap_allocations();
   wave(2, second);
   const std::uint64_t whole_wave = kvmm::test::heap_allocations() - before;
   CHECK(second == 0);
   CHECK(whole_wave == 0);
   CHECK(kv.stats().groups[0].evicted_pages > 0);  // the second wave did evict
+  if (kv_events) {  // the batches were not empty
+    CHECK(stored_pages > 3 * 64 * 12);
+    CHECK(removed_pages > 0);
+  }
   // The counter works: the first wave had to size the slots.
   CHECK(kvmm::test::heap_allocations() > 0);
 }

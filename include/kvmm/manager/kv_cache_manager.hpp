@@ -39,7 +39,13 @@ struct KVCacheManagerOptions {
   std::uint32_t num_host_large_pages = 0;  // host pool of the same layout, for swap_out
   std::uint32_t max_requests = 1024;       // request rows, at most KVCacheManager::kMaxRequests
   bool prefix_caching = true;
-  bool record_events = false;  // keep stored/removed events for take_events()
+  bool record_events = false;  // keep page events (stored/removed) for take_events(vector<CacheEvent>&)
+  // Keep a KV-aware router's events for take_events(KvEventBatch&) (what KvEventPublisher
+  // sends as vLLM's stream): stored runs of newly cached decoder pages with their hashes,
+  // parent, token ids and extra keys, removed runs, a cleared event per
+  // reset_prefix_cache. Costs ~P * 4 + 24 bytes appended per stored page and 16 per
+  // removed one, and keeps every request's token ids while it is active (4 B per token).
+  bool record_kv_events = false;
   // Called with what the manager decided and why (refused admissions, lost hits, swaps,
   // cache resets); none by default (then each site costs one test). The manager's thread
   // calls it; it must not call back into the manager.
@@ -234,6 +240,14 @@ class KVCacheManager {
   // Moves the recorded events into `out` (cleared first; capacities swap, so a reused
   // vector makes no heap allocation in steady state).
   void take_events(std::vector<CacheEvent>& out);
+  // Moves the recorded KV events (record_kv_events) into `out`, the same way: a batch
+  // passed back every step makes no heap allocation once grown. Events are in the order
+  // things happened; a stored run is one request's consecutive newly cached pages of one
+  // decoder group (medium: device). Encoder-token groups (cross attention, vision
+  // embedding) emit none: their pages are keyed by image, and a router learns of the image
+  // from the extra keys of the decoder pages it overlaps. A page whose hash moves to a
+  // copy of the same content (issue 17's hand-over) emits nothing: the hash stays cached.
+  void take_events(KvEventBatch& out);
 
   // Queries. A stale or unknown handle raises kvmm::Error (is_active answers false).
   bool is_active(RequestId r) const;

@@ -1,0 +1,185 @@
+// Seeded random serving traffic on a KVCacheManager with record_kv_events on, for the KV
+// event tests (tests/manager/kv_events_test.cpp checks the batches in C++,
+// tests/dist/events/manager_stream_test.cpp through the wire): a hybrid layout (full
+// attention, sliding window, Mamba, cross attention), prompts sharing a few documents,
+// LoRA ids, cache salts, images, cache boundaries; chunked prefill, decode, preemption,
+// fork, swap, free, evictions under a small pool, and reset_prefix_cache now and then.
+// cached_set() is the manager's own cached set, read page by page (O(pages)).
+#pragma once
+
+#include "kvmm/caching/block_hash.hpp"
+#include "kvmm/error.hpp"
+#include "kvmm/manager/kv_cache_manager.hpp"
+#include "kvmm/manager/testing.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <random>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace kvmm::test {
+
+inline KVLayout traffic_layout() {
+  return KVLayout::plan({LayerGroup::full_attention("full", 1, 1, 8, 2, 4),
+                         LayerGroup::sliding_window("sw", 1, 1, 8, 2, 4, 12),
+                         LayerGroup::mamba_state("mamba", 1, 256, 8),
+                         LayerGroup::cross_attention("cross", 1, 1, 8, 2, 4)});
+}
+
+// (group, hash) of a cached page.
+using CachedBlock = std::pair<GroupId, std::pair<std::uint64_t, std::uint64_t>>;
+
+// The manager's cached (group, hash) blocks of its decoder groups, page by page.
+inline std::set<CachedBlock> cached_blocks(const KVCacheManager& kv) {
+  testing::ManagerInspector in(kv);
+  std::set<CachedBlock> out;
+  for (GroupId g = 0; g < kv.layout().num_groups(); ++g) {
+    if (!kv.layout().group(g).is_decoder()) continue;
+    const std::uint64_t pages = std::uint64_t{kv.layout().small_pages_per_large_page(g)} * kv.large_pages().capacity();
+    for (PageId p = 0; p < pages; ++p)
+      if (const auto h = in.page_hash(g, p)) out.insert({g, {h->lo, h->hi}});
+  }
+  return out;
+}
+
+class KvTraffic {
+ public:
+  KvTraffic(std::uint64_t seed, std::uint32_t num_large_pages = 40)
+      : rng_(seed),
+        kv_(traffic_layout(), {.num_large_pages = num_large_pages,
+                               .num_host_large_pages = 24,
+                               .max_requests = kMaxLive + 1,
+                               .record_kv_events = true}) {
+    for (auto& d : docs_) {
+      d.resize(24 + rng_() % 40);
+      for (auto& t : d) t = static_cast<std::uint32_t>(rng_() % 50000);
+    }
+    for (std::size_t i = 0; i < images_.size(); ++i) {
+      const std::uint64_t x = rng_();
+      images_[i] = hash_bytes(std::as_bytes(std::span(&x, 1)));
+    }
+  }
+
+  KVCacheManager& manager() { return kv_; }
+  const KVCacheManager& manager() const { return kv_; }
+  std::uint64_t ops() const { return ops_; }
+  std::uint64_t resets_of_cache() const { return cache_resets_; }
+
+  // One engine step: begin_step, then a few random operations.
+  void step() {
+    kv_.begin_step();
+    const std::uint64_t n = 1 + rng_() % 4;
+    for (std::uint64_t i = 0; i < n; ++i) op();
+  }
+
+  std::set<CachedBlock> cached_set() const { return cached_blocks(kv_); }
+
+ private:
+  static constexpr std::size_t kMaxLive = 10;
+
+  struct Live {
+    RequestId id;
+    std::vector<std::uint32_t> tokens;  // what the manager was given (kept for the spans)
+    std::vector<MultimodalItem> items;
+    std::string salt;
+    std::uint64_t prompt = 0;
+  };
+
+  void op() {
+    ++ops_;
+    const std::uint64_t what = rng_() % 1000;
+    if (what < 2) {
+      kv_.reset_prefix_cache();
+      ++cache_resets_;
+      return;
+    }
+    if ((what < 250 || live_.empty()) && live_.size() < kMaxLive) return add();
+    const std::size_t k = rng_() % live_.size();
+    Live& l = live_[k];
+    if (kv_.is_swapped(l.id)) {
+      if (!kv_.swap_in(l.id)) drop(k);
+      return;
+    }
+    if (what < 800) return advance(l);
+    if (what < 850 && live_.size() < kMaxLive && kv_.num_allocated(l.id) > 0) {
+      Live child = l;
+      child.id = kv_.fork(l.id);
+      live_.push_back(std::move(child));
+      return;
+    }
+    if (what < 900) {
+      if (kv_.num_allocated(l.id) > 0 && !kv_.swap_out(l.id)) kv_.reset(l.id);
+      return;
+    }
+    if (what < 930) return kv_.reset(l.id);
+    drop(k);
+  }
+
+  void add() {
+    Live l;
+    const auto& doc = docs_[rng_() % docs_.size()];
+    l.tokens.assign(doc.begin(), doc.begin() + static_cast<std::ptrdiff_t>(8 + rng_() % (doc.size() - 7)));
+    for (std::uint64_t i = rng_() % 20; i > 0; --i) l.tokens.push_back(static_cast<std::uint32_t>(rng_() % 50000));
+    l.prompt = l.tokens.size();
+    RequestExtras ex;
+    ex.lora_id = rng_() % 5 == 0 ? 3 : 0;
+    if (rng_() % 6 == 0) {
+      l.salt = rng_() % 2 == 0 ? "tenant-a" : "tenant-b";
+      ex.cache_salt = l.salt;
+    }
+    if (rng_() % 4 == 0 && l.prompt > 12) {
+      const std::uint64_t off = rng_() % (l.prompt - 10);
+      const std::uint32_t len = 3 + static_cast<std::uint32_t>(rng_() % 8);
+      l.items.push_back(MultimodalItem{images_[rng_() % images_.size()], off, len});
+      if (rng_() % 2 == 0 && off + len + 4 < l.prompt)
+        l.items.push_back(MultimodalItem{images_[rng_() % images_.size()], off + len + 1, 3});
+    }
+    ex.items = l.items;
+    std::uint64_t bound = 0;
+    if (rng_() % 3 == 0) {
+      bound = std::min<std::uint64_t>(doc.size(), l.prompt);
+      ex.cache_boundaries = std::span(&bound, 1);
+    }
+    l.id = kv_.add_request(l.tokens, ex);
+    kv_.lookup_prefix(l.id);
+    if (!kv_.allocate(l.id, 0)) kv_.reset(l.id);
+    live_.push_back(std::move(l));
+  }
+
+  // A prefill chunk or a decode token; when refused, preempted (swap or reset).
+  void advance(Live& l) {
+    const std::uint64_t c = kv_.num_computed(l.id);
+    const std::uint32_t n = c < l.prompt ? static_cast<std::uint32_t>(std::min<std::uint64_t>(l.prompt - c, 1 + rng_() % 16)) : 1;
+    if (c + n > kv_.num_tokens(l.id)) {
+      const std::uint32_t t = static_cast<std::uint32_t>(rng_() % 50000);
+      kv_.append_token(l.id, t);
+      l.tokens.push_back(t);
+    }
+    bool ok = false;
+    try {
+      ok = kv_.allocate(l.id, n);
+    } catch (const Error&) {  // a hit lost since lookup_prefix (documented): start over
+      kv_.reset(l.id);
+      return;
+    }
+    if (ok) kv_.commit(l.id, c + n);
+    else if (!kv_.swap_out(l.id)) kv_.reset(l.id);
+  }
+
+  void drop(std::size_t k) {
+    kv_.free(live_[k].id);
+    live_.erase(live_.begin() + static_cast<std::ptrdiff_t>(k));
+  }
+
+  std::mt19937_64 rng_;
+  KVCacheManager kv_;
+  std::vector<std::vector<std::uint32_t>> docs_ = std::vector<std::vector<std::uint32_t>>(6);
+  std::vector<BlockHash> images_ = std::vector<BlockHash>(3);
+  std::vector<Live> live_;
+  std::uint64_t ops_ = 0, cache_resets_ = 0;
+};
+
+}  // namespace kvmm::test
