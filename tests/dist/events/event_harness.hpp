@@ -1,11 +1,15 @@
 // The event-stream harness of the publisher tests: a Python consumer process
 // (tests/dist/kv_consumer.py) driven over pipes, the digest of a set of cached (group,
-// hash) blocks both sides compute, and BatchSource, the interface of whatever produces the
-// batches (here a model of a prefix cache; later the manager itself).
+// hash) blocks both sides compute, BatchSource, the interface of whatever produces the
+// batches (a model of a prefix cache, or the manager itself), and run_stream, which drives
+// a source through a real publisher to consumers that lose batches, join late and restart.
 #pragma once
 
 #include "dist_test_util.hpp"
+#include "kvmm/dist/event_publisher.hpp"
 #include "kvmm/manager/kv_events.hpp"
+
+#include <catch2/catch.hpp>
 
 #include <poll.h>
 #include <signal.h>
@@ -14,6 +18,8 @@
 
 #include <chrono>
 #include <cstdint>
+#include <filesystem>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -131,5 +137,84 @@ class ConsumerProcess {
   bool ready_ = false;
   std::string buf_;
 };
+
+struct TempDir {
+  std::filesystem::path path;
+  TempDir() {
+    char tmpl[] = "/tmp/kvmm_events_XXXXXX";
+    path = ::mkdtemp(tmpl);
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+};
+
+inline bool have_python() { return python_has("zmq msgpack"); }
+
+#define KVMM_REQUIRE_PYTHON()                                                                          \
+  if (!have_python()) {                                                                                \
+    WARN("SKIPPED: /usr/bin/python3 lacks zmq or msgpack (apt-get install python3-zmq python3-msgpack)"); \
+    return;                                                                                            \
+  }
+
+// Drives `source` (about `approx_batches` non-empty batches) through a publisher; consumer 0 runs
+// from the start with simulated gaps, is killed at 60% and restarted; consumer 1 joins at
+// 40%. Checks every consumer against source.expected() every 50 batches and at the end.
+inline void run_stream(const KVLayout& layout, BatchSource& source, EventEncoding encoding,
+                       std::uint64_t approx_batches) {
+  TempDir dir;
+  EventPublisherOptions opt;
+  opt.endpoint = "ipc://" + (dir.path / "pub").string();
+  opt.replay_endpoint = "ipc://" + (dir.path / "replay").string();
+  opt.topic = "kv@pod0@model";
+  opt.buffer_steps = 100000;
+  opt.encoding = encoding;
+  KvEventPublisher pub(layout, opt);
+  std::vector<std::unique_ptr<ConsumerProcess>> consumers(2);
+  auto start = [&](std::size_t i, int drop_every) {
+    consumers[i] = std::make_unique<ConsumerProcess>(pub.endpoint(), pub.replay_endpoint(), opt.topic, drop_every);
+    REQUIRE(consumers[i]->ready());
+  };
+  start(0, 97);
+  KvEventBatch batch;
+  std::uint64_t batches = 0, checkpoints = 0;
+  bool joined = false, restarted = false;
+  auto checkpoint = [&] {
+    REQUIRE(pub.flush(std::chrono::seconds(60)));
+    if (pub.next_sequence() == 0) return;
+    for (auto& c : consumers) {
+      if (!c) continue;
+      const auto s = c->sync(pub.next_sequence() - 1);
+      REQUIRE(s.has_value());
+      REQUIRE(s->errors == 0);
+      REQUIRE(s->lost == 0);
+      REQUIRE(s->set == source.expected());
+    }
+    ++checkpoints;
+  };
+  while (source.next(batch)) {
+    if (batch.empty()) continue;  // not published: takes no sequence number
+    REQUIRE(pub.publish(batch, static_cast<double>(batches)));
+    ++batches;
+    if (!joined && batches >= approx_batches * 2 / 5) {
+      start(1, 0);
+      joined = true;
+    }
+    if (!restarted && batches >= approx_batches * 3 / 5) {
+      consumers[0]->kill();
+      start(0, 0);
+      restarted = true;
+    }
+    if (batches % 50 == 0) checkpoint();
+  }
+  checkpoint();
+  CHECK(joined);
+  CHECK(restarted);
+  CHECK(checkpoints > 20);
+  const PublisherStats st = pub.stats();
+  CHECK(st.dropped == 0);
+  CHECK(st.sent == batches);
+  CHECK(st.published == batches);
+  CHECK(st.replay_requests >= 3);  // the gaps, the late joiner, the restart
+  CHECK(st.bad_requests == 0);
+}
 
 }  // namespace kvmm::test
