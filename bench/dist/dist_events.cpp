@@ -1,9 +1,13 @@
 // The scheduler thread's cost of KvEventPublisher::publish() per stored page (issue 20
 // target: <= 50 ns per page at 1e5 pages/s), against a baseline copy of the same batch
 // arrays in the same run; and the publisher thread's encoding cost per page (both
-// encodings). A step's batch: 16 stored runs of 64 pages, 16 tokens per page.
+// encodings). A step's batch: 16 stored runs of 64 pages, 16 tokens per page. And the
+// manager's own cost of recording the events (record_kv_events on vs off, same run):
+// prefill steps of 16 new 1024-token requests, each page newly cached, the pool full, so
+// every step also evicts (removed runs).
 #include "kvmm/dist/event_publisher.hpp"
 #include "kvmm/dist/kv_event_encoding.hpp"
+#include "kvmm/manager/kv_cache_manager.hpp"
 
 #include <benchmark/benchmark.h>
 
@@ -105,6 +109,46 @@ void BM_EncodePerPage(benchmark::State& state) {
                                                      benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
 BENCHMARK(BM_EncodePerPage)->Arg(0)->Arg(1);
+
+// A manager's prefill step with record_kv_events off (0) or on (1, the batch taken and
+// passed back every step): add, lookup, allocate and commit 16 requests of 1024 new tokens,
+// free them. Per stored page; the difference between the two is what recording costs the
+// scheduler thread (with publish() above, the issue's <= 50 ns per page).
+void BM_ManagerStepPerPage(benchmark::State& state) {
+  const bool on = state.range(0) != 0;
+  constexpr std::uint32_t kReqs = 16, kTokens = kPagesPerRun * kTpp;
+  KVCacheManager kv(bench_layout(), {.num_large_pages = kReqs * kPagesPerRun * 4, .max_requests = kReqs,
+                                     .record_kv_events = on});
+  std::vector<std::uint32_t> prompt(kTokens);
+  std::vector<RequestId> ids(kReqs);
+  KvEventBatch batch;
+  std::uint32_t salt = 0;
+  std::uint64_t stored = 0;
+  auto step = [&] {
+    kv.begin_step();
+    for (RequestId& r : ids) {
+      ++salt;
+      for (std::uint32_t t = 0; t < kTokens; ++t) prompt[t] = salt * 7919u + t;
+      r = kv.add_request(prompt, {.max_tokens = kTokens});
+      kv.lookup_prefix(r);
+      kv.allocate(r, kTokens);
+      kv.commit(r, kTokens);
+    }
+    for (RequestId r : ids) kv.free(r);
+    if (on) {
+      kv.take_events(batch);
+      for (const KvEvent& e : batch.events) stored += e.kind == KvEventKind::kStored ? e.num_pages : 0;
+    }
+  };
+  for (int i = 0; i < 8; ++i) step();  // fill the pool: later steps evict
+  stored = 0;
+  for (auto _ : state) step();
+  if (on && stored != static_cast<std::uint64_t>(state.iterations()) * kReqs * kPagesPerRun) state.SkipWithError("a page was not reported stored");
+  state.counters["ns_per_page"] =
+      benchmark::Counter(static_cast<double>(state.iterations() * kReqs * kPagesPerRun),
+                         benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+}
+BENCHMARK(BM_ManagerStepPerPage)->Arg(0)->Arg(1);
 
 }  // namespace
 
