@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds kvmm and runs the demos: the mini engine (a hybrid model served on kvmm; its
 # report: requests, tokens/s, prefix hit rate, preemptions, peak KV memory and waste per
-# group), then the layout printout and allocation walk-through of examples/demo.cpp, then
+# group, and the KV events it published as vLLM's stream for a KV-aware router), then the layout printout and allocation walk-through of examples/demo.cpp, then
 # the Python engine on the bindings (examples/python/engine.py, checked against a recompute).
 # Extra arguments go to the mini engine (--requests N --large-pages N --host-pages N).
 set -euo pipefail
@@ -14,7 +14,7 @@ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DKVMM_BUILD_TESTS=OFF -DKVMM_
   -DKVMM_BUILD_EXAMPLES=ON -DKVMM_CUDA=OFF -DKVMM_PYTHON=ON >/dev/null
 cmake --build "$build" -j"$(nproc)" --target mini_engine kvmm_demo kvmm_python >/dev/null
 echo "== mini engine (examples/mini_engine)"
-"$build/examples/mini_engine/mini_engine" "$@"
+"$build/examples/mini_engine/mini_engine" --events "ipc://$build/kv-events" "$@"
 echo
 echo "== layouts and allocation walk-through (examples/demo.cpp)"
 "$build/examples/kvmm_demo"

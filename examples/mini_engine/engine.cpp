@@ -153,6 +153,7 @@ Engine::Engine(Model& model, const EngineOptions& options, std::unique_ptr<Devic
                     .num_host_large_pages = options.num_host_large_pages,
                     .max_requests = options.max_requests,
                     .prefix_caching = options.prefix_caching,
+                    .record_kv_events = static_cast<bool>(options.kv_events),
                     .large_page_source = source_.get()}),
       host_(new std::byte[std::max<std::uint64_t>(1, std::uint64_t{options.num_host_large_pages} *
                                                         layout_.large_page_bytes())]),
@@ -251,6 +252,15 @@ bool Engine::admit(std::uint32_t seq) {
 }
 
 bool Engine::step() {
+  const bool more = schedule_step();
+  if (opt_.kv_events) {
+    kv_.take_events(events_);
+    if (!events_.empty()) opt_.kv_events(events_);
+  }
+  return more;
+}
+
+bool Engine::schedule_step() {
   if (running_.empty() && waiting_.empty() && swapped_.empty()) return false;
   kv_.begin_step();
   ++stats_.steps;

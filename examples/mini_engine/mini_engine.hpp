@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -185,6 +186,10 @@ struct EngineOptions {
   // chunks at once, 0: all), instead of backing every chunk up front.
   bool elastic_arena = false;
   std::uint32_t max_backed_chunks = 0;
+  // Called after every step with that step's KV events (the manager's record_kv_events is
+  // on when set), e.g. to hand them to a kvmm::KvEventPublisher for a KV-aware router. The
+  // batch is reused: copy what must outlive the call.
+  std::function<void(const kvmm::KvEventBatch&)> kv_events = {};
 };
 
 // ---------------------------------------------------------------------------------------
@@ -214,6 +219,7 @@ class Engine {
   enum class Preempted : std::uint8_t { kSwap, kRecompute };
 
   Preempted preempt(std::uint32_t seq);
+  bool schedule_step();  // step() without handing the events over
   bool admit(std::uint32_t seq);
   void swap_plan(std::span<const kvmm::PageCopy> plan, bool out);
   void run_copies(std::span<const kvmm::PageCopy> copies);
@@ -244,6 +250,7 @@ class Engine {
   EngineStats stats_;
   // Scratch reused across steps.
   std::vector<BatchSeq> batch_;
+  kvmm::KvEventBatch events_;
   std::vector<std::uint32_t> batch_seq_, tokens_;
   std::vector<std::uint8_t> want_logits_;
   std::vector<float> logits_;

@@ -4,6 +4,7 @@
 #include "mini_engine.hpp"
 
 #include "kvmm/error.hpp"
+#include "support/cached_blocks.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -131,6 +132,31 @@ TEST_CASE("memory pressure: evictions, recompute and swap preemptions, same toke
   CHECK(count.attentions == count.writes);
   check_complete(w, c);
   CHECK(c == a);
+}
+
+TEST_CASE("KV events: after every step the engine's batches describe its cached set; same tokens",
+          "[mini_engine][events]") {
+  const std::vector<Request> w = workload(3, 24);
+  std::set<kvmm::test::CachedBlock> router;
+  std::uint64_t batches = 0, stored = 0, removed = 0;
+  mini::EngineOptions o{.num_large_pages = 40, .num_host_large_pages = 8};
+  o.kv_events = [&](const kvmm::KvEventBatch& b) {
+    ++batches;
+    for (const kvmm::KvEvent& e : b.events) {
+      if (e.kind == kvmm::KvEventKind::kCleared) router.clear();
+      for (const kvmm::BlockHash& h : b.hashes_of(e)) {
+        if (e.kind == kvmm::KvEventKind::kStored) stored += router.insert({e.group, {h.lo, h.hi}}).second;
+        else removed += router.erase({e.group, {h.lo, h.hi}});
+      }
+    }
+  };
+  mini::Engine e(model(), o);
+  for (const Request& r : w) e.submit(r);
+  while (e.step()) REQUIRE(router == kvmm::test::cached_blocks(e.manager()));
+  CHECK(e.run() == baseline(w));
+  CHECK(batches > 10);
+  CHECK(stored > 100);
+  CHECK(removed > 100);  // under pressure: evictions were reported
 }
 
 TEST_CASE("an elastically backed arena (the manager over ArenaPagePool) gives the same tokens", "[mini_engine]") {

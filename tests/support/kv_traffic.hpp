@@ -4,18 +4,17 @@
 // attention, sliding window, Mamba, cross attention), prompts sharing a few documents,
 // LoRA ids, cache salts, images, cache boundaries; chunked prefill, decode, preemption,
 // fork, swap, free, evictions under a small pool, and reset_prefix_cache now and then.
-// cached_set() is the manager's own cached set, read page by page (O(pages)).
+// cached_set() is the manager's own cached set (support/cached_blocks.hpp).
 #pragma once
 
 #include "kvmm/caching/block_hash.hpp"
 #include "kvmm/error.hpp"
 #include "kvmm/manager/kv_cache_manager.hpp"
-#include "kvmm/manager/testing.hpp"
+#include "support/cached_blocks.hpp"
 
 #include <algorithm>
 #include <cstdint>
 #include <random>
-#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -27,22 +26,6 @@ inline KVLayout traffic_layout() {
                          LayerGroup::sliding_window("sw", 1, 1, 8, 2, 4, 12),
                          LayerGroup::mamba_state("mamba", 1, 256, 8),
                          LayerGroup::cross_attention("cross", 1, 1, 8, 2, 4)});
-}
-
-// (group, hash) of a cached page.
-using CachedBlock = std::pair<GroupId, std::pair<std::uint64_t, std::uint64_t>>;
-
-// The manager's cached (group, hash) blocks of its decoder groups, page by page.
-inline std::set<CachedBlock> cached_blocks(const KVCacheManager& kv) {
-  testing::ManagerInspector in(kv);
-  std::set<CachedBlock> out;
-  for (GroupId g = 0; g < kv.layout().num_groups(); ++g) {
-    if (!kv.layout().group(g).is_decoder()) continue;
-    const std::uint64_t pages = std::uint64_t{kv.layout().small_pages_per_large_page(g)} * kv.large_pages().capacity();
-    for (PageId p = 0; p < pages; ++p)
-      if (const auto h = in.page_hash(g, p)) out.insert({g, {h->lo, h->hi}});
-  }
-  return out;
 }
 
 class KvTraffic {
