@@ -157,9 +157,9 @@ inline bool have_python() { return python_has("zmq msgpack"); }
 
 // Drives `source` (about `approx_batches` non-empty batches) through a publisher; consumer 0 runs
 // from the start with simulated gaps, is killed at 60% and restarted; consumer 1 joins at
-// 40%. Checks every consumer against source.expected() every 50 batches and at the end.
+// 40%. Checks every consumer against source.expected() every `every` batches and at the end.
 inline void run_stream(const KVLayout& layout, BatchSource& source, EventEncoding encoding,
-                       std::uint64_t approx_batches) {
+                       std::uint64_t approx_batches, std::uint64_t every = 50) {
   TempDir dir;
   EventPublisherOptions opt;
   opt.endpoint = "ipc://" + (dir.path / "pub").string();
@@ -203,7 +203,7 @@ inline void run_stream(const KVLayout& layout, BatchSource& source, EventEncodin
       start(0, 0);
       restarted = true;
     }
-    if (batches % 50 == 0) checkpoint();
+    if (batches % every == 0) checkpoint();
   }
   checkpoint();
   CHECK(joined);
