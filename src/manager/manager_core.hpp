@@ -74,8 +74,11 @@ class ManagerCore {
   // The rows and kv lengths of a batch, into scratch; the PageTableSet options for them.
   ExportOptions export_options(GroupId g, std::span<const RequestId> batch, const KernelExportOptions& o) const;
   std::span<const RequestId> export_rows() const { return export_rows_; }
-  // Group g's tables for an incremental export (which keeps its own change marks).
-  PageTableSet& table_for_export(GroupId g) { return groups_[check_group(g)].table; }
+  // ---- a step's incremental exports and the fused decode step (step.cpp)
+  std::size_t export_incremental(std::span<const RequestId> batch, std::span<const BlockTableOut> tables,
+                                 std::uint32_t max_pages, const KernelExportOptions& o);
+  std::size_t decode_step(std::span<const RequestId> batch, std::span<const std::uint32_t> tokens,
+                          std::span<const BlockTableOut> tables, std::uint32_t max_pages, const KernelExportOptions& o);
   // ---- stats (stats.cpp) and checks (invariants.cpp)
   CacheStats stats() const;
   ManagerCounters counters() const;
@@ -145,6 +148,15 @@ class ManagerCore {
   void expensive_check() const {
     if constexpr (kCheckExpensive) check_invariants();
   }
+  // allocate and commit of r at its row s = running(r) (the batch calls resolve rows once).
+  bool allocate_at(RequestId r, std::uint32_t s, std::uint32_t num_new_tokens, std::uint32_t lookahead);
+  void commit_at(RequestId r, std::uint32_t s, std::uint64_t num_computed_tokens);
+  // ---- step.cpp helpers
+  std::uint64_t kv_len_at(std::uint32_t s, GroupId g) const;  // kv_len of row s (g checked)
+  void check_block_tables(std::size_t batch, std::span<const BlockTableOut> tables, std::uint32_t max_pages) const;
+  // export_incremental of the batch whose rows export_rows_ holds (resolved and checked).
+  std::size_t export_rows_incremental(std::span<const BlockTableOut> tables, std::uint32_t max_pages,
+                                      const KernelExportOptions& o);
   // ---- invariants.cpp helpers
   void check_tables(GroupId g, std::vector<std::uint32_t>& refs) const;
 
@@ -176,6 +188,7 @@ class ManagerCore {
   ManagerCounters counts_;                      // the counters not kept elsewhere (admissions, refusals, copies, swaps)
   mutable std::vector<RequestId> export_rows_;  // scratch of the kernel exports
   mutable std::vector<std::uint64_t> export_lens_;
+  std::vector<std::uint64_t> export_enc_lens_;  // scratch of an encoder group's kv lengths
 };
 
 }  // namespace kvmm::detail
