@@ -45,8 +45,13 @@ class ManagerCore {
   void append_tokens(RequestId r, std::span<const std::uint32_t> tokens);
   void set_priority(RequestId r, std::uint32_t priority);
   std::uint64_t lookup_prefix(RequestId r);
-  bool allocate(RequestId r, std::uint32_t num_new_tokens, std::uint32_t lookahead);
-  void commit(RequestId r, std::uint64_t num_computed_tokens);
+  bool allocate(RequestId r, std::uint32_t num_new_tokens, std::uint32_t lookahead) {
+    return allocate_at(r, running(r), num_new_tokens, lookahead);
+  }
+  void commit(RequestId r, std::uint64_t num_computed_tokens) { commit_at(r, running(r), num_computed_tokens); }
+  // allocate and commit of r at its row s = running(r) (decode_step resolves rows once).
+  bool allocate_at(RequestId r, std::uint32_t s, std::uint32_t num_new_tokens, std::uint32_t lookahead);
+  void commit_at(RequestId r, std::uint32_t s, std::uint64_t num_computed_tokens);
   RequestId fork(RequestId parent);
   void free(RequestId r);
   void reset(RequestId r);
@@ -148,9 +153,6 @@ class ManagerCore {
   void expensive_check() const {
     if constexpr (kCheckExpensive) check_invariants();
   }
-  // allocate and commit of r at its row s = running(r) (the batch calls resolve rows once).
-  bool allocate_at(RequestId r, std::uint32_t s, std::uint32_t num_new_tokens, std::uint32_t lookahead);
-  void commit_at(RequestId r, std::uint32_t s, std::uint64_t num_computed_tokens);
   // ---- step.cpp helpers
   std::uint64_t kv_len_at(std::uint32_t s, GroupId g) const;  // kv_len of row s (g checked)
   void check_block_tables(std::size_t batch, std::span<const BlockTableOut> tables, std::uint32_t max_pages) const;

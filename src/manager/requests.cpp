@@ -105,10 +105,6 @@ void ManagerCore::commit_images(std::uint32_t s, Request& q, std::uint64_t c) {
     ++q.items_consumed;
 }
 
-void ManagerCore::commit(RequestId r, std::uint64_t num_computed_tokens) {
-  commit_at(r, running(r), num_computed_tokens);
-}
-
 void ManagerCore::commit_at(RequestId r, std::uint32_t s, std::uint64_t num_computed_tokens) {
   Request& q = reqs_[s];
   const std::uint64_t c = num_computed_tokens, c0 = q.computed;

@@ -75,8 +75,8 @@ ManagerCounters ManagerCore::counters() const {
 }
 
 std::uint64_t ManagerCore::kv_len(RequestId r, GroupId g) const {
-  check_group(g);
-  return kv_len_at(reqs_.row(r), g);
+  const std::uint32_t s = reqs_.row(r);
+  return kv_len_at(s, check_group(g));
 }
 
 std::uint64_t ManagerCore::kv_len_at(std::uint32_t s, GroupId g) const {
