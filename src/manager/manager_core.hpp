@@ -9,7 +9,8 @@
 //   event_log.hpp      stored/removed events
 //   retention.hpp      cache boundaries: pages held for later hits, learned branch points
 // Its calls are split by concept over core.cpp (requests: add, lookup, allocate, commit,
-// fork, free, reset, pins), host_tier.cpp (swap), stats.cpp and invariants.cpp.
+// fork, free, reset, pins), host_tier.cpp (swap), step.cpp (a step's batch: the several-
+// group incremental export, decode_step), stats.cpp and invariants.cpp.
 #pragma once
 
 #include "allocation.hpp"
