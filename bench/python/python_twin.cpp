@@ -1,12 +1,15 @@
 // C++ twin of bench/python/step.py's decode step: 256 running requests (2048-token
 // prompts, two groups: full attention + sliding window 1024, 16-token pages), each step
-// append_token + allocate(r, 1) per request, the CSR export of both groups (FlashInfer's
-// plan() input) and commit; Arg 0 leaves the export out. O(batch + pages exported) per
-// step; reported as ns per request.
+// append_token + allocate(r, 1) per request, an export of both groups and commit. Arg 0:
+// no export; 1: the CSR export (FlashInfer's plan() input, O(pages)); 2: the incremental
+// dense export (FlashAttention's block table, O(batch + changed)); 3: the same step as one
+// decode_step call (commit of the previous step + append + allocate + export). Reported
+// as ns per request.
 #include "kvmm/manager/kv_cache_manager.hpp"
 
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -17,7 +20,7 @@ using namespace kvmm;
 constexpr std::uint32_t kBatch = 256, kPrompt = 2048, kMaxDecode = 2048;
 
 void BM_DecodeStepExport(benchmark::State& state) {
-  const bool with_export = state.range(0) != 0;
+  const std::int64_t mode = state.range(0);
   KVCacheManager kv(KVLayout::plan({LayerGroup::full_attention("global", 23, 16, 128, 2, 16),
                                     LayerGroup::sliding_window("local", 23, 16, 128, 2, 16, 1024)}),
                     {.num_large_pages = kBatch * (256 + 80), .max_requests = kBatch});
@@ -36,14 +39,25 @@ void BM_DecodeStepExport(benchmark::State& state) {
     }
   };
   std::vector<std::int32_t> indptr(kBatch + 1), indices(kBatch * (kPrompt + kMaxDecode) / 16), last(kBatch);
+  constexpr std::uint32_t kMaxPages = (kPrompt + kMaxDecode) / 16;
+  std::vector<std::int32_t> dense[2] = {std::vector<std::int32_t>(kBatch * kMaxPages),
+                                        std::vector<std::int32_t>(kBatch * kMaxPages)};
+  const BlockTableOut tables[2] = {{.group = 0, .table = dense[0]}, {.group = 1, .table = dense[1]}};
+  std::vector<std::uint32_t> tokens(kBatch);
   auto step = [&](std::uint32_t s) {
     kv.begin_step();
+    if (mode == 3) {
+      std::fill(tokens.begin(), tokens.end(), s);
+      return kv.decode_step(ids, tokens, tables, kMaxPages, {.null_page = 0}) == kBatch;
+    }
     for (RequestId r : ids) {
       kv.append_token(r, s);
       if (!kv.allocate(r, 1)) return false;
     }
-    if (with_export)
-      for (GroupId g = 0; g < 2; ++g) kv.export_csr(g, ids, indptr, indices, last);
+    for (GroupId g = 0; g < 2; ++g) {
+      if (mode == 1) kv.export_csr(g, ids, indptr, indices, last);
+      if (mode == 2) kv.export_dense_incremental(g, ids, dense[g], kMaxPages, {.null_page = 0});
+    }
     for (RequestId r : ids) kv.commit(r, kv.kv_len(r, 0));  // as commit_batch(ids) does
     return true;
   };
@@ -70,7 +84,7 @@ void BM_DecodeStepExport(benchmark::State& state) {
   state.counters["ns_per_request"] = benchmark::Counter(static_cast<double>(state.iterations()) * kBatch,
                                                         benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
-BENCHMARK(BM_DecodeStepExport)->Arg(1)->Arg(0)->Unit(benchmark::kMicrosecond)->Iterations(2048);
+BENCHMARK(BM_DecodeStepExport)->Arg(1)->Arg(0)->Arg(2)->Arg(3)->Unit(benchmark::kMicrosecond)->Iterations(2048);
 
 }  // namespace
 

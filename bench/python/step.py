@@ -5,10 +5,13 @@ decode step: 256 running requests (2048-token prompts; full attention + sliding 
 1024, 16-token pages), per step append + allocate(1) per request, CSR export of both
 groups into int32 arrays (FlashInfer plan() input) and commit: as batch calls (caller's
 arrays, or arrays the package allocates), with the incremental dense export instead
-(FlashAttention's block table, only changed entries written), and as one call per request. lookup: add_request +
-lookup_prefix + allocate(r, 0) of a cached 128k-token prompt (free untimed). The C++ twins:
-bench/python/python_twin.cpp (the step), bench/manager_lookup.cpp BM_LookupCached128k/1.
-Medians over every timed step / lookup. Usage: step.py BUILD_DIR [--quick]
+(FlashAttention's block table, only changed entries written), as one decode_step call
+(commit + append + allocate + the incremental export of both groups, one crossing), and as
+one call per request. lookup: add_request + lookup_prefix + allocate(r, 0) of a cached
+128k-token prompt (free untimed). The C++ twins: bench/python/python_twin.cpp (the step),
+bench/manager_lookup.cpp BM_LookupCached128k/1. Medians over every timed step / lookup.
+Usage: step.py BUILD_DIR [--quick] [--modes=a,b,...] [--no-lookup]; modes the package
+lacks (an older build) are skipped.
 """
 import statistics
 import sys
@@ -119,6 +122,12 @@ def bench_step(mode):
         kv.export_dense_incremental(1, w.ids, tables[1], null_page=0)
         kv.commit_batch(w.ids)
 
+    def decode_step(s):  # the fused call: commit (of the previous step) + append + allocate + export
+        kv.begin_step()
+        toks.fill(s)
+        if kv.decode_step(w.ids, toks, tables, null_page=0) != BATCH:
+            raise RuntimeError("decode allocation refused")
+
     ids_list = None
 
     def per_request(s):
@@ -133,7 +142,8 @@ def bench_step(mode):
             kv.commit(r, kv.num_computed(r) + 1)
 
     step = {"batched": batched, "batched_no_export": batched_no_export, "batched_owned": batched_owned,
-            "batched_dense_incremental": batched_dense_incremental, "per_request": per_request}[mode]
+            "batched_dense_incremental": batched_dense_incremental, "decode_step": decode_step,
+            "per_request": per_request}[mode]
     w.start()
     run_steps(w, batched, 256 if QUICK else MAX_DECODE)  # warm-up: rows sized (steady state)
     w.start()
@@ -170,10 +180,20 @@ def main():
     print(f"kvmm {kvmm.__version__}, numpy {np.__version__}, python {sys.version.split()[0]}")
     print("per step: median wall us, median CPU us, mean CPU us (Google Benchmark's statistic), "
           "mean CPU ns per request")
-    for mode in ("batched", "batched_no_export", "batched_dense_incremental", "batched_owned", "per_request"):
+    modes = ("batched", "batched_no_export", "batched_dense_incremental", "decode_step", "batched_owned",
+             "per_request")
+    for arg in sys.argv:
+        if arg.startswith("--modes="):
+            modes = arg[len("--modes="):].split(",")
+    for mode in modes:
+        if mode == "decode_step" and not hasattr(kvmm.KVCacheManager, "decode_step"):
+            print(f"decode step {mode:18s}: not in this build, skipped")
+            continue
         wall, cpu, mean = bench_step(mode)
         print(f"decode step {mode:18s} batch {BATCH}: wall {wall:8.2f} us  cpu {cpu:8.2f} us  mean {mean:8.2f} us  "
-              f"{mean * 1e3 / BATCH:7.1f} ns/request")
+              f"{mean * 1e3 / BATCH:7.1f} ns/request  median {cpu * 1e3 / BATCH:6.1f} ns/request")
+    if "--no-lookup" in sys.argv:
+        return
     wall, cpu, mean = bench_lookup()
     print(f"lookup 128k (add_request + lookup_prefix + allocate(r, 0)): wall {wall:8.1f} us  cpu {cpu:8.1f} us  "
           f"mean {mean:8.1f} us")

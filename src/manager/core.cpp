@@ -415,8 +415,7 @@ bool ManagerCore::refused(RequestId r, const Request& q, std::uint32_t num_new_t
   return false;
 }
 
-bool ManagerCore::allocate(RequestId r, std::uint32_t num_new_tokens, std::uint32_t lookahead) {
-  const std::uint32_t s = running(r);
+bool ManagerCore::allocate_at(RequestId r, std::uint32_t s, std::uint32_t num_new_tokens, std::uint32_t lookahead) {
   Request& q = reqs_[s];
   const std::uint64_t target = q.computed + num_new_tokens + lookahead;  // < 2^32 + 2^33: no wrap
   if (target > KVCacheManager::kMaxTokens)

@@ -80,8 +80,18 @@ std::size_t KVCacheManager::export_csr(GroupId g, std::span<const RequestId> bat
 std::size_t KVCacheManager::export_dense_incremental(GroupId g, std::span<const RequestId> batch,
                                                      std::span<std::int32_t> block_table, std::uint32_t max_pages,
                                                      const KernelExportOptions& o) {
-  const ExportOptions eo = core_->export_options(g, batch, o);
-  return core_->table_for_export(g).export_dense_incremental(core_->export_rows(), block_table, max_pages, eo);
+  const BlockTableOut t{.group = g, .table = block_table};
+  return core_->export_incremental(batch, {&t, 1}, max_pages, o);
+}
+std::size_t KVCacheManager::export_dense_incremental(std::span<const RequestId> batch,
+                                                     std::span<const BlockTableOut> tables, std::uint32_t max_pages,
+                                                     const KernelExportOptions& o) {
+  return core_->export_incremental(batch, tables, max_pages, o);
+}
+std::size_t KVCacheManager::decode_step(std::span<const RequestId> batch, std::span<const std::uint32_t> tokens,
+                                        std::span<const BlockTableOut> tables, std::uint32_t max_pages,
+                                        const KernelExportOptions& o) {
+  return core_->decode_step(batch, tokens, tables, max_pages, o);
 }
 void KVCacheManager::export_dense(GroupId g, std::span<const RequestId> batch, std::span<std::int32_t> block_table,
                                   std::uint32_t max_pages, const KernelExportOptions& o) const {

@@ -9,7 +9,8 @@
 //   event_log.hpp      page events and a router's KV events
 //   retention.hpp      cache boundaries: pages held for later hits, learned branch points
 // Its calls are split by concept over core.cpp (requests: add, lookup, allocate, commit,
-// fork, free, reset, pins), host_tier.cpp (swap), stats.cpp and invariants.cpp.
+// fork, free, reset, pins), host_tier.cpp (swap), step.cpp (a step's batch: the several-
+// group incremental export, decode_step), stats.cpp and invariants.cpp.
 #pragma once
 
 #include "allocation.hpp"
@@ -45,8 +46,13 @@ class ManagerCore {
   void append_tokens(RequestId r, std::span<const std::uint32_t> tokens);
   void set_priority(RequestId r, std::uint32_t priority);
   std::uint64_t lookup_prefix(RequestId r);
-  bool allocate(RequestId r, std::uint32_t num_new_tokens, std::uint32_t lookahead);
-  void commit(RequestId r, std::uint64_t num_computed_tokens);
+  bool allocate(RequestId r, std::uint32_t num_new_tokens, std::uint32_t lookahead) {
+    return allocate_at(r, running(r), num_new_tokens, lookahead);
+  }
+  void commit(RequestId r, std::uint64_t num_computed_tokens) { commit_at(r, running(r), num_computed_tokens); }
+  // allocate and commit of r at its row s = running(r) (decode_step resolves rows once).
+  bool allocate_at(RequestId r, std::uint32_t s, std::uint32_t num_new_tokens, std::uint32_t lookahead);
+  void commit_at(RequestId r, std::uint32_t s, std::uint64_t num_computed_tokens);
   RequestId fork(RequestId parent);
   void free(RequestId r);
   void reset(RequestId r);
@@ -74,8 +80,11 @@ class ManagerCore {
   // The rows and kv lengths of a batch, into scratch; the PageTableSet options for them.
   ExportOptions export_options(GroupId g, std::span<const RequestId> batch, const KernelExportOptions& o) const;
   std::span<const RequestId> export_rows() const { return export_rows_; }
-  // Group g's tables for an incremental export (which keeps its own change marks).
-  PageTableSet& table_for_export(GroupId g) { return groups_[check_group(g)].table; }
+  // ---- a step's incremental exports and the fused decode step (step.cpp)
+  std::size_t export_incremental(std::span<const RequestId> batch, std::span<const BlockTableOut> tables,
+                                 std::uint32_t max_pages, const KernelExportOptions& o);
+  std::size_t decode_step(std::span<const RequestId> batch, std::span<const std::uint32_t> tokens,
+                          std::span<const BlockTableOut> tables, std::uint32_t max_pages, const KernelExportOptions& o);
   // ---- stats (stats.cpp) and checks (invariants.cpp)
   CacheStats stats() const;
   ManagerCounters counters() const;
@@ -146,6 +155,12 @@ class ManagerCore {
   void expensive_check() const {
     if constexpr (kCheckExpensive) check_invariants();
   }
+  // ---- step.cpp helpers
+  std::uint64_t kv_len_at(std::uint32_t s, GroupId g) const;  // kv_len of row s (g checked)
+  void check_block_tables(std::size_t batch, std::span<const BlockTableOut> tables, std::uint32_t max_pages) const;
+  // export_incremental of the batch whose rows export_rows_ holds (resolved and checked).
+  std::size_t export_rows_incremental(std::span<const BlockTableOut> tables, std::uint32_t max_pages,
+                                      const KernelExportOptions& o);
   // ---- invariants.cpp helpers
   void check_tables(GroupId g, std::vector<std::uint32_t>& refs) const;
 
@@ -177,6 +192,7 @@ class ManagerCore {
   ManagerCounters counts_;                      // the counters not kept elsewhere (admissions, refusals, copies, swaps)
   mutable std::vector<RequestId> export_rows_;  // scratch of the kernel exports
   mutable std::vector<std::uint64_t> export_lens_;
+  std::vector<std::uint64_t> export_enc_lens_;  // scratch of an encoder group's kv lengths
 };
 
 }  // namespace kvmm::detail

@@ -107,8 +107,7 @@ void ManagerCore::commit_images(std::uint32_t s, Request& q, std::uint64_t c) {
     ++q.items_consumed;
 }
 
-void ManagerCore::commit(RequestId r, std::uint64_t num_computed_tokens) {
-  const std::uint32_t s = running(r);
+void ManagerCore::commit_at(RequestId r, std::uint32_t s, std::uint64_t num_computed_tokens) {
   Request& q = reqs_[s];
   const std::uint64_t c = num_computed_tokens, c0 = q.computed;
   if (c < c0) fail("num_computed_tokens = {}: request {} already has {} computed", c, r, c0);

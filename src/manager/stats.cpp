@@ -75,8 +75,13 @@ ManagerCounters ManagerCore::counters() const {
 }
 
 std::uint64_t ManagerCore::kv_len(RequestId r, GroupId g) const {
-  const Request& q = req(r);
-  const Group& grp = group(g);
+  const std::uint32_t s = reqs_.row(r);
+  return kv_len_at(s, check_group(g));
+}
+
+std::uint64_t ManagerCore::kv_len_at(std::uint32_t s, GroupId g) const {
+  const Request& q = reqs_[s];
+  const Group& grp = groups_[g];
   if (grp.decoder) return std::max(q.computed, q.step_end);
   const std::span<const MultimodalItem> items = q.ids.items();
   if (items.empty()) return 0;
@@ -91,7 +96,7 @@ ExportOptions ManagerCore::export_options(GroupId g, std::span<const RequestId> 
   export_lens_.resize(batch.size());
   for (std::size_t i = 0; i < batch.size(); ++i) {
     export_rows_[i] = reqs_.row(batch[i]);
-    export_lens_[i] = kv_len(batch[i], g);
+    export_lens_[i] = kv_len_at(export_rows_[i], g);
   }
   return ExportOptions{.kv_lens = export_lens_, .null_page = o.null_page, .trim = o.trim};
 }

@@ -18,6 +18,7 @@ PageTableSet::PageTableSet(std::uint32_t max_requests, std::uint32_t tokens_per_
   tokens_.assign(max_requests, 0);
   last_batch_.assign(max_requests, kNoRequest);
   last_len_.assign(max_requests, 0);
+  export_len_.assign(max_requests, 0);
 }
 
 void PageTableSet::bad_count(RequestId r, std::uint64_t count) const {
@@ -179,7 +180,7 @@ std::size_t PageTableSet::export_csr(std::span<const RequestId> batch,
 }
 
 void PageTableSet::check_dense(std::span<const RequestId> batch, std::size_t table_size,
-                               std::uint32_t max_pages, const ExportOptions& o) const {
+                               std::uint32_t max_pages, const ExportOptions& o, std::uint32_t* lens) const {
   if (batch.size() > rows_.size())
     fail("batch: size {} > max_requests {}", batch.size(), rows_.size());
   if (table_size < batch.size() * std::size_t{max_pages})
@@ -191,6 +192,7 @@ void PageTableSet::check_dense(std::span<const RequestId> batch, std::size_t tab
     std::uint32_t last = 0;
     const std::uint32_t n = exported_pages(batch, i, o, &last);
     if (n > max_pages) fail("max_pages = {}: request {} has {} pages", max_pages, batch[i], n);
+    if (lens != nullptr) lens[i] = n;
   }
 }
 
@@ -227,7 +229,8 @@ void PageTableSet::export_dense(std::span<const RequestId> batch, std::span<std:
 template <typename T>
 std::size_t PageTableSet::dense_incremental(std::span<const RequestId> batch, std::span<T> table,
                                             std::uint32_t max_pages, const ExportOptions& o, PageId pad) {
-  check_dense(batch, table.size(), max_pages, o);
+  // The check pass keeps each row's length (export_len_): the write pass divides nothing.
+  check_dense(batch, table.size(), max_pages, o, export_len_.data());
   (void)out_id<T>(o.null_page, "null_page", kNoRequest);
   const T pad_out = out_id<T>(pad, "pad", kNoRequest);
   constexpr bool kInt32 = std::is_same_v<T, std::int32_t>;
@@ -237,11 +240,7 @@ std::size_t PageTableSet::dense_incremental(std::span<const RequestId> batch, st
   for (std::size_t i = 0; i < batch.size(); ++i) {
     const Row& w = rows_[batch[i]];
     T* out = table.data() + i * max_pages;
-    std::uint32_t len = 0;
-    {
-      std::uint32_t last = 0;
-      len = exported_pages(batch, i, o, &last);
-    }
+    const std::uint32_t len = export_len_[i];
     std::uint32_t from = 0, pad_to = max_pages;
     if (i < last_rows_ && last_batch_[i] == batch[i]) {
       // Entries past the previous export's length were padding: rewrite them too (a kv

@@ -125,6 +125,93 @@ def test_export_dense_incremental_matches_full_export():
         kv.export_dense_incremental(0, ids, np.zeros(48, np.int32))
 
 
+def test_decode_step_matches_the_separate_calls():
+    """decode_step (one crossing) against commit_batch + append_batch + allocate_batch + a full
+    export_dense per group on a twin manager: same refusals, tables, page tables and stats."""
+    lay = small_layout()
+    fused = kvmm.KVCacheManager(lay, num_large_pages=40, max_requests=16)
+    plain = kvmm.KVCacheManager(lay, num_large_pages=40, max_requests=16)
+    rng = np.random.default_rng(5)
+    running, tables, refused = [], [np.full((16, 32), -9, np.int32) for _ in range(2)], 0
+    for step in range(400):
+        for kv in (fused, plain):
+            kv.begin_step()
+        if len(running) < 8 and rng.integers(3) == 0:  # a new prompt, prefilled, joins the batch
+            prompt = rng.integers(0, 1 << 20, int(rng.integers(5, 20)), dtype=np.uint32)
+            rs = [kv.add_request(prompt) for kv in (fused, plain)]
+            assert rs[0] == rs[1] and fused.lookup_prefix(rs[0]) == plain.lookup_prefix(rs[0]) == 0
+            admitted = fused.allocate(rs[0], len(prompt))
+            assert plain.allocate(rs[0], len(prompt)) == admitted
+            for kv in (fused, plain):
+                if admitted:
+                    kv.commit(rs[0], len(prompt))
+                else:
+                    kv.free(rs[0])
+            if admitted:
+                running.append(rs[0])
+        ids = np.array(running, np.uint32)
+        toks = rng.integers(0, 1 << 20, len(ids), dtype=np.uint32)
+        got = fused.decode_step(ids, toks, tables, null_page=0)
+        plain.commit_batch(ids)
+        plain.append_batch(ids, toks)
+        assert plain.allocate_batch(ids, 1) == got
+        if got == len(ids):
+            for g in range(2):
+                full = np.zeros((len(ids), 32), np.int32)
+                plain.export_dense(g, ids, block_table=full, null_page=0)
+                assert (tables[g][:len(ids)] == full).all()
+        else:  # preempted: the refused request and those after it go
+            refused += 1
+            for r in running[got:]:
+                fused.free(r)
+                plain.free(r)
+            running = running[:got]
+        for r in list(running):
+            if fused.num_computed(r) >= 60:
+                fused.free(r)
+                plain.free(r)
+                running.remove(r)
+        for r in running:
+            assert fused.num_computed(r) == plain.num_computed(r)
+            for g in range(2):
+                assert (fused.page_table(r, g) == plain.page_table(r, g)).all()
+        assert [g.used_pages for g in fused.stats().groups] == [g.used_pages for g in plain.stats().groups]
+    fused.check_invariants()
+    assert refused > 0
+
+
+def test_decode_step_tables_and_errors():
+    kv = kvmm.KVCacheManager(small_layout(), num_large_pages=64, max_requests=8)
+    kv.begin_step()
+    ids = np.array([run_prompt(kv, np.arange(n) + 100 * n)[0] for n in (6, 10)], np.uint32)
+    toks = np.array([1, 2], np.uint32)
+    local = np.full((2, 16), -9, np.int32)
+    assert kv.decode_step(ids, toks, [None, local], null_page=0) == 2  # group 0 not exported
+    full = np.zeros((2, 16), np.int32)
+    kv.export_dense(1, ids, block_table=full, null_page=0)
+    assert (local == full).all()
+    assert kv.num_tokens(int(ids[0])) == 7 and kv.num_computed(int(ids[0])) == 6
+    before = [(kv.num_tokens(int(r)), kv.num_computed(int(r)), kv.num_allocated(int(r))) for r in ids]
+    with pytest.raises(TypeError, match=r"tables\[1\]: dtype must be int32"):
+        kv.decode_step(ids, toks, [None, np.zeros((2, 16), np.int64)])
+    with pytest.raises(TypeError, match=r"tables\[0\]: the array must be writable"):
+        kv.decode_step(ids, toks, [np.zeros((16, 2), np.int32).T, None])
+    with pytest.raises(TypeError, match=r"tables\[0\]: expected a writable int32 array"):
+        kv.decode_step(ids, toks, ["no", None])
+    with pytest.raises(kvmm.Error, match=r"tables\[1\]: 8 columns"):
+        kv.decode_step(ids, toks, [np.zeros((2, 16), np.int32), np.zeros((2, 8), np.int32)])
+    with pytest.raises(kvmm.Error, match="max_pages is needed"):
+        kv.decode_step(ids, toks, [np.zeros(32, np.int32)])
+    with pytest.raises(kvmm.Error, match="tokens: 1 tokens for a batch of 2"):
+        kv.decode_step(ids, toks[:1], [local])
+    with pytest.raises(kvmm.Error, match="size 16 < batch 2 x max_pages 9"):
+        kv.decode_step(ids, toks, [np.zeros(16, np.int32)], 9)
+    assert [(kv.num_tokens(int(r)), kv.num_computed(int(r)), kv.num_allocated(int(r))) for r in ids] == before
+    flat = np.zeros(2 * 16, np.int32)  # a 1-D table with max_pages
+    assert kv.decode_step(ids, toks, [flat, local], 16, null_page=0) == 2
+    assert kv.num_computed(int(ids[0])) == 7
+
+
 def test_buffer_dlpack_zero_copy():
     kv = kvmm.KVCacheManager(small_layout(), num_large_pages=16, max_requests=4)
     kv.begin_step()

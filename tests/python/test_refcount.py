@@ -6,6 +6,7 @@ import sys
 import weakref
 
 import numpy as np
+import pytest
 
 import kvmm
 from conftest import small_layout
@@ -78,7 +79,7 @@ def test_dlpack_capsules_release_their_buffer():
 
 
 def test_batch_calls_hold_no_references():
-    kv, ids = step_manager(pages=1024)  # 8 x (9 + 400) tokens in 4-token pages, + the window's
+    kv, ids = step_manager(pages=1400)  # 8 x (9 + 600) tokens in 4-token pages, + the window's
     toks = np.arange(8, dtype=np.uint32)
     indptr, indices, last = np.zeros(9, np.int32), np.zeros(1024, np.int32), np.zeros(8, np.int32)
     counts = [sys.getrefcount(a) for a in (ids, toks, indptr, indices, last)]
@@ -90,7 +91,16 @@ def test_batch_calls_hold_no_references():
         assert kv.allocate_batch(ids, 1) == 8
         kv.export_csr(0, ids, indptr, indices, last)
         kv.commit_batch(ids)
+    tables = [np.zeros((8, 256), np.int32), np.zeros((8, 256), np.int32)]
+    table_counts = [sys.getrefcount(t) for t in tables]
+    for step in range(200):  # the fused step holds its tables' buffers only during the call
+        kv.begin_step()
+        assert kv.decode_step(ids, toks, tables, null_page=0) == 8
+    for _ in range(20):  # and after an error (the second table's dtype), too
+        with pytest.raises(TypeError):
+            kv.decode_step(ids, toks, [tables[0], np.zeros((8, 256), np.int64)])
     gc.collect()
+    assert [sys.getrefcount(t) for t in tables] == table_counts
     assert [sys.getrefcount(a) for a in (ids, toks, indptr, indices, last)] == counts
     assert kvmm._live_buffers() == buffers
     assert len(gc.get_objects()) - objects < 50

@@ -161,6 +161,14 @@ struct KernelExportOptions {
   bool trim = false;
 };
 
+// One group's block table in the calls that export several groups at once: FlashAttention's
+// int32 [batch, max_pages] table (row-major), holding the previous incremental export of
+// `group` into it.
+struct BlockTableOut {
+  GroupId group = 0;
+  std::span<std::int32_t> table;
+};
+
 class KVCacheManager {
  public:
   static constexpr std::uint64_t kMaxTokens = (std::uint64_t{1} << 32) - 1;  // per request
@@ -275,6 +283,26 @@ class KVCacheManager {
   // one entry per request. Returns the number of entries written.
   std::size_t export_dense_incremental(GroupId g, std::span<const RequestId> batch, std::span<std::int32_t> block_table,
                                        std::uint32_t max_pages, const KernelExportOptions& o = {});
+  // export_dense_incremental of each table's group into it, every request's row and kv
+  // length resolved once for all groups: O(batch * tables + changed entries). Groups must
+  // differ (kvmm::Error naming the repeated one). Returns the entries written in all.
+  std::size_t export_dense_incremental(std::span<const RequestId> batch, std::span<const BlockTableOut> tables,
+                                       std::uint32_t max_pages, const KernelExportOptions& o = {});
+  // A decode step of a running batch in one call, as an engine makes it once the previous
+  // step's kernels ran and sampled tokens[i] for batch[i]: exactly the separate calls
+  //   commit(r, kv_len(r)) for each r (what each request's last allocate scheduled is now
+  //   computed), append_token(batch[i], tokens[i]), allocate(batch[i], 1) in order up to the
+  //   first refusal, then, if none was refused, export_dense_incremental(batch, tables, ...).
+  // Returns how many requests got their page: batch.size() when the tables were written;
+  // fewer: the refused request and those after it are committed and have their token, not
+  // their page, and the tables are untouched (preempt, then export the smaller batch). The
+  // handles (active, not swapped out, past their first allocate, their token ids there), the
+  // tokens' count, the groups and the tables' sizes are checked before anything changes; a
+  // row longer than max_pages raises at the export, after the allocations (as the separate
+  // calls would). O(batch * groups + changed entries), no heap allocation in steady state.
+  std::size_t decode_step(std::span<const RequestId> batch, std::span<const std::uint32_t> tokens,
+                          std::span<const BlockTableOut> tables, std::uint32_t max_pages,
+                          const KernelExportOptions& o = {});
   // The tokens row r of group g exports: for a decoder group what the request will have
   // computed after this step (computed + the tokens its last allocate scheduled); for an
   // encoder-token group its image tokens (each image starts on a page boundary: the pages

@@ -153,8 +153,10 @@ class PageTableSet {
   template <typename T>
   std::size_t csr(std::span<const RequestId> batch, std::span<T> indptr, std::span<T> indices,
                   std::span<T> last_page_len, const ExportOptions& o, std::span<T> first_page) const;
+  // Raises for a bad batch, buffer or row; each row's exported page count into lens[i]
+  // where lens is given.
   void check_dense(std::span<const RequestId> batch, std::size_t table_size, std::uint32_t max_pages,
-                   const ExportOptions& o) const;
+                   const ExportOptions& o, std::uint32_t* lens = nullptr) const;
   template <typename T>
   void dense(std::span<const RequestId> batch, std::span<T> table, std::uint32_t max_pages,
              const ExportOptions& o, PageId pad) const;
@@ -168,6 +170,7 @@ class PageTableSet {
   // Previous incremental export: which request each row held and how many pages.
   std::vector<RequestId> last_batch_;
   std::vector<std::uint32_t> last_len_;
+  std::vector<std::uint32_t> export_len_;  // scratch of an incremental export: row lengths
   std::uint32_t last_rows_ = 0;
   std::uint32_t last_max_pages_ = 0;
   PageId last_pad_ = kNullPage;
