@@ -61,13 +61,16 @@ py::array ids_array(std::span<const PageId> ids) {
 
 KVCacheManagerOptions options_from(std::uint32_t num_large_pages, std::uint32_t num_host_large_pages,
                                    std::uint32_t max_requests, bool prefix_caching, bool record_events,
-                                   const py::object& log, std::uint64_t seed) {
+                                   const py::object& log, std::uint64_t seed, std::uint32_t learned_boundaries,
+                                   std::uint32_t prompt_tail_tokens) {
   KVCacheManagerOptions o{.num_large_pages = num_large_pages,
                           .num_host_large_pages = num_host_large_pages,
                           .max_requests = max_requests,
                           .prefix_caching = prefix_caching,
                           .record_events = record_events,
                           .seed = seed};
+  o.learned_boundaries = learned_boundaries;
+  o.prompt_tail_tokens = prompt_tail_tokens;
   if (!log.is_none()) {
     if (!PyCallable_Check(log.ptr())) throw py::type_error("log: expected a callable(level: str, message: str)");
     // The callable is called with the GIL held; an exception it raises is reported as
@@ -299,17 +302,20 @@ void bind_manager(py::module_& m) {
   py::class_<Manager> c(m, "KVCacheManager", "What a scheduler calls each step (see docs/python.md)");
   c.def(py::init([](const KVLayout& layout, std::uint32_t num_large_pages, std::uint32_t num_host_large_pages,
                     std::uint32_t max_requests, bool prefix_caching, bool record_events, const py::object& log,
-                    std::uint64_t seed, const py::object& arena) {
+                    std::uint64_t seed, const py::object& arena, std::uint32_t learned_boundaries,
+                    std::uint32_t prompt_tail_tokens) {
           if (!arena.is_none() && !py::isinstance<Arena>(arena)) throw py::type_error("arena: expected a kvmm.Arena");
           return std::make_unique<Manager>(layout,
                                            options_from(num_large_pages, num_host_large_pages, max_requests,
-                                                        prefix_caching, record_events, log, seed),
+                                                        prefix_caching, record_events, log, seed, learned_boundaries,
+                                                        prompt_tail_tokens),
                                            arena);
         }),
         py::arg("layout"), py::kw_only(), py::arg("num_large_pages") = 0, py::arg("num_host_large_pages") = 0,
         py::arg("max_requests") = d.max_requests, py::arg("prefix_caching") = d.prefix_caching,
         py::arg("record_events") = d.record_events, py::arg("log") = py::none(), py::arg("seed") = d.seed,
-        py::arg("arena") = py::none());
+        py::arg("arena") = py::none(), py::arg("learned_boundaries") = d.learned_boundaries,
+        py::arg("prompt_tail_tokens") = d.prompt_tail_tokens);
   c.attr("MAX_TOKENS") = KVCacheManager::kMaxTokens;
   c.attr("MAX_REQUESTS") = KVCacheManager::kMaxRequests;
   bind_requests(c);

@@ -403,9 +403,11 @@ class KvmmPolicy final : public Policy {
     a.num_large_pages = static_cast<std::uint32_t>(n);
     a.max_requests = o.max_seqs + 1;
     a.prefix_caching = o.prefix_caching;
-    // none and hinted: no learning (the manager's default learns).
+    // none and hinted: no retention without hints (the manager's defaults learn points and
+    // hold prompt tails).
     const bool learn = o.boundaries == BoundaryMode::kLearned || o.boundaries == BoundaryMode::kBoth;
     a.learned_boundaries = learn ? kLearnedBoundaryEntries : 0;
+    a.prompt_tail_tokens = learn ? KVCacheManagerOptions{}.prompt_tail_tokens : 0;
     return a;
   }
 

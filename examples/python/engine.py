@@ -257,7 +257,7 @@ def main(argv=None):
     ap.add_argument("--build", default=None, help="build tree holding python/kvmm (default: kvmm on sys.path)")
     ap.add_argument("--requests", type=int, default=24)
     ap.add_argument("--large-pages", type=int, default=40)
-    ap.add_argument("--host-pages", type=int, default=4)
+    ap.add_argument("--host-pages", type=int, default=8)
     ap.add_argument("--max-running", type=int, default=8)
     ap.add_argument("--token-budget", type=int, default=24)
     ap.add_argument("--check", action="store_true", help="compare every output with a dense recompute")

@@ -51,6 +51,8 @@ KVLayout ManagerCore::validated(KVLayout layout, const KVCacheManagerOptions& op
          options.num_large_pages);
   if (options.learned_boundaries > (1u << 24))
     fail("learned_boundaries = {}: at most {} entries", options.learned_boundaries, 1u << 24);
+  if (options.prompt_tail_tokens > (1u << 24))
+    fail("prompt_tail_tokens = {}: at most {} tokens", options.prompt_tail_tokens, 1u << 24);
   if (options.max_requests == 0 || options.max_requests > KVCacheManager::kMaxRequests)
     fail("max_requests = {}: must be in [1, {}]", options.max_requests, KVCacheManager::kMaxRequests);
   std::uint64_t per_large = 0;
@@ -165,7 +167,7 @@ RequestId ManagerCore::add_request(std::span<const std::uint32_t> tokens, const 
   q.item_rank.clear();
   for (std::size_t k = 0; k < extras.items.size(); ++k) q.item_rank.push_back(next_rank());
   q.prio = std::min<std::uint32_t>(extras.priority, SmallLru::kLevels - 1);
-  set_boundaries(q, extras.cache_boundaries);
+  set_boundaries(q, extras.cache_boundaries, std::max<std::uint64_t>(extras.prompt_tokens, tokens.size()));
   q.was_reset = false;
   clear_progress(q);
   for (GroupId g = 0; g < groups_.size(); ++g) {

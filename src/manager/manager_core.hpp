@@ -141,7 +141,7 @@ class ManagerCore {
   void release_all(std::uint32_t s, Request& q);
   void clear_progress(Request& q);
   // ---- boundary-aware retention (requests.cpp)
-  void set_boundaries(Request& q, std::span<const std::uint64_t> hinted);
+  void set_boundaries(Request& q, std::span<const std::uint64_t> hinted, std::uint64_t prompt);
   void learn_at_admission(Request& q);
   void learn_on_register(Request& q, const BlockHash* hv, std::uint64_t from, std::uint64_t full);
   void release_held(Request& q);

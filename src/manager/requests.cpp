@@ -225,18 +225,24 @@ void ManagerCore::update_anchor() {
 
 // Hinted boundaries replace the row's; the held list is reserved for them (a sliding
 // window's w / P + 1 pages per boundary), so holding them never touches the heap mid-step.
-void ManagerCore::set_boundaries(Request& q, std::span<const std::uint64_t> hinted) {
+void ManagerCore::set_boundaries(Request& q, std::span<const std::uint64_t> hinted, std::uint64_t prompt) {
   q.bounds.clear();
   q.held.clear();
   std::fill(q.held_in.begin(), q.held_in.end(), 0);
   for (std::uint64_t L : hinted) q.bounds.add(L);
+  const std::uint64_t tail = options_.prefix_caching ? options_.prompt_tail_tokens : 0;
+  if (tail > 0 && prompt > 0) q.bounds.set_tail(prompt > tail ? prompt - tail : 1, prompt);
+  // Room for every page the boundaries may hold (a bound, not the count): no heap use
+  // when pages leave the windows.
   std::uint64_t most = 0;
+  auto room = [&](const Group& grp, std::uint64_t lo, std::uint64_t hi) {
+    const std::uint64_t pages = hi / grp.P;
+    most += pages - std::min(pages, grp.policy->first_required_page(lo / grp.P * grp.P));
+  };
   for (const Group& grp : groups_) {
     if (!grp.decoder) continue;
-    for (std::uint64_t L : hinted) {
-      const std::uint64_t pages = L / grp.P;
-      most += pages - std::min(pages, grp.policy->first_required_page(pages * grp.P));
-    }
+    for (std::uint64_t L : hinted) room(grp, L, L);
+    if (q.bounds.tail_hi() > 0) room(grp, q.bounds.tail_lo(), q.bounds.tail_hi());
   }
   q.held.reserve(most);
 }

@@ -17,7 +17,9 @@ TEST_CASE("Jenga Fig. 10: last access per layer and the eviction order that foll
   const KVLayout layout = fig10_layout();
   REQUIRE(layout.small_pages_per_large_page(kFull) == 1);
   REQUIRE(layout.small_pages_per_large_page(kSw) == 1);
-  KVCacheManager kv(layout, {.num_large_pages = 12, .max_requests = 4, .record_events = true});
+  // Jenga's rule as the paper has it: no prompt-tail retention (issue 17's default).
+  KVCacheManager kv(layout,
+                    {.num_large_pages = 12, .max_requests = 4, .record_events = true, .prompt_tail_tokens = 0});
   std::map<std::pair<GroupId, std::uint32_t>, PageId> page;  // (group, token) -> page
   auto remember = [&](RequestId r, const std::vector<std::uint32_t>& tokens) {
     for (GroupId g : {kFull, kSw}) {

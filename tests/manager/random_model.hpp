@@ -38,6 +38,7 @@ struct RefRequest {
   std::vector<std::optional<BlockHash>> swapped_hash[3];
   std::vector<bool> swapped_null[3];
   std::vector<std::uint64_t> bounds;                // hinted cache boundaries
+  std::uint64_t prompt = 0;                         // its prompt's length (the tail's end)
   std::vector<std::pair<GroupId, PageId>> held;     // pages the model expects held for them
 };
 

@@ -24,10 +24,12 @@ namespace {
 
 class Model {
  public:
-  Model(std::uint64_t seed, std::uint32_t large_pages, int layout = 0, std::uint32_t learned = 0)
+  Model(std::uint64_t seed, std::uint32_t large_pages, int layout = 0, std::uint32_t learned = 0, std::uint32_t tail = 0)
       : rng_(seed),
+        tail_(tail),
         kv_(random_layout(layout), {.num_large_pages = large_pages, .num_host_large_pages = 6,
-                              .max_requests = kMaxRequests, .record_events = true, .learned_boundaries = learned}) {
+                              .max_requests = kMaxRequests, .record_events = true, .learned_boundaries = learned,
+                              .prompt_tail_tokens = tail}) {
     for (GroupId g = 0; g < 3; ++g) n_[g] = kv_.layout().small_pages_per_large_page(g);
     for (auto& base : bases_) {
       base.resize(40);
@@ -205,6 +207,7 @@ class Model {
     for (std::uint64_t k = rng_() % 2 ? 1 + rng_() % 3 : 0; k > 0; --k) q.bounds.push_back(1 + rng_() % q.tokens.size());
     std::sort(q.bounds.begin(), q.bounds.end());
     q.bounds.erase(std::unique(q.bounds.begin(), q.bounds.end()), q.bounds.end());
+    q.prompt = q.tokens.size();
     const RequestId r = kv_.add_request(q.tokens, {.lora_id = q.lora, .priority = static_cast<std::uint32_t>(rng_() % 2),
                                                    .cache_boundaries = q.bounds});
     REQUIRE_FALSE(reqs_.count(r));
@@ -390,10 +393,16 @@ class Model {
   }
 
   // Pages that left r's tables in its last commit are held iff a boundary (hinted, or
-  // learned: the manager's list, which must contain the hinted ones) needs them.
+  // learned: the manager's list, which must contain the hinted ones; or any length within
+  // the prompt's last tail_ tokens) needs them.
   void check_held(RequestId r, RefRequest& q) {
-    const std::vector<std::uint64_t> bounds = kvmm::testing::ManagerInspector(kv_).cache_boundaries(r);
+    std::vector<std::uint64_t> bounds = kvmm::testing::ManagerInspector(kv_).cache_boundaries(r);
     for (std::uint64_t L : q.bounds) REQUIRE(std::count(bounds.begin(), bounds.end(), L) == 1);
+    const std::uint64_t tail_lo = tail_ == 0 ? 0 : q.prompt > tail_ ? q.prompt - tail_ : 1;
+    REQUIRE(kvmm::testing::ManagerInspector(kv_).prompt_tail(r) ==
+            std::pair<std::uint64_t, std::uint64_t>{tail_lo, tail_ == 0 ? 0 : q.prompt});
+    if (tail_ > 0)
+      for (std::uint64_t L = tail_lo; L <= q.prompt; ++L) bounds.push_back(L);
     for (GroupId g = 0; g < 3; ++g) {
       const auto& before = tables_before_.at({r, g});
       const auto after = kv_.page_table(r, g);
@@ -549,6 +558,7 @@ class Model {
   }
 
   std::mt19937_64 rng_;
+  std::uint64_t tail_;  // prompt_tail_tokens
   KVCacheManager kv_;
   std::uint32_t n_[3];
   std::vector<std::uint32_t> bases_[4];
@@ -572,8 +582,10 @@ TEST_CASE("model-based randomized test against a reference model", "[manager][ra
   for (std::uint64_t seed : {1u, 2u, 3u, 4u, 5u}) {
     INFO("seed " << seed);
     const int layout = seed >= 4 ? 1 : 0;  // seeds 4 and 5: one-page sliding and Mamba groups
-    // Seeds 2 and 5 learn boundaries too (a small table: entries overwrite each other).
-    Model m(seed, seed == 3 ? 40 : layout == 1 ? 24 : 12, layout, seed == 2 || seed == 5 ? 16 : 0);
+    // Seeds 2 and 5 learn boundaries too (a small table: entries overwrite each other);
+    // seeds 2 and 4 hold prompt tails (6 and 12 tokens: shorter and longer than the window).
+    Model m(seed, seed == 3 ? 40 : layout == 1 ? 24 : 12, layout, seed == 2 || seed == 5 ? 16 : 0,
+            seed == 2 ? 6 : seed == 4 ? 12 : 0);
     m.run(35000);
     total_ops += 35000;
     // The run exercised what it claims to.

@@ -35,7 +35,7 @@ struct Fig10Run {
 // finishes; an unrelated request then takes 4 pages (2 per group) out of the 12, all cached;
 // request 2, ABCDG, looks up.
 Fig10Run fig10_plus_one_eviction(std::vector<std::uint64_t> boundaries) {
-  KVCacheManager kv(fig10_layout(), {.num_large_pages = 12, .max_requests = 4});
+  KVCacheManager kv(fig10_layout(), {.num_large_pages = 12, .max_requests = 4, .prompt_tail_tokens = 0});
   testing::ManagerInspector in(kv);
   Fig10Run out;
   kv.begin_step();
@@ -88,7 +88,7 @@ TEST_CASE("Jenga Fig. 10 plus one eviction: a named boundary keeps the 4-token h
 }
 
 TEST_CASE("held pages are released at free and reset, not leaked", "[manager][retention]") {
-  KVCacheManager kv(fig10_layout(), {.num_large_pages = 16, .max_requests = 4});
+  KVCacheManager kv(fig10_layout(), {.num_large_pages = 16, .max_requests = 4, .prompt_tail_tokens = 0});
   testing::ManagerInspector in(kv);
   const std::vector<std::uint64_t> bounds{2, 4};
   const RequestId r = kv.add_request(std::vector<std::uint32_t>{A, B, C, D, E, F, G}, {.cache_boundaries = bounds});
@@ -117,8 +117,9 @@ TEST_CASE("learned boundaries: a branch point found by one lookup is held by the
   // A 12-token "article" shared by three questions of 2 tokens each, each prefilled 2 tokens
   // a step (window 2: the article's window pages leave early, with older times); after each
   // request an unrelated one takes 24 of the 40 pages, so the oldest pages go.
-  auto run = [](std::uint32_t learned) {
-    KVCacheManager kv(fig10_layout(), {.num_large_pages = 40, .max_requests = 4, .learned_boundaries = learned});
+  auto run = [](std::uint32_t learned, std::uint32_t tail = 0) {
+    KVCacheManager kv(fig10_layout(),
+                      {.num_large_pages = 40, .max_requests = 4, .learned_boundaries = learned, .prompt_tail_tokens = tail});
     testing::ManagerInspector in(kv);
     std::vector<std::uint32_t> article(12);
     for (std::uint32_t i = 0; i < 12; ++i) article[i] = 1000 + i;
@@ -158,6 +159,50 @@ TEST_CASE("learned boundaries: a branch point found by one lookup is held by the
   // hit (0): 12 is a branch point, which it holds; the third request hits the article.
   CHECK(learned_hits == std::vector<std::uint64_t>{0, 0, 12});
   CHECK(learned_bounds == std::vector<std::size_t>{0, 1, 1});
+  // Prompt tails: a request holding the window for hits within its prompt's last 2 tokens
+  // holds it at 12, where the next question parts: the second request hits already. A
+  // tail of 1 token does not reach back to 12: nothing held there, no hit.
+  CHECK(run(0, 2).first == std::vector<std::uint64_t>{0, 12, 12});
+  CHECK(run(0, 1).first == std::vector<std::uint64_t>{0, 0, 0});
+  // Both: the tail reaches; learning finds nothing more.
+  CHECK(run(64, 2).first == std::vector<std::uint64_t>{0, 12, 12});
+}
+
+TEST_CASE("prompt tails: the held pages are the union of the needs of every length in the tail",
+          "[manager][retention]") {
+  // Window 2 (fig10_layout: a token reads itself and the one before), 1-token pages, a
+  // 9-token prompt prefilled at once, tail 3: hits at 6, 7, 8 and 9 need pages [4, 9) (a hit
+  // at L needs [L - 2, L)); after the prefill the table keeps page 8, so 7, 6, 5 and 4 are
+  // held, 0..3 released.
+  KVCacheManager kv(fig10_layout(), {.num_large_pages = 40, .max_requests = 2, .learned_boundaries = 0,
+                                     .prompt_tail_tokens = 3});
+  testing::ManagerInspector in(kv);
+  const RequestId r = kv.add_request(std::vector<std::uint32_t>{A, B, C, D, E, F, G, X, 77});
+  CHECK(in.prompt_tail(r) == std::pair<std::uint64_t, std::uint64_t>{6, 9});
+  kv.lookup_prefix(r);
+  REQUIRE(kv.allocate(r, 9));
+  kv.commit(r, 9);
+  std::vector<PageId> held;
+  for (const auto& [g, p] : in.held_pages(r)) {
+    CHECK(g == kSw);
+    held.push_back(p);
+  }
+  const auto row = kv.page_table(r, kFull);  // the full-attention pages sit at the same indices
+  REQUIRE(held.size() == 4);
+  // Held in the order they left the window (last first): pages 7, 6, 5, 4 of the row.
+  for (std::size_t k = 0; k < 4; ++k) CHECK(in.eviction_key(kSw, held[k]).prefix_len == 8 - k);
+  CHECK(row.size() == 9);
+  CHECK(kv.stats().groups[kSw].used_pages == 5);
+  kv.free(r);
+  CHECK(kv.stats().groups[kSw].used_pages == 0);  // released with the request
+  kv.check_invariants();
+  // A prompt shorter than the tail: every length from 1 is in it.
+  const RequestId s = kv.add_request(std::vector<std::uint32_t>{A, B});
+  CHECK(in.prompt_tail(s) == std::pair<std::uint64_t, std::uint64_t>{1, 2});
+  kv.free(s);
+  KVCacheManager off(fig10_layout(), {.num_large_pages = 8, .prompt_tail_tokens = 0});
+  const RequestId t = off.add_request(std::vector<std::uint32_t>{A, B});
+  CHECK(testing::ManagerInspector(off).prompt_tail(t) == std::pair<std::uint64_t, std::uint64_t>{0, 0});
 }
 
 TEST_CASE("bad cache boundaries raise and leave the manager as it was", "[manager][retention][errors]") {
@@ -181,6 +226,8 @@ TEST_CASE("bad cache boundaries raise and leave the manager as it was", "[manage
   CHECK(kv.is_active(kv.add_request(ids, {.prompt_tokens = 8, .cache_boundaries = std::vector<std::uint64_t>{8}})));
   KVCacheManagerOptions o{.num_large_pages = 8, .learned_boundaries = (1u << 24) + 1};
   CHECK_THROWS_WITH(KVCacheManager(fig10_layout(), o), Catch::Contains("learned_boundaries = 16777217"));
+  KVCacheManagerOptions t{.num_large_pages = 8, .prompt_tail_tokens = (1u << 24) + 1};
+  CHECK_THROWS_WITH(KVCacheManager(fig10_layout(), t), Catch::Contains("prompt_tail_tokens = 16777217"));
 }
 
 TEST_CASE("a prefix computed twice stays findable from its newest copy", "[manager][retention]") {

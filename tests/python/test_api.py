@@ -231,8 +231,8 @@ def test_buffer_dlpack_zero_copy():
 
 def test_batch_calls_match_single_calls():
     lay = small_layout()
-    one = kvmm.KVCacheManager(lay, num_large_pages=64, max_requests=32)
-    many = kvmm.KVCacheManager(lay, num_large_pages=64, max_requests=32)
+    one = kvmm.KVCacheManager(lay, num_large_pages=96, max_requests=32)
+    many = kvmm.KVCacheManager(lay, num_large_pages=96, max_requests=32)
     for kv in (one, many):
         kv.begin_step()
     ids_one = [run_prompt(one, np.arange(7) + 50 * i)[0] for i in range(8)]
@@ -414,3 +414,28 @@ def test_prompt_in_chunks_and_hf_config_file(tmp_path):
     assert spec.layout.group(0).tokens_per_page == 8 and spec.attention[0].head_dim == 64
     with pytest.raises(kvmm.Error, match="missing.json"):
         kvmm.read_hf_config_file(str(tmp_path / "missing.json"))
+
+
+def test_retention_options():
+    """learned_boundaries and prompt_tail_tokens reach the manager: a prompt longer than the
+    window keeps the window pages a hit within its tail needs (used until free) only when
+    the tail is on; bad values raise naming the option."""
+    lay = small_layout(tpp=4, window=8)
+    used = {}
+    for tail in (0, 16):
+        kv = kvmm.KVCacheManager(lay, num_large_pages=64, learned_boundaries=0, prompt_tail_tokens=tail)
+        kv.begin_step()
+        r = kv.add_request(np.arange(40, dtype=np.uint32))
+        kv.lookup_prefix(r)
+        assert kv.allocate(r, 40)
+        kv.commit(r, 40)
+        used[tail] = kv.stats().groups[1].used_pages
+        kv.free(r)
+        assert kv.stats().groups[1].used_pages == 0
+    # window 8 after 40 tokens: pages 8 and 9 in the table; a tail of 16 tokens (hits at 24..40)
+    # also holds pages 4..7.
+    assert used[0] == 2 and used[16] == 6
+    with pytest.raises(kvmm.Error, match="prompt_tail_tokens = 16777217"):
+        kvmm.KVCacheManager(lay, num_large_pages=8, prompt_tail_tokens=2**24 + 1)
+    with pytest.raises(kvmm.Error, match="learned_boundaries = 16777217"):
+        kvmm.KVCacheManager(lay, num_large_pages=8, learned_boundaries=2**24 + 1)

@@ -22,7 +22,9 @@ TEST_CASE("kvmm policy: one request on a full + sliding-window model, by hand", 
   // window 8): 256 B pages, 1 per large page.
   for (const bool caching : {true, false}) {
     CAPTURE(caching);
-    const auto r = run(one_request(), simtest::hybrid_layout(), "kvmm", 16 * 256, 8192, 64, 0, 1, caching);
+    // Jenga's rule (--boundaries none): no prompt-tail retention in the accounting below.
+    const auto r = run(one_request(), simtest::hybrid_layout(), "kvmm", 16 * 256, 8192, 64, 0, 1, caching,
+                       kvmm::sim::BoundaryMode::kNone);
     REQUIRE(r.rows.size() == 3);
     const auto& s0 = r.rows[0];
     // Step 0: prefill 10 tokens. full: 3 pages (384 B) for 11 * 32 = 352 B -> 32 wasted;
@@ -71,7 +73,8 @@ TEST_CASE("kvmm policy: shared-prefix hit with a sliding-window group, by hand",
   // A computes 20 tokens (step 0). Its commit releases sliding pages 0-2 (position 20
   // reads 13..19, first needed page (21 - 8) / 4 = 3): full pages, so they turn
   // evictable; at A's finish every page (5 per group, all full) is evictable.
-  const auto r = run(w, simtest::hybrid_layout(), "kvmm", 8192);
+  // Jenga's rule (--boundaries none): A's out-of-window pages are not held for its tail.
+  const auto r = run(w, simtest::hybrid_layout(), "kvmm", 8192, 8192, 64, 0, 1, true, kvmm::sim::BoundaryMode::kNone);
   REQUIRE(r.rows.size() == 3);
   CHECK(r.rows[0].at("full.cached") == 5 * 128);
   CHECK(r.rows[0].at("sliding.cached") == 5 * 256);

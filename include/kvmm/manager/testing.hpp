@@ -34,6 +34,9 @@ class ManagerInspector {
   // page) in the order they left the window; and its boundaries, hinted and learned.
   std::vector<std::pair<GroupId, PageId>> held_pages(RequestId r) const;
   std::vector<std::uint64_t> cache_boundaries(RequestId r) const;
+  // Its prompt-tail boundaries (KVCacheManagerOptions::prompt_tail_tokens): every length in
+  // [first, second] is one; (0, 0) when none.
+  std::pair<std::uint64_t, std::uint64_t> prompt_tail(RequestId r) const;
 
  private:
   const KVCacheManager& kv_;
