@@ -78,7 +78,8 @@ class Policy {
 
 // kvmm's retention of the pages a hit at a shared prefix needs (issue 17): none (today's
 // rule), hinted (each request's SimRequest::boundaries as RequestExtras::cache_boundaries),
-// learned (KVCacheManagerOptions::learned_boundaries = kLearnedBoundaryEntries), both.
+// learned (the manager's defaults: learned_boundaries = kLearnedBoundaryEntries and
+// prompt_tail_tokens), both.
 enum class BoundaryMode : std::uint8_t { kNone, kHinted, kLearned, kBoth };
 inline constexpr std::uint32_t kLearnedBoundaryEntries = 4096;
 // "none" | "hinted" | "learned" | "both"; raises kvmm::Error naming the value otherwise.

@@ -151,7 +151,7 @@ std::vector<std::uint64_t> ManagerInspector::cache_boundaries(RequestId r) const
 }
 std::pair<std::uint64_t, std::uint64_t> ManagerInspector::prompt_tail(RequestId r) const {
   const detail::CacheBoundaries& b = kv_.core_->req(r).bounds;
-  return {b.tail_lo(), b.tail_hi()};
+  return {b.tail_lo(), b.tail_hi()};  // (0, 0) once dropped
 }
 PageId ManagerInspector::next_large_victim() const { return kv_.core_->store().large_front(); }
 PageId ManagerInspector::next_mixed_victim() const { return kv_.core_->store().mixed_front(); }

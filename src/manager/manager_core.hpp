@@ -145,6 +145,7 @@ class ManagerCore {
   void learn_at_admission(Request& q);
   void learn_on_register(Request& q, const BlockHash* hv, std::uint64_t from, std::uint64_t full);
   void release_held(Request& q);
+  void drop_tail(Request& q);
   void update_anchor();
   // The engine's log callback, if any: formats only then.
   template <class... Args>

@@ -61,13 +61,16 @@ void ManagerCore::release_out_of_window(std::uint32_t s, Request& q, std::uint64
     if (new_lo <= q.lo[g]) continue;
     const std::uint64_t touch_lo = grp.policy->first_touched_page(c0, c);
     const bool holds = !q.bounds.empty();
+    // Prompt tails hold token windows only: a state group's checkpoint is a whole state
+    // (8.7 MB a checkpoint on Jamba), a cost no tail length bounds.
+    const bool tail = !grp.spec.is_state();
     for (std::uint64_t i = new_lo; i-- > q.lo[g];) {
       if (i >= q.lo[g] + kReleaseAhead && pages[i - kReleaseAhead] != kNullPage)
         prefetch_release(store_, grp, pages[i - kReleaseAhead]);
       const PageId p = pages[i];
       if (p == kNullPage) continue;
-      if (holds && q.bounds.held(*grp.policy, i)) {
-        q.held.push_back(HeldPage{g, p});  // leaves the table, keeps its reference until free
+      if (holds && q.bounds.held(*grp.policy, i, tail)) {
+        q.held.push_back(HeldPage{g, p, i});  // leaves the table, keeps its reference until free
         ++q.held_in[g];
       } else {
         store_.release(g, p, i >= touch_lo && c > c0 ? step_ : q.last_step, q.prio);
@@ -117,6 +120,7 @@ void ManagerCore::commit_at(RequestId r, std::uint32_t s, std::uint64_t num_comp
     fail("num_computed_tokens = {}: request {} has {} token ids (append_tokens first)", c, r, q.ids.num_tokens());
   if (c > c0) check_shared_write(r, s, q, c);
   if (options_.prefix_caching) register_full_pages(s, q, c);
+  if (q.bounds.tail_hi() > 0 && c > q.bounds.tail_end()) drop_tail(q);
   release_out_of_window(s, q, c0, c);
   if (!q.ids.items().empty() && q.enc_ready) commit_images(s, q, c);
   q.computed = c;
@@ -231,7 +235,7 @@ void ManagerCore::set_boundaries(Request& q, std::span<const std::uint64_t> hint
   std::fill(q.held_in.begin(), q.held_in.end(), 0);
   for (std::uint64_t L : hinted) q.bounds.add(L);
   const std::uint64_t tail = options_.prefix_caching ? options_.prompt_tail_tokens : 0;
-  if (tail > 0 && prompt > 0) q.bounds.set_tail(prompt > tail ? prompt - tail : 1, prompt);
+  if (tail > 0 && prompt > 0) q.bounds.set_tail(prompt > tail ? prompt - tail : 1, prompt, prompt + tail);
   // Room for every page the boundaries may hold (a bound, not the count): no heap use
   // when pages leave the windows.
   std::uint64_t most = 0;
@@ -242,7 +246,7 @@ void ManagerCore::set_boundaries(Request& q, std::span<const std::uint64_t> hint
   for (const Group& grp : groups_) {
     if (!grp.decoder) continue;
     for (std::uint64_t L : hinted) room(grp, L, L);
-    if (q.bounds.tail_hi() > 0) room(grp, q.bounds.tail_lo(), q.bounds.tail_hi());
+    if (q.bounds.tail_hi() > 0 && !grp.spec.is_state()) room(grp, q.bounds.tail_lo(), q.bounds.tail_hi());
   }
   q.held.reserve(most);
 }
@@ -275,6 +279,22 @@ void ManagerCore::learn_on_register(Request& q, const BlockHash* hv, std::uint64
 
 // Held pages go back with the request's last access time, the key its full-attention pages
 // at the same positions get in release_rows: the cached prefix ages as one unit.
+// A prompt tail is a guess: it is kept only while it stays cheap. Once the request has
+// computed prompt_tail_tokens past its prompt (a long answer: the window a hit at the
+// prompt's end needs would keep growing out of the table), the tail stops being a
+// boundary and the pages only it held are released (last held first, the request's key).
+// O(held pages), once per request.
+void ManagerCore::drop_tail(Request& q) {
+  q.bounds.set_tail(0, 0, 0);
+  auto tail_only = [&](const HeldPage& h) { return !q.bounds.held(*groups_[h.group].policy, h.index, false); };
+  for (std::size_t k = q.held.size(); k-- > 0;) {
+    if (!tail_only(q.held[k])) continue;
+    store_.release(q.held[k].group, q.held[k].page, q.last_step, q.prio);
+    --q.held_in[q.held[k].group];
+  }
+  std::erase_if(q.held, tail_only);
+}
+
 void ManagerCore::release_held(Request& q) {
   for (auto it = q.held.rbegin(); it != q.held.rend(); ++it) store_.release(it->group, it->page, q.last_step, q.prio);
   q.held.clear();

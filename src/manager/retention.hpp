@@ -30,18 +30,21 @@ class CacheBoundaries {
 
   void clear() {
     n_ = 0;
-    tail_lo_ = tail_hi_ = 0;
+    tail_lo_ = tail_hi_ = tail_end_ = 0;
   }
   bool empty() const { return n_ == 0 && tail_hi_ == 0; }
-  // Every length in [lo, hi] is a boundary (the prompt's tail): held() then also answers
-  // for the union of their needs, which for every policy is one page range (the required
-  // pages of a hit at L never start later for a shorter L), so it costs O(1) per page.
-  void set_tail(std::uint64_t lo, std::uint64_t hi) {
+  // Every length in [lo, hi] is a boundary (the prompt's tail) until the request has
+  // computed more than `end` tokens: held(.., true) then also answers for the union of
+  // their needs, which for every policy is one page range (the required pages of a hit at
+  // L never start later for a shorter L), so it costs O(1) per page.
+  void set_tail(std::uint64_t lo, std::uint64_t hi, std::uint64_t end) {
     tail_lo_ = lo;
     tail_hi_ = hi;
+    tail_end_ = end;
   }
   std::uint64_t tail_lo() const { return tail_lo_; }
   std::uint64_t tail_hi() const { return tail_hi_; }
+  std::uint64_t tail_end() const { return tail_end_; }
   std::span<const std::uint64_t> values() const { return {at_.data(), n_}; }
   // Inserts L in order; false when present or full (a learned one beyond the capacity is
   // dropped: the hold is a retention hint, never needed for correctness).
@@ -56,9 +59,9 @@ class CacheBoundaries {
   }
   // Whether page i of a group with policy `policy` is one a hit at some boundary needs:
   // i in [first_required_page(L'), L' / P), L' = L rounded down to the group's pages.
-  bool held(const LayerPolicy& policy, std::uint64_t i) const {
+  bool held(const LayerPolicy& policy, std::uint64_t i, bool with_tail) const {
     const std::uint64_t P = policy.tokens_per_page();
-    if (i < tail_hi_ / P && i >= policy.first_required_page(tail_lo_ / P * P)) return true;
+    if (with_tail && i < tail_hi_ / P && i >= policy.first_required_page(tail_lo_ / P * P)) return true;
     for (std::size_t k = 0; k < n_; ++k) {
       const std::uint64_t pages = at_[k] / P;
       if (i < pages && i >= policy.first_required_page(pages * P)) return true;
@@ -69,13 +72,14 @@ class CacheBoundaries {
  private:
   std::array<std::uint64_t, kCapacity> at_{};
   std::size_t n_ = 0;
-  std::uint64_t tail_lo_ = 0, tail_hi_ = 0;  // [lo, hi]; hi = 0: none
+  std::uint64_t tail_lo_ = 0, tail_hi_ = 0, tail_end_ = 0;  // [lo, hi]; hi = 0: none
 };
 
 // A page a request holds for a boundary after it left the page table's window.
 struct HeldPage {
   GroupId group;
   PageId page;
+  std::uint64_t index;  // in the request's row
 };
 
 // Learned branch points: block hashes (of the anchor group, the first whole-prefix one) of

@@ -39,7 +39,9 @@ struct RefRequest {
   std::vector<bool> swapped_null[3];
   std::vector<std::uint64_t> bounds;                // hinted cache boundaries
   std::uint64_t prompt = 0;                         // its prompt's length (the tail's end)
+  bool tail_dropped = false;                        // computed past prompt + tail once
   std::vector<std::pair<GroupId, PageId>> held;     // pages the model expects held for them
+  std::vector<std::uint64_t> held_index;            // their indices in the row
 };
 
 // Whether page i of group g is one a hit at some boundary needs (the policies' rule,

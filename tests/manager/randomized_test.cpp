@@ -261,6 +261,7 @@ class Model {
     REQUIRE(kv_.num_computed(r) == 0);
     REQUIRE(kv_.num_tokens(r) == q.tokens.size());
     q.held.clear();  // released with the rows
+    q.held_index.clear();
     REQUIRE(kvmm::testing::ManagerInspector(kv_).held_pages(r).empty());
     if (rng_() % 4 == 0) return;  // allocates from scratch
     after_op();
@@ -393,21 +394,33 @@ class Model {
   }
 
   // Pages that left r's tables in its last commit are held iff a boundary (hinted, or
-  // learned: the manager's list, which must contain the hinted ones; or any length within
-  // the prompt's last tail_ tokens) needs them.
+  // learned: the manager's list, which must contain the hinted ones; or, in the window
+  // group, any length within the prompt's last tail_ tokens until the request computed
+  // tail_ tokens past its prompt, when the pages only the tail held go) needs them.
   void check_held(RequestId r, RefRequest& q) {
-    std::vector<std::uint64_t> bounds = kvmm::testing::ManagerInspector(kv_).cache_boundaries(r);
+    const std::vector<std::uint64_t> bounds = kvmm::testing::ManagerInspector(kv_).cache_boundaries(r);
     for (std::uint64_t L : q.bounds) REQUIRE(std::count(bounds.begin(), bounds.end(), L) == 1);
-    const std::uint64_t tail_lo = tail_ == 0 ? 0 : q.prompt > tail_ ? q.prompt - tail_ : 1;
+    if (tail_ > 0 && kv_.num_computed(r) > q.prompt + tail_) q.tail_dropped = true;
+    const bool tail_on = tail_ > 0 && !q.tail_dropped;
+    const std::uint64_t tail_lo = !tail_on ? 0 : q.prompt > tail_ ? q.prompt - tail_ : 1;
     REQUIRE(kvmm::testing::ManagerInspector(kv_).prompt_tail(r) ==
-            std::pair<std::uint64_t, std::uint64_t>{tail_lo, tail_ == 0 ? 0 : q.prompt});
-    if (tail_ > 0)
-      for (std::uint64_t L = tail_lo; L <= q.prompt; ++L) bounds.push_back(L);
+            std::pair<std::uint64_t, std::uint64_t>{tail_lo, tail_on ? q.prompt : 0});
+    std::vector<std::uint64_t> with_tail = bounds;
+    if (tail_on)
+      for (std::uint64_t L = tail_lo; L <= q.prompt; ++L) with_tail.push_back(L);
+    for (std::size_t k = q.held.size(); k-- > 0;)  // a dropped tail's pages go
+      if (!held_by_rule(q.held[k].first, q.held_index[k], with_tail)) {
+        q.held.erase(q.held.begin() + static_cast<std::ptrdiff_t>(k));
+        q.held_index.erase(q.held_index.begin() + static_cast<std::ptrdiff_t>(k));
+      }
     for (GroupId g = 0; g < 3; ++g) {
       const auto& before = tables_before_.at({r, g});
       const auto after = kv_.page_table(r, g);
       for (std::uint64_t i = 0; i < before.size() && i < after.size(); ++i)
-        if (before[i] != kNullPage && after[i] == kNullPage && held_by_rule(g, i, bounds)) q.held.emplace_back(g, before[i]);
+        if (before[i] != kNullPage && after[i] == kNullPage && held_by_rule(g, i, g == kMamba ? bounds : with_tail)) {
+          q.held.emplace_back(g, before[i]);
+          q.held_index.push_back(i);
+        }
     }
     auto got = kvmm::testing::ManagerInspector(kv_).held_pages(r), want = q.held;
     std::sort(got.begin(), got.end()), std::sort(want.begin(), want.end());
@@ -445,6 +458,7 @@ class Model {
       q.registered[g] = std::min<std::uint64_t>(q.registered[g], ct.size());
     }
     q.held.clear();  // the parent's stay the parent's
+    q.held_index.clear();
     reqs_[c] = q;
   }
 
@@ -468,6 +482,7 @@ class Model {
     RefRequest& q = reqs_[r];
     q.swapped = true;
     q.held.clear();  // released, not swapped: they serve later hits, not this request
+    q.held_index.clear();
     // The hashes the host copies carry: as cached before this operation's events (a page
     // released here may hand its hash to a copy).
     for (GroupId g = 0; g < 3; ++g) {

@@ -193,6 +193,19 @@ TEST_CASE("prompt tails: the held pages are the union of the needs of every leng
   for (std::size_t k = 0; k < 4; ++k) CHECK(in.eviction_key(kSw, held[k]).prefix_len == 8 - k);
   CHECK(row.size() == 9);
   CHECK(kv.stats().groups[kSw].used_pages == 5);
+  // The answer grows: up to 3 tokens past the prompt the tail stays (page 8, which a hit
+  // at 9 needs, is held when it leaves the window; 9 and later are not); the 4th token
+  // past the prompt drops the tail and its pages go back.
+  for (std::uint32_t t = 0; t < 4; ++t) {
+    kv.append_token(r, 500 + t);
+    REQUIRE(kv.allocate(r, 1));
+    kv.commit(r, 10 + t);
+    CHECK(in.held_pages(r).size() == (t < 3 ? 5u : 0u));
+  }
+  CHECK(in.prompt_tail(r) == std::pair<std::uint64_t, std::uint64_t>{0, 0});
+  CHECK(kv.stats().groups[kSw].used_pages == 1);  // the window alone
+  CHECK(in.eviction_key(kSw, held[0]).time <= in.eviction_key(kFull, row[7]).time);
+  kv.check_invariants();
   kv.free(r);
   CHECK(kv.stats().groups[kSw].used_pages == 0);  // released with the request
   kv.check_invariants();

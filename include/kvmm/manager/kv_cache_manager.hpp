@@ -70,15 +70,16 @@ struct KVCacheManagerOptions {
   // Prompt-tail boundaries (retention without hints for the usual shape of a shared
   // prefix: a document or a conversation followed by a short question): every request
   // holds the pages that a hit at any length within the last prompt_tail_tokens of its
-  // prompt needs, as if it had named each of those lengths in cache_boundaries. A later
-  // request sharing all but a short suffix then finds every group's window at the point
-  // where it parts, which a learned point can teach only after one such request missed.
-  // Costs, per running request whose prompt outgrows a window, the pages of
-  // prompt_tail_tokens more tokens in that window's group (16 pages of 16 tokens by
-  // default), released at free/reset with the prefix; O(1) per page leaving a window.
-  // 0: off. On kvmm-sim's arXiv-QA it raises first-admission hits from 50.3% to 73.9%
-  // (Gemma-2) and 57.2% to 74.1% (Ministral) (docs/results/sim.md).
-  std::uint32_t prompt_tail_tokens = 256;
+  // prompt needs in its windowed groups (sliding window, chunked local; not Mamba, whose
+  // checkpoint is a whole state), as if it had named each of those lengths in
+  // cache_boundaries. A later request sharing all but a short suffix then finds every
+  // group's window where it parts, which a learned point can teach only after one such
+  // request missed. The guess is kept while it is cheap: once the request has computed
+  // prompt_tail_tokens past its prompt (a long answer), the pages only the tail held are
+  // released. Costs at most ~2 x prompt_tail_tokens tokens of window pages per windowed
+  // group and running request, released at free/reset with the prefix; O(1) per page
+  // leaving a window. 0: off. Numbers in docs/results/sim.md.
+  std::uint32_t prompt_tail_tokens = 128;
 };
 
 struct RequestExtras {
