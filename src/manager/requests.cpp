@@ -282,14 +282,16 @@ void ManagerCore::learn_on_register(Request& q, const BlockHash* hv, std::uint64
 // A prompt tail is a guess: it is kept only while it stays cheap. Once the request has
 // computed prompt_tail_tokens past its prompt (a long answer: the window a hit at the
 // prompt's end needs would keep growing out of the table), the tail stops being a
-// boundary and the pages only it held are released (last held first, the request's key).
-// O(held pages), once per request.
+// boundary and the pages only it held are released, last held first, keyed with this
+// step: they were in use until now, so they age from now (released with their older
+// times they would be the next victims, and a question arriving after a long answer
+// would miss). O(held pages), once per request.
 void ManagerCore::drop_tail(Request& q) {
   q.bounds.set_tail(0, 0, 0);
   auto tail_only = [&](const HeldPage& h) { return !q.bounds.held(*groups_[h.group].policy, h.index, false); };
   for (std::size_t k = q.held.size(); k-- > 0;) {
     if (!tail_only(q.held[k])) continue;
-    store_.release(q.held[k].group, q.held[k].page, q.last_step, q.prio);
+    store_.release(q.held[k].group, q.held[k].page, step_, q.prio);
     --q.held_in[q.held[k].group];
   }
   std::erase_if(q.held, tail_only);
