@@ -22,7 +22,8 @@ TEST_CASE("no heap allocation per step in steady state", "[manager][alloc]") {
   const bool kv_events = GENERATE(false, true);
   INFO("record_kv_events " << kv_events);
   // Tight enough that the second wave evicts the first wave's cached pages.
-  // (40 pages a request: 25 full-attention, 5 in the window, 8 held for the prompt's tail.)
+  // (Up to 38 pages a request: 25 full-attention, 5 in the window, up to 8 held for the
+  // prompt's tail until the answer outgrows it.)
   KVCacheManager kv(layout, {.num_large_pages = 64 * 40, .max_requests = 64, .record_kv_events = kv_events});
   KvEventBatch batch;
   std::uint64_t stored_pages = 0, removed_pages = 0;
