@@ -17,6 +17,47 @@ py::int_ hash_to_int(const BlockHash& h) {
   return py::reinterpret_borrow<py::int_>((py::int_(h.hi) << py::int_(64)) | py::int_(h.lo));
 }
 
+// The manager's KvEventBatch as Python objects (copied: the batch is reused). O(events +
+// pages + tokens).
+py::list kv_events_list(Manager& m) {
+  {
+    auto kv = m.use();
+    kv->take_events(m.kv_events());
+  }
+  const KvEventBatch& b = m.kv_events();
+  static const char* const kKinds[] = {"stored", "removed", "cleared"};
+  static const char* const kMedia[] = {"device", "host", "remote"};
+  py::list out;
+  for (const KvEvent& e : b.events) {
+    py::dict d;
+    d["kind"] = kKinds[static_cast<int>(e.kind)];
+    if (e.kind != KvEventKind::kCleared) {
+      d["group"] = e.group;
+      py::list hashes;
+      for (const BlockHash& h : b.hashes_of(e)) hashes.append(hash_to_int(h));
+      d["block_hashes"] = hashes;
+      d["medium"] = kMedia[static_cast<int>(e.medium)];
+    }
+    if (e.kind == KvEventKind::kStored) {
+      d["parent"] = e.has_parent ? py::object(hash_to_int(e.parent)) : py::object(py::none());
+      d["first_page"] = e.first_page;
+      d["tokens_per_page"] = e.tokens_per_page;
+      const auto tok = b.tokens_of(e);
+      py::array_t<std::uint32_t> ids(static_cast<py::ssize_t>(tok.size()));
+      std::copy(tok.begin(), tok.end(), ids.mutable_data());
+      d["token_ids"] = ids;
+      d["lora_id"] = e.lora_id;
+      d["cache_salt"] = std::string(b.salt_of(e));
+      py::list items;
+      for (const KvEventItemKey& k : b.items_of(e))
+        items.append(py::make_tuple(k.page_in_run, hash_to_int(k.item_hash), k.offset));
+      d["extra_keys"] = items;
+    }
+    out.append(d);
+  }
+  return out;
+}
+
 BlockHash hash_from(const py::handle& h, const char* what) {
   if (!py::isinstance<py::int_>(h)) throw py::type_error(fmt::format("{}: expected an int (128-bit hash)", what));
   py::int_ v = py::reinterpret_borrow<py::int_>(h);
@@ -62,7 +103,7 @@ py::array ids_array(std::span<const PageId> ids) {
 KVCacheManagerOptions options_from(std::uint32_t num_large_pages, std::uint32_t num_host_large_pages,
                                    std::uint32_t max_requests, bool prefix_caching, bool record_events,
                                    const py::object& log, std::uint64_t seed, std::uint32_t learned_boundaries,
-                                   std::uint32_t prompt_tail_tokens) {
+                                   std::uint32_t prompt_tail_tokens, bool record_kv_events) {
   KVCacheManagerOptions o{.num_large_pages = num_large_pages,
                           .num_host_large_pages = num_host_large_pages,
                           .max_requests = max_requests,
@@ -71,6 +112,7 @@ KVCacheManagerOptions options_from(std::uint32_t num_large_pages, std::uint32_t 
                           .seed = seed};
   o.learned_boundaries = learned_boundaries;
   o.prompt_tail_tokens = prompt_tail_tokens;
+  o.record_kv_events = record_kv_events;
   if (!log.is_none()) {
     if (!PyCallable_Check(log.ptr())) throw py::type_error("log: expected a callable(level: str, message: str)");
     // The callable is called with the GIL held; an exception it raises is reported as
@@ -257,6 +299,13 @@ void bind_queries(py::class_<Manager>& c) {
           },
           "Recorded events since the last take: [(kind 'stored'|'removed', group, page, hash)]")
       .def(
+          "take_kv_events", [](Manager& m) { return kv_events_list(m); },
+          "A KV-aware router's events since the last take (record_kv_events=True), in order: dicts with "
+          "'kind' ('stored', 'removed', 'cleared'), 'group', 'block_hashes' (128-bit ints; vLLM's int "
+          "hashes are the low 64 bits), and for stored runs 'parent' (int or None), 'first_page', "
+          "'tokens_per_page', 'token_ids' (uint32 array), 'lora_id', 'cache_salt', 'extra_keys' "
+          "([(page_in_run, item hash, offset)]), 'medium' (docs/router.md)")
+      .def(
           "is_active", [](Manager& m, RequestId r) { return m.use()->is_active(r); }, py::arg("r"))
       .def(
           "is_swapped", [](Manager& m, RequestId r) { return m.use()->is_swapped(r); }, py::arg("r"))
@@ -303,19 +352,19 @@ void bind_manager(py::module_& m) {
   c.def(py::init([](const KVLayout& layout, std::uint32_t num_large_pages, std::uint32_t num_host_large_pages,
                     std::uint32_t max_requests, bool prefix_caching, bool record_events, const py::object& log,
                     std::uint64_t seed, const py::object& arena, std::uint32_t learned_boundaries,
-                    std::uint32_t prompt_tail_tokens) {
+                    std::uint32_t prompt_tail_tokens, bool record_kv_events) {
           if (!arena.is_none() && !py::isinstance<Arena>(arena)) throw py::type_error("arena: expected a kvmm.Arena");
           return std::make_unique<Manager>(layout,
                                            options_from(num_large_pages, num_host_large_pages, max_requests,
                                                         prefix_caching, record_events, log, seed, learned_boundaries,
-                                                        prompt_tail_tokens),
+                                                        prompt_tail_tokens, record_kv_events),
                                            arena);
         }),
         py::arg("layout"), py::kw_only(), py::arg("num_large_pages") = 0, py::arg("num_host_large_pages") = 0,
         py::arg("max_requests") = d.max_requests, py::arg("prefix_caching") = d.prefix_caching,
         py::arg("record_events") = d.record_events, py::arg("log") = py::none(), py::arg("seed") = d.seed,
         py::arg("arena") = py::none(), py::arg("learned_boundaries") = d.learned_boundaries,
-        py::arg("prompt_tail_tokens") = d.prompt_tail_tokens);
+        py::arg("prompt_tail_tokens") = d.prompt_tail_tokens, py::arg("record_kv_events") = d.record_kv_events);
   c.attr("MAX_TOKENS") = KVCacheManager::kMaxTokens;
   c.attr("MAX_REQUESTS") = KVCacheManager::kMaxRequests;
   bind_requests(c);

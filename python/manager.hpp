@@ -78,6 +78,7 @@ class Manager {
   const KVCacheManager& kv() const { return *kv_; }
   GroupId decoder_group() const { return decoder_group_; }
   std::vector<CacheEvent>& events() { return events_; }
+  KvEventBatch& kv_events() { return kv_events_; }
   // decode_step's scratch: the tables' buffer views and spans (capacity kept: no heap
   // allocation per step).
   std::vector<Py_buffer>& step_views() { return step_views_; }
@@ -89,6 +90,7 @@ class Manager {
   std::atomic<bool> busy_{false};
   GroupId decoder_group_ = 0;
   std::vector<CacheEvent> events_;
+  KvEventBatch kv_events_;
   std::vector<Py_buffer> step_views_;
   std::vector<BlockTableOut> step_tables_;
 };

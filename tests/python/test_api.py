@@ -439,3 +439,45 @@ def test_retention_options():
         kvmm.KVCacheManager(lay, num_large_pages=8, prompt_tail_tokens=2**24 + 1)
     with pytest.raises(kvmm.Error, match="learned_boundaries = 16777217"):
         kvmm.KVCacheManager(lay, num_large_pages=8, learned_boundaries=2**24 + 1)
+
+
+def test_kv_events_for_a_router():
+    """take_kv_events(): stored runs carry what a router rebuilds its keys from, in order;
+    their hashes are the pages the page events report stored; reset_prefix_cache is one
+    'cleared'; nothing when off."""
+    lay = small_layout(tpp=4, window=8)
+    kv = kvmm.KVCacheManager(lay, num_large_pages=64, record_events=True, record_kv_events=True)
+    kv.begin_step()
+    prompt = np.arange(100, 114, dtype=np.uint32)  # 14 tokens: 3 full pages of 4
+    r = kv.add_request(prompt, lora_id=3, cache_salt="tenant")
+    kv.lookup_prefix(r)
+    assert kv.allocate(r, 14)
+    kv.commit(r, 14)
+    runs = kv.take_kv_events()
+    pages = kv.take_events()
+    assert [e["kind"] for e in runs] == ["stored", "stored"]  # full, then the window group
+    assert [e["group"] for e in runs] == [0, 1]
+    for e in runs:
+        assert e["first_page"] == 0 and e["parent"] is None and e["medium"] == "device"
+        assert e["tokens_per_page"] == 4 and e["lora_id"] == 3 and e["cache_salt"] == "tenant"
+        assert list(e["token_ids"]) == list(prompt[:12])
+        assert len(e["block_hashes"]) == 3
+    stored = {(g, h) for kind, g, _, h in pages if kind == "stored"}
+    assert stored == {(e["group"], h) for e in runs for h in e["block_hashes"]}
+    # Two more tokens complete page 3: a run of one, its parent the last hash above.
+    kv.append_tokens(r, np.array([7, 8], np.uint32))
+    assert kv.allocate(r, 2)
+    kv.commit(r, 16)
+    more = kv.take_kv_events()
+    assert more[0]["first_page"] == 3 and more[0]["parent"] == runs[0]["block_hashes"][-1]
+    assert more[0]["cache_salt"] == ""  # the salt keys page 0 only
+    kv.free(r)
+    kv.reset_prefix_cache()
+    assert [e["kind"] for e in kv.take_kv_events()] == ["cleared"]
+    off = kvmm.KVCacheManager(lay, num_large_pages=16)
+    off.begin_step()
+    q = off.add_request(prompt)
+    off.lookup_prefix(q)
+    assert off.allocate(q, 14)
+    off.commit(q, 14)
+    assert off.take_kv_events() == []
