@@ -4,6 +4,7 @@
 // boundaries. The randomized model test (randomized_test.cpp) checks holds at every commit.
 #include "kvmm/manager/kv_cache_manager.hpp"
 #include "kvmm/manager/testing.hpp"
+#include "support/error_of.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -222,12 +223,7 @@ TEST_CASE("bad cache boundaries raise and leave the manager as it was", "[manage
   KVCacheManager kv(fig10_layout(), {.num_large_pages = 8, .max_requests = 2});
   const std::vector<std::uint32_t> ids{A, B, C, D};
   auto message = [&](std::vector<std::uint64_t> b) {
-    try {
-      kv.add_request(ids, {.cache_boundaries = b});
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
+    return kvmm::test::error_of([&] { kv.add_request(ids, {.cache_boundaries = b}); });
   };
   CHECK_THAT(message({0}), Catch::Contains("extras.cache_boundaries[0] = 0"));
   CHECK_THAT(message({5}), Catch::Contains("extras.cache_boundaries[0] = 5: must be in [1, 4]"));

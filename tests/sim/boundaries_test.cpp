@@ -6,6 +6,7 @@
 #include "kvmm/error.hpp"
 #include "kvmm/manager/kv_cache_manager.hpp"
 #include "sim/workload.hpp"
+#include "support/error_of.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -113,14 +114,7 @@ TEST_CASE("JSONL trace: boundaries round trip and are checked", "[sim][trace][bo
   CHECK(dump(parse_trace(dump(w), "again.jsonl")) == dump(w));
   const Workload c = make_workload("chat", opts(50, 1));
   CHECK(dump(parse_trace(dump(c), "chat.jsonl")) == dump(c));
-  auto err = [](const std::string& text) {
-    try {
-      parse_trace(text, "b.jsonl");
-    } catch (const kvmm::Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
+  auto err = [](const std::string& text) { return kvmm::test::error_of([&] { parse_trace(text, "b.jsonl"); }); };
   CHECK_THAT(err("{\"prompt_len\": 100, \"output_len\": 1, \"boundaries\": 5}"),
              Catch::Contains("b.jsonl:1: field 'boundaries': expected an ascending array"));
   CHECK_THAT(err("{\"prompt_len\": 100, \"output_len\": 1, \"boundaries\": [64, 64]}"),

@@ -146,26 +146,21 @@ TEST_CASE("unified-block: out-of-window blocks go back highest index first", "[s
 TEST_CASE("multi-turn: the next turn hits the previous turn's answer too", "[sim][kvmm][prefix]") {
   // Turn 0: 10 prompt + 9 answer tokens of stream 1 (18 computed: pages 0-3 full).
   // Turn 1 (its history and 3 new tokens) looks up at most 21 tokens -> 16.
-  Workload w{"two-turns", {req(10, 9), req(22, 1)}};
-  w.requests[0].prefix_id = w.requests[1].prefix_id = 1;
-  w.requests[0].prefix_len = 19;
-  w.requests[1].prefix_len = 23;
-  w.requests[1].parent = 0;
-  w.requests[1].delay = 1;
-  for (const std::string policy : {"kvmm", "paged-uniform", "unified-block"}) {
-    CAPTURE(policy);
-    const auto r = run(w, simtest::full_layout(), policy, 64 * 128);
-    CHECK(r.summary.first_hit_tokens == 16);
-  }
-  Workload b{"two-turns-long", {req(100, 100), req(250, 10)}};
-  b.requests[0].prefix_id = b.requests[1].prefix_id = 1;
-  b.requests[0].prefix_len = 200;
-  b.requests[1].prefix_len = 260;
-  b.requests[1].parent = 0;
-  b.requests[1].delay = 1;
-  for (const std::string policy : {"kvmm", "paged-uniform", "unified-block"}) {
-    CAPTURE(policy);
-    const auto r = run(b, simtest::full_layout(), policy, 1024 * 128);
-    CHECK(r.summary.first_hit_tokens == 196);
-  }
+  // Two turns of one session: the first (prompt p0, answer a0), the second (p1, a1).
+  auto two_turns = [](std::uint32_t p0, std::uint32_t a0, std::uint32_t p1, std::uint32_t a1, std::uint64_t memory,
+                      std::uint64_t hit) {
+    Workload w{"two-turns", {req(p0, a0), req(p1, a1)}};
+    w.requests[0].prefix_id = w.requests[1].prefix_id = 1;
+    w.requests[0].prefix_len = p0 + a0;
+    w.requests[1].prefix_len = p1 + a1;
+    w.requests[1].parent = 0;
+    w.requests[1].delay = 1;
+    for (const std::string policy : {"kvmm", "paged-uniform", "unified-block"}) {
+      CAPTURE(policy, p0);
+      const auto r = run(w, simtest::full_layout(), policy, memory);
+      CHECK(r.summary.first_hit_tokens == hit);
+    }
+  };
+  two_turns(10, 9, 22, 1, 64 * 128, 16);
+  two_turns(100, 100, 250, 10, 1024 * 128, 196);
 }

@@ -3,6 +3,7 @@
 #include "sim/workload.hpp"
 
 #include "kvmm/error.hpp"
+#include "support/error_of.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -124,14 +125,7 @@ TEST_CASE("JSONL trace: fields, round trip", "[sim][trace]") {
 }
 
 TEST_CASE("JSONL trace: errors name the file, line and field", "[sim][trace][errors]") {
-  auto err = [](const std::string& text) {
-    try {
-      parse_trace(text, "t.jsonl");
-    } catch (const kvmm::Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
+  auto err = [](const std::string& text) { return kvmm::test::error_of([&] { parse_trace(text, "t.jsonl"); }); };
   CHECK_THAT(err("{\"prompt_len\": 4, \"output_len\": 1}\n{\"prompt_len\": 4}\n"),
              Catch::Contains("t.jsonl:2: field 'output_len': missing"));
   CHECK_THAT(err("{\"prompt_len\": 4, \"output_len\": 1}\n\n{\"prompt_len\": 4, \"output_len\": 1,}\n"),
