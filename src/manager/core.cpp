@@ -185,7 +185,16 @@ RequestId ManagerCore::add_request(std::span<const std::uint32_t> tokens, const 
   return r;
 }
 
+void ManagerCore::loading_error(RequestId r, const char* call) {
+  fail("request = {}: {} while it loads from a tier (finish_loads first)", r, call);
+}
+
 void ManagerCore::clear_progress(Request& q) {
+  q.tier_listed = q.tier_pending = q.loading = false;
+  q.tier_keys = q.tier_local = 0;
+  std::fill(q.tier_fill.begin(), q.tier_fill.end(), 0);
+  q.loads.clear();
+  q.load_idx.clear();
   q.computed = q.allocated = q.last_step = q.step_end = q.lookup_tokens = q.branch = 0;
   q.items_consumed = 0;
   std::fill(q.lo.begin(), q.lo.end(), 0);
@@ -274,6 +283,7 @@ bool ManagerCore::compute_need(std::uint32_t s, const Request& q, std::uint32_t 
         const std::uint64_t want = pages_for(target, grp.P);
         need_[g] = want > have ? want - have : 0;
       }
+      need_[g] += q.tier_fill[g];  // fresh pages for a tier hit's loads (admit_tier listed them)
       if (num_new_tokens > 0 && q.computed % grp.P != 0) {
         const std::uint64_t idx = q.computed / grp.P;
         const std::span<const PageId> pages = grp.table.pages(s);
@@ -299,6 +309,7 @@ void ManagerCore::take_pages(std::uint32_t s, Request& q) {
   for (GroupId g = 0; g < groups_.size(); ++g) {
     Group& grp = groups_[g];
     if (grp.decoder) {
+      if (q.tier_fill[g] > 0) fill_tier_pages(s, q, g);
       if (cow_[g]) {
         const auto idx = static_cast<std::uint32_t>(q.computed / grp.P);
         const PageId old = grp.table.pages(s)[idx];
@@ -335,6 +346,7 @@ void ManagerCore::take_pages(std::uint32_t s, Request& q) {
 // The lookup's hit into r's rows (references +1). false, nothing changed, when a page of
 // it was evicted since the lookup.
 bool ManagerCore::admit(RequestId r, std::uint32_t s, Request& q) {
+  if (q.tier_pending) return admit_tier(r, s, q);
   if (!lookup_.pin(r, s, q, q.hit)) return false;
   q.hit_pending = false;
   for (GroupId g = 0; g < groups_.size(); ++g) {
@@ -423,13 +435,16 @@ bool ManagerCore::allocate_at(RequestId r, std::uint32_t s, std::uint32_t num_ne
   if (target > KVCacheManager::kMaxTokens)
     fail("num_new_tokens = {}, lookahead = {}: request {} would hold {} tokens, at most {}", num_new_tokens, lookahead,
          r, target, KVCacheManager::kMaxTokens);
+  if (q.loading) [[unlikely]]
+    loading_error(r, "allocate");
   const bool pinning = q.hit_pending;
   if (pinning) {
     // Refused for sure? Then the hit is not pinned at all. The need counted as if it were
     // (the hit's pages are had) against the evictable counts before the pin takes the hit
     // out of them (more capacity): a refusal here is a refusal after it. Image pages are
     // counted only once the rows exist, so requests with images skip this.
-    if (q.ids.items().empty() && compute_need(s, q, num_new_tokens, target) && refused_before_pin(r, q)) {
+    if (q.ids.items().empty() && !q.tier_pending && compute_need(s, q, num_new_tokens, target) &&
+        refused_before_pin(r, q)) {
       if constexpr (kCheckInternal) {
         const bool was = store_.keep_stale(true);
         check_refusal(r, s, q, num_new_tokens, target);
@@ -476,6 +491,7 @@ bool ManagerCore::allocate_at(RequestId r, std::uint32_t s, std::uint32_t num_ne
     counts_.admitted_hit_tokens += q.hit;
     learn_at_admission(q);
   }
+  if (q.tier_pending) start_loads(r, s, q);
   expensive_check();
   return true;
 }

@@ -12,6 +12,7 @@ std::optional<std::span<const PageCopy>> ManagerCore::swap_out(RequestId r) {
   const std::uint32_t s = running(r);
   Request& q = reqs_[s];
   if (q.hit_pending) fail("request = {}: swap_out before the allocate that pins its prefix hit", r);
+  if (q.loading) loading_error(r, "swap_out");
   std::uint64_t large_needed = 0;
   for (GroupId g = 0; g < groups_.size(); ++g) {
     const Group& grp = groups_[g];

@@ -38,8 +38,11 @@ void ManagerCore::check_tables(GroupId g, std::vector<std::uint32_t>& refs) cons
     if (grp.decoder) {
       if (pages.size() != pages_for(q.allocated, grp.P))
         fail("invariant: row {} group {} has {} pages for {} allocated tokens", s, g, pages.size(), q.allocated);
+      // A tier hit loading: no page between its local part and what the whole hit needs.
+      const std::uint64_t gap_lo = q.loading ? q.tier_local / grp.P : 0;
+      const std::uint64_t gap_hi = q.loading ? std::min(grp.policy->first_required_page(q.hit), q.hit / grp.P) : 0;
       for (std::size_t i = 0; i < pages.size(); ++i)
-        if ((pages[i] == kNullPage) != (i < q.lo[g]))
+        if ((pages[i] == kNullPage) != (i < q.lo[g] || (i >= gap_lo && i < gap_hi)))
           fail("invariant: row {} group {} entry {} is {} (first held page {})", s, g, i, pages[i], q.lo[g]);
     }
     for (PageId p : pages) {

@@ -9,8 +9,9 @@
 //   event_log.hpp      page events and a router's KV events
 //   retention.hpp      cache boundaries: pages held for later hits, learned branch points
 // Its calls are split by concept over core.cpp (requests: add, lookup, allocate, commit,
-// fork, free, reset, pins), host_tier.cpp (swap), step.cpp (a step's batch: the several-
-// group incremental export, decode_step), stats.cpp and invariants.cpp.
+// fork, free, reset, pins), tier_hits.cpp (hits from a shared tier), host_tier.cpp
+// (swap), step.cpp (a step's batch: the several-group incremental export, decode_step),
+// stats.cpp and invariants.cpp.
 #pragma once
 
 #include "allocation.hpp"
@@ -72,6 +73,11 @@ class ManagerCore {
     pool_.release_kept();
     return ++step_;
   }
+  // ---- hits from a shared tier (tier_hits.cpp)
+  std::size_t tier_candidates(RequestId r, std::vector<TierKey>& out);
+  std::uint64_t extend_prefix(RequestId r, std::span<const TierStatus> present);
+  std::uint64_t finish_loads(RequestId r, std::span<const TierStatus> statuses);
+  std::span<const BlockHash> block_hashes(RequestId r, GroupId g) const;
   // ---- swapping (host_tier.cpp)
   std::optional<std::span<const PageCopy>> swap_out(RequestId r);
   std::optional<std::span<const PageCopy>> swap_in(RequestId r);
@@ -140,6 +146,13 @@ class ManagerCore {
   void release_rows(std::uint32_t s, Request& q);
   void release_all(std::uint32_t s, Request& q);
   void clear_progress(Request& q);
+  // ---- tier_hits.cpp helpers
+  bool admit_tier(RequestId r, std::uint32_t s, Request& q);
+  void fill_tier_pages(std::uint32_t s, Request& q, GroupId g);
+  void start_loads(RequestId r, std::uint32_t s, Request& q);
+  std::uint64_t finish_loads_at(RequestId r, std::uint32_t s, Request& q, std::span<const TierStatus> statuses);
+  std::uint64_t servable_prefix(std::uint32_t s, const Request& q, std::uint64_t p) const;
+  [[noreturn, gnu::cold]] static void loading_error(RequestId r, const char* call);
   // ---- boundary-aware retention (requests.cpp)
   void set_boundaries(Request& q, std::span<const std::uint64_t> hinted, std::uint64_t prompt);
   void learn_at_admission(Request& q);

@@ -58,6 +58,10 @@ void append_prometheus_text(const ManagerCounters& c, const KVLayout& layout, st
   metric("swapped_out_pages_total", "counter", "Pages planned device to host", c.swapped_out_pages);
   metric("swapped_in_pages_total", "counter", "Pages planned host to device", c.swapped_in_pages);
   metric("evicted_pages_total", "counter", "Cached small pages evicted", c.evicted_pages);
+  metric("tier_hit_tokens_total", "counter", "Hit tokens extend_prefix added from a shared tier", c.tier_hit_tokens);
+  metric("tier_loaded_pages_total", "counter", "Tier loads finished verified", c.tier_loaded_pages);
+  metric("tier_failed_pages_total", "counter", "Tier loads finished failed (recomputed)", c.tier_failed_pages);
+  metric("tier_cut_tokens_total", "counter", "Hit tokens failed tier loads cut back", c.tier_cut_tokens);
   metric("active_requests", "gauge", "Requests added and not freed", c.active_requests);
   metric("free_large_pages", "gauge", "Large pages in the pool", c.free_large_pages);
   metric("large_pages", "gauge", "Large pages the manager holds", c.large_pages);

@@ -264,7 +264,8 @@ void PrefixLookup::unpin_rows(std::uint32_t r, GroupId upto) {
   }
 }
 
-bool PrefixLookup::pin(RequestId handle, std::uint32_t r, const Request& q, std::uint64_t p) {
+bool PrefixLookup::pin(RequestId handle, std::uint32_t r, const Request& q, std::uint64_t p, std::uint64_t enc_p) {
+  if (enc_p == 0) enc_p = p;
   const bool memo_valid = memo_owner_ == handle;
   // Pinning another request's hit rewrites the memo with its pages: the memo's owner must
   // not trust it afterwards (it would pin this request's pages unchecked).
@@ -277,7 +278,7 @@ bool PrefixLookup::pin(RequestId handle, std::uint32_t r, const Request& q, std:
     } else if (!q.ids.items().empty()) {
       for (std::uint64_t i = 0; i < q.item_page[g].back(); ++i) grp.table.append(r, kNullPage);
       grp.table.set_num_tokens(r, q.item_page[g].back() * grp.P);
-      ok = pin_images(r, q, g, p);
+      ok = pin_images(r, q, g, enc_p);
     }
     if (!ok) {
       unpin_rows(r, g);
@@ -285,6 +286,54 @@ bool PrefixLookup::pin(RequestId handle, std::uint32_t r, const Request& q, std:
     }
   }
   return true;
+}
+
+// A page serves the combined hit when cached here or held by the tier. A whole-prefix
+// group: its first page neither cached (in order up to longest_hit's first miss, then the
+// index) nor in the tier ends it; other groups ask their policy over the memoized probe.
+std::uint64_t PrefixLookup::tier_group_hit(const Request& q, GroupId g, std::uint64_t p, const TierPresence& tier) {
+  const Group& grp = groups_[g];
+  if (grp.whole_prefix && first_miss_[g] != kNoProbe) {
+    const std::uint64_t pages = p / grp.P;
+    std::uint64_t i = 0;
+    while (i < pages && (i < first_miss_[g] || tier.has(g, i) || cached(q, g, i) != kNullPage)) ++i;
+    return i * grp.P;
+  }
+  class Combined final : public PageProbe {
+   public:
+    Combined(IndexProbe& local, const TierPresence& t, GroupId group) : local_(local), tier_(t), g_(group) {}
+    bool hit(std::uint64_t i) override { return tier_.has(g_, i) || local_.hit(i); }
+
+   private:
+    IndexProbe& local_;
+    const TierPresence& tier_;
+    GroupId g_;
+  };
+  IndexProbe local(index_, g, q.ids.chain(grp.hash_class), memo_[g], grp);
+  Combined probe(local, tier, g);
+  return grp.policy->longest_valid_prefix(p, probe);
+}
+
+std::uint64_t PrefixLookup::longest_hit_with(const Request& q, std::uint64_t limit, const TierPresence& tier) {
+  std::uint64_t p = limit;
+  for (bool changed = true; changed && p > 0;) {
+    changed = false;
+    for (GroupId g = 0; g < groups_.size() && p > 0; ++g) {
+      const std::uint64_t v = groups_[g].decoder ? tier_group_hit(q, g, p, tier) : image_hit(q, g, p);
+      if (v < p) {
+        p = v;
+        changed = true;
+      }
+    }
+  }
+  return p;
+}
+
+PageId PrefixLookup::cached(const Request& q, GroupId g, std::uint64_t i) const {
+  const Group& grp = groups_[g];
+  const std::span<const BlockHash> chain = q.ids.chain(grp.hash_class);
+  if (i >= chain.size()) return kNullPage;
+  return index_.find(g, chain[i], Cached{&grp});
 }
 
 bool PrefixLookup::evictable_in_hit(RequestId handle, const Request& q, std::uint64_t p,

@@ -17,6 +17,16 @@
 
 namespace kvmm::detail {
 
+// Pages a shared tier holds (extend_prefix's answers): group g's pages [lo[g], lo[g] +
+// n[g]) at present[off[g] + i - lo[g]] (nonzero: held).
+struct TierPresence {
+  const std::uint64_t* lo;
+  const std::uint64_t* n;
+  const std::uint64_t* off;
+  const std::uint8_t* present;
+  bool has(GroupId g, std::uint64_t i) const { return i >= lo[g] && i - lo[g] < n[g] && present[off[g] + i - lo[g]]; }
+};
+
 class PrefixLookup {
  public:
   PrefixLookup(std::vector<Group>& groups, PageStore& store, PrefixIndex& index);
@@ -25,11 +35,19 @@ class PrefixLookup {
   // chains cover limit tokens. Remembers the pages its probes found for pin() (until the
   // next call). Changes no page and no list. O(pages probed).
   std::uint64_t longest_hit(RequestId handle, const Request& q, std::uint64_t limit);
+  // Right after longest_hit(handle, q, limit): the longest prefix of at most limit tokens
+  // every group serves with each page it needs either cached here or in the tier (>= the
+  // local hit). Encoder-token groups: cached pages only. O(pages probed).
+  std::uint64_t longest_hit_with(const Request& q, std::uint64_t limit, const TierPresence& tier);
+  // Page i of q's prefix in decoder group g if cached here (the index), else null. O(1).
+  PageId cached(const Request& q, GroupId g, std::uint64_t i) const;
   // Maps the pages a hit of p tokens needs in every group into request row r's rows
   // (references +1, lazy pins; kNullPage below what a group needs), each page checked to
   // be still cached under its hash. false when one was evicted since the lookup: then
   // nothing is pinned and the rows are as they were. O(hit pages).
-  bool pin(RequestId handle, std::uint32_t r, const Request& q, std::uint64_t p);
+  // enc_p: the hit encoder-token groups pin (a tier hit pins decoder groups' local part p
+  // and images up to the whole hit); p when 0.
+  bool pin(RequestId handle, std::uint32_t r, const Request& q, std::uint64_t p, std::uint64_t enc_p = 0);
   // Whether every page of image m (under LoRA lora) is cached in every encoder-token group:
   // the engine may skip the encoder for it. false without such groups. O(pages of m).
   bool image_cached(const MultimodalItem& m, std::uint32_t lora) const;
@@ -49,6 +67,7 @@ class PrefixLookup {
   std::uint64_t probe_in_order(const Request& q, GroupId g, std::uint64_t pages);
   std::uint64_t decoder_hit(const Request& q, GroupId g, std::uint64_t p);
   std::uint64_t image_hit(const Request& q, GroupId g, std::uint64_t p) const;
+  std::uint64_t tier_group_hit(const Request& q, GroupId g, std::uint64_t p, const TierPresence& tier);
   // The page of group g holding page i of q's prefix (memo, else the index), or null.
   PageId page_of(const Request& q, GroupId g, std::uint64_t i);
   bool pin_decoder(std::uint32_t r, const Request& q, GroupId g, std::uint64_t p, bool memo_valid);

@@ -7,6 +7,7 @@
 
 #include "kvmm/caching/request_hashes.hpp"
 #include "kvmm/error.hpp"
+#include "kvmm/manager/kv_cache_manager.hpp"
 #include "kvmm/types.hpp"
 #include "retention.hpp"
 
@@ -39,6 +40,18 @@ struct Request {
   std::vector<std::uint32_t> held_in;                 // per group: how many of held
   std::uint64_t branch = 0;                           // its lookup's whole-prefix hit (>= hit): a branch point if more
   bool was_reset = false;                             // reset (preempted) since add: its lookups find its own pages
+  // A shared tier's part of the hit (tier_hits.cpp). tier_candidates lists group g's
+  // pages [tier_lo[g], + tier_n[g]) at tier_off[g] of the list; extend_prefix keeps which
+  // are present; the allocate that admits the hit lists the loads (load_idx: their page
+  // index) and takes tier_fill[g] fresh pages for them; finish_loads ends `loading`.
+  bool tier_listed = false, tier_pending = false, loading = false;
+  std::uint64_t tier_keys = 0;   // candidates listed
+  std::uint64_t tier_local = 0;  // the local part of the hit (extend_prefix's lookup)
+  std::vector<std::uint64_t> tier_lo, tier_n, tier_off;
+  std::vector<std::uint32_t> tier_fill;
+  std::vector<std::uint8_t> tier_present;
+  std::vector<TierLoad> loads;
+  std::vector<std::uint64_t> load_idx;
 };
 
 class RequestTable {
@@ -52,6 +65,10 @@ class RequestTable {
       q.lo.assign(num_groups, 0);
       q.registered.assign(num_groups, 0);
       q.held_in.assign(num_groups, 0);
+      q.tier_lo.assign(num_groups, 0);
+      q.tier_n.assign(num_groups, 0);
+      q.tier_off.assign(num_groups, 0);
+      q.tier_fill.assign(num_groups, 0);
       q.item_page.resize(num_groups);
     }
     free_.reserve(max_requests);

@@ -113,6 +113,8 @@ void ManagerCore::commit_images(std::uint32_t s, Request& q, std::uint64_t c) {
 void ManagerCore::commit_at(RequestId r, std::uint32_t s, std::uint64_t num_computed_tokens) {
   Request& q = reqs_[s];
   const std::uint64_t c = num_computed_tokens, c0 = q.computed;
+  if (q.loading) [[unlikely]]
+    loading_error(r, "commit");
   if (c < c0) fail("num_computed_tokens = {}: request {} already has {} computed", c, r, c0);
   if (c > q.allocated) fail("num_computed_tokens = {}: request {} has pages for {} tokens only", c, r, q.allocated);
   if (q.hit_pending) fail("request = {}: commit before the allocate that pins its prefix hit", r);
@@ -134,6 +136,7 @@ RequestId ManagerCore::fork(RequestId parent) {
   const std::uint32_t ps = running(parent);
   if (reqs_.full()) fail("fork: all max_requests = {} rows are active", reqs_.capacity());
   if (reqs_[ps].hit_pending) fail("request = {}: fork before the allocate that pins its prefix hit", parent);
+  if (reqs_[ps].loading) loading_error(parent, "fork");
   const std::uint32_t s = reqs_.next_row();
   const Request& pq = reqs_[ps];
   Request& q = reqs_[s];

@@ -67,6 +67,7 @@ std::size_t ManagerCore::decode_step(std::span<const RequestId> batch, std::span
     const Request& q = reqs_[export_rows_[i]];
     const std::uint64_t scheduled = std::max(q.computed, q.step_end);
     if (!q.admitted) fail("request = {}: decode_step before its first allocate (admit it with allocate)", r);
+    if (q.loading) loading_error(r, "decode_step");
     if (options_.prefix_caching && scheduled > q.ids.num_tokens())
       fail("request = {}: its last allocate scheduled {} tokens, it has {} token ids (append_tokens first)", r,
            scheduled, q.ids.num_tokens());
