@@ -6,6 +6,7 @@
 // same run: hiredis's synchronous client, one SET or GET at a time.
 // Throughput counters are decimal GB/s (1e9 B/s).
 #include "kvmm/dist/redis_tier.hpp"
+#include "kvmm/manager/kv_cache_manager.hpp"
 #include "redis_harness.hpp"
 
 #include <benchmark/benchmark.h>
@@ -15,6 +16,7 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <thread>
 
 using namespace kvmm;
 using namespace std::chrono_literals;
@@ -37,12 +39,15 @@ const KVLayout& layout() {
 
 TierScope scope() { return TierScope{"bench-model", "bfloat16", 0, 1, false}; }
 
-std::unique_ptr<KVTier> tier(std::uint32_t connections) {
+// doze: the I/O threads doze between commands (RedisTierOptions' default) or are woken by
+// every submission (doze_window 0, the plain path).
+std::unique_ptr<KVTier> tier(std::uint32_t connections, bool doze = true, const KVLayout& l = layout()) {
   RedisTierOptions o;
   o.endpoint = server().endpoint();
   o.connections = connections;
   o.command_timeout = 10s;
-  return make_redis_tier(layout(), scope(), o);
+  if (!doze) o.doze_window = 0ms;
+  return make_redis_tier(l, scope(), o);
 }
 
 struct Pages {
@@ -173,7 +178,7 @@ void BM_HiredisSyncGet2MiB(benchmark::State& state) {
 void BM_TierContains(benchmark::State& state) {
   flush();
   const auto n = static_cast<std::size_t>(state.range(1));
-  auto t = tier(static_cast<std::uint32_t>(state.range(0)));
+  auto t = tier(static_cast<std::uint32_t>(state.range(0)), state.range(2) != 0);
   Pages p(1, n, 5);
   TierResults r;
   finish(state, *t, t->put(p.pages), r);
@@ -192,13 +197,14 @@ void BM_TierContains(benchmark::State& state) {
 }
 
 // One scheduler step's admissions: range(0) presence checks of 64 keys (1k tokens) each,
-// then every completion; 2 connections. caller_us is per admission: its submit and its
-// share of the poll() calls. The first submission of a step wakes the sleeping I/O thread;
-// the next ones find it awake.
+// then every completion; 2 connections; range(1): dozing I/O threads; range(2): ms of idle
+// time between steps (not timed; beyond doze_window the threads sleep until woken).
+// caller_us is per admission: its submit and its share of the poll() calls. Without doze
+// the first submission of a step wakes the sleeping I/O thread; the next ones find it awake.
 void BM_TierAdmissions(benchmark::State& state) {
   flush();
   const auto k = static_cast<std::size_t>(state.range(0));
-  auto t = tier(2);
+  auto t = tier(2, state.range(1) != 0);
   Pages p(1, 64, 6);
   TierResults r;
   finish(state, *t, t->put(p.pages), r);
@@ -216,8 +222,67 @@ void BM_TierAdmissions(benchmark::State& state) {
       done += t->poll(r);
       caller_us += now_us() - t1 - clock_pair_us();
     }
+    if (state.range(2) > 0) std::this_thread::sleep_for(std::chrono::milliseconds(state.range(2)));
   }
   state.counters["caller_us"] = caller_us / static_cast<double>(state.iterations() * k);
+}
+
+// An admission through a tier as an engine makes it (examples/mini_engine): after the
+// local lookup (not counted), tier_candidates + contains at once, then, when the event fd
+// is readable, poll + extend_prefix (which looks the request up again). A 1025-token
+// prompt of 16-token pages whose 64 pages the tier holds; one group of 1 KiB pages; the
+// request is freed after (not counted). caller_us: the scheduler thread's CPU time per
+// admission beyond the local lookup; lookup_us: the local lookup's, for scale.
+void BM_ManagerTierAdmission(benchmark::State& state) {
+  flush();
+  static const KVLayout one = KVLayout::plan({LayerGroup::full_attention("full", 1, 1, 16, 2, 16)});
+  auto t = tier(2, state.range(0) != 0, one);
+  KVCacheManager kv(one, {.num_large_pages = 256, .max_requests = 4});
+  std::vector<std::uint32_t> prompt(1025);
+  for (std::uint32_t i = 0; i < prompt.size(); ++i) prompt[i] = 3 * i + 1;
+  std::vector<TierKey> keys;
+  TierResults r;
+  {  // the tier holds the prompt's pages
+    const RequestId q = kv.add_request(prompt);
+    kv.lookup_prefix(q);
+    kv.tier_candidates(q, keys);
+    std::vector<std::vector<std::byte>> bytes(keys.size(), std::vector<std::byte>(one.small_page_bytes(0)));
+    std::vector<TierPage> pages;
+    for (std::size_t i = 0; i < keys.size(); ++i) pages.push_back(TierPage{keys[i], bytes[i].data()});
+    finish(state, *t, t->put(pages), r);
+    kv.free(q);
+  }
+  double caller_us = 0, lookup_us = 0;
+  std::uint64_t hit = 0;
+  for (auto _ : state) {
+    const RequestId q = kv.add_request(prompt);
+    const double t0 = now_us();
+    kv.lookup_prefix(q);
+    const double t1 = now_us();
+    keys.clear();
+    kv.tier_candidates(q, keys);
+    const TierTicket ticket = t->contains(keys);
+    const double t2 = now_us();
+    lookup_us += t1 - t0 - clock_pair_us();
+    caller_us += t2 - t1 - clock_pair_us();
+    for (bool done = false; !done;) {
+      pollfd pf{t->event_fd(), POLLIN, 0};
+      ::poll(&pf, 1, 1000);
+      r.clear();
+      const double t3 = now_us();
+      t->poll(r);
+      for (const TierCompletion& c : r.completions)
+        if (c.ticket == ticket) {
+          hit = kv.extend_prefix(q, r.status_of(c));
+          done = true;
+        }
+      caller_us += now_us() - t3 - clock_pair_us();
+    }
+    kv.free(q);
+  }
+  if (hit != 1024) state.SkipWithError("the tier's pages were not hit");
+  state.counters["caller_us"] = caller_us / static_cast<double>(state.iterations());
+  state.counters["lookup_us"] = lookup_us / static_cast<double>(state.iterations());
 }
 
 }  // namespace
@@ -226,15 +291,35 @@ BENCHMARK(BM_HiredisSyncSet2MiB)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_TierPut2MiB)->Arg(1)->Arg(2)->Arg(4)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_HiredisSyncGet2MiB)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_TierGet2MiB)->Arg(1)->Arg(2)->Arg(4)->Unit(benchmark::kMillisecond)->UseRealTime();
+// {connections, keys, doze}
 BENCHMARK(BM_TierContains)
-    ->Args({1, 8192})
-    ->Args({2, 8192})
-    ->Args({4, 8192})
-    ->Args({2, 64})
-    ->Args({2, 1})
+    ->Args({1, 8192, 1})
+    ->Args({2, 8192, 0})
+    ->Args({2, 8192, 1})
+    ->Args({4, 8192, 1})
+    ->Args({2, 64, 0})
+    ->Args({2, 64, 1})
+    ->Args({2, 1, 0})
+    ->Args({2, 1, 1})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 
-BENCHMARK(BM_TierAdmissions)->Arg(1)->Arg(8)->Arg(32)->Unit(benchmark::kMicrosecond)->UseRealTime();
+// {admissions per step, doze, idle ms between steps}
+BENCHMARK(BM_TierAdmissions)
+    ->Args({1, 0, 0})
+    ->Args({1, 1, 0})
+    ->Args({8, 0, 0})
+    ->Args({8, 1, 0})
+    ->Args({32, 0, 0})
+    ->Args({32, 1, 0})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+BENCHMARK(BM_TierAdmissions)
+    ->Args({1, 0, 60})
+    ->Args({1, 1, 60})
+    ->Iterations(40)
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+BENCHMARK(BM_ManagerTierAdmission)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
 BENCHMARK_MAIN();

@@ -41,6 +41,9 @@ void validate(const RedisTierOptions& o) {
   if (o.breaker_failures < 1) fail("RedisTierOptions::breaker_failures = 0: need >= 1");
   if (o.breaker_cooldown.count() <= 0)
     fail("RedisTierOptions::breaker_cooldown = {} ms: need > 0", o.breaker_cooldown.count());
+  if (o.doze_window.count() < 0) fail("RedisTierOptions::doze_window = {} ms: need >= 0", o.doze_window.count());
+  if (o.doze_window.count() > 0 && (o.doze_interval.count() < 1 || o.doze_interval.count() > 100000))
+    fail("RedisTierOptions::doze_interval = {} us: need 1..100000", o.doze_interval.count());
   if (o.key_prefix.empty() || o.key_prefix.find_first_of(" \r\n") != std::string::npos)
     fail("RedisTierOptions::key_prefix = '{}': need a non-empty prefix without spaces or newlines", o.key_prefix);
 }

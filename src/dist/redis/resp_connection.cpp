@@ -24,6 +24,7 @@
 #include <cerrno>
 #include <charconv>
 #include <cstring>
+#include <ctime>
 
 namespace kvmm::redis {
 
@@ -35,10 +36,12 @@ constexpr std::size_t kInternalSlots = 64;                  // in-flight room fo
 constexpr auto kIdleWait = std::chrono::milliseconds(100);
 constexpr auto kProbeSpacing = std::chrono::milliseconds(5);  // breaker open: how often to look again
 
-int poll_ms(Clock::time_point until, Clock::time_point now) {
-  if (until <= now) return 0;
-  const auto ms = std::chrono::ceil<std::chrono::milliseconds>(until - now).count();
-  return static_cast<int>(std::min<std::int64_t>(ms, kIdleWait.count()));
+// ppoll's timeout until `until` (a doze is shorter than poll's millisecond), at most kIdleWait.
+timespec poll_ts(Clock::time_point until, Clock::time_point now) {
+  const auto ns = until <= now ? std::int64_t{0}
+                               : std::min<std::int64_t>(std::chrono::nanoseconds(until - now).count(),
+                                                        std::chrono::nanoseconds(kIdleWait).count());
+  return timespec{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
 }
 
 // A non-blocking socket connected to `e` within `deadline`, or -1.
@@ -150,8 +153,30 @@ void Connection::submit(Job* job) {
     (in_tail_ ? in_tail_->next : in_head_) = job;
     in_tail_ = job;
   }
+  // The job is queued under mu_ before asleep_ is read; idle_wait sets asleep_ before it
+  // looks at the queue under mu_: one of the two sees the other (no lost wake-up).
+  // doze_window 0 (the plain path): always woken.
+  if (core_.options().doze_window.count() > 0 && !asleep_.load()) return;  // dozing or busy: it looks itself
   const std::uint64_t one = 1;
   [[maybe_unused]] const ssize_t n = ::write(wake_fd_, &one, sizeof one);
+}
+
+void Connection::idle_wait(Clock::time_point now) {
+  const RedisTierOptions& o = core_.options();
+  if (o.doze_window.count() > 0 && now - last_work_ < o.doze_window) {
+    wait_wake(now + o.doze_interval);
+    return;
+  }
+  asleep_.store(true);
+  {
+    std::lock_guard lock(mu_);
+    if (in_head_ || stop_) {  // queued before the flag was seen
+      asleep_.store(false);
+      return;
+    }
+  }
+  wait_wake(now + kIdleWait);
+  asleep_.store(false);
 }
 
 void Connection::take_incoming() {
@@ -197,11 +222,14 @@ void Connection::run() {
       breaker.failure(now);
       continue;
     }
+    if (pend_head_ || if_count_ != 0) last_work_ = now;
     if (fd_ >= 0) fill(now);
     if (fd_ >= 0 && (if_count_ != 0 || has_output()))
       pump(now);
+    else if (pend_head_)
+      wait_wake(next_deadline());
     else
-      wait_wake(pend_head_ ? next_deadline() : now + kIdleWait);
+      idle_wait(now);
   }
 }
 
@@ -308,7 +336,12 @@ Clock::time_point Connection::next_deadline() const {
 void Connection::pump(Clock::time_point now) {
   std::array<pollfd, 2> p{pollfd{fd_, static_cast<short>(POLLIN | (has_output() ? POLLOUT : 0)), 0},
                           pollfd{wake_fd_, POLLIN, 0}};
-  ::poll(p.data(), p.size(), poll_ms(next_deadline(), now));
+  // Submissions do not wake a busy thread (asleep_ is false): it looks for them at least
+  // every doze_interval.
+  Clock::time_point until = next_deadline();
+  if (core_.options().doze_window.count() > 0) until = std::min(until, now + core_.options().doze_interval);
+  const timespec ts = poll_ts(until, now);
+  ::ppoll(p.data(), p.size(), &ts, nullptr);
   if (p[1].revents & POLLIN) {
     std::uint64_t v = 0;
     [[maybe_unused]] const ssize_t n = ::read(wake_fd_, &v, sizeof v);
@@ -486,7 +519,8 @@ void Connection::fail_pending(TierStatus status) {
 void Connection::wait_wake(Clock::time_point until) {
   const bool idle_socket = fd_ >= 0 && if_count_ == 0 && !has_output();
   std::array<pollfd, 2> p{pollfd{wake_fd_, POLLIN, 0}, pollfd{fd_, POLLIN, 0}};
-  ::poll(p.data(), idle_socket ? 2 : 1, poll_ms(until, Clock::now()));
+  const timespec ts = poll_ts(until, Clock::now());
+  ::ppoll(p.data(), idle_socket ? 2 : 1, &ts, nullptr);
   if (p[0].revents & POLLIN) {
     std::uint64_t v = 0;
     [[maybe_unused]] const ssize_t n = ::read(wake_fd_, &v, sizeof v);

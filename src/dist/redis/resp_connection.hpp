@@ -9,6 +9,7 @@
 
 #include "tier_state.hpp"
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
@@ -83,6 +84,7 @@ class Connection {
   void fail_pending(TierStatus status);
   void set(Job& job, std::uint32_t index, TierStatus status);
   void wait_wake(Clock::time_point until);
+  void idle_wait(Clock::time_point now);  // nothing to send or read: doze, else sleep until woken
   Clock::time_point next_deadline() const;
 
   // RESP formatting into small_.
@@ -102,8 +104,12 @@ class Connection {
   Job* in_head_ = nullptr;
   Job* in_tail_ = nullptr;
   bool stop_ = false;
+  // Set by the I/O thread (under mu_'s ordering, see idle_wait) before it sleeps until
+  // woken; a submission writes wake_fd_ only then.
+  std::atomic<bool> asleep_{false};
 
   // I/O thread only.
+  Clock::time_point last_work_{};  // the last time it had commands to send or await
   int fd_ = -1;
   redisReader* reader_ = nullptr;
   Job* pend_head_ = nullptr;  // jobs with keys not yet sent; the head's next key is send_index_

@@ -37,6 +37,7 @@ class RandomRun {
     o.connections = connections;
     o.pipeline_depth = 4;  // tickets of up to 8 keys wait for pipeline room
     o.command_timeout = 5000ms;
+    o.doze_window = connections == 1 ? 0ms : 50ms;  // one run on the plain wake-up path, one dozing
     tier_ = make_redis_tier(layout_, tier_scope(), o);
     for (std::size_t i = 0; i < kKeys; ++i) {
       keys_.push_back(tier_key(static_cast<GroupId>(i % 2), i));

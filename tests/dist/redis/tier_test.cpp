@@ -63,6 +63,9 @@ TEST_CASE("redis tier: bad options and bad keys are rejected naming the field") 
   o.command_timeout = 0ms;
   expect(o, "command_timeout = 0");
   o.command_timeout = 10ms;
+  o.doze_interval = 0us;
+  expect(o, "doze_interval = 0 us");
+  o.doze_interval = 200us;
   o.key_prefix = "";
   expect(o, "key_prefix");
 
@@ -151,6 +154,8 @@ TEST_CASE("redis tier: many tickets in flight complete once each, in any order, 
   RedisTierOptions o = options_for(server.endpoint());
   o.connections = 3;
   o.pipeline_depth = 8;  // smaller than a ticket: keys wait for room in the pipeline
+  // The plain path (every submission wakes its I/O thread) and the dozing one.
+  o.doze_window = GENERATE(0ms, 50ms);
   auto tier = make_redis_tier(layout, tier_scope(), o);
   std::vector<std::unique_ptr<HostPages>> sets;
   std::vector<TierTicket> tickets;
