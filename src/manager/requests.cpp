@@ -141,13 +141,6 @@ RequestId ManagerCore::fork(RequestId parent) {
   const Request& pq = reqs_[ps];
   Request& q = reqs_[s];
   q.swapped = q.hit_pending = false;
-  // A recycled row: nothing of its previous request's tier hit (a request freed between
-  // extend_prefix and its allocate leaves one pending) may reach the child.
-  q.tier_listed = q.tier_pending = q.loading = false;
-  q.tier_keys = q.tier_local = 0;
-  std::fill(q.tier_fill.begin(), q.tier_fill.end(), 0);
-  q.loads.clear();
-  q.load_idx.clear();
   q.looked_up = true;
   q.hit = pq.hit;
   q.enc_ready = pq.enc_ready;
