@@ -1,7 +1,8 @@
 // The paged engine: a continuous-batching scheduler on KVCacheManager, the KV bytes in a
 // KVArena addressed by the page-layer layout, kernels behind DeviceOps.
-#include "mini_engine.hpp"
+#include "engine_seq.hpp"
 
+#include "kvmm/checked.hpp"
 #include "kvmm/error.hpp"
 
 #include <algorithm>
@@ -18,16 +19,6 @@ void CpuOps::attention(const kk::PagedAttentionParams& p, bool prefill) {
 }
 void CpuOps::copy_pages(const kk::PageCopyParams& p) { kk::cpu::copy_pages(p); }
 void CpuOps::swap_pages(const kk::PageCopyParams& p) { kk::cpu::swap_pages(p); }
-
-// One sampled sequence. A forked sample is a Seq of its own with its own RequestId.
-struct Engine::Seq {
-  std::uint32_t request = 0, sample = 0, rank = 0, pending_forks = 0, max_new = 0, prompt_len = 0;
-  std::vector<std::uint32_t> tokens;  // prompt + generated
-  kvmm::RequestId rid = kvmm::kNoRequest;
-  std::uint64_t computed = 0;      // tokens with KV in the cache
-  std::uint64_t prefill_end = 0;   // tokens known when admitted: computing them is prefill
-  bool finished = false;
-};
 
 // ---------------------------------------------------------------------------------------
 // KVStore over the manager's page tables. prepare() turns the step's batch into the
@@ -153,6 +144,7 @@ Engine::Engine(Model& model, const EngineOptions& options, std::unique_ptr<Devic
                     .num_host_large_pages = options.num_host_large_pages,
                     .max_requests = options.max_requests,
                     .prefix_caching = options.prefix_caching,
+                    .record_events = options.tier != nullptr,
                     .record_kv_events = static_cast<bool>(options.kv_events),
                     .large_page_source = source_.get()}),
       host_(new std::byte[std::max<std::uint64_t>(1, std::uint64_t{options.num_host_large_pages} *
@@ -161,9 +153,17 @@ Engine::Engine(Model& model, const EngineOptions& options, std::unique_ptr<Devic
   if (options.token_budget == 0) kvmm::fail("options.token_budget = 0: a step must compute a token");
   if (options.max_running == 0) kvmm::fail("options.max_running = 0: nothing could run");
   for (kvmm::GroupId g = 0; g < layout_.num_groups(); ++g) stats_.groups.push_back({.name = layout_.group(g).name});
+  if (options.tier) {
+    if (options.tier_store_pages == 0) kvmm::fail("options.tier_store_pages = 0: a tier needs offload slots");
+    for (kvmm::GroupId g = 0; g < layout_.num_groups(); ++g)
+      slot_bytes_ = std::max(slot_bytes_, layout_.small_page_bytes(g));
+    offload_.reset(new std::byte[kvmm::checked_mul(slot_bytes_, options.tier_store_pages, "tier offload bytes")]);
+    slot_ticket_.assign(options.tier_store_pages, 0);
+    for (std::uint32_t i = options.tier_store_pages; i-- > 0;) free_slots_.push_back(i);
+  }
 }
 
-Engine::~Engine() = default;
+Engine::~Engine() { tier_shutdown(); }  // tier operations in flight write or read our memory
 
 void Engine::submit(const Request& r) {
   if (r.prompt.empty()) kvmm::fail("request.prompt: empty");
@@ -245,14 +245,20 @@ void Engine::run_copies(std::span<const kvmm::PageCopy> copies) {
 // recompute preemption), take the cached prefix, allocate the first chunk.
 bool Engine::admit(std::uint32_t seq) {
   Seq& q = seqs_[seq];
-  q.rid = kv_.add_request(q.tokens, {.max_tokens = std::uint64_t{q.prompt_len} + q.max_new});
-  q.computed = kv_.lookup_prefix(q.rid);
+  if (opt_.tier) {  // registered and looked up by tier_probe; the contains answered
+    q.computed = kv_.extend_prefix(q.rid, q.tier_status);
+    q.tier_hit = q.computed;
+  } else {
+    q.rid = kv_.add_request(q.tokens, {.max_tokens = std::uint64_t{q.prompt_len} + q.max_new});
+    q.computed = kv_.lookup_prefix(q.rid);
+  }
   q.prefill_end = q.tokens.size();
   return true;
 }
 
 bool Engine::step() {
   const bool more = schedule_step();
+  if (opt_.tier) tier_store();
   if (opt_.kv_events) {
     kv_.take_events(events_);
     if (!events_.empty()) opt_.kv_events(events_);
@@ -261,11 +267,13 @@ bool Engine::step() {
 }
 
 bool Engine::schedule_step() {
-  if (running_.empty() && waiting_.empty() && swapped_.empty()) return false;
+  idle_ = false;
+  if (running_.empty() && waiting_.empty() && swapped_.empty() && loading_.empty()) return false;
   kv_.begin_step();
   ++stats_.steps;
   batch_.clear();
   batch_seq_.clear();
+  tier_poll();  // completed contains, loads (they join running_) and puts
 
   // 1. Swapped requests come back first, oldest first (their plan is host -> device).
   while (!swapped_.empty() && running_.size() < opt_.max_running) {
@@ -286,7 +294,7 @@ bool Engine::schedule_step() {
     const auto n = static_cast<std::uint32_t>(std::min<std::uint64_t>(seqs_[s].tokens.size() - seqs_[s].computed, budget));
     bool ok = kv_.allocate(seqs_[s].rid, n);
     while (!ok) {
-      if (running_.size() == 1 && batch_.empty())  // alone, and everything else is evictable
+      if (running_.size() == 1 && batch_.empty() && loading_.empty())  // alone, all else evictable
         kvmm::fail("request {}: {} tokens do not fit in {} large pages", seqs_[s].request, seqs_[s].computed + n,
                    opt_.num_large_pages);
       const std::uint32_t victim = running_.back();
@@ -304,30 +312,38 @@ bool Engine::schedule_step() {
 
   // 3. New (or recompute-preempted) requests while the budget lasts; none while some are
   //    swapped out, so those are not starved.
-  while (budget > 0 && swapped_.empty() && !waiting_.empty() && running_.size() < opt_.max_running) {
+  //    With a tier, a request is admitted once its contains answered (the queue waits for
+  //    its front; the probes of the next few are already in flight).
+  if (opt_.tier && swapped_.empty()) tier_probe_ahead();
+  while (budget > 0 && swapped_.empty() && !waiting_.empty() && running_.size() + loading_.size() < opt_.max_running) {
     const std::uint32_t s = waiting_.front();
+    if (opt_.tier && seqs_[s].tier != Seq::TierPhase::kProbed) break;
     admit(s);
     Seq& q = seqs_[s];
     const auto n = static_cast<std::uint32_t>(std::min<std::uint64_t>(q.tokens.size() - q.computed, budget));
     if (!kv_.allocate(q.rid, n)) {
-      kv_.free(q.rid);  // its prefix hit goes back to the cache
+      kv_.free(q.rid);  // its prefix hit goes back to the cache; with a tier it asks again
       q.rid = kvmm::kNoRequest;
       q.computed = 0;
-      if (running_.empty() && batch_.empty())
+      q.tier = Seq::TierPhase::kNone;
+      if (running_.empty() && batch_.empty() && loading_.empty())
         kvmm::fail("request {}: {} tokens do not fit in {} large pages", q.request, q.tokens.size(),
                    opt_.num_large_pages);
       break;
     }
     waiting_.pop_front();
-    running_.push_back(s);
     stats_.lookup_tokens += q.tokens.size();
+    if (opt_.tier && tier_start_loads(s)) continue;  // joins running_ when its get completes
+    running_.push_back(s);
     stats_.hit_tokens += q.computed;
     batch_.push_back({q.rid, static_cast<std::uint32_t>(q.computed), n});
     batch_seq_.push_back(s);
     budget -= n;
   }
   if (batch_.empty()) {
-    if (!swapped_.empty() && running_.empty()) kvmm::fail("swap_in: device memory cannot hold a swapped request");
+    if (!swapped_.empty() && running_.empty() && loading_.empty())
+      kvmm::fail("swap_in: device memory cannot hold a swapped request");
+    idle_ = true;
     return true;
   }
 
@@ -415,8 +431,10 @@ void Engine::record_peaks() {
 }
 
 std::vector<Output> Engine::run() {
-  while (step()) {
-  }
+  // Nothing could run: only the tier has work; sleep on its event fd, bounded, then step.
+  while (step())
+    if (idle_) wait_tier(std::chrono::milliseconds(50));
+  drain_tier(opt_.tier_drain);  // a process that exits has stored its pages
   std::vector<Output> out = std::move(done_);
   done_.clear();
   std::sort(out.begin(), out.end(), [](const Output& a, const Output& b) {

@@ -1,10 +1,13 @@
 // mini_engine: a tiny hybrid decoder (full attention, sliding window, Mamba-like recurrent
 // layer; seeded weights, greedy decoding) served on kvmm by a continuous-batching scheduler:
 // KVCacheManager pages and prefix caching, fork, recompute/swap preemption, write_kv + paged
-// attention over a KVArena; VAttentionEngine serves it through VirtualKVCache. A step costs
-// O(batch tokens x model size) of C++ arithmetic plus O(groups) manager work per request.
+// attention over a KVArena, a shared KVTier (docs/tier.md) for prefix hits past the local
+// cache; VAttentionEngine serves it through VirtualKVCache. A step costs O(batch tokens x
+// model size) of C++ arithmetic plus O(groups) manager work per request; it never waits on
+// the tier (the tier's own threads do its I/O).
 #pragma once
 
+#include "kvmm/dist/kv_tier.hpp"
 #include "kvmm/kernels/attention.hpp"
 #include "kvmm/kernels/cache_ops.hpp"
 #include "kvmm/manager/kv_cache_manager.hpp"
@@ -14,6 +17,7 @@
 #include "kvmm/memory/kv_arena.hpp"
 #include "kvmm/memory/virtual_kv_cache.hpp"
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -172,6 +176,14 @@ struct EngineStats {
   std::uint64_t hit_tokens = 0;     // of which the prefix cache held the KV
   std::uint64_t peak_kv_bytes = 0;  // all groups
   std::vector<GroupReport> groups;
+  // With a tier (EngineOptions::tier): admissions that asked it (contains), tokens its pages
+  // added to admitted hits, pages loaded (kOk) and loads that failed, tokens the failures
+  // cut from hits (recomputed); pages put (submitted, stored or already there, failed,
+  // skipped for want of a free offload slot); the tier's health at the last step.
+  std::uint64_t tier_probes = 0, tier_hit_tokens = 0, tier_loaded_pages = 0, tier_failed_pages = 0;
+  std::uint64_t tier_cut_tokens = 0;
+  std::uint64_t tier_puts = 0, tier_puts_ok = 0, tier_puts_failed = 0, tier_puts_skipped = 0;
+  kvmm::TierHealth tier_health;
 };
 
 struct EngineOptions {
@@ -190,6 +202,17 @@ struct EngineOptions {
   // on when set), e.g. to hand them to a kvmm::KvEventPublisher for a KV-aware router. The
   // batch is reused: copy what must outlive the call.
   std::function<void(const kvmm::KvEventBatch&)> kv_events = {};
+  // A shared KV tier (not owned; it must outlive the engine): each admission asks it for
+  // the pages past its local hit and loads them into its device pages; every page the
+  // prefix cache newly stores is copied to a slot of a host offload buffer and put
+  // (docs/tier.md, "The engine"). The engine never waits on it inside a step.
+  kvmm::KVTier* tier = nullptr;
+  std::uint32_t tier_store_pages = 256;  // offload slots (one small page each): puts in flight
+  // run() and the destructor wait at most this long for outstanding tier operations.
+  std::chrono::milliseconds tier_drain{3000};
+  // Called with every page copied for a put (stored = true) and every page a get loaded
+  // (false), its bytes; for tests and tracing. The bytes are valid during the call only.
+  std::function<void(const kvmm::TierKey&, std::span<const std::byte>, bool stored)> tier_page = {};
 };
 
 // ---------------------------------------------------------------------------------------
@@ -203,10 +226,22 @@ class Engine {
   Engine& operator=(const Engine&) = delete;
 
   void submit(const Request& r);
-  // One scheduler step; false when nothing is left to do.
+  // One scheduler step; false when nothing is left to do. Never waits on the tier.
   bool step();
-  // Steps until every request finished; outputs sorted by (request, sample).
+  // Steps until every request finished, waiting on the tier while only it has work;
+  // then waits (<= tier_drain) for the last puts. Outputs sorted by (request, sample).
   std::vector<Output> run();
+  // With a tier: whether the last step computed nothing (every request waits on the tier).
+  bool idle() const { return idle_; }
+  // Tier operations (contains, get, put tickets) not completed yet.
+  std::uint32_t tier_in_flight() const;
+  std::uint32_t num_loading() const { return static_cast<std::uint32_t>(loading_.size()); }
+  // Waits until a tier completion is ready to be polled, at most `limit` (poll() on the
+  // tier's event fd); at once when nothing is outstanding. The next step() collects it.
+  void wait_tier(std::chrono::milliseconds limit) const;
+  // Collects completions until no tier operation is outstanding, at most `limit`; true
+  // when none is left. Puts complete here; loads finish as in a step.
+  bool drain_tier(std::chrono::milliseconds limit);
 
   const EngineStats& stats() const { return stats_; }
   const kvmm::KVCacheManager& manager() const { return kv_; }
@@ -226,6 +261,14 @@ class Engine {
   void sample(std::uint32_t seq, std::span<const float> logits);
   void finish(std::uint32_t seq);
   void record_peaks();
+  // The tier's part (tier.cpp).
+  void tier_poll();
+  void tier_probe_ahead();
+  void tier_probe(std::uint32_t seq);
+  bool tier_start_loads(std::uint32_t seq);
+  void tier_finish_loads(std::uint32_t seq, std::span<const kvmm::TierStatus> statuses);
+  void tier_store();
+  void tier_shutdown();  // the destructor's wait for operations in flight
 
   Model& model_;
   EngineOptions opt_;
@@ -255,6 +298,27 @@ class Engine {
   std::vector<std::uint8_t> want_logits_;
   std::vector<float> logits_;
   std::vector<kvmm::PageId> src_, dst_;
+  bool idle_ = false;
+  // The tier's state. loading_: admitted requests whose tier pages are loading (they hold
+  // pages and count as running, but are not in running_, so never preempted or freed while
+  // a get writes into them). tier_ops_: contains/get tickets and their seq.
+  struct TierWait {
+    kvmm::TierTicket ticket = 0;
+    std::uint32_t seq = 0;
+  };
+  std::vector<std::uint32_t> loading_;
+  std::vector<TierWait> tier_ops_;
+  kvmm::TierResults tier_results_;
+  // Host offload buffer: slot i at offload_ + i * slot_bytes_, owned by the put ticket
+  // slot_ticket_[i] until it completes (0: free).
+  std::unique_ptr<std::byte[]> offload_;
+  std::uint64_t slot_bytes_ = 0;
+  std::vector<kvmm::TierTicket> slot_ticket_;
+  std::vector<std::uint32_t> free_slots_, step_slots_;
+  std::uint32_t puts_in_flight_ = 0;
+  std::vector<kvmm::TierPage> put_pages_;
+  std::vector<kvmm::CacheEvent> cache_events_;
+  std::vector<kvmm::CacheEvent> just_loaded_;  // this step's loaded pages: not stored again
 };
 
 // ---------------------------------------------------------------------------------------
@@ -299,9 +363,15 @@ class VAttentionEngine {
 
 // A seeded workload of `count` requests over a few shared system prompts (so prefix
 // caching hits), every third request with n = 2 or 3 parallel samples.
+// With suffix_seed != seed the system prompts come from `seed` and everything else from
+// `suffix_seed`: two engines share prefixes (the tier demo) without sharing whole prompts.
 std::vector<Request> shared_prefix_workload(std::uint32_t count, std::uint32_t vocab, std::uint64_t seed);
+std::vector<Request> shared_prefix_workload(std::uint32_t count, std::uint32_t vocab, std::uint64_t seed,
+                                            std::uint64_t suffix_seed);
 
 // One line per group and totals; used by the demo.
 std::string format_report(const EngineStats& s, double seconds);
+// The tier lines of the report (hits, loads, cut-backs, puts, the tier's health).
+std::string format_tier_report(const EngineStats& s);
 
 }  // namespace mini

@@ -221,12 +221,20 @@ std::uint32_t pick_token(std::span<const float> logits, std::uint32_t rank) {
 }
 
 std::vector<Request> shared_prefix_workload(std::uint32_t count, std::uint32_t vocab, std::uint64_t seed) {
-  Rng rng{seed};
+  return shared_prefix_workload(count, vocab, seed, seed);
+}
+
+std::vector<Request> shared_prefix_workload(std::uint32_t count, std::uint32_t vocab, std::uint64_t seed,
+                                            std::uint64_t suffix_seed) {
+  Rng system_rng{seed}, suffix_rng{suffix_seed};
+  // One seed: one stream for everything (the workload the tests and results were made with).
+  Rng& rng = suffix_seed == seed ? system_rng : suffix_rng;
   auto below = [&](std::uint32_t n) { return static_cast<std::uint32_t>(rng.next() % n); };
   std::vector<std::vector<std::uint32_t>> systems(3);
   const std::uint32_t system_len[3] = {12, 17, 8};
   for (std::uint32_t i = 0; i < 3; ++i)
-    for (std::uint32_t j = 0; j < system_len[i]; ++j) systems[i].push_back(below(vocab));
+    for (std::uint32_t j = 0; j < system_len[i]; ++j)
+      systems[i].push_back(static_cast<std::uint32_t>(system_rng.next() % vocab));
   std::vector<Request> out;
   for (std::uint32_t i = 0; i < count; ++i) {
     Request r;

@@ -17,7 +17,10 @@ foreach(name events redis)
   add_test(NAME dist_${name} COMMAND kvmm_test_dist_${name})
 endforeach()
 # The Redis tier's tests drive a real redis-server and inspect it with hiredis's own client.
+# engine_tier_test.cpp runs two mini engines (examples/mini_engine) sharing one server.
 if(TARGET kvmm_test_dist_redis)
   target_include_directories(kvmm_test_dist_redis PRIVATE ${KVMM_HIREDIS_INCLUDE_DIR})
   target_link_libraries(kvmm_test_dist_redis PRIVATE ${KVMM_HIREDIS_LIBRARY})
+  include(${PROJECT_SOURCE_DIR}/examples/mini_engine/engine.cmake)
+  target_link_libraries(kvmm_test_dist_redis PRIVATE mini_engine_lib)
 endif()
