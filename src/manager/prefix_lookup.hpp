@@ -35,6 +35,9 @@ class PrefixLookup {
   // chains cover limit tokens. Remembers the pages its probes found for pin() (until the
   // next call). Changes no page and no list. O(pages probed).
   std::uint64_t longest_hit(RequestId handle, const Request& q, std::uint64_t limit);
+  // Whether the last longest_hit was handle's and no page left the cache since: its
+  // answer and probes still hold (pages cached since can only lengthen a hit). O(1).
+  bool current(RequestId handle) const { return memo_owner_ == handle && store_.uncached() == memo_uncached_; }
   // Right after longest_hit(handle, q, limit): the longest prefix of at most limit tokens
   // every group serves with each page it needs either cached here or in the tier (>= the
   // local hit). Encoder-token groups: cached pages only. O(pages probed).

@@ -44,8 +44,9 @@ std::uint64_t ManagerCore::extend_prefix(RequestId r, std::span<const TierStatus
   q.tier_listed = false;
   const std::uint64_t limit = q.lookup_tokens > 1 && options_.prefix_caching ? q.lookup_tokens - 1 : 0;
   if (limit == 0) return q.hit;
-  // The local hit again: pages may have left the cache since lookup_prefix.
-  const std::uint64_t local = lookup_.longest_hit(r, q, limit);
+  // The local hit again where pages may have left the cache since lookup_prefix (or
+  // another request's lookup replaced its probes); else lookup_prefix's still holds.
+  const std::uint64_t local = lookup_.current(r) && !q.tier_pending ? q.hit : lookup_.longest_hit(r, q, limit);
   q.tier_present.resize(present.size());
   for (std::size_t k = 0; k < present.size(); ++k) q.tier_present[k] = present[k] == TierStatus::kOk;
   const TierPresence tier{q.tier_lo.data(), q.tier_n.data(), q.tier_off.data(), q.tier_present.data()};

@@ -94,6 +94,11 @@ std::uint64_t admit_through_tier(KVCacheManager& kv, RequestId r, TierModel& tie
     const TierStatus other[] = {TierStatus::kMiss, TierStatus::kTimeout, TierStatus::kUnavailable};
     st[j] = has ? TierStatus::kOk : other[rng() % 3];
   }
+  if (rng() % 4 == 0) {  // another request's lookup in between: extend_prefix must look r up again
+    const RequestId o = kv.add_request(std::vector<std::uint32_t>{1, 2, 3, 4, 5, 6, 7, 8, 9});
+    kv.lookup_prefix(o);
+    kv.free(o);
+  }
   auto in_tier = [&](GroupId g, std::uint64_t i) {
     const std::uint32_t P = kv.layout().group(g).tokens_per_page;
     if (i < first / P) return false;
