@@ -20,9 +20,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
-constexpr auto kCommandTimeout = 300ms;
-constexpr auto kConnectTimeout = 100ms;
-constexpr auto kStepBound = kCommandTimeout + kConnectTimeout + 700ms;  // margin: a loaded 2-core machine
+constexpr auto kStepBound = kBound;  // a step waits on nothing: at most what one completion may take
 
 mini::Model& model() {
   static mini::Model m{mini::ModelConfig{}};
@@ -30,13 +28,8 @@ mini::Model& model() {
 }
 
 std::unique_ptr<KVTier> engine_tier(const std::string& endpoint) {
-  RedisTierOptions o;
-  o.endpoint = endpoint;
-  o.command_timeout = kCommandTimeout;
-  o.connect_timeout = kConnectTimeout;
-  o.breaker_failures = 3;
-  o.breaker_cooldown = 200ms;
-  return make_redis_tier(model().layout(), {.model_id = "mini-hybrid@seed42", .dtype = "float16"}, o);
+  return make_redis_tier(model().layout(), {.model_id = "mini-hybrid@seed42", .dtype = "float16"},
+                         fault_options(endpoint));
 }
 
 // Forwards to a tier and calls `hook(op, index of that op's submission, before)` around each

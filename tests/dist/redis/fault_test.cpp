@@ -16,22 +16,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
-constexpr auto kCommandTimeout = 300ms;
-constexpr auto kConnectTimeout = 100ms;
-// What a completion may take past its deadline on a loaded 2-core machine under sanitizers.
-constexpr auto kSlack = 700ms;
-constexpr auto kBound = kCommandTimeout + kConnectTimeout + kSlack;
 constexpr auto kSubmitBound = 100ms;  // submit and poll never wait on I/O; the margin is for preemption
-
-RedisTierOptions fault_options(const std::string& endpoint) {
-  RedisTierOptions o;
-  o.endpoint = endpoint;
-  o.command_timeout = kCommandTimeout;
-  o.connect_timeout = kConnectTimeout;
-  o.breaker_failures = 3;
-  o.breaker_cooldown = 200ms;
-  return o;
-}
 
 std::vector<TierKey> keys_of_group(GroupId g, std::size_t n, std::uint64_t base = 0) {
   std::vector<TierKey> k;

@@ -10,6 +10,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -19,6 +20,26 @@
 namespace kvmm::test {
 
 inline constexpr std::byte kSentinel{0xA5};
+
+// The fault tests' timeouts (short, so that each case takes a fraction of a second), and
+// what a completion or a step may take past them on a loaded 2-core machine under
+// sanitizers.
+inline constexpr std::chrono::milliseconds kCommandTimeout{300};
+inline constexpr std::chrono::milliseconds kConnectTimeout{100};
+inline constexpr std::chrono::milliseconds kSlack{700};
+inline constexpr auto kBound = kCommandTimeout + kConnectTimeout + kSlack;
+
+// A tier on `endpoint` with the fault tests' timeouts and a quick circuit breaker (3
+// failures, 200 ms cooldown).
+inline RedisTierOptions fault_options(const std::string& endpoint) {
+  RedisTierOptions o;
+  o.endpoint = endpoint;
+  o.command_timeout = kCommandTimeout;
+  o.connect_timeout = kConnectTimeout;
+  o.breaker_failures = 3;
+  o.breaker_cooldown = std::chrono::milliseconds(200);
+  return o;
+}
 
 // Group 0: full attention of `layers` layers (8 heads x 128 x 2 bytes, 16 tokens: 64 KiB a
 // layer); group 1: a one-layer sliding window (64 KiB pages).
