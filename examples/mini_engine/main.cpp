@@ -48,6 +48,7 @@ std::unique_ptr<kvmm::KVTier> make_tier(const std::string& spec, const mini::Mod
 #ifdef KVMM_MINI_REDIS
   kvmm::RedisTierOptions o;
   o.endpoint = spec.substr(6);
+  o.notify_when_armed = true;  // the engine polls every step and arms the fd before it sleeps
   return kvmm::make_redis_tier(model.layout(),
                                {.model_id = fmt::format("mini-hybrid@seed{}", model.config().seed), .dtype = "float16"}, o);
 #else

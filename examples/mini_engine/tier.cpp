@@ -22,6 +22,7 @@ std::uint32_t Engine::tier_in_flight() const {
 
 void Engine::wait_tier(std::chrono::milliseconds limit) const {
   if (!opt_.tier || tier_in_flight() == 0) return;
+  if (!opt_.tier->arm()) return;  // completions already wait
   pollfd p{opt_.tier->event_fd(), POLLIN, 0};
   ::poll(&p, 1, static_cast<int>(std::max<std::int64_t>(0, limit.count())));
 }

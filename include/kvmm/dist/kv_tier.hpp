@@ -109,8 +109,13 @@ class KVTier {
   virtual TierTicket remove(std::span<const TierKey> keys) = 0;
   // Appends every completion that has arrived; returns how many. Never blocks.
   virtual std::size_t poll(TierResults& out) = 0;
-  // Readable while completions wait for poll(); for epoll/poll in the engine's loop.
+  // Readable while completions wait for poll(); for epoll/poll in the engine's loop. A
+  // tier may instead signal only when armed (RedisTierOptions::notify_when_armed): then
+  // poll() makes no system call, and an engine that is about to sleep calls arm() first.
   virtual int event_fd() const = 0;
+  // Before sleeping on event_fd(): false when completions already wait (poll them instead);
+  // else true, and the next completion makes event_fd() readable. O(1).
+  virtual bool arm() = 0;
   virtual TierHealth health() const = 0;
   virtual std::uint64_t scope() const = 0;  // the scope fingerprint in every key and value
 };

@@ -38,6 +38,12 @@ struct RedisTierOptions {
   // continues. doze_window 0: always woken (the plain path).
   std::chrono::microseconds doze_interval{200};  // 1 us .. 100 ms
   std::chrono::milliseconds doze_window{50};
+  // Completions: false, event_fd() is readable exactly while completions wait (one eventfd
+  // write by an I/O thread and one read in poll() per batch: ~1 us of the scheduler's time
+  // on a VM); true, it becomes readable only for a completion after arm(), and poll() reads
+  // it only then: an engine that polls every step and arms before it sleeps makes no
+  // system call for its completions.
+  bool notify_when_armed = false;
 };
 
 // Validates the options (kvmm::Error naming the field and value) and starts the I/O

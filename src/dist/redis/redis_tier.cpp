@@ -81,8 +81,11 @@ class RedisTier final : public KVTier, public redis::TierCore {
       std::lock_guard lock(done_mu_);
       if (done_.empty()) return 0;
       polled_.swap(done_);
-      std::uint64_t v = 0;  // readable exactly while done_ is not empty
-      [[maybe_unused]] const ssize_t n = ::read(event_fd_, &v, sizeof v);
+      if (signaled_) {  // readable (signaled_) only while done_ is not empty
+        std::uint64_t v = 0;
+        [[maybe_unused]] const ssize_t n = ::read(event_fd_, &v, sizeof v);
+        signaled_ = false;
+      }
     }
     for (redis::Ticket* t : polled_) {
       const auto begin = static_cast<std::uint32_t>(out.statuses.size());
@@ -99,6 +102,13 @@ class RedisTier final : public KVTier, public redis::TierCore {
   }
 
   int event_fd() const override { return event_fd_; }
+
+  bool arm() override {
+    std::lock_guard lock(done_mu_);
+    if (!done_.empty()) return false;
+    armed_ = true;
+    return true;
+  }
 
   TierHealth health() const override {
     const auto r = std::memory_order_relaxed;
@@ -201,9 +211,13 @@ class RedisTier final : public KVTier, public redis::TierCore {
     return t;
   }
 
+  // One eventfd write per batch of completions, and with notify_when_armed only when armed.
   void complete(redis::Ticket* t) {
     std::lock_guard lock(done_mu_);
     done_.push_back(t);
+    if (signaled_ || (options_.notify_when_armed && !armed_)) return;
+    armed_ = false;
+    signaled_ = true;
     const std::uint64_t one = 1;
     [[maybe_unused]] const ssize_t n = ::write(event_fd_, &one, sizeof one);
   }
@@ -222,8 +236,10 @@ class RedisTier final : public KVTier, public redis::TierCore {
   std::vector<std::unique_ptr<redis::Ticket>> tickets_;
   std::vector<redis::Ticket*> free_;
 
-  std::mutex done_mu_;  // guards done_ and the eventfd's count
+  std::mutex done_mu_;  // guards done_, armed_, signaled_ and the eventfd's count
   std::vector<redis::Ticket*> done_;
+  bool armed_ = false;     // notify_when_armed: arm() asked for the next completion's signal
+  bool signaled_ = false;  // the eventfd is readable (written since poll() last read it)
   std::vector<redis::Ticket*> polled_;  // poll()'s thread only
 
   // Last: destroyed first, so the I/O threads stop before anything they use goes away.

@@ -28,8 +28,9 @@ mini::Model& model() {
 }
 
 std::unique_ptr<KVTier> engine_tier(const std::string& endpoint) {
-  return make_redis_tier(model().layout(), {.model_id = "mini-hybrid@seed42", .dtype = "float16"},
-                         fault_options(endpoint));
+  RedisTierOptions o = fault_options(endpoint);
+  o.notify_when_armed = true;  // the engine arms event_fd() before it sleeps on it
+  return make_redis_tier(model().layout(), {.model_id = "mini-hybrid@seed42", .dtype = "float16"}, o);
 }
 
 // Forwards to a tier and calls `hook(op, index of that op's submission, before)` around each
@@ -45,6 +46,7 @@ class HookTier final : public KVTier {
   TierTicket remove(std::span<const TierKey> k) override { return around(TierOp::kRemove, [&] { return inner_.remove(k); }); }
   std::size_t poll(TierResults& out) override { return inner_.poll(out); }
   int event_fd() const override { return inner_.event_fd(); }
+  bool arm() override { return inner_.arm(); }
   TierHealth health() const override { return inner_.health(); }
   std::uint64_t scope() const override { return inner_.scope(); }
 

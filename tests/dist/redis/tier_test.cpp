@@ -147,6 +147,39 @@ TEST_CASE("redis tier: round trip, SET NX, key and value format, scope isolation
   REQUIRE_FALSE(h.breaker_open);
 }
 
+TEST_CASE("redis tier: notify_when_armed: the event fd is readable only for a completion after arm()") {
+  KVMM_REQUIRE_REDIS();
+  RedisServer server;
+  const KVLayout layout = tier_layout();
+  RedisTierOptions o = options_for(server.endpoint());
+  o.notify_when_armed = true;
+  auto tier = make_redis_tier(layout, tier_scope(), o);
+  HostPages hp(layout, keys(8));
+  hp.fill(1);
+  TierResults r;
+  for (int round = 0; round < 20; ++round) {
+    // Not armed: the completion arrives through poll() alone; the fd stays unreadable.
+    const TierTicket t = tier->put(hp.pages);
+    const auto until = std::chrono::steady_clock::now() + 5s;
+    r.clear();
+    while (tier->poll(r) == 0 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(100us);
+    REQUIRE(r.completions.size() == 1);
+    REQUIRE(r.completions[0].ticket == t);
+    REQUIRE_FALSE(readable(tier->event_fd()));
+    // Armed with nothing pending: the next completion makes it readable, poll() clears it.
+    REQUIRE(tier->arm());
+    const TierTicket c = tier->contains(hp.keys);
+    pollfd p{tier->event_fd(), POLLIN, 0};
+    REQUIRE(::poll(&p, 1, 5000) == 1);
+    REQUIRE_FALSE(tier->arm());  // a completion waits: poll it instead of sleeping
+    r.clear();
+    REQUIRE(tier->poll(r) == 1);
+    REQUIRE(r.completions[0].ticket == c);
+    REQUIRE(count(std::vector<TierStatus>(r.statuses.begin(), r.statuses.end()), TierStatus::kOk) == 8);
+    REQUIRE_FALSE(readable(tier->event_fd()));
+  }
+}
+
 TEST_CASE("redis tier: many tickets in flight complete once each, in any order, all correct") {
   KVMM_REQUIRE_REDIS();
   RedisServer server;
