@@ -14,6 +14,15 @@ namespace kvmm::py_bind {
 
 namespace {
 
+// The columns of a caller's block table: max_pages when given, else a 2-D table's second
+// dimension; `what` names the table in the error for a 1-D one without max_pages.
+template <class... Args>
+std::uint32_t table_width(std::optional<std::uint32_t> max_pages, py::ssize_t ndim, const py::ssize_t* shape,
+                          fmt::format_string<Args...> what, Args&&... args) {
+  if (max_pages) return *max_pages;
+  if (ndim == 2) return static_cast<std::uint32_t>(shape[1]);
+  fail("{}: max_pages is needed with a {}-D table", fmt::format(what, std::forward<Args>(args)...), ndim);
+}
 
 // export_csr: into the caller's int32 arrays (returns the number of indices written), or
 // into new package-owned Buffers (returns numpy views (indptr, indices, last_page_len,
@@ -59,15 +68,8 @@ py::object export_dense(Manager& m, GroupId g, const U32Array& batch_arr, std::o
   const std::span<const RequestId> batch = span_of(batch_arr, "batch");
   const KernelExportOptions o{.null_page = null_page};
   if (!block_table.is_none()) {
-    std::uint32_t width = 0;
     const Int32Out t = int32_out(block_table, "block_table");
-    if (max_pages) {
-      width = *max_pages;
-    } else if (t.info.ndim == 2) {
-      width = static_cast<std::uint32_t>(t.info.shape[1]);
-    } else {
-      fail("export_dense: max_pages is needed with a 1-D block_table");
-    }
+    const std::uint32_t width = table_width(max_pages, t.info.ndim, t.info.shape.data(), "export_dense: block_table");
     MaybeRelease release(t.size >= kReleaseGilAt);
     kv->export_dense(g, batch, {t.data, t.size}, width, o);
     return py::none();
@@ -93,14 +95,8 @@ py::int_ export_dense_incremental(Manager& m, GroupId g, const U32Array& batch_a
   auto kv = m.use();
   const std::span<const RequestId> batch = span_of(batch_arr, "batch");
   const Int32Out t = int32_out(block_table, "block_table");
-  std::uint32_t width = 0;
-  if (max_pages) {
-    width = *max_pages;
-  } else if (t.info.ndim == 2) {
-    width = static_cast<std::uint32_t>(t.info.shape[1]);
-  } else {
-    fail("export_dense_incremental: max_pages is needed with a 1-D block_table");
-  }
+  const std::uint32_t width =
+      table_width(max_pages, t.info.ndim, t.info.shape.data(), "export_dense_incremental: block_table");
   MaybeRelease release(batch.size() >= kReleaseGilAt);
   return py::int_(kv->export_dense_incremental(g, batch, {t.data, t.size}, width, {.null_page = null_page}));
 }
@@ -130,14 +126,7 @@ class StepTables {
       if (v.itemsize != 4 || !(f == "i" || f == "=i" || f == "<i" || (f == "l" && sizeof(long) == 4)))
         throw py::type_error(fmt::format("tables[{}]: dtype must be int32, got format '{}' of {} bytes", g, f,
                                          v.itemsize));
-      std::uint32_t w = 0;
-      if (max_pages) {
-        w = *max_pages;
-      } else if (v.ndim == 2) {
-        w = static_cast<std::uint32_t>(v.shape[1]);
-      } else {
-        fail("tables[{}]: max_pages is needed with a {}-D table", g, v.ndim);
-      }
+      const std::uint32_t w = table_width(max_pages, v.ndim, v.shape, "tables[{}]", g);
       if (!outs_.empty() && w != width_)
         fail("tables[{}]: {} columns, tables before it have {} (give max_pages)", g, w, width_);
       width_ = w;

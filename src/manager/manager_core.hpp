@@ -151,7 +151,7 @@ class ManagerCore {
   void fill_tier_pages(std::uint32_t s, Request& q, GroupId g);
   void start_loads(RequestId r, std::uint32_t s, Request& q);
   std::uint64_t finish_loads_at(RequestId r, std::uint32_t s, Request& q, std::span<const TierStatus> statuses);
-  std::uint64_t servable_prefix(std::uint32_t s, const Request& q, std::uint64_t p) const;
+  std::uint64_t servable_prefix(std::uint32_t s, std::uint64_t p) const;
   [[noreturn, gnu::cold]] static void loading_error(RequestId r, const char* call);
   // ---- boundary-aware retention (requests.cpp)
   void set_boundaries(Request& q, std::span<const std::uint64_t> hinted, std::uint64_t prompt);

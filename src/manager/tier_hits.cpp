@@ -157,7 +157,7 @@ std::uint64_t ManagerCore::finish_loads_at(RequestId r, std::uint32_t s, Request
     ++failed;
   }
   std::uint64_t h = q.hit;
-  if (failed > 0) h = servable_prefix(s, q, q.hit);
+  if (failed > 0) h = servable_prefix(s, q.hit);
   for (GroupId g = 0; g < groups_.size(); ++g) {
     Group& grp = groups_[g];
     if (!grp.decoder) continue;
@@ -192,7 +192,7 @@ std::uint64_t ManagerCore::finish_loads_at(RequestId r, std::uint32_t s, Request
 }
 
 // The longest prefix <= p every group serves from the pages row s maps (as a lookup).
-std::uint64_t ManagerCore::servable_prefix(std::uint32_t s, const Request& q, std::uint64_t p) const {
+std::uint64_t ManagerCore::servable_prefix(std::uint32_t s, std::uint64_t p) const {
   class Mapped final : public PageProbe {
    public:
     explicit Mapped(std::span<const PageId> row) : row_(row) {}
@@ -201,7 +201,6 @@ std::uint64_t ManagerCore::servable_prefix(std::uint32_t s, const Request& q, st
    private:
     std::span<const PageId> row_;
   };
-  (void)q;
   for (bool changed = true; changed && p > 0;) {
     changed = false;
     for (GroupId g = 0; g < groups_.size() && p > 0; ++g) {
