@@ -190,11 +190,7 @@ void ManagerCore::loading_error(RequestId r, const char* call) {
 }
 
 void ManagerCore::clear_progress(Request& q) {
-  q.tier_listed = q.tier_pending = q.loading = false;
-  q.tier_keys = q.tier_local = 0;
-  std::fill(q.tier_fill.begin(), q.tier_fill.end(), 0);
-  q.loads.clear();
-  q.load_idx.clear();
+  q.clear_tier();
   q.computed = q.allocated = q.last_step = q.step_end = q.lookup_tokens = q.branch = 0;
   q.items_consumed = 0;
   std::fill(q.lo.begin(), q.lo.end(), 0);

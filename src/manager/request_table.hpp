@@ -11,6 +11,7 @@
 #include "kvmm/types.hpp"
 #include "retention.hpp"
 
+#include <algorithm>
 #include <bit>
 #include <cstdint>
 #include <vector>
@@ -52,6 +53,16 @@ struct Request {
   std::vector<std::uint8_t> tier_present;
   std::vector<TierLoad> loads;
   std::vector<std::uint64_t> load_idx;
+
+  // No tier hit listed, pending or loading: a row's state at add_request and fork (a
+  // recycled row may hold its previous request's).
+  void clear_tier() {
+    tier_listed = tier_pending = loading = false;
+    tier_keys = tier_local = 0;
+    std::fill(tier_fill.begin(), tier_fill.end(), 0);
+    loads.clear();
+    load_idx.clear();
+  }
 };
 
 class RequestTable {

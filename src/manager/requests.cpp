@@ -157,12 +157,7 @@ RequestId ManagerCore::fork(RequestId parent) {
   q.held.clear();
   std::fill(q.held_in.begin(), q.held_in.end(), 0);
   q.branch = pq.branch;
-  // A recycled row may hold the tier state of its previous request (freed before its
-  // allocate): none of it is the child's.
-  q.tier_listed = q.tier_pending = q.loading = false;
-  std::fill(q.tier_fill.begin(), q.tier_fill.end(), 0);
-  q.loads.clear();
-  q.load_idx.clear();
+  q.clear_tier();  // a recycled row may hold its previous request's (freed before its allocate)
   for (GroupId g = 0; g < groups_.size(); ++g) {
     Group& grp = groups_[g];
     const std::span<const PageId> pages = grp.table.pages(ps);
