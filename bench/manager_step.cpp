@@ -22,9 +22,8 @@ KVLayout two_groups() {
 void BM_DecodeStep(benchmark::State& state) {
   const bool caching = state.range(0) != 0;
   // Full: (2048 + 2048) / 16 pages per request; sliding: ~1024 / 16 + 2; plus slack.
-  KVCacheManager kv(two_groups(), {.num_large_pages = kBatch * (256 + 80),
-                                   .max_requests = kBatch,
-                                   .prefix_caching = caching});
+  KVCacheManager kv(two_groups(),
+                    {.num_large_pages = kBatch * (256 + 80), .max_requests = kBatch, .prefix_caching = caching});
   std::vector<RequestId> ids(kBatch);
   std::vector<std::uint32_t> prompt(kPrompt);
   std::uint32_t wave = 0;
@@ -76,9 +75,8 @@ void BM_DecodeStep(benchmark::State& state) {
   }
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()) * kBatch);
   state.counters["evicted_pages"] = static_cast<double>(kv.num_evicted_pages(0) + kv.num_evicted_pages(1));
-  state.counters["ns_per_request"] = benchmark::Counter(
-      static_cast<double>(state.iterations()) * kBatch,
-      benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  state.counters["ns_per_request"] = benchmark::Counter(static_cast<double>(state.iterations()) * kBatch,
+                                                        benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
   state.counters["heap_allocs_per_step"] = static_cast<double>(allocs) / static_cast<double>(steps ? steps : 1);
 }
 BENCHMARK(BM_DecodeStep)->Arg(1)->Arg(0)->Unit(benchmark::kMicrosecond)->Iterations(2048);

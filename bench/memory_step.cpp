@@ -1,8 +1,8 @@
 // vAttention step() latency for a decode batch of 256 on HostMemory, with and without
 // the background mapper. A phase runs 256 decode steps over requests at staggered
 // lengths, so 8 requests cross a page-group boundary every step; a simulated forward
-// pass (a sleep: the scheduler thread waits for the device) separates steps. Reports p50/p99/max of step() alone and how many steps
-// mapped on the calling thread.
+// pass (a sleep: the scheduler thread waits for the device) separates steps. Reports p50/p99/max of step() alone and
+// how many steps mapped on the calling thread.
 #include "kvmm/memory/chunk_pool.hpp"
 #include "kvmm/memory/host_memory.hpp"
 #include "kvmm/memory/virtual_kv_cache.hpp"
@@ -90,7 +90,10 @@ BENCHMARK(BM_DecodeStep)
     ->Args({1, 1000, 1, 8})
     ->Args({1, 5000, 1, 1})
     ->Args({1, 5000, 1, 8})
-    ->Args({1, 5000, 0, 1})->Iterations(4)->UseManualTime()->Unit(benchmark::kMicrosecond);
+    ->Args({1, 5000, 0, 1})
+    ->Iterations(4)
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
 
 // The fast path alone: 256 active slots, all backed, lengths unchanged: step() is the
 // validation loop and one atomic load per slot.

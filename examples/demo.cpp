@@ -29,11 +29,10 @@ void walk_through(kvmm::Placement placement) {
                             {.num_large_pages = 400, .max_requests = 8, .placement = placement});
   const kvmm::KVLayout& l = kv.layout();
   auto show = [&](const char* what) {
-    fmt::print("{}\n  large pages free {:>3}/{}", what, kv.large_pages().num_free(),
-               kv.large_pages().capacity());
+    fmt::print("{}\n  large pages free {:>3}/{}", what, kv.large_pages().num_free(), kv.large_pages().capacity());
     for (GroupId g = 0; g < l.num_groups(); ++g)
-      fmt::print(" | {}: {} small in {} large", l.group(g).name,
-                 kv.small_pages(g).num_used_small(), kv.small_pages(g).num_large_pages());
+      fmt::print(" | {}: {} small in {} large", l.group(g).name, kv.small_pages(g).num_used_small(),
+                 kv.small_pages(g).num_large_pages());
     fmt::print("\n");
   };
   auto must = [](bool ok) {
@@ -57,17 +56,13 @@ void walk_through(kvmm::Placement placement) {
     must(kv.append_tokens(b, 1));
   }
   show("64 decode steps of A and B, interleaved");
-  fmt::print("  A's first cross-attention pages: {}\n",
-             fmt::join(kv.page_tables(1).pages(a).subspan(0, 8), " "));
-  fmt::print("  B's first cross-attention pages: {}\n",
-             fmt::join(kv.page_tables(1).pages(b).subspan(0, 8), " "));
-  fmt::print("  (a cross-attention small page id s lives at arena byte s * {})\n",
-             l.small_page_bytes(1));
+  fmt::print("  A's first cross-attention pages: {}\n", fmt::join(kv.page_tables(1).pages(a).subspan(0, 8), " "));
+  fmt::print("  B's first cross-attention pages: {}\n", fmt::join(kv.page_tables(1).pages(b).subspan(0, 8), " "));
+  fmt::print("  (a cross-attention small page id s lives at arena byte s * {})\n", l.small_page_bytes(1));
   const std::uint32_t before = kv.large_pages().num_free();
   kv.free_request(a);
   show("A finished");
-  fmt::print("  -> {} large pages returned to the pool at once\n",
-             kv.large_pages().num_free() - before);
+  fmt::print("  -> {} large pages returned to the pool at once\n", kv.large_pages().num_free() - before);
   const kvmm::RequestId c = kv.add_request();
   const bool fits = kv.append_tokens(c, 1000000);
   fmt::print("C asks for 1,000,000 tokens: {}\n", fits ? "granted" : "refused, nothing allocated");

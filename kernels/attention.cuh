@@ -98,10 +98,13 @@ __global__ void __launch_bounds__(kThreads, kMaxGroup == 4 ? 4 : 2) attention_ke
   std::uint32_t b = row, q_len = 1, i = 0;
   if (a.q_indptr != nullptr) {
     if (row >= __ldg(a.q_indptr + a.batch)) return;  // whole CTA: rows past the last request
-    std::uint32_t lo = 0, hi = a.batch;             // q_indptr[lo] <= row < q_indptr[hi]
+    std::uint32_t lo = 0, hi = a.batch;              // q_indptr[lo] <= row < q_indptr[hi]
     while (hi - lo > 1) {
       const std::uint32_t mid = (lo + hi) / 2;
-      if (__ldg(a.q_indptr + mid) <= row) lo = mid; else hi = mid;
+      if (__ldg(a.q_indptr + mid) <= row)
+        lo = mid;
+      else
+        hi = mid;
     }
     b = lo;
     q_len = __ldg(a.q_indptr + b + 1) - __ldg(a.q_indptr + b);
@@ -123,7 +126,7 @@ __global__ void __launch_bounds__(kThreads, kMaxGroup == 4 ? 4 : 2) attention_ke
   constexpr int kMasks = kRowTiles ? kMaxGroup : 1;
   std::uint32_t slot_lo[kMasks], slot_hi[kMasks];
   KeyRange all{0xffffffffu, 0};
-KVMM_UNROLL
+  KVMM_UNROLL
   for (int g = 0; g < kMasks; ++g) {
     slot_lo[g] = 0;
     slot_hi[g] = 0;
@@ -141,19 +144,19 @@ KVMM_UNROLL
   const int lane = static_cast<int>(threadIdx.x) % kTeam;
   float qf[kMaxGroup][8];
   float m[kMaxGroup], l[kMaxGroup], acc[kMaxGroup][8];
-KVMM_UNROLL
+  KVMM_UNROLL
   for (int g = 0; g < kMaxGroup; ++g) {
     if (g < ng) {
       const std::uint64_t slot_head = std::uint64_t{row + g / hg} * a.q_heads + qh0 + g % hg;
       const uint4 u = load16(a.q + slot_head * D + lane * 8);
       to_float8<T>(u, qf[g]);
     } else {
-KVMM_UNROLL
+      KVMM_UNROLL
       for (int j = 0; j < 8; ++j) qf[g][j] = 0.0f;
     }
     m[g] = -INFINITY;
     l[g] = 0.0f;
-KVMM_UNROLL
+    KVMM_UNROLL
     for (int j = 0; j < 8; ++j) acc[g][j] = 0.0f;
   }
 
@@ -165,7 +168,7 @@ KVMM_UNROLL
     const std::uint32_t base = base0 + static_cast<std::uint32_t>(team) * kTile;
     uint4 kr[kTile], vr[kTile];
     bool ok[kTile];
-KVMM_UNROLL
+    KVMM_UNROLL
     for (int t = 0; t < kTile; ++t) {
       const std::uint32_t tok = base + t;
       const long long off = tok < piece.hi ? kv.offset(r, tok) : -1;
@@ -179,17 +182,17 @@ KVMM_UNROLL
       }
     }
     float s[kTile][kMaxGroup];
-KVMM_UNROLL
+    KVMM_UNROLL
     for (int t = 0; t < kTile; ++t) {
       float kf[8];
       to_float8<T>(kr[t], kf);
-KVMM_UNROLL
+      KVMM_UNROLL
       for (int g = 0; g < kMaxGroup; ++g) {
         if (g < ng) {
           float dot = 0.0f;
-KVMM_UNROLL
+          KVMM_UNROLL
           for (int j = 0; j < 8; ++j) dot = fmaf(qf[g][j], kf[j], dot);
-KVMM_UNROLL
+          KVMM_UNROLL
           for (int off = kTeam / 2; off > 0; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);
           const float logit = a.soft_cap ? a.cap_log2 * tanhf(dot * a.scale_div_cap) : dot * a.scale_log2;
           bool visible = ok[t];
@@ -204,36 +207,36 @@ KVMM_UNROLL
       }
     }
     // Online softmax over the tile: s becomes the tile's probabilities.
-KVMM_UNROLL
+    KVMM_UNROLL
     for (int g = 0; g < kMaxGroup; ++g) {
       float mt = m[g];
-KVMM_UNROLL
+      KVMM_UNROLL
       for (int t = 0; t < kTile; ++t) mt = fmaxf(mt, s[t][g]);
       if (mt == -INFINITY) {
-KVMM_UNROLL
+        KVMM_UNROLL
         for (int t = 0; t < kTile; ++t) s[t][g] = 0.0f;
         continue;
       }
       const float corr = exp2f(m[g] - mt);
       float sum = 0.0f;
-KVMM_UNROLL
+      KVMM_UNROLL
       for (int t = 0; t < kTile; ++t) {
         s[t][g] = exp2f(s[t][g] - mt);
         sum += s[t][g];
       }
       l[g] = l[g] * corr + sum;
-KVMM_UNROLL
+      KVMM_UNROLL
       for (int j = 0; j < 8; ++j) acc[g][j] *= corr;
       m[g] = mt;
     }
-KVMM_UNROLL
+    KVMM_UNROLL
     for (int t = 0; t < kTile; ++t) {
       float vf[8];
       to_float8<T>(vr[t], vf);
-KVMM_UNROLL
+      KVMM_UNROLL
       for (int g = 0; g < kMaxGroup; ++g) {
         if (g < ng) {
-KVMM_UNROLL
+          KVMM_UNROLL
           for (int j = 0; j < 8; ++j) acc[g][j] = fmaf(s[t][g], vf[j], acc[g][j]);
         }
       }
@@ -241,7 +244,7 @@ KVMM_UNROLL
   }
 
   // Merge the teams' states in shared memory.
-KVMM_UNROLL
+  KVMM_UNROLL
   for (int g = 0; g < kMaxGroup; ++g) {
     if (g < ng) {
       if (lane == 0) {
@@ -258,11 +261,11 @@ KVMM_UNROLL
     const int g = idx / D;
     const int d = idx % D;
     float big_m = -INFINITY;
-KVMM_UNROLL
+    KVMM_UNROLL
     for (int t = 0; t < kTeams; ++t) big_m = fmaxf(big_m, sm.m[t][g]);
     float big_l = 0.0f, out = 0.0f;
     if (big_m != -INFINITY) {
-KVMM_UNROLL
+      KVMM_UNROLL
       for (int t = 0; t < kTeams; ++t) {
         const float w = exp2f(sm.m[t][g] - big_m);
         big_l = fmaf(sm.l[t][g], w, big_l);
@@ -342,9 +345,15 @@ inline dim3 attention_grid(const AttnArgs& a, std::uint32_t rows, std::uint32_t 
 template <typename T, int G, typename Addr>
 void launch_heads(const AttnArgs& a, const Addr& kv, dim3 grid, std::uint32_t head_dim, cudaStream_t s) {
   switch (head_dim) {
-    case 64: attention_kernel<T, 64, G, Addr><<<grid, kThreads, 0, s>>>(a, kv); break;
-    case 128: attention_kernel<T, 128, G, Addr><<<grid, kThreads, 0, s>>>(a, kv); break;
-    default: attention_kernel<T, 256, G, Addr><<<grid, kThreads, 0, s>>>(a, kv); break;
+    case 64:
+      attention_kernel<T, 64, G, Addr><<<grid, kThreads, 0, s>>>(a, kv);
+      break;
+    case 128:
+      attention_kernel<T, 128, G, Addr><<<grid, kThreads, 0, s>>>(a, kv);
+      break;
+    default:
+      attention_kernel<T, 256, G, Addr><<<grid, kThreads, 0, s>>>(a, kv);
+      break;
   }
 }
 

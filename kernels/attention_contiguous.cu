@@ -7,10 +7,9 @@ namespace {
 
 void contiguous(const ContiguousAttentionParams& p, bool prefill, Stream stream, const char* name) {
   check_params(p, prefill, true);
-  const device::ContiguousAddr kv{static_cast<const char*>(p.cache.k), static_cast<const char*>(p.cache.v),
-                                  p.cache.slot_stride_bytes,
-                                  static_cast<std::uint32_t>(token_row_bytes(p.cache.kv_heads, p.cache.head_dim, p.cache.dtype)),
-                                  p.slot_idx};
+  const device::ContiguousAddr kv{
+      static_cast<const char*>(p.cache.k), static_cast<const char*>(p.cache.v), p.cache.slot_stride_bytes,
+      static_cast<std::uint32_t>(token_row_bytes(p.cache.kv_heads, p.cache.head_dim, p.cache.dtype)), p.slot_idx};
   device::launch_attention(p.query, p.options, p.split, p.cache.kv_heads, p.cache.head_dim, p.cache.dtype, kv, stream,
                            name);
 }

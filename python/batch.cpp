@@ -124,8 +124,8 @@ class StepTables {
       views_.held.push_back(v);  // released by Views' destructor from here on
       const std::string_view f = v.format != nullptr ? v.format : "B";
       if (v.itemsize != 4 || !(f == "i" || f == "=i" || f == "<i" || (f == "l" && sizeof(long) == 4)))
-        throw py::type_error(fmt::format("tables[{}]: dtype must be int32, got format '{}' of {} bytes", g, f,
-                                         v.itemsize));
+        throw py::type_error(
+            fmt::format("tables[{}]: dtype must be int32, got format '{}' of {} bytes", g, f, v.itemsize));
       const std::uint32_t w = table_width(max_pages, v.ndim, v.shape, "tables[{}]", g);
       if (!outs_.empty() && w != width_)
         fail("tables[{}]: {} columns, tables before it have {} (give max_pages)", g, w, width_);

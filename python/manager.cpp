@@ -173,7 +173,6 @@ void bind_stats(py::module_& m) {
       .def_readonly("evictable_pages", &ManagerCounters::evictable_pages);
 }
 
-
 void bind_requests(py::class_<Manager>& c) {
   c.def(
        "add_request",
@@ -354,11 +353,11 @@ void bind_manager(py::module_& m) {
                     std::uint64_t seed, const py::object& arena, std::uint32_t learned_boundaries,
                     std::uint32_t prompt_tail_tokens, bool record_kv_events) {
           if (!arena.is_none() && !py::isinstance<Arena>(arena)) throw py::type_error("arena: expected a kvmm.Arena");
-          return std::make_unique<Manager>(layout,
-                                           options_from(num_large_pages, num_host_large_pages, max_requests,
-                                                        prefix_caching, record_events, log, seed, learned_boundaries,
-                                                        prompt_tail_tokens, record_kv_events),
-                                           arena);
+          return std::make_unique<Manager>(
+              layout,
+              options_from(num_large_pages, num_host_large_pages, max_requests, prefix_caching, record_events, log,
+                           seed, learned_boundaries, prompt_tail_tokens, record_kv_events),
+              arena);
         }),
         py::arg("layout"), py::kw_only(), py::arg("num_large_pages") = 0, py::arg("num_host_large_pages") = 0,
         py::arg("max_requests") = d.max_requests, py::arg("prefix_caching") = d.prefix_caching,

@@ -11,10 +11,10 @@
 
 #include <benchmark/benchmark.h>
 
+#include <unistd.h>
 #include <cstdlib>
 #include <random>
 #include <string>
-#include <unistd.h>
 
 using namespace kvmm;
 
@@ -23,9 +23,7 @@ namespace {
 constexpr std::uint32_t kTpp = 16, kRuns = 16, kPagesPerRun = 64;
 constexpr std::uint64_t kPages = std::uint64_t{kRuns} * kPagesPerRun;
 
-KVLayout bench_layout() {
-  return KVLayout::plan({LayerGroup::full_attention("full", 32, 8, 128, 2, kTpp)});
-}
+KVLayout bench_layout() { return KVLayout::plan({LayerGroup::full_attention("full", 32, 8, 128, 2, kTpp)}); }
 
 KvEventBatch step_batch() {
   std::mt19937_64 rng(1);
@@ -96,8 +94,8 @@ BENCHMARK(BM_CopyBatchPerPage);
 void BM_EncodePerPage(benchmark::State& state) {
   const KVLayout layout = bench_layout();
   const KvEventBatch batch = step_batch();
-  const EventEncodeOptions opt{state.range(0) == 0 ? EventEncoding::kMap : EventEncoding::kArray,
-                               EventHashFormat::kU64, 0};
+  const EventEncodeOptions opt{state.range(0) == 0 ? EventEncoding::kMap : EventEncoding::kArray, EventHashFormat::kU64,
+                               0};
   std::vector<std::uint8_t> out;
   for (auto _ : state) {
     out.clear();
@@ -117,8 +115,8 @@ BENCHMARK(BM_EncodePerPage)->Arg(0)->Arg(1);
 void BM_ManagerStepPerPage(benchmark::State& state) {
   const bool on = state.range(0) != 0;
   constexpr std::uint32_t kReqs = 16, kTokens = kPagesPerRun * kTpp;
-  KVCacheManager kv(bench_layout(), {.num_large_pages = kReqs * kPagesPerRun * 4, .max_requests = kReqs,
-                                     .record_kv_events = on});
+  KVCacheManager kv(bench_layout(),
+                    {.num_large_pages = kReqs * kPagesPerRun * 4, .max_requests = kReqs, .record_kv_events = on});
   std::vector<std::uint32_t> prompt(kTokens);
   std::vector<RequestId> ids(kReqs);
   KvEventBatch batch;
@@ -143,10 +141,10 @@ void BM_ManagerStepPerPage(benchmark::State& state) {
   for (int i = 0; i < 8; ++i) step();  // fill the pool: later steps evict
   stored = 0;
   for (auto _ : state) step();
-  if (on && stored != static_cast<std::uint64_t>(state.iterations()) * kReqs * kPagesPerRun) state.SkipWithError("a page was not reported stored");
-  state.counters["ns_per_page"] =
-      benchmark::Counter(static_cast<double>(state.iterations() * kReqs * kPagesPerRun),
-                         benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  if (on && stored != static_cast<std::uint64_t>(state.iterations()) * kReqs * kPagesPerRun)
+    state.SkipWithError("a page was not reported stored");
+  state.counters["ns_per_page"] = benchmark::Counter(static_cast<double>(state.iterations() * kReqs * kPagesPerRun),
+                                                     benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
 BENCHMARK(BM_ManagerStepPerPage)->Arg(0)->Arg(1);
 

@@ -275,7 +275,7 @@ void BM_ManagerTierAdmission(benchmark::State& state) {
     kv.free(q);
   }
   double caller_us = 0, lookup_us = 0;
-  std::vector<double> wall;  // the same intervals on the monotonic clock (vDSO: no system call)
+  std::vector<double> wall;         // the same intervals on the monotonic clock (vDSO: no system call)
   std::vector<double> submit_wall;  // of which tier_candidates + contains
   std::uint64_t hit = 0;
   using Wall = std::chrono::steady_clock;

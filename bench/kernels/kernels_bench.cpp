@@ -44,7 +44,9 @@ struct Device {
     if (p != nullptr) cudaFree(p);
   }
   template <typename T>
-  T* as() const { return static_cast<T*>(p); }
+  T* as() const {
+    return static_cast<T*>(p);
+  }
 };
 
 template <typename T>
@@ -88,8 +90,12 @@ struct DecodeSetup {
   std::uint32_t batch, ctx, splits;
   Device q, o, lens, ws;
   DecodeSetup(std::uint32_t b, std::uint32_t c)
-      : batch(b), ctx(c), splits(choose_num_splits(b, kQHeads, kKvHeads, c, static_cast<std::uint32_t>(g_sms))),
-        q(std::size_t{b} * kQHeads * kDim * 2), o(std::size_t{b} * kQHeads * kDim * 2), lens(b * 4),
+      : batch(b),
+        ctx(c),
+        splits(choose_num_splits(b, kQHeads, kKvHeads, c, static_cast<std::uint32_t>(g_sms))),
+        q(std::size_t{b} * kQHeads * kDim * 2),
+        o(std::size_t{b} * kQHeads * kDim * 2),
+        lens(b * 4),
         ws(attention_workspace_bytes(b, kQHeads, kDim, splits)) {
     cudaMemset(q.p, 0x3c, std::size_t{b} * kQHeads * kDim * 2);
     upload(lens, std::vector<std::uint32_t>(b, c));
@@ -124,8 +130,13 @@ void BM_decode_paged(benchmark::State& state) {
   PagedAttentionParams p;
   p.query = d.query();
   // Layer 1 of the group: its K and V sit behind layer 0's inside every page.
-  p.cache = PagedKVCache{arena.as<char>() + 2 * tpp * kRowBytes, arena.as<char>() + 3 * tpp * kRowBytes, stride, tpp,
-                         kKvHeads, kDim, DType::kBF16};
+  p.cache = PagedKVCache{arena.as<char>() + 2 * tpp * kRowBytes,
+                         arena.as<char>() + 3 * tpp * kRowBytes,
+                         stride,
+                         tpp,
+                         kKvHeads,
+                         kDim,
+                         DType::kBF16};
   p.table = PageTableView{nullptr, table.as<PageId>(), per_req};
   p.split = SplitKV{d.splits, d.ws.p};
   time_loop(state, [&] { paged_decode_attention(p, nullptr); });
@@ -179,8 +190,8 @@ void BM_prefill_paged(benchmark::State& state) {
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()) * chunk);  // query tokens per second
   // Causal chunk: query i sees ctx - chunk + i + 1 keys; 4 flops per (query head, key, dim).
   const double keys = double(chunk) * (ctx - chunk) + double(chunk) * (chunk + 1) / 2;
-  state.counters["TFLOPs"] = benchmark::Counter(4.0 * keys * kQHeads * kDim * double(state.iterations()) / 1e12,
-                                                benchmark::Counter::kIsRate);
+  state.counters["TFLOPs"] =
+      benchmark::Counter(4.0 * keys * kQHeads * kDim * double(state.iterations()) / 1e12, benchmark::Counter::kIsRate);
 }
 
 // All copy-on-write copies of a step in one launch: `n` 16-token pages of a 32-layer group.

@@ -16,14 +16,18 @@ namespace {
 
 using namespace block;
 
-
 VKind kind_of(const LayerGroup& g) {
   switch (g.kind) {
-    case LayerKind::kFullAttention: return VKind::kFull;
-    case LayerKind::kSlidingWindow: return VKind::kWindow;
-    case LayerKind::kChunkedLocal: return VKind::kChunked;
-    case LayerKind::kMambaState: return VKind::kState;
-    default: return VKind::kEncoder;
+    case LayerKind::kFullAttention:
+      return VKind::kFull;
+    case LayerKind::kSlidingWindow:
+      return VKind::kWindow;
+    case LayerKind::kChunkedLocal:
+      return VKind::kChunked;
+    case LayerKind::kMambaState:
+      return VKind::kState;
+    default:
+      return VKind::kEncoder;
   }
 }
 
@@ -70,8 +74,8 @@ std::uint64_t reserve_state_pools(const KVLayout& layout, const PolicyOptions& o
     if (!g.is_state()) continue;
     const std::uint64_t bytes = g.natural_page_bytes() * o.max_seqs;
     if (reserved + bytes >= o.memory_bytes)
-      fail("memory_bytes = {}: too small for {} state slots of group '{}' ({} bytes each)", o.memory_bytes,
-           o.max_seqs, g.name, g.natural_page_bytes());
+      fail("memory_bytes = {}: too small for {} state slots of group '{}' ({} bytes each)", o.memory_bytes, o.max_seqs,
+           g.name, g.natural_page_bytes());
     vgs.push_back(own_group(layout, gid, 1, 1, static_cast<std::uint32_t>(pools.size())));
     pools.push_back(make_pool(g.name + "-slots", g.natural_page_bytes(), bytes, false));
     reserved += bytes;
@@ -121,8 +125,7 @@ std::unique_ptr<Policy> max_page(const KVLayout& layout, const PolicyOptions& o)
   // Jenga §4.4 MAX page: one page size, the largest group's page; every group's pages
   // (its own tokens, windows freed) occupy a whole max-size page.
   std::uint64_t unit = 0;
-  for (GroupId gid = 0; gid < layout.num_groups(); ++gid)
-    unit = std::max(unit, layout.group(gid).natural_page_bytes());
+  for (GroupId gid = 0; gid < layout.num_groups(); ++gid) unit = std::max(unit, layout.group(gid).natural_page_bytes());
   std::vector<VGroup> vgs;
   for (GroupId gid = 0; gid < layout.num_groups(); ++gid)
     vgs.push_back(own_group(layout, gid, layout.group(gid).tokens_per_page, 1, 0));
@@ -168,8 +171,9 @@ std::unique_ptr<Policy> static_split(const KVLayout& layout, const PolicyOptions
       "TensorRT-LLM style static split: {}one pool per group in proportion to a max-length request ({} decoder / "
       "{} encoder tokens): {}; sliding windows freed at the next allocation; block reuse {} (per-pool hashes "
       "and LRU, hit = longest prefix valid in every group)",
-      reserved > 0 ? fmt::format("{} Mamba state slots reserved first ({} B), the rest split into ", o.max_seqs, reserved)
-                   : "",
+      reserved > 0
+          ? fmt::format("{} Mamba state slots reserved first ({} B), the rest split into ", o.max_seqs, reserved)
+          : "",
       o.max_model_len, o.max_encoder_tokens, shares, caching ? "on" : "off");
   return make_engine("static-split", layout, std::move(vgs), std::move(pools), caching, d);
 }

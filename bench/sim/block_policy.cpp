@@ -17,14 +17,20 @@ namespace kvmm::sim::block {
 
 namespace {
 
-
 class BlockPolicy final : public Policy {
  public:
-  BlockPolicy(std::string name, const KVLayout& layout, std::vector<VGroup> vgs, std::vector<Pool> pools,
-              bool caching, std::string description, SkipOrder skip_order)
-      : name_(std::move(name)), layout_(layout), vgs_(std::move(vgs)), pools_(std::move(pools)),
-        caching_(caching), skip_order_(skip_order), description_(std::move(description)), index_(vgs_.size()),
-        vg_evictable_(vgs_.size(), 0), vg_in_use_(vgs_.size(), 0) {}
+  BlockPolicy(std::string name, const KVLayout& layout, std::vector<VGroup> vgs, std::vector<Pool> pools, bool caching,
+              std::string description, SkipOrder skip_order)
+      : name_(std::move(name)),
+        layout_(layout),
+        vgs_(std::move(vgs)),
+        pools_(std::move(pools)),
+        caching_(caching),
+        skip_order_(skip_order),
+        description_(std::move(description)),
+        index_(vgs_.size()),
+        vg_evictable_(vgs_.size(), 0),
+        vg_in_use_(vgs_.size(), 0) {}
 
   std::string_view name() const override { return name_; }
   std::string describe() const override { return description_; }
@@ -114,9 +120,14 @@ class BlockPolicy final : public Policy {
       const VGroup& g = vgs_[v];
       std::uint64_t want = 0;
       switch (g.kind) {
-        case VKind::kState: want = T > 0 ? 1 : 0; break;
-        case VKind::kEncoder: want = (q.info.encoder_tokens + g.tpb - 1) / g.tpb; break;
-        default: want = (T + g.tpb - 1) / g.tpb;
+        case VKind::kState:
+          want = T > 0 ? 1 : 0;
+          break;
+        case VKind::kEncoder:
+          want = (q.info.encoder_tokens + g.tpb - 1) / g.tpb;
+          break;
+        default:
+          want = (T + g.tpb - 1) / g.tpb;
       }
       need_[v] = want > q.blocks[v].size() ? want - q.blocks[v].size() : 0;
       pool_need_[g.pool] += need_[v] * g.units;
@@ -185,9 +196,12 @@ class BlockPolicy final : public Policy {
         continue;
       }
       const std::size_t v = vg_[s];
-      if (ref_[s] > 0) in_use[v] += vgs_[v].units;
-      else if (!cached_[s]) fail("invariant: block {} has no holder and is not cached", s);
-      else evictable[v] += vgs_[v].units;
+      if (ref_[s] > 0)
+        in_use[v] += vgs_[v].units;
+      else if (!cached_[s])
+        fail("invariant: block {} has no holder and is not cached", s);
+      else
+        evictable[v] += vgs_[v].units;
       if (cached_[s]) {
         ++cached[v];
         auto it = index_[v].find(key_[s]);
@@ -209,8 +223,8 @@ class BlockPolicy final : public Policy {
         if (ref_[s] != 0 || !cached_[s]) fail("invariant: LRU block {} is in use or not cached", s);
       }
       if (used + pools_[p].free != pools_[p].capacity || lru_units != pools_[p].evictable)
-        fail("invariant: pool {}: {} held + {} free != {} units, or LRU {} units != evictable {}", pools_[p].name,
-             used, pools_[p].free, pools_[p].capacity, lru_units, pools_[p].evictable);
+        fail("invariant: pool {}: {} held + {} free != {} units, or LRU {} units != evictable {}", pools_[p].name, used,
+             pools_[p].free, pools_[p].capacity, lru_units, pools_[p].evictable);
       (void)lru;
     }
   }
@@ -268,10 +282,10 @@ class BlockPolicy final : public Policy {
   struct Req {
     bool active = false;
     SeqInfo info;
-    std::uint32_t tokens = 0;                         // decoder tokens with memory
-    std::vector<std::vector<std::uint32_t>> blocks;   // per vgroup: block slots or kNull
-    std::vector<std::uint32_t> first_live;            // per vgroup: first non-null block
-    std::vector<std::uint32_t> committed;             // per vgroup: blocks already offered to the cache
+    std::uint32_t tokens = 0;                            // decoder tokens with memory
+    std::vector<std::vector<std::uint32_t>> blocks;      // per vgroup: block slots or kNull
+    std::vector<std::uint32_t> first_live;               // per vgroup: first non-null block
+    std::vector<std::uint32_t> committed;                // per vgroup: blocks already offered to the cache
     std::vector<std::vector<std::uint64_t>> token_keys;  // per vgroup: chained hashes of token ids
   };
 
@@ -419,16 +433,22 @@ class BlockPolicy final : public Policy {
   void lru_push(Pool& p, std::uint32_t s) {
     prev_[s] = p.lru_tail;
     next_[s] = kNull;
-    if (p.lru_tail != kNull) next_[p.lru_tail] = s;
-    else p.lru_head = s;
+    if (p.lru_tail != kNull)
+      next_[p.lru_tail] = s;
+    else
+      p.lru_head = s;
     p.lru_tail = s;
   }
   void lru_remove(std::uint32_t s) {
     Pool& p = pools_[vgs_[vg_[s]].pool];
-    if (prev_[s] != kNull) next_[prev_[s]] = next_[s];
-    else p.lru_head = next_[s];
-    if (next_[s] != kNull) prev_[next_[s]] = prev_[s];
-    else p.lru_tail = prev_[s];
+    if (prev_[s] != kNull)
+      next_[prev_[s]] = next_[s];
+    else
+      p.lru_head = next_[s];
+    if (next_[s] != kNull)
+      prev_[next_[s]] = prev_[s];
+    else
+      p.lru_tail = prev_[s];
     prev_[s] = next_[s] = kNull;
   }
 

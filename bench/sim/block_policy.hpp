@@ -19,22 +19,22 @@ enum class VKind : std::uint8_t { kFull, kWindow, kChunked, kEncoder, kState };
 struct VGroup {
   std::string name;
   VKind kind = VKind::kFull;
-  std::uint32_t tpb = 16;         // tokens per block (state: unused)
-  std::uint32_t window = 0;       // kWindow
-  std::uint32_t chunk = 0;        // kChunked
-  std::uint64_t units = 1;        // pool units one block occupies
+  std::uint32_t tpb = 16;    // tokens per block (state: unused)
+  std::uint32_t window = 0;  // kWindow
+  std::uint32_t chunk = 0;   // kChunked
+  std::uint64_t units = 1;   // pool units one block occupies
   std::uint32_t pool = 0;
-  std::vector<GroupId> covers;    // layout groups whose memory the blocks hold
+  std::vector<GroupId> covers;  // layout groups whose memory the blocks hold
 };
 
 struct Pool {
   std::string name;
   std::uint64_t unit_bytes = 0;
-  std::uint64_t capacity = 0;     // units
-  std::uint64_t free = 0;         // units
-  std::uint64_t evictable = 0;    // units in cached blocks with ref 0
+  std::uint64_t capacity = 0;   // units
+  std::uint64_t free = 0;       // units
+  std::uint64_t evictable = 0;  // units in cached blocks with ref 0
   std::uint32_t lru_head = kNull, lru_tail = kNull;
-  bool shared = true;             // free units usable by several vgroups
+  bool shared = true;  // free units usable by several vgroups
 };
 
 // The order in which a request's blocks that left the window or chunk go back to their

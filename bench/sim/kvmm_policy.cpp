@@ -23,7 +23,9 @@ namespace {
 class KvmmPolicy final : public Policy {
  public:
   KvmmPolicy(const KVLayout& layout, const PolicyOptions& o)
-      : kv_(layout, options(layout, o)), caching_(o.prefix_caching), cross_(shape_of(layout).cross_attention),
+      : kv_(layout, options(layout, o)),
+        caching_(o.prefix_caching),
+        cross_(shape_of(layout).cross_attention),
         hinted_(o.boundaries == BoundaryMode::kHinted || o.boundaries == BoundaryMode::kBoth) {
     const std::uint32_t large = kv_.large_pages().capacity();
     extra_.assign(layout.num_groups(), 0);
@@ -201,10 +203,10 @@ class KvmmPolicy final : public Policy {
  private:
   struct Req {
     bool active = false;
-    bool shared_counted = false;  // its shared hit pages are in extra_ (count_shared)
-    bool parked = false;          // preempted: the manager request is kept, reset
+    bool shared_counted = false;    // its shared hit pages are in extra_ (count_shared)
+    bool parked = false;            // preempted: the manager request is kept, reset
     RequestId handle = kNoRequest;  // the manager's (kNoRequest: not registered yet)
-    std::uint32_t pos = 0;  // index in active_
+    std::uint32_t pos = 0;          // index in active_
     SeqInfo info;
     std::vector<MultimodalItem> items;
     std::vector<std::uint32_t> prompt_ids;  // decoder prompt ids of a token-id trace
@@ -422,11 +424,11 @@ class KvmmPolicy final : public Policy {
       const ImageSpan& s = (*q.info.images)[k];
       if (s.length == 0) continue;
       const std::uint64_t off = cross_ ? std::max<std::uint64_t>(s.offset, end) : s.offset + shift;
-      const bool shared = q.info.prefix_len > 0 && (cross_ ? s.offset < q.info.prefix_len
-                                                           : off + s.length <= q.info.prefix_len);
-      const std::uint64_t key = shared ? mix64(mix64(q.info.prefix_id ^ (std::uint64_t{s.length} << 40)) ^
-                                               (0x1a9e000000000000ULL + off))
-                                       : mix64(mix64(0x7e57000000000000ULL + q.info.uid) ^ (0x1a9e000000000000ULL + k));
+      const bool shared =
+          q.info.prefix_len > 0 && (cross_ ? s.offset < q.info.prefix_len : off + s.length <= q.info.prefix_len);
+      const std::uint64_t key =
+          shared ? mix64(mix64(q.info.prefix_id ^ (std::uint64_t{s.length} << 40)) ^ (0x1a9e000000000000ULL + off))
+                 : mix64(mix64(0x7e57000000000000ULL + q.info.uid) ^ (0x1a9e000000000000ULL + k));
       q.items.push_back(MultimodalItem{BlockHash{key, mix64(key)}, off, s.length});
       shift += s.length;
       end = off + s.length;
@@ -485,7 +487,8 @@ class KvmmPolicy final : public Policy {
     RequestExtras ex;
     ex.items = q.items;
     // The ids arrive in chunks; the prompt holds every image span.
-    if (!q.items.empty()) ex.prompt_tokens = std::max<std::uint64_t>(ids.size(), q.items.back().offset + q.items.back().length);
+    if (!q.items.empty())
+      ex.prompt_tokens = std::max<std::uint64_t>(ids.size(), q.items.back().offset + q.items.back().length);
     // Boundaries only with the prompt's ids (a lookup first): they name prefixes to hit.
     q.bounds.clear();
     if (hinted_ && caching_ && !ids.empty())
@@ -521,8 +524,8 @@ class KvmmPolicy final : public Policy {
   bool hinted_;  // requests pass SimRequest::boundaries to the manager
   std::vector<Req> reqs_;
   std::vector<std::uint32_t> active_;
-  std::uint32_t parked_ = 0;  // requests preempted, their manager requests kept
-  std::vector<std::uint32_t> ids_;  // scratch: ids handed to the manager
+  std::uint32_t parked_ = 0;               // requests preempted, their manager requests kept
+  std::vector<std::uint32_t> ids_;         // scratch: ids handed to the manager
   std::vector<std::uint64_t> extra_;       // per image group: duplicate holds of shared pages
   std::vector<std::uint64_t> extra_need_;  // per group: their needed bytes
   // Scratch of stats(), per group and small page: epoch stamp and largest need seen.

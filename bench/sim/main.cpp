@@ -61,8 +61,7 @@ constexpr const char* kUsage = R"(usage: kvmm-sim --model PRESET|config.json --w
 std::uint64_t parse_uint(const std::string& flag, const std::string& v) {
   std::uint64_t x = 0;
   auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
-  if (ec != std::errc() || p != v.data() + v.size())
-    kvmm::fail("{} = '{}': expected a non-negative integer", flag, v);
+  if (ec != std::errc() || p != v.data() + v.size()) kvmm::fail("{} = '{}': expected a non-negative integer", flag, v);
   return x;
 }
 
@@ -107,18 +106,30 @@ int run(int argc, char** argv) {
     }
     if (i + 1 >= argc) kvmm::fail("{}: missing value (see --help)", a);
     const std::string v = argv[++i];
-    if (a == "--model") model = v;
-    else if (a == "--workload") workload = v;
-    else if (a == "--policy") policies = v;
-    else if (a == "--memory-gib") memory_gib = parse_double(a, v);
-    else if (a == "--seed") seed = parse_uint(a, v);
-    else if (a == "--requests") requests = parse_uint(a, v);
-    else if (a == "--rate") rate = parse_double(a, v);
-    else if (a == "--articles") articles = to_u32(a, parse_uint(a, v), 1);
-    else if (a == "--boundaries") boundaries = parse_boundary_mode(v);
-    else if (a == "--token-budget") token_budget = to_u32(a, parse_uint(a, v), 1);
-    else if (a == "--max-seqs") max_seqs = to_u32(a, parse_uint(a, v), 1);
-    else if (a == "--tokens-per-page") tpp = to_u32(a, parse_uint(a, v), 1);
+    if (a == "--model")
+      model = v;
+    else if (a == "--workload")
+      workload = v;
+    else if (a == "--policy")
+      policies = v;
+    else if (a == "--memory-gib")
+      memory_gib = parse_double(a, v);
+    else if (a == "--seed")
+      seed = parse_uint(a, v);
+    else if (a == "--requests")
+      requests = parse_uint(a, v);
+    else if (a == "--rate")
+      rate = parse_double(a, v);
+    else if (a == "--articles")
+      articles = to_u32(a, parse_uint(a, v), 1);
+    else if (a == "--boundaries")
+      boundaries = parse_boundary_mode(v);
+    else if (a == "--token-budget")
+      token_budget = to_u32(a, parse_uint(a, v), 1);
+    else if (a == "--max-seqs")
+      max_seqs = to_u32(a, parse_uint(a, v), 1);
+    else if (a == "--tokens-per-page")
+      tpp = to_u32(a, parse_uint(a, v), 1);
     else if (a == "--group-tokens-per-page") {
       for (std::size_t p = 0; p <= v.size();) {
         const std::size_t e = std::min(v.find(',', p), v.size());
@@ -128,13 +139,18 @@ int run(int argc, char** argv) {
         group_tpp.emplace_back(item.substr(0, eq), to_u32(a, parse_uint(a, item.substr(eq + 1)), 1));
         p = e + 1;
       }
-    }
-    else if (a == "--kv-dtype-bytes") dtype = to_u32(a, parse_uint(a, v), 1);
-    else if (a == "--max-steps") max_steps = parse_uint(a, v);
-    else if (a == "--csv-every") csv_every = to_u32(a, parse_uint(a, v), 1);
-    else if (a == "--out") out = v;
-    else if (a == "--dump-trace") dump = v;
-    else kvmm::fail("{}: unknown option (see --help)", a);
+    } else if (a == "--kv-dtype-bytes")
+      dtype = to_u32(a, parse_uint(a, v), 1);
+    else if (a == "--max-steps")
+      max_steps = parse_uint(a, v);
+    else if (a == "--csv-every")
+      csv_every = to_u32(a, parse_uint(a, v), 1);
+    else if (a == "--out")
+      out = v;
+    else if (a == "--dump-trace")
+      dump = v;
+    else
+      kvmm::fail("{}: unknown option (see --help)", a);
   }
   if (model.empty()) kvmm::fail("--model: required (a preset from --list or a config.json)");
   if (workload.empty()) kvmm::fail("--workload: required ({} or a .jsonl)", fmt::join(workload_names(), ", "));
@@ -200,15 +216,14 @@ int run(int argc, char** argv) {
       "policy,steps,finished,aborted,mean_running,mean_decode_batch,preemptions,tokens_per_step,"
       "output_tokens_per_step,prefix_hit_rate,mean_used,mean_wasted,peak_wasted,mean_cached,mean_group_free,"
       "mean_free,evictions,wall_seconds,first_admission_hit_rate,prefill_tokens\n";
-  std::string run_json = fmt::format("{{\n  \"command\": \"{}\",\n  \"policies\": {{\n",
-                                     [&] {
-                                       std::string c;
-                                       for (int i = 0; i < argc; ++i) {
-                                         if (i > 0) c.push_back(' ');
-                                         c.append(argv[i]);
-                                       }
-                                       return c;
-                                     }());
+  std::string run_json = fmt::format("{{\n  \"command\": \"{}\",\n  \"policies\": {{\n", [&] {
+    std::string c;
+    for (int i = 0; i < argc; ++i) {
+      if (i > 0) c.push_back(' ');
+      c.append(argv[i]);
+    }
+    return c;
+  }());
   for (std::size_t k = 0; k < names.size(); ++k) {
     auto policy = make_policy(names[k], layout, po);
     std::ofstream csv;

@@ -23,8 +23,7 @@ struct ModelOptions {
 };
 
 // Builds the layout of a Hugging Face config.json text; `file` names it in errors.
-KVLayout layout_from_hf_config(std::string_view json_text, std::string_view file,
-                               const ModelOptions& o = {});
+KVLayout layout_from_hf_config(std::string_view json_text, std::string_view file, const ModelOptions& o = {});
 // Reads the file and calls layout_from_hf_config.
 KVLayout layout_from_hf_config_file(const std::string& path, const ModelOptions& o = {});
 // The layout re-planned with the named groups' tokens_per_page replaced. Raises

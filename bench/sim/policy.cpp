@@ -7,8 +7,7 @@
 namespace kvmm::sim {
 
 const std::vector<std::string>& policy_names() {
-  static const std::vector<std::string> kNames{"kvmm", "paged-uniform", "max-page", "static-split",
-                                               "unified-block"};
+  static const std::vector<std::string> kNames{"kvmm", "paged-uniform", "max-page", "static-split", "unified-block"};
   return kNames;
 }
 
@@ -29,12 +28,17 @@ BoundaryMode parse_boundary_mode(std::string_view s) {
 
 std::uint64_t needed_bytes(const LayerGroup& g, std::uint64_t T, std::uint64_t E) {
   switch (g.kind) {
-    case LayerKind::kFullAttention: return T * g.bytes_per_token();
-    case LayerKind::kSlidingWindow: return std::min<std::uint64_t>(T, g.window) * g.bytes_per_token();
-    case LayerKind::kChunkedLocal: return (T == 0 ? 0 : (T - 1) % g.chunk + 1) * g.bytes_per_token();
-    case LayerKind::kMambaState: return T > 0 ? g.natural_page_bytes() : 0;
+    case LayerKind::kFullAttention:
+      return T * g.bytes_per_token();
+    case LayerKind::kSlidingWindow:
+      return std::min<std::uint64_t>(T, g.window) * g.bytes_per_token();
+    case LayerKind::kChunkedLocal:
+      return (T == 0 ? 0 : (T - 1) % g.chunk + 1) * g.bytes_per_token();
+    case LayerKind::kMambaState:
+      return T > 0 ? g.natural_page_bytes() : 0;
     case LayerKind::kCrossAttention:
-    case LayerKind::kVisionEmbedding: return E * g.bytes_per_token();
+    case LayerKind::kVisionEmbedding:
+      return E * g.bytes_per_token();
   }
   return 0;
 }

@@ -21,8 +21,8 @@ struct SeqInfo {
   std::uint32_t uid = 0;             // request index, stable across preemptions
   std::uint32_t encoder_tokens = 0;  // image tokens held by encoder groups (cross/vision)
   std::uint64_t prefix_id = 0;
-  std::uint32_t prefix_len = 0;      // tokens [0, prefix_len) are stream prefix_id's
-  const std::vector<std::uint32_t>* token_ids = nullptr;  // optional prompt token ids
+  std::uint32_t prefix_len = 0;                            // tokens [0, prefix_len) are stream prefix_id's
+  const std::vector<std::uint32_t>* token_ids = nullptr;   // optional prompt token ids
   const std::vector<ImageSpan>* images = nullptr;          // image spans (text offsets)
   const std::vector<std::uint32_t>* boundaries = nullptr;  // SimRequest::boundaries (may be null)
 };
@@ -40,9 +40,9 @@ struct GroupUsage {
 
 struct MemoryStats {
   std::vector<GroupUsage> groups;
-  std::uint64_t free = 0;      // free memory any group can take
-  std::uint64_t capacity = 0;  // usable KV bytes (the budget rounded down to whole pages)
-  std::uint64_t evictions = 0; // cumulative evicted cache pages
+  std::uint64_t free = 0;       // free memory any group can take
+  std::uint64_t capacity = 0;   // usable KV bytes (the budget rounded down to whole pages)
+  std::uint64_t evictions = 0;  // cumulative evicted cache pages
 };
 
 class Policy {
@@ -87,10 +87,10 @@ BoundaryMode parse_boundary_mode(std::string_view s);
 
 struct PolicyOptions {
   std::uint64_t memory_bytes = std::uint64_t{40} << 30;
-  std::uint32_t max_seqs = 256;            // scheduler's batch limit; state slots
-  std::uint32_t max_model_len = 131072;    // static-split sizing
-  std::uint32_t max_encoder_tokens = 6404; // static-split sizing of encoder groups
-  bool prefix_caching = true;              // false: no policy caches (memory policy alone)
+  std::uint32_t max_seqs = 256;                      // scheduler's batch limit; state slots
+  std::uint32_t max_model_len = 131072;              // static-split sizing
+  std::uint32_t max_encoder_tokens = 6404;           // static-split sizing of encoder groups
+  bool prefix_caching = true;                        // false: no policy caches (memory policy alone)
   BoundaryMode boundaries = BoundaryMode::kLearned;  // kvmm only; the manager's default
 };
 

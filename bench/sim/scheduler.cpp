@@ -27,12 +27,12 @@ namespace {
 enum class Status : std::uint8_t { kPending, kWaiting, kRunning, kFinished, kAborted };
 
 struct ReqState {
-  std::uint32_t tokens = 0;     // decoder tokens known: prompt + generated
-  std::uint32_t computed = 0;   // tokens with KV
+  std::uint32_t tokens = 0;    // decoder tokens known: prompt + generated
+  std::uint32_t computed = 0;  // tokens with KV
   std::uint32_t generated = 0;
   Status status = Status::kPending;
-  bool added = false;           // registered with the policy
-  bool admitted = false;        // admitted once (first_hit_tokens counted)
+  bool added = false;     // registered with the policy
+  bool admitted = false;  // admitted once (first_hit_tokens counted)
 };
 
 }  // namespace
@@ -55,9 +55,13 @@ Summary simulate(const Workload& w, const KVLayout& layout, Policy& policy, cons
     const std::uint32_t images = r.image_tokens();
     st[i].tokens = r.prompt_len + (shape.cross_attention ? 0 : images);
     if (st[i].tokens == 0) fail("request {}: empty prompt (no text or inlined image tokens)", i);
-    info[i] = SeqInfo{i, shape.encoder_groups ? images : 0, r.prefix_id, r.prefix_len,
+    info[i] = SeqInfo{i,
+                      shape.encoder_groups ? images : 0,
+                      r.prefix_id,
+                      r.prefix_len,
                       r.token_ids.empty() ? nullptr : &r.token_ids,
-                      r.images.empty() ? nullptr : &r.images, r.boundaries.empty() ? nullptr : &r.boundaries};
+                      r.images.empty() ? nullptr : &r.images,
+                      r.boundaries.empty() ? nullptr : &r.boundaries};
     if (r.parent >= 0) {
       if (r.parent >= i) fail("request {}: parent = {} must be an earlier request", i, r.parent);
       children[static_cast<std::size_t>(r.parent)].push_back(i);
@@ -140,8 +144,10 @@ Summary simulate(const Workload& w, const KVLayout& layout, Policy& policy, cons
           running.pop_back();
           continue;
         }
-        if (i == 0) abort_request(r);  // alone and still no memory: it can never fit
-        else preempt(r);
+        if (i == 0)
+          abort_request(r);  // alone and still no memory: it can never fit
+        else
+          preempt(r);
         running.pop_back();
         ok = false;
         break;
@@ -177,7 +183,7 @@ Summary simulate(const Workload& w, const KVLayout& layout, Policy& policy, cons
           continue;
         }
         policy.preempt(r);  // tried again next step
-        break;  // FCFS: nobody overtakes the head of the queue
+        break;              // FCFS: nobody overtakes the head of the queue
       }
       if (!q.admitted) {
         q.admitted = true;
@@ -203,8 +209,10 @@ Summary simulate(const Workload& w, const KVLayout& layout, Policy& policy, cons
       if (q.computed == q.tokens) {
         ++q.generated;
         ++s.output_tokens;
-        if (q.generated >= w.requests[r].output_len) finish(r);
-        else ++q.tokens;
+        if (q.generated >= w.requests[r].output_len)
+          finish(r);
+        else
+          ++q.tokens;
       }
     }
     std::erase_if(running, [&](std::uint32_t r) { return st[r].status != Status::kRunning; });
@@ -328,8 +336,11 @@ std::string summary_json(const Summary& s, bool with_wall_time) {
   j["mean_free"] = s.mean_free;
   j["groups"] = nlohmann::ordered_json::array();
   for (const GroupSummary& g : s.groups)
-    j["groups"].push_back({{"name", g.name}, {"mean_used", g.mean_used}, {"mean_wasted", g.mean_wasted},
-                           {"mean_cached", g.mean_cached}, {"mean_group_free", g.mean_group_free}});
+    j["groups"].push_back({{"name", g.name},
+                           {"mean_used", g.mean_used},
+                           {"mean_wasted", g.mean_wasted},
+                           {"mean_cached", g.mean_cached},
+                           {"mean_group_free", g.mean_group_free}});
   if (with_wall_time) j["wall_seconds"] = s.wall_seconds;
   return j.dump(2);
 }

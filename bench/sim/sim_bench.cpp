@@ -12,8 +12,7 @@
 
 namespace {
 
-void replay(benchmark::State& state, const char* model, const char* workload, const char* policy,
-            double memory_gib) {
+void replay(benchmark::State& state, const char* model, const char* workload, const char* policy, double memory_gib) {
   const kvmm::KVLayout layout = kvmm::sim::load_model(model);
   kvmm::sim::WorkloadOptions wo;
   wo.num_requests = static_cast<std::uint32_t>(state.range(0));
@@ -28,8 +27,8 @@ void replay(benchmark::State& state, const char* model, const char* workload, co
     benchmark::DoNotOptimize(s.mean_wasted);
   }
   state.counters["steps"] = static_cast<double>(steps);
-  state.counters["requests/s"] = benchmark::Counter(static_cast<double>(state.range(0)) * static_cast<double>(state.iterations()),
-                                                    benchmark::Counter::kIsRate);
+  state.counters["requests/s"] = benchmark::Counter(
+      static_cast<double>(state.range(0)) * static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
 }
 
 void BM_ArxivKvmmMinistral(benchmark::State& s) { replay(s, "ministral-8b", "arxiv-qa", "kvmm", 55); }

@@ -223,8 +223,7 @@ void parse_boundaries(const nlohmann::json& a, SimRequest& r, std::string_view f
 }  // namespace
 
 const std::vector<std::string>& workload_names() {
-  static const std::vector<std::string> kNames{"sharegpt", "mmmu-pro", "arxiv-qa", "multi-turn", "arxiv-sweep",
-                                               "chat"};
+  static const std::vector<std::string> kNames{"sharegpt", "mmmu-pro", "arxiv-qa", "multi-turn", "arxiv-sweep", "chat"};
   return kNames;
 }
 
@@ -236,9 +235,10 @@ Workload make_workload(const std::string& name_or_path, const WorkloadOptions& o
   if (name_or_path == "arxiv-sweep") return arxiv_sweep(o);
   if (name_or_path == "chat") return chat(o);
   if (name_or_path.ends_with(".jsonl")) return read_trace(name_or_path);
-  fail("workload = '{}': unknown; known: sharegpt, mmmu-pro, arxiv-qa, multi-turn, arxiv-sweep, chat, or a .jsonl "
-       "trace",
-       name_or_path);
+  fail(
+      "workload = '{}': unknown; known: sharegpt, mmmu-pro, arxiv-qa, multi-turn, arxiv-sweep, chat, or a .jsonl "
+      "trace",
+      name_or_path);
 }
 
 Workload read_trace(const std::string& path) {
@@ -281,11 +281,12 @@ Workload parse_trace(std::string_view text, std::string_view file) {
       return it->get<std::int64_t>();
     };
     for (auto it = j.begin(); it != j.end(); ++it) {
-      static const char* kKnown[] = {"arrival", "prompt_len", "prompt_tokens", "output_len", "prefix_id",
-                                     "prefix_len", "images", "parent", "delay", "boundaries"};
+      static const char* kKnown[] = {"arrival",    "prompt_len", "prompt_tokens", "output_len", "prefix_id",
+                                     "prefix_len", "images",     "parent",        "delay",      "boundaries"};
       if (std::find(std::begin(kKnown), std::end(kKnown), it.key()) == std::end(kKnown))
-        bad(it.key(), "unknown field (known: arrival, prompt_len, prompt_tokens, output_len, prefix_id, "
-                      "prefix_len, images, parent, delay, boundaries)");
+        bad(it.key(),
+            "unknown field (known: arrival, prompt_len, prompt_tokens, output_len, prefix_id, "
+            "prefix_len, images, parent, delay, boundaries)");
     }
     SimRequest r;
     r.arrival = static_cast<std::uint64_t>(uint_field("arrival", 0, 0));
@@ -299,16 +300,19 @@ Workload parse_trace(std::string_view text, std::string_view file) {
       }
       r.prompt_len = static_cast<std::uint32_t>(r.token_ids.size());
       if (j.contains("prompt_len") && uint_field("prompt_len", 0, 0) != r.prompt_len)
-        bad("prompt_len", fmt::format("{} disagrees with prompt_tokens, which has {} tokens",
-                                      j["prompt_len"].dump(), r.prompt_len));
+        bad("prompt_len",
+            fmt::format("{} disagrees with prompt_tokens, which has {} tokens", j["prompt_len"].dump(), r.prompt_len));
     } else {
       r.prompt_len = static_cast<std::uint32_t>(uint_field("prompt_len", 0, -1));
     }
     r.output_len = static_cast<std::uint32_t>(uint_field("output_len", 1, -1));
     if (auto it = j.find("prefix_id"); it != j.end()) {
-      if (it->is_number_unsigned()) r.prefix_id = it->get<std::uint64_t>();
-      else if (it->is_string()) r.prefix_id = fnv1a(it->get<std::string>());
-      else bad("prefix_id", fmt::format("expected a non-negative integer or a string, got {}", it->dump()));
+      if (it->is_number_unsigned())
+        r.prefix_id = it->get<std::uint64_t>();
+      else if (it->is_string())
+        r.prefix_id = fnv1a(it->get<std::string>());
+      else
+        bad("prefix_id", fmt::format("expected a non-negative integer or a string, got {}", it->dump()));
     }
     r.prefix_len = static_cast<std::uint32_t>(uint_field("prefix_len", 0, 0));
     if (r.prefix_len > 0 && !j.contains("prefix_id")) bad("prefix_len", "given without prefix_id");
@@ -323,7 +327,8 @@ Workload parse_trace(std::string_view text, std::string_view file) {
         const std::int64_t off = s.value("offset", std::int64_t{0});
         if (off < 0 || off > r.prompt_len)
           bad(f + ".offset", fmt::format("{} is outside the prompt of {} tokens", off, r.prompt_len));
-        r.images.push_back({static_cast<std::uint32_t>(off), static_cast<std::uint32_t>(s["length"].get<std::int64_t>())});
+        r.images.push_back(
+            {static_cast<std::uint32_t>(off), static_cast<std::uint32_t>(s["length"].get<std::int64_t>())});
       }
     }
     if (auto it = j.find("parent"); it != j.end()) {
@@ -345,8 +350,10 @@ void write_trace(const Workload& w, std::ostream& out) {
   for (const SimRequest& r : w.requests) {
     json j;
     j["arrival"] = r.arrival;
-    if (!r.token_ids.empty()) j["prompt_tokens"] = r.token_ids;
-    else j["prompt_len"] = r.prompt_len;
+    if (!r.token_ids.empty())
+      j["prompt_tokens"] = r.token_ids;
+    else
+      j["prompt_len"] = r.prompt_len;
     j["output_len"] = r.output_len;
     if (r.prefix_len > 0) {
       j["prefix_id"] = r.prefix_id;

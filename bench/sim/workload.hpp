@@ -24,14 +24,14 @@ struct ImageSpan {
 // stream `prefix_id`, so two requests with the same prefix_id share them (an article, a
 // system prompt, a conversation's history, which then includes earlier outputs).
 struct SimRequest {
-  std::uint64_t arrival = 0;      // step at which the request may be scheduled
-  std::uint32_t prompt_len = 0;   // text tokens
-  std::uint32_t output_len = 1;   // tokens to generate (>= 1)
+  std::uint64_t arrival = 0;     // step at which the request may be scheduled
+  std::uint32_t prompt_len = 0;  // text tokens
+  std::uint32_t output_len = 1;  // tokens to generate (>= 1)
   std::vector<ImageSpan> images;
   std::uint64_t prefix_id = 0;
-  std::uint32_t prefix_len = 0;   // 0: nothing shared
-  std::int64_t parent = -1;       // index of a request that must finish first (multi-turn)
-  std::uint64_t delay = 0;        // steps after the parent finishes (think time)
+  std::uint32_t prefix_len = 0;          // 0: nothing shared
+  std::int64_t parent = -1;              // index of a request that must finish first (multi-turn)
+  std::uint64_t delay = 0;               // steps after the parent finishes (think time)
   std::vector<std::uint32_t> token_ids;  // optional: the text prompt's token ids
   // Prefix lengths later requests are likely to share (an article, earlier turns):
   // ascending, each in [1, prompt_len]; kvmm-sim --boundaries hinted passes them to the

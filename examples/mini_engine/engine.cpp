@@ -14,8 +14,10 @@ namespace kk = kvmm::kernels;
 
 void CpuOps::write_kv(const kk::PagedWriteParams& p) { kk::cpu::write_kv(p); }
 void CpuOps::attention(const kk::PagedAttentionParams& p, bool prefill) {
-  if (prefill) kk::cpu::paged_prefill_attention(p);
-  else kk::cpu::paged_decode_attention(p);
+  if (prefill)
+    kk::cpu::paged_prefill_attention(p);
+  else
+    kk::cpu::paged_decode_attention(p);
 }
 void CpuOps::copy_pages(const kk::PageCopyParams& p) { kk::cpu::copy_pages(p); }
 void CpuOps::swap_pages(const kk::PageCopyParams& p) { kk::cpu::swap_pages(p); }
@@ -67,13 +69,22 @@ class Engine::PagedStore final : public KVStore {
     const kvmm::LayerGroup& spec = layout_.group(g);
     const Tables& t = groups_[g];
     // One layer of the group: its K and V slices, the whole small page as the stride.
-    const kk::PagedKVCache cache{arena_ + layout_.k_offset(g, li), arena_ + layout_.v_offset(g, li),
-                                 layout_.small_page_bytes(g), spec.tokens_per_page, spec.kv_heads, spec.head_dim,
+    const kk::PagedKVCache cache{arena_ + layout_.k_offset(g, li),
+                                 arena_ + layout_.v_offset(g, li),
+                                 layout_.small_page_bytes(g),
+                                 spec.tokens_per_page,
+                                 spec.kv_heads,
+                                 spec.head_dim,
                                  kk::DType::kF16};
     ops_.write_kv(kk::PagedWriteParams{cache, k, v, t.page_ids.data(), t.offsets.data(), tokens});
     kk::PagedAttentionParams p;
-    p.query = kk::QueryBatch{q, o, tokens, static_cast<std::uint32_t>(batch.size()), model_.config().q_heads,
-                             kv_lens_.data(), decode_ ? nullptr : q_indptr_.data()};
+    p.query = kk::QueryBatch{q,
+                             o,
+                             tokens,
+                             static_cast<std::uint32_t>(batch.size()),
+                             model_.config().q_heads,
+                             kv_lens_.data(),
+                             decode_ ? nullptr : q_indptr_.data()};
     p.cache = cache;
     p.table = kk::PageTableView{t.indptr.data(), t.indices.data(), 0};
     if (spec.kind == kvmm::LayerKind::kSlidingWindow) p.options.mask = kk::MaskKind::kSlidingWindow;
@@ -102,7 +113,7 @@ class Engine::PagedStore final : public KVStore {
   struct Tables {
     std::vector<kvmm::PageId> page_ids;  // slot mapping of the new tokens
     std::vector<std::uint32_t> offsets;
-    std::vector<std::uint32_t> indptr;   // CSR page tables of the batch
+    std::vector<std::uint32_t> indptr;  // CSR page tables of the batch
     std::vector<kvmm::PageId> indices;
   };
   const Model& model_;
@@ -147,8 +158,8 @@ Engine::Engine(Model& model, const EngineOptions& options, std::unique_ptr<Devic
                     .record_events = options.tier != nullptr,
                     .record_kv_events = static_cast<bool>(options.kv_events),
                     .large_page_source = source_.get()}),
-      host_(new std::byte[std::max<std::uint64_t>(1, std::uint64_t{options.num_host_large_pages} *
-                                                        layout_.large_page_bytes())]),
+      host_(new std::byte[std::max<std::uint64_t>(
+          1, std::uint64_t{options.num_host_large_pages} * layout_.large_page_bytes())]),
       store_(std::make_unique<PagedStore>(model_, kv_, arena_.data(), *ops_)) {
   if (options.token_budget == 0) kvmm::fail("options.token_budget = 0: a step must compute a token");
   if (options.max_running == 0) kvmm::fail("options.max_running = 0: nothing could run");
@@ -170,7 +181,8 @@ void Engine::submit(const Request& r) {
   if (r.max_new_tokens == 0) kvmm::fail("request.max_new_tokens = 0: nothing to generate");
   if (r.n == 0) kvmm::fail("request.n = 0: at least one sample");
   Seq s;
-  s.request = static_cast<std::uint32_t>(std::count_if(seqs_.begin(), seqs_.end(), [](const Seq& q) { return q.sample == 0; }));
+  s.request =
+      static_cast<std::uint32_t>(std::count_if(seqs_.begin(), seqs_.end(), [](const Seq& q) { return q.sample == 0; }));
   s.rank = r.first_rank;
   s.pending_forks = r.n - 1;
   s.max_new = r.max_new_tokens;
@@ -181,7 +193,8 @@ void Engine::submit(const Request& r) {
 }
 
 std::uint32_t Engine::num_unfinished() const {
-  return static_cast<std::uint32_t>(std::count_if(seqs_.begin(), seqs_.end(), [](const Seq& q) { return !q.finished; }));
+  return static_cast<std::uint32_t>(
+      std::count_if(seqs_.begin(), seqs_.end(), [](const Seq& q) { return !q.finished; }));
 }
 
 // Preemption: swap the request's pages to host memory if the host pool has room (the
@@ -216,10 +229,10 @@ void Engine::swap_plan(std::span<const kvmm::PageCopy> plan, bool out) {
       }
     if (src_.empty()) continue;
     const std::uint64_t bytes = layout_.small_page_bytes(g);
-    ops_->swap_pages(kk::PageCopyParams{out ? static_cast<void*>(host_.get()) : static_cast<void*>(arena_.data()),
-                                        out ? static_cast<const void*>(arena_.data()) : static_cast<const void*>(host_.get()),
-                                        bytes, bytes, bytes, src_.data(), dst_.data(),
-                                        static_cast<std::uint32_t>(src_.size())});
+    ops_->swap_pages(
+        kk::PageCopyParams{out ? static_cast<void*>(host_.get()) : static_cast<void*>(arena_.data()),
+                           out ? static_cast<const void*>(arena_.data()) : static_cast<const void*>(host_.get()), bytes,
+                           bytes, bytes, src_.data(), dst_.data(), static_cast<std::uint32_t>(src_.size())});
     stats_.pages_swapped += src_.size();
   }
 }
@@ -291,7 +304,8 @@ bool Engine::schedule_step() {
   std::uint32_t budget = opt_.token_budget;
   for (std::size_t i = 0; i < running_.size() && budget > 0;) {
     const std::uint32_t s = running_[i];
-    const auto n = static_cast<std::uint32_t>(std::min<std::uint64_t>(seqs_[s].tokens.size() - seqs_[s].computed, budget));
+    const auto n =
+        static_cast<std::uint32_t>(std::min<std::uint64_t>(seqs_[s].tokens.size() - seqs_[s].computed, budget));
     bool ok = kv_.allocate(seqs_[s].rid, n);
     while (!ok) {
       if (running_.size() == 1 && batch_.empty() && loading_.empty())  // alone, all else evictable

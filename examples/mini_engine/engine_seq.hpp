@@ -11,8 +11,8 @@ struct Engine::Seq {
   std::uint32_t request = 0, sample = 0, rank = 0, pending_forks = 0, max_new = 0, prompt_len = 0;
   std::vector<std::uint32_t> tokens;  // prompt + generated
   kvmm::RequestId rid = kvmm::kNoRequest;
-  std::uint64_t computed = 0;      // tokens with KV in the cache
-  std::uint64_t prefill_end = 0;   // tokens known when admitted: computing them is prefill
+  std::uint64_t computed = 0;     // tokens with KV in the cache
+  std::uint64_t prefill_end = 0;  // tokens known when admitted: computing them is prefill
   bool finished = false;
   // With a tier: kNone, then (waiting, registered and looked up) kProbing while its
   // contains is in flight, kProbed once answered; admitted with loads: kLoading until the get

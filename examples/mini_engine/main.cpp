@@ -17,10 +17,10 @@
 #include "kvmm/dist/redis_tier.hpp"
 #endif
 
+#include <fmt/format.h>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <fmt/format.h>
 #include <memory>
 #include <string>
 
@@ -32,9 +32,12 @@ struct EventCounts {
   void add(const kvmm::KvEventBatch& b) {
     ++batches;
     for (const kvmm::KvEvent& e : b.events) {
-      if (e.kind == kvmm::KvEventKind::kStored) ++runs, stored += e.num_pages;
-      else if (e.kind == kvmm::KvEventKind::kRemoved) removed += e.num_pages;
-      else ++cleared;
+      if (e.kind == kvmm::KvEventKind::kStored)
+        ++runs, stored += e.num_pages;
+      else if (e.kind == kvmm::KvEventKind::kRemoved)
+        removed += e.num_pages;
+      else
+        ++cleared;
     }
   }
 };
@@ -44,13 +47,14 @@ struct EventCounts {
 std::unique_ptr<kvmm::KVTier> make_tier(const std::string& spec, const mini::Model& model) {
   if (spec.empty()) return nullptr;
   if (!spec.starts_with("redis:"))
-    kvmm::fail("--tier = '{}': the tier is 'redis:<endpoint>' (redis:unix:/path/redis.sock, redis:tcp:host:port)", spec);
+    kvmm::fail("--tier = '{}': the tier is 'redis:<endpoint>' (redis:unix:/path/redis.sock, redis:tcp:host:port)",
+               spec);
 #ifdef KVMM_MINI_REDIS
   kvmm::RedisTierOptions o;
   o.endpoint = spec.substr(6);
   o.notify_when_armed = true;  // the engine polls every step and arms the fd before it sleeps
-  return kvmm::make_redis_tier(model.layout(),
-                               {.model_id = fmt::format("mini-hybrid@seed{}", model.config().seed), .dtype = "float16"}, o);
+  return kvmm::make_redis_tier(
+      model.layout(), {.model_id = fmt::format("mini-hybrid@seed{}", model.config().seed), .dtype = "float16"}, o);
 #else
   (void)model;
   kvmm::fail("--tier = '{}': this build has no kvmm::redis (libhiredis-dev not found)", spec);
@@ -67,16 +71,24 @@ int main(int argc, char** argv) {
     if (argc % 2 == 0) kvmm::fail("{}: a flag without a value (flags come as --name value)", argv[argc - 1]);
     for (int i = 1; i + 1 < argc; i += 2) {
       const std::uint32_t v = static_cast<std::uint32_t>(std::strtoul(argv[i + 1], nullptr, 10));
-      if (std::strcmp(argv[i], "--requests") == 0) requests = v;
-      else if (std::strcmp(argv[i], "--large-pages") == 0) large_pages = v;
-      else if (std::strcmp(argv[i], "--host-pages") == 0) host_pages = v;
-      else if (std::strcmp(argv[i], "--events") == 0) events_endpoint = argv[i + 1];
-      else if (std::strcmp(argv[i], "--tier") == 0) tier_spec = argv[i + 1];
-      else if (std::strcmp(argv[i], "--seed") == 0) seed = std::strtoull(argv[i + 1], nullptr, 10);
-      else if (std::strcmp(argv[i], "--suffix-seed") == 0) suffix_seed = std::strtoull(argv[i + 1], nullptr, 10);
+      if (std::strcmp(argv[i], "--requests") == 0)
+        requests = v;
+      else if (std::strcmp(argv[i], "--large-pages") == 0)
+        large_pages = v;
+      else if (std::strcmp(argv[i], "--host-pages") == 0)
+        host_pages = v;
+      else if (std::strcmp(argv[i], "--events") == 0)
+        events_endpoint = argv[i + 1];
+      else if (std::strcmp(argv[i], "--tier") == 0)
+        tier_spec = argv[i + 1];
+      else if (std::strcmp(argv[i], "--seed") == 0)
+        seed = std::strtoull(argv[i + 1], nullptr, 10);
+      else if (std::strcmp(argv[i], "--suffix-seed") == 0)
+        suffix_seed = std::strtoull(argv[i + 1], nullptr, 10);
       else
-        kvmm::fail("{} = '{}': flags are --requests, --large-pages, --host-pages, --events, --tier, --seed, --suffix-seed",
-                   argv[i], argv[i + 1]);
+        kvmm::fail(
+            "{} = '{}': flags are --requests, --large-pages, --host-pages, --events, --tier, --seed, --suffix-seed",
+            argv[i], argv[i + 1]);
     }
     mini::Model model(mini::ModelConfig{});
     const kvmm::KVLayout layout = model.layout();
@@ -125,10 +137,11 @@ int main(int argc, char** argv) {
     if (publisher) {
       publisher->flush(std::chrono::seconds(5));
       const kvmm::PublisherStats ps = publisher->stats();
-      fmt::print("KV events             {} batches on {} (vLLM's stream, topic kv@mini@hybrid): {} pages stored in "
-                 "{} runs, {} removed, {} cleared; {} sent ({} bytes), {} dropped\n",
-                 counts.batches, publisher->endpoint(), counts.stored, counts.runs, counts.removed, counts.cleared,
-                 ps.sent, ps.sent_bytes, ps.dropped);
+      fmt::print(
+          "KV events             {} batches on {} (vLLM's stream, topic kv@mini@hybrid): {} pages stored in "
+          "{} runs, {} removed, {} cleared; {} sent ({} bytes), {} dropped\n",
+          counts.batches, publisher->endpoint(), counts.stored, counts.runs, counts.removed, counts.cleared, ps.sent,
+          ps.sent_bytes, ps.dropped);
     }
 #endif
 

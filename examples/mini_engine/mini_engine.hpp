@@ -11,9 +11,9 @@
 #include "kvmm/kernels/attention.hpp"
 #include "kvmm/kernels/cache_ops.hpp"
 #include "kvmm/manager/kv_cache_manager.hpp"
+#include "kvmm/memory/arena_page_pool.hpp"
 #include "kvmm/memory/chunk_pool.hpp"
 #include "kvmm/memory/host_memory.hpp"
-#include "kvmm/memory/arena_page_pool.hpp"
 #include "kvmm/memory/kv_arena.hpp"
 #include "kvmm/memory/virtual_kv_cache.hpp"
 
@@ -41,11 +41,11 @@ struct ModelConfig {
   std::uint32_t kv_heads = 1;
   std::uint32_t head_dim = 64;  // the kernels support 64/128/256
   std::uint32_t ffn = 128;
-  std::uint32_t state_dim = 4;  // recurrent state: hidden x state_dim floats per request
-  std::uint32_t window = 8;     // sliding-window layers
+  std::uint32_t state_dim = 4;        // recurrent state: hidden x state_dim floats per request
+  std::uint32_t window = 8;           // sliding-window layers
   std::uint32_t tokens_per_page = 4;  // also the recurrent group's checkpoint interval
-  std::vector<LayerType> layers = {LayerType::kFull, LayerType::kSliding, LayerType::kRecurrent,
-                                   LayerType::kFull, LayerType::kSliding};
+  std::vector<LayerType> layers = {LayerType::kFull, LayerType::kSliding, LayerType::kRecurrent, LayerType::kFull,
+                                   LayerType::kSliding};
   std::uint64_t seed = 42;
 };
 
@@ -66,8 +66,7 @@ class KVStore {
   // attention output o of every new token. q, o: [tokens, q_heads, head_dim]; k, v:
   // [tokens, kv_heads, head_dim]; fp16, 16-byte aligned.
   virtual void attention(std::uint32_t layer, std::span<const BatchSeq> batch, std::uint32_t tokens,
-                         const std::uint16_t* q, const std::uint16_t* k, const std::uint16_t* v,
-                         std::uint16_t* o) = 0;
+                         const std::uint16_t* q, const std::uint16_t* k, const std::uint16_t* v, std::uint16_t* o) = 0;
   // Recurrent layer state of s after token pos - 1 (pos > 0) / after token pos.
   virtual void load_state(std::uint32_t layer, const BatchSeq& s, std::uint32_t pos, float* state) = 0;
   virtual void store_state(std::uint32_t layer, const BatchSeq& s, std::uint32_t pos, const float* state) = 0;
@@ -97,9 +96,9 @@ class Model {
   std::vector<std::uint32_t> index_;
   std::vector<float> embed_, unembed_;
   struct Layer {
-    std::vector<float> wq, wk, wv, wo;  // attention
+    std::vector<float> wq, wk, wv, wo;      // attention
     std::vector<float> win, a, b, c, wout;  // recurrent
-    std::vector<float> w1, w2;  // MLP
+    std::vector<float> w1, w2;              // MLP
   };
   std::vector<Layer> w_;
   // Scratch reused across steps.
@@ -187,12 +186,12 @@ struct EngineStats {
 };
 
 struct EngineOptions {
-  std::uint32_t num_large_pages = 64;       // device KV memory (large pages)
-  std::uint32_t num_host_large_pages = 0;   // host swap space; 0: preempt by recompute only
+  std::uint32_t num_large_pages = 64;      // device KV memory (large pages)
+  std::uint32_t num_host_large_pages = 0;  // host swap space; 0: preempt by recompute only
   bool prefix_caching = true;
-  std::uint32_t max_running = 8;            // requests in one batch
-  std::uint32_t token_budget = 16;          // tokens per step (decodes first, then prefill chunks)
-  std::uint32_t max_requests = 64;          // manager rows
+  std::uint32_t max_running = 8;    // requests in one batch
+  std::uint32_t token_budget = 16;  // tokens per step (decodes first, then prefill chunks)
+  std::uint32_t max_requests = 64;  // manager rows
   // The arena backs its chunks as pages are taken and releases them as pages are freed
   // (kvmm::ArenaPagePool as the manager's large-page source; at most max_backed_chunks
   // chunks at once, 0: all), instead of backing every chunk up front.

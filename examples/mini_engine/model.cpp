@@ -113,7 +113,8 @@ kvmm::KVLayout Model::layout() const {
     groups.push_back(
         kvmm::LayerGroup::sliding_window("sliding", count[1], cfg_.kv_heads, cfg_.head_dim, 2, P, cfg_.window));
   if (count[2] > 0)
-    groups.push_back(kvmm::LayerGroup::mamba_state("recurrent", count[2], std::uint64_t{state_floats()} * sizeof(float), P));
+    groups.push_back(
+        kvmm::LayerGroup::mamba_state("recurrent", count[2], std::uint64_t{state_floats()} * sizeof(float), P));
   return kvmm::KVLayout::plan(std::move(groups));
 }
 
@@ -172,8 +173,10 @@ void Model::forward(std::span<const BatchSeq> batch, std::span<const std::uint32
       t2_.resize(H);
       for (std::uint32_t i = 0, t = 0; i < batch.size(); ++i) {
         const BatchSeq& s = batch[i];
-        if (s.start > 0) store.load_state(l, s, s.start, state_.data());
-        else std::fill(state_.begin(), state_.end(), 0.0f);
+        if (s.start > 0)
+          store.load_state(l, s, s.start, state_.data());
+        else
+          std::fill(state_.begin(), state_.end(), 0.0f);
         for (std::uint32_t j = 0; j < s.len; ++j, ++t) {
           matvec(&x_[std::size_t{t} * H], w.win, H, H, t1_.data(), false);
           for (std::uint32_t c = 0; c < H; ++c) {

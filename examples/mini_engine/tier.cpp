@@ -8,17 +8,15 @@
 
 #include <poll.h>
 
+#include <fmt/format.h>
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fmt/format.h>
 
 namespace mini {
 
-std::uint32_t Engine::tier_in_flight() const {
-  return static_cast<std::uint32_t>(tier_ops_.size()) + puts_in_flight_;
-}
+std::uint32_t Engine::tier_in_flight() const { return static_cast<std::uint32_t>(tier_ops_.size()) + puts_in_flight_; }
 
 void Engine::wait_tier(std::chrono::milliseconds limit) const {
   if (!opt_.tier || tier_in_flight() == 0) return;
@@ -71,7 +69,8 @@ void Engine::tier_poll() {
       --puts_in_flight_;
       continue;
     }
-    const auto it = std::find_if(tier_ops_.begin(), tier_ops_.end(), [&](const TierWait& w) { return w.ticket == c.ticket; });
+    const auto it =
+        std::find_if(tier_ops_.begin(), tier_ops_.end(), [&](const TierWait& w) { return w.ticket == c.ticket; });
     if (it == tier_ops_.end()) kvmm::fail("tier ticket {}: completed but never submitted by this engine", c.ticket);
     const std::uint32_t s = it->seq;
     tier_ops_.erase(it);
@@ -88,7 +87,8 @@ void Engine::tier_poll() {
 // Registers and looks up the next waiting requests that could be admitted soon (as many as
 // free running places), and asks the tier about the pages past their local hits.
 void Engine::tier_probe_ahead() {
-  auto places = static_cast<std::int64_t>(opt_.max_running) - static_cast<std::int64_t>(running_.size() + loading_.size());
+  auto places =
+      static_cast<std::int64_t>(opt_.max_running) - static_cast<std::int64_t>(running_.size() + loading_.size());
   for (auto it = waiting_.begin(); it != waiting_.end() && places > 0; ++it, --places)
     if (seqs_[*it].tier == Seq::TierPhase::kNone) tier_probe(*it);
 }
@@ -172,8 +172,9 @@ void Engine::tier_store() {
     const auto same_page = [&](const kvmm::CacheEvent& o) { return o.group == e.group && o.page == e.page; };
     if (std::any_of(just_loaded_.begin(), just_loaded_.end(), same_page)) continue;
     // Evicted again later in the step: its bytes may be another page's by now.
-    if (std::any_of(cache_events_.begin() + static_cast<std::ptrdiff_t>(i) + 1, cache_events_.end(),
-                    [&](const kvmm::CacheEvent& o) { return o.kind == kvmm::CacheEventKind::kRemoved && same_page(o); }))
+    if (std::any_of(
+            cache_events_.begin() + static_cast<std::ptrdiff_t>(i) + 1, cache_events_.end(),
+            [&](const kvmm::CacheEvent& o) { return o.kind == kvmm::CacheEventKind::kRemoved && same_page(o); }))
       continue;
     if (free_slots_.empty()) {
       ++stats_.tier_puts_skipped;
@@ -199,16 +200,19 @@ void Engine::tier_store() {
 std::string format_tier_report(const EngineStats& s) {
   const kvmm::TierHealth& h = s.tier_health;
   std::string r;
-  r += fmt::format("tier hits           {} tokens from the tier ({} admissions asked it): {} pages loaded, {} failed, "
-                   "{} tokens cut back and recomputed\n",
-                   s.tier_hit_tokens, s.tier_probes, s.tier_loaded_pages, s.tier_failed_pages, s.tier_cut_tokens);
-  r += fmt::format("tier puts           {} pages submitted: {} stored or already there, {} failed, {} skipped (no "
-                   "free offload slot)\n",
-                   s.tier_puts, s.tier_puts_ok, s.tier_puts_failed, s.tier_puts_skipped);
-  r += fmt::format("tier health         ok {}, miss {}, corrupt {}, timeout {}, unavailable {}; {} already stored; "
-                   "{} connects ({} failed), breaker {} ({} openings)\n",
-                   h.ok, h.misses, h.corrupt, h.timeouts, h.unavailable, h.put_existing, h.connects, h.connect_failures,
-                   h.breaker_open ? "open" : "closed", h.breaker_opens);
+  r += fmt::format(
+      "tier hits           {} tokens from the tier ({} admissions asked it): {} pages loaded, {} failed, "
+      "{} tokens cut back and recomputed\n",
+      s.tier_hit_tokens, s.tier_probes, s.tier_loaded_pages, s.tier_failed_pages, s.tier_cut_tokens);
+  r += fmt::format(
+      "tier puts           {} pages submitted: {} stored or already there, {} failed, {} skipped (no "
+      "free offload slot)\n",
+      s.tier_puts, s.tier_puts_ok, s.tier_puts_failed, s.tier_puts_skipped);
+  r += fmt::format(
+      "tier health         ok {}, miss {}, corrupt {}, timeout {}, unavailable {}; {} already stored; "
+      "{} connects ({} failed), breaker {} ({} openings)\n",
+      h.ok, h.misses, h.corrupt, h.timeouts, h.unavailable, h.put_existing, h.connects, h.connect_failures,
+      h.breaker_open ? "open" : "closed", h.breaker_opens);
   return r;
 }
 

@@ -5,9 +5,9 @@
 
 #include "kvmm/error.hpp"
 
+#include <fmt/format.h>
 #include <algorithm>
 #include <cstring>
-#include <fmt/format.h>
 
 namespace mini {
 
@@ -57,8 +57,8 @@ class VAttentionEngine::ContiguousStore final : public KVStore {
                                   kk::DType::kF16};
     kk::cpu::write_kv(kk::ContiguousWriteParams{c, k, v, slot_of_token_.data(), positions_.data(), tokens});
     kk::ContiguousAttentionParams p;
-    p.query = kk::QueryBatch{q, o, tokens, static_cast<std::uint32_t>(batch.size()), cfg.q_heads, kv_lens_.data(),
-                             q_indptr_.data()};
+    p.query = kk::QueryBatch{
+        q, o, tokens, static_cast<std::uint32_t>(batch.size()), cfg.q_heads, kv_lens_.data(), q_indptr_.data()};
     p.cache = c;
     p.slot_idx = slots_.data();
     if (cfg.layers[layer] == LayerType::kSliding) p.options.mask = kk::MaskKind::kSlidingWindow;
@@ -103,15 +103,15 @@ VAttentionEngine::VAttentionEngine(Model& model, const VAttentionOptions& option
   const ModelConfig& cfg = model.config();
   const std::uint32_t attn = count_attention(cfg);
   if (attn == 0) kvmm::fail("config.layers: no attention layer to serve through virtual tensors");
-  cache_ = std::make_unique<kvmm::VirtualKVCache>(
-      chunks_, kvmm::VirtualKVCacheOptions{.num_layers = attn,
-                                           .max_batch = options.max_batch,
-                                           .max_context = options.max_context,
-                                           .kv_heads = cfg.kv_heads,
-                                           .head_dim = cfg.head_dim,
-                                           .dtype_bytes = 2,
-                                           .page_group_bytes = 4096,
-                                           .background_mapper = false});
+  cache_ =
+      std::make_unique<kvmm::VirtualKVCache>(chunks_, kvmm::VirtualKVCacheOptions{.num_layers = attn,
+                                                                                  .max_batch = options.max_batch,
+                                                                                  .max_context = options.max_context,
+                                                                                  .kv_heads = cfg.kv_heads,
+                                                                                  .head_dim = cfg.head_dim,
+                                                                                  .dtype_bytes = 2,
+                                                                                  .page_group_bytes = 4096,
+                                                                                  .background_mapper = false});
   store_ = std::make_unique<ContiguousStore>(model_, *cache_, options.max_batch);
 }
 
@@ -173,14 +173,16 @@ std::vector<Output> VAttentionEngine::run() {
       s.computed += batch[b].len;
       if (want[b]) {
         const bool first = s.tokens.size() == s.prompt_len;
-        s.tokens.push_back(pick_token(std::span<const float>(logits).subspan(b * std::size_t{V}, V), first ? s.rank : 0));
+        s.tokens.push_back(
+            pick_token(std::span<const float>(logits).subspan(b * std::size_t{V}, V), first ? s.rank : 0));
       }
       ++b;
     }
     for (Seq& s : running_)
       if (s.tokens.size() - s.prompt_len == s.max_new) {
         cache_->free_reqid(s.slot);
-        done_.push_back({s.request, s.sample, std::vector<std::uint32_t>(s.tokens.begin() + s.prompt_len, s.tokens.end())});
+        done_.push_back(
+            {s.request, s.sample, std::vector<std::uint32_t>(s.tokens.begin() + s.prompt_len, s.tokens.end())});
       }
     std::erase_if(running_, [](const Seq& s) { return s.tokens.size() - s.prompt_len == s.max_new; });
   }

@@ -14,8 +14,7 @@ using detail::kTagItem;
 using detail::link;
 using detail::to_hash;
 
-BlockHash hash_page(const BlockHash& parent, std::span<const std::uint32_t> tokens,
-                    const PageExtraKeys& extra) {
+BlockHash hash_page(const BlockHash& parent, std::span<const std::uint32_t> tokens, const PageExtraKeys& extra) {
   return link(parent, content_digest(tokens, extra));
 }
 
@@ -32,8 +31,8 @@ constexpr std::size_t kPrefetchAhead = 2048;
 // appends it (content_digest). `dst` (or null) receives a copy of each page's ids.
 template <std::size_t kBytes, class Emit>
 [[gnu::always_inline]] inline void chain(BlockHash h, const std::uint32_t* src, std::uint32_t* dst,
-                                         std::uint32_t tokens_per_page, std::uint32_t lora_id,
-                                         std::size_t pages, Emit&& emit) {
+                                         std::uint32_t tokens_per_page, std::uint32_t lora_id, std::size_t pages,
+                                         Emit&& emit) {
   const std::size_t bytes = kBytes > 0 ? kBytes : std::size_t{tokens_per_page} * 4;
   const auto* p = reinterpret_cast<const unsigned char*>(src);
   auto* d = reinterpret_cast<unsigned char*>(dst);
@@ -47,9 +46,8 @@ template <std::size_t kBytes, class Emit>
       if (d != nullptr) detail::prefetch_write(d + i * bytes + kPrefetchAhead);
     }
     if (d != nullptr) std::memcpy(d + i * bytes, p, bytes);
-    const BlockHash c = lora_id == 0
-        ? to_hash(detail::xxh128(p, bytes))
-        : content_digest({src + i * tokens_per_page, tokens_per_page}, ex);
+    const BlockHash c = lora_id == 0 ? to_hash(detail::xxh128(p, bytes))
+                                     : content_digest({src + i * tokens_per_page, tokens_per_page}, ex);
     h = link(h, c);
     emit(i, h);
   }
@@ -71,9 +69,8 @@ void check_pages(std::span<const std::uint32_t> tokens, std::uint32_t tokens_per
 
 }  // namespace
 
-void hash_pages(const BlockHash& parent, std::span<const std::uint32_t> tokens,
-                std::uint32_t tokens_per_page, std::uint32_t lora_id,
-                std::span<BlockHash> out) {
+void hash_pages(const BlockHash& parent, std::span<const std::uint32_t> tokens, std::uint32_t tokens_per_page,
+                std::uint32_t lora_id, std::span<BlockHash> out) {
   check_pages(tokens, tokens_per_page, out.size());
   BlockHash* o = out.data();
   chain_any(parent, tokens.data(), nullptr, tokens_per_page, lora_id, out.size(),
@@ -83,8 +80,7 @@ void hash_pages(const BlockHash& parent, std::span<const std::uint32_t> tokens,
 namespace detail {
 
 void append_page_hashes(std::vector<BlockHash>& hashes, std::span<const std::uint32_t> tokens,
-                        std::uint32_t tokens_per_page, std::uint32_t lora_id, std::size_t pages,
-                        std::uint32_t* copy) {
+                        std::uint32_t tokens_per_page, std::uint32_t lora_id, std::size_t pages, std::uint32_t* copy) {
   check_pages(tokens, tokens_per_page, pages);
   const BlockHash parent = hashes.empty() ? BlockHash{} : hashes.back();
   chain_any(parent, tokens.data(), copy, tokens_per_page, lora_id, pages,
@@ -102,8 +98,6 @@ BlockHash hash_item_page(const BlockHash& item, std::uint32_t page_index, std::u
   return to_hash(XXH3_128bits(buf, sizeof buf));
 }
 
-BlockHash hash_bytes(std::span<const std::byte> bytes) {
-  return to_hash(XXH3_128bits(bytes.data(), bytes.size()));
-}
+BlockHash hash_bytes(std::span<const std::byte> bytes) { return to_hash(XXH3_128bits(bytes.data(), bytes.size())); }
 
 }  // namespace kvmm

@@ -21,8 +21,7 @@ inline BlockHash to_hash(XXH128_hash_t h) { return BlockHash{h.low64, h.high64};
 // directly so that the compiler inlines it where the length is known; same values.
 [[gnu::always_inline]] inline XXH128_hash_t xxh128(const void* data, std::size_t len) {
   if (len > 16 && len <= 128)
-    return XXH3_len_17to128_128b(static_cast<const xxh_u8*>(data), len, XXH3_kSecret,
-                                 sizeof(XXH3_kSecret), 0);
+    return XXH3_len_17to128_128b(static_cast<const xxh_u8*>(data), len, XXH3_kSecret, sizeof(XXH3_kSecret), 0);
   return XXH3_128bits(data, len);
 }
 
@@ -90,7 +89,6 @@ inline BlockHash link(const BlockHash& parent, const BlockHash& content) {
 // to it (no fill of the vector first); their ids are `tokens`' first pages x tokens_per_page,
 // also copied to `copy` when not null, so a prompt is read once for both.
 void append_page_hashes(std::vector<BlockHash>& hashes, std::span<const std::uint32_t> tokens,
-                        std::uint32_t tokens_per_page, std::uint32_t lora_id, std::size_t pages,
-                        std::uint32_t* copy);
+                        std::uint32_t tokens_per_page, std::uint32_t lora_id, std::size_t pages, std::uint32_t* copy);
 
 }  // namespace kvmm::detail

@@ -118,8 +118,7 @@ std::unique_ptr<LayerPolicy> make_policy(const LayerGroup& group) {
     case LayerKind::kVisionEmbedding:
       break;
   }
-  fail("group = {}: kind {} holds encoder tokens and uses ImagePolicy", group.name,
-       to_string(group.kind));
+  fail("group = {}: kind {} holds encoder tokens and uses ImagePolicy", group.name, to_string(group.kind));
 }
 
 }  // namespace kvmm

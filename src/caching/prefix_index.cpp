@@ -6,8 +6,7 @@ namespace kvmm {
 
 PrefixIndex::PrefixIndex(std::uint64_t max_entries, std::uint32_t num_groups)
     : max_(max_entries), num_groups_(num_groups) {
-  if (num_groups == 0 || num_groups > kMaxGroups)
-    fail("num_groups = {}: must be in [1, {}]", num_groups, kMaxGroups);
+  if (num_groups == 0 || num_groups > kMaxGroups) fail("num_groups = {}: must be in [1, {}]", num_groups, kMaxGroups);
   if (max_entries >= (std::uint64_t{1} << 31)) fail("max_entries = {}: must be below 2^31", max_entries);
   std::uint64_t cap = 16;
   while (2 * cap < 3 * max_entries) cap *= 2;  // load <= 2/3

@@ -76,8 +76,9 @@ bool BatchRing::push(const KvEventBatch& b, std::uint64_t seq, double ts) {
     off = 0;
   }
   std::byte* p = data_.get() + off;
-  const std::uint64_t header[kHeaderWords] = {need, seq, std::bit_cast<std::uint64_t>(ts), b.events.size(),
-                                              b.hashes.size(), b.tokens.size(), b.text.size(), b.items.size()};
+  const std::uint64_t header[kHeaderWords] = {
+      need,          seq,           std::bit_cast<std::uint64_t>(ts), b.events.size(), b.hashes.size(), b.tokens.size(),
+      b.text.size(), b.items.size()};
   std::memcpy(p, header, kHeaderBytes);
   p += kHeaderBytes;
   p = put_array(p, b.events.data(), b.events.size());

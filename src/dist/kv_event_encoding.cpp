@@ -10,21 +10,29 @@ namespace kvmm {
 
 std::string_view medium_name(Medium medium) {
   switch (medium) {
-    case Medium::kDevice: return "GPU";
-    case Medium::kHost: return "CPU";
-    case Medium::kRemote: return "REMOTE";
+    case Medium::kDevice:
+      return "GPU";
+    case Medium::kHost:
+      return "CPU";
+    case Medium::kRemote:
+      return "REMOTE";
   }
   return "GPU";
 }
 
 std::string_view event_kind_name(LayerKind kind) {
   switch (kind) {
-    case LayerKind::kFullAttention: return "full_attention";
-    case LayerKind::kSlidingWindow: return "sliding_window";
-    case LayerKind::kChunkedLocal: return "chunked_local_attention";
-    case LayerKind::kMambaState: return "mamba";
+    case LayerKind::kFullAttention:
+      return "full_attention";
+    case LayerKind::kSlidingWindow:
+      return "sliding_window";
+    case LayerKind::kChunkedLocal:
+      return "chunked_local_attention";
+    case LayerKind::kMambaState:
+      return "mamba";
     case LayerKind::kCrossAttention:
-    case LayerKind::kVisionEmbedding: return {};
+    case LayerKind::kVisionEmbedding:
+      return {};
   }
   return {};
 }
@@ -35,8 +43,7 @@ bool emitted(const KvEvent& e, const KVLayout& layout) {
   return e.kind == KvEventKind::kCleared || layout.group(e.group).is_decoder();
 }
 
-void check_range(std::uint64_t begin, std::uint64_t count, std::uint64_t size, std::size_t index,
-                 const char* what) {
+void check_range(std::uint64_t begin, std::uint64_t count, std::uint64_t size, std::size_t index, const char* what) {
   const auto end = try_add(begin, count);
   if (!end || *end > size)
     fail("events[{}]: {} [{}, +{}) is outside the batch's {} entries", index, what, begin, count, size);
@@ -62,8 +69,8 @@ void validate_kv_event_batch(const KvEventBatch& batch, const KVLayout& layout) 
     std::uint32_t last = 0;
     for (const KvEventItemKey& item : batch.items_of(e)) {
       if (item.page_in_run >= e.num_pages || item.page_in_run < last)
-        fail("events[{}]: item page_in_run = {} must be < num_pages = {} and not below the previous item's {}",
-             i, item.page_in_run, e.num_pages, last);
+        fail("events[{}]: item page_in_run = {} must be < num_pages = {} and not below the previous item's {}", i,
+             item.page_in_run, e.num_pages, last);
       last = item.page_in_run;
     }
   }
@@ -89,9 +96,15 @@ class Encoder {
     for (const KvEvent& e : batch_.events) {
       if (!emitted(e, layout_)) continue;
       switch (e.kind) {
-        case KvEventKind::kStored: stored(e); break;
-        case KvEventKind::kRemoved: removed(e); break;
-        case KvEventKind::kCleared: struct_header("AllBlocksCleared", 0); break;
+        case KvEventKind::kStored:
+          stored(e);
+          break;
+        case KvEventKind::kRemoved:
+          removed(e);
+          break;
+        case KvEventKind::kCleared:
+          struct_header("AllBlocksCleared", 0);
+          break;
       }
     }
     key("data_parallel_rank");

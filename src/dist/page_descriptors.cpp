@@ -32,8 +32,7 @@ std::size_t pair_runs(std::span<const PageRun> src, std::span<const PageRun> dst
   std::uint64_t src_bytes = 0, dst_bytes = 0;
   for (const PageRun& r : src) src_bytes += r.bytes;
   for (const PageRun& r : dst) dst_bytes += r.bytes;
-  if (src_bytes != dst_bytes)
-    fail("pair_runs: source runs cover {} bytes, destination runs {}", src_bytes, dst_bytes);
+  if (src_bytes != dst_bytes) fail("pair_runs: source runs cover {} bytes, destination runs {}", src_bytes, dst_bytes);
   const std::size_t before = out.size();
   std::size_t i = 0, j = 0;
   std::uint64_t si = 0, dj = 0;  // bytes of src[i] / dst[j] already paired
@@ -59,8 +58,10 @@ std::uint64_t layout_fingerprint(const KVLayout& layout) {
     f.u64(grp.state_bytes_per_layer).u64(grp.embedding_bytes_per_token);
     f.u64(layout.natural_page_bytes(g)).u64(layout.small_page_bytes(g));
     for (std::uint32_t l = 0; l < grp.num_layers; ++l) {
-      if (grp.is_state()) f.u64(layout.state_offset(g, l));
-      else if (grp.kind != LayerKind::kVisionEmbedding) f.u64(layout.k_offset(g, l)).u64(layout.v_offset(g, l));
+      if (grp.is_state())
+        f.u64(layout.state_offset(g, l));
+      else if (grp.kind != LayerKind::kVisionEmbedding)
+        f.u64(layout.k_offset(g, l)).u64(layout.v_offset(g, l));
     }
   }
   return f.digest();

@@ -61,18 +61,30 @@ TierValueError check_tier_value(std::span<const std::byte> value, const TierValu
 
 std::string_view to_string(TierValueError error) {
   switch (error) {
-    case TierValueError::kNone: return "none";
-    case TierValueError::kLength: return "length";
-    case TierValueError::kMagic: return "magic";
-    case TierValueError::kVersion: return "version";
-    case TierValueError::kHeaderBytes: return "header_bytes";
-    case TierValueError::kHeaderChecksum: return "header_checksum";
-    case TierValueError::kScope: return "scope";
-    case TierValueError::kHash: return "hash";
-    case TierValueError::kGroup: return "group";
-    case TierValueError::kTokensPerPage: return "tokens_per_page";
-    case TierValueError::kPayloadBytes: return "payload_bytes";
-    case TierValueError::kPayloadChecksum: return "payload_checksum";
+    case TierValueError::kNone:
+      return "none";
+    case TierValueError::kLength:
+      return "length";
+    case TierValueError::kMagic:
+      return "magic";
+    case TierValueError::kVersion:
+      return "version";
+    case TierValueError::kHeaderBytes:
+      return "header_bytes";
+    case TierValueError::kHeaderChecksum:
+      return "header_checksum";
+    case TierValueError::kScope:
+      return "scope";
+    case TierValueError::kHash:
+      return "hash";
+    case TierValueError::kGroup:
+      return "group";
+    case TierValueError::kTokensPerPage:
+      return "tokens_per_page";
+    case TierValueError::kPayloadBytes:
+      return "payload_bytes";
+    case TierValueError::kPayloadChecksum:
+      return "payload_checksum";
   }
   return "unknown";
 }

@@ -27,7 +27,8 @@ std::uint16_t load16(const void* base, std::uint64_t byte_offset) {
 // Key addressing of the paged layout: byte offset of (token, head 0) or -1 for a null page.
 class PagedKeys {
  public:
-  PagedKeys(const PagedAttentionParams& p) : p_(p), row_bytes_(token_row_bytes(p.cache.kv_heads, p.cache.head_dim, p.cache.dtype)) {}
+  PagedKeys(const PagedAttentionParams& p)
+      : p_(p), row_bytes_(token_row_bytes(p.cache.kv_heads, p.cache.head_dim, p.cache.dtype)) {}
   void select(std::uint32_t b) {
     const PageTableView& t = p_.table;
     if (t.indptr != nullptr) {
@@ -62,7 +63,8 @@ class PagedKeys {
 
 class ContiguousKeys {
  public:
-  ContiguousKeys(const ContiguousAttentionParams& p) : p_(p), row_bytes_(token_row_bytes(p.cache.kv_heads, p.cache.head_dim, p.cache.dtype)) {}
+  ContiguousKeys(const ContiguousAttentionParams& p)
+      : p_(p), row_bytes_(token_row_bytes(p.cache.kv_heads, p.cache.head_dim, p.cache.dtype)) {}
   void select(std::uint32_t b) {
     base_ = p_.slot_idx[b] * p_.cache.slot_stride_bytes;
     batch_row_ = b;
@@ -128,7 +130,8 @@ void attend(const QueryBatch& q, const void* k_base, const void* v_base, Shape s
             if (off < 0) continue;
             const std::uint64_t head_off = static_cast<std::uint64_t>(off) + std::uint64_t{h} * d * elt;
             double logit = 0.0;
-            for (std::uint32_t j = 0; j < d; ++j) logit += qv[j] * to_float(s.dtype, load16(k_base, head_off + j * elt));
+            for (std::uint32_t j = 0; j < d; ++j)
+              logit += qv[j] * to_float(s.dtype, load16(k_base, head_off + j * elt));
             logit *= scale;
             if (cap > 0.0) logit = cap * std::tanh(logit / cap);
             const double m_new = std::max(m, logit);

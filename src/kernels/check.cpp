@@ -37,8 +37,7 @@ void check_cache(const PagedKVCache& c, const char* prefix) {
   check_pointer(c.v, "cache.v", true);
   const std::uint64_t slice = c.tokens_per_page * token_row_bytes(c.kv_heads, c.head_dim, c.dtype);
   if (c.page_stride_bytes < slice)
-    fail("{}.page_stride_bytes = {}: smaller than one layer's K slice ({} bytes)", prefix,
-         c.page_stride_bytes, slice);
+    fail("{}.page_stride_bytes = {}: smaller than one layer's K slice ({} bytes)", prefix, c.page_stride_bytes, slice);
   if (c.page_stride_bytes % 16 != 0)
     fail("{}.page_stride_bytes = {}: must be a multiple of 16", prefix, c.page_stride_bytes);
 }
@@ -68,8 +67,9 @@ void check_common(const QueryBatch& q, std::uint32_t kv_heads, const AttentionOp
   if (prefill) {
     check_pointer(q.q_indptr, "query.q_indptr", false);
   } else {
-    if (q.q_indptr != nullptr) fail("query.q_indptr = {}: decode takes one token per request, pass nullptr",
-                                    static_cast<const void*>(q.q_indptr));
+    if (q.q_indptr != nullptr)
+      fail("query.q_indptr = {}: decode takes one token per request, pass nullptr",
+           static_cast<const void*>(q.q_indptr));
     if (q.rows != q.batch) fail("query.rows = {}: decode needs rows == batch ({})", q.rows, q.batch);
   }
   if (o.mask != MaskKind::kCausal && o.mask != MaskKind::kSlidingWindow && o.mask != MaskKind::kChunkedLocal)

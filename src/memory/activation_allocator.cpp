@@ -132,13 +132,15 @@ void ActivationAllocator::check_invariants() const {
   for (auto [off, len] : allocs_)
     for (std::uint32_t c = off; c < off + len; ++c) {
       if (cover[c]++) fail("activation allocator: chunk {} is in two extents", c);
-      if (chunk_id_[c] == kNoChunk || !live_flag_[c]) fail("activation allocator: live chunk {} is unmapped or unflagged", c);
+      if (chunk_id_[c] == kNoChunk || !live_flag_[c])
+        fail("activation allocator: live chunk {} is unmapped or unflagged", c);
       ++live;
     }
   std::uint32_t prev_end = 0;
   bool first = true;
   for (auto [off, len] : free_by_off_) {
-    if (len == 0 || free_by_len_.count({len, off}) != 1) fail("activation allocator: free extent at {} is not indexed", off);
+    if (len == 0 || free_by_len_.count({len, off}) != 1)
+      fail("activation allocator: free extent at {} is not indexed", off);
     if (!first && off == prev_end) fail("activation allocator: free extents at {} were not coalesced", off);
     for (std::uint32_t c = off; c < off + len; ++c) {
       if (cover[c]++) fail("activation allocator: chunk {} is in two extents", c);
@@ -152,11 +154,13 @@ void ActivationAllocator::check_invariants() const {
     if (!cover[c]) fail("activation allocator: chunk {} is in no extent", c);
     if (chunk_id_[c] != kNoChunk) {
       ++mapped;
-      if (pool_.owner(chunk_id_[c]) != ChunkOwner::kActivation || pool_.address(chunk_id_[c]) != range_.base + c * pool_.chunk_bytes())
+      if (pool_.owner(chunk_id_[c]) != ChunkOwner::kActivation ||
+          pool_.address(chunk_id_[c]) != range_.base + c * pool_.chunk_bytes())
         fail("activation allocator: chunk {} is not mapped where it should be", c);
     }
   }
-  if (live != live_ || mapped != mapped_) fail("activation allocator: counters disagree ({} live, {} mapped)", live, mapped);
+  if (live != live_ || mapped != mapped_)
+    fail("activation allocator: counters disagree ({} live, {} mapped)", live, mapped);
 }
 
 }  // namespace kvmm

@@ -35,8 +35,10 @@ void ArenaPagePool::link(PageId j, Rank r) {
 
 void ArenaPagePool::unlink(PageId j) {
   const Rank r = rank_[j];
-  if (prev_[j] != kNullPage) next_[prev_[j]] = next_[j];
-  else head_[r] = next_[j];
+  if (prev_[j] != kNullPage)
+    next_[prev_[j]] = next_[j];
+  else
+    head_[r] = next_[j];
   if (next_[j] != kNullPage) prev_[next_[j]] = prev_[j];
   rank_[j] = kUsed;
 }
@@ -104,29 +106,36 @@ void ArenaPagePool::check_invariants() const {
       }
     } else {
       ++free_pages;
-      if (rank_[j] != rank_of(j)) fail("arena page pool: free page {} has rank {}, expected {}", j, int(rank_[j]), int(rank_of(j)));
+      if (rank_[j] != rank_of(j))
+        fail("arena page pool: free page {} has rank {}, expected {}", j, int(rank_[j]), int(rank_of(j)));
     }
   }
   std::uint32_t listed = 0;
   for (int r = kUnbacked; r <= kBusy; ++r) {
     PageId prev = kNullPage;
     for (PageId j = head_[r]; j != kNullPage; j = next_[j]) {
-      if (rank_[j] != r || prev_[j] != prev || owner_[j] != kNoGroup) fail("arena page pool: list {} is broken at page {}", r, j);
+      if (rank_[j] != r || prev_[j] != prev || owner_[j] != kNoGroup)
+        fail("arena page pool: list {} is broken at page {}", r, j);
       prev = j;
       if (++listed > capacity()) fail("arena page pool: list {} has a cycle", r);
     }
   }
-  if (listed != free_pages || free_pages != num_free_) fail("arena page pool: {} free pages, {} listed, counter {}", free_pages, listed, num_free_);
+  if (listed != free_pages || free_pages != num_free_)
+    fail("arena page pool: {} free pages, {} listed, counter {}", free_pages, listed, num_free_);
   std::uint32_t backed = 0;
   for (std::uint32_t c = 0; c < users.size(); ++c) {
-    if (users[c] != arena_.chunk_users(c)) fail("arena page pool: chunk {} has {} users, arena counts {}", c, users[c], arena_.chunk_users(c));
+    if (users[c] != arena_.chunk_users(c))
+      fail("arena page pool: chunk {} has {} users, arena counts {}", c, users[c], arena_.chunk_users(c));
     backed += arena_.chunk_backed(c);
     // (An elastic chunk without users is normally unmapped; it stays backed, and is
     // reused first, only after the backend raised on its unmap.)
-    if (users[c] > 0 && !arena_.chunk_backed(c)) fail("arena page pool: chunk {} has {} users but is not backed", c, users[c]);
-    if (arena_.backing() == ArenaBacking::kFull && !arena_.chunk_backed(c)) fail("arena page pool: full arena chunk {} unbacked", c);
+    if (users[c] > 0 && !arena_.chunk_backed(c))
+      fail("arena page pool: chunk {} has {} users but is not backed", c, users[c]);
+    if (arena_.backing() == ArenaBacking::kFull && !arena_.chunk_backed(c))
+      fail("arena page pool: full arena chunk {} unbacked", c);
   }
-  if (backed != arena_.num_backed_chunks()) fail("arena page pool: {} chunks backed, arena says {}", backed, arena_.num_backed_chunks());
+  if (backed != arena_.num_backed_chunks())
+    fail("arena page pool: {} chunks backed, arena says {}", backed, arena_.num_backed_chunks());
 }
 
 }  // namespace kvmm

@@ -9,10 +9,14 @@ namespace kvmm {
 
 const char* to_string(ChunkOwner owner) {
   switch (owner) {
-    case ChunkOwner::kFree: return "free";
-    case ChunkOwner::kKVArena: return "kv-arena";
-    case ChunkOwner::kVirtualTensor: return "virtual-tensor";
-    case ChunkOwner::kActivation: return "activation";
+    case ChunkOwner::kFree:
+      return "free";
+    case ChunkOwner::kKVArena:
+      return "kv-arena";
+    case ChunkOwner::kVirtualTensor:
+      return "virtual-tensor";
+    case ChunkOwner::kActivation:
+      return "activation";
   }
   return "?";
 }
@@ -101,10 +105,12 @@ void ChunkPool::free_range(const VirtualRange& range) {
   const auto it = std::lower_bound(ranges_.begin(), ranges_.end(), range.base,
                                    [](const VirtualRange& x, std::uint64_t b) { return x.base < b; });
   if (it == ranges_.end() || it->base != range.base || it->bytes != range.bytes)
-    fail("range.base = {:#x}, range.bytes = {}: not reserved through this pool (freed twice?)", range.base, range.bytes);
+    fail("range.base = {:#x}, range.bytes = {}: not reserved through this pool (freed twice?)", range.base,
+         range.bytes);
   for (ChunkId id = 0; id < capacity(); ++id)
     if (addr_[id] != 0 && addr_[id] - range.base < range.bytes)
-      fail("range.base = {:#x}: chunk {} is still mapped at {:#x} by {}", range.base, id, addr_[id], to_string(owner_[id]));
+      fail("range.base = {:#x}: chunk {} is still mapped at {:#x} by {}", range.base, id, addr_[id],
+           to_string(owner_[id]));
   ++backend_calls_;
   backend_.free_range(range);
   ranges_.erase(it);
@@ -376,20 +382,23 @@ void ChunkPool::check_invariants() const {
     created += created_[id];
     if (idx(owner_[id]) >= kNumChunkOwners) fail("chunk pool: chunk {} has owner {}", id, idx(owner_[id]));
     if (owner_[id] != ChunkOwner::kFree) {
-      if (!created_[id] || addr_[id] == 0 || seen[id]++) fail("chunk pool: owned chunk {} is not created and mapped", id);
+      if (!created_[id] || addr_[id] == 0 || seen[id]++)
+        fail("chunk pool: owned chunk {} is not created and mapped", id);
       if (!in_ranges(addr_[id])) fail("chunk pool: chunk {} is mapped at {:#x}, outside every range", id, addr_[id]);
       ++owned[idx(owner_[id])];
       ++mapped;
     }
     if (!seen[id]) fail("chunk pool: chunk {} is neither idle, unborn nor owned", id);
   }
-  if (created != num_created_ || mapped != num_mapped_) fail("chunk pool: counters disagree ({} created, {} mapped)", created, mapped);
+  if (created != num_created_ || mapped != num_mapped_)
+    fail("chunk pool: counters disagree ({} created, {} mapped)", created, mapped);
   for (std::size_t o = 1; o < kNumChunkOwners; ++o) {
     if (owned[o] != owned_[o]) fail("chunk pool: owner {} holds {} chunks, counter says {}", o, owned[o], owned_[o]);
     if (owned_[o] > quota_[o]) fail("chunk pool: owner {} holds {} chunks over its quota {}", o, owned_[o], quota_[o]);
   }
   for (std::size_t k = 1; k < ranges_.size(); ++k)
-    if (ranges_[k - 1].base + ranges_[k - 1].bytes > ranges_[k].base) fail("chunk pool: ranges {} and {} overlap", k - 1, k);
+    if (ranges_[k - 1].base + ranges_[k - 1].bytes > ranges_[k].base)
+      fail("chunk pool: ranges {} and {} overlap", k - 1, k);
 }
 
 }  // namespace kvmm

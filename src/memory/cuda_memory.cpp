@@ -21,12 +21,12 @@ using CUmemHandle = unsigned long long;
 
 constexpr CUresult kSuccess = 0;
 constexpr CUresult kNotReady = 600;
-constexpr int kAllocationPinned = 1;           // CU_MEM_ALLOCATION_TYPE_PINNED
-constexpr int kHandlePosixFd = 1;              // CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
-constexpr int kLocationDevice = 1;             // CU_MEM_LOCATION_TYPE_DEVICE
-constexpr int kAccessReadWrite = 3;            // CU_MEM_ACCESS_FLAGS_PROT_READWRITE
-constexpr int kGranularityMinimum = 0;         // CU_MEM_ALLOC_GRANULARITY_MINIMUM
-constexpr unsigned kEventDisableTiming = 2;    // CU_EVENT_DISABLE_TIMING
+constexpr int kAllocationPinned = 1;         // CU_MEM_ALLOCATION_TYPE_PINNED
+constexpr int kHandlePosixFd = 1;            // CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
+constexpr int kLocationDevice = 1;           // CU_MEM_LOCATION_TYPE_DEVICE
+constexpr int kAccessReadWrite = 3;          // CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+constexpr int kGranularityMinimum = 0;       // CU_MEM_ALLOC_GRANULARITY_MINIMUM
+constexpr unsigned kEventDisableTiming = 2;  // CU_EVENT_DISABLE_TIMING
 
 struct CUmemLocation {
   int type;
@@ -178,7 +178,8 @@ CudaMemory::CudaMemory(const CudaMemoryOptions& options) : device_(options.devic
   if (!d.ok) fail("CUDA backend unavailable: {}", d.reason);
   int count = 0;
   d.cuDeviceGetCount(&count);
-  if (options.device < 0 || options.device >= count) fail("device = {}: {} CUDA devices present", options.device, count);
+  if (options.device < 0 || options.device >= count)
+    fail("device = {}: {} CUDA devices present", options.device, count);
   CUdevice dev = 0;
   CUresult r = d.cuDeviceGet(&dev, options.device);
   if (r != kSuccess) fail("device = {}: cuDeviceGet: {}", options.device, describe(r));
@@ -189,7 +190,8 @@ CudaMemory::CudaMemory(const CudaMemoryOptions& options) : device_(options.devic
   if (r != kSuccess) fail("device = {}: cuMemGetAllocationGranularity: {}", options.device, describe(r));
   granularity_ = gran;
   if (options.chunk_bytes < (std::uint64_t{2} << 20) || options.chunk_bytes % granularity_ != 0)
-    fail("chunk_bytes = {}: must be at least 2 MiB and a multiple of the granularity {}", options.chunk_bytes, granularity_);
+    fail("chunk_bytes = {}: must be at least 2 MiB and a multiple of the granularity {}", options.chunk_bytes,
+         granularity_);
   chunk_bytes_ = options.chunk_bytes;
   r = d.cuDevicePrimaryCtxRetain(&context_, device_);
   if (r != kSuccess) fail("device = {}: cuDevicePrimaryCtxRetain: {}", options.device, describe(r));
@@ -258,8 +260,10 @@ bool CudaMemory::map(ChunkHandle chunk, std::uint64_t addr) {
   make_current();
   // An address whose previous mapping is still being retired must be free first.
   for (std::size_t i = 0; i < pending_.size();) {
-    if (addr < pending_[i].addr + pending_[i].bytes && pending_[i].addr < addr + chunk_bytes_) complete(i);
-    else ++i;
+    if (addr < pending_[i].addr + pending_[i].bytes && pending_[i].addr < addr + chunk_bytes_)
+      complete(i);
+    else
+      ++i;
   }
   return driver().cuMemMap(addr, chunk_bytes_, 0, chunk, 0) == kSuccess;
 }

@@ -36,7 +36,8 @@ bool ElasticMemory::deflate(std::uint32_t n) {
 
 bool ElasticMemory::balloon(std::int64_t amount) {
   // |amount| in 64 bits (INT64_MIN has no int64 negation), then it must fit 32.
-  const std::uint64_t magnitude = amount < 0 ? std::uint64_t{0} - static_cast<std::uint64_t>(amount) : static_cast<std::uint64_t>(amount);
+  const std::uint64_t magnitude =
+      amount < 0 ? std::uint64_t{0} - static_cast<std::uint64_t>(amount) : static_cast<std::uint64_t>(amount);
   if (magnitude > std::numeric_limits<std::uint32_t>::max())
     fail("amount = {}: more chunks than a pool can hold (|amount| must be below 2^32)", amount);
   if (amount > 0) return inflate(static_cast<std::uint32_t>(magnitude));

@@ -58,7 +58,8 @@ void HostMemory::free_range(const VirtualRange& range) {
   for (const auto& [addr, slot] : mapped_)
     if (addr >= range.base && addr - range.base < range.bytes)
       fail("range.base = {:#x}: chunk {} is still mapped at {:#x}", range.base, slot, addr);
-  if (munmap(as_ptr(range.base), range.bytes) != 0) fail("range.base = {:#x}: munmap: {}", range.base, std::strerror(errno));
+  if (munmap(as_ptr(range.base), range.bytes) != 0)
+    fail("range.base = {:#x}: munmap: {}", range.base, std::strerror(errno));
   ranges_.erase(it);
 }
 
@@ -157,7 +158,8 @@ void HostMemory::check_invariants() const {
   for (std::uint32_t slot : free_slots_)
     if (slot >= map_count_.size() || map_count_[slot] != kDead) fail("host memory: free offset {} is live", slot);
   if (live != live_chunks_ || live + free_slots_.size() != file_chunks_)
-    fail("host memory: {} live chunks, counter {}, {} free offsets of {}", live, live_chunks_, free_slots_.size(), file_chunks_);
+    fail("host memory: {} live chunks, counter {}, {} free offsets of {}", live, live_chunks_, free_slots_.size(),
+         file_chunks_);
   if (maps != live_mappings_ || mapped_.size() != live_mappings_)
     fail("host memory: {} mappings counted per chunk, {} by address, counter {}", maps, mapped_.size(), live_mappings_);
   for (const auto& [addr, slot] : mapped_) {

@@ -35,7 +35,8 @@ void HostOffloadBuffer::check_device_pages(std::span<const PageId> device_pages)
   for (std::size_t i = 0; i < device_pages.size(); ++i) {
     if (device_pages[i] == kNullPage) fail("device_pages[{}] = {}: the null page holds no data", i, device_pages[i]);
     if (!try_mul<std::uint64_t>(device_pages[i], page_bytes_))
-      fail("device_pages[{}] = {}: its byte offset ({} bytes a page) overflows 64 bits", i, device_pages[i], page_bytes_);
+      fail("device_pages[{}] = {}: its byte offset ({} bytes a page) overflows 64 bits", i, device_pages[i],
+           page_bytes_);
   }
   sorted_.assign(device_pages.begin(), device_pages.end());
   std::sort(sorted_.begin(), sorted_.end());
@@ -50,7 +51,8 @@ void HostOffloadBuffer::check_device_pages(std::span<const PageId> device_pages)
 bool HostOffloadBuffer::offload(RequestId r, std::span<const PageId> device_pages, std::uint64_t device_page_bytes,
                                 std::vector<OffloadCopy>& plan) {
   if (r == kNoRequest) fail("request = {}: not a request id", r);
-  if (device_page_bytes != page_bytes_) fail("device_page_bytes = {}: buffer pages are {} bytes", device_page_bytes, page_bytes_);
+  if (device_page_bytes != page_bytes_)
+    fail("device_page_bytes = {}: buffer pages are {} bytes", device_page_bytes, page_bytes_);
   if (pages_of(r) != 0) fail("request = {}: already has {} pages offloaded", r, pages_of(r));
   check_device_pages(device_pages);
   if (device_pages.size() > free_logical_pages() || device_pages.size() > free_.size()) return false;
@@ -73,7 +75,8 @@ bool HostOffloadBuffer::offload(RequestId r, std::span<const PageId> device_page
 
 void HostOffloadBuffer::fetch(RequestId r, std::span<const PageId> device_pages, std::uint64_t device_page_bytes,
                               std::vector<OffloadCopy>& plan) {
-  if (device_page_bytes != page_bytes_) fail("device_page_bytes = {}: buffer pages are {} bytes", device_page_bytes, page_bytes_);
+  if (device_page_bytes != page_bytes_)
+    fail("device_page_bytes = {}: buffer pages are {} bytes", device_page_bytes, page_bytes_);
   if (device_pages.size() != pages_of(r))
     fail("device_pages.size() = {}: request {} has {} pages offloaded", device_pages.size(), r, pages_of(r));
   check_device_pages(device_pages);
@@ -81,7 +84,8 @@ void HostOffloadBuffer::fetch(RequestId r, std::span<const PageId> device_pages,
   const auto& mine = owned_.at(r);
   plan.reserve(plan.size() + mine.size());
   for (std::size_t i = 0; i < mine.size(); ++i)
-    plan.push_back(OffloadCopy{std::uint64_t{device_pages[i]} * page_bytes_, std::uint64_t{mine[i]} * page_bytes_, page_bytes_});
+    plan.push_back(
+        OffloadCopy{std::uint64_t{device_pages[i]} * page_bytes_, std::uint64_t{mine[i]} * page_bytes_, page_bytes_});
   drop(r);
 }
 
@@ -112,13 +116,15 @@ void HostOffloadBuffer::check_invariants() const {
   for (const auto& [r, mine] : owned_) {
     if (mine.empty()) fail("host offload buffer: request {} is listed with no pages", r);
     for (std::uint32_t h : mine) {
-      if (h >= capacity_ || seen[h]++) fail("host offload buffer: page {} of request {} is also free or held twice", h, r);
+      if (h >= capacity_ || seen[h]++)
+        fail("host offload buffer: page {} of request {} is also free or held twice", h, r);
       ++used;
     }
   }
   if (used != used_ || used + free_.size() != capacity_)
     fail("host offload buffer: {} pages held, counter says {}, {} free of {}", used, used_, free_.size(), capacity_);
-  if (logical_ < 1 || logical_ > capacity_) fail("host offload buffer: logical size {} outside [1, {}]", logical_, capacity_);
+  if (logical_ < 1 || logical_ > capacity_)
+    fail("host offload buffer: logical size {} outside [1, {}]", logical_, capacity_);
 }
 
 void HostOffloadBuffer::copy_to_host(std::span<const OffloadCopy> plan, const std::byte* device_base) const {

@@ -24,7 +24,8 @@ KVArena::KVArena(ChunkPool& pool, const KVLayout& layout, const KVArenaOptions& 
   pinned_.assign(num_pages_, 0);
   addrs_.reserve(chunks);
   ids_.reserve(chunks);
-  if (!pool_.reserve(bytes, &range_)) fail("num_large_pages = {}: cannot reserve {} bytes of address space", num_pages_, bytes);
+  if (!pool_.reserve(bytes, &range_))
+    fail("num_large_pages = {}: cannot reserve {} bytes of address space", num_pages_, bytes);
   if (backing_ != ArenaBacking::kFull) return;
   bool ok = false;
   try {

@@ -21,21 +21,25 @@ VirtualKVCache::VirtualKVCache(ChunkPool& pool, const VirtualKVCacheOptions& opt
   const std::uint64_t chunk = pool.chunk_bytes();
   if (o.page_group_bytes == 0 || o.page_group_bytes % chunk != 0)
     fail("page_group_bytes = {}: must be a positive multiple of the chunk size {}", o.page_group_bytes, chunk);
-  if (o.page_group_bytes / chunk >= kNoChunk) fail("page_group_bytes = {}: more than 2^32-2 chunks", o.page_group_bytes);
+  if (o.page_group_bytes / chunk >= kNoChunk)
+    fail("page_group_bytes = {}: more than 2^32-2 chunks", o.page_group_bytes);
   if (o.eager_tokens > o.max_context) fail("eager_tokens = {}: above max_context {}", o.eager_tokens, o.max_context);
-  if (o.prefetch_tokens == 0) fail("prefetch_tokens = {}: must be at least 1 (the next step's token)", o.prefetch_tokens);
+  if (o.prefetch_tokens == 0)
+    fail("prefetch_tokens = {}: must be at least 1 (the next step's token)", o.prefetch_tokens);
   // Every size product checked, each message naming the fields that overflow.
-  const std::uint64_t head_bytes =
-      checked_mul(checked_mul(o.kv_heads, o.head_dim, "kv_heads * head_dim"), o.dtype_bytes, "kv_heads * head_dim * dtype_bytes");
+  const std::uint64_t head_bytes = checked_mul(checked_mul(o.kv_heads, o.head_dim, "kv_heads * head_dim"),
+                                               o.dtype_bytes, "kv_heads * head_dim * dtype_bytes");
   if (o.layout == TensorLayout::kPerLayer && o.num_layers > (kNoSlot >> 1))
     fail("num_layers = {}: 2 * num_layers tensors overflow 32 bits", o.num_layers);
   num_tensors_ = o.layout == TensorLayout::kPerLayer ? 2 * o.num_layers : 2;
   token_bytes_ = o.layout == TensorLayout::kPerLayer
                      ? head_bytes
                      : checked_mul(head_bytes, o.num_layers, "num_layers * kv_heads * head_dim * dtype_bytes");
-  const std::uint64_t groups = ceil_div(checked_mul(o.max_context, token_bytes_, "max_context * token bytes"), o.page_group_bytes);
+  const std::uint64_t groups =
+      ceil_div(checked_mul(o.max_context, token_bytes_, "max_context * token bytes"), o.page_group_bytes);
   if (groups >= kNoSlot)
-    fail("max_context = {}: {} page groups of {} bytes per slot, more than 2^32-2", o.max_context, groups, o.page_group_bytes);
+    fail("max_context = {}: {} page groups of {} bytes per slot, more than 2^32-2", o.max_context, groups,
+         o.page_group_bytes);
   groups_per_slot_ = static_cast<std::uint32_t>(groups);
   chunks_per_group_ = static_cast<std::uint32_t>(o.page_group_bytes / chunk);
   slot_bytes_ = checked_mul(groups_per_slot_, o.page_group_bytes, "max_context rounded up to whole page groups");
@@ -65,7 +69,8 @@ VirtualKVCache::VirtualKVCache(ChunkPool& pool, const VirtualKVCacheOptions& opt
   victim_groups_.reserve(o.max_batch);
   ring_.assign(o.max_batch, 0);
   queued_.assign(o.max_batch, 0);
-  if (!pool_.reserve(total, &range_)) fail("max_batch = {}: cannot reserve {} bytes of address space", o.max_batch, total);
+  if (!pool_.reserve(total, &range_))
+    fail("max_batch = {}: cannot reserve {} bytes of address space", o.max_batch, total);
   if (!o.background_mapper) return;
   try {
     mapper_ = std::thread([this] { mapper_loop(); });
@@ -101,13 +106,15 @@ VirtualKVCache::~VirtualKVCache() {
 
 TensorView VirtualKVCache::view(std::uint32_t layer, std::uint32_t kv) const {
   if (layer >= options_.num_layers) fail("layer = {}: model has {} layers", layer, options_.num_layers);
-  const std::uint64_t head_bytes = token_bytes_ / (options_.layout == TensorLayout::kPerLayer ? 1 : options_.num_layers);
+  const std::uint64_t head_bytes =
+      token_bytes_ / (options_.layout == TensorLayout::kPerLayer ? 1 : options_.num_layers);
   if (options_.layout == TensorLayout::kPerLayer)
     return TensorView{range_.base + (2 * std::uint64_t{layer} + kv) * tensor_bytes_, slot_bytes_, token_bytes_};
   return TensorView{range_.base + kv * tensor_bytes_ + layer * head_bytes, slot_bytes_, token_bytes_};
 }
 
-std::uint64_t VirtualKVCache::chunk_address(std::uint32_t t, std::uint32_t slot, std::uint32_t g, std::uint32_t i) const {
+std::uint64_t VirtualKVCache::chunk_address(std::uint32_t t, std::uint32_t slot, std::uint32_t g,
+                                            std::uint32_t i) const {
   return range_.base + t * tensor_bytes_ + slot * slot_bytes_ + g * options_.page_group_bytes + i * pool_.chunk_bytes();
 }
 
@@ -115,7 +122,8 @@ std::uint64_t VirtualKVCache::chunk_address(std::uint32_t t, std::uint32_t slot,
 // that step() compares against (no division on the fast path).
 void VirtualKVCache::publish(std::uint32_t slot, std::uint32_t groups) {
   const std::uint64_t cap = std::uint64_t{groups} * options_.page_group_bytes / token_bytes_;
-  capacity_[slot].store(static_cast<std::uint32_t>(std::min<std::uint64_t>(cap, options_.max_context)), std::memory_order_release);
+  capacity_[slot].store(static_cast<std::uint32_t>(std::min<std::uint64_t>(cap, options_.max_context)),
+                        std::memory_order_release);
   backed_[slot].store(groups, std::memory_order_release);
 }
 
@@ -131,12 +139,15 @@ bool VirtualKVCache::grow_locked(std::span<const std::uint32_t> slots, std::span
             if (table(s, g, t, i) == kNoChunk) fn(s, g, t, i);
     }
   };
-  for_missing([&](std::uint32_t s, std::uint32_t g, std::uint32_t t, std::uint32_t i) { addrs_.push_back(chunk_address(t, s, g, i)); });
+  for_missing([&](std::uint32_t s, std::uint32_t g, std::uint32_t t, std::uint32_t i) {
+    addrs_.push_back(chunk_address(t, s, g, i));
+  });
   if (!addrs_.empty()) {
     ids_.resize(addrs_.size());
     if (!pool_.map_batch(ChunkOwner::kVirtualTensor, addrs_, ids_)) return false;
     std::size_t n = 0;
-    for_missing([&](std::uint32_t s, std::uint32_t g, std::uint32_t t, std::uint32_t i) { table(s, g, t, i) = ids_[n++]; });
+    for_missing(
+        [&](std::uint32_t s, std::uint32_t g, std::uint32_t t, std::uint32_t i) { table(s, g, t, i) = ids_[n++]; });
   }
   for (std::size_t k = 0; k < slots.size(); ++k) {
     const std::uint32_t s = slots[k];
@@ -475,8 +486,10 @@ void VirtualKVCache::housekeeping() {
       }
     }
     if (spare_ != kNoSlot) {
-      const std::uint32_t want = groups_for(options_.eager_tokens), have = backed_[spare_].load(std::memory_order_relaxed);
-      if (want > have && grow_locked(std::span<const std::uint32_t>(&spare_, 1), std::span<const std::uint32_t>(&want, 1)))
+      const std::uint32_t want = groups_for(options_.eager_tokens),
+                          have = backed_[spare_].load(std::memory_order_relaxed);
+      if (want > have &&
+          grow_locked(std::span<const std::uint32_t>(&spare_, 1), std::span<const std::uint32_t>(&want, 1)))
         background_groups_.fetch_add(want - have, std::memory_order_relaxed);
     }
   }
@@ -508,9 +521,11 @@ void VirtualKVCache::check_invariants() const {
     const std::uint32_t b = backed_[s].load(std::memory_order_relaxed), e = extent_[s];
     if (b > groups_per_slot_ || e > groups_per_slot_ || e < b)
       fail("virtual kv cache: slot {} backs {} groups, extent {}, of {}", s, b, e, groups_per_slot_);
-    const std::uint64_t cap = std::min<std::uint64_t>(std::uint64_t{b} * options_.page_group_bytes / token_bytes_, options_.max_context);
+    const std::uint64_t cap =
+        std::min<std::uint64_t>(std::uint64_t{b} * options_.page_group_bytes / token_bytes_, options_.max_context);
     if (capacity_[s].load(std::memory_order_relaxed) != cap)
-      fail("virtual kv cache: slot {} publishes {} tokens for {} groups", s, capacity_[s].load(std::memory_order_relaxed), b);
+      fail("virtual kv cache: slot {} publishes {} tokens for {} groups", s,
+           capacity_[s].load(std::memory_order_relaxed), b);
     for (std::uint32_t g = 0; g < groups_per_slot_; ++g)
       for (std::uint32_t t = 0; t < num_tensors_; ++t)
         for (std::uint32_t i = 0; i < chunks_per_group_; ++i) {

@@ -20,9 +20,10 @@ std::uint32_t checked_large_pages(const KVLayout& layout, const PagedKVAllocator
   for (GroupId g = 0; g < layout.num_groups(); ++g) {
     const std::uint64_t ids = std::uint64_t{n} * layout.small_pages_per_large_page(g);
     if (ids >= kNullPage)
-      fail("num_large_pages = {}: group '{}' has {} small pages per large page; {} small page ids "
-           "do not fit below 2^32-1",
-           n, layout.group(g).name, layout.small_pages_per_large_page(g), ids);
+      fail(
+          "num_large_pages = {}: group '{}' has {} small pages per large page; {} small page ids "
+          "do not fit below 2^32-1",
+          n, layout.group(g).name, layout.small_pages_per_large_page(g), ids);
   }
   return n;
 }
@@ -30,14 +31,12 @@ std::uint32_t checked_large_pages(const KVLayout& layout, const PagedKVAllocator
 }  // namespace
 
 PagedKVAllocator::PagedKVAllocator(KVLayout layout, const PagedKVAllocatorOptions& options)
-    : layout_(std::move(layout)),
-      pool_(checked_large_pages(layout_, options), options.large_page_source) {
+    : layout_(std::move(layout)), pool_(checked_large_pages(layout_, options), options.large_page_source) {
   const auto groups = static_cast<GroupId>(layout_.num_groups());
   allocators_.reserve(groups);
   tables_.reserve(groups);
   for (GroupId g = 0; g < groups; ++g) {
-    allocators_.emplace_back(g, layout_.small_pages_per_large_page(g), pool_,
-                             options.max_requests, options.placement);
+    allocators_.emplace_back(g, layout_.small_pages_per_large_page(g), pool_, options.max_requests, options.placement);
     tables_.emplace_back(options.max_requests, layout_.group(g).tokens_per_page);
     (layout_.group(g).is_decoder() ? decoder_groups_ : encoder_groups_).push_back(g);
   }
@@ -82,8 +81,8 @@ void PagedKVAllocator::too_many_tokens(RequestId r, std::uint64_t num_tokens) co
   fail("num_tokens = {}: request {} would pass 2^64-1 tokens", num_tokens, r);
 }
 
-bool PagedKVAllocator::grow(RequestId r, const std::vector<GroupId>& groups,
-                            std::uint32_t num_tokens, std::uint64_t& counter) {
+bool PagedKVAllocator::grow(RequestId r, const std::vector<GroupId>& groups, std::uint32_t num_tokens,
+                            std::uint64_t& counter) {
   std::uint32_t* slack = &slack_[std::size_t{r} * allocators_.size()];
   // Exact feasibility check first, so that failure changes nothing: group g needs
   // ceil((need - free small pages of g) / n_g) fresh large pages.
@@ -94,7 +93,7 @@ bool PagedKVAllocator::grow(RequestId r, const std::vector<GroupId>& groups,
       need_[g] = 0;
     } else if (grp.is_state()) {
       need_[g] = 1;  // first token: the request's state page
-    } else {  // 64-bit: 2^32-1 tokens must not wrap to 0 pages
+    } else {         // 64-bit: 2^32-1 tokens must not wrap to 0 pages
       need_[g] = ceil_div(std::uint64_t{num_tokens} - slack[g], grp.tokens_per_page);
     }
     const SmallPageAllocator& a = allocators_[g];
@@ -132,7 +131,7 @@ bool PagedKVAllocator::grow(RequestId r, const std::vector<GroupId>& groups,
     tables_[g].set_num_tokens(r, after);
     if (layout_.groups()[g].is_state()) {
       slack[g] = kUnboundedSlack;  // one state page, whatever the length
-    } else {  // < tokens_per_page: fits 32 bits
+    } else {                       // < tokens_per_page: fits 32 bits
       slack[g] = static_cast<std::uint32_t>(slack[g] + need_[g] * layout_.groups()[g].tokens_per_page - num_tokens);
     }
   }
@@ -156,8 +155,7 @@ void PagedKVAllocator::free_request(RequestId r) {
 void PagedKVAllocator::free_page(RequestId r, GroupId g, std::uint32_t index) {
   check_active(r);
   PageTableSet& t = tables_[group(g)];
-  if (index >= t.num_pages(r))
-    fail("index = {}: request {} holds {} pages in group {}", index, r, t.num_pages(r), g);
+  if (index >= t.num_pages(r)) fail("index = {}: request {} holds {} pages in group {}", index, r, t.num_pages(r), g);
   const PageId p = t.pages(r)[index];
   if (p == kNullPage) fail("index = {}: entry of request {} in group {} is already the null page", index, r, g);
   allocators_[g].free(p);
@@ -180,8 +178,7 @@ void PagedKVAllocator::check_invariants() const {
       const LayerGroup& grp = layout_.group(g);
       const std::uint64_t tok = grp.is_decoder() ? tokens_[r] : encoder_tokens_[r];
       if (tables_[g].num_pages(r) != grp.pages_for_tokens(tok))
-        fail("invariant: request {} group {} holds {} pages for {} tokens", r, g,
-             tables_[g].num_pages(r), tok);
+        fail("invariant: request {} group {} holds {} pages for {} tokens", r, g, tables_[g].num_pages(r), tok);
       for (PageId p : tables_[g].pages(r)) {
         if (p == kNullPage) continue;
         if (!a.is_allocated(p)) fail("invariant: request {} group {} maps free page {}", r, g, p);
@@ -190,15 +187,12 @@ void PagedKVAllocator::check_invariants() const {
       }
     }
     if (in_tables != a.num_used_small())
-      fail("invariant: group {} has {} used small pages but {} in page tables", g,
-           a.num_used_small(), in_tables);
+      fail("invariant: group {} has {} used small pages but {} in page tables", g, a.num_used_small(), in_tables);
   }
   if (held + pool_.num_free() != pool_.capacity())
-    fail("invariant: {} held + {} free large pages != capacity {}", held, pool_.num_free(),
-         pool_.capacity());
+    fail("invariant: {} held + {} free large pages != capacity {}", held, pool_.num_free(), pool_.capacity());
   if (num_active_ + free_ids_.size() != active_.size())
-    fail("invariant: {} active + {} free request ids != {}", num_active_, free_ids_.size(),
-         active_.size());
+    fail("invariant: {} active + {} free request ids != {}", num_active_, free_ids_.size(), active_.size());
 }
 
 }  // namespace kvmm

@@ -11,8 +11,7 @@ namespace kvmm {
 PageTableSet::PageTableSet(std::uint32_t max_requests, std::uint32_t tokens_per_page)
     : tokens_per_page_(tokens_per_page) {
   // Checked before the rows are allocated: 2^32-1 rows would be 128 GiB.
-  if (max_requests == 0 || max_requests == kNoRequest)
-    fail("max_requests = {}: must be in [1, 2^32-1)", max_requests);
+  if (max_requests == 0 || max_requests == kNoRequest) fail("max_requests = {}: must be in [1, 2^32-1)", max_requests);
   if (tokens_per_page == 0) fail("tokens_per_page = 0: must be >= 1");
   rows_.resize(max_requests);
   tokens_.assign(max_requests, 0);
@@ -31,8 +30,7 @@ void PageTableSet::bad_request(RequestId r) const {
 
 void PageTableSet::set(RequestId r, std::uint32_t index, PageId page) {
   Row& w = row(r);
-  if (index >= w.pages.size())
-    fail("index = {}: request {} has {} pages", index, r, w.pages.size());
+  if (index >= w.pages.size()) fail("index = {}: request {} has {} pages", index, r, w.pages.size());
   w.pages[index] = page;
   mark(w, index);
 }
@@ -90,8 +88,8 @@ void write_ids(const PageId* in, std::uint32_t n, T* out, PageId null_page, Requ
 
 }  // namespace
 
-std::uint32_t PageTableSet::exported_pages(std::span<const RequestId> batch, std::size_t i,
-                                           const ExportOptions& o, std::uint32_t* last) const {
+std::uint32_t PageTableSet::exported_pages(std::span<const RequestId> batch, std::size_t i, const ExportOptions& o,
+                                           std::uint32_t* last) const {
   const RequestId r = batch[i];
   const auto held = static_cast<std::uint32_t>(row(r).pages.size());
   if (o.kv_lens.empty()) {
@@ -101,18 +99,16 @@ std::uint32_t PageTableSet::exported_pages(std::span<const RequestId> batch, std
   const std::uint64_t kv = o.kv_lens[i];
   const std::uint64_t n = ceil_div(kv, tokens_per_page_);
   if (kv == 0 || n > held)
-    fail("kv_lens[{}] = {}: request {} (row {}) holds {} pages of {} tokens, the kv length must be in [1, {}]",
-         i, kv, r, i, held, tokens_per_page_, std::uint64_t{held} * tokens_per_page_);
+    fail("kv_lens[{}] = {}: request {} (row {}) holds {} pages of {} tokens, the kv length must be in [1, {}]", i, kv,
+         r, i, held, tokens_per_page_, std::uint64_t{held} * tokens_per_page_);
   *last = static_cast<std::uint32_t>(kv - (n - 1) * tokens_per_page_);
   return static_cast<std::uint32_t>(n);
 }
 
 template <typename T>
-std::size_t PageTableSet::csr(std::span<const RequestId> batch, std::span<T> indptr,
-                              std::span<T> indices, std::span<T> last_page_len,
-                              const ExportOptions& o, std::span<T> first_page) const {
-  if (indptr.size() < batch.size() + 1)
-    fail("indptr: size {} < batch size + 1 = {}", indptr.size(), batch.size() + 1);
+std::size_t PageTableSet::csr(std::span<const RequestId> batch, std::span<T> indptr, std::span<T> indices,
+                              std::span<T> last_page_len, const ExportOptions& o, std::span<T> first_page) const {
+  if (indptr.size() < batch.size() + 1) fail("indptr: size {} < batch size + 1 = {}", indptr.size(), batch.size() + 1);
   if (last_page_len.size() < batch.size())
     fail("last_page_len: size {} < batch size {}", last_page_len.size(), batch.size());
   if (o.trim && first_page.size() < batch.size())
@@ -134,8 +130,7 @@ std::size_t PageTableSet::csr(std::span<const RequestId> batch, std::span<T> ind
     }
     nnz += n - first;
   }
-  if (nnz > std::numeric_limits<T>::max())
-    fail("indices: {} pages in the batch do not fit the indptr type", nnz);
+  if (nnz > std::numeric_limits<T>::max()) fail("indices: {} pages in the batch do not fit the indptr type", nnz);
   if (indices.size() < nnz) fail("indices: size {} < {} pages in the batch", indices.size(), nnz);
   std::size_t at = 0;
   indptr[0] = 0;
@@ -157,32 +152,28 @@ std::size_t PageTableSet::csr(std::span<const RequestId> batch, std::span<T> ind
   return at;
 }
 
-std::size_t PageTableSet::export_csr(std::span<const RequestId> batch,
-                                     std::span<std::uint32_t> indptr, std::span<PageId> indices,
-                                     std::span<std::uint32_t> last_page_len) const {
+std::size_t PageTableSet::export_csr(std::span<const RequestId> batch, std::span<std::uint32_t> indptr,
+                                     std::span<PageId> indices, std::span<std::uint32_t> last_page_len) const {
   return csr<std::uint32_t>(batch, indptr, indices, last_page_len, ExportOptions{}, {});
 }
 
-std::size_t PageTableSet::export_csr(std::span<const RequestId> batch,
-                                     std::span<std::uint32_t> indptr, std::span<PageId> indices,
-                                     std::span<std::uint32_t> last_page_len, const ExportOptions& o,
-                                     std::span<std::uint32_t> first_page) const {
+std::size_t PageTableSet::export_csr(std::span<const RequestId> batch, std::span<std::uint32_t> indptr,
+                                     std::span<PageId> indices, std::span<std::uint32_t> last_page_len,
+                                     const ExportOptions& o, std::span<std::uint32_t> first_page) const {
   return csr<std::uint32_t>(batch, indptr, indices, last_page_len, o, first_page);
 }
 
-std::size_t PageTableSet::export_csr(std::span<const RequestId> batch,
-                                     std::span<std::int32_t> indptr, std::span<std::int32_t> indices,
-                                     std::span<std::int32_t> last_page_len, const ExportOptions& o,
-                                     std::span<std::int32_t> first_page) const {
+std::size_t PageTableSet::export_csr(std::span<const RequestId> batch, std::span<std::int32_t> indptr,
+                                     std::span<std::int32_t> indices, std::span<std::int32_t> last_page_len,
+                                     const ExportOptions& o, std::span<std::int32_t> first_page) const {
   if (tokens_per_page_ > kInt32Max)
     fail("tokens_per_page = {}: last_page_len past 2^31-1 does not fit int32", tokens_per_page_);
   return csr<std::int32_t>(batch, indptr, indices, last_page_len, o, first_page);
 }
 
-void PageTableSet::check_dense(std::span<const RequestId> batch, std::size_t table_size,
-                               std::uint32_t max_pages, const ExportOptions& o, std::uint32_t* lens) const {
-  if (batch.size() > rows_.size())
-    fail("batch: size {} > max_requests {}", batch.size(), rows_.size());
+void PageTableSet::check_dense(std::span<const RequestId> batch, std::size_t table_size, std::uint32_t max_pages,
+                               const ExportOptions& o, std::uint32_t* lens) const {
+  if (batch.size() > rows_.size()) fail("batch: size {} > max_requests {}", batch.size(), rows_.size());
   if (table_size < batch.size() * std::size_t{max_pages})
     fail("table: size {} < batch {} x max_pages {}", table_size, batch.size(), max_pages);
   if (o.trim) fail("trim: only export_csr trims rows (a dense table keeps page indices)");
@@ -197,8 +188,8 @@ void PageTableSet::check_dense(std::span<const RequestId> batch, std::size_t tab
 }
 
 template <typename T>
-void PageTableSet::dense(std::span<const RequestId> batch, std::span<T> table,
-                         std::uint32_t max_pages, const ExportOptions& o, PageId pad) const {
+void PageTableSet::dense(std::span<const RequestId> batch, std::span<T> table, std::uint32_t max_pages,
+                         const ExportOptions& o, PageId pad) const {
   check_dense(batch, table.size(), max_pages, o);
   (void)out_id<T>(o.null_page, "null_page", kNoRequest);
   const T pad_out = out_id<T>(pad, "pad", kNoRequest);
@@ -211,13 +202,13 @@ void PageTableSet::dense(std::span<const RequestId> batch, std::span<T> table,
   }
 }
 
-void PageTableSet::export_dense(std::span<const RequestId> batch, std::span<PageId> table,
-                                std::uint32_t max_pages, PageId pad) const {
+void PageTableSet::export_dense(std::span<const RequestId> batch, std::span<PageId> table, std::uint32_t max_pages,
+                                PageId pad) const {
   dense<PageId>(batch, table, max_pages, ExportOptions{}, pad);
 }
 
-void PageTableSet::export_dense(std::span<const RequestId> batch, std::span<PageId> table,
-                                std::uint32_t max_pages, const ExportOptions& o) const {
+void PageTableSet::export_dense(std::span<const RequestId> batch, std::span<PageId> table, std::uint32_t max_pages,
+                                const ExportOptions& o) const {
   dense<PageId>(batch, table, max_pages, o, o.null_page);
 }
 
@@ -265,26 +256,21 @@ std::size_t PageTableSet::dense_incremental(std::span<const RequestId> batch, st
   return written;
 }
 
-std::size_t PageTableSet::export_dense_incremental(std::span<const RequestId> batch,
-                                                   std::span<PageId> table,
+std::size_t PageTableSet::export_dense_incremental(std::span<const RequestId> batch, std::span<PageId> table,
                                                    std::uint32_t max_pages, PageId pad) {
   return dense_incremental<PageId>(batch, table, max_pages, ExportOptions{}, pad);
 }
 
-std::size_t PageTableSet::export_dense_incremental(std::span<const RequestId> batch,
-                                                   std::span<PageId> table, std::uint32_t max_pages,
-                                                   const ExportOptions& o) {
+std::size_t PageTableSet::export_dense_incremental(std::span<const RequestId> batch, std::span<PageId> table,
+                                                   std::uint32_t max_pages, const ExportOptions& o) {
   return dense_incremental<PageId>(batch, table, max_pages, o, o.null_page);
 }
 
-std::size_t PageTableSet::export_dense_incremental(std::span<const RequestId> batch,
-                                                   std::span<std::int32_t> table,
+std::size_t PageTableSet::export_dense_incremental(std::span<const RequestId> batch, std::span<std::int32_t> table,
                                                    std::uint32_t max_pages, const ExportOptions& o) {
   return dense_incremental<std::int32_t>(batch, table, max_pages, o, o.null_page);
 }
 
-void PageTableSet::invalidate_incremental() {
-  last_rows_ = 0;
-}
+void PageTableSet::invalidate_incremental() { last_rows_ = 0; }
 
 }  // namespace kvmm

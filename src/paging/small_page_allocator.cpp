@@ -4,18 +4,16 @@
 
 namespace kvmm {
 
-SmallPageAllocator::SmallPageAllocator(GroupId group, std::uint32_t pages_per_large,
-                                       LargePagePool& pool, std::uint32_t max_requests,
-                                       Placement placement)
+SmallPageAllocator::SmallPageAllocator(GroupId group, std::uint32_t pages_per_large, LargePagePool& pool,
+                                       std::uint32_t max_requests, Placement placement)
     : group_(group), n_(pages_per_large), pool_(pool), placement_(placement) {
   if (group == kNoGroup) fail("group = {} (kNoGroup): not a group id", group);
   if (pages_per_large == 0) fail("pages_per_large = 0: must be >= 1");
-  if (max_requests == 0 || max_requests == kNoRequest)
-    fail("max_requests = {}: must be in [1, 2^32-1)", max_requests);
+  if (max_requests == 0 || max_requests == kNoRequest) fail("max_requests = {}: must be in [1, 2^32-1)", max_requests);
   const std::uint64_t total = std::uint64_t{pool.capacity()} * pages_per_large;
   if (total >= kNullPage)
-    fail("pages_per_large = {}: {} large pages x {} small pages overflow 32-bit page ids",
-         pages_per_large, pool.capacity(), pages_per_large);
+    fail("pages_per_large = {}: {} large pages x {} small pages overflow 32-bit page ids", pages_per_large,
+         pool.capacity(), pages_per_large);
   entry_.assign(total, kNone);
   req_head_.assign(max_requests, kNone);
   req_epoch_.assign(max_requests, 0);
@@ -58,11 +56,17 @@ void SmallPageAllocator::link(std::uint32_t lp) {
 
 void SmallPageAllocator::unlink(std::uint32_t lp) {
   LargeRecord& L = pool_.record(lp);
-  if (L.gprev != kNone) pool_.record(L.gprev).gnext = L.gnext; else group_head_ = L.gnext;
+  if (L.gprev != kNone)
+    pool_.record(L.gprev).gnext = L.gnext;
+  else
+    group_head_ = L.gnext;
   if (L.gnext != kNone) pool_.record(L.gnext).gprev = L.gprev;
   L.gprev = L.gnext = kNone;
   if (L.assoc != kNoRequest && L.assoc_epoch == req_epoch_[L.assoc]) {
-    if (L.rprev != kNone) pool_.record(L.rprev).rnext = L.rnext; else req_head_[L.assoc] = L.rnext;
+    if (L.rprev != kNone)
+      pool_.record(L.rprev).rnext = L.rnext;
+    else
+      req_head_[L.assoc] = L.rnext;
     if (L.rnext != kNone) pool_.record(L.rnext).rprev = L.rprev;
   }
   L.rprev = L.rnext = kNone;
@@ -100,8 +104,7 @@ void SmallPageAllocator::bad_request(RequestId r) const {
 }
 
 void SmallPageAllocator::bad_free(PageId s) const {
-  if (s >= entry_.size())
-    fail("small page id = {}: group {} has {} small page ids", s, group_, entry_.size());
+  if (s >= entry_.size()) fail("small page id = {}: group {} has {} small page ids", s, group_, entry_.size());
   fail("small page id = {}: double free or never allocated in group {}", s, group_);
 }
 
@@ -122,7 +125,8 @@ void SmallPageAllocator::check_invariants() const {
       fail("invariant: large page {} counts {} used + {} free != {}", lp, alloc_here, L.free_count, n_);
     std::uint32_t listed = 0;
     for (std::uint32_t s = L.free_head; s != kNone; s = entry_[s]) {
-      if (s / n_ != lp || entry_[s] == kAllocated) fail("invariant: free list of large page {} holds bad page {}", lp, s);
+      if (s / n_ != lp || entry_[s] == kAllocated)
+        fail("invariant: free list of large page {} holds bad page {}", lp, s);
       if (++listed > n_) fail("invariant: free list of large page {} has a cycle", lp);
     }
     for (std::uint32_t k = L.bump; k < n_; ++k)
@@ -151,8 +155,8 @@ void SmallPageAllocator::check_invariants() const {
     }
   }
   if (used != num_used_ || free != num_free_ || held != num_large_)
-    fail("invariant: group {} counters used {}/{} free {}/{} large {}/{}", group_, num_used_, used,
-         num_free_, free, num_large_, held);
+    fail("invariant: group {} counters used {}/{} free {}/{} large {}/{}", group_, num_used_, used, num_free_, free,
+         num_large_, held);
 }
 
 }  // namespace kvmm

@@ -104,7 +104,8 @@ struct Cfg {
       bad("layer_types", fmt::format("expected an array of num_hidden_layers = {} strings", layers));
     std::vector<bool> sliding(layers);
     for (std::uint32_t i = 0; i < layers; ++i) {
-      if (lt[i] == "sliding_attention") sliding[i] = true;
+      if (lt[i] == "sliding_attention")
+        sliding[i] = true;
       else if (lt[i] != "full_attention")
         bad(fmt::format("layer_types[{}]", i),
             fmt::format("expected \"full_attention\" or \"sliding_attention\", got {}", lt[i].dump()));
@@ -129,8 +130,8 @@ AttentionParams attention(const Cfg& c, std::optional<double> qpas, std::optiona
   a.num_q_heads = c.u32("num_attention_heads");
   a.num_kv_heads = c.u32_or("num_key_value_heads", a.num_q_heads);
   if (a.num_q_heads % a.num_kv_heads != 0)
-    c.bad("num_key_value_heads", fmt::format("{} does not divide num_attention_heads = {}", a.num_kv_heads,
-                                             a.num_q_heads));
+    c.bad("num_key_value_heads",
+          fmt::format("{} does not divide num_attention_heads = {}", a.num_kv_heads, a.num_q_heads));
   if (c.has("head_dim")) {
     a.head_dim = c.u32("head_dim");
   } else {
@@ -190,15 +191,16 @@ Reading read_qwen(const Cfg& c) {
 
 // Gemma2Config / Gemma3TextConfig defaults (transformers) for the keys kvmm reads.
 const json& gemma2_defaults() {
-  static const json d = {{"num_hidden_layers", 26},       {"num_attention_heads", 8}, {"num_key_value_heads", 4},
-                         {"head_dim", 256},               {"hidden_size", 2304},      {"query_pre_attn_scalar", 256},
-                         {"sliding_window", 4096},        {"attn_logit_softcapping", 50.0}};
+  static const json d = {{"num_hidden_layers", 26}, {"num_attention_heads", 8},      {"num_key_value_heads", 4},
+                         {"head_dim", 256},         {"hidden_size", 2304},           {"query_pre_attn_scalar", 256},
+                         {"sliding_window", 4096},  {"attn_logit_softcapping", 50.0}};
   return d;
 }
 const json& gemma3_defaults() {
-  static const json d = {{"num_hidden_layers", 26},     {"num_attention_heads", 8},     {"num_key_value_heads", 4},
-                         {"head_dim", 256},             {"hidden_size", 2304},          {"query_pre_attn_scalar", 256},
-                         {"sliding_window", 4096},      {"attn_logit_softcapping", nullptr},
+  static const json d = {{"num_hidden_layers", 26},    {"num_attention_heads", 8},
+                         {"num_key_value_heads", 4},   {"head_dim", 256},
+                         {"hidden_size", 2304},        {"query_pre_attn_scalar", 256},
+                         {"sliding_window", 4096},     {"attn_logit_softcapping", nullptr},
                          {"sliding_window_pattern", 6}};
   return d;
 }
@@ -223,8 +225,11 @@ Reading read_gemma(const Cfg& c, bool gemma3) {
 
 // MllamaTextConfig defaults (transformers): the Llama-3.2-11B-Vision text model.
 const json& mllama_text_defaults() {
-  static const json d = {{"num_hidden_layers", 40}, {"num_attention_heads", 32}, {"num_key_value_heads", 8},
-                         {"hidden_size", 4096},     {"cross_attention_layers", {3, 8, 13, 18, 23, 28, 33, 38}}};
+  static const json d = {{"num_hidden_layers", 40},
+                         {"num_attention_heads", 32},
+                         {"num_key_value_heads", 8},
+                         {"hidden_size", 4096},
+                         {"cross_attention_layers", {3, 8, 13, 18, 23, 28, 33, 38}}};
   return d;
 }
 
@@ -375,8 +380,8 @@ json parse(std::string_view text, std::string_view source) {
 }  // namespace
 
 const std::vector<std::string>& hf_config_model_types() {
-  static const std::vector<std::string> kTypes{"llama",  "qwen2",       "qwen3",  "mistral", "ministral",
-                                               "gemma2", "gemma3",      "gemma3_text", "mllama", "jamba"};
+  static const std::vector<std::string> kTypes{"llama",  "qwen2",  "qwen3",       "mistral", "ministral",
+                                               "gemma2", "gemma3", "gemma3_text", "mllama",  "jamba"};
   return kTypes;
 }
 

@@ -40,8 +40,8 @@ Factors factorize(std::uint64_t n) {
   return f;
 }
 
-void divisors_rec(const std::vector<std::pair<std::uint64_t, int>>& fs, std::size_t i,
-                  std::uint64_t cur, std::vector<std::uint64_t>& out) {
+void divisors_rec(const std::vector<std::pair<std::uint64_t, int>>& fs, std::size_t i, std::uint64_t cur,
+                  std::vector<std::uint64_t>& out) {
   if (i == fs.size()) {
     out.push_back(cur);
     return;
@@ -96,8 +96,8 @@ struct Candidate {
 // For a large page with the given factorization, pick per group the smallest divisor
 // that holds the natural size (aligned when padded); returns false if some group fits
 // no divisor.
-bool evaluate(std::uint64_t large, const Factors& f, const std::vector<std::uint64_t>& natural,
-              std::uint64_t align, Candidate& out) {
+bool evaluate(std::uint64_t large, const Factors& f, const std::vector<std::uint64_t>& natural, std::uint64_t align,
+              Candidate& out) {
   const std::vector<std::uint64_t> divs = sorted_divisors(f);
   out.large = large;
   out.padded.assign(natural.size(), 0);
@@ -125,9 +125,10 @@ GroupId KVLayout::check(GroupId g) const {
 KVLayout KVLayout::plan(std::vector<LayerGroup> groups, const LayoutOptions& options) {
   if (groups.empty()) fail("groups: empty, a layout needs at least one layer group");
   if (options.max_large_page_bytes == 0 || options.max_large_page_bytes > LayoutOptions::kMaxLargePageBytes)
-    fail("max_large_page_bytes = {}: must be in [1, 2^40]; a large page is carved from one "
-         "device's memory, and the padding search must end",
-         options.max_large_page_bytes);
+    fail(
+        "max_large_page_bytes = {}: must be in [1, 2^40]; a large page is carved from one "
+        "device's memory, and the padding search must end",
+        options.max_large_page_bytes);
   if (options.padded_page_alignment == 0) fail("padded_page_alignment = 0, must be >= 1");
   std::set<std::string_view> names;
   for (const LayerGroup& g : groups) {
@@ -151,8 +152,8 @@ KVLayout KVLayout::plan(std::vector<LayerGroup> groups, const LayoutOptions& opt
   } else {
     const std::uint64_t largest = *std::max_element(natural.begin(), natural.end());
     if (largest > options.max_large_page_bytes)
-      fail("max_large_page_bytes = {}: smaller than the largest small page ({} bytes)",
-           options.max_large_page_bytes, largest);
+      fail("max_large_page_bytes = {}: smaller than the largest small page ({} bytes)", options.max_large_page_bytes,
+           largest);
     // Candidate large pages: s_g * m for each group g (keeps g unpadded) and plain m,
     // m 7-smooth. Each candidate costs one divisor enumeration.
     const std::vector<std::uint64_t> smooth = smooth_numbers(options.max_large_page_bytes);
@@ -162,21 +163,19 @@ KVLayout KVLayout::plan(std::vector<LayerGroup> groups, const LayoutOptions& opt
     for (const auto& [base, base_f] : bases) {
       for (std::uint64_t m : smooth) {
         std::uint64_t large = 0;
-        if (__builtin_mul_overflow(base, m, &large) || large > options.max_large_page_bytes)
-          continue;
+        if (__builtin_mul_overflow(base, m, &large) || large > options.max_large_page_bytes) continue;
         if (large < largest || !seen.insert(large).second) continue;
         Factors f = base_f;
         for (std::uint64_t p : {2u, 3u, 5u, 7u}) {
           for (std::uint64_t x = m; x % p == 0; x /= p) ++f[p];
         }
         Candidate c;
-        if (evaluate(large, f, natural, options.padded_page_alignment, c) && c.better_than(best))
-          best = std::move(c);
+        if (evaluate(large, f, natural, options.padded_page_alignment, c) && c.better_than(best)) best = std::move(c);
       }
     }
     if (best.padded.empty())
-      fail("max_large_page_bytes = {}: no padded layout fits (natural LCM {} bytes)",
-           options.max_large_page_bytes, lcm);
+      fail("max_large_page_bytes = {}: no padded layout fits (natural LCM {} bytes)", options.max_large_page_bytes,
+           lcm);
   }
 
   layout.large_page_bytes_ = best.large;
@@ -212,16 +211,14 @@ double KVLayout::padding_fraction() const {
 }
 
 bool KVLayout::padded() const {
-  return std::any_of(sizes_.begin(), sizes_.end(),
-                     [](const Sizes& s) { return s.padded != s.natural; });
+  return std::any_of(sizes_.begin(), sizes_.end(), [](const Sizes& s) { return s.padded != s.natural; });
 }
 
 std::uint64_t KVLayout::k_offset(GroupId g, std::uint32_t layer) const {
   const LayerGroup& grp = group(g);
   if (grp.is_state() || grp.kind == LayerKind::kVisionEmbedding)
     fail("group = {} ('{}'): kind {} has no K/V layout", g, grp.name, to_string(grp.kind));
-  if (layer >= grp.num_layers)
-    fail("layer = {}: group '{}' has {} layers", layer, grp.name, grp.num_layers);
+  if (layer >= grp.num_layers) fail("layer = {}: group '{}' has {} layers", layer, grp.name, grp.num_layers);
   return std::uint64_t{layer} * 2 * grp.tokens_per_page * grp.head_bytes_per_token();
 }
 
@@ -233,8 +230,7 @@ std::uint64_t KVLayout::v_offset(GroupId g, std::uint32_t layer) const {
 std::uint64_t KVLayout::state_offset(GroupId g, std::uint32_t layer) const {
   const LayerGroup& grp = group(g);
   if (!grp.is_state()) fail("group = {} ('{}'): not a state group", g, grp.name);
-  if (layer >= grp.num_layers)
-    fail("layer = {}: group '{}' has {} layers", layer, grp.name, grp.num_layers);
+  if (layer >= grp.num_layers) fail("layer = {}: group '{}' has {} layers", layer, grp.name, grp.num_layers);
   return std::uint64_t{layer} * grp.state_bytes_per_layer;
 }
 
@@ -244,10 +240,11 @@ std::string KVLayout::describe() const {
                                 padded() ? fmt::format(", padded from LCM {}", natural_lcm_) : "");
   for (GroupId g = 0; g < groups_.size(); ++g) {
     const LayerGroup& grp = groups_[g];
-    out += fmt::format("  {:<14} {:<16} layers {:>3}  tokens/page {:>4}  small page {:>10} B  "
-                       "x{:<5} padding {:.2f}%\n",
-                       grp.name, to_string(grp.kind), grp.num_layers, grp.tokens_per_page,
-                       sizes_[g].padded, sizes_[g].per_large, 100.0 * padding_fraction(g));
+    out += fmt::format(
+        "  {:<14} {:<16} layers {:>3}  tokens/page {:>4}  small page {:>10} B  "
+        "x{:<5} padding {:.2f}%\n",
+        grp.name, to_string(grp.kind), grp.num_layers, grp.tokens_per_page, sizes_[g].padded, sizes_[g].per_large,
+        100.0 * padding_fraction(g));
   }
   return out;
 }

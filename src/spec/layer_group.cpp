@@ -10,20 +10,25 @@ namespace kvmm {
 
 std::string_view to_string(LayerKind kind) {
   switch (kind) {
-    case LayerKind::kFullAttention: return "full_attention";
-    case LayerKind::kSlidingWindow: return "sliding_window";
-    case LayerKind::kChunkedLocal: return "chunked_local";
-    case LayerKind::kMambaState: return "mamba_state";
-    case LayerKind::kCrossAttention: return "cross_attention";
-    case LayerKind::kVisionEmbedding: return "vision_embedding";
+    case LayerKind::kFullAttention:
+      return "full_attention";
+    case LayerKind::kSlidingWindow:
+      return "sliding_window";
+    case LayerKind::kChunkedLocal:
+      return "chunked_local";
+    case LayerKind::kMambaState:
+      return "mamba_state";
+    case LayerKind::kCrossAttention:
+      return "cross_attention";
+    case LayerKind::kVisionEmbedding:
+      return "vision_embedding";
   }
   return "unknown";
 }
 
 namespace {
-LayerGroup attention_like(std::string name, LayerKind kind, std::uint32_t layers,
-                          std::uint32_t kv_heads, std::uint32_t head_dim,
-                          std::uint32_t dtype_bytes, std::uint32_t tokens_per_page) {
+LayerGroup attention_like(std::string name, LayerKind kind, std::uint32_t layers, std::uint32_t kv_heads,
+                          std::uint32_t head_dim, std::uint32_t dtype_bytes, std::uint32_t tokens_per_page) {
   LayerGroup g;
   g.name = std::move(name);
   g.kind = kind;
@@ -36,35 +41,32 @@ LayerGroup attention_like(std::string name, LayerKind kind, std::uint32_t layers
 }
 }  // namespace
 
-LayerGroup LayerGroup::full_attention(std::string name, std::uint32_t layers,
-                                      std::uint32_t kv_heads, std::uint32_t head_dim,
-                                      std::uint32_t dtype_bytes, std::uint32_t tokens_per_page) {
-  return attention_like(std::move(name), LayerKind::kFullAttention, layers, kv_heads, head_dim,
-                        dtype_bytes, tokens_per_page);
+LayerGroup LayerGroup::full_attention(std::string name, std::uint32_t layers, std::uint32_t kv_heads,
+                                      std::uint32_t head_dim, std::uint32_t dtype_bytes,
+                                      std::uint32_t tokens_per_page) {
+  return attention_like(std::move(name), LayerKind::kFullAttention, layers, kv_heads, head_dim, dtype_bytes,
+                        tokens_per_page);
 }
 
-LayerGroup LayerGroup::sliding_window(std::string name, std::uint32_t layers,
-                                      std::uint32_t kv_heads, std::uint32_t head_dim,
-                                      std::uint32_t dtype_bytes, std::uint32_t tokens_per_page,
+LayerGroup LayerGroup::sliding_window(std::string name, std::uint32_t layers, std::uint32_t kv_heads,
+                                      std::uint32_t head_dim, std::uint32_t dtype_bytes, std::uint32_t tokens_per_page,
                                       std::uint32_t window) {
-  LayerGroup g = attention_like(std::move(name), LayerKind::kSlidingWindow, layers, kv_heads,
-                                head_dim, dtype_bytes, tokens_per_page);
+  LayerGroup g = attention_like(std::move(name), LayerKind::kSlidingWindow, layers, kv_heads, head_dim, dtype_bytes,
+                                tokens_per_page);
   g.window = window;
   return g;
 }
 
-LayerGroup LayerGroup::chunked_local(std::string name, std::uint32_t layers,
-                                     std::uint32_t kv_heads, std::uint32_t head_dim,
-                                     std::uint32_t dtype_bytes, std::uint32_t tokens_per_page,
+LayerGroup LayerGroup::chunked_local(std::string name, std::uint32_t layers, std::uint32_t kv_heads,
+                                     std::uint32_t head_dim, std::uint32_t dtype_bytes, std::uint32_t tokens_per_page,
                                      std::uint32_t chunk) {
-  LayerGroup g = attention_like(std::move(name), LayerKind::kChunkedLocal, layers, kv_heads,
-                                head_dim, dtype_bytes, tokens_per_page);
+  LayerGroup g = attention_like(std::move(name), LayerKind::kChunkedLocal, layers, kv_heads, head_dim, dtype_bytes,
+                                tokens_per_page);
   g.chunk = chunk;
   return g;
 }
 
-LayerGroup LayerGroup::mamba_state(std::string name, std::uint32_t layers,
-                                   std::uint64_t state_bytes_per_layer,
+LayerGroup LayerGroup::mamba_state(std::string name, std::uint32_t layers, std::uint64_t state_bytes_per_layer,
                                    std::uint32_t checkpoint_interval) {
   LayerGroup g;
   g.name = std::move(name);
@@ -78,11 +80,11 @@ LayerGroup LayerGroup::mamba_state(std::string name, std::uint32_t layers,
   return g;
 }
 
-LayerGroup LayerGroup::cross_attention(std::string name, std::uint32_t layers,
-                                       std::uint32_t kv_heads, std::uint32_t head_dim,
-                                       std::uint32_t dtype_bytes, std::uint32_t tokens_per_page) {
-  return attention_like(std::move(name), LayerKind::kCrossAttention, layers, kv_heads, head_dim,
-                        dtype_bytes, tokens_per_page);
+LayerGroup LayerGroup::cross_attention(std::string name, std::uint32_t layers, std::uint32_t kv_heads,
+                                       std::uint32_t head_dim, std::uint32_t dtype_bytes,
+                                       std::uint32_t tokens_per_page) {
+  return attention_like(std::move(name), LayerKind::kCrossAttention, layers, kv_heads, head_dim, dtype_bytes,
+                        tokens_per_page);
 }
 
 LayerGroup LayerGroup::vision_embedding(std::string name, std::uint64_t bytes_per_token,
@@ -103,9 +105,12 @@ std::uint64_t LayerGroup::head_bytes_per_token() const {
 
 std::uint64_t LayerGroup::bytes_per_token() const {
   switch (kind) {
-    case LayerKind::kMambaState: return 0;
-    case LayerKind::kVisionEmbedding: return embedding_bytes_per_token;
-    default: return checked_mul(head_bytes_per_token(), std::uint64_t{2} * num_layers, "bytes_per_token");
+    case LayerKind::kMambaState:
+      return 0;
+    case LayerKind::kVisionEmbedding:
+      return embedding_bytes_per_token;
+    default:
+      return checked_mul(head_bytes_per_token(), std::uint64_t{2} * num_layers, "bytes_per_token");
   }
 }
 
@@ -126,13 +131,16 @@ namespace {
 // it does not fit 64 bits: the product of up to six 32-bit fields.
 std::optional<std::uint64_t> try_page_bytes(const LayerGroup& g) {
   switch (g.kind) {
-    case LayerKind::kMambaState: return try_mul<std::uint64_t>(g.state_bytes_per_layer, g.num_layers);
-    case LayerKind::kVisionEmbedding: return try_mul<std::uint64_t>(g.embedding_bytes_per_token, g.tokens_per_page);
-    default: break;
+    case LayerKind::kMambaState:
+      return try_mul<std::uint64_t>(g.state_bytes_per_layer, g.num_layers);
+    case LayerKind::kVisionEmbedding:
+      return try_mul<std::uint64_t>(g.embedding_bytes_per_token, g.tokens_per_page);
+    default:
+      break;
   }
   std::optional<std::uint64_t> v = std::uint64_t{2} * g.num_layers;  // K and V: fits
-  for (const std::uint64_t f : {std::uint64_t{g.tokens_per_page}, std::uint64_t{g.kv_heads},
-                                std::uint64_t{g.head_dim}, std::uint64_t{g.dtype_bytes}})
+  for (const std::uint64_t f : {std::uint64_t{g.tokens_per_page}, std::uint64_t{g.kv_heads}, std::uint64_t{g.head_dim},
+                                std::uint64_t{g.dtype_bytes}})
     if (v) v = try_mul(*v, f);
   return v;
 }
@@ -146,9 +154,10 @@ std::optional<std::uint64_t> try_page_bytes(const LayerGroup& g) {
       fail("LayerGroup '{}': embedding_bytes_per_token {} x tokens_per_page {} overflows 64 bits", g.name,
            g.embedding_bytes_per_token, g.tokens_per_page);
     default:
-      fail("LayerGroup '{}': small page of num_layers {} x 2 (K, V) x tokens_per_page {} x kv_heads {} x "
-           "head_dim {} x dtype_bytes {} overflows 64 bits",
-           g.name, g.num_layers, g.tokens_per_page, g.kv_heads, g.head_dim, g.dtype_bytes);
+      fail(
+          "LayerGroup '{}': small page of num_layers {} x 2 (K, V) x tokens_per_page {} x kv_heads {} x "
+          "head_dim {} x dtype_bytes {} overflows 64 bits",
+          g.name, g.num_layers, g.tokens_per_page, g.kv_heads, g.head_dim, g.dtype_bytes);
   }
 }
 
@@ -163,12 +172,10 @@ void LayerGroup::validate() const {
   if (tokens_per_page == 0) fail("LayerGroup '{}': tokens_per_page = 0, must be >= 1", n);
   switch (kind) {
     case LayerKind::kMambaState:
-      if (state_bytes_per_layer == 0)
-        fail("LayerGroup '{}': state_bytes_per_layer = 0, must be >= 1", n);
+      if (state_bytes_per_layer == 0) fail("LayerGroup '{}': state_bytes_per_layer = 0, must be >= 1", n);
       break;
     case LayerKind::kVisionEmbedding:
-      if (embedding_bytes_per_token == 0)
-        fail("LayerGroup '{}': embedding_bytes_per_token = 0, must be >= 1", n);
+      if (embedding_bytes_per_token == 0) fail("LayerGroup '{}': embedding_bytes_per_token = 0, must be >= 1", n);
       break;
     default:
       if (kv_heads == 0) fail("LayerGroup '{}': kv_heads = 0, must be >= 1", n);

@@ -29,8 +29,8 @@ TEST_CASE("hash_pages equals the hash_page chain for every page size and LoRA id
         PageExtraKeys ex;
         ex.lora_id = lora;
         for (std::size_t i = 0; i < pages; ++i)
-          expect.push_back(hash_page(i ? expect.back() : parent,
-                                     std::span<const std::uint32_t>(tokens).subspan(i * P, P), ex));
+          expect.push_back(
+              hash_page(i ? expect.back() : parent, std::span<const std::uint32_t>(tokens).subspan(i * P, P), ex));
         std::vector<BlockHash> out(pages);
         hash_pages(parent, tokens, P, lora, out);
         INFO("tokens_per_page " << P << " lora " << lora << " zero parent " << zero_parent);

@@ -150,8 +150,10 @@ TEST_CASE("suffix policies agree with brute force on random hit patterns", "[cac
     for (std::uint64_t i = 0; i < pages; ++i) hits[i] = rng() % 10 < density;
     const std::uint64_t limit = rng() % (pages * P + 1);
     std::unique_ptr<LayerPolicy> policy;
-    if (rng() % 2) policy = std::make_unique<SlidingWindowPolicy>(P, 1 + static_cast<std::uint32_t>(rng() % (4 * P * 4)));
-    else policy = std::make_unique<ChunkedLocalPolicy>(P, 1 + static_cast<std::uint32_t>(rng() % (4 * P * 4)));
+    if (rng() % 2)
+      policy = std::make_unique<SlidingWindowPolicy>(P, 1 + static_cast<std::uint32_t>(rng() % (4 * P * 4)));
+    else
+      policy = std::make_unique<ChunkedLocalPolicy>(P, 1 + static_cast<std::uint32_t>(rng() % (4 * P * 4)));
     std::uint64_t want = 0;
     for (std::uint64_t b = limit / P; b > 0 && want == 0; --b) {
       bool ok = true;
@@ -192,8 +194,7 @@ TEST_CASE("chunked local and Mamba policies", "[caching][policy]") {
 TEST_CASE("make_policy maps layer kinds and rejects encoder groups", "[caching][policy]") {
   CHECK(make_policy(LayerGroup::sliding_window("sw", 1, 1, 8, 2, 16, 64))->name() == "sliding_window");
   CHECK(make_policy(LayerGroup::mamba_state("m", 1, 1024, 256))->tokens_per_page() == 256);
-  CHECK_THROWS_WITH(make_policy(LayerGroup::cross_attention("x", 1, 1, 8, 2, 16)),
-                    Catch::Contains("group = x"));
+  CHECK_THROWS_WITH(make_policy(LayerGroup::cross_attention("x", 1, 1, 8, 2, 16)), Catch::Contains("group = x"));
   CHECK_THROWS_WITH(SlidingWindowPolicy(16, 0), Catch::Contains("window = 0"));
 }
 
@@ -221,7 +222,8 @@ TEST_CASE("LRU evictor matches a sorted reference under random operations", "[ca
   std::mt19937_64 rng(7);
   const std::uint32_t N = 64;
   LruEvictor lru(N);
-  std::map<PageId, std::tuple<std::uint32_t, std::uint64_t, std::uint64_t, std::uint64_t>> ref;  // level, time, -len, seq
+  std::map<PageId, std::tuple<std::uint32_t, std::uint64_t, std::uint64_t, std::uint64_t>>
+      ref;  // level, time, -len, seq
   std::uint64_t seq = 0, now = 0;
   for (int op = 0; op < 40000; ++op) {
     const PageId p = static_cast<PageId>(rng() % N);
@@ -259,8 +261,8 @@ TEST_CASE("LRU evictor matches a sorted reference under random operations", "[ca
       for (std::size_t i = 0; i < got.size(); ++i) REQUIRE(got[i] == want[i].second);
     }
     if (!ref.empty()) {
-      auto best = std::min_element(ref.begin(), ref.end(),
-                                   [](const auto& a, const auto& b) { return a.second < b.second; });
+      auto best =
+          std::min_element(ref.begin(), ref.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
       REQUIRE(lru.front() == best->first);
     }
   }

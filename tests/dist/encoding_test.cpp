@@ -8,10 +8,10 @@
 
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
 #include <filesystem>
 #include <fstream>
 #include <string>
-#include <unistd.h>
 #include <vector>
 
 using namespace kvmm;
@@ -128,9 +128,9 @@ TEST_CASE("events encoding: both encodings decode to vLLM's schema in python3-ms
   CHECK(python_decode(encode(EventEncoding::kArray, EventHashFormat::kU64)) == kArrayDecoded);
   const std::string bytes_hash = python_decode(encode(EventEncoding::kMap, EventHashFormat::kBytes));
   CHECK_THAT(bytes_hash, Contains("'block_hashes': [b'\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\n"
-                                           "\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x11', "));
+                                  "\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x11', "));
   CHECK_THAT(bytes_hash, Contains("'parent_block_hash': b'\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00"
-                                           "\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x99'"));
+                                  "\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x99'"));
 }
 
 namespace {

@@ -1,16 +1,16 @@
 // MsgpackWriter: every type in its shortest form against bytes written by hand from the
 // msgpack spec, the format boundaries (fix/8/16/32-bit), no allocation into a grown
 // buffer, and a mixed value decoded by python3-msgpack (an independent implementation).
-#include "dist_test_util.hpp"
 #include "kvmm/dist/msgpack.hpp"
+#include "dist_test_util.hpp"
 
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
 #include <cstdint>
 #include <filesystem>
 #include <limits>
 #include <string>
-#include <unistd.h>
 #include <vector>
 
 using namespace kvmm;
@@ -30,7 +30,10 @@ std::string encoded(F&& write) {
 
 TEST_CASE("msgpack: scalars in their shortest form") {
   CHECK(encoded([](MsgpackWriter& w) { w.nil(); }) == "c0");
-  CHECK(encoded([](MsgpackWriter& w) { w.boolean(false); w.boolean(true); }) == "c2c3");
+  CHECK(encoded([](MsgpackWriter& w) {
+          w.boolean(false);
+          w.boolean(true);
+        }) == "c2c3");
   CHECK(encoded([](MsgpackWriter& w) { w.uint(0); }) == "00");
   CHECK(encoded([](MsgpackWriter& w) { w.uint(127); }) == "7f");
   CHECK(encoded([](MsgpackWriter& w) { w.uint(128); }) == "cc80");
@@ -131,8 +134,8 @@ TEST_CASE("msgpack: python3-msgpack decodes a mixed value to what was written") 
   const std::string file = (dir / "mixed.msgpack").string();
   kvmm::test::write_file(file, out);
   int status = 0;
-  const std::string got =
-      kvmm::test::run_capture(std::string(kvmm::test::kPython) + " " + kvmm::test::dist_script("msgpack_check.py") + " " + file, status);
+  const std::string got = kvmm::test::run_capture(
+      std::string(kvmm::test::kPython) + " " + kvmm::test::dist_script("msgpack_check.py") + " " + file, status);
   std::filesystem::remove_all(dir);
   REQUIRE(status == 0);
   CHECK(got ==

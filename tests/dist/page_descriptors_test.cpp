@@ -19,8 +19,8 @@ using namespace kvmm;
 namespace {
 
 KVLayout layout_a() {
-  return KVLayout::plan({LayerGroup::full_attention("full", 2, 1, 64, 2, 16),
-                         LayerGroup::sliding_window("swa", 1, 1, 32, 2, 16, 64)});
+  return KVLayout::plan(
+      {LayerGroup::full_attention("full", 2, 1, 64, 2, 16), LayerGroup::sliding_window("swa", 1, 1, 32, 2, 16, 64)});
 }
 
 std::byte* ptr(std::uint64_t a) { return reinterpret_cast<std::byte*>(static_cast<std::uintptr_t>(a)); }
@@ -152,8 +152,8 @@ TEST_CASE("page descriptors: the layout fingerprint changes with everything that
                       LayerGroup::sliding_window("swa", 1, 1, 32, 2, 16, 64)}),
       KVLayout::plan({LayerGroup::full_attention("full", 2, 1, 64, 2, 16),
                       LayerGroup::sliding_window("swa", 1, 1, 32, 2, 16, 128)}),
-      KVLayout::plan({LayerGroup::full_attention("full", 2, 1, 64, 2, 16),
-                      LayerGroup::full_attention("swa", 1, 1, 32, 2, 16)}),
+      KVLayout::plan(
+          {LayerGroup::full_attention("full", 2, 1, 64, 2, 16), LayerGroup::full_attention("swa", 1, 1, 32, 2, 16)}),
       KVLayout::plan({LayerGroup::sliding_window("swa", 1, 1, 32, 2, 16, 64),
                       LayerGroup::full_attention("full", 2, 1, 64, 2, 16)}),
       KVLayout::plan({LayerGroup::full_attention("full", 2, 1, 64, 2, 16)}),

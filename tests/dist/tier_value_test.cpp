@@ -3,8 +3,8 @@
 // truncation or extension are all rejected; a self-consistent header for another page
 // (other scope, hash, group, tokens per page, size) is rejected naming the field; the
 // scope fingerprint covers model, dtype, layout and TP rank (not the rank when shared).
-#include "kvmm/dist/kv_tier.hpp"
 #include "kvmm/dist/tier_value.hpp"
+#include "kvmm/dist/kv_tier.hpp"
 #include "kvmm/error.hpp"
 
 #include <catch2/catch.hpp>
@@ -95,8 +95,9 @@ TEST_CASE("tier value: a consistent header of another page is rejected naming th
   CHECK(check_tier_value(swapped, id) == TierValueError::kPayloadChecksum);
   // encode_tier_header refuses a payload of the wrong size.
   std::vector<std::byte> header(kTierHeaderBytes), payload(10);
-  CHECK_THROWS_WITH(encode_tier_header(id, payload, std::span<std::byte, kTierHeaderBytes>(header.data(), kTierHeaderBytes)),
-                    Catch::Contains("payload = 10 bytes"));
+  CHECK_THROWS_WITH(
+      encode_tier_header(id, payload, std::span<std::byte, kTierHeaderBytes>(header.data(), kTierHeaderBytes)),
+      Catch::Contains("payload = 10 bytes"));
   CHECK(to_string(TierValueError::kPayloadChecksum) == "payload_checksum");
 }
 

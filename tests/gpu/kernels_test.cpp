@@ -38,7 +38,9 @@ class DeviceBuffer {
   }
   void* get() const { return ptr_; }
   template <typename T>
-  T* as() const { return static_cast<T*>(ptr_); }
+  T* as() const {
+    return static_cast<T*>(ptr_);
+  }
   void poison() {  // 0xffff: NaN in fp16 and bf16
     CUDA_OK(cudaMemset(ptr_, 0xff, bytes_));
     CUDA_OK(cudaDeviceSynchronize());
@@ -72,9 +74,18 @@ struct DeviceScenario {
   DeviceBuffer q, kv_lens, q_indptr, csr_indptr, csr_indices, dense, slot_idx, arena, cont_k, cont_v, out, workspace;
 
   explicit DeviceScenario(Scenario& sc)
-      : s(sc), q(sc.q), kv_lens(sc.kv_lens), q_indptr(sc.q_indptr), csr_indptr(sc.csr_indptr),
-        csr_indices(sc.csr_indices), dense(sc.dense), slot_idx(sc.slot_idx), arena(sc.arena.size()),
-        cont_k(sc.cont_k.size()), cont_v(sc.cont_v.size()), out(sc.out_elems() * 2),
+      : s(sc),
+        q(sc.q),
+        kv_lens(sc.kv_lens),
+        q_indptr(sc.q_indptr),
+        csr_indptr(sc.csr_indptr),
+        csr_indices(sc.csr_indices),
+        dense(sc.dense),
+        slot_idx(sc.slot_idx),
+        arena(sc.arena.size()),
+        cont_k(sc.cont_k.size()),
+        cont_v(sc.cont_v.size()),
+        out(sc.out_elems() * 2),
         workspace(attention_workspace_bytes(sc.rows, sc.q_heads, sc.cfg.head_dim, 64)) {
     // The host arena starts as 0x7b bytes: give the device arena the same background
     // so that the whole arena can be compared after write_kv.
@@ -84,9 +95,9 @@ struct DeviceScenario {
     const Scenario::Writes w = sc.writes();
     DeviceBuffer k(w.k), v(w.v), ids(w.page_ids), offs(w.offsets), slots(w.slots), pos(w.positions);
     const auto n = static_cast<std::uint32_t>(w.page_ids.size());
-    write_kv(PagedWriteParams{sc.paged_cache(arena.get()), k.get(), v.get(), ids.as<PageId>(),
-                              offs.as<std::uint32_t>(), n},
-             nullptr);
+    write_kv(
+        PagedWriteParams{sc.paged_cache(arena.get()), k.get(), v.get(), ids.as<PageId>(), offs.as<std::uint32_t>(), n},
+        nullptr);
     write_kv(ContiguousWriteParams{sc.contiguous_cache(cont_k.get(), cont_v.get()), k.get(), v.get(),
                                    slots.as<std::uint32_t>(), pos.as<std::uint32_t>(), n},
              nullptr);
@@ -115,13 +126,19 @@ struct DeviceScenario {
   std::vector<std::uint16_t> run_paged(std::uint32_t splits, bool use_csr) {
     out.poison();
     const auto p = paged(splits, use_csr);
-    if (s.cfg.prefill) paged_prefill_attention(p, nullptr); else paged_decode_attention(p, nullptr);
+    if (s.cfg.prefill)
+      paged_prefill_attention(p, nullptr);
+    else
+      paged_decode_attention(p, nullptr);
     return out.download<std::uint16_t>(s.out_elems());
   }
   std::vector<std::uint16_t> run_contiguous(std::uint32_t splits) {
     out.poison();
     const auto p = contiguous(splits);
-    if (s.cfg.prefill) contiguous_prefill_attention(p, nullptr); else contiguous_decode_attention(p, nullptr);
+    if (s.cfg.prefill)
+      contiguous_prefill_attention(p, nullptr);
+    else
+      contiguous_decode_attention(p, nullptr);
     return out.download<std::uint16_t>(s.out_elems());
   }
 };
@@ -179,7 +196,10 @@ TEST_CASE("attention kernels match the CPU references", "[gpu][attention]") {
             INFO("splits " << splits);
             std::vector<std::uint16_t> ref(s.out_elems());
             auto hp = s.paged_params(ref.data(), splits, true);
-            if (prefill) cpu::paged_prefill_attention(hp); else cpu::paged_decode_attention(hp);
+            if (prefill)
+              cpu::paged_prefill_attention(hp);
+            else
+              cpu::paged_decode_attention(hp);
             const std::vector<double> want = widen(c.dtype, ref);
             const auto got = dev.run_paged(splits, index % 2 == 0);
             CHECK(max_rel_error(c.dtype, got, want, 1e-2) <= kernel_bound(c.dtype));

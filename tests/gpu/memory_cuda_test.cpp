@@ -4,9 +4,9 @@
 #include "kvmm/memory/cuda_memory.hpp"
 #include "kvmm/memory/virtual_kv_cache.hpp"
 
-#include <catch2/catch.hpp>
 #include <cuda_runtime.h>
 #include <unistd.h>
+#include <catch2/catch.hpp>
 
 #include <cstring>
 #include <vector>

@@ -60,26 +60,35 @@ TEST_CASE("attention references match naive dense attention", "[kernels][attenti
           s.fill_host_caches();
           const std::vector<double> want = s.naive();
           INFO("scenario " << index << " mask " << mask_name(mask) << " window " << c.options.window << " chunk "
-                           << c.options.chunk << " group " << group << " tpp " << tpp << " prefill " << prefill
-                           << " d " << c.head_dim << " bf16 " << (c.dtype == DType::kBF16) << " cap "
-                           << c.options.soft_cap << " csr " << c.csr << " nulls " << static_cast<int>(c.nulls));
+                           << c.options.chunk << " group " << group << " tpp " << tpp << " prefill " << prefill << " d "
+                           << c.head_dim << " bf16 " << (c.dtype == DType::kBF16) << " cap " << c.options.soft_cap
+                           << " csr " << c.csr << " nulls " << static_cast<int>(c.nulls));
           const double bound = unit_roundoff(c.dtype) * 1.01;
           std::vector<std::uint16_t> paged_out, cont_out;
           for (std::uint32_t splits : {1u, 3u, 8u}) {
             INFO("splits " << splits);
             std::vector<std::uint16_t> o(s.out_elems(), 0xffff);
             auto pp = s.paged_params(o.data(), splits, c.csr);
-            if (prefill) cpu::paged_prefill_attention(pp); else cpu::paged_decode_attention(pp);
+            if (prefill)
+              cpu::paged_prefill_attention(pp);
+            else
+              cpu::paged_decode_attention(pp);
             CHECK(max_rel_error(c.dtype, o, want, 1e-4) <= bound);
             // The other table format gives bit-identical results.
             std::vector<std::uint16_t> o2(s.out_elems(), 0xffff);
             auto pp2 = s.paged_params(o2.data(), splits, !c.csr);
-            if (prefill) cpu::paged_prefill_attention(pp2); else cpu::paged_decode_attention(pp2);
+            if (prefill)
+              cpu::paged_prefill_attention(pp2);
+            else
+              cpu::paged_decode_attention(pp2);
             CHECK(o2 == o);
             if (!s.any_null) {
               std::vector<std::uint16_t> oc(s.out_elems(), 0xffff);
               auto cp = s.contiguous_params(oc.data(), splits);
-              if (prefill) cpu::contiguous_prefill_attention(cp); else cpu::contiguous_decode_attention(cp);
+              if (prefill)
+                cpu::contiguous_prefill_attention(cp);
+              else
+                cpu::contiguous_decode_attention(cp);
               CHECK(oc == o);  // same data, same order of operations: paged == contiguous exactly
               ++compared;
             }
@@ -150,10 +159,10 @@ TEST_CASE("key ranges and split pieces", "[kernels][attention]") {
 }
 
 TEST_CASE("choose_num_splits fills the GPU only when the batch does not", "[kernels][attention]") {
-  CHECK(choose_num_splits(256, 32, 8, 4096, 132) == 1);         // 2048 CTAs already
-  CHECK(choose_num_splits(1, 32, 8, 32768, 132) == 33);         // 8 CTAs -> 264 / 8
-  CHECK(choose_num_splits(1, 32, 8, 1000, 132) == 3);           // capped by 256 keys per split
-  CHECK(choose_num_splits(2, 64, 4, 100000, 100, 2) == 13);     // group 16 -> 2 head chunks, 16 CTAs
+  CHECK(choose_num_splits(256, 32, 8, 4096, 132) == 1);      // 2048 CTAs already
+  CHECK(choose_num_splits(1, 32, 8, 32768, 132) == 33);      // 8 CTAs -> 264 / 8
+  CHECK(choose_num_splits(1, 32, 8, 1000, 132) == 3);        // capped by 256 keys per split
+  CHECK(choose_num_splits(2, 64, 4, 100000, 100, 2) == 13);  // group 16 -> 2 head chunks, 16 CTAs
   CHECK(attention_workspace_bytes(4, 8, 128, 1) == 0);
   CHECK(attention_workspace_bytes(4, 8, 128, 3) == 4u * 8 * 3 * (128 + 1) * sizeof(float));
   CHECK_THROWS_WITH(choose_num_splits(1, 6, 4, 10, 10), Catch::Contains("q_heads = 6"));
@@ -171,18 +180,66 @@ TEST_CASE("attention misuse raises kvmm::Error naming the field and writes nothi
     CHECK(o == before);
   };
   auto p = s.paged_params(o.data(), 1, true);
-  { auto q = p; q.cache.head_dim = 96; expect(q, "cache.head_dim = 96"); }
-  { auto q = p; q.query.q_heads = 3; expect(q, "query.q_heads = 3"); }
-  { auto q = p; q.cache.page_stride_bytes = 64; expect(q, "cache.page_stride_bytes = 64"); }
-  { auto q = p; q.cache.page_stride_bytes += 8; expect(q, "must be a multiple of 16"); }
-  { auto q = p; q.cache.tokens_per_page = 0; expect(q, "cache.tokens_per_page = 0"); }
-  { auto q = p; q.options.mask = MaskKind::kSlidingWindow; expect(q, "options.window = 0"); }
-  { auto q = p; q.options.mask = MaskKind::kChunkedLocal; expect(q, "options.chunk = 0"); }
-  { auto q = p; q.options.soft_cap = -1.0f; expect(q, "options.soft_cap = -1"); }
-  { auto q = p; q.split.num_splits = 0; expect(q, "split.num_splits = 0"); }
-  { auto q = p; q.query.q_indptr = s.q_indptr.data(); expect(q, "query.q_indptr"); }
-  { auto q = p; q.cache.k = static_cast<char*>(q.cache.k) + 2; expect(q, "cache.k"); }
-  { auto q = p; q.table = PageTableView{nullptr, s.dense.data(), 0}; expect(q, "table.dense_stride = 0"); }
+  {
+    auto q = p;
+    q.cache.head_dim = 96;
+    expect(q, "cache.head_dim = 96");
+  }
+  {
+    auto q = p;
+    q.query.q_heads = 3;
+    expect(q, "query.q_heads = 3");
+  }
+  {
+    auto q = p;
+    q.cache.page_stride_bytes = 64;
+    expect(q, "cache.page_stride_bytes = 64");
+  }
+  {
+    auto q = p;
+    q.cache.page_stride_bytes += 8;
+    expect(q, "must be a multiple of 16");
+  }
+  {
+    auto q = p;
+    q.cache.tokens_per_page = 0;
+    expect(q, "cache.tokens_per_page = 0");
+  }
+  {
+    auto q = p;
+    q.options.mask = MaskKind::kSlidingWindow;
+    expect(q, "options.window = 0");
+  }
+  {
+    auto q = p;
+    q.options.mask = MaskKind::kChunkedLocal;
+    expect(q, "options.chunk = 0");
+  }
+  {
+    auto q = p;
+    q.options.soft_cap = -1.0f;
+    expect(q, "options.soft_cap = -1");
+  }
+  {
+    auto q = p;
+    q.split.num_splits = 0;
+    expect(q, "split.num_splits = 0");
+  }
+  {
+    auto q = p;
+    q.query.q_indptr = s.q_indptr.data();
+    expect(q, "query.q_indptr");
+  }
+  {
+    auto q = p;
+    q.cache.k = static_cast<char*>(q.cache.k) + 2;
+    expect(q, "cache.k");
+  }
+  {
+    auto q = p;
+    q.table = PageTableView{nullptr, s.dense.data(), 0};
+    expect(q, "table.dense_stride = 0");
+  }
   {
     // A context longer than its page table row: caught by the reference before any write.
     auto lens = s.kv_lens;

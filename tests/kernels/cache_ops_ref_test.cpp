@@ -49,7 +49,11 @@ TEST_CASE("paged write_kv places tokens in the page-layer layout", "[kernels][wr
     const std::uint32_t count = std::min<std::uint32_t>(n, static_cast<std::uint32_t>(slots.size()));
     PagedWriteParams p{PagedKVCache{bytes + layout.k_offset(0, layer), bytes + layout.v_offset(0, layer), stride, tpp,
                                     kv_heads, d, DType::kBF16},
-                       k.data(), v.data(), ids.data(), offs.data(), count};
+                       k.data(),
+                       v.data(),
+                       ids.data(),
+                       offs.data(),
+                       count};
     cpu::write_kv(p);
     CHECK(std::equal(expect.begin(), expect.end(), bytes));
     // Offsets past the page are misuse, caught before anything is written.
@@ -79,7 +83,11 @@ TEST_CASE("contiguous write_kv places tokens at slot and position", "[kernels][w
     pos[i] = (i * 7) % max_ctx;
   }
   ContiguousWriteParams p{ContiguousKVCache{kb.data(), vb.data(), stride, max_ctx, kv_heads, d, DType::kF16},
-                          k.data(), v.data(), slot.data(), pos.data(), n};
+                          k.data(),
+                          v.data(),
+                          slot.data(),
+                          pos.data(),
+                          n};
   cpu::write_kv(p);
   for (std::uint32_t i = 0; i < n; ++i) {
     const std::uint64_t at = slot[i] * stride + pos[i] * row;
@@ -107,15 +115,15 @@ TEST_CASE("copy_pages and swap_pages move whole pages", "[kernels][copy]") {
   // Swap out to a host buffer with its own (dense) stride and back into other pages.
   std::vector<unsigned char> host(3 * page_bytes, 0);
   std::vector<PageId> out_src = {2, 3, 4}, host_ids = {2, 0, 1}, back = {12, 13, 14};
-  cpu::swap_pages(PageCopyParams{host.data(), arena.data(), page_bytes, stride, page_bytes, out_src.data(),
-                                 host_ids.data(), 3});
-  cpu::swap_pages(PageCopyParams{arena.data(), host.data(), stride, page_bytes, page_bytes, host_ids.data(),
-                                 back.data(), 3});
+  cpu::swap_pages(
+      PageCopyParams{host.data(), arena.data(), page_bytes, stride, page_bytes, out_src.data(), host_ids.data(), 3});
+  cpu::swap_pages(
+      PageCopyParams{arena.data(), host.data(), stride, page_bytes, page_bytes, host_ids.data(), back.data(), 3});
   for (int i = 0; i < 3; ++i)
     CHECK(std::memcmp(&arena[back[i] * stride], &arena[out_src[i] * stride], page_bytes) == 0);
-  CHECK_THROWS_WITH(cpu::copy_pages(PageCopyParams{arena.data(), arena.data(), stride, 100, page_bytes, src.data(),
-                                                   dst.data(), 1}),
-                    Catch::Contains("page_bytes = 4144"));
+  CHECK_THROWS_WITH(
+      cpu::copy_pages(PageCopyParams{arena.data(), arena.data(), stride, 100, page_bytes, src.data(), dst.data(), 1}),
+      Catch::Contains("page_bytes = 4144"));
 }
 
 TEST_CASE("fp16 and bf16 conversions round to nearest even", "[kernels][dtype]") {

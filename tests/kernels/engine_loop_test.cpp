@@ -13,10 +13,9 @@ using namespace kvmm;
 using namespace kvmm::kernels;
 using namespace kvmm::test;
 
-
 TEST_CASE("prefill then decode steps over PagedKVAllocator pages match naive attention", "[kernels][engine]") {
-  const KVLayout layout = KVLayout::plan({LayerGroup::full_attention("full", 2, 2, 64, 2, 16),
-                                          LayerGroup::sliding_window("local", 1, 4, 128, 2, 16, 24)});
+  const KVLayout layout = KVLayout::plan(
+      {LayerGroup::full_attention("full", 2, 2, 64, 2, 16), LayerGroup::sliding_window("local", 1, 4, 128, 2, 16, 24)});
   const std::uint32_t num_large = 64;
   PagedKVAllocator kv(layout, {.num_large_pages = num_large, .max_requests = 8});
   Buffer arena;
@@ -51,8 +50,12 @@ TEST_CASE("prefill then decode steps over PagedKVAllocator pages match naive att
       const LayerGroup& lg = layout.group(g.id);
       const std::uint64_t stride = layout.small_page_bytes(g.id);
       const PagedKVCache cache{static_cast<char*>(arena.data()) + layout.k_offset(g.id, g.layer),
-                               static_cast<char*>(arena.data()) + layout.v_offset(g.id, g.layer), stride,
-                               lg.tokens_per_page, lg.kv_heads, lg.head_dim, dt};
+                               static_cast<char*>(arena.data()) + layout.v_offset(g.id, g.layer),
+                               stride,
+                               lg.tokens_per_page,
+                               lg.kv_heads,
+                               lg.head_dim,
+                               dt};
       const PageTableSet& tables = kv.page_tables(g.id);
       // Slot mapping of the new tokens and their K/V.
       write_step_kv(g, cache, q_indptr, lens, rng,
@@ -77,12 +80,16 @@ TEST_CASE("prefill then decode steps over PagedKVAllocator pages match naive att
       for (auto& x : q) x = from_float(dt, 2.0f * val(rng));
       std::vector<std::uint16_t> o(q.size(), 0xffff);
       PagedAttentionParams p;
-      p.query = QueryBatch{q.data(), o.data(), rows, batch, g.q_heads, kv_lens.data(), step == 0 ? q_indptr.data() : nullptr};
+      p.query =
+          QueryBatch{q.data(), o.data(), rows, batch, g.q_heads, kv_lens.data(), step == 0 ? q_indptr.data() : nullptr};
       p.cache = cache;
       p.table = PageTableView{indptr.data(), indices.data(), 0};
       p.options = g.options;
       p.split.num_splits = 2;
-      if (step == 0) cpu::paged_prefill_attention(p); else cpu::paged_decode_attention(p);
+      if (step == 0)
+        cpu::paged_prefill_attention(p);
+      else
+        cpu::paged_decode_attention(p);
       const auto want = naive_attention(dt, lg.head_dim, lg.kv_heads, g.q_heads, g.options, q, kv_lens, q_indptr,
                                         g.k_tok, g.v_tok, token_null);
       INFO("step " << step << " group " << g.id);

@@ -61,9 +61,8 @@ inline bool visible(const AttentionOptions& o, std::uint32_t q_pos, std::uint32_
 // Naive dense attention in double: two-pass softmax over every visible key that is not
 // in a null page. Per request b: k_tok[b], v_tok[b] are [kv_lens[b], kv_heads, head_dim];
 // its query rows are q_indptr[b] .. q_indptr[b+1] at the last positions of its context.
-inline std::vector<double> naive_attention(DType dtype, std::uint32_t d, std::uint32_t kv_heads,
-                                           std::uint32_t q_heads, const AttentionOptions& o,
-                                           const std::vector<std::uint16_t>& q,
+inline std::vector<double> naive_attention(DType dtype, std::uint32_t d, std::uint32_t kv_heads, std::uint32_t q_heads,
+                                           const AttentionOptions& o, const std::vector<std::uint16_t>& q,
                                            const std::vector<std::uint32_t>& kv_lens,
                                            const std::vector<std::uint32_t>& q_indptr,
                                            const std::vector<std::vector<std::uint16_t>>& k_tok,
@@ -116,9 +115,9 @@ struct Scenario {
   std::uint32_t q_heads = 0;
   std::uint32_t rows = 0;
   std::vector<std::uint32_t> kv_lens, q_indptr;
-  std::vector<std::uint16_t> q;                 // [rows, q_heads, head_dim]
+  std::vector<std::uint16_t> q;                          // [rows, q_heads, head_dim]
   std::vector<std::vector<std::uint16_t>> k_tok, v_tok;  // per request [kv_len, kv_heads, head_dim]
-  std::vector<std::vector<bool>> token_null;    // per request: token sits in a null page
+  std::vector<std::vector<bool>> token_null;             // per request: token sits in a null page
   bool any_null = false;
   // Paged side: page-layer arena of 2 layers, layer 1 used, page stride padded by 48 bytes.
   std::uint64_t page_stride = 0, k_off = 0, v_off = 0;
@@ -184,7 +183,8 @@ struct Scenario {
     std::iota(perm.begin(), perm.end(), PageId{0});
     std::shuffle(perm.begin(), perm.end(), rng);
     arena.resize(num_pages * page_stride);
-    for (std::size_t i = 0; i < arena.size(); ++i) reinterpret_cast<unsigned char*>(arena.data())[i] = 0x7b;  // NaN-ish poison
+    for (std::size_t i = 0; i < arena.size(); ++i)
+      reinterpret_cast<unsigned char*>(arena.data())[i] = 0x7b;  // NaN-ish poison
     rows_pages.resize(c.batch);
     std::uint32_t next = 0;
     for (std::uint32_t b = 0; b < c.batch; ++b) {
@@ -245,8 +245,13 @@ struct Scenario {
   }
 
   PagedKVCache paged_cache(void* arena_base) const {
-    return PagedKVCache{static_cast<char*>(arena_base) + k_off, static_cast<char*>(arena_base) + v_off, page_stride,
-                        cfg.tokens_per_page, cfg.kv_heads, cfg.head_dim, cfg.dtype};
+    return PagedKVCache{static_cast<char*>(arena_base) + k_off,
+                        static_cast<char*>(arena_base) + v_off,
+                        page_stride,
+                        cfg.tokens_per_page,
+                        cfg.kv_heads,
+                        cfg.head_dim,
+                        cfg.dtype};
   }
   ContiguousKVCache contiguous_cache(void* k, void* v) const {
     return ContiguousKVCache{k, v, slot_stride, max_ctx, cfg.kv_heads, cfg.head_dim, cfg.dtype};
@@ -277,8 +282,8 @@ struct Scenario {
   void fill_host_caches() {
     const Writes w = writes();
     const auto n = static_cast<std::uint32_t>(w.page_ids.size());
-    cpu::write_kv(PagedWriteParams{paged_cache(arena.data()), w.k.data(), w.v.data(), w.page_ids.data(),
-                                   w.offsets.data(), n});
+    cpu::write_kv(
+        PagedWriteParams{paged_cache(arena.data()), w.k.data(), w.v.data(), w.page_ids.data(), w.offsets.data(), n});
     cpu::write_kv(ContiguousWriteParams{contiguous_cache(cont_k.data(), cont_v.data()), w.k.data(), w.v.data(),
                                         w.slots.data(), w.positions.data(), n});
   }

@@ -14,10 +14,9 @@ using namespace kvmm;
 using namespace kvmm::kernels;
 using namespace kvmm::test;
 
-
 TEST_CASE("manager exports read back through the CPU kernels equal contiguous attention", "[kernels][export]") {
-  const KVLayout layout = KVLayout::plan({LayerGroup::full_attention("full", 2, 2, 64, 2, 16),
-                                          LayerGroup::sliding_window("local", 1, 4, 128, 2, 16, 24)});
+  const KVLayout layout = KVLayout::plan(
+      {LayerGroup::full_attention("full", 2, 2, 64, 2, 16), LayerGroup::sliding_window("local", 1, 4, 128, 2, 16, 24)});
   const std::uint32_t num_large = 64;  // the manager's; one more large page holds the zero page
   KVCacheManager kv(layout, {.num_large_pages = num_large, .max_requests = 8});
   Buffer arena;
@@ -60,7 +59,11 @@ TEST_CASE("manager exports read back through the CPU kernels equal contiguous at
       const std::uint32_t P = lg.tokens_per_page;
       const PagedKVCache cache{static_cast<char*>(arena.data()) + layout.k_offset(g.id, g.layer),
                                static_cast<char*>(arena.data()) + layout.v_offset(g.id, g.layer),
-                               layout.small_page_bytes(g.id), P, lg.kv_heads, lg.head_dim, dt};
+                               layout.small_page_bytes(g.id),
+                               P,
+                               lg.kv_heads,
+                               lg.head_dim,
+                               dt};
       // The new tokens' K/V into the pages their rows name.
       write_step_kv(g, cache, q_indptr, lens, rng,
                     [&](std::uint32_t b, std::uint32_t pos) { return kv.page_table(ids[b], g.id)[pos / P]; });
@@ -90,11 +93,15 @@ TEST_CASE("manager exports read back through the CPU kernels equal contiguous at
       for (auto& x : q) x = from_float(dt, 2.0f * val(rng));
       std::vector<std::uint16_t> o(q.size(), 0xffff);
       PagedAttentionParams p;
-      p.query = QueryBatch{q.data(), o.data(), rows, batch, g.q_heads, kv_lens.data(), step == 0 ? q_indptr.data() : nullptr};
+      p.query =
+          QueryBatch{q.data(), o.data(), rows, batch, g.q_heads, kv_lens.data(), step == 0 ? q_indptr.data() : nullptr};
       p.cache = cache;
       p.table = PageTableView{uindptr.data(), pages.data(), 0};
       p.options = g.options;
-      if (step == 0) cpu::paged_prefill_attention(p); else cpu::paged_decode_attention(p);
+      if (step == 0)
+        cpu::paged_prefill_attention(p);
+      else
+        cpu::paged_decode_attention(p);
       // The zero page holds only tokens the window masks: the contiguous computation skips them.
       const auto want = naive_attention(dt, lg.head_dim, lg.kv_heads, g.q_heads, g.options, q, kv_lens, q_indptr,
                                         g.k_tok, g.v_tok, token_null);

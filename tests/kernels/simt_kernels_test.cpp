@@ -27,9 +27,12 @@ namespace {
 template <typename T, int G, typename Addr>
 bool run_heads(const dev::AttnArgs& a, const Addr& kv, dim3 grid, std::uint32_t d) {
   switch (d) {
-    case 64: return simt::launch(grid, dev::kThreads, [&] { dev::attention_kernel<T, 64, G, Addr>(a, kv); });
-    case 128: return simt::launch(grid, dev::kThreads, [&] { dev::attention_kernel<T, 128, G, Addr>(a, kv); });
-    default: return simt::launch(grid, dev::kThreads, [&] { dev::attention_kernel<T, 256, G, Addr>(a, kv); });
+    case 64:
+      return simt::launch(grid, dev::kThreads, [&] { dev::attention_kernel<T, 64, G, Addr>(a, kv); });
+    case 128:
+      return simt::launch(grid, dev::kThreads, [&] { dev::attention_kernel<T, 128, G, Addr>(a, kv); });
+    default:
+      return simt::launch(grid, dev::kThreads, [&] { dev::attention_kernel<T, 256, G, Addr>(a, kv); });
   }
 }
 
@@ -48,7 +51,10 @@ bool emulate_attention(const QueryBatch& q, const AttentionOptions& opt, const S
   }
   if (ok && split.num_splits > 1) {
     ok = simt::launch(dim3(q.rows, q.q_heads), d, [&] {
-      if (dtype == DType::kF16) dev::merge_kernel<dev::Half>(a, d); else dev::merge_kernel<dev::BFloat>(a, d);
+      if (dtype == DType::kF16)
+        dev::merge_kernel<dev::Half>(a, d);
+      else
+        dev::merge_kernel<dev::BFloat>(a, d);
     });
   }
   return ok;
@@ -60,9 +66,13 @@ std::vector<std::uint16_t> run_paged(Scenario& s, std::uint32_t splits, bool csr
   std::vector<float> ws(attention_workspace_bytes(s.rows, s.q_heads, s.cfg.head_dim, splits) / 4 + 4);
   p.split.workspace = ws.data();
   check_params(p, s.cfg.prefill, true);
-  const dev::PagedAddr kv{static_cast<const char*>(p.cache.k), static_cast<const char*>(p.cache.v),
-                          p.cache.page_stride_bytes, p.cache.tokens_per_page,
-                          static_cast<std::uint32_t>(s.row_bytes()), p.table.indptr, p.table.pages,
+  const dev::PagedAddr kv{static_cast<const char*>(p.cache.k),
+                          static_cast<const char*>(p.cache.v),
+                          p.cache.page_stride_bytes,
+                          p.cache.tokens_per_page,
+                          static_cast<std::uint32_t>(s.row_bytes()),
+                          p.table.indptr,
+                          p.table.pages,
                           p.table.dense_stride};
   REQUIRE(emulate_attention(p.query, p.options, p.split, s.cfg.kv_heads, s.cfg.head_dim, s.cfg.dtype, kv));
   return o;
@@ -123,7 +133,10 @@ TEST_CASE("emulated attention kernels match the CPU references", "[kernels][simt
         const std::uint32_t splits = index % 2 ? 1 : 3;
         std::vector<std::uint16_t> ref(s.out_elems());
         auto hp = s.paged_params(ref.data(), splits, true);
-        if (c.prefill) cpu::paged_prefill_attention(hp); else cpu::paged_decode_attention(hp);
+        if (c.prefill)
+          cpu::paged_prefill_attention(hp);
+        else
+          cpu::paged_decode_attention(hp);
         const auto got = run_paged(s, splits, index % 3 != 0);
         // fp32 accumulation against the double reference: a few units of roundoff.
         CHECK(max_rel_error(c.dtype, got, widen(c.dtype, ref), 1e-2) <= 4.0 * unit_roundoff(c.dtype));

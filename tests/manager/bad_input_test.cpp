@@ -52,8 +52,8 @@ std::vector<std::uint32_t> prompt(std::mt19937_64& rng, std::size_t n) {
 }  // namespace
 
 TEST_CASE("bad calls mixed into random traffic raise, name the argument and change nothing", "[manager][bad]") {
-  const KVLayout layout = KVLayout::plan({LayerGroup::full_attention("full", 1, 1, 8, 2, 4),
-                                          LayerGroup::sliding_window("sw", 1, 1, 8, 2, 4, 8)});
+  const KVLayout layout = KVLayout::plan(
+      {LayerGroup::full_attention("full", 1, 1, 8, 2, 4), LayerGroup::sliding_window("sw", 1, 1, 8, 2, 4, 8)});
   KVCacheManager kv(layout, {.num_large_pages = 48, .num_host_large_pages = 16, .max_requests = 8});
   // CI runs 20,000 operations of seed 14; KVMM_FUZZ_OPS / KVMM_FUZZ_SEED run longer drivers
   // (docs/results/reliability.md).
@@ -64,7 +64,7 @@ TEST_CASE("bad calls mixed into random traffic raise, name the argument and chan
   const std::uint64_t num_ops = env("KVMM_FUZZ_OPS", 20000);
   std::mt19937_64 rng(env("KVMM_FUZZ_SEED", 14));
   std::vector<RequestId> live;
-  std::vector<RequestId> stale;  // freed handles
+  std::vector<RequestId> stale;          // freed handles
   std::vector<std::uint64_t> ids_known;  // per live request: ids given so far
   std::uint64_t bad_calls = 0, served = 0, lost_hits = 0;
   auto pick = [&] { return live[rng() % live.size()]; };
@@ -106,10 +106,8 @@ TEST_CASE("bad calls mixed into random traffic raise, name the argument and chan
           bad.push_back({[&, r] { kv.commit(r, kv.num_allocated(r) + 1 + rng() % 5); }, "num_computed_tokens"});
           bad.push_back({[&, r] { kv.allocate(r, ~0u, ~0u); }, "num_new_tokens"});
           bad.push_back({[&, r] { kv.swap_in(r); }, "not swapped out"});
-          if (kv.num_computed(r) > 0)
-            bad.push_back({[&, r] { kv.commit(r, kv.num_computed(r) - 1); }, "already has"});
-          if (kv.num_allocated(r) > 0)
-            bad.push_back({[&, r] { kv.lookup_prefix(r); }, "lookup_prefix must come once"});
+          if (kv.num_computed(r) > 0) bad.push_back({[&, r] { kv.commit(r, kv.num_computed(r) - 1); }, "already has"});
+          if (kv.num_allocated(r) > 0) bad.push_back({[&, r] { kv.lookup_prefix(r); }, "lookup_prefix must come once"});
           if (pending.count(r)) {  // no pages yet: nothing to commit, copy or swap
             const std::string before_pin = "before the allocate that pins";
             bad.push_back({[&, r] { kv.commit(r, kv.num_computed(r)); }, before_pin});
@@ -170,8 +168,10 @@ TEST_CASE("bad calls mixed into random traffic raise, name the argument and chan
         pending.erase(r);
         continue;
       }
-      if (ok) kv.commit(r, c + n);
-      else if (pending.count(r) || !kv.swap_out(r)) kv.reset(r);
+      if (ok)
+        kv.commit(r, c + n);
+      else if (pending.count(r) || !kv.swap_out(r))
+        kv.reset(r);
       pending.erase(r);
     } else if (what == 7 && live.size() < 8 && kv.num_allocated(r) > 0 && !pending.count(r)) {
       live.push_back(kv.fork(r));

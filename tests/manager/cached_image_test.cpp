@@ -8,8 +8,7 @@
 
 using namespace kvmm;
 
-TEST_CASE("cached_image answers whether every page of an image is cached in every encoder group",
-          "[manager][images]") {
+TEST_CASE("cached_image answers whether every page of an image is cached in every encoder group", "[manager][images]") {
   const KVLayout layout = KVLayout::plan({LayerGroup::full_attention("text", 1, 1, 8, 2, 4),
                                           LayerGroup::cross_attention("cross", 1, 1, 8, 2, 4),
                                           LayerGroup::vision_embedding("vision", 32, 4)});

@@ -20,8 +20,8 @@ namespace {
 constexpr std::uint32_t kMaxPages = 48;
 
 KVLayout two_groups() {
-  return KVLayout::plan({LayerGroup::full_attention("full", 1, 1, 8, 2, 4),
-                         LayerGroup::sliding_window("sw", 1, 1, 8, 2, 4, 12)});
+  return KVLayout::plan(
+      {LayerGroup::full_attention("full", 1, 1, 8, 2, 4), LayerGroup::sliding_window("sw", 1, 1, 8, 2, 4, 12)});
 }
 
 // What decode_step is defined as: the separate calls, then the full (not incremental) export.

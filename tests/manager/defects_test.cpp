@@ -56,8 +56,8 @@ TEST_CASE("add_request with a huge max_tokens raises and takes no request slot",
 }
 
 TEST_CASE("image placeholders must lie inside the prompt and not wrap", "[manager][defect]") {
-  const KVLayout layout = KVLayout::plan({LayerGroup::full_attention("text", 1, 1, 8, 2, 4),
-                                          LayerGroup::cross_attention("cross", 1, 1, 8, 2, 4)});
+  const KVLayout layout = KVLayout::plan(
+      {LayerGroup::full_attention("text", 1, 1, 8, 2, 4), LayerGroup::cross_attention("cross", 1, 1, 8, 2, 4)});
   KVCacheManager kv(layout, {.num_large_pages = 32, .max_requests = 2});
   const std::vector<std::uint32_t> ids(10, 3);
   const MultimodalItem past{hash_bytes(std::as_bytes(std::span("a", 1))), 8, 4};  // [8, 12) > 10
@@ -79,8 +79,8 @@ TEST_CASE("image placeholders must lie inside the prompt and not wrap", "[manage
 }
 
 TEST_CASE("lookup_prefix after an allocate that took image pages is refused", "[manager][defect]") {
-  const KVLayout layout = KVLayout::plan({LayerGroup::full_attention("text", 1, 1, 8, 2, 4),
-                                          LayerGroup::cross_attention("cross", 1, 1, 8, 2, 4)});
+  const KVLayout layout = KVLayout::plan(
+      {LayerGroup::full_attention("text", 1, 1, 8, 2, 4), LayerGroup::cross_attention("cross", 1, 1, 8, 2, 4)});
   KVCacheManager kv(layout, {.num_large_pages = 32, .max_requests = 2});
   const MultimodalItem img{hash_bytes(std::as_bytes(std::span("pixels", 6))), 2, 8};
   const std::vector<std::uint32_t> ids{1, 2, 0, 0, 0, 0, 0, 0, 0, 0, 3, 4, 5};
@@ -100,9 +100,8 @@ TEST_CASE("lookup_prefix after an allocate that took image pages is refused", "[
 TEST_CASE("commit into a page shared since fork without an allocate is refused", "[manager][defect][fork]") {
   // A parent with slots allocated past its computed tokens, forked: its next commit would
   // write the shared partial page. Also a Mamba state page shared the same way.
-  const KVLayout layouts[2] = {
-      text_layout(4, 64),
-      KVLayout::plan({LayerGroup::full_attention("full", 1, 1, 8, 2, 4), LayerGroup::mamba_state("m", 1, 64, 4)})};
+  const KVLayout layouts[2] = {text_layout(4, 64), KVLayout::plan({LayerGroup::full_attention("full", 1, 1, 8, 2, 4),
+                                                                   LayerGroup::mamba_state("m", 1, 64, 4)})};
   for (const KVLayout& layout : layouts) {
     KVCacheManager kv(layout, {.num_large_pages = 32, .max_requests = 4});
     kv.begin_step();
@@ -113,8 +112,8 @@ TEST_CASE("commit into a page shared since fork without an allocate is refused",
     const RequestId c = kv.fork(p);
     const PageId shared = kv.page_table(p, 1)[1];
     REQUIRE(kv.page_table(c, 1)[1] == shared);
-    CHECK_THROWS_WITH(kv.commit(p, 8), Catch::Contains("request = " + std::to_string(p)) &&
-                                           Catch::Contains("allocate"));
+    CHECK_THROWS_WITH(kv.commit(p, 8),
+                      Catch::Contains("request = " + std::to_string(p)) && Catch::Contains("allocate"));
     CHECK(kv.num_computed(p) == 6);
     kv.check_invariants();
     // The documented path: allocate plans the copy, then the commit is accepted.

@@ -62,8 +62,8 @@ TEST_CASE("decode inside the last page: last_page_len follows the step, lookahea
 
 TEST_CASE("a cross-attention row exports its image tokens: 4,803 tokens end 3 into the last page",
           "[manager][export]") {
-  const KVLayout layout = KVLayout::plan({LayerGroup::full_attention("text", 1, 1, 8, 2, 16),
-                                          LayerGroup::cross_attention("cross", 1, 1, 8, 2, 16)});
+  const KVLayout layout = KVLayout::plan(
+      {LayerGroup::full_attention("text", 1, 1, 8, 2, 16), LayerGroup::cross_attention("cross", 1, 1, 8, 2, 16)});
   KVCacheManager kv(layout, {.num_large_pages = 1024, .max_requests = 2});
   const MultimodalItem img{hash_bytes(std::as_bytes(std::span("pixels", 6))), 2, 4803};
   std::vector<std::uint32_t> prompt = ids(4810, 2);
@@ -84,8 +84,8 @@ TEST_CASE("a cross-attention row exports its image tokens: 4,803 tokens end 3 in
 
 TEST_CASE("sliding-window rows: the reserved null page replaces freed pages, or rows are trimmed",
           "[manager][export]") {
-  const KVLayout layout = KVLayout::plan({LayerGroup::full_attention("full", 1, 1, 8, 2, 4),
-                                          LayerGroup::sliding_window("sw", 1, 1, 8, 2, 4, 8)});
+  const KVLayout layout = KVLayout::plan(
+      {LayerGroup::full_attention("full", 1, 1, 8, 2, 4), LayerGroup::sliding_window("sw", 1, 1, 8, 2, 4, 8)});
   KVCacheManager kv(layout, {.num_large_pages = 64, .max_requests = 2});
   kv.begin_step();
   const RequestId r = kv.add_request(ids(30, 3));
@@ -105,8 +105,7 @@ TEST_CASE("sliding-window rows: the reserved null page replaces freed pages, or 
   const PageId reserved = 63 * layout.small_pages_per_large_page(1);
   kv.export_csr(1, batch, c.indptr, c.indices, c.last, {.null_page = reserved});
   CHECK(c.pages(0) == 8);
-  for (std::size_t i = 0; i < 8; ++i)
-    CHECK(c.indices[i] == static_cast<std::int32_t>(i < nulls ? reserved : row[i]));
+  for (std::size_t i = 0; i < 8; ++i) CHECK(c.indices[i] == static_cast<std::int32_t>(i < nulls ? reserved : row[i]));
   CHECK(c.last[0] == 3);  // 31 tokens, 4 per page
   kv.export_csr(1, batch, c.indptr, c.indices, c.last, {.trim = true}, c.first);
   CHECK(c.first[0] == static_cast<std::int32_t>(nulls));
@@ -123,8 +122,8 @@ TEST_CASE("sliding-window rows: the reserved null page replaces freed pages, or 
 
 TEST_CASE("the incremental dense export equals the full one after every step of a random run",
           "[manager][export][random]") {
-  const KVLayout layout = KVLayout::plan({LayerGroup::full_attention("full", 1, 1, 8, 2, 4),
-                                          LayerGroup::sliding_window("sw", 1, 1, 8, 2, 4, 12)});
+  const KVLayout layout = KVLayout::plan(
+      {LayerGroup::full_attention("full", 1, 1, 8, 2, 4), LayerGroup::sliding_window("sw", 1, 1, 8, 2, 4, 12)});
   KVCacheManager kv(layout, {.num_large_pages = 64, .max_requests = 12});
   std::mt19937_64 rng(7);
   constexpr std::uint32_t kMaxPages = 48;
@@ -140,8 +139,10 @@ TEST_CASE("the incremental dense export equals the full one after every step of 
       t.push_back(static_cast<std::uint32_t>(rng()));
       const RequestId r = kv.add_request(t);
       const std::uint64_t hit = kv.lookup_prefix(r);
-      if (kv.allocate(r, static_cast<std::uint32_t>(t.size() - hit))) batch.push_back(r);
-      else kv.free(r);
+      if (kv.allocate(r, static_cast<std::uint32_t>(t.size() - hit)))
+        batch.push_back(r);
+      else
+        kv.free(r);
     }
     std::size_t old = running.size();
     running.insert(running.end(), batch.begin(), batch.end());

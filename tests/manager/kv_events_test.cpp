@@ -23,8 +23,8 @@ namespace {
 struct RouterModel {
   const KVLayout& layout;
   std::set<CachedBlock> blocks;
-  std::uint64_t stored = 0, removed = 0, cleared = 0, runs = 0, long_runs = 0, with_parent = 0, items = 0,
-                salts = 0, lora = 0;
+  std::uint64_t stored = 0, removed = 0, cleared = 0, runs = 0, long_runs = 0, with_parent = 0, items = 0, salts = 0,
+                lora = 0;
 
   void apply(const KvEventBatch& b) {
     for (const KvEvent& e : b.events) {
@@ -190,8 +190,7 @@ TEST_CASE("KV events: the fields of a worked example", "[manager][events]") {
   CHECK(b.hashes.empty());
 }
 
-TEST_CASE("KV events: evictions are removed runs; encoder groups and hand-overs emit nothing",
-          "[manager][events]") {
+TEST_CASE("KV events: evictions are removed runs; encoder groups and hand-overs emit nothing", "[manager][events]") {
   const KVLayout layout = traffic_layout();
   KVCacheManager kv(layout, {.num_large_pages = 40, .record_events = true, .record_kv_events = true});
   RouterModel router{layout, {}};

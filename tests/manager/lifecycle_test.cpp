@@ -1,8 +1,8 @@
 // KVCacheManager over a request's life: lazy pinning, step 6's reclaim, hits never
 // admitted, refused admissions, and reset (split from manager_test.cpp).
+#include "fig10_support.hpp"
 #include "kvmm/manager/kv_cache_manager.hpp"
 #include "kvmm/manager/testing.hpp"
-#include "fig10_support.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -40,7 +40,7 @@ TEST_CASE("lazy pinning: hit pages stay listed but are skipped, dropped and re-q
   const RequestId r2 = kv.add_request(std::vector<std::uint32_t>{A, B, X});
   CHECK(kv.lookup_prefix(r2) == 2);
   CHECK(kvmm::testing::ManagerInspector(kv).page_state(0, p1[0]) == PageState::kEvictable);  // pure lookup
-  REQUIRE(kv.allocate(r2, 0));  // pins the hit
+  REQUIRE(kv.allocate(r2, 0));                                                               // pins the hit
   CHECK(kvmm::testing::ManagerInspector(kv).page_state(0, p1[0]) == PageState::kUsed);
   CHECK(kvmm::testing::ManagerInspector(kv).page_state(0, p1[1]) == PageState::kUsed);
   CHECK(kv.stats().groups[0].evictable_pages == 2);
@@ -79,8 +79,8 @@ TEST_CASE("lazy pinning: hit pages stay listed but are skipped, dropped and re-q
 
 TEST_CASE("step 6 reclaims another group's large page of cached and empty slots", "[manager][jenga]") {
   // Full pages 64 B and sliding pages 128 B: a 128 B large page holds 2 full or 1 sliding.
-  const KVLayout layout = KVLayout::plan({LayerGroup::full_attention("full", 1, 1, 4, 2, 4),
-                                          LayerGroup::sliding_window("sw", 2, 1, 4, 2, 4, 4)});
+  const KVLayout layout = KVLayout::plan(
+      {LayerGroup::full_attention("full", 1, 1, 4, 2, 4), LayerGroup::sliding_window("sw", 2, 1, 4, 2, 4, 4)});
   REQUIRE(layout.small_pages_per_large_page(0) == 2);
   REQUIRE(layout.small_pages_per_large_page(1) == 1);
   KVCacheManager kv(layout, {.num_large_pages = 2, .max_requests = 2, .record_events = true});
@@ -160,74 +160,75 @@ TEST_CASE("a refused admission then reset leaves the manager as it found it", "[
   // Full attention (n = 2: a request of odd length leaves a large page of one cached page
   // and one empty slot) and a sliding window of 2 (n = 1, pages leave the window at commit);
   // then two full-attention groups (n = 2 and 1), whose hits are pinned by their own loop.
-  const KVLayout two = KVLayout::plan({LayerGroup::full_attention("full", 1, 1, 8, 2, 1),
-                                       LayerGroup::sliding_window("sw", 2, 1, 8, 2, 1, 2)});
-  const KVLayout one = KVLayout::plan({LayerGroup::full_attention("full", 1, 1, 8, 2, 1),
-                                       LayerGroup::full_attention("pad", 2, 1, 8, 2, 1)});
+  const KVLayout two = KVLayout::plan(
+      {LayerGroup::full_attention("full", 1, 1, 8, 2, 1), LayerGroup::sliding_window("sw", 2, 1, 8, 2, 1, 2)});
+  const KVLayout one = KVLayout::plan(
+      {LayerGroup::full_attention("full", 1, 1, 8, 2, 1), LayerGroup::full_attention("pad", 2, 1, 8, 2, 1)});
   REQUIRE(two.small_pages_per_large_page(kFull) == 2);
   REQUIRE(two.small_pages_per_large_page(kSw) == 1);
   const std::vector<std::uint32_t> x{1, 2, 3, 4, 5}, y{1, 2, 3, 9, 9, 9}, z{20, 21, 22, 23};
   for (const bool same_priority : {true, false})
-  for (const KVLayout* layout : {&two, &one}) {
-    INFO("same priority " << same_priority << ", " << layout->num_groups() << " groups, sliding " << (layout == &two));
-    // a: a refused admission, reset in place when it can be; s: the same, reset page by
-    // page (a call between changes the count reset checks); b: neither. 24 large pages:
-    // x, y and z fit (19) without evicting.
-    const KVCacheManagerOptions opt{.num_large_pages = 24, .max_requests = 4, .record_events = true};
-    KVCacheManager a(*layout, opt), s(*layout, opt), b(*layout, opt);
-    RequestId running = 0;
-    for (KVCacheManager* kv : {&a, &s, &b}) {
-      auto serve = [kv](const std::vector<std::uint32_t>& ids, bool keep) {
+    for (const KVLayout* layout : {&two, &one}) {
+      INFO("same priority " << same_priority << ", " << layout->num_groups() << " groups, sliding "
+                            << (layout == &two));
+      // a: a refused admission, reset in place when it can be; s: the same, reset page by
+      // page (a call between changes the count reset checks); b: neither. 24 large pages:
+      // x, y and z fit (19) without evicting.
+      const KVCacheManagerOptions opt{.num_large_pages = 24, .max_requests = 4, .record_events = true};
+      KVCacheManager a(*layout, opt), s(*layout, opt), b(*layout, opt);
+      RequestId running = 0;
+      for (KVCacheManager* kv : {&a, &s, &b}) {
+        auto serve = [kv](const std::vector<std::uint32_t>& ids, bool keep) {
+          kv->begin_step();
+          const RequestId r = kv->add_request(ids);
+          const std::uint64_t hit = kv->lookup_prefix(r);
+          REQUIRE(kv->allocate(r, static_cast<std::uint32_t>(ids.size() - hit)));
+          kv->commit(r, ids.size());
+          if (!keep) kv->free(r);
+          return r;
+        };
+        serve(x, false);           // cached: {1 2} {3 4} wholly, {5 _} mixed; sliding 1..5
+        running = serve(y, true);  // hits 1 2 3, keeps them used
+        serve(z, false);
         kv->begin_step();
-        const RequestId r = kv->add_request(ids);
-        const std::uint64_t hit = kv->lookup_prefix(r);
-        REQUIRE(kv->allocate(r, static_cast<std::uint32_t>(ids.size() - hit)));
-        kv->commit(r, ids.size());
-        if (!keep) kv->free(r);
-        return r;
-      };
-      serve(x, false);           // cached: {1 2} {3 4} wholly, {5 _} mixed; sliding 1..5
-      running = serve(y, true);  // hits 1 2 3, keeps them used
-      serve(z, false);
-      kv->begin_step();
-      REQUIRE(kv->num_evicted_pages(kFull) + kv->num_evicted_pages(kSw) == 0);
+        REQUIRE(kv->num_evicted_pages(kFull) + kv->num_evicted_pages(kSw) == 0);
+      }
+      std::vector<std::uint32_t> big(x);
+      big.resize(200, 7);
+      for (KVCacheManager* kv : {&a, &s}) {
+        const RequestId r = kv->add_request(big, {.priority = same_priority ? 0u : 1u});
+        CHECK(kv->lookup_prefix(r) == 5);  // x's 5 tokens (the window needs 4 and 5)
+        CHECK_FALSE(kv->allocate(r, 195));
+        if (kv == &s) kv->set_priority(r, same_priority ? 0u : 1u);  // unchanged
+        kv->reset(r);
+        kv->check_invariants();
+        kv->free(r);
+      }
+      // Each evicts everything it can, page by page, in its own order.
+      std::vector<std::pair<GroupId, PageId>> order[3];
+      std::size_t k = 0;
+      for (KVCacheManager* kv : {&a, &s, &b}) {
+        std::vector<CacheEvent> events;
+        kv->take_events(events);
+        const RequestId w = kv->add_request(std::vector<std::uint32_t>(40, 8));
+        REQUIRE(kv->lookup_prefix(w) == 0);
+        while (kv->num_allocated(w) < 40 && kv->allocate(w, 1)) kv->commit(w, kv->num_allocated(w));
+        kv->take_events(events);
+        for (const CacheEvent& e : events) order[k].emplace_back(e.group, e.page);
+        kv->check_invariants();
+        ++k;
+      }
+      CHECK(order[2].size() > 10);
+      CHECK(order[0] == order[1]);
+      CHECK(snapshot(a, 4) == snapshot(s, 4));
+      // Same priority: b's evictions and state exactly. Another one: release_page re-levels
+      // the hit's pages to the refused request's level, so a differs from b like s does.
+      if (same_priority) {
+        CHECK(order[0] == order[2]);
+        CHECK(snapshot(a, 4) == snapshot(b, 4));
+      }
+      CHECK(a.num_computed(running) == b.num_computed(running));
     }
-    std::vector<std::uint32_t> big(x);
-    big.resize(200, 7);
-    for (KVCacheManager* kv : {&a, &s}) {
-      const RequestId r = kv->add_request(big, {.priority = same_priority ? 0u : 1u});
-      CHECK(kv->lookup_prefix(r) == 5);  // x's 5 tokens (the window needs 4 and 5)
-      CHECK_FALSE(kv->allocate(r, 195));
-      if (kv == &s) kv->set_priority(r, same_priority ? 0u : 1u);  // unchanged
-      kv->reset(r);
-      kv->check_invariants();
-      kv->free(r);
-    }
-    // Each evicts everything it can, page by page, in its own order.
-    std::vector<std::pair<GroupId, PageId>> order[3];
-    std::size_t k = 0;
-    for (KVCacheManager* kv : {&a, &s, &b}) {
-      std::vector<CacheEvent> events;
-      kv->take_events(events);
-      const RequestId w = kv->add_request(std::vector<std::uint32_t>(40, 8));
-      REQUIRE(kv->lookup_prefix(w) == 0);
-      while (kv->num_allocated(w) < 40 && kv->allocate(w, 1)) kv->commit(w, kv->num_allocated(w));
-      kv->take_events(events);
-      for (const CacheEvent& e : events) order[k].emplace_back(e.group, e.page);
-      kv->check_invariants();
-      ++k;
-    }
-    CHECK(order[2].size() > 10);
-    CHECK(order[0] == order[1]);
-    CHECK(snapshot(a, 4) == snapshot(s, 4));
-    // Same priority: b's evictions and state exactly. Another one: release_page re-levels
-    // the hit's pages to the refused request's level, so a differs from b like s does.
-    if (same_priority) {
-      CHECK(order[0] == order[2]);
-      CHECK(snapshot(a, 4) == snapshot(b, 4));
-    }
-    CHECK(a.num_computed(running) == b.num_computed(running));
-  }
 }
 
 TEST_CASE("reset releases every page and keeps ids and hashes for a new lookup", "[manager][reset]") {

@@ -37,8 +37,8 @@ std::vector<std::uint32_t> random_tokens(std::mt19937& rng, std::size_t n) {
 
 TEST_CASE("add_request hashes full pages as the hash_page chain, for every hash class", "[manager][lookup]") {
   // Two page sizes, so two hash classes: 16 (the fused copy + hash pass) and 8.
-  const KVLayout layout = KVLayout::plan({LayerGroup::full_attention("a", 1, 1, 8, 2, 16),
-                                          LayerGroup::full_attention("b", 1, 1, 8, 2, 8)});
+  const KVLayout layout =
+      KVLayout::plan({LayerGroup::full_attention("a", 1, 1, 8, 2, 16), LayerGroup::full_attention("b", 1, 1, 8, 2, 8)});
   std::mt19937 rng(3);
   for (const std::uint32_t lora : {0u, 4u}) {
     for (const std::string_view salt : {std::string_view{}, std::string_view{"tenant"}}) {
@@ -55,7 +55,8 @@ TEST_CASE("add_request hashes full pages as the hash_page chain, for every hash 
         const auto pages = kv.page_table(r, g);
         REQUIRE(pages.size() >= expect.size());
         INFO("group " << g << " lora " << lora << " salt " << salt);
-        for (std::size_t i = 0; i < expect.size(); ++i) CHECK(kvmm::testing::ManagerInspector(kv).page_hash(g, pages[i]) == expect[i]);
+        for (std::size_t i = 0; i < expect.size(); ++i)
+          CHECK(kvmm::testing::ManagerInspector(kv).page_hash(g, pages[i]) == expect[i]);
       }
       kv.free(r);
       // The same prompt hits all it can (prompt - 1 tokens, page-aligned in both classes);

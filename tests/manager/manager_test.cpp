@@ -1,8 +1,8 @@
 // KVCacheManager: Jenga Fig. 10's timeline and eviction order, fork / copy-on-write,
 // swap, vision groups, pins and priorities, stats, events, and misuse.
+#include "fig10_support.hpp"
 #include "kvmm/manager/kv_cache_manager.hpp"
 #include "kvmm/manager/testing.hpp"
-#include "fig10_support.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -18,8 +18,7 @@ TEST_CASE("Jenga Fig. 10: last access per layer and the eviction order that foll
   REQUIRE(layout.small_pages_per_large_page(kFull) == 1);
   REQUIRE(layout.small_pages_per_large_page(kSw) == 1);
   // Jenga's rule as the paper has it: no prompt-tail retention (issue 17's default).
-  KVCacheManager kv(layout,
-                    {.num_large_pages = 12, .max_requests = 4, .record_events = true, .prompt_tail_tokens = 0});
+  KVCacheManager kv(layout, {.num_large_pages = 12, .max_requests = 4, .record_events = true, .prompt_tail_tokens = 0});
   std::map<std::pair<GroupId, std::uint32_t>, PageId> page;  // (group, token) -> page
   auto remember = [&](RequestId r, const std::vector<std::uint32_t>& tokens) {
     for (GroupId g : {kFull, kSw}) {
@@ -109,8 +108,8 @@ TEST_CASE("step 3 takes the LRU large page across groups of one and of several s
   // than the prompts): the sliding group's small-page LRU is a step-3 source of its own,
   // merged with the large-page LRU by (retention priority, time, prefix length desc),
   // equal keys in release order.
-  const KVLayout layout = KVLayout::plan({LayerGroup::full_attention("full", 1, 1, 8, 2, 1),
-                                          LayerGroup::sliding_window("sw", 2, 1, 8, 2, 1, 100)});
+  const KVLayout layout = KVLayout::plan(
+      {LayerGroup::full_attention("full", 1, 1, 8, 2, 1), LayerGroup::sliding_window("sw", 2, 1, 8, 2, 1, 100)});
   REQUIRE(layout.small_pages_per_large_page(kFull) == 2);
   REQUIRE(layout.small_pages_per_large_page(kSw) == 1);
   KVCacheManager kv(layout, {.num_large_pages = 18, .max_requests = 4, .record_events = true});
@@ -153,20 +152,22 @@ TEST_CASE("step 3 takes the LRU large page across groups of one and of several s
   // sliding 1. A full large page's small pages go in slot order.
   std::vector<std::pair<GroupId, std::uint32_t>> want;
   for (std::uint32_t b : {10u, 30u}) {
-    const std::vector<std::pair<GroupId, std::uint32_t>> one{
-        {kSw, b + 4}, {kFull, b + 3}, {kFull, b + 4}, {kSw, b + 3}, {kSw, b + 2}, {kFull, b + 1}, {kFull, b + 2}, {kSw, b + 1}};
+    const std::vector<std::pair<GroupId, std::uint32_t>> one{{kSw, b + 4},   {kFull, b + 3}, {kFull, b + 4},
+                                                             {kSw, b + 3},   {kSw, b + 2},   {kFull, b + 1},
+                                                             {kFull, b + 2}, {kSw, b + 1}};
     want.insert(want.end(), one.begin(), one.end());
   }
   CHECK(order == want);
   for (const auto& [gp, tok] : token_of)  // the priority-1 request's pages stay cached
-    if (tok > 20 && tok < 30) CHECK(kvmm::testing::ManagerInspector(kv).page_state(gp.first, gp.second) == PageState::kEvictable);
+    if (tok > 20 && tok < 30)
+      CHECK(kvmm::testing::ManagerInspector(kv).page_state(gp.first, gp.second) == PageState::kEvictable);
   kv.check_invariants();
 }
 
 TEST_CASE("request-aware placement and the five allocation steps with small pages", "[manager][jenga]") {
   // 4 tokens per page, full pages 64 B, sliding pages 128 B: n = 2 and 1.
-  const KVLayout layout = KVLayout::plan({LayerGroup::full_attention("full", 1, 1, 4, 2, 4),
-                                          LayerGroup::sliding_window("sw", 2, 1, 4, 2, 4, 4)});
+  const KVLayout layout = KVLayout::plan(
+      {LayerGroup::full_attention("full", 1, 1, 4, 2, 4), LayerGroup::sliding_window("sw", 2, 1, 4, 2, 4, 4)});
   REQUIRE(layout.small_pages_per_large_page(0) == 2);
   KVCacheManager kv(layout, {.num_large_pages = 6, .max_requests = 4, .record_events = true});
   kv.begin_step();
@@ -263,8 +264,7 @@ TEST_CASE("fork shares pages and copy-on-write copies a shared partial page", "[
 }
 
 TEST_CASE("swap out and in move every page, all or nothing", "[manager][swap]") {
-  KVCacheManager kv(fig10_layout(4, 4),
-                    {.num_large_pages = 16, .num_host_large_pages = 3, .max_requests = 4});
+  KVCacheManager kv(fig10_layout(4, 4), {.num_large_pages = 16, .num_host_large_pages = 3, .max_requests = 4});
   kv.begin_step();
   std::vector<std::uint32_t> t(10);
   for (std::uint32_t i = 0; i < 10; ++i) t[i] = 7 * i;
@@ -281,8 +281,7 @@ TEST_CASE("swap out and in move every page, all or nothing", "[manager][swap]") 
   CHECK(snapshot(kv, 4) == before);
   kv.free(r);
 
-  KVCacheManager kv2(fig10_layout(4, 4),
-                     {.num_large_pages = 16, .num_host_large_pages = 8, .max_requests = 4});
+  KVCacheManager kv2(fig10_layout(4, 4), {.num_large_pages = 16, .num_host_large_pages = 8, .max_requests = 4});
   kv2.begin_step();
   const RequestId r2 = kv2.add_request(t);
   kv2.lookup_prefix(r2);
@@ -372,9 +371,9 @@ TEST_CASE("pins and retention priority protect pages from eviction", "[manager][
 }
 
 TEST_CASE("vision embedding pages are freed once consumed; images evicted whole", "[manager][vision]") {
-  const KVLayout layout = KVLayout::plan({LayerGroup::full_attention("text", 1, 1, 8, 2, 4),
-                                          LayerGroup::cross_attention("cross", 1, 1, 8, 2, 4),
-                                          LayerGroup::vision_embedding("vis", 32, 4)});
+  const KVLayout layout =
+      KVLayout::plan({LayerGroup::full_attention("text", 1, 1, 8, 2, 4),
+                      LayerGroup::cross_attention("cross", 1, 1, 8, 2, 4), LayerGroup::vision_embedding("vis", 32, 4)});
   KVCacheManager kv(layout, {.num_large_pages = 64, .max_requests = 4, .record_events = true});
   const MultimodalItem img{hash_bytes(std::as_bytes(std::span("pixels", 6))), 2, 8};
   std::vector<std::uint32_t> t{1, 2, 0, 0, 0, 0, 0, 0, 0, 0, 3, 4, 5};  // image at [2, 10)
@@ -401,7 +400,8 @@ TEST_CASE("vision embedding pages are freed once consumed; images evicted whole"
   for (const auto& e : ev)
     if (e.group == 1 && e.kind == CacheEventKind::kStored) cross.push_back(e.page);
   REQUIRE(cross.size() == 2);
-  CHECK(kvmm::testing::ManagerInspector(kv).eviction_key(1, cross[0]).prefix_len == kvmm::testing::ManagerInspector(kv).eviction_key(1, cross[1]).prefix_len);
+  CHECK(kvmm::testing::ManagerInspector(kv).eviction_key(1, cross[0]).prefix_len ==
+        kvmm::testing::ManagerInspector(kv).eviction_key(1, cross[1]).prefix_len);
   // The same prompt and image hit the text prefix and the cross-attention pages.
   kv.begin_step();
   const RequestId r2 = kv.add_request(t, extras);
@@ -442,7 +442,8 @@ TEST_CASE("stats count used, evictable, empty pages, waste, hits and evictions",
   CHECK(s.lookup_tokens == 12);
   std::vector<CacheEvent> ev;
   kv.take_events(ev);
-  CHECK(std::count_if(ev.begin(), ev.end(), [](const CacheEvent& e) { return e.kind == CacheEventKind::kStored; }) == 2);
+  CHECK(std::count_if(ev.begin(), ev.end(), [](const CacheEvent& e) { return e.kind == CacheEventKind::kStored; }) ==
+        2);
   kv.free(r2);
   kv.reset_prefix_cache();
   kv.take_events(ev);
@@ -466,8 +467,7 @@ TEST_CASE("misuse raises kvmm::Error naming the argument, state intact", "[manag
   CHECK_THROWS_WITH(kv.swap_in(r), Catch::Contains("not swapped out"));
   CHECK_THROWS_WITH(kv.page_table(r, 5), Catch::Contains("group = 5"));
   CHECK_THROWS_WITH(kv.set_policy(0, std::make_unique<FullAttentionPolicy>(4)), Catch::Contains("active"));
-  CHECK_THROWS_WITH(kv.set_policy(0, std::make_unique<FullAttentionPolicy>(8)),
-                    Catch::Contains("tokens_per_page = 8"));
+  CHECK_THROWS_WITH(kv.set_policy(0, std::make_unique<FullAttentionPolicy>(8)), Catch::Contains("tokens_per_page = 8"));
   CHECK(snapshot(kv, 2) == before);
   kv.commit(r, 3);
   CHECK_THROWS_WITH(kv.commit(r, 2), Catch::Contains("num_computed_tokens = 2"));

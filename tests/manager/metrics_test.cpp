@@ -1,9 +1,9 @@
 // The manager's O(1) counters, their Prometheus text, and the log callback (issue 15 item
 // 5): a blocked queue head retried every step counts its prompt once among admitted
 // requests; copies and swaps are counted; every metric has HELP and TYPE lines.
+#include "kvmm/manager/metrics.hpp"
 #include "kvmm/manager/kv_cache_manager.hpp"
 #include "manager_fixture.hpp"
-#include "kvmm/manager/metrics.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -22,9 +22,9 @@ TEST_CASE("a blocked queue head counts each retry as a refused admission, its pr
           "[manager][metrics]") {
   const KVLayout layout = KVLayout::plan({LayerGroup::full_attention("full", 1, 1, 8, 2, 4)});
   std::vector<std::pair<LogLevel, std::string>> logged;
-  KVCacheManager kv(layout, {.num_large_pages = 16,
-                             .max_requests = 4,
-                             .log = [&](LogLevel l, std::string_view m) { logged.emplace_back(l, std::string(m)); }});
+  KVCacheManager kv(layout, {.num_large_pages = 16, .max_requests = 4, .log = [&](LogLevel l, std::string_view m) {
+                               logged.emplace_back(l, std::string(m));
+                             }});
   // A caches 8 tokens (2 pages) and then holds 14 of the 16 pages.
   kv.begin_step();
   const RequestId warm = kv.add_request(ids(9, 1));
@@ -66,7 +66,8 @@ TEST_CASE("a blocked queue head counts each retry as a refused admission, its pr
   CHECK(c.large_pages == 16);
   CHECK(c.used_pages == std::vector<std::uint32_t>{7});
   int refusals_logged = 0;
-  for (const auto& [level, text] : logged) refusals_logged += level == LogLevel::kDebug && text.find("refused") != std::string::npos;
+  for (const auto& [level, text] : logged)
+    refusals_logged += level == LogLevel::kDebug && text.find("refused") != std::string::npos;
   CHECK(refusals_logged == 3);
   kv.reset_prefix_cache();
   CHECK(logged.back().first == LogLevel::kInfo);

@@ -17,8 +17,8 @@ TEST_CASE("no heap allocation per step in steady state", "[manager][alloc]") {
   WARN("skipped: debug tier 3 recounts every invariant after each call, with scratch vectors");
   return;
 #endif
-  const KVLayout layout = KVLayout::plan({LayerGroup::full_attention("full", 2, 2, 16, 2, 16),
-                                          LayerGroup::sliding_window("sw", 2, 2, 16, 2, 16, 64)});
+  const KVLayout layout = KVLayout::plan(
+      {LayerGroup::full_attention("full", 2, 2, 16, 2, 16), LayerGroup::sliding_window("sw", 2, 2, 16, 2, 16, 64)});
   const bool kv_events = GENERATE(false, true);
   INFO("record_kv_events " << kv_events);
   // Tight enough that the second wave evicts the first wave's cached pages.
@@ -74,7 +74,7 @@ TEST_CASE("no heap allocation per step in steady state", "[manager][alloc]") {
   CHECK(second == 0);
   CHECK(whole_wave == 0);
   CHECK(kv.stats().groups[0].evicted_pages > 0);  // the second wave did evict
-  if (kv_events) {  // the batches were not empty
+  if (kv_events) {                                // the batches were not empty
     CHECK(stored_pages > 3 * 64 * 12);
     CHECK(removed_pages > 0);
   }

@@ -20,8 +20,8 @@ namespace {
 
 // full: 2 layers x K,V x 16 tokens x 64 dims x 2 bytes = 8192 B; swa: 2048 B; LCM 8192.
 KVLayout layout() {
-  return KVLayout::plan({LayerGroup::full_attention("full", 2, 1, 64, 2, 16),
-                         LayerGroup::sliding_window("swa", 1, 1, 32, 2, 16, 64)});
+  return KVLayout::plan(
+      {LayerGroup::full_attention("full", 2, 1, 64, 2, 16), LayerGroup::sliding_window("swa", 1, 1, 32, 2, 16, 64)});
 }
 
 struct Snap {
@@ -127,8 +127,8 @@ TEST_CASE("manager over an arena whose backend fails at every call position in t
       kv.free(b);
       kv.check_invariants();
       source.check_invariants();
-      kv.reset_prefix_cache();  // the cached pages become empty, their large pages free
-      kv.begin_step();          // freed pages stay backed until the next step (swap plans read them)
+      kv.reset_prefix_cache();                // the cached pages become empty, their large pages free
+      kv.begin_step();                        // freed pages stay backed until the next step (swap plans read them)
       CHECK(arena.num_backed_chunks() == 0);  // every chunk released with its last page
     }
   }

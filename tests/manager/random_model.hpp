@@ -37,11 +37,11 @@ struct RefRequest {
   bool swapped = false;
   std::vector<std::optional<BlockHash>> swapped_hash[3];
   std::vector<bool> swapped_null[3];
-  std::vector<std::uint64_t> bounds;                // hinted cache boundaries
-  std::uint64_t prompt = 0;                         // its prompt's length (the tail's end)
-  bool tail_dropped = false;                        // computed past prompt + tail once
-  std::vector<std::pair<GroupId, PageId>> held;     // pages the model expects held for them
-  std::vector<std::uint64_t> held_index;            // their indices in the row
+  std::vector<std::uint64_t> bounds;             // hinted cache boundaries
+  std::uint64_t prompt = 0;                      // its prompt's length (the tail's end)
+  bool tail_dropped = false;                     // computed past prompt + tail once
+  std::vector<std::pair<GroupId, PageId>> held;  // pages the model expects held for them
+  std::vector<std::uint64_t> held_index;         // their indices in the row
 };
 
 // Whether page i of group g is one a hit at some boundary needs (the policies' rule,
@@ -61,8 +61,7 @@ inline std::vector<BlockHash> chain(const RefRequest& q, std::uint32_t P) {
   for (std::size_t i = 0; (i + 1) * P <= q.tokens.size(); ++i) {
     PageExtraKeys ex;
     ex.lora_id = q.lora;
-    out.push_back(hash_page(i ? out.back() : BlockHash{},
-                            std::span(q.tokens).subspan(i * P, P), ex));
+    out.push_back(hash_page(i ? out.back() : BlockHash{}, std::span(q.tokens).subspan(i * P, P), ex));
   }
   return out;
 }

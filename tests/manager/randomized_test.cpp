@@ -24,12 +24,16 @@ namespace {
 
 class Model {
  public:
-  Model(std::uint64_t seed, std::uint32_t large_pages, int layout = 0, std::uint32_t learned = 0, std::uint32_t tail = 0)
+  Model(std::uint64_t seed, std::uint32_t large_pages, int layout = 0, std::uint32_t learned = 0,
+        std::uint32_t tail = 0)
       : rng_(seed),
         tail_(tail),
-        kv_(random_layout(layout), {.num_large_pages = large_pages, .num_host_large_pages = 6,
-                              .max_requests = kMaxRequests, .record_events = true, .learned_boundaries = learned,
-                              .prompt_tail_tokens = tail}) {
+        kv_(random_layout(layout), {.num_large_pages = large_pages,
+                                    .num_host_large_pages = 6,
+                                    .max_requests = kMaxRequests,
+                                    .record_events = true,
+                                    .learned_boundaries = learned,
+                                    .prompt_tail_tokens = tail}) {
     for (GroupId g = 0; g < 3; ++g) n_[g] = kv_.layout().small_pages_per_large_page(g);
     for (auto& base : bases_) {
       base.resize(40);
@@ -46,7 +50,8 @@ class Model {
     }
   }
 
-  std::uint64_t holds = 0, handovers = 0, hits = 0, lookups = 0, evictions = 0, failures = 0, cows = 0, swaps = 0, resets = 0, refusals = 0;
+  std::uint64_t holds = 0, handovers = 0, hits = 0, lookups = 0, evictions = 0, failures = 0, cows = 0, swaps = 0,
+                resets = 0, refusals = 0;
   const KVCacheManager& kv() const { return kv_; }
 
  private:
@@ -151,7 +156,8 @@ class Model {
         const auto it = page_hash_[g].find(p);
         const bool ok = h.has_value() == (it != page_hash_[g].end()) && (!h || *h == it->second) &&
                         (!h || kv_.small_pages(g).is_allocated(p)) &&  // never cached and free
-                        kvmm::testing::ManagerInspector(kv_).ref_count(g, p) == refs_[g][p] && kvmm::testing::ManagerInspector(kv_).page_state(g, p) == state(g, p);
+                        kvmm::testing::ManagerInspector(kv_).ref_count(g, p) == refs_[g][p] &&
+                        kvmm::testing::ManagerInspector(kv_).page_state(g, p) == state(g, p);
         if (ok) continue;
         INFO("group " << g << " page " << p);
         REQUIRE(h.has_value() == (it != page_hash_[g].end()));
@@ -204,12 +210,14 @@ class Model {
     q.tokens.assign(base.begin(), base.begin() + 1 + static_cast<long>(rng_() % base.size()));
     for (std::uint64_t k = rng_() % 6; k > 0; --k) q.tokens.push_back(static_cast<std::uint32_t>(rng_() % 3));
     q.lora = rng_() % 8 == 0 ? 1 : 0;
-    for (std::uint64_t k = rng_() % 2 ? 1 + rng_() % 3 : 0; k > 0; --k) q.bounds.push_back(1 + rng_() % q.tokens.size());
+    for (std::uint64_t k = rng_() % 2 ? 1 + rng_() % 3 : 0; k > 0; --k)
+      q.bounds.push_back(1 + rng_() % q.tokens.size());
     std::sort(q.bounds.begin(), q.bounds.end());
     q.bounds.erase(std::unique(q.bounds.begin(), q.bounds.end()), q.bounds.end());
     q.prompt = q.tokens.size();
-    const RequestId r = kv_.add_request(q.tokens, {.lora_id = q.lora, .priority = static_cast<std::uint32_t>(rng_() % 2),
-                                                   .cache_boundaries = q.bounds});
+    const RequestId r = kv_.add_request(
+        q.tokens,
+        {.lora_id = q.lora, .priority = static_cast<std::uint32_t>(rng_() % 2), .cache_boundaries = q.bounds});
     REQUIRE_FALSE(reqs_.count(r));
     reqs_[r] = q;
     last_added_ = r;
@@ -232,8 +240,10 @@ class Model {
         if (o != r && !q.swapped) others.push_back(o);
       if (others.empty()) break;
       const RequestId o = others[rng_() % others.size()];
-      if (rng_() % 2) op_free(o);
-      else op_step(o);
+      if (rng_() % 2)
+        op_free(o);
+      else
+        op_step(o);
     }
     after_op();
     before_op();
@@ -361,8 +371,10 @@ class Model {
       if (choice < 2) {
         after_op();
         before_op();
-        if (choice == 0) op_swap_out(r);
-        else op_reset(r);
+        if (choice == 0)
+          op_swap_out(r);
+        else
+          op_reset(r);
       }
       return;
     }
@@ -379,7 +391,8 @@ class Model {
     // Commit what was computed (sometimes less); full pages become cached.
     std::uint64_t c = computed + n;
     if (rng_() % 8 == 0) c = computed + rng_() % (n + 1);
-    for (GroupId g = 0; g < 3; ++g) tables_before_[{r, g}] = std::vector<PageId>(kv_.page_table(r, g).begin(), kv_.page_table(r, g).end());
+    for (GroupId g = 0; g < 3; ++g)
+      tables_before_[{r, g}] = std::vector<PageId>(kv_.page_table(r, g).begin(), kv_.page_table(r, g).end());
     kv_.commit(r, c);
     take_events();
     const auto h4 = chain(q, 4), h8 = chain(q, 8);
@@ -599,8 +612,14 @@ TEST_CASE("model-based randomized test against a reference model", "[manager][ra
     const int layout = seed >= 4 ? 1 : 0;  // seeds 4 and 5: one-page sliding and Mamba groups
     // Seeds 2 and 5 learn boundaries too (a small table: entries overwrite each other);
     // seeds 2 and 4 hold prompt tails (6 and 12 tokens: shorter and longer than the window).
-    Model m(seed, seed == 3 ? 40 : layout == 1 ? 24 : 12, layout, seed == 2 || seed == 5 ? 16 : 0,
-            seed == 2 ? 6 : seed == 4 ? 12 : 0);
+    Model m(seed,
+            seed == 3     ? 40
+            : layout == 1 ? 24
+                          : 12,
+            layout, seed == 2 || seed == 5 ? 16 : 0,
+            seed == 2   ? 6
+            : seed == 4 ? 12
+                        : 0);
     m.run(35000);
     total_ops += 35000;
     // The run exercised what it claims to.
@@ -618,10 +637,10 @@ TEST_CASE("model-based randomized test against a reference model", "[manager][ra
       CHECK(m.kv().layout().small_pages_per_large_page(kMamba) == 1);
       CHECK(m.kv().layout().small_pages_per_large_page(kFull) > 1);
     }
-    WARN("seed " << seed << ": lookups " << m.lookups << " hits " << m.hits << " evictions "
-                 << m.evictions << " failed allocations " << m.failures << " copies " << m.cows
-                 << " swaps " << m.swaps << " resets " << m.resets << " refused admissions " << m.refusals
-                 << " commits holding pages " << m.holds << " hand-overs " << m.handovers);
+    WARN("seed " << seed << ": lookups " << m.lookups << " hits " << m.hits << " evictions " << m.evictions
+                 << " failed allocations " << m.failures << " copies " << m.cows << " swaps " << m.swaps << " resets "
+                 << m.resets << " refused admissions " << m.refusals << " commits holding pages " << m.holds
+                 << " hand-overs " << m.handovers);
   }
   CHECK(total_ops >= 100000);
 }

@@ -21,8 +21,8 @@ constexpr std::uint32_t A = 101, B = 102, C = 103, D = 104, E = 105, F = 106, G 
 // Jenga §5.1's setting: full attention + a window of 2, one-token pages, one small page
 // per large page.
 KVLayout fig10_layout() {
-  return KVLayout::plan({LayerGroup::full_attention("full", 1, 1, 8, 2, 1),
-                         LayerGroup::sliding_window("sw", 1, 1, 8, 2, 1, 2)});
+  return KVLayout::plan(
+      {LayerGroup::full_attention("full", 1, 1, 8, 2, 1), LayerGroup::sliding_window("sw", 1, 1, 8, 2, 1, 2)});
 }
 
 struct Fig10Run {
@@ -119,8 +119,9 @@ TEST_CASE("learned boundaries: a branch point found by one lookup is held by the
   // a step (window 2: the article's window pages leave early, with older times); after each
   // request an unrelated one takes 24 of the 40 pages, so the oldest pages go.
   auto run = [](std::uint32_t learned, std::uint32_t tail = 0) {
-    KVCacheManager kv(fig10_layout(),
-                      {.num_large_pages = 40, .max_requests = 4, .learned_boundaries = learned, .prompt_tail_tokens = tail});
+    KVCacheManager kv(
+        fig10_layout(),
+        {.num_large_pages = 40, .max_requests = 4, .learned_boundaries = learned, .prompt_tail_tokens = tail});
     testing::ManagerInspector in(kv);
     std::vector<std::uint32_t> article(12);
     for (std::uint32_t i = 0; i < 12; ++i) article[i] = 1000 + i;
@@ -175,8 +176,8 @@ TEST_CASE("prompt tails: the held pages are the union of the needs of every leng
   // 9-token prompt prefilled at once, tail 3: hits at 6, 7, 8 and 9 need pages [4, 9) (a hit
   // at L needs [L - 2, L)); after the prefill the table keeps page 8, so 7, 6, 5 and 4 are
   // held, 0..3 released.
-  KVCacheManager kv(fig10_layout(), {.num_large_pages = 40, .max_requests = 2, .learned_boundaries = 0,
-                                     .prompt_tail_tokens = 3});
+  KVCacheManager kv(fig10_layout(),
+                    {.num_large_pages = 40, .max_requests = 2, .learned_boundaries = 0, .prompt_tail_tokens = 3});
   testing::ManagerInspector in(kv);
   const RequestId r = kv.add_request(std::vector<std::uint32_t>{A, B, C, D, E, F, G, X, 77});
   CHECK(in.prompt_tail(r) == std::pair<std::uint64_t, std::uint64_t>{6, 9});

@@ -89,8 +89,14 @@ TEST_CASE("bad input: HostMemory") {
       {"reserve 0", "bytes = 0", [&] { return mem.reserve(0, &out); }},
       {"reserve 2^64-1", "bytes = 18446744073709551615", [&] { return mem.reserve(kMax64, &out); }},
       {"reserve 2^64-chunk", "bytes = 18446744073709547520", [&] { return mem.reserve(kMax64 - kChunk + 1, &out); }},
-      {"free an unknown range", "not a reserved range", [&] { return mem.free_range({R.base + kChunk, kChunk}), true; }},
-      {"free with the wrong size", "not a reserved range", [&] { return mem.free_range({R.base, R.bytes + kChunk}), true; }},
+      {"free an unknown range", "not a reserved range",
+       [&] {
+         return mem.free_range({R.base + kChunk, kChunk}), true;
+       }},
+      {"free with the wrong size", "not a reserved range",
+       [&] {
+         return mem.free_range({R.base, R.bytes + kChunk}), true;
+       }},
       {"free with a chunk mapped", "still mapped", [&] { return mem.free_range(R), true; }},
       {"release a dead chunk", fmt::format("chunk = {}", X), [&] { return mem.release_chunk(X), true; }},
       {"release a mapped chunk", "still mapped", [&] { return mem.release_chunk(C), true; }},
@@ -100,22 +106,25 @@ TEST_CASE("bad input: HostMemory") {
       {"map over a mapping", "already mapped", [&] { return mem.map(D, R.base); }},
       {"access no bytes", "not a run of whole chunks", [&] { return mem.set_access(R.base, 0); }},
       {"access an unmapped chunk", "no chunk is mapped", [&] { return mem.set_access(R.base, 2 * kChunk); }},
-      {"access past the range", "not inside a reserved range", [&] { return mem.set_access(R.base, R.bytes + kChunk); }},
+      {"access past the range", "not inside a reserved range",
+       [&] { return mem.set_access(R.base, R.bytes + kChunk); }},
       {"unmap an unmapped chunk", "no chunk is mapped", [&] { return mem.unmap(R.base + kChunk, kChunk), true; }},
       {"unmap past the range", "not inside a reserved range", [&] { return mem.unmap(R.base, 2 * R.bytes), true; }},
       {"map_count of a dead chunk", "not live", [&] { return mem.map_count(X) == 0; }},
   };
   using Snap = std::array<std::uint64_t, 6>;
   std::function<Snap()> snapshot = [&] {
-    return Snap{mem.live_chunks(), mem.live_mappings(), mem.live_ranges(), mem.map_count(C), mem.map_count(D),
-                std::uint64_t(ptr(R.base)[17])};
+    return Snap{mem.live_chunks(), mem.live_mappings(), mem.live_ranges(),
+                mem.map_count(C),  mem.map_count(D),    std::uint64_t(ptr(R.base)[17])};
   };
-  kvmm::test::run_bad_inputs<Snap>(1401, 3000, cases, snapshot, [&] { mem.check_invariants(); }, valid);
+  kvmm::test::run_bad_inputs<Snap>(
+      1401, 3000, cases, snapshot, [&] { mem.check_invariants(); }, valid);
   // Serves end to end: a fresh range, a chunk mapped at two addresses, data through both.
   VirtualRange a, b;
   ChunkHandle h;
   REQUIRE((mem.reserve(kChunk, &a) && mem.reserve(kChunk, &b) && mem.create_chunk(&h)));
-  REQUIRE((mem.map(h, a.base) && mem.map(h, b.base) && mem.set_access(a.base, kChunk) && mem.set_access(b.base, kChunk)));
+  REQUIRE(
+      (mem.map(h, a.base) && mem.map(h, b.base) && mem.set_access(a.base, kChunk) && mem.set_access(b.base, kChunk)));
   ptr(a.base)[99] = std::byte{0x42};
   CHECK(ptr(b.base)[99] == std::byte{0x42});
   mem.unmap(a.base, kChunk);
@@ -131,7 +140,8 @@ TEST_CASE("bad input: ChunkPool") {
   CHECK_THROWS_WITH(ChunkPool(host, {.max_chunks = 0}), Catch::Contains("max_chunks = 0"));
   CHECK_THROWS_WITH(ChunkPool(host, {.max_chunks = ~0u}), Catch::Contains("max_chunks = 4294967295"));
   CHECK_THROWS_WITH(ChunkPool(host, {.max_chunks = 4, .precreate_chunks = 5}), Catch::Contains("precreate_chunks = 5"));
-  CHECK_THROWS_WITH(ChunkPool(host, {.max_chunks = 40, .precreate_chunks = 31}), Catch::Contains("precreate_chunks = 31"));
+  CHECK_THROWS_WITH(ChunkPool(host, {.max_chunks = 40, .precreate_chunks = 31}),
+                    Catch::Contains("precreate_chunks = 31"));
   CHECK(host.live_chunks() == 0);  // the failed precreate released what it made
   ChunkPool pool(host, {.max_chunks = 24, .precreate_chunks = 2});
   // Quotas sum to 22 < 24, so two ids are always unmapped.
@@ -184,23 +194,32 @@ TEST_CASE("bad input: ChunkPool") {
     return kNoChunk;
   };
   std::vector<ChunkId> ids1(1), ids2(2);
-  auto batch = [&](ChunkOwner o, std::vector<std::uint64_t> a, std::span<ChunkId> ids) { return pool.map_batch(o, a, ids); };
+  auto batch = [&](ChunkOwner o, std::vector<std::uint64_t> a, std::span<ChunkId> ids) {
+    return pool.map_batch(o, a, ids);
+  };
   const std::vector<BadCase> cases = {
       {"map for free", "owner = free", [&] { return batch(ChunkOwner::kFree, {R.base + kChunk}, ids1); }},
       {"map for owner 7", "owner = 7", [&] { return batch(kBogus, {R.base + kChunk}, ids1); }},
-      {"ids of the wrong size", "ids_out.size() = 2", [&] { return batch(ChunkOwner::kActivation, {R.base + kChunk}, ids2); }},
+      {"ids of the wrong size", "ids_out.size() = 2",
+       [&] { return batch(ChunkOwner::kActivation, {R.base + kChunk}, ids2); }},
       {"address 0", "addrs[0] = 0x0", [&] { return batch(ChunkOwner::kActivation, {0}, ids1); }},
       {"unaligned", "not a chunk-aligned address", [&] { return batch(ChunkOwner::kActivation, {R.base + 8}, ids1); }},
-      {"past the range", "outside every range", [&] { return batch(ChunkOwner::kActivation, {R.base + R.bytes}, ids1); }},
+      {"past the range", "outside every range",
+       [&] { return batch(ChunkOwner::kActivation, {R.base + R.bytes}, ids1); }},
       {"foreign range", "outside every range", [&] { return batch(ChunkOwner::kActivation, {F.base}, ids1); }},
-      {"same address twice", "addrs[1]", [&] { return batch(ChunkOwner::kActivation, {R.base + kChunk, R.base + kChunk}, ids2); }},
-      {"over a mapping (the backend raises)", "already mapped", [&] {
+      {"same address twice", "addrs[1]",
+       [&] {
+         return batch(ChunkOwner::kActivation, {R.base + kChunk, R.base + kChunk}, ids2);
+       }},
+      {"over a mapping (the backend raises)", "already mapped",
+       [&] {
          ChunkOwner roomy = owners[0];
          for (ChunkOwner o : owners)
            if (pool.available(o) > pool.available(roomy)) roomy = o;
          return batch(roomy, {R.base + kChunk, R.base}, ids2);
        }},
-      {"past the quota", "", [&] {
+      {"past the quota", "",
+       [&] {
          std::vector<std::uint64_t> a;
          const std::uint32_t n = pool.available(ChunkOwner::kVirtualTensor) + 1;
          for (std::uint32_t s = 1; s < 64 && a.size() < n; ++s)
@@ -209,8 +228,12 @@ TEST_CASE("bad input: ChunkPool") {
          return a.size() == n && !pool.map_batch(ChunkOwner::kVirtualTensor, a, ids);
        }},
       {"unmap id past capacity", "chunk id = 24", [&] { return pool.unmap_batch(std::vector<ChunkId>{24}), true; }},
-      {"unmap an unmapped id", "is not mapped", [&] { return pool.unmap_batch(std::vector<ChunkId>{unmapped_id()}), true; }},
-      {"unmap twice", "listed twice", [&] { return pool.unmap_batch(std::vector<ChunkId>{at[0], at[0]}), true; }},
+      {"unmap an unmapped id", "is not mapped",
+       [&] { return pool.unmap_batch(std::vector<ChunkId>{unmapped_id()}), true; }},
+      {"unmap twice", "listed twice",
+       [&] {
+         return pool.unmap_batch(std::vector<ChunkId>{at[0], at[0]}), true;
+       }},
       {"quota of free", "owner = free", [&] { return pool.set_quota(ChunkOwner::kFree, 1), true; }},
       {"quota of owner 7", "owner = 7", [&] { return pool.set_quota(kBogus, 1), true; }},
       {"quota past capacity", "quota = 25", [&] { return pool.set_quota(ChunkOwner::kActivation, 25), true; }},
@@ -218,7 +241,8 @@ TEST_CASE("bad input: ChunkPool") {
       {"move to itself", "from = to", [&] { return pool.move_quota(ChunkOwner::kKVArena, ChunkOwner::kKVArena, 1); }},
       {"move from free", "from = free", [&] { return pool.move_quota(ChunkOwner::kFree, ChunkOwner::kKVArena, 1); }},
       {"move to owner 7", "to = 7", [&] { return pool.move_quota(ChunkOwner::kKVArena, kBogus, 1); }},
-      {"move more than the slack", "", [&] {
+      {"move more than the slack", "",
+       [&] {
          const auto slack = pool.quota(ChunkOwner::kVirtualTensor) - pool.owned(ChunkOwner::kVirtualTensor);
          return !pool.move_quota(ChunkOwner::kVirtualTensor, ChunkOwner::kActivation, slack + 1);
        }},
@@ -227,7 +251,10 @@ TEST_CASE("bad input: ChunkPool") {
       {"available() of owner 7", "owner = 7", [&] { return pool.available(kBogus) == 0; }},
       {"owner() past capacity", "chunk id = 24", [&] { return pool.owner(24) == ChunkOwner::kFree; }},
       {"address() past capacity", "chunk id = 99", [&] { return pool.address(99) == 0; }},
-      {"free an unknown range", "not reserved through this pool", [&] { return pool.free_range({R.base + kChunk, kChunk}), true; }},
+      {"free an unknown range", "not reserved through this pool",
+       [&] {
+         return pool.free_range({R.base + kChunk, kChunk}), true;
+       }},
       {"free a foreign range", "not reserved through this pool", [&] { return pool.free_range(F), true; }},
       {"free a range in use", "still mapped", [&] { return pool.free_range(R), true; }},
   };
@@ -257,7 +284,8 @@ TEST_CASE("bad input: ChunkPool") {
     if (at[s] != kNoChunk) pool.unmap_batch(std::vector<ChunkId>{at[s]}), at[s] = kNoChunk;
   pool.set_quota(ChunkOwner::kVirtualTensor, 8);
   std::vector<ChunkId> ids(3);
-  REQUIRE(pool.map_batch(ChunkOwner::kVirtualTensor, std::vector<std::uint64_t>{R.base + kChunk, R.base + 2 * kChunk, R.base + 9 * kChunk}, ids));
+  REQUIRE(pool.map_batch(ChunkOwner::kVirtualTensor,
+                         std::vector<std::uint64_t>{R.base + kChunk, R.base + 2 * kChunk, R.base + 9 * kChunk}, ids));
   std::memset(ptr(R.base + kChunk), 0x3D, 2 * kChunk);
   CHECK(ptr(R.base + 2 * kChunk)[kChunk - 1] == std::byte{0x3D});
   CHECK(ptr(R.base)[0] == std::byte{0xA7});
@@ -277,8 +305,10 @@ TEST_CASE("bad input: KVArena and ArenaPagePool") {
   CHECK_THROWS_WITH(KVArena(pool, layout, {.num_large_pages = 0}), Catch::Contains("num_large_pages = 0"));
   CHECK_THROWS_WITH(KVArena(pool, layout, {.num_large_pages = ~0u}), Catch::Contains("num_large_pages = 4294967295"));
   CHECK_THROWS_WITH(KVArena(pool, layout, {.num_large_pages = 3u << 30}), Catch::Contains("more than 2^32-2"));
-  CHECK_THROWS_WITH(KVArena(pool, layout, {.num_large_pages = 40, .backing = ArenaBacking::kFull}), Catch::Contains("cannot back"));
-  CHECK_THROWS_WITH(KVArena(pool, layout, {.num_large_pages = 4, .backing = ArenaBacking(9)}), Catch::Contains("backing = 9"));
+  CHECK_THROWS_WITH(KVArena(pool, layout, {.num_large_pages = 40, .backing = ArenaBacking::kFull}),
+                    Catch::Contains("cannot back"));
+  CHECK_THROWS_WITH(KVArena(pool, layout, {.num_large_pages = 4, .backing = ArenaBacking(9)}),
+                    Catch::Contains("backing = 9"));
   CHECK((pool.stats().created == 0 && host.live_ranges() == 0 && host.live_chunks() == 0));
   KVArena arena(pool, layout, {.num_large_pages = 20, .backing = ArenaBacking::kElastic});
   ArenaPagePool pages(arena);
@@ -318,7 +348,8 @@ TEST_CASE("bad input: KVArena and ArenaPagePool") {
       {"back past the arena", "chunks [0, 30]", [&] { return arena.back_chunks(0, 30); }},
       {"release past the arena", "chunk = 30", [&] { return arena.release_chunk(30), true; }},
       {"release an unbacked chunk", "not a backed chunk", [&] { return arena.release_chunk(unbacked_chunk()), true; }},
-      {"release under a live page", "live large page", [&] { return arena.release_chunk(arena.first_chunk(anchor)), true; }},
+      {"release under a live page", "live large page",
+       [&] { return arena.release_chunk(arena.first_chunk(anchor)), true; }},
       {"pin past the arena", "large page id = 21", [&] { return arena.pin(21); }},
       {"unpin a free page", "large page id = ", [&] { return arena.unpin(free_page()), true; }},
       {"allocate for no group", "owner = 4294967295", [&] { return pages.allocate(kNoGroup).has_value(); }},
@@ -335,7 +366,8 @@ TEST_CASE("bad input: KVArena and ArenaPagePool") {
   std::function<Snap()> snapshot = [&] {
     Snap s{pages.num_free(), arena.num_backed_chunks(), pool.stats().created, pool.stats().mapped, {}, {}};
     for (PageId j = 0; j < 20; ++j) s.owner.push_back(pages.owner(j));
-    for (std::uint32_t c = 0; c < arena.num_chunks(); ++c) s.users.push_back(arena.chunk_users(c) * 2 + arena.chunk_backed(c));
+    for (std::uint32_t c = 0; c < arena.num_chunks(); ++c)
+      s.users.push_back(arena.chunk_users(c) * 2 + arena.chunk_backed(c));
     return s;
   };
   auto check = [&] {

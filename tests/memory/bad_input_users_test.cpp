@@ -61,7 +61,8 @@ TEST_CASE("bad input: VirtualKVCache") {
   bad([](auto& o) { o.kv_heads = o.head_dim = 1u << 31, o.dtype_bytes = 4; }, "kv_heads * head_dim * dtype_bytes");
   bad([](auto& o) { o.max_context = ~0u, o.kv_heads = 1u << 20, o.head_dim = 1u << 20; }, "max_context * token bytes");
   bad([](auto& o) { o.max_context = 1u << 30, o.head_dim = 1u << 10; }, "max_context = 1073741824");
-  bad([](auto& o) { o.max_batch = 1u << 30, o.max_context = 1u << 20, o.head_dim = 1u << 10; }, "max_batch * slot bytes");
+  bad([](auto& o) { o.max_batch = 1u << 30, o.max_context = 1u << 20, o.head_dim = 1u << 10; },
+      "max_batch * slot bytes");
   bad([](auto& o) { o.max_batch = 1u << 24, o.max_context = 1u << 16; }, "more than 2^32-2");
   CHECK((host.live_ranges() == 0 && pool.stats().created == 0));
 
@@ -71,7 +72,8 @@ TEST_CASE("bad input: VirtualKVCache") {
   auto write = [&](std::uint32_t s, std::uint32_t from, std::uint32_t to) {
     for (std::uint32_t l = 0; l < 2; ++l)
       for (const TensorView& v : {c.k(l), c.v(l)})
-        for (std::uint32_t t = from; t < to; ++t) ptr(v.base + s * v.slot_stride + t * v.token_stride)[7] = std::byte{tag[s]};
+        for (std::uint32_t t = from; t < to; ++t)
+          ptr(v.base + s * v.slot_stride + t * v.token_stride)[7] = std::byte{tag[s]};
   };
   auto holds = [&](std::uint32_t s) {
     for (std::uint32_t l = 0; l < 2; ++l)
@@ -113,12 +115,14 @@ TEST_CASE("bad input: VirtualKVCache") {
   };
   const std::vector<BadCase> cases = {
       {"step with too few lengths", "seq_lens.size() = 3", [&] { return c.step(std::vector<std::uint32_t>(3, 0)); }},
-      {"step past max_context", "seq_lens[", [&] {
+      {"step past max_context", "seq_lens[",
+       [&] {
          auto l = lens;
          l[0] = 129;
          return c.step(l);
        }},
-      {"step on an inactive slot", "slot is not active", [&] {
+      {"step on an inactive slot", "slot is not active",
+       [&] {
          auto l = lens;
          l[inactive()] = 1;
          return c.step(l);
@@ -130,7 +134,8 @@ TEST_CASE("bad input: VirtualKVCache") {
       {"k() past the layers", "layer = 2", [&] { return c.k(2).base != 0; }},
       {"v() past the layers", "layer = 3", [&] { return c.v(3).base != 0; }},
       {"groups_for past max_context", "tokens = 129", [&] { return c.groups_for(129) == 0; }},
-      {"step short of memory", "", [&] {
+      {"step short of memory", "",
+       [&] {
          // Every active slot to the full context needs more than 64 chunks with 2+ active.
          auto l = lens;
          std::uint32_t n = 0;
@@ -174,7 +179,8 @@ TEST_CASE("bad input: ActivationAllocator") {
   ChunkPool pool(host, {.max_chunks = 24});
   CHECK_THROWS_WITH(ActivationAllocator(pool, 0), Catch::Contains("max_bytes = 0"));
   CHECK_THROWS_WITH(ActivationAllocator(pool, kMax64), Catch::Contains("max_bytes = 18446744073709551615"));
-  CHECK_THROWS_WITH(ActivationAllocator(pool, (std::uint64_t{1} << 32) * kChunk), Catch::Contains("max_bytes = 17592186044416"));
+  CHECK_THROWS_WITH(ActivationAllocator(pool, (std::uint64_t{1} << 32) * kChunk),
+                    Catch::Contains("max_bytes = 17592186044416"));
   CHECK(host.live_ranges() == 0);
   ActivationAllocator act(pool, 32 * kChunk);
   std::vector<std::pair<std::uint64_t, std::uint8_t>> live;
@@ -207,7 +213,8 @@ TEST_CASE("bad input: ActivationAllocator") {
       {"allocate past the range", "", [&] { return !act.allocate(33 * kChunk); }},
       {"free below the range", "not an activation allocation", [&] { return act.free(act.base() - kChunk), true; }},
       {"free unaligned", "not an activation allocation", [&] { return act.free(act.base() + 1), true; }},
-      {"free past the range", "not an activation allocation", [&] { return act.free(act.base() + (std::uint64_t{1} << 32) * kChunk), true; }},
+      {"free past the range", "not an activation allocation",
+       [&] { return act.free(act.base() + (std::uint64_t{1} << 32) * kChunk), true; }},
       {"free what is not allocated", "not a live activation allocation", [&] { return act.free(freed()), true; }},
   };
   struct Snap {
@@ -266,7 +273,8 @@ TEST_CASE("bad input: ElasticMemory") {
         elastic.balloon(std::int64_t(rng() % 7) - 3);
     }
   };
-  const std::int64_t i64min = std::numeric_limits<std::int64_t>::min(), i64max = std::numeric_limits<std::int64_t>::max();
+  const std::int64_t i64min = std::numeric_limits<std::int64_t>::min(),
+                     i64max = std::numeric_limits<std::int64_t>::max();
   const std::vector<BadCase> cases = {
       {"balloon 2^32", "amount = 4294967296", [&] { return elastic.balloon(std::int64_t{1} << 32); }},
       {"balloon -2^32", "amount = -4294967296", [&] { return elastic.balloon(-(std::int64_t{1} << 32)); }},
@@ -282,8 +290,8 @@ TEST_CASE("bad input: ElasticMemory") {
     bool operator==(const Snap&) const = default;
   };
   std::function<Snap()> snapshot = [&] {
-    return Snap{elastic.kv_quota(), elastic.activation_quota(), elastic.kv_free(), elastic.activation_free(),
-                pool.stats().mapped, act.mapped_chunks()};
+    return Snap{elastic.kv_quota(),        elastic.activation_quota(), elastic.kv_free(),
+                elastic.activation_free(), pool.stats().mapped,        act.mapped_chunks()};
   };
   auto check = [&] {
     elastic.check_invariants();
@@ -339,20 +347,36 @@ TEST_CASE("bad input: HostOffloadBuffer") {
     }
   };
   const std::vector<BadCase> cases = {
-      {"offload for no request", "request = 4294967295", [&] { return buf.offload(kNoRequest, std::vector<PageId>{1}, 64, plan); }},
-      {"offload with the wrong page size", "device_page_bytes = 65", [&] { return buf.offload(7, std::vector<PageId>{1}, 65, plan); }},
+      {"offload for no request", "request = 4294967295",
+       [&] { return buf.offload(kNoRequest, std::vector<PageId>{1}, 64, plan); }},
+      {"offload with the wrong page size", "device_page_bytes = 65",
+       [&] { return buf.offload(7, std::vector<PageId>{1}, 65, plan); }},
       {"offload twice", "already has 2 pages", [&] { return buf.offload(anchor, std::vector<PageId>{1}, 64, plan); }},
-      {"offload the null page", "device_pages[1] = 4294967295", [&] { return buf.offload(7, std::vector<PageId>{3, kNullPage}, 64, plan); }},
-      {"offload a page twice", "device_pages[2] = 3", [&] { return buf.offload(7, std::vector<PageId>{3, 8, 3}, 64, plan); }},
-      {"offload past the logical buffer", "", [&] {
+      {"offload the null page", "device_pages[1] = 4294967295",
+       [&] {
+         return buf.offload(7, std::vector<PageId>{3, kNullPage}, 64, plan);
+       }},
+      {"offload a page twice", "device_pages[2] = 3",
+       [&] {
+         return buf.offload(7, std::vector<PageId>{3, 8, 3}, 64, plan);
+       }},
+      {"offload past the logical buffer", "",
+       [&] {
          std::vector<PageId> p(buf.free_logical_pages() + 1);
          for (std::size_t i = 0; i < p.size(); ++i) p[i] = PageId(i);
          return !buf.offload(7, p, 64, plan);
        }},
-      {"fetch the wrong count", "device_pages.size() = 17", [&] { return buf.fetch(anchor, std::vector<PageId>(17, 1), 64, plan), true; }},
+      {"fetch the wrong count", "device_pages.size() = 17",
+       [&] { return buf.fetch(anchor, std::vector<PageId>(17, 1), 64, plan), true; }},
       {"fetch with the wrong page size", "device_page_bytes = 32", [&] { return buf.fetch(0, {}, 32, plan), true; }},
-      {"fetch into a page twice", "device_pages[1] = 5: listed twice", [&] { return buf.fetch(anchor, std::vector<PageId>{5, 5}, 64, plan), true; }},
-      {"fetch the null page", "device_pages[0] = 4294967295", [&] { return buf.fetch(anchor, std::vector<PageId>{kNullPage, 5}, 64, plan), true; }},
+      {"fetch into a page twice", "device_pages[1] = 5: listed twice",
+       [&] {
+         return buf.fetch(anchor, std::vector<PageId>{5, 5}, 64, plan), true;
+       }},
+      {"fetch the null page", "device_pages[0] = 4294967295",
+       [&] {
+         return buf.fetch(anchor, std::vector<PageId>{kNullPage, 5}, 64, plan), true;
+       }},
       {"alpha 1", "alpha = 1", [&] { return buf.on_slo_events(true, false, 1.0), true; }},
       {"alpha NaN", "alpha = nan", [&] { return buf.on_slo_events(true, false, std::nan("")), true; }},
   };
@@ -368,7 +392,8 @@ TEST_CASE("bad input: HostOffloadBuffer") {
     s.pages.push_back(buf.pages_of(anchor));
     return s;
   };
-  kvmm::test::run_bad_inputs<Snap>(1407, 3000, cases, snapshot, [&] { buf.check_invariants(); }, valid);
+  kvmm::test::run_bad_inputs<Snap>(
+      1407, 3000, cases, snapshot, [&] { buf.check_invariants(); }, valid);
   // Serves end to end: bytes out and back.
   for (RequestId r = 0; r < 6; ++r) buf.drop(r);
   buf.drop(anchor);
@@ -383,6 +408,7 @@ TEST_CASE("bad input: HostOffloadBuffer") {
   plan.clear();
   buf.fetch(2, std::vector<PageId>{5, 1, 7}, 64, plan);
   buf.copy_to_device(plan, device.data());
-  for (PageId p : {5u, 1u, 7u}) CHECK(std::equal(device.begin() + p * 64, device.begin() + p * 64 + 64, before.begin() + p * 64));
+  for (PageId p : {5u, 1u, 7u})
+    CHECK(std::equal(device.begin() + p * 64, device.begin() + p * 64 + 64, before.begin() + p * 64));
   buf.check_invariants();
 }

@@ -1,5 +1,5 @@
-#include "kvmm/error.hpp"
 #include "kvmm/memory/chunk_pool.hpp"
+#include "kvmm/error.hpp"
 #include "kvmm/memory/faulty_memory.hpp"
 #include "kvmm/memory/host_memory.hpp"
 
@@ -24,11 +24,26 @@ class CountingMemory final : public MemoryBackend {
   std::uint64_t chunk_bytes() const override { return inner_.chunk_bytes(); }
   bool reserve(std::uint64_t b, VirtualRange* o) override { return inner_.reserve(b, o); }
   void free_range(const VirtualRange& r) override { inner_.free_range(r); }
-  bool create_chunk(ChunkHandle* o) override { ++creates; return inner_.create_chunk(o); }
-  void release_chunk(ChunkHandle c) override { ++releases; inner_.release_chunk(c); }
-  bool map(ChunkHandle c, std::uint64_t a) override { ++maps; return inner_.map(c, a); }
-  bool set_access(std::uint64_t a, std::uint64_t b) override { ++accesses; return inner_.set_access(a, b); }
-  void unmap(std::uint64_t a, std::uint64_t b) override { ++unmaps; inner_.unmap(a, b); }
+  bool create_chunk(ChunkHandle* o) override {
+    ++creates;
+    return inner_.create_chunk(o);
+  }
+  void release_chunk(ChunkHandle c) override {
+    ++releases;
+    inner_.release_chunk(c);
+  }
+  bool map(ChunkHandle c, std::uint64_t a) override {
+    ++maps;
+    return inner_.map(c, a);
+  }
+  bool set_access(std::uint64_t a, std::uint64_t b) override {
+    ++accesses;
+    return inner_.set_access(a, b);
+  }
+  void unmap(std::uint64_t a, std::uint64_t b) override {
+    ++unmaps;
+    inner_.unmap(a, b);
+  }
   int creates = 0, releases = 0, maps = 0, accesses = 0, unmaps = 0;
 
  private:
@@ -44,10 +59,11 @@ TEST_CASE("ChunkPool: batch maps set access once per contiguous run and reuse id
   VirtualRange r;
   REQUIRE(pool.reserve(16 * kChunk, &r));
   // Two runs: chunks 0..2 and 5..6.
-  std::vector<std::uint64_t> addrs = {r.base, r.base + kChunk, r.base + 2 * kChunk, r.base + 5 * kChunk, r.base + 6 * kChunk};
+  std::vector<std::uint64_t> addrs = {r.base, r.base + kChunk, r.base + 2 * kChunk, r.base + 5 * kChunk,
+                                      r.base + 6 * kChunk};
   std::vector<ChunkId> ids(addrs.size());
   REQUIRE(pool.map_batch(ChunkOwner::kVirtualTensor, addrs, ids));
-  CHECK(mem.creates == 5);   // 2 idle reused + 3 new
+  CHECK(mem.creates == 5);  // 2 idle reused + 3 new
   CHECK(mem.maps == 5);
   CHECK(mem.accesses == 2);  // one per run
   pool.check_invariants();
@@ -124,8 +140,8 @@ TEST_CASE("ChunkPool: a failure at every backend call position rolls the batch b
   REQUIRE(pool.map_batch(ChunkOwner::kKVArena, pre, pre_ids));
   std::memset(ptr(pre[0]), 0x3C, kChunk);
   // The batch: 6 chunks in 3 runs, needs 1 idle + 5 created.
-  std::vector<std::uint64_t> addrs = {r.base, r.base + kChunk, r.base + 4 * kChunk, r.base + 5 * kChunk, r.base + 6 * kChunk,
-                                      r.base + 10 * kChunk};
+  std::vector<std::uint64_t> addrs = {
+      r.base, r.base + kChunk, r.base + 4 * kChunk, r.base + 5 * kChunk, r.base + 6 * kChunk, r.base + 10 * kChunk};
   std::vector<ChunkId> ids(addrs.size(), kNoChunk);
   const auto before = pool.stats();
   std::uint64_t positions = 0;

@@ -46,7 +46,7 @@ TEST_CASE("ActivationAllocator: best fit over whole chunks, coalescing, idle chu
   REQUIRE(e);
   CHECK(*e == act.base());
   CHECK(pool.stats().backend_calls == calls);  // already mapped: no backend call
-  act.free(*b);  // [2,7) coalesces: hole of 5
+  act.free(*b);                                // [2,7) coalesces: hole of 5
   act.check_invariants();
   const auto f = act.allocate(5 * kChunk);
   REQUIRE(f);
@@ -105,7 +105,8 @@ TEST_CASE("ActivationAllocator: seeded random allocate/free/gc with faults keeps
   CHECK(ok > 1000);
 }
 
-TEST_CASE("ElasticMemory: inflate lends idle activation chunks to KV, deflate gives them back, never touching live memory") {
+TEST_CASE(
+    "ElasticMemory: inflate lends idle activation chunks to KV, deflate gives them back, never touching live memory") {
   HostMemory host({.chunk_bytes = kChunk});
   ChunkPool pool(host, {.max_chunks = 16});
   pool.set_quota(ChunkOwner::kKVArena, 8);
@@ -172,8 +173,9 @@ TEST_CASE("ElasticMemory: deflation reclaims chunks cached by inactive virtual K
   o.background_mapper = false;
   VirtualKVCache cache(pool, o);
   ActivationAllocator act(pool, 24 * kChunk);
-  ElasticMemory elastic(pool, act, ChunkOwner::kVirtualTensor,
-                        {[&] { return cache.reclaimable_chunks(); }, [&](std::uint32_t n) { return cache.reclaim(n); }});
+  ElasticMemory elastic(
+      pool, act, ChunkOwner::kVirtualTensor,
+      {[&] { return cache.reclaimable_chunks(); }, [&](std::uint32_t n) { return cache.reclaim(n); }});
   std::vector<std::uint32_t> lens(4, 0);
   const auto a = *cache.alloc_reqid(), b = *cache.alloc_reqid();
   lens[a] = 64;  // 4 groups x 2 tensors = 8 chunks
@@ -197,15 +199,21 @@ TEST_CASE("plan_elastic_batch follows eLLM Algorithm 1") {
   // P_T = 100, theta = 10; queue of (kv, act).
   const std::vector<ElasticRequest> q = {{30, 10}, {20, 10}, {25, 5}, {5, 5}};
   SECTION("decode admits while the threshold holds, then inflates KV from activations") {
-    const auto b = plan_elastic_batch({.phase = ElasticPhase::kDecode, .free_kv = 40, .free_act = 60, .total = 100, .threshold = 10}, q);
+    const auto b = plan_elastic_batch(
+        {.phase = ElasticPhase::kDecode, .free_kv = 40, .free_act = 60, .total = 100, .threshold = 10}, q);
     CHECK(b.admitted == 2);  // 30+10+20+10 = 70 <= 90; +30 = 100 > 90
     CHECK(b.kv == 50);
     CHECK(b.act == 20);
     CHECK(b.inflation == 10);  // P_kv 40 < M_kv 50 and P_act 60 > M_act 20
   }
   SECTION("prefill offloads the KV of a request that only fits without it") {
-    const auto b = plan_elastic_batch(
-        {.phase = ElasticPhase::kPrefill, .free_kv = 70, .free_act = 10, .total = 100, .threshold = 10, .host_buffer = 25}, q);
+    const auto b = plan_elastic_batch({.phase = ElasticPhase::kPrefill,
+                                       .free_kv = 70,
+                                       .free_act = 10,
+                                       .total = 100,
+                                       .threshold = 10,
+                                       .host_buffer = 25},
+                                      q);
     REQUIRE(b.admitted == 4);
     CHECK(b.offloaded == std::vector<std::uint8_t>{0, 0, 1, 0});  // 25 KV to the CPU buffer
     CHECK(b.kv == 55);
@@ -213,7 +221,13 @@ TEST_CASE("plan_elastic_batch follows eLLM Algorithm 1") {
     CHECK(b.inflation == -20);  // P_act 10 < M_act 30 and P_kv 70 > M_kv 55: deflate
   }
   SECTION("prefill without buffer room stops at the first request that does not fit") {
-    const auto b = plan_elastic_batch({.phase = ElasticPhase::kPrefill, .free_kv = 50, .free_act = 50, .total = 100, .threshold = 10, .host_buffer = 24}, q);
+    const auto b = plan_elastic_batch({.phase = ElasticPhase::kPrefill,
+                                       .free_kv = 50,
+                                       .free_act = 50,
+                                       .total = 100,
+                                       .threshold = 10,
+                                       .host_buffer = 24},
+                                      q);
     CHECK(b.admitted == 2);
     CHECK(b.inflation == 0);
   }
@@ -350,9 +364,10 @@ TEST_CASE("HostOffloadBuffer: seeded random offload/fetch/drop/scaling keeps eve
   std::mt19937 rng(77);
   // Device pages of one plan are distinct (the same page twice is refused).
   auto distinct = [&](std::vector<PageId>& pages) {
-    for (std::size_t i = 0; i < pages.size(); ++i)
-      do pages[i] = rng() % 1000;
-      while (std::find(pages.begin(), pages.begin() + std::ptrdiff_t(i), pages[i]) != pages.begin() + std::ptrdiff_t(i));
+    for (std::size_t i = 0; i < pages.size(); ++i) do
+        pages[i] = rng() % 1000;
+      while (std::find(pages.begin(), pages.begin() + std::ptrdiff_t(i), pages[i]) !=
+             pages.begin() + std::ptrdiff_t(i));
   };
   std::vector<std::vector<PageId>> held(10);
   std::vector<OffloadCopy> plan;

@@ -20,7 +20,9 @@ namespace kvmm::test {
 enum class Fault { kFalse, kThrow, kRelease };
 inline constexpr Fault kFaults[] = {Fault::kFalse, Fault::kThrow, Fault::kRelease};
 inline const char* fault_name(Fault f) {
-  return f == Fault::kFalse ? "acquiring call returns false" : f == Fault::kThrow ? "acquiring call raises" : "releasing call raises";
+  return f == Fault::kFalse   ? "acquiring call returns false"
+         : f == Fault::kThrow ? "acquiring call raises"
+                              : "releasing call raises";
 }
 
 // Arms the `n`th call of kind `f` (and disarms the other kind).

@@ -167,9 +167,9 @@ TEST_CASE("fault injection: ChunkPool::reserve and precreate at every acquiring 
       const Outcome o = run_op([&] { return e.pool.reserve(3 * kChunk, &extra); });
       const bool fired = disarm(e.faulty);
       if (!fired) {
-      REQUIRE(o.ok);
-      return false;
-    }
+        REQUIRE(o.ok);
+        return false;
+      }
       CHECK((!o.ok && o.raised == (f == Fault::kThrow)));
       CHECK(e.host.live_ranges() == 1);
       CHECK_THROWS_WITH(e.pool.free_range(extra), Catch::Contains("not reserved through this pool"));
@@ -184,9 +184,9 @@ TEST_CASE("fault injection: ChunkPool::reserve and precreate at every acquiring 
       const bool fired = disarm(e.faulty);
       accounted(e.host, e.pool);
       if (!fired) {
-      REQUIRE(o.ok);
-      return false;
-    }
+        REQUIRE(o.ok);
+        return false;
+      }
       CHECK((!o.ok && o.raised == (f == Fault::kThrow)));
       CHECK(e.pool.stats().idle == 2 + (n - 1));
       REQUIRE(e.pool.precreate(5));
@@ -243,7 +243,8 @@ struct ArenaSnap {
 ArenaSnap snap(const ArenaPagePool& pages, const KVArena& arena, const ChunkPool& pool) {
   ArenaSnap s{pages.num_free(), arena.num_backed_chunks(), {}, {}, snap(pool)};
   for (PageId j = 0; j < pages.capacity(); ++j) s.owner.push_back(pages.owner(j));
-  for (std::uint32_t c = 0; c < arena.num_chunks(); ++c) s.users.push_back(arena.chunk_users(c) * 2 + arena.chunk_backed(c));
+  for (std::uint32_t c = 0; c < arena.num_chunks(); ++c)
+    s.users.push_back(arena.chunk_users(c) * 2 + arena.chunk_backed(c));
   return s;
 }
 }  // namespace
@@ -258,7 +259,8 @@ TEST_CASE("fault injection: KVArena's full backing at construction, at every pos
       arm(faulty, f, n);
       std::unique_ptr<KVArena> arena;
       const Outcome o = run_op([&] {
-        arena = std::make_unique<KVArena>(pool, straddling(), KVArenaOptions{.num_large_pages = 4, .backing = ArenaBacking::kFull});
+        arena = std::make_unique<KVArena>(pool, straddling(),
+                                          KVArenaOptions{.num_large_pages = 4, .backing = ArenaBacking::kFull});
         return true;
       });
       const bool fired = disarm(faulty);
@@ -307,9 +309,9 @@ TEST_CASE("fault injection: elastic ArenaPagePool allocate and free at every pos
       const bool fired = disarm(e.faulty);
       e.check();
       if (!fired) {
-      REQUIRE((o.ok && got == PageId{1}));
-      return false;
-    }
+        REQUIRE((o.ok && got == PageId{1}));
+        return false;
+      }
       CHECK((!o.ok && o.raised == (f == Fault::kThrow)));
       CHECK((snap(e.pages, e.arena, e.pool) == before));
       CHECK(ptr(e.arena.large_page_address(0))[12287] == std::byte{0x44});

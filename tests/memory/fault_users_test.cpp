@@ -83,7 +83,8 @@ TEST_CASE("fault injection: VirtualKVCache construction at every position") {
       ChunkPool pool(faulty, {.max_chunks = 16});
       arm(faulty, f, n);
       std::unique_ptr<VirtualKVCache> c;
-      const Outcome o = run_op([&] { return (c = std::make_unique<VirtualKVCache>(pool, cache_options(2, true))), true; });
+      const Outcome o =
+          run_op([&] { return (c = std::make_unique<VirtualKVCache>(pool, cache_options(2, true))), true; });
       const bool fired = disarm(faulty);
       accounted(host, pool);
       if (!fired) {
@@ -131,7 +132,9 @@ TEST_CASE("fault injection: a VirtualKVCache step that reclaims then grows, at e
   }
 }
 
-TEST_CASE("fault injection: VirtualKVCache::reclaim when an unmap raises keeps what it unmapped, and the rest stays reclaimable") {
+TEST_CASE(
+    "fault injection: VirtualKVCache::reclaim when an unmap raises keeps what it unmapped, and the rest stays "
+    "reclaimable") {
   const std::uint64_t positions = every_position([&](std::uint64_t n) {
     CacheEnv e;
     CHECK(e.cache.reclaimable_chunks() == 12);
@@ -237,8 +240,9 @@ struct ElasticEnv {
   ChunkPool pool{faulty, {.max_chunks = 16}};
   ActivationAllocator act{pool, 16 * kChunk};
   VirtualKVCache cache{pool, cache_options(2, false)};
-  ElasticMemory elastic{pool, act, ChunkOwner::kVirtualTensor,
-                        KVReclaimer{[this] { return cache.reclaimable_chunks(); }, [this](std::uint32_t n) { return cache.reclaim(n); }}};
+  ElasticMemory elastic{
+      pool, act, ChunkOwner::kVirtualTensor,
+      KVReclaimer{[this] { return cache.reclaimable_chunks(); }, [this](std::uint32_t n) { return cache.reclaim(n); }}};
   ElasticEnv() {
     pool.set_quota(ChunkOwner::kVirtualTensor, 12);
     pool.set_quota(ChunkOwner::kActivation, 4);
@@ -271,7 +275,7 @@ TEST_CASE("fault injection: ElasticMemory::inflate when the activation GC's unma
       }
       CHECK(o.raised);
       CHECK((e.elastic.kv_quota() == 12 && e.elastic.activation_quota() == 4));  // quotas unchanged
-      CHECK(e.act.mapped_chunks() == 3 - (n - 1));  // what the GC unmapped stays unmapped
+      CHECK(e.act.mapped_chunks() == 3 - (n - 1));                               // what the GC unmapped stays unmapped
       REQUIRE(e.elastic.inflate(4));
       e.check();
       return true;
@@ -305,7 +309,7 @@ TEST_CASE("fault injection: ElasticMemory::deflate when the KV side's reclaim ra
       }
       CHECK(o.raised);
       CHECK((e.elastic.kv_quota() == 12 && e.elastic.activation_quota() == 4));  // quotas unchanged
-      CHECK(e.pool.stats().mapped == 12 - 2 * (n - 1));  // b's runs before the failing one went
+      CHECK(e.pool.stats().mapped == 12 - 2 * (n - 1));                          // b's runs before the failing one went
       CHECK(tagged(e.cache, a, 16, 0xD1));
       // Still serves: the deflation goes through, activations use what it gave.
       REQUIRE(e.elastic.deflate(8));

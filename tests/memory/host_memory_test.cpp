@@ -1,7 +1,7 @@
+#include "kvmm/memory/host_memory.hpp"
 #include "kvmm/error.hpp"
 #include "kvmm/memory/cuda_memory.hpp"
 #include "kvmm/memory/faulty_memory.hpp"
-#include "kvmm/memory/host_memory.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -112,8 +112,8 @@ TEST_CASE("FaultyMemory fails exactly the Nth acquiring call") {
   mem.fail_at(3);
   VirtualRange r;
   ChunkHandle a, b;
-  CHECK(mem.reserve(4096, &r));      // 1
-  CHECK(mem.create_chunk(&a));       // 2
+  CHECK(mem.reserve(4096, &r));       // 1
+  CHECK(mem.create_chunk(&a));        // 2
   CHECK_FALSE(mem.create_chunk(&b));  // 3 fails
   CHECK(mem.fired());
   CHECK(host.live_chunks() == 1);

@@ -114,7 +114,9 @@ TEST_CASE("issue 14.2: a backend raising at every acquiring call of map_batch le
   pool.free_range(r);
 }
 
-TEST_CASE("issue 14.9: HostMemory rejects a wrapping chunk size, an unrepresentable reserve, a double free_range, maps outside a range") {
+TEST_CASE(
+    "issue 14.9: HostMemory rejects a wrapping chunk size, an unrepresentable reserve, a double free_range, maps "
+    "outside a range") {
   CHECK_THROWS_WITH(HostMemory({.chunk_bytes = kMax64}), Catch::Contains("chunk_bytes = 18446744073709551615"));
   HostMemory mem({.chunk_bytes = kChunk});
   VirtualRange r;
@@ -177,7 +179,8 @@ TEST_CASE("issue 14.11: ElasticMemory::balloon refuses amounts beyond 32 bits in
   const std::int64_t big = (std::int64_t{1} << 32) + 1;  // truncated, it would read 1
   CHECK_THROWS_WITH(elastic.balloon(big), Catch::Contains("amount = 4294967297"));
   CHECK_THROWS_WITH(elastic.balloon(-big), Catch::Contains("amount = -4294967297"));
-  CHECK_THROWS_WITH(elastic.balloon(std::numeric_limits<std::int64_t>::min()), Catch::Contains("amount = -9223372036854775808"));
+  CHECK_THROWS_WITH(elastic.balloon(std::numeric_limits<std::int64_t>::min()),
+                    Catch::Contains("amount = -9223372036854775808"));
   CHECK(elastic.kv_quota() == 4);
   CHECK(elastic.activation_quota() == 4);
   CHECK(elastic.balloon(1));
@@ -185,7 +188,8 @@ TEST_CASE("issue 14.11: ElasticMemory::balloon refuses amounts beyond 32 bits in
 }
 
 TEST_CASE("issue 14.12: HostOffloadBuffer checks its size product and serves any request id without a table of them") {
-  CHECK_THROWS_WITH(HostOffloadBuffer(std::uint64_t{1} << 40, 1u << 30, 1), Catch::Contains("page_bytes * capacity_pages"));
+  CHECK_THROWS_WITH(HostOffloadBuffer(std::uint64_t{1} << 40, 1u << 30, 1),
+                    Catch::Contains("page_bytes * capacity_pages"));
   HostOffloadBuffer buf(64, 4, 4);
   std::vector<OffloadCopy> plan;
   const RequestId big = RequestId{1} << 31;

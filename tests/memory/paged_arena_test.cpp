@@ -17,8 +17,8 @@ using namespace kvmm;
 namespace {
 // full: 2 layers x K,V x 16 tokens x 64 dims x 2 bytes = 8192 B; swa: 2048 B; LCM 8192.
 KVLayout layout() {
-  return KVLayout::plan({LayerGroup::full_attention("full", 2, 1, 64, 2, 16),
-                         LayerGroup::sliding_window("swa", 1, 1, 32, 2, 16, 64)});
+  return KVLayout::plan(
+      {LayerGroup::full_attention("full", 2, 1, 64, 2, 16), LayerGroup::sliding_window("swa", 1, 1, 32, 2, 16, 64)});
 }
 }  // namespace
 
@@ -77,7 +77,10 @@ TEST_CASE("PagedKVAllocator over an elastic arena: random growth and frees stay 
     } else if (!model.empty()) {
       auto it = std::next(model.begin(), static_cast<long>(rng() % model.size()));
       const auto n = static_cast<std::uint32_t>(1 + rng() % 40);
-      if (kv.append_tokens(it->first, n)) it->second += n; else ++refused;
+      if (kv.append_tokens(it->first, n))
+        it->second += n;
+      else
+        ++refused;
     }
     kv.check_invariants();
     source.check_invariants();

@@ -1,7 +1,7 @@
+#include "kvmm/memory/virtual_kv_cache.hpp"
 #include "kvmm/error.hpp"
 #include "kvmm/memory/faulty_memory.hpp"
 #include "kvmm/memory/host_memory.hpp"
-#include "kvmm/memory/virtual_kv_cache.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -38,7 +38,8 @@ void write_slot(const VirtualKVCache& c, std::uint32_t slot, std::uint32_t from,
       for (std::uint32_t t = from; t < len; ++t) {
         std::byte* p = ptr(v.base + slot * v.slot_stride + t * v.token_stride);
         p[0] = std::byte(tag);
-        p[c.token_bytes() / c.options().num_layers / (c.options().layout == TensorLayout::kSliced ? 1 : 1) - 1] = std::byte(t);
+        p[c.token_bytes() / c.options().num_layers / (c.options().layout == TensorLayout::kSliced ? 1 : 1) - 1] =
+            std::byte(t);
       }
 }
 bool slot_holds(const VirtualKVCache& c, std::uint32_t slot, std::uint32_t len, std::uint8_t tag) {
@@ -58,7 +59,7 @@ TEST_CASE("VirtualKVCache: init reserves 2N tensors (or 2 sliced ones) with vAtt
     CHECK(c.num_tensors() == 4);
     CHECK(c.token_bytes() == 256);  // H * D * P
     CHECK(c.groups_per_slot() == 8);
-    CHECK(c.slot_bytes() == 128 * 256);  // S = L * H * D * P
+    CHECK(c.slot_bytes() == 128 * 256);                          // S = L * H * D * P
     CHECK(c.k(1).base == c.k(0).base + 2 * 4 * c.slot_bytes());  // tensors of B * S
     CHECK(c.v(0).base == c.k(0).base + 4 * c.slot_bytes());
     CHECK(c.k(0).token_stride == 256);
@@ -396,16 +397,16 @@ TEST_CASE("VirtualKVCache: vAttention's sizing example and Table 10 tokens per 2
     VirtualKVCache c(pool, model(60, 4, 200000, TensorLayout::kPerLayer));
     CHECK(c.num_tensors() == 120);
     CHECK(c.token_bytes() == 4 * 128 * 2);
-    CHECK(c.slot_bytes() >= std::uint64_t{200000} * 4 * 128 * 2);  // S = 204.8 MB ...
+    CHECK(c.slot_bytes() >= std::uint64_t{200000} * 4 * 128 * 2);              // S = 204.8 MB ...
     CHECK(c.slot_bytes() - std::uint64_t{200000} * 4 * 128 * 2 < (2u << 20));  // ... in whole 2 MiB groups
   }
   // Table 10: tokens held by one 2 MiB page without / with tensor slicing.
   struct Row {
     std::uint32_t n, h, without, with;
   };
-  for (const Row r : {Row{32, 4, 2048, 64},    // Yi-6B TP-1
-                      Row{32, 2, 4096, 128},   // Yi-6B TP-2
-                      Row{32, 8, 1024, 32},    // Llama-3-8B TP-1
+  for (const Row r : {Row{32, 4, 2048, 64},     // Yi-6B TP-1
+                      Row{32, 2, 4096, 128},    // Yi-6B TP-2
+                      Row{32, 8, 1024, 32},     // Llama-3-8B TP-1
                       Row{32, 4, 2048, 64}}) {  // Llama-3-8B TP-2
     VirtualKVCache per(pool, model(r.n, r.h, 8192, TensorLayout::kPerLayer));
     VirtualKVCache sliced(pool, model(r.n, r.h, 8192, TensorLayout::kSliced));

@@ -58,7 +58,8 @@ std::vector<Output> run_checked(mini::Engine& e) {
   return out;
 }
 
-std::vector<Output> serve(const std::vector<Request>& w, const mini::EngineOptions& o, mini::EngineStats* stats = nullptr) {
+std::vector<Output> serve(const std::vector<Request>& w, const mini::EngineOptions& o,
+                          mini::EngineStats* stats = nullptr) {
   mini::Engine e(model(), o);
   for (const Request& r : w) e.submit(r);
   std::vector<Output> out = run_checked(e);
@@ -145,8 +146,10 @@ TEST_CASE("KV events: after every step the engine's batches describe its cached 
     for (const kvmm::KvEvent& e : b.events) {
       if (e.kind == kvmm::KvEventKind::kCleared) router.clear();
       for (const kvmm::BlockHash& h : b.hashes_of(e)) {
-        if (e.kind == kvmm::KvEventKind::kStored) stored += router.insert({e.group, {h.lo, h.hi}}).second;
-        else removed += router.erase({e.group, {h.lo, h.hi}});
+        if (e.kind == kvmm::KvEventKind::kStored)
+          stored += router.insert({e.group, {h.lo, h.hi}}).second;
+        else
+          removed += router.erase({e.group, {h.lo, h.hi}});
       }
     }
   };
@@ -165,8 +168,9 @@ TEST_CASE("an elastically backed arena (the manager over ArenaPagePool) gives th
   // 40 large pages of the arena; only some of its chunks may be backed at once, so
   // allocations meet backing failures and fall back on eviction and preemption.
   for (const std::uint32_t max_chunks : {0u, 14u}) {
-    mini::Engine e(model(), {.num_large_pages = 40, .num_host_large_pages = 8, .elastic_arena = true,
-                             .max_backed_chunks = max_chunks});
+    mini::Engine e(
+        model(),
+        {.num_large_pages = 40, .num_host_large_pages = 8, .elastic_arena = true, .max_backed_chunks = max_chunks});
     for (const Request& r : w) e.submit(r);
     std::uint32_t peak_chunks = 0;
     while (e.step()) {
@@ -277,7 +281,12 @@ TEST_CASE("misuse raises kvmm::Error naming the argument; the engine is unchange
   mini::Engine chunked(model(), {.num_large_pages = 4, .token_budget = 4});
   chunked.submit(Request{.prompt = std::vector<std::uint32_t>(40, 3), .max_new_tokens = 1});
   CHECK(chunked.step());
-  CHECK_THROWS_WITH([&] { while (chunked.step()) {} }(), Catch::Contains("do not fit"));
+  CHECK_THROWS_WITH(
+      [&] {
+        while (chunked.step()) {
+        }
+      }(),
+      Catch::Contains("do not fit"));
   // The good request still runs to completion.
   const std::vector<Output> out = e.run();
   REQUIRE(out.size() == 1);

@@ -136,8 +136,10 @@ TEST_CASE("LargePagePool: random operations with hostile ones mixed in", "[pagin
     auto& h = held[which];
     const int kind = static_cast<int>(rng() % 10);
     if (kind < 4) {
-      if (const auto id = p.allocate(rng() % 4)) h.push_back(*id);
-      else REQUIRE(p.num_free() == 0);
+      if (const auto id = p.allocate(rng() % 4))
+        h.push_back(*id);
+      else
+        REQUIRE(p.num_free() == 0);
     } else if (kind < 7 && !h.empty()) {
       const std::size_t i = rng() % h.size();
       p.free(h[i]);
@@ -194,8 +196,8 @@ TEST_CASE("SmallPageAllocator: hostile calls raise, change nothing, and the allo
       {[&] { (void)a.try_fresh(kReq); }, "request = 4"},
       {[&] { a.free(ids); }, "small page id = 18"},
       {[&] { a.free(kNullPage); }, "small page id = 4294967295"},
-      {[&] { a.free(p0 + 1); }, "never allocated"},                // a free slot of a held page
-      {[&] { a.free(q0); }, "never allocated"},                    // another group's page id
+      {[&] { a.free(p0 + 1); }, "never allocated"},  // a free slot of a held page
+      {[&] { a.free(q0); }, "never allocated"},      // another group's page id
       {[&] { a.release_request(kReq); }, "request = 4"},
       {[&] { (void)a.associated_request(6); }, "large page id = 6"},
       {[&] { (void)a.free_in_large(kNullPage); }, "large page id = 4294967295"},
@@ -251,10 +253,18 @@ TEST_CASE("SmallPageAllocator: random operations with hostile ones mixed in", "[
       PageId bad_p = static_cast<PageId>(rng() % (pool.capacity() * s.pages_per_large() + 8));
       while (s.is_allocated(bad_p)) ++bad_p;
       switch (kind) {
-        case 8: CHECK_THROWS_AS(s.allocate(bad_r), Error); break;
-        case 9: CHECK_THROWS_AS(s.free(bad_p), Error); break;
-        case 10: CHECK_THROWS_AS(s.release_request(bad_r), Error); break;
-        default: CHECK_THROWS_AS(s.associated_request(pool.capacity() + rng() % 4), Error); break;
+        case 8:
+          CHECK_THROWS_AS(s.allocate(bad_r), Error);
+          break;
+        case 9:
+          CHECK_THROWS_AS(s.free(bad_p), Error);
+          break;
+        case 10:
+          CHECK_THROWS_AS(s.release_request(bad_r), Error);
+          break;
+        default:
+          CHECK_THROWS_AS(s.associated_request(pool.capacity() + rng() % 4), Error);
+          break;
       }
       REQUIRE(state_of(s, pool, kReq) == before);
     }

@@ -105,10 +105,19 @@ TEST_CASE("PageTableSet: hostile calls raise and change nothing", "[paging][bad-
       {[&] { t.clear(9); }, "request = 9"},
       {[&] { (void)t.last_page_len(4); }, "request = 4"},
       {[&] { (void)t.pages(4); }, "request = 4"},
-      {[&] { t.export_csr(std::vector<RequestId>{0, 7}, indptr, indices, last); }, "request = 7"},
+      {[&] {
+         t.export_csr(std::vector<RequestId>{0, 7}, indptr, indices, last);
+       },
+       "request = 7"},
       {[&] { t.export_dense(batch, dense, 2); }, "max_pages = 2"},
-      {[&] { t.export_dense_incremental(std::vector<RequestId>{0, 8}, dense, 4); }, "request = 8"},
-      {[&] { t.export_dense_incremental(std::vector<RequestId>{0, 1, 2, 3, 0}, dense, 1); }, "batch: size 5"},
+      {[&] {
+         t.export_dense_incremental(std::vector<RequestId>{0, 8}, dense, 4);
+       },
+       "request = 8"},
+      {[&] {
+         t.export_dense_incremental(std::vector<RequestId>{0, 1, 2, 3, 0}, dense, 1);
+       },
+       "batch: size 5"},
   };
   const TableState before = state_of(t);
   for (const auto& [call, message] : calls) {
@@ -147,9 +156,12 @@ TEST_CASE("PageTableSet: a request twice in an incremental batch gets both rows 
     }
     for (int k = 0; k < 3; ++k) {
       const RequestId r = rng() % 4;
-      if (t.num_pages(r) < kMax && rng() % 3) t.append(r, rng() % 100);
-      else if (t.num_pages(r) > 0 && rng() % 2) t.set(r, rng() % t.num_pages(r), kNullPage);
-      else if (t.num_pages(r) > 0) t.pop_back(r);
+      if (t.num_pages(r) < kMax && rng() % 3)
+        t.append(r, rng() % 100);
+      else if (t.num_pages(r) > 0 && rng() % 2)
+        t.set(r, rng() % t.num_pages(r), kNullPage);
+      else if (t.num_pages(r) > 0)
+        t.pop_back(r);
     }
     inc.resize(b.size() * kMax);
     full.resize(b.size() * kMax);
@@ -170,8 +182,8 @@ TEST_CASE("PagedKVAllocator: constructors validate before they allocate, naming 
   CHECK_THAT(error_of([&] { PagedKVAllocator kv(l, {.num_large_pages = 4, .max_requests = kNoRequest}); }),
              Catch::Contains("max_requests = 4294967295"));
   // Small page ids of a group would not fit 32 bits: named as num_large_pages, per group.
-  const KVLayout fig6 = KVLayout::plan({LayerGroup::cross_attention("image", 2, 1, 32, 2, 1),
-                                        LayerGroup::full_attention("text", 3, 1, 32, 2, 1)});
+  const KVLayout fig6 = KVLayout::plan(
+      {LayerGroup::cross_attention("image", 2, 1, 32, 2, 1), LayerGroup::full_attention("text", 3, 1, 32, 2, 1)});
   CHECK_THAT(error_of([&] { PagedKVAllocator kv(fig6, {.num_large_pages = 1u << 31}); }),
              Catch::Contains("num_large_pages = 2147483648") && Catch::Contains("'image'"));
   PagedKVAllocator ok(l, {.num_large_pages = 16, .max_requests = 2});
@@ -245,8 +257,8 @@ TEST_CASE("PagedKVAllocator: hostile calls raise and change nothing", "[paging][
 TEST_CASE("PagedKVAllocator: random operations with hostile ones mixed in", "[paging][bad-input]") {
   constexpr std::uint32_t kReq = 6;
   presets::PresetOptions o{.tokens_per_page = 4, .mamba_checkpoint_interval = 32};
-  for (const KVLayout& layout : {presets::jamba1_5_mini(o), presets::gemma3_27b(o),
-                                 presets::llama3_2_11b_vision({.tokens_per_page = 4})}) {
+  for (const KVLayout& layout :
+       {presets::jamba1_5_mini(o), presets::gemma3_27b(o), presets::llama3_2_11b_vision({.tokens_per_page = 4})}) {
     std::mt19937 rng(1415);
     PagedKVAllocator kv(layout, {.num_large_pages = 40, .max_requests = kReq});
     std::map<RequestId, std::pair<std::uint64_t, std::uint64_t>> model;
@@ -273,11 +285,21 @@ TEST_CASE("PagedKVAllocator: random operations with hostile ones mixed in", "[pa
         while (kv.is_active(bad)) ++bad;
         const RequestId live = model.empty() ? bad : pick()->first;
         switch (kind) {
-          case 10: CHECK_THROWS_AS(kv.append_tokens(bad, 1), Error); break;
-          case 11: CHECK_THROWS_AS(kv.free_request(bad), Error); break;
-          case 12: CHECK_THROWS_AS(kv.free_page(live, 0, kMax32), Error); break;
-          case 13: CHECK_THROWS_AS(kv.free_page(live, static_cast<GroupId>(layout.num_groups()), 0), Error); break;
-          case 14: CHECK_THROWS_AS(kv.append_encoder_tokens(bad, 1), Error); break;
+          case 10:
+            CHECK_THROWS_AS(kv.append_tokens(bad, 1), Error);
+            break;
+          case 11:
+            CHECK_THROWS_AS(kv.free_request(bad), Error);
+            break;
+          case 12:
+            CHECK_THROWS_AS(kv.free_page(live, 0, kMax32), Error);
+            break;
+          case 13:
+            CHECK_THROWS_AS(kv.free_page(live, static_cast<GroupId>(layout.num_groups()), 0), Error);
+            break;
+          case 14:
+            CHECK_THROWS_AS(kv.append_encoder_tokens(bad, 1), Error);
+            break;
           default:  // too many tokens at once: false, nothing changed
             if (!model.empty()) CHECK_FALSE(kv.append_tokens(live, kMax32 - static_cast<std::uint32_t>(rng() % 64)));
         }

@@ -39,8 +39,7 @@ struct RefRow {
   std::uint32_t first = 0, last = 0, n = 0;
 };
 
-RefRow reference(const PageTableSet& t, RequestId r, std::optional<std::uint64_t> kv, PageId null_page,
-                 bool trim) {
+RefRow reference(const PageTableSet& t, RequestId r, std::optional<std::uint64_t> kv, PageId null_page, bool trim) {
   const auto pages = t.pages(r);
   const std::uint64_t P = t.tokens_per_page();
   RefRow row;
@@ -200,7 +199,8 @@ TEST_CASE("export options: random tables and options against the plain reference
       kv.push_back(lo + rng() % (hi - lo + 1));
     }
     const ExportOptions o{.kv_lens = use_kv ? std::span<const std::uint64_t>(kv) : std::span<const std::uint64_t>(),
-                          .null_page = null_page, .trim = trim};
+                          .null_page = null_page,
+                          .trim = trim};
     I32 ip(batch.size() + 1), ix(batch.size() * kMax), lp(batch.size()), fp(batch.size());
     U32 uip(batch.size() + 1), uix(batch.size() * kMax), ulp(batch.size()), ufp(batch.size());
     const std::size_t nnz = t.export_csr(batch, ip, ix, lp, o, fp);

@@ -41,8 +41,8 @@ TEST_CASE("Jenga Fig. 6: the <IMG>x4 Hello World request") {
   // Image tokens in 256-byte small pages (3 per 768-byte large page), text tokens in
   // 384-byte small pages (2 per large page). As in the figure, large pages 0 and 2 hold
   // the image tokens and large page 1 the text: small pages P2 and P3 of the text group.
-  KVLayout layout = KVLayout::plan({LayerGroup::cross_attention("image", 2, 1, 32, 2, 1),
-                                    LayerGroup::full_attention("text", 3, 1, 32, 2, 1)});
+  KVLayout layout = KVLayout::plan(
+      {LayerGroup::cross_attention("image", 2, 1, 32, 2, 1), LayerGroup::full_attention("text", 3, 1, 32, 2, 1)});
   PagedKVAllocator kv(std::move(layout), {.num_large_pages = 4, .max_requests = 2});
   const RequestId r = kv.add_request();
   REQUIRE(kv.append_encoder_tokens(r, 3));  // <IMG><IMG><IMG>: fills large page 0
@@ -68,8 +68,8 @@ TEST_CASE("Jenga Fig. 6: the <IMG>x4 Hello World request") {
 TEST_CASE("PagedKVAllocator: all groups or none under memory pressure") {
   // Two groups whose pages differ: a multi-group growth must not let the first group
   // take the last large page the second needs.
-  KVLayout layout = KVLayout::plan({LayerGroup::full_attention("a", 1, 1, 64, 2, 4),
-                                    LayerGroup::full_attention("b", 3, 1, 64, 2, 4)});
+  KVLayout layout = KVLayout::plan(
+      {LayerGroup::full_attention("a", 1, 1, 64, 2, 4), LayerGroup::full_attention("b", 3, 1, 64, 2, 4)});
   REQUIRE(layout.small_pages_per_large_page(0) == 3);
   REQUIRE(layout.small_pages_per_large_page(1) == 1);
   PagedKVAllocator kv(std::move(layout), {.num_large_pages = 3, .max_requests = 4});
@@ -125,8 +125,9 @@ TEST_CASE("PagedKVAllocator: 100k random operations against a model, several lay
   cases.push_back({"gemma-3", presets::gemma3_27b(small), 48});
   cases.push_back({"vision", presets::llama3_2_11b_vision({.tokens_per_page = 4, .vision_embedding = true}), 48});
   cases.push_back({"spec", presets::speculative_70b_1b({.tokens_per_page = 3}), 48});
-  cases.push_back({"fig6", KVLayout::plan({LayerGroup::cross_attention("image", 2, 1, 32, 2, 1),
-                                           LayerGroup::full_attention("text", 3, 1, 32, 2, 1)}),
+  cases.push_back({"fig6",
+                   KVLayout::plan({LayerGroup::cross_attention("image", 2, 1, 32, 2, 1),
+                                   LayerGroup::full_attention("text", 3, 1, 32, 2, 1)}),
                    24});
   constexpr std::uint32_t kMaxRequests = 12;
   std::uint64_t failures = 0, total_ops = 0;
@@ -179,7 +180,8 @@ TEST_CASE("PagedKVAllocator: 100k random operations against a model, several lay
 }
 
 TEST_CASE("PagedKVAllocator: page tables carry each group's token count") {
-  PagedKVAllocator kv(presets::llama3_2_11b_vision({.tokens_per_page = 16}), {.num_large_pages = 64, .max_requests = 4});
+  PagedKVAllocator kv(presets::llama3_2_11b_vision({.tokens_per_page = 16}),
+                      {.num_large_pages = 64, .max_requests = 4});
   const RequestId a = kv.add_request(), b = kv.add_request();
   REQUIRE(kv.append_tokens(a, 35));
   REQUIRE(kv.append_encoder_tokens(a, 20));

@@ -22,7 +22,7 @@ TEST_CASE("LargePagePool: O(1) ids, exhaustion is a value, misuse is an error") 
   CHECK(pool.num_free() == 1);
   CHECK_THROWS_WITH(pool.free(2), Catch::Contains("large page id = 2") && Catch::Contains("double free"));
   CHECK_THROWS_WITH(pool.free(9), Catch::Contains("large page id = 9"));
-  CHECK(pool.num_free() == 1);  // state unchanged by the failed calls
+  CHECK(pool.num_free() == 1);    // state unchanged by the failed calls
   CHECK(*pool.allocate(1) == 2);  // LIFO: the page just freed goes out first
 }
 
@@ -71,9 +71,9 @@ TEST_CASE("SmallPageAllocator: steps 1-3 of Jenga §4.3 in order") {
   CHECK(alloc.num_free_small() == 1);
   CHECK(alloc.large_page_of(c0) == 1);  // the most recently opened page with room
   CHECK(alloc.large_page_of(c1) == 1);
-  CHECK(alloc.associated_request(1) == 1);  // step 3 does not re-associate
+  CHECK(alloc.associated_request(1) == 1);              // step 3 does not re-associate
   CHECK(alloc.large_page_of(*alloc.allocate(3)) == 0);  // the last free slot, in large page 0
-  CHECK_FALSE(alloc.allocate(3).has_value());  // nothing left anywhere
+  CHECK_FALSE(alloc.allocate(3).has_value());           // nothing left anywhere
   alloc.check_invariants();
   // A pool reserve makes step 2 yield to step 3.
   LargePagePool pool2(3);

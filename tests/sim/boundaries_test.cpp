@@ -177,8 +177,8 @@ TEST_CASE("kvmm --boundaries: hinted, learned and both run with the manager's ch
     w.requests.push_back(r);
   }
   w.requests[2].arrival = w.requests[3].arrival = 30;  // after the first two finished
-  for (const BoundaryMode mode : {BoundaryMode::kNone, BoundaryMode::kHinted, BoundaryMode::kLearned,
-                                  BoundaryMode::kBoth}) {
+  for (const BoundaryMode mode :
+       {BoundaryMode::kNone, BoundaryMode::kHinted, BoundaryMode::kLearned, BoundaryMode::kBoth}) {
     CAPTURE(static_cast<int>(mode));
     const Run big = run_mode(w, simtest::hybrid_layout(), mode, 64 * 256);
     CHECK(big.summary.finished == 4);

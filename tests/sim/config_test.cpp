@@ -29,7 +29,8 @@ void same_layout(const kvmm::KVLayout& a, const kvmm::KVLayout& b) {
 
 std::string ministral_layer_types() {
   std::string s;
-  for (int i = 0; i < 36; ++i) s += fmt::format("{}\"{}\"", i ? "," : "", i % 4 == 0 ? "full_attention" : "sliding_attention");
+  for (int i = 0; i < 36; ++i)
+    s += fmt::format("{}\"{}\"", i ? "," : "", i % 4 == 0 ? "full_attention" : "sliding_attention");
   return s;
 }
 
@@ -38,58 +39,79 @@ std::string ministral_layer_types() {
 TEST_CASE("HF config reader matches the presets for every family", "[sim][config]") {
   namespace p = kvmm::presets;
   same_layout(layout_from_hf_config(R"({"model_type": "llama", "num_hidden_layers": 32, "num_attention_heads": 32,
-      "num_key_value_heads": 8, "hidden_size": 4096})", "llama.json"), p::llama3_1_8b());
+      "num_key_value_heads": 8, "hidden_size": 4096})",
+                                    "llama.json"),
+              p::llama3_1_8b());
   same_layout(layout_from_hf_config(R"({"model_type": "mllama", "text_config": {"num_hidden_layers": 40,
       "num_attention_heads": 32, "num_key_value_heads": 8, "hidden_size": 4096,
-      "cross_attention_layers": [3, 8, 13, 18, 23, 28, 33, 38]}})", "mllama.json"), p::llama3_2_11b_vision());
+      "cross_attention_layers": [3, 8, 13, 18, 23, 28, 33, 38]}})",
+                                    "mllama.json"),
+              p::llama3_2_11b_vision());
   same_layout(layout_from_hf_config(R"({"model_type": "gemma2", "num_hidden_layers": 46, "num_attention_heads": 32,
-      "num_key_value_heads": 16, "head_dim": 128, "hidden_size": 4608, "sliding_window": 4096})", "g2.json"),
+      "num_key_value_heads": 16, "head_dim": 128, "hidden_size": 4608, "sliding_window": 4096})",
+                                    "g2.json"),
               p::gemma2_27b());
   same_layout(layout_from_hf_config(R"({"model_type": "gemma3", "text_config": {"num_hidden_layers": 62,
       "num_attention_heads": 32, "num_key_value_heads": 16, "head_dim": 128, "hidden_size": 5376,
-      "sliding_window": 1024, "sliding_window_pattern": 6}})", "g3.json"), p::gemma3_27b());
+      "sliding_window": 1024, "sliding_window_pattern": 6}})",
+                                    "g3.json"),
+              p::gemma3_27b());
   same_layout(layout_from_hf_config(R"({"model_type": "mistral", "num_hidden_layers": 36, "num_attention_heads": 32,
       "num_key_value_heads": 8, "head_dim": 128, "hidden_size": 4096, "sliding_window": 32768,
-      "layer_types": [)" + ministral_layer_types() + "]}", "ministral.json"), p::ministral_8b());
+      "layer_types": [)" + ministral_layer_types() +
+                                        "]}",
+                                    "ministral.json"),
+              p::ministral_8b());
   same_layout(layout_from_hf_config(R"({"model_type": "jamba", "num_hidden_layers": 32, "attn_layer_period": 8,
       "attn_layer_offset": 4, "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8,
-      "mamba_d_state": 16, "mamba_d_conv": 4, "mamba_expand": 2})", "jamba.json"), p::jamba1_5_mini());
+      "mamba_d_state": 16, "mamba_d_conv": 4, "mamba_expand": 2})",
+                                    "jamba.json"),
+              p::jamba1_5_mini());
 }
 
 TEST_CASE("HF config reader: Mistral without layer_types slides every layer", "[sim][config]") {
   const auto l = layout_from_hf_config(R"({"model_type": "mistral", "num_hidden_layers": 32,
-      "num_attention_heads": 32, "num_key_value_heads": 8, "hidden_size": 4096, "sliding_window": 4096})", "m.json");
+      "num_attention_heads": 32, "num_key_value_heads": 8, "hidden_size": 4096, "sliding_window": 4096})",
+                                       "m.json");
   REQUIRE(l.num_groups() == 1);
   CHECK(l.group(0).kind == kvmm::LayerKind::kSlidingWindow);
   CHECK(l.group(0).window == 4096);
   const auto full = layout_from_hf_config(R"({"model_type": "mistral", "num_hidden_layers": 32,
-      "num_attention_heads": 32, "num_key_value_heads": 8, "hidden_size": 4096, "sliding_window": null})", "m.json");
+      "num_attention_heads": 32, "num_key_value_heads": 8, "hidden_size": 4096, "sliding_window": null})",
+                                          "m.json");
   CHECK(full.group(0).kind == kvmm::LayerKind::kFullAttention);
 }
 
 TEST_CASE("HF config reader: errors name the file, line and field", "[sim][config][errors]") {
-  CHECK_THROWS_WITH(layout_from_hf_config("{\n  \"model_type\": \"llama\",\n  \"num_hidden_layers\": 32,,\n}", "bad.json"),
-                    Catch::StartsWith("bad.json:3:"));
+  CHECK_THROWS_WITH(
+      layout_from_hf_config("{\n  \"model_type\": \"llama\",\n  \"num_hidden_layers\": 32,,\n}", "bad.json"),
+      Catch::StartsWith("bad.json:3:"));
   CHECK_THROWS_WITH(layout_from_hf_config(R"({"model_type": "gpt2"})", "c.json"),
                     Catch::Contains("c.json: field 'model_type': 'gpt2' is not supported"));
   CHECK_THROWS_WITH(layout_from_hf_config(R"({"num_hidden_layers": 2})", "c.json"),
                     Catch::Contains("field 'model_type': missing"));
   CHECK_THROWS_WITH(layout_from_hf_config(R"({"model_type": "llama", "num_hidden_layers": 2,
-      "num_attention_heads": 4, "num_key_value_heads": "8", "hidden_size": 64})", "c.json"),
+      "num_attention_heads": 4, "num_key_value_heads": "8", "hidden_size": 64})",
+                                          "c.json"),
                     Catch::Contains("field 'num_key_value_heads': expected a positive integer, got \"8\""));
   // (A text_config without cross_attention_layers gets transformers' default list, as in
   // MllamaTextConfig; a value that is not a list is an error.)
   CHECK_THROWS_WITH(layout_from_hf_config(R"({"model_type": "mllama", "text_config": {"num_hidden_layers": 4,
-      "num_attention_heads": 4, "hidden_size": 64, "cross_attention_layers": "3"}})", "v.json"),
+      "num_attention_heads": 4, "hidden_size": 64, "cross_attention_layers": "3"}})",
+                                          "v.json"),
                     Catch::Contains("field 'text_config.cross_attention_layers': missing or not an array"));
   CHECK_THROWS_WITH(layout_from_hf_config(R"({"model_type": "mllama", "text_config": {"num_hidden_layers": 4,
-      "num_attention_heads": 4, "hidden_size": 64, "cross_attention_layers": [1, 9]}})", "v.json"),
+      "num_attention_heads": 4, "hidden_size": 64, "cross_attention_layers": [1, 9]}})",
+                                          "v.json"),
                     Catch::Contains("field 'text_config.cross_attention_layers[1]'"));
   CHECK_THROWS_WITH(layout_from_hf_config(R"({"model_type": "gemma2", "num_hidden_layers": 2, "num_attention_heads": 4,
-      "hidden_size": 64, "sliding_window": 8, "layer_types": ["full_attention", "local"]})", "g.json"),
+      "hidden_size": 64, "sliding_window": 8, "layer_types": ["full_attention", "local"]})",
+                                          "g.json"),
                     Catch::Contains("field 'layer_types[1]'"));
   CHECK_THROWS_WITH(layout_from_hf_config(R"({"model_type": "jamba", "num_hidden_layers": 8, "attn_layer_period": 4,
-      "attn_layer_offset": 4})", "j.json"), Catch::Contains("field 'attn_layer_offset': 4 must be below"));
+      "attn_layer_offset": 4})",
+                                          "j.json"),
+                    Catch::Contains("field 'attn_layer_offset': 4 must be below"));
   CHECK_THROWS_WITH(layout_from_hf_config("[1, 2]", "a.json"), Catch::Contains("a.json: expected a JSON object"));
   CHECK_THROWS_WITH(kvmm::sim::load_model("/nonexistent/config.json"), Catch::Contains("cannot open"));
   CHECK_THROWS_WITH(kvmm::sim::load_model("llama-9b"), Catch::Contains("preset = 'llama-9b'"));

@@ -18,10 +18,10 @@ namespace {
 std::vector<kvmm::KVLayout> layouts() {
   using kvmm::LayerGroup;
   return {simtest::hybrid_layout(), simtest::full_layout(),
-          kvmm::KVLayout::plan({LayerGroup::full_attention("attention", 1, 1, 8, 2, 4),
-                                LayerGroup::mamba_state("mamba", 2, 200, 4)}),
-          kvmm::KVLayout::plan({LayerGroup::full_attention("self", 2, 1, 8, 2, 4),
-                                LayerGroup::cross_attention("cross", 1, 1, 8, 2, 4)}),
+          kvmm::KVLayout::plan(
+              {LayerGroup::full_attention("attention", 1, 1, 8, 2, 4), LayerGroup::mamba_state("mamba", 2, 200, 4)}),
+          kvmm::KVLayout::plan(
+              {LayerGroup::full_attention("self", 2, 1, 8, 2, 4), LayerGroup::cross_attention("cross", 1, 1, 8, 2, 4)}),
           kvmm::KVLayout::plan({LayerGroup::full_attention("target", 3, 1, 8, 2, 4),
                                 LayerGroup::full_attention("draft", 1, 1, 4, 2, 4)})};
 }

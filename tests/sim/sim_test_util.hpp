@@ -49,8 +49,7 @@ inline std::vector<Row> parse_csv(const std::string& csv) {
 
 inline Run run(const kvmm::sim::Workload& w, const kvmm::KVLayout& layout, const std::string& policy,
                std::uint64_t memory_bytes, std::uint32_t token_budget = 8192, std::uint32_t max_seqs = 64,
-               std::uint32_t max_model_len = 0, std::uint32_t max_encoder_tokens = 1,
-               bool prefix_caching = true,
+               std::uint32_t max_model_len = 0, std::uint32_t max_encoder_tokens = 1, bool prefix_caching = true,
                kvmm::sim::BoundaryMode boundaries = kvmm::sim::BoundaryMode::kLearned) {
   kvmm::sim::PolicyOptions po;
   po.prefix_caching = prefix_caching;

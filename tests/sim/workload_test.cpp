@@ -131,7 +131,8 @@ TEST_CASE("JSONL trace: errors name the file, line and field", "[sim][trace][err
   CHECK_THAT(err("{\"prompt_len\": 4, \"output_len\": 1}\n\n{\"prompt_len\": 4, \"output_len\": 1,}\n"),
              Catch::Contains("t.jsonl:3: malformed JSON"));
   CHECK_THAT(err("{\"prompt_len\": -4, \"output_len\": 1}"), Catch::Contains("t.jsonl:1: field 'prompt_len'"));
-  CHECK_THAT(err("{\"prompt_len\": 4, \"output_len\": 0}"), Catch::Contains("field 'output_len': expected an integer >= 1"));
+  CHECK_THAT(err("{\"prompt_len\": 4, \"output_len\": 0}"),
+             Catch::Contains("field 'output_len': expected an integer >= 1"));
   CHECK_THAT(err("{\"prompt_len\": 4, \"output_len\": 1, \"prompt\": \"hi\"}"),
              Catch::Contains("field 'prompt': unknown field"));
   CHECK_THAT(err("{\"prompt_len\": 4, \"output_len\": 1, \"images\": [{\"length\": 0}]}"),

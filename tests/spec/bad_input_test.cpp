@@ -89,10 +89,25 @@ TEST_CASE("LayerGroup: every invalid field is named", "[spec][bad-input]") {
       {[](LayerGroup& g) { g.head_dim = 0; }, "head_dim = 0"},
       {[](LayerGroup& g) { g.dtype_bytes = 3; }, "dtype_bytes = 3"},
       {[](LayerGroup& g) { g.kind = static_cast<LayerKind>(77); }, "kind = 77"},
-      {[](LayerGroup& g) { g.kind = LayerKind::kSlidingWindow; g.window = 0; }, "window = 0"},
-      {[](LayerGroup& g) { g.kind = LayerKind::kChunkedLocal; g.chunk = 0; }, "chunk = 0"},
-      {[](LayerGroup& g) { g.kind = LayerKind::kMambaState; g.state_bytes_per_layer = 0; }, "state_bytes_per_layer = 0"},
-      {[](LayerGroup& g) { g.kind = LayerKind::kVisionEmbedding; g.embedding_bytes_per_token = 0; },
+      {[](LayerGroup& g) {
+         g.kind = LayerKind::kSlidingWindow;
+         g.window = 0;
+       },
+       "window = 0"},
+      {[](LayerGroup& g) {
+         g.kind = LayerKind::kChunkedLocal;
+         g.chunk = 0;
+       },
+       "chunk = 0"},
+      {[](LayerGroup& g) {
+         g.kind = LayerKind::kMambaState;
+         g.state_bytes_per_layer = 0;
+       },
+       "state_bytes_per_layer = 0"},
+      {[](LayerGroup& g) {
+         g.kind = LayerKind::kVisionEmbedding;
+         g.embedding_bytes_per_token = 0;
+       },
        "embedding_bytes_per_token = 0"},
   };
   for (const Case& c : cases) {
@@ -196,8 +211,8 @@ TEST_CASE("planner: random hostile groups either plan consistently or raise kvmm
   // Fields drawn from edge values (0, 1, powers of two, 2^32-1, 2^64-1) and ordinary
   // ones; every outcome is a consistent layout or a kvmm::Error, never a crash or a hang.
   std::mt19937_64 rng(2024);
-  const std::vector<std::uint64_t> edges{0, 1, 2, 3, 16, 255, 4096, 1u << 20, 1ull << 31, kMax32,
-                                         1ull << 32, 1ull << 62, kMax64};
+  const std::vector<std::uint64_t> edges{0,        1,          2,      3,          16,         255,   4096,
+                                         1u << 20, 1ull << 31, kMax32, 1ull << 32, 1ull << 62, kMax64};
   auto pick32 = [&](std::uint32_t ordinary) {
     const std::uint64_t v = rng() % 3 == 0 ? edges[rng() % edges.size()] : ordinary;
     return static_cast<std::uint32_t>(std::min<std::uint64_t>(v, kMax32));

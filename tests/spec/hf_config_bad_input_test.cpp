@@ -5,8 +5,8 @@
 #include <kvmm/error.hpp>
 #include <kvmm/spec/hf_config.hpp>
 
-#include <catch2/catch.hpp>
 #include <fmt/format.h>
+#include <catch2/catch.hpp>
 
 #include <random>
 #include <string>
@@ -44,18 +44,23 @@ TEST_CASE("hf config bad input: errors name the source and the field", "[spec][h
       {R"({"model_type": 7})", "field 'model_type': expected a string, got 7"},
       {R"({"model_type": "gpt2"})", "field 'model_type': 'gpt2' is not supported; supported: llama, qwen2"},
       {R"({"model_type": "llama"})", "field 'num_hidden_layers': missing"},
-      {R"({"model_type": "llama", "num_hidden_layers": 0})", "field 'num_hidden_layers': expected a positive integer, got 0"},
-      {R"({"model_type": "llama", "num_hidden_layers": 1048576})", "field 'num_hidden_layers': 1048576 is more than 65536"},
+      {R"({"model_type": "llama", "num_hidden_layers": 0})",
+       "field 'num_hidden_layers': expected a positive integer, got 0"},
+      {R"({"model_type": "llama", "num_hidden_layers": 1048576})",
+       "field 'num_hidden_layers': 1048576 is more than 65536"},
       {R"({"model_type": "llama", "num_hidden_layers": 18446744073709551615})", "field 'num_hidden_layers'"},
-      {R"({"model_type": "llama", "num_hidden_layers": 2.5})", "field 'num_hidden_layers': expected a positive integer"},
+      {R"({"model_type": "llama", "num_hidden_layers": 2.5})",
+       "field 'num_hidden_layers': expected a positive integer"},
       {R"({"model_type": "llama", "num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 3,
-          "hidden_size": 64})", "field 'num_key_value_heads': 3 does not divide num_attention_heads = 8"},
+          "hidden_size": 64})",
+       "field 'num_key_value_heads': 3 does not divide num_attention_heads = 8"},
       {R"({"model_type": "llama", "num_hidden_layers": 2, "num_attention_heads": 6, "hidden_size": 64})",
        "field 'hidden_size': 64 is not a multiple of num_attention_heads = 6"},
       {R"({"model_type": "llama", "num_hidden_layers": 2, "num_attention_heads": 2, "hidden_size": 4294967296})",
        "field 'hidden_size': expected a positive integer"},
       {R"({"model_type": "mistral", "num_hidden_layers": 2, "num_attention_heads": 2, "hidden_size": 64,
-          "sliding_window": -1})", "field 'sliding_window': expected a positive integer, got -1"},
+          "sliding_window": -1})",
+       "field 'sliding_window': expected a positive integer, got -1"},
       {R"({"model_type": "mistral", "num_hidden_layers": 2, "num_attention_heads": 2, "hidden_size": 64,
           "layer_types": ["sliding_attention", "full_attention"]})",
        "field 'sliding_window': missing or null but some layers slide"},
@@ -63,9 +68,11 @@ TEST_CASE("hf config bad input: errors name the source and the field", "[spec][h
           "sliding_window": 8, "layer_types": ["full_attention"]})",
        "field 'layer_types': expected an array of num_hidden_layers = 2 strings"},
       {R"({"model_type": "qwen2", "num_hidden_layers": 2, "num_attention_heads": 2, "hidden_size": 64,
-          "use_sliding_window": "yes"})", "field 'use_sliding_window': expected true or false"},
+          "use_sliding_window": "yes"})",
+       "field 'use_sliding_window': expected true or false"},
       {R"({"model_type": "qwen2", "num_hidden_layers": 2, "num_attention_heads": 2, "hidden_size": 64,
-          "use_sliding_window": true, "sliding_window": 8})", "field 'max_window_layers': missing"},
+          "use_sliding_window": true, "sliding_window": 8})",
+       "field 'max_window_layers': missing"},
       {R"({"model_type": "gemma2", "query_pre_attn_scalar": -144})",
        "field 'query_pre_attn_scalar': expected a positive number or null, got -144"},
       {R"({"model_type": "gemma2", "attn_logit_softcapping": "50"})",
@@ -140,8 +147,10 @@ std::string layer_types_json(const std::vector<LayerKind>& kinds) {
 Generated generate(std::mt19937_64& rng) {
   const std::uint32_t layers = 1 + static_cast<std::uint32_t>(rng() % 48);
   const std::uint32_t kv = 1u << (rng() % 3), q = kv * (1 + static_cast<std::uint32_t>(rng() % 4));
-  const std::string heads = fmt::format(R"("num_hidden_layers": {}, "num_attention_heads": {}, "num_key_value_heads": {},
-      "head_dim": 64)", layers, q, kv);
+  const std::string heads =
+      fmt::format(R"("num_hidden_layers": {}, "num_attention_heads": {}, "num_key_value_heads": {},
+      "head_dim": 64)",
+                  layers, q, kv);
   Generated g;
   g.window = 16 * (1 + static_cast<std::uint32_t>(rng() % 64));
   g.kinds.assign(layers, LayerKind::kFullAttention);
@@ -155,8 +164,10 @@ Generated generate(std::mt19937_64& rng) {
       break;
     case 1: {  // mistral: every layer, or layer_types
       const bool types = rng() % 2 == 0;
-      if (types) slide_if([&](std::uint32_t) { return rng() % 2 == 0; });
-      else slide_if([](std::uint32_t) { return true; });
+      if (types)
+        slide_if([&](std::uint32_t) { return rng() % 2 == 0; });
+      else
+        slide_if([](std::uint32_t) { return true; });
       g.json = fmt::format(R"({{"model_type": "mistral", {}, "sliding_window": {}{}}})", heads, g.window,
                            types ? ", \"layer_types\": " + layer_types_json(g.kinds) : "");
       break;
@@ -166,7 +177,8 @@ Generated generate(std::mt19937_64& rng) {
       const std::uint32_t first = static_cast<std::uint32_t>(rng() % (layers + 1));
       if (use) slide_if([&](std::uint32_t i) { return i >= first; });
       g.json = fmt::format(R"({{"model_type": "qwen2", {}, "sliding_window": {}, "use_sliding_window": {},
-          "max_window_layers": {}}})", heads, g.window, use, first);
+          "max_window_layers": {}}})",
+                           heads, g.window, use, first);
       break;
     }
     case 3:  // gemma2: even layers local
@@ -177,7 +189,8 @@ Generated generate(std::mt19937_64& rng) {
       const std::uint32_t pattern = 1 + static_cast<std::uint32_t>(rng() % 8);
       slide_if([&](std::uint32_t i) { return (i + 1) % pattern != 0; });
       g.json = fmt::format(R"({{"model_type": "gemma3", "text_config": {{{}, "sliding_window": {},
-          "sliding_window_pattern": {}}}}})", heads, g.window, pattern);
+          "sliding_window_pattern": {}}}}})",
+                           heads, g.window, pattern);
       break;
     }
     case 5: {  // mllama: a random proper subset of layers cross-attends
@@ -197,7 +210,8 @@ Generated generate(std::mt19937_64& rng) {
       for (std::uint32_t i = 0; i < layers; ++i)
         g.kinds[i] = i % period == offset ? LayerKind::kFullAttention : LayerKind::kMambaState;
       g.json = fmt::format(R"({{"model_type": "jamba", {}, "attn_layer_period": {}, "attn_layer_offset": {},
-          "hidden_size": 256, "mamba_expand": 2, "mamba_d_state": 16, "mamba_d_conv": 4}})", heads, period, offset);
+          "hidden_size": 256, "mamba_expand": 2, "mamba_d_state": 16, "mamba_d_conv": 4}})",
+                           heads, period, offset);
     }
   }
   return g;

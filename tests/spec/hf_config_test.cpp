@@ -7,8 +7,8 @@
 #include <kvmm/spec/hf_config.hpp>
 #include <kvmm/spec/presets.hpp>
 
-#include <catch2/catch.hpp>
 #include <fmt/format.h>
+#include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -181,7 +181,8 @@ TEST_CASE("hf config: Ministral-8B follows its config, not vLLM's interleaving",
 
   // The same config with vLLM's pattern stated in layer_types gives the preset.
   std::string types;
-  for (int i = 0; i < 36; ++i) types += fmt::format("{}\"{}\"", i ? "," : "", i % 4 == 0 ? "full_attention" : "sliding_attention");
+  for (int i = 0; i < 36; ++i)
+    types += fmt::format("{}\"{}\"", i ? "," : "", i % 4 == 0 ? "full_attention" : "sliding_attention");
   const std::string with_types = "{\"layer_types\": [" + types + "]," + text.substr(text.find('{') + 1);
   const ModelSpec v = read_hf_config(with_types, "ministral-8b+layer_types");
   same_layout(v.layout, presets::ministral_8b());
@@ -246,12 +247,13 @@ TEST_CASE("hf config: sparse configs take the transformers class defaults", "[sp
       "intermediate_size": 10240, "model_type": "gemma3_text", "num_hidden_layers": 34, "sliding_window": 1024}})",
                                      "gemma-3-4b");
   REQUIRE(g.layout.num_groups() == 2);
-  CHECK(g.layout.group(0).num_layers == 5);   // layers 5, 11, 17, 23, 29
+  CHECK(g.layout.group(0).num_layers == 5);  // layers 5, 11, 17, 23, 29
   CHECK(g.layout.group(1).num_layers == 29);
   check_attention(g.attention[1], 8, 4, 256, 1024, 0.0, 256.0);
   // gemma3_text at the top level, with layer_types deciding.
   const ModelSpec t = read_hf_config(R"({"model_type": "gemma3_text", "num_hidden_layers": 3,
-      "layer_types": ["full_attention", "sliding_attention", "full_attention"]})", "t");
+      "layer_types": ["full_attention", "sliding_attention", "full_attention"]})",
+                                     "t");
   CHECK(t.layout.group(0).num_layers == 2);
   CHECK(t.layers[2].group == 0);
   CHECK(t.layers[2].index == 1);

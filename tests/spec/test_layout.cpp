@@ -15,8 +15,8 @@ namespace {
 // Jenga Fig. 6: 2 cross-attention layers (256 B per image token) and 3 self-attention
 // layers (384 B per text token), 128 B per layer and token, tokens_per_page = 1.
 KVLayout fig6_layout() {
-  return KVLayout::plan({LayerGroup::cross_attention("image", 2, 1, 32, 2, 1),
-                         LayerGroup::full_attention("text", 3, 1, 32, 2, 1)});
+  return KVLayout::plan(
+      {LayerGroup::cross_attention("image", 2, 1, 32, 2, 1), LayerGroup::full_attention("text", 3, 1, 32, 2, 1)});
 }
 
 using kvmm::test::error_of;
@@ -88,8 +88,7 @@ TEST_CASE("presets: page sizes from the published configs") {
   for (const std::string& name : names()) {
     const KVLayout l = by_name(name);
     CHECK(l.large_page_bytes() <= LayoutOptions{}.max_large_page_bytes);
-    for (GroupId g = 0; g < l.num_groups(); ++g)
-      CHECK(l.large_page_bytes() % l.small_page_bytes(g) == 0);
+    for (GroupId g = 0; g < l.num_groups(); ++g) CHECK(l.large_page_bytes() % l.small_page_bytes(g) == 0);
   }
   CHECK_THAT(error_of([] { by_name("gpt-5"); }), Catch::Contains("preset = 'gpt-5'"));
 }
@@ -149,9 +148,8 @@ TEST_CASE("planner: random groups always give a consistent layout") {
     std::vector<LayerGroup> gs;
     const int n = 1 + static_cast<int>(rng() % 4);
     for (int i = 0; i < n; ++i) {
-      gs.push_back(LayerGroup::full_attention("g" + std::to_string(i), 1 + rng() % 40,
-                                              1 + rng() % 16, 64 * (1 + rng() % 4), 2,
-                                              1 + rng() % 32));
+      gs.push_back(LayerGroup::full_attention("g" + std::to_string(i), 1 + rng() % 40, 1 + rng() % 16,
+                                              64 * (1 + rng() % 4), 2, 1 + rng() % 32));
     }
     const std::uint64_t limit = std::uint64_t{1} << (22 + rng() % 6);
     std::uint64_t largest = 0;
@@ -188,13 +186,12 @@ TEST_CASE("invalid layouts raise kvmm::Error naming the field and value") {
   CHECK_THAT(error_of([] { KVLayout::plan({LayerGroup::mamba_state("m", 4, 0)}); }),
              Catch::Contains("state_bytes_per_layer = 0"));
   CHECK_THAT(error_of([] {
-               KVLayout::plan({LayerGroup::full_attention("x", 1, 1, 64, 2, 1),
-                               LayerGroup::full_attention("x", 2, 1, 64, 2, 1)});
+               KVLayout::plan(
+                   {LayerGroup::full_attention("x", 1, 1, 64, 2, 1), LayerGroup::full_attention("x", 2, 1, 64, 2, 1)});
              }),
              Catch::Contains("'x': duplicate"));
   CHECK_THAT(error_of([] {
-               KVLayout::plan({LayerGroup::full_attention("big", 32, 8, 128, 2, 16)},
-                              {.max_large_page_bytes = 1024});
+               KVLayout::plan({LayerGroup::full_attention("big", 32, 8, 128, 2, 16)}, {.max_large_page_bytes = 1024});
              }),
              Catch::Contains("max_large_page_bytes = 1024"));
 }

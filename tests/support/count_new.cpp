@@ -7,7 +7,7 @@
 namespace {
 std::atomic<std::uint64_t> g_allocations{0};
 thread_local std::uint64_t t_allocations = 0;  // trivially initialized: no allocation of its own
-}
+}  // namespace
 
 std::uint64_t kvmm::test::heap_allocations() { return g_allocations.load(std::memory_order_relaxed); }
 std::uint64_t kvmm::test::thread_heap_allocations() { return t_allocations; }

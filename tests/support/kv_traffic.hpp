@@ -22,10 +22,9 @@
 namespace kvmm::test {
 
 inline KVLayout traffic_layout() {
-  return KVLayout::plan({LayerGroup::full_attention("full", 1, 1, 8, 2, 4),
-                         LayerGroup::sliding_window("sw", 1, 1, 8, 2, 4, 12),
-                         LayerGroup::mamba_state("mamba", 1, 256, 8),
-                         LayerGroup::cross_attention("cross", 1, 1, 8, 2, 4)});
+  return KVLayout::plan(
+      {LayerGroup::full_attention("full", 1, 1, 8, 2, 4), LayerGroup::sliding_window("sw", 1, 1, 8, 2, 4, 12),
+       LayerGroup::mamba_state("mamba", 1, 256, 8), LayerGroup::cross_attention("cross", 1, 1, 8, 2, 4)});
 }
 
 class KvTraffic {
@@ -135,7 +134,8 @@ class KvTraffic {
   // A prefill chunk or a decode token; when refused, preempted (swap or reset).
   void advance(Live& l) {
     const std::uint64_t c = kv_.num_computed(l.id);
-    const std::uint32_t n = c < l.prompt ? static_cast<std::uint32_t>(std::min<std::uint64_t>(l.prompt - c, 1 + rng_() % 16)) : 1;
+    const std::uint32_t n =
+        c < l.prompt ? static_cast<std::uint32_t>(std::min<std::uint64_t>(l.prompt - c, 1 + rng_() % 16)) : 1;
     if (c + n > kv_.num_tokens(l.id)) {
       const std::uint32_t t = static_cast<std::uint32_t>(rng_() % 50000);
       kv_.append_token(l.id, t);
@@ -148,8 +148,10 @@ class KvTraffic {
       kv_.reset(l.id);
       return;
     }
-    if (ok) kv_.commit(l.id, c + n);
-    else if (!kv_.swap_out(l.id)) kv_.reset(l.id);
+    if (ok)
+      kv_.commit(l.id, c + n);
+    else if (!kv_.swap_out(l.id))
+      kv_.reset(l.id);
   }
 
   void drop(std::size_t k) {

@@ -50,9 +50,7 @@ class LruOrder {
       : node_(node_of), capacity_(capacity), tag_(tag) {}
 
   std::uint32_t size() const { return size_; }
-  bool contains(PageId id) const {
-    return id < capacity_ && node_(id).level != kOut && node_(id).tag == tag_;
-  }
+  bool contains(PageId id) const { return id < capacity_ && node_(id).level != kOut && node_(id).tag == tag_; }
   const EvictionKey& key(PageId id) const { return node_(id).key; }
 
   // Raises kvmm::Error for an id out of range or already present.
@@ -133,8 +131,14 @@ void LruOrder<NodeOf>::insert(PageId id, const EvictionKey& k, std::uint32_t lev
   }
   x.prev = after;
   x.next = after == kNone ? l.head : node_(after).next;
-  if (x.next != kNone) node_(x.next).prev = id; else l.tail = id;
-  if (after != kNone) node_(after).next = id; else l.head = id;
+  if (x.next != kNone)
+    node_(x.next).prev = id;
+  else
+    l.tail = id;
+  if (after != kNone)
+    node_(after).next = id;
+  else
+    l.head = id;
   ++size_;
   hint_ = id;
 }
@@ -149,15 +153,21 @@ void LruOrder<NodeOf>::erase(PageId id) {
   if (same_prev && !same_next) {  // the tail of a run of >= 2: p is the new tail
     const PageId head = x.other;
     node_(head).other = p;
-    node_(p).other = head;  // head == p: p is alone now and `other` is never read
+    node_(p).other = head;               // head == p: p is alone now and `other` is never read
   } else if (same_next && !same_prev) {  // the head: n is the new head
     const PageId tail = x.other;
     node_(tail).other = n;
     node_(n).other = tail;
   }
   List& l = lists_[x.level];
-  if (p != kNone) node_(p).next = n; else l.head = n;
-  if (n != kNone) node_(n).prev = p; else l.tail = p;
+  if (p != kNone)
+    node_(p).next = n;
+  else
+    l.head = n;
+  if (n != kNone)
+    node_(n).prev = p;
+  else
+    l.tail = p;
   x.prev = x.next = x.other = kNone;
   x.level = kOut;
   --size_;

@@ -53,9 +53,7 @@ class LayerPolicy {
   virtual bool hit_needs_whole_prefix() const { return false; }
   // set_prefix_length: the LRU tie-break inside one step (longer evicted first). Default:
   // tokens up to the page's end, so pages of one token align across groups.
-  virtual std::uint64_t prefix_length(std::uint64_t page_index) const {
-    return (page_index + 1) * tokens_per_page_;
-  }
+  virtual std::uint64_t prefix_length(std::uint64_t page_index) const { return (page_index + 1) * tokens_per_page_; }
 
  protected:
   std::uint64_t floor_page(std::uint64_t tokens) const { return tokens / tokens_per_page_; }

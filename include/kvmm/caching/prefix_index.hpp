@@ -74,9 +74,7 @@ class PrefixIndex {
     std::uint8_t dist = 0;  // slots from its home slot
     std::uint16_t fp = 0;
   };
-  static std::uint64_t mix(GroupId g, const BlockHash& h) {
-    return h.hi ^ (std::uint64_t{g} * 0x9e3779b97f4a7c15ULL);
-  }
+  static std::uint64_t mix(GroupId g, const BlockHash& h) { return h.hi ^ (std::uint64_t{g} * 0x9e3779b97f4a7c15ULL); }
   // Bits the home slot does not use (tables stay below 2^32 slots).
   static std::uint16_t fingerprint(std::uint64_t m) { return static_cast<std::uint16_t>(m >> 48); }
   void check_group(GroupId g) const {

@@ -33,7 +33,9 @@ class BatchRing {
   bool pop(KvEventBatch& out, std::uint64_t& seq, double& ts);
 
   bool empty() const { return pushed_.load(std::memory_order_acquire) == popped_.load(std::memory_order_acquire); }
-  std::uint64_t size() const { return pushed_.load(std::memory_order_acquire) - popped_.load(std::memory_order_acquire); }
+  std::uint64_t size() const {
+    return pushed_.load(std::memory_order_acquire) - popped_.load(std::memory_order_acquire);
+  }
   std::uint64_t capacity_bytes() const { return capacity_; }
   std::uint32_t max_batches() const { return max_batches_; }
 

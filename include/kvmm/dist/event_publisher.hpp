@@ -24,11 +24,11 @@ struct EventPublisherOptions {
   // Bound when it contains '*' or "::" or is ipc:// or inproc://, else connected (vLLM's
   // rule). A TCP port is offset by data_parallel_rank; an ipc/inproc name gets "_dp<rank>".
   std::string endpoint = "tcp://*:5557";
-  std::string replay_endpoint;  // ROUTER for replays, bound; empty: none (vLLM: None)
-  std::string topic;            // frame 0 of every message; llm-d uses "kv@<pod>@<model>"
-  std::uint32_t buffer_steps = 10000;  // batches kept for replay
-  int hwm = 100000;                    // PUB send high-water mark (messages)
-  std::uint32_t max_queue = 100000;    // batches waiting for the publisher thread
+  std::string replay_endpoint;                          // ROUTER for replays, bound; empty: none (vLLM: None)
+  std::string topic;                                    // frame 0 of every message; llm-d uses "kv@<pod>@<model>"
+  std::uint32_t buffer_steps = 10000;                   // batches kept for replay
+  int hwm = 100000;                                     // PUB send high-water mark (messages)
+  std::uint32_t max_queue = 100000;                     // batches waiting for the publisher thread
   std::uint64_t queue_bytes = std::uint64_t{64} << 20;  // their memory, allocated up front
   std::uint32_t data_parallel_rank = 0;                 // batch field and port offset
   EventEncoding encoding = EventEncoding::kMap;
@@ -41,10 +41,10 @@ struct EventPublisherOptions {
 };
 
 struct PublisherStats {
-  std::uint64_t published = 0;        // batches queued by publish()
-  std::uint64_t dropped = 0;          // batches publish() dropped (queue full); their sequence numbers stay unused
-  std::uint64_t sent = 0;             // batches sent on the PUB socket
-  std::uint64_t sent_bytes = 0;       // msgpack payload bytes sent
+  std::uint64_t published = 0;   // batches queued by publish()
+  std::uint64_t dropped = 0;     // batches publish() dropped (queue full); their sequence numbers stay unused
+  std::uint64_t sent = 0;        // batches sent on the PUB socket
+  std::uint64_t sent_bytes = 0;  // msgpack payload bytes sent
   std::uint64_t send_errors = 0;
   std::uint64_t replay_requests = 0;  // well-formed replay requests answered
   std::uint64_t replayed = 0;         // batches sent in answers

@@ -71,8 +71,8 @@ struct TierResults {
 
 // Everything besides the layout that makes two engines' page bytes incompatible.
 struct TierScope {
-  std::string model_id;      // model name and revision
-  std::string dtype;         // "bfloat16", "float16", "fp8_e4m3", ... (dtype_bytes alone cannot tell)
+  std::string model_id;  // model name and revision
+  std::string dtype;     // "bfloat16", "float16", "fp8_e4m3", ... (dtype_bytes alone cannot tell)
   std::uint32_t tp_rank = 0;
   std::uint32_t tp_size = 1;
   bool rank_shared = false;  // every rank holds the same bytes (MLA-like): rank not in the scope
@@ -89,7 +89,7 @@ void format_tier_key(std::string_view prefix, std::uint64_t scope, const TierKey
 struct TierHealth {
   bool breaker_open = false;  // submissions complete kUnavailable without I/O
   std::uint64_t ok = 0, misses = 0, corrupt = 0, timeouts = 0, unavailable = 0;  // per key
-  std::uint64_t put_existing = 0;     // puts answered "already there" (first writer won)
+  std::uint64_t put_existing = 0;              // puts answered "already there" (first writer won)
   std::uint64_t bytes_put = 0, bytes_got = 0;  // payload bytes
   std::uint64_t connects = 0, connect_failures = 0, io_failures = 0;
   std::uint64_t breaker_opens = 0;

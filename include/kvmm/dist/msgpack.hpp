@@ -42,18 +42,25 @@ class MsgpackWriter {
 
   void str(std::string_view s) {
     const std::uint64_t n = s.size();
-    if (n < 32) out_.push_back(static_cast<std::uint8_t>(0xa0 | n));
-    else if (n <= 0xff) head(0xd9, n, 1);
-    else if (n <= 0xffff) head(0xda, n, 2);
-    else head(0xdb, check32(n, "str"), 4);
+    if (n < 32)
+      out_.push_back(static_cast<std::uint8_t>(0xa0 | n));
+    else if (n <= 0xff)
+      head(0xd9, n, 1);
+    else if (n <= 0xffff)
+      head(0xda, n, 2);
+    else
+      head(0xdb, check32(n, "str"), 4);
     raw(s.data(), s.size());
   }
 
   void bin(std::span<const std::byte> b) {
     const std::uint64_t n = b.size();
-    if (n <= 0xff) head(0xc4, n, 1);
-    else if (n <= 0xffff) head(0xc5, n, 2);
-    else head(0xc6, check32(n, "bin"), 4);
+    if (n <= 0xff)
+      head(0xc4, n, 1);
+    else if (n <= 0xffff)
+      head(0xc5, n, 2);
+    else
+      head(0xc6, check32(n, "bin"), 4);
     raw(b.data(), b.size());
   }
 

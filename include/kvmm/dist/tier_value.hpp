@@ -34,7 +34,7 @@ void encode_tier_header(const TierValueIdentity& id, std::span<const std::byte> 
 
 enum class TierValueError : std::uint8_t {
   kNone,
-  kLength,           // shorter than a header, or header + payload bytes != value length
+  kLength,  // shorter than a header, or header + payload bytes != value length
   kMagic,
   kVersion,
   kHeaderBytes,

@@ -55,10 +55,10 @@ inline std::uint16_t float_to_f16(float f) {
   const std::uint32_t u = detail::as_u32(f);
   const std::uint32_t sign = (u >> 16) & 0x8000u;
   const std::uint32_t abs = u & 0x7fffffffu;
-  if (abs > 0x7f800000u) return static_cast<std::uint16_t>(sign | 0x7e00u);  // NaN
+  if (abs > 0x7f800000u) return static_cast<std::uint16_t>(sign | 0x7e00u);   // NaN
   if (abs >= 0x477ff000u) return static_cast<std::uint16_t>(sign | 0x7c00u);  // rounds to inf
   const std::uint32_t exp = abs >> 23;
-  if (exp < 113) {  // subnormal half (or zero): value = mant * 2^-24
+  if (exp < 113) {                                           // subnormal half (or zero): value = mant * 2^-24
     if (exp < 102) return static_cast<std::uint16_t>(sign);  // below half the smallest subnormal
     const std::uint32_t mant = (abs & 0x7fffffu) | 0x800000u;
     const std::uint32_t shift = 126 - exp;  // 14..24

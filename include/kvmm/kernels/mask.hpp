@@ -35,8 +35,7 @@ struct KeyRange {
 };
 
 // Keys visible to the query at q_pos (its own key included).
-KVMM_HOST_DEVICE KeyRange key_range(MaskKind mask, std::uint32_t window, std::uint32_t chunk,
-                                    std::uint32_t q_pos) {
+KVMM_HOST_DEVICE KeyRange key_range(MaskKind mask, std::uint32_t window, std::uint32_t chunk, std::uint32_t q_pos) {
   KeyRange r{0, q_pos + 1};
   if (mask == MaskKind::kSlidingWindow) {
     r.lo = q_pos + 1 > window ? q_pos + 1 - window : 0;

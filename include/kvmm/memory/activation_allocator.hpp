@@ -49,11 +49,11 @@ class ActivationAllocator {
 
   ChunkPool& pool_;
   VirtualRange range_;
-  std::vector<ChunkId> chunk_id_;   // per chunk of the range: pool chunk or kNoChunk
+  std::vector<ChunkId> chunk_id_;  // per chunk of the range: pool chunk or kNoChunk
   std::vector<std::uint8_t> live_flag_;
-  std::map<std::uint32_t, std::uint32_t> free_by_off_;           // offset -> length (chunks)
+  std::map<std::uint32_t, std::uint32_t> free_by_off_;             // offset -> length (chunks)
   std::set<std::pair<std::uint32_t, std::uint32_t>> free_by_len_;  // (length, offset)
-  std::unordered_map<std::uint32_t, std::uint32_t> allocs_;      // offset -> length
+  std::unordered_map<std::uint32_t, std::uint32_t> allocs_;        // offset -> length
   std::uint32_t mapped_ = 0;
   std::uint32_t live_ = 0;  // chunks under live allocations (all mapped)
   std::vector<std::uint64_t> addrs_;

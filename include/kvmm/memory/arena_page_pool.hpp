@@ -55,7 +55,7 @@ class ArenaPagePool final : public LargePageSource {
 
   KVArena& arena_;
   std::vector<GroupId> owner_;
-  std::vector<PageId> next_, prev_;   // intrusive free lists, one per rank
+  std::vector<PageId> next_, prev_;  // intrusive free lists, one per rank
   std::vector<Rank> rank_;
   PageId head_[3];
   std::uint32_t num_free_ = 0;

@@ -110,9 +110,9 @@ class ChunkPool {
   std::vector<ChunkOwner> owner_;
   std::vector<std::uint64_t> addr_;
   std::vector<std::uint8_t> created_;
-  std::vector<ChunkId> idle_;    // stack of created, unowned chunks
-  std::vector<ChunkId> unborn_;  // stack of ids with no physical chunk
-  std::vector<ChunkId> scratch_; // ids taken by the batch in progress
+  std::vector<ChunkId> idle_;          // stack of created, unowned chunks
+  std::vector<ChunkId> unborn_;        // stack of ids with no physical chunk
+  std::vector<ChunkId> scratch_;       // ids taken by the batch in progress
   std::vector<std::uint64_t> sorted_;  // scratch: a batch's addresses, sorted
   std::vector<VirtualRange> ranges_;   // reserved through this pool, sorted by base
   std::uint32_t quota_[kNumChunkOwners] = {};

@@ -63,10 +63,10 @@ struct ElasticRequest {
 enum class ElasticPhase : std::uint8_t { kPrefill, kDecode };
 struct ElasticBatchInput {
   ElasticPhase phase = ElasticPhase::kDecode;
-  std::uint32_t free_kv = 0;    // P_kv
-  std::uint32_t free_act = 0;   // P_act
-  std::uint32_t total = 0;      // P_T: chunks in the pool
-  std::uint32_t threshold = 0;  // theta: chunks kept in reserve
+  std::uint32_t free_kv = 0;      // P_kv
+  std::uint32_t free_act = 0;     // P_act
+  std::uint32_t total = 0;        // P_T: chunks in the pool
+  std::uint32_t threshold = 0;    // theta: chunks kept in reserve
   std::uint32_t host_buffer = 0;  // P_B: free chunks of the (logical) CPU buffer
 };
 struct ElasticBatch {

@@ -45,7 +45,9 @@ class FaultyMemory final : public MemoryBackend {
   std::uint64_t granularity() const override { return inner_.granularity(); }
   std::uint64_t chunk_bytes() const override { return inner_.chunk_bytes(); }
 
-  bool reserve(std::uint64_t bytes, VirtualRange* out) override { return !trip("reserve") && inner_.reserve(bytes, out); }
+  bool reserve(std::uint64_t bytes, VirtualRange* out) override {
+    return !trip("reserve") && inner_.reserve(bytes, out);
+  }
   void free_range(const VirtualRange& range) override {
     trip_release("free_range");
     inner_.free_range(range);

@@ -59,11 +59,11 @@ class HostMemory final : public MemoryBackend {
   std::uint64_t page_bytes_ = 0;
   std::uint64_t chunk_bytes_ = 0;
   std::uint32_t max_chunks_ = 0;
-  std::uint64_t file_chunks_ = 0;           // memfd size in chunks
-  std::vector<std::uint32_t> map_count_;    // per offset index: live mappings, or kDead
-  std::vector<std::uint32_t> free_slots_;   // released offset indices, reused first
+  std::uint64_t file_chunks_ = 0;                            // memfd size in chunks
+  std::vector<std::uint32_t> map_count_;                     // per offset index: live mappings, or kDead
+  std::vector<std::uint32_t> free_slots_;                    // released offset indices, reused first
   std::unordered_map<std::uint64_t, std::uint32_t> mapped_;  // address -> offset index
-  std::map<std::uint64_t, std::uint64_t> ranges_;             // reserved: base -> bytes
+  std::map<std::uint64_t, std::uint64_t> ranges_;            // reserved: base -> bytes
   std::uint32_t live_chunks_ = 0;
   std::uint64_t live_mappings_ = 0;
 };

@@ -55,7 +55,9 @@ class KVArena {
   // Chunk-level backing, used by ArenaPagePool. Chunks of large page j are
   // [first_chunk(j), last_chunk(j)].
   std::uint32_t num_chunks() const { return static_cast<std::uint32_t>(chunk_id_.size()); }
-  std::uint32_t first_chunk(PageId large) const { return static_cast<std::uint32_t>(large * large_page_bytes_ / chunk_bytes_); }
+  std::uint32_t first_chunk(PageId large) const {
+    return static_cast<std::uint32_t>(large * large_page_bytes_ / chunk_bytes_);
+  }
   std::uint32_t last_chunk(PageId large) const {
     return static_cast<std::uint32_t>(((large + std::uint64_t{1}) * large_page_bytes_ - 1) / chunk_bytes_);
   }
@@ -87,7 +89,7 @@ class KVArena {
   std::uint64_t large_page_bytes_ = 0;
   std::uint64_t chunk_bytes_ = 0;
   ArenaBacking backing_;
-  std::vector<ChunkId> chunk_id_;  // per arena chunk: pool chunk id or kNoChunk
+  std::vector<ChunkId> chunk_id_;     // per arena chunk: pool chunk id or kNoChunk
   std::vector<std::uint32_t> users_;  // per arena chunk: pinned large pages on it
   std::vector<std::uint8_t> pinned_;  // per large page
   std::uint32_t num_backed_ = 0;

@@ -133,7 +133,9 @@ class VirtualKVCache {
   std::size_t index(std::uint32_t slot, std::uint32_t g, std::uint32_t t, std::uint32_t i) const {
     return ((std::size_t{slot} * groups_per_slot_ + g) * num_tensors_ + t) * chunks_per_group_ + i;
   }
-  ChunkId& table(std::uint32_t slot, std::uint32_t g, std::uint32_t t, std::uint32_t i) { return table_[index(slot, g, t, i)]; }
+  ChunkId& table(std::uint32_t slot, std::uint32_t g, std::uint32_t t, std::uint32_t i) {
+    return table_[index(slot, g, t, i)];
+  }
   // All with state_mutex_ held. grow maps the listed slots' missing chunks in one
   // transaction; shrink unmaps a slot's chunks in groups [to, extent), returns how many.
   bool grow_locked(std::span<const std::uint32_t> slots, std::span<const std::uint32_t> targets);
@@ -177,8 +179,8 @@ class VirtualKVCache {
   std::uint32_t spare_ = kNoSlot;
   std::vector<std::uint64_t> addrs_;  // scratch for grow_locked and shrink_locked
   std::vector<ChunkId> ids_;
-  std::vector<std::size_t> where_;  // scratch: table index of each id in shrink_locked
-  std::vector<std::uint32_t> victim_slots_, victim_groups_;  // slots a failing step reclaimed
+  std::vector<std::size_t> where_;                              // scratch: table index of each id in shrink_locked
+  std::vector<std::uint32_t> victim_slots_, victim_groups_;     // slots a failing step reclaimed
   std::vector<std::uint32_t> missing_slots_, missing_targets_;  // scratch for step
 
   // Mapper queue: a ring of slot ids (each at most once) plus a housekeeping flag.

@@ -40,7 +40,8 @@ class PagedKVAllocator {
   // Mamba). false, with nothing changed, if memory is short.
   bool append_tokens(RequestId r, std::uint32_t num_tokens) {
     check_active(r);
-    if (tokens_[r] > ~std::uint64_t{0} - num_tokens) [[unlikely]] too_many_tokens(r, num_tokens);
+    if (tokens_[r] > ~std::uint64_t{0} - num_tokens) [[unlikely]]
+      too_many_tokens(r, num_tokens);
     std::uint32_t* slack = &slack_[std::size_t{r} * layout_.num_groups()];
     bool fits = true;
     for (GroupId g : decoder_groups_) fits &= slack[g] >= num_tokens;
@@ -64,8 +65,14 @@ class PagedKVAllocator {
 
   bool is_active(RequestId r) const { return r < active_.size() && active_[r]; }
   std::uint32_t num_active() const { return num_active_; }
-  std::uint64_t num_tokens(RequestId r) const { check_active(r); return tokens_[r]; }
-  std::uint64_t num_encoder_tokens(RequestId r) const { check_active(r); return encoder_tokens_[r]; }
+  std::uint64_t num_tokens(RequestId r) const {
+    check_active(r);
+    return tokens_[r];
+  }
+  std::uint64_t num_encoder_tokens(RequestId r) const {
+    check_active(r);
+    return encoder_tokens_[r];
+  }
 
   const LargePagePool& large_pages() const { return pool_; }
   const SmallPageAllocator& small_pages(GroupId g) const { return allocators_[group(g)]; }
@@ -86,8 +93,7 @@ class PagedKVAllocator {
   // Slack of a state group once it holds its page; a paged group's slack is always below
   // its tokens_per_page, so never this value.
   static constexpr std::uint32_t kUnboundedSlack = ~std::uint32_t{0};
-  bool grow(RequestId r, const std::vector<GroupId>& groups, std::uint32_t num_tokens,
-            std::uint64_t& counter);
+  bool grow(RequestId r, const std::vector<GroupId>& groups, std::uint32_t num_tokens, std::uint64_t& counter);
 
   KVLayout layout_;
   LargePagePool pool_;
@@ -100,7 +106,7 @@ class PagedKVAllocator {
   std::vector<std::uint64_t> encoder_tokens_;
   std::vector<std::uint8_t> active_;
   std::vector<RequestId> free_ids_;
-  std::vector<std::uint64_t> need_;   // scratch, one per group
+  std::vector<std::uint64_t> need_;  // scratch, one per group
   std::uint32_t num_active_ = 0;
 };
 

@@ -44,10 +44,10 @@ class LargePageSource {
 struct LargePageRecord {
   static constexpr std::uint32_t kNone = ~std::uint32_t{0};
   GroupId owner = kNoGroup;
-  std::uint32_t free_head = kNone;   // intrusive list of returned small pages
-  std::uint32_t free_count = 0;      // free small pages (returned + never handed out)
-  std::uint32_t bump = 0;            // slots [bump, n) never handed out yet
-  RequestId assoc = kNoRequest;      // request this large page is associated with
+  std::uint32_t free_head = kNone;  // intrusive list of returned small pages
+  std::uint32_t free_count = 0;     // free small pages (returned + never handed out)
+  std::uint32_t bump = 0;           // slots [bump, n) never handed out yet
+  RequestId assoc = kNoRequest;     // request this large page is associated with
   std::uint32_t assoc_epoch = 0;
   std::uint32_t rprev = kNone, rnext = kNone;  // request's list of pages with free slots
   std::uint32_t gprev = kNone, gnext = kNone;  // group's list of pages with free slots
@@ -74,7 +74,8 @@ class LargePagePool {
   // The same with kNullPage for none: hot paths return the id in a register (an optional
   // built in memory would wait behind the store to the page's record).
   PageId try_allocate(GroupId owner) {
-    if (owner == kNoGroup) [[unlikely]] bad_owner();
+    if (owner == kNoGroup) [[unlikely]]
+      bad_owner();
     if (source_) [[unlikely]] {
       if (top_ == 0) return reserving_ ? kNullPage : allocate_from_source(owner).value_or(kNullPage);
       const PageId id = free_[--top_];  // a kept page, backed already
@@ -155,8 +156,7 @@ class LargePagePool {
   void check_invariants() const {
     std::uint32_t owned = 0;
     for (const LargePageRecord& s : records_) owned += s.owner != kNoGroup;
-    if (owned != num_used())
-      fail("invariant: {} large pages have an owner, {} are in use", owned, num_used());
+    if (owned != num_used()) fail("invariant: {} large pages have an owner, {} are in use", owned, num_used());
     if (source_ && top_ == 0) return;  // the source keeps its own free list
     std::vector<std::uint8_t> seen(records_.size(), 0);
     for (std::uint32_t i = 0; i < top_; ++i) {
@@ -189,7 +189,7 @@ class LargePagePool {
     fail("owner = {} (kNoGroup): a large page must be allocated to a group", kNoGroup);
   }
 
-  std::vector<PageId> free_;    // stack of free ids, [0, top_)
+  std::vector<PageId> free_;  // stack of free ids, [0, top_)
   std::optional<PageId> allocate_from_source(GroupId owner) {
     const std::optional<PageId> id = source_->acquire(owner);
     if (id) records_[*id].owner = owner;

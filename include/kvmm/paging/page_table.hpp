@@ -46,7 +46,10 @@ class PageTableSet {
 
   std::span<const PageId> pages(RequestId r) const { return row(r).pages; }
   std::uint32_t num_pages(RequestId r) const { return static_cast<std::uint32_t>(row(r).pages.size()); }
-  std::uint64_t num_tokens(RequestId r) const { (void)row(r); return tokens_[r]; }
+  std::uint64_t num_tokens(RequestId r) const {
+    (void)row(r);
+    return tokens_[r];
+  }
 
   void append(RequestId r, PageId page) {
     Row& w = row(r);
@@ -84,31 +87,31 @@ class PageTableSet {
   // CSR for `batch` rows: indptr[batch.size() + 1], indices[indptr.back()],
   // last_page_len[batch.size()]. Returns the number of indices written. Buffers that are
   // too small raise kvmm::Error naming the buffer and the size it needs.
-  std::size_t export_csr(std::span<const RequestId> batch, std::span<std::uint32_t> indptr,
-                         std::span<PageId> indices, std::span<std::uint32_t> last_page_len) const;
+  std::size_t export_csr(std::span<const RequestId> batch, std::span<std::uint32_t> indptr, std::span<PageId> indices,
+                         std::span<std::uint32_t> last_page_len) const;
 
   // The same shaped by `o`, into uint32 or int32 buffers (FlashInfer's indptr, indices and
   // last_page_len are int32). first_page[batch.size()] is written when o.trim (required
   // then). In int32 buffers kNullPage (where o.null_page leaves it) goes out as -1 and any
   // other id past 2^31-1 raises kvmm::Error naming it; after an error the buffers'
   // contents are unspecified, the table is unchanged. O(pages exported).
-  std::size_t export_csr(std::span<const RequestId> batch, std::span<std::uint32_t> indptr,
-                         std::span<PageId> indices, std::span<std::uint32_t> last_page_len,
-                         const ExportOptions& o, std::span<std::uint32_t> first_page = {}) const;
+  std::size_t export_csr(std::span<const RequestId> batch, std::span<std::uint32_t> indptr, std::span<PageId> indices,
+                         std::span<std::uint32_t> last_page_len, const ExportOptions& o,
+                         std::span<std::uint32_t> first_page = {}) const;
   std::size_t export_csr(std::span<const RequestId> batch, std::span<std::int32_t> indptr,
                          std::span<std::int32_t> indices, std::span<std::int32_t> last_page_len,
                          const ExportOptions& o = {}, std::span<std::int32_t> first_page = {}) const;
 
   // Dense row-major [batch.size(), max_pages]; entries past a row's pages hold `pad`.
-  void export_dense(std::span<const RequestId> batch, std::span<PageId> table,
-                    std::uint32_t max_pages, PageId pad = kNullPage) const;
+  void export_dense(std::span<const RequestId> batch, std::span<PageId> table, std::uint32_t max_pages,
+                    PageId pad = kNullPage) const;
   // The same shaped by `o` (kv_lens, null_page; o.trim raises), into uint32 or int32
   // buffers (FlashAttention's block_table is int32); entries past a row's exported pages
   // hold o.null_page. int32 ids as for export_csr.
-  void export_dense(std::span<const RequestId> batch, std::span<PageId> table,
-                    std::uint32_t max_pages, const ExportOptions& o) const;
-  void export_dense(std::span<const RequestId> batch, std::span<std::int32_t> table,
-                    std::uint32_t max_pages, const ExportOptions& o = {}) const;
+  void export_dense(std::span<const RequestId> batch, std::span<PageId> table, std::uint32_t max_pages,
+                    const ExportOptions& o) const;
+  void export_dense(std::span<const RequestId> batch, std::span<std::int32_t> table, std::uint32_t max_pages,
+                    const ExportOptions& o = {}) const;
 
   // Like export_dense, for a buffer that holds this set's previous incremental export:
   // a row whose request is the same as last time gets only its changed entries (and
@@ -148,8 +151,8 @@ class PageTableSet {
   [[noreturn, gnu::cold]] void bad_count(RequestId r, std::uint64_t count) const;
   // Pages row i of `batch` exports under `o` (all, or ceil(kv_lens[i] / P)), and its
   // last_page_len into *last; kvmm::Error naming the row for a bad kv length.
-  std::uint32_t exported_pages(std::span<const RequestId> batch, std::size_t i,
-                               const ExportOptions& o, std::uint32_t* last) const;
+  std::uint32_t exported_pages(std::span<const RequestId> batch, std::size_t i, const ExportOptions& o,
+                               std::uint32_t* last) const;
   template <typename T>
   std::size_t csr(std::span<const RequestId> batch, std::span<T> indptr, std::span<T> indices,
                   std::span<T> last_page_len, const ExportOptions& o, std::span<T> first_page) const;
@@ -158,11 +161,11 @@ class PageTableSet {
   void check_dense(std::span<const RequestId> batch, std::size_t table_size, std::uint32_t max_pages,
                    const ExportOptions& o, std::uint32_t* lens = nullptr) const;
   template <typename T>
-  void dense(std::span<const RequestId> batch, std::span<T> table, std::uint32_t max_pages,
-             const ExportOptions& o, PageId pad) const;
+  void dense(std::span<const RequestId> batch, std::span<T> table, std::uint32_t max_pages, const ExportOptions& o,
+             PageId pad) const;
   template <typename T>
-  std::size_t dense_incremental(std::span<const RequestId> batch, std::span<T> table,
-                                std::uint32_t max_pages, const ExportOptions& o, PageId pad);
+  std::size_t dense_incremental(std::span<const RequestId> batch, std::span<T> table, std::uint32_t max_pages,
+                                const ExportOptions& o, PageId pad);
 
   std::vector<Row> rows_;
   std::vector<std::uint64_t> tokens_;  // apart from the rows: a decode step writes only these

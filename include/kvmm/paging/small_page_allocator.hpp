@@ -27,8 +27,8 @@ class SmallPageAllocator {
  public:
   // Raises kvmm::Error, before allocating, for group = kNoGroup, pages_per_large = 0,
   // max_requests outside [1, 2^32-1), or small page ids that would not fit below 2^32-1.
-  SmallPageAllocator(GroupId group, std::uint32_t pages_per_large, LargePagePool& pool,
-                     std::uint32_t max_requests, Placement placement = Placement::kRequestAware);
+  SmallPageAllocator(GroupId group, std::uint32_t pages_per_large, LargePagePool& pool, std::uint32_t max_requests,
+                     Placement placement = Placement::kRequestAware);
 
   // O(1). A fresh large page (step 2) is taken only while the pool keeps more than
   // `pool_reserve` free pages, so a multi-group allocation can keep the large pages
@@ -82,7 +82,8 @@ class SmallPageAllocator {
     LargeRecord& L = pool_.record(lp);
 #if KVMM_DEBUG_CHECKS
     if (L.owner != group_ || L.free_count >= n_)
-      fail("debug check: group {} frees page {} of large page {} (owner {}, {} free)", group_, s, lp, L.owner, L.free_count);
+      fail("debug check: group {} frees page {} of large page {} (owner {}, {} free)", group_, s, lp, L.owner,
+           L.free_count);
 #endif
     entry_[s] = L.free_head;
     L.free_head = s;
@@ -182,7 +183,7 @@ class SmallPageAllocator {
   std::uint32_t n_;
   LargePagePool& pool_;
   Placement placement_;
-    // Per small page: kAllocated, or the next free page of its large page (kNone: last).
+  // Per small page: kAllocated, or the next free page of its large page (kNone: last).
   // One array, so an allocation or a free touches one cache line of it.
   std::vector<std::uint32_t> entry_;
   std::vector<std::uint32_t> req_head_;

@@ -30,10 +30,10 @@ struct AttentionParams {
   std::uint32_t num_q_heads = 0;
   std::uint32_t num_kv_heads = 0;
   std::uint32_t head_dim = 0;
-  std::uint32_t sliding_window = 0;   // tokens a query attends back; 0 = unbounded
-  double softcap = 0.0;               // attn_logit_softcapping (gemma2: 50); 0 = none
-  double query_pre_attn_scalar = 0.0; // gemma's query_pre_attn_scalar; head_dim elsewhere
-  double scale = 0.0;                 // softmax scale: query_pre_attn_scalar^-1/2
+  std::uint32_t sliding_window = 0;    // tokens a query attends back; 0 = unbounded
+  double softcap = 0.0;                // attn_logit_softcapping (gemma2: 50); 0 = none
+  double query_pre_attn_scalar = 0.0;  // gemma's query_pre_attn_scalar; head_dim elsewhere
+  double scale = 0.0;                  // softmax scale: query_pre_attn_scalar^-1/2
 };
 
 // Where one decoder layer's KV lives: its group, and its layer index inside that group's
@@ -44,9 +44,9 @@ struct LayerPlacement {
 };
 
 struct ModelSpec {
-  std::string model_type;                // the config's top-level model_type
-  KVLayout layout;                       // groups in a fixed order: full, sliding, cross, state
-  std::vector<LayerPlacement> layers;    // one per decoder layer, in model order
+  std::string model_type;                  // the config's top-level model_type
+  KVLayout layout;                         // groups in a fixed order: full, sliding, cross, state
+  std::vector<LayerPlacement> layers;      // one per decoder layer, in model order
   std::vector<AttentionParams> attention;  // one per group of `layout`
 };
 
@@ -55,8 +55,7 @@ struct ModelSpec {
 // defaults for gemma2, gemma3_text and mllama's text_config only (docs/layout-and-paging.md
 // lists them); every other family must state its sizes. Raises kvmm::Error for malformed
 // JSON (with line:column), a missing or invalid field, or bad options.
-ModelSpec read_hf_config(std::string_view json_text, std::string_view source,
-                         const HfConfigOptions& options = {});
+ModelSpec read_hf_config(std::string_view json_text, std::string_view source, const HfConfigOptions& options = {});
 // Reads the file and calls read_hf_config with the path as the source.
 ModelSpec read_hf_config_file(const std::string& path, const HfConfigOptions& options = {});
 // The model_type values read_hf_config accepts, in a stable order.

@@ -31,35 +31,29 @@ struct LayerGroup {
   // Tokens covered by one small page. For a Mamba group it is the checkpoint interval:
   // one state page stands for that many tokens of the prefix.
   std::uint32_t tokens_per_page = 16;
-  std::uint32_t window = 0;                    // kSlidingWindow only
-  std::uint32_t chunk = 0;                     // kChunkedLocal only
-  std::uint64_t state_bytes_per_layer = 0;     // kMambaState only
-  std::uint64_t embedding_bytes_per_token = 0; // kVisionEmbedding only
+  std::uint32_t window = 0;                     // kSlidingWindow only
+  std::uint32_t chunk = 0;                      // kChunkedLocal only
+  std::uint64_t state_bytes_per_layer = 0;      // kMambaState only
+  std::uint64_t embedding_bytes_per_token = 0;  // kVisionEmbedding only
 
   static LayerGroup full_attention(std::string name, std::uint32_t layers, std::uint32_t kv_heads,
-                                   std::uint32_t head_dim, std::uint32_t dtype_bytes,
-                                   std::uint32_t tokens_per_page);
+                                   std::uint32_t head_dim, std::uint32_t dtype_bytes, std::uint32_t tokens_per_page);
   static LayerGroup sliding_window(std::string name, std::uint32_t layers, std::uint32_t kv_heads,
-                                   std::uint32_t head_dim, std::uint32_t dtype_bytes,
-                                   std::uint32_t tokens_per_page, std::uint32_t window);
+                                   std::uint32_t head_dim, std::uint32_t dtype_bytes, std::uint32_t tokens_per_page,
+                                   std::uint32_t window);
   static LayerGroup chunked_local(std::string name, std::uint32_t layers, std::uint32_t kv_heads,
-                                  std::uint32_t head_dim, std::uint32_t dtype_bytes,
-                                  std::uint32_t tokens_per_page, std::uint32_t chunk);
-  static LayerGroup mamba_state(std::string name, std::uint32_t layers,
-                                std::uint64_t state_bytes_per_layer,
+                                  std::uint32_t head_dim, std::uint32_t dtype_bytes, std::uint32_t tokens_per_page,
+                                  std::uint32_t chunk);
+  static LayerGroup mamba_state(std::string name, std::uint32_t layers, std::uint64_t state_bytes_per_layer,
                                 std::uint32_t checkpoint_interval = 512);
   static LayerGroup cross_attention(std::string name, std::uint32_t layers, std::uint32_t kv_heads,
-                                    std::uint32_t head_dim, std::uint32_t dtype_bytes,
-                                    std::uint32_t tokens_per_page);
-  static LayerGroup vision_embedding(std::string name, std::uint64_t bytes_per_token,
-                                     std::uint32_t tokens_per_page);
+                                    std::uint32_t head_dim, std::uint32_t dtype_bytes, std::uint32_t tokens_per_page);
+  static LayerGroup vision_embedding(std::string name, std::uint64_t bytes_per_token, std::uint32_t tokens_per_page);
 
   bool is_state() const { return kind == LayerKind::kMambaState; }
   // Groups whose tokens are the decoder's own tokens (grow with every step), as
   // opposed to encoder/image tokens fixed when the request arrives.
-  bool is_decoder() const {
-    return kind != LayerKind::kCrossAttention && kind != LayerKind::kVisionEmbedding;
-  }
+  bool is_decoder() const { return kind != LayerKind::kCrossAttention && kind != LayerKind::kVisionEmbedding; }
   std::uint32_t checkpoint_interval() const { return tokens_per_page; }
 
   // Sizes below are 64-bit and overflow-checked: a product that does not fit raises

@@ -13,10 +13,10 @@ namespace kvmm::presets {
 
 struct PresetOptions {
   std::uint32_t tokens_per_page = 16;
-  std::uint32_t dtype_bytes = 2;               // KV cache element size (bf16/fp16)
-  std::uint32_t state_dtype_bytes = 2;         // Mamba conv/SSM state element size
+  std::uint32_t dtype_bytes = 2;        // KV cache element size (bf16/fp16)
+  std::uint32_t state_dtype_bytes = 2;  // Mamba conv/SSM state element size
   std::uint32_t mamba_checkpoint_interval = 512;
-  bool vision_embedding = false;               // add a vision-embedding group (VLMs)
+  bool vision_embedding = false;  // add a vision-embedding group (VLMs)
   LayoutOptions layout = {};
 };
 

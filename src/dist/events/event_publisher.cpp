@@ -45,7 +45,8 @@ bool binds(const std::string& endpoint) {
 
 std::string KvEventPublisher::offset_endpoint(const std::string& endpoint, std::uint32_t rank) {
   if (endpoint.empty() || rank == 0) return endpoint;
-  if (starts_with(endpoint, "inproc://") || starts_with(endpoint, "ipc://")) return endpoint + "_dp" + std::to_string(rank);
+  if (starts_with(endpoint, "inproc://") || starts_with(endpoint, "ipc://"))
+    return endpoint + "_dp" + std::to_string(rank);
   if (!starts_with(endpoint, "tcp://"))
     fail("endpoint = '{}': data_parallel_rank = {} needs a tcp://, ipc:// or inproc:// endpoint", endpoint, rank);
   const std::size_t colon = endpoint.rfind(':');
@@ -99,7 +100,8 @@ KvEventPublisher::Impl::Impl(const KVLayout& l, EventPublisherOptions o)
     : layout(l), opt(std::move(o)), ring(opt.queue_bytes, opt.max_queue) {
   if (opt.endpoint.empty()) fail("EventPublisherOptions::endpoint is empty");
   if (opt.hwm < 0) fail("EventPublisherOptions::hwm = {}: must be >= 0", opt.hwm);
-  if (opt.poll_interval.count() < 0) fail("EventPublisherOptions::poll_interval = {} us: must be >= 0", opt.poll_interval.count());
+  if (opt.poll_interval.count() < 0)
+    fail("EventPublisherOptions::poll_interval = {} us: must be >= 0", opt.poll_interval.count());
   enc = EventEncodeOptions{opt.encoding, opt.hash_format, opt.data_parallel_rank};
   const std::string endpoint = offset_endpoint(opt.endpoint, opt.data_parallel_rank);
   const std::string replay_endpoint = offset_endpoint(opt.replay_endpoint, opt.data_parallel_rank);
@@ -306,9 +308,9 @@ bool KvEventPublisher::flush(std::chrono::milliseconds timeout) {
 PublisherStats KvEventPublisher::stats() const {
   const Impl& m = *impl_;
   const auto r = std::memory_order_relaxed;
-  return PublisherStats{m.published.load(r),       m.dropped.load(r),  m.sent.load(r),
-                        m.sent_bytes.load(r),      m.send_errors.load(r), m.replay_requests.load(r),
-                        m.replayed.load(r),        m.bad_requests.load(r), m.wakeups.load(r)};
+  return PublisherStats{m.published.load(r),  m.dropped.load(r),      m.sent.load(r),
+                        m.sent_bytes.load(r), m.send_errors.load(r),  m.replay_requests.load(r),
+                        m.replayed.load(r),   m.bad_requests.load(r), m.wakeups.load(r)};
 }
 
 std::uint64_t KvEventPublisher::next_sequence() const { return impl_->next_seq; }

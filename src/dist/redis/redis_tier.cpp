@@ -238,8 +238,8 @@ class RedisTier final : public KVTier, public redis::TierCore {
 
   std::mutex done_mu_;  // guards done_, armed_, signaled_ and the eventfd's count
   std::vector<redis::Ticket*> done_;
-  bool armed_ = false;     // notify_when_armed: arm() asked for the next completion's signal
-  bool signaled_ = false;  // the eventfd is readable (written since poll() last read it)
+  bool armed_ = false;                  // notify_when_armed: arm() asked for the next completion's signal
+  bool signaled_ = false;               // the eventfd is readable (written since poll() last read it)
   std::vector<redis::Ticket*> polled_;  // poll()'s thread only
 
   // Last: destroyed first, so the I/O threads stop before anything they use goes away.

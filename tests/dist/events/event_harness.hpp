@@ -61,8 +61,7 @@ struct ConsumerState {
 // /usr/bin/python3 kv_consumer.py as a child process.
 class ConsumerProcess {
  public:
-  ConsumerProcess(const std::string& endpoint, const std::string& replay, const std::string& topic,
-                  int drop_every) {
+  ConsumerProcess(const std::string& endpoint, const std::string& replay, const std::string& topic, int drop_every) {
     int in[2], out[2];
     if (::pipe(in) != 0 || ::pipe(out) != 0) return;
     pid_ = ::fork();
@@ -73,8 +72,8 @@ class ConsumerProcess {
       ::close(out[0]);
       const std::string script = dist_script("kv_consumer.py");
       const std::string drop = std::to_string(drop_every);
-      ::execl(kPython, kPython, script.c_str(), "--endpoint", endpoint.c_str(), "--replay", replay.c_str(),
-              "--topic", topic.c_str(), "--drop-every", drop.c_str(), static_cast<char*>(nullptr));
+      ::execl(kPython, kPython, script.c_str(), "--endpoint", endpoint.c_str(), "--replay", replay.c_str(), "--topic",
+              topic.c_str(), "--drop-every", drop.c_str(), static_cast<char*>(nullptr));
       ::_exit(127);
     }
     ::close(in[0]);
@@ -121,7 +120,8 @@ class ConsumerProcess {
         buf_.erase(0, nl + 1);
         return line;
       }
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
       if (left.count() <= 0) return {};
       pollfd p{from_, POLLIN, 0};
       if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
@@ -149,10 +149,10 @@ struct TempDir {
 
 inline bool have_python() { return python_has("zmq msgpack"); }
 
-#define KVMM_REQUIRE_PYTHON()                                                                          \
-  if (!have_python()) {                                                                                \
+#define KVMM_REQUIRE_PYTHON()                                                                             \
+  if (!have_python()) {                                                                                   \
     WARN("SKIPPED: /usr/bin/python3 lacks zmq or msgpack (apt-get install python3-zmq python3-msgpack)"); \
-    return;                                                                                            \
+    return;                                                                                               \
   }
 
 // Drives `source` (about `approx_batches` non-empty batches) through a publisher; consumer 0 runs

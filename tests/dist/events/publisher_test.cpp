@@ -3,8 +3,8 @@
 // produces >= 1e5 operations per run; at checkpoints every consumer's rebuilt set equals the
 // model's, for both encodings, with simulated gaps, a late joiner, and a consumer killed and
 // restarted ([python]: these fork a consumer, which ThreadSanitizer does not support in a
-// threaded process, so the TSan stage runs the rest). Also: no heap allocation per publish on the scheduler thread, a dropped batch
-// is counted and leaves a gap, and vLLM's data-parallel endpoint rule.
+// threaded process, so the TSan stage runs the rest). Also: no heap allocation per publish on the scheduler thread, a
+// dropped batch is counted and leaves a gap, and vLLM's data-parallel endpoint rule.
 #include "event_harness.hpp"
 #include "kvmm/dist/batch_ring.hpp"
 #include "kvmm/dist/event_publisher.hpp"
@@ -46,9 +46,12 @@ class PrefixCacheModel : public BatchSource {
     for (std::uint64_t i = 0; i < n; ++i) {
       const std::uint64_t r = rng_() % 1000;
       const GroupId g = static_cast<GroupId>(rng_() % layout_.num_groups());
-      if (r < 1) clear(b);
-      else if (r < 600 || groups_[g].pages.empty()) store(b, g);
-      else remove(b, g);
+      if (r < 1)
+        clear(b);
+      else if (r < 600 || groups_[g].pages.empty())
+        store(b, g);
+      else
+        remove(b, g);
     }
     ops_left_ -= n;
     return true;

@@ -40,10 +40,18 @@ class HookTier final : public KVTier {
   explicit HookTier(KVTier& inner) : inner_(inner) {}
   std::function<void(TierOp, int, bool)> hook;
   std::chrono::nanoseconds hook_time{0};
-  TierTicket contains(std::span<const TierKey> k) override { return around(TierOp::kContains, [&] { return inner_.contains(k); }); }
-  TierTicket get(std::span<const TierPage> p) override { return around(TierOp::kGet, [&] { return inner_.get(p); }); }
-  TierTicket put(std::span<const TierPage> p) override { return around(TierOp::kPut, [&] { return inner_.put(p); }); }
-  TierTicket remove(std::span<const TierKey> k) override { return around(TierOp::kRemove, [&] { return inner_.remove(k); }); }
+  TierTicket contains(std::span<const TierKey> k) override {
+    return around(TierOp::kContains, [&] { return inner_.contains(k); });
+  }
+  TierTicket get(std::span<const TierPage> p) override {
+    return around(TierOp::kGet, [&] { return inner_.get(p); });
+  }
+  TierTicket put(std::span<const TierPage> p) override {
+    return around(TierOp::kPut, [&] { return inner_.put(p); });
+  }
+  TierTicket remove(std::span<const TierKey> k) override {
+    return around(TierOp::kRemove, [&] { return inner_.remove(k); });
+  }
   std::size_t poll(TierResults& out) override { return inner_.poll(out); }
   int event_fd() const override { return inner_.event_fd(); }
   bool arm() override { return inner_.arm(); }
@@ -128,7 +136,7 @@ RunResult run_engine(const std::vector<mini::Request>& work, KVTier* tier, PageM
 // themselves, so every hit of B's comes from the tier.
 struct Workloads {
   std::vector<mini::Request> a, b;
-  std::uint64_t b_tier_tokens = 0;  // what the tier must serve B
+  std::uint64_t b_tier_tokens = 0;             // what the tier must serve B
   std::vector<mini::Output> a_plain, b_plain;  // without a tier
 };
 
@@ -238,8 +246,10 @@ TEST_CASE("mini engines on a failing redis-server: bounded steps, sound tokens, 
   SECTION("SIGKILL while A's puts are in flight") {
     hooked.hook = [&](TierOp op, int n, bool before) {
       if (op != TierOp::kPut || n != 0) return;
-      if (before) server.stop();  // the put is sent to a server that cannot answer
-      else server.kill9();
+      if (before)
+        server.stop();  // the put is sent to a server that cannot answer
+      else
+        server.kill9();
     };
     const RunResult a = run_engine(w.a, &hooked, nullptr, nullptr, &hooked);
     CHECK(a.out == w.a_plain);
@@ -251,8 +261,10 @@ TEST_CASE("mini engines on a failing redis-server: bounded steps, sound tokens, 
     fill();
     hooked.hook = [&](TierOp op, int n, bool before) {
       if (op != TierOp::kGet || n != 0) return;
-      if (before) server.stop();
-      else server.kill9();
+      if (before)
+        server.stop();
+      else
+        server.kill9();
     };
     const RunResult b = b_run(&hooked);
     CHECK(b.stats.tier_failed_pages > 0);
