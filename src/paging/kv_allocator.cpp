@@ -105,26 +105,42 @@ bool PagedKVAllocator::grow(RequestId r, const std::vector<GroupId>& groups, std
   if (large_needed > pool_.num_free()) return false;
   // Each group leaves in the pool the large pages that the groups after it need.
   // Allocation can still fail when a LargePageSource cannot back a page (an elastic
-  // arena out of chunks): then every page taken here is given back.
+  // arena out of chunks: allocate answers nothing) or raises (a backend error): either
+  // way every page taken here is given back first, so a failed grow changes nothing.
+  std::size_t i = 0;  // groups[i] is the group being filled, k its pages taken so far
+  std::uint64_t k = 0;
+  auto give_back = [&] {
+    for (std::uint64_t j = 0; j < k; ++j) allocators_[groups[i]].free(tables_[groups[i]].pop_back(r));
+    for (std::size_t h = 0; h < i; ++h)
+      for (std::uint64_t j = 0; j < need_[groups[h]]; ++j) allocators_[groups[h]].free(tables_[groups[h]].pop_back(r));
+  };
   std::uint64_t reserve = large_needed;
-  for (std::size_t i = 0; i < groups.size(); ++i) {
-    const GroupId g = groups[i];
-    SmallPageAllocator& a = allocators_[g];
-    if (need_[g] > a.num_free_small()) {
-      const std::uint64_t n = a.pages_per_large();
-      reserve -= (need_[g] - a.num_free_small() + n - 1) / n;
-    }
-    for (std::uint64_t k = 0; k < need_[g]; ++k) {
-      const std::optional<PageId> p = a.allocate(r, static_cast<std::uint32_t>(reserve));
-      if (!p) {
-        for (std::uint64_t j = 0; j < k; ++j) a.free(tables_[g].pop_back(r));
-        for (std::size_t h = 0; h < i; ++h)
-          for (std::uint64_t j = 0; j < need_[groups[h]]; ++j)
-            allocators_[groups[h]].free(tables_[groups[h]].pop_back(r));
-        return false;
+  try {
+    for (; i < groups.size(); ++i) {
+      const GroupId g = groups[i];
+      SmallPageAllocator& a = allocators_[g];
+      if (need_[g] > a.num_free_small()) {
+        const std::uint64_t n = a.pages_per_large();
+        reserve -= (need_[g] - a.num_free_small() + n - 1) / n;
       }
-      tables_[g].append(r, *p);
+      for (k = 0; k < need_[g]; ++k) {
+        const std::optional<PageId> p = a.allocate(r, static_cast<std::uint32_t>(reserve));
+        if (!p) {
+          give_back();
+          return false;
+        }
+        try {
+          tables_[g].append(r, *p);
+        } catch (...) {  // the table could not grow: the page is not in it yet
+          a.free(*p);
+          throw;
+        }
+      }
+      k = 0;
     }
+  } catch (...) {
+    give_back();
+    throw;
   }
   const std::uint64_t after = counter + num_tokens;  // checked by the caller
   for (GroupId g : groups) {

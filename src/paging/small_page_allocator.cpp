@@ -4,16 +4,26 @@
 
 namespace kvmm {
 
-SmallPageAllocator::SmallPageAllocator(GroupId group, std::uint32_t pages_per_large, LargePagePool& pool,
-                                       std::uint32_t max_requests, Placement placement)
-    : group_(group), n_(pages_per_large), pool_(pool), placement_(placement) {
+// The arguments, checked before anything is claimed or allocated; returns pages_per_large.
+std::uint32_t SmallPageAllocator::validated(GroupId group, std::uint32_t pages_per_large, const LargePagePool& pool,
+                                            std::uint32_t max_requests) {
   if (group == kNoGroup) fail("group = {} (kNoGroup): not a group id", group);
   if (pages_per_large == 0) fail("pages_per_large = 0: must be >= 1");
   if (max_requests == 0 || max_requests == kNoRequest) fail("max_requests = {}: must be in [1, 2^32-1)", max_requests);
-  const std::uint64_t total = std::uint64_t{pool.capacity()} * pages_per_large;
-  if (total >= kNullPage)
+  if (std::uint64_t{pool.capacity()} * pages_per_large >= kNullPage)
     fail("pages_per_large = {}: {} large pages x {} small pages overflow 32-bit page ids", pages_per_large,
          pool.capacity(), pages_per_large);
+  return pages_per_large;
+}
+
+SmallPageAllocator::SmallPageAllocator(GroupId group, std::uint32_t pages_per_large, LargePagePool& pool,
+                                       std::uint32_t max_requests, Placement placement)
+    : group_(group),
+      n_(validated(group, pages_per_large, pool, max_requests)),
+      pool_(pool),
+      placement_(placement),
+      claim_(pool, group) {
+  const std::uint64_t total = std::uint64_t{pool.capacity()} * pages_per_large;
   entry_.assign(total, kNone);
   req_head_.assign(max_requests, kNone);
   req_epoch_.assign(max_requests, 0);

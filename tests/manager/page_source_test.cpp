@@ -8,6 +8,7 @@
 #include "kvmm/memory/faulty_memory.hpp"
 #include "kvmm/memory/host_memory.hpp"
 #include "kvmm/memory/kv_arena.hpp"
+#include "kvmm/paging/kv_allocator.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -183,4 +184,65 @@ TEST_CASE("manager over an elastic arena: random traffic with caching and evicti
   CHECK(refused > 10);
   CHECK(served > 100);
   CHECK(kv.num_evicted_pages(0) > 0);
+}
+
+// PagedKVAllocator (the allocation core without caching) over the same failing arena: an
+// append_tokens whose backend refuses or raises at any call position leaves every table,
+// count and backed chunk as it was (issue 29 item 7: a raising backend left the pages taken
+// so far in the request's table, "request 0 group 0 holds 3 pages for 0 tokens").
+TEST_CASE("PagedKVAllocator over an arena whose backend fails at every call position in turn", "[paging][source]") {
+  struct State {
+    std::uint32_t free_large;
+    std::vector<std::vector<PageId>> rows;
+    std::uint64_t tokens;
+    std::uint32_t chunks;
+    bool operator==(const State&) const = default;
+  };
+  std::uint64_t fired = 0;
+  for (std::uint64_t position = 1; position <= 40; ++position) {
+    for (const FaultMode mode : {FaultMode::kReturnFalse, FaultMode::kThrow}) {
+      HostMemory host({.chunk_bytes = 16384, .max_chunks = 64});
+      FaultyMemory faulty(host);
+      ChunkPool chunks(faulty, {.max_chunks = 64});
+      KVArena arena(chunks, layout(), {.num_large_pages = 16, .backing = ArenaBacking::kElastic});
+      ArenaPagePool source(arena);
+      PagedKVAllocator kv(layout(), {.num_large_pages = 16, .max_requests = 4, .large_page_source = &source});
+      const RequestId a = kv.add_request();
+      REQUIRE(kv.append_tokens(a, 20));
+      const RequestId b = kv.add_request();
+      auto state = [&] {
+        State s{kv.large_pages().num_free(), {}, kv.num_tokens(a) + kv.num_tokens(b), arena.num_backed_chunks()};
+        for (GroupId g = 0; g < 2; ++g)
+          for (RequestId r : {a, b})
+            s.rows.emplace_back(kv.page_tables(g).pages(r).begin(), kv.page_tables(g).pages(r).end());
+        return s;
+      };
+      const State before = state();
+      faulty.fail_at(position, mode);
+      bool ok = false, raised = false;
+      try {
+        ok = kv.append_tokens(b, 100);  // full: 7 pages, swa: 7 pages, over several fresh large pages
+      } catch (const Error&) {
+        raised = true;
+      }
+      INFO("position " << position << " mode " << static_cast<int>(mode));
+      if (faulty.fired()) {  // refused or raised with nothing changed, or served from other chunks
+        ++fired;
+        CHECK(raised == (mode == FaultMode::kThrow));
+        if (!ok) CHECK(state() == before);
+        CHECK((ok || raised || mode == FaultMode::kReturnFalse));
+      } else {
+        CHECK(ok);
+      }
+      faulty.fail_at(0);
+      kv.check_invariants();
+      source.check_invariants();
+      if (!ok) REQUIRE(kv.append_tokens(b, 100));  // the backend works again: served
+      kv.free_request(a);
+      kv.free_request(b);
+      kv.check_invariants();
+      CHECK(arena.num_backed_chunks() == 0);  // every chunk released with its last page
+    }
+  }
+  CHECK(fired >= 8);  // the append reached the backend at several positions
 }

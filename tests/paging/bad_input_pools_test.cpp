@@ -10,6 +10,7 @@
 
 #include <functional>
 #include <limits>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -177,6 +178,35 @@ TEST_CASE("SmallPageAllocator: constructors validate before they allocate", "[pa
   ok.check_invariants();
   CHECK(ok.allocate(3).has_value());
   CHECK(small_pool.num_free() == 3);
+}
+
+TEST_CASE("SmallPageAllocator: a second allocator for a group of the same pool is refused", "[paging][bad-input]") {
+  // Two allocators of group 0 on one pool carved the same large pages under one owner id:
+  // "large page 1 of group 0 is empty but held" (issue 29 item 9).
+  LargePagePool pool(8);
+  SmallPageAllocator a(0, 4, pool, 4);
+  const std::optional<PageId> p = a.allocate(0);
+  REQUIRE(p);
+  CHECK_THAT(error_of([&] { SmallPageAllocator twin(0, 2, pool, 4); }),
+             Catch::Contains("group = 0") && Catch::Contains("already serves"));
+  CHECK(pool.num_free() == 7);  // the refused constructor took nothing
+  a.check_invariants();
+  {
+    SmallPageAllocator other(1, 2, pool, 4);  // another group of the same pool is fine
+    CHECK(other.allocate(1).has_value());
+    other.free(*other.allocate(1));
+  }
+  LargePagePool pool2(8);
+  SmallPageAllocator same_group_other_pool(0, 4, pool2, 4);  // another pool is fine
+  CHECK(same_group_other_pool.allocate(0).has_value());
+  // The claim goes with the allocator: moved, it still holds; destroyed, the group is free.
+  std::vector<SmallPageAllocator> moved;
+  moved.emplace_back(2, 1, pool, 4);
+  moved.reserve(8);  // moves the allocator
+  CHECK_THAT(error_of([&] { SmallPageAllocator twin(2, 1, pool, 4); }), Catch::Contains("group = 2"));
+  moved.clear();
+  SmallPageAllocator again(2, 1, pool, 4);
+  CHECK(again.allocate(0).has_value());
 }
 
 TEST_CASE("SmallPageAllocator: hostile calls raise, change nothing, and the allocator serves", "[paging][bad-input]") {

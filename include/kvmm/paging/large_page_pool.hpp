@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <exception>
 #include <optional>
+#include <utility>
 #include <vector>
 
 namespace kvmm {
@@ -142,6 +143,24 @@ class LargePagePool {
   }
   bool has_source() const { return source_ != nullptr; }
 
+  // One SmallPageAllocator serves a group of a pool: a second one for the same group id
+  // would carve the same large pages under one owner id and corrupt both. claim_group
+  // raises kvmm::Error for a group already claimed; the allocator's destructor releases
+  // its claim (GroupClaim). O(groups claimed).
+  void claim_group(GroupId g) {
+    for (const GroupId c : claimed_)
+      if (c == g) fail("group = {}: another SmallPageAllocator already serves group {} of this pool", g, g);
+    claimed_.push_back(g);
+  }
+  void release_group(GroupId g) noexcept {
+    for (std::size_t i = 0; i < claimed_.size(); ++i)
+      if (claimed_[i] == g) {
+        claimed_[i] = claimed_.back();
+        claimed_.pop_back();
+        return;
+      }
+  }
+
   std::uint32_t capacity() const { return static_cast<std::uint32_t>(records_.size()); }
   std::uint32_t num_free() const { return source_ && !reserving_ ? source_->num_free() + top_ : top_; }
   std::uint32_t num_used() const { return capacity() - num_free(); }
@@ -201,6 +220,25 @@ class LargePagePool {
   std::uint32_t top_ = 0;  // free stack; with a source, the reserved pages
   bool reserving_ = false;
   bool keep_freed_ = false;
+  std::vector<GroupId> claimed_;  // groups a SmallPageAllocator serves
+};
+
+// A SmallPageAllocator's claim on its group of a pool (LargePagePool::claim_group), given
+// back when it is destroyed; a moved-from claim gives back nothing.
+class GroupClaim {
+ public:
+  GroupClaim(LargePagePool& pool, GroupId g) : pool_(&pool), group_(g) { pool.claim_group(g); }
+  GroupClaim(GroupClaim&& o) noexcept : pool_(std::exchange(o.pool_, nullptr)), group_(o.group_) {}
+  GroupClaim(const GroupClaim&) = delete;
+  GroupClaim& operator=(const GroupClaim&) = delete;
+  GroupClaim& operator=(GroupClaim&&) = delete;
+  ~GroupClaim() {
+    if (pool_) pool_->release_group(group_);
+  }
+
+ private:
+  LargePagePool* pool_;
+  GroupId group_;
 };
 
 }  // namespace kvmm

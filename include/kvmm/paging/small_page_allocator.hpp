@@ -26,7 +26,8 @@ enum class Placement : std::uint8_t {
 class SmallPageAllocator {
  public:
   // Raises kvmm::Error, before allocating, for group = kNoGroup, pages_per_large = 0,
-  // max_requests outside [1, 2^32-1), or small page ids that would not fit below 2^32-1.
+  // max_requests outside [1, 2^32-1), small page ids that would not fit below 2^32-1, or
+  // a group that another live SmallPageAllocator of `pool` already serves.
   SmallPageAllocator(GroupId group, std::uint32_t pages_per_large, LargePagePool& pool, std::uint32_t max_requests,
                      Placement placement = Placement::kRequestAware);
 
@@ -142,6 +143,8 @@ class SmallPageAllocator {
   void check_invariants() const;
 
  private:
+  static std::uint32_t validated(GroupId group, std::uint32_t pages_per_large, const LargePagePool& pool,
+                                 std::uint32_t max_requests);
   static constexpr std::uint32_t kNone = ~std::uint32_t{0};
   static constexpr std::uint32_t kAllocated = kNone - 1;
   using LargeRecord = LargePageRecord;
@@ -183,6 +186,7 @@ class SmallPageAllocator {
   std::uint32_t n_;
   LargePagePool& pool_;
   Placement placement_;
+  GroupClaim claim_;  // one allocator per group of a pool
   // Per small page: kAllocated, or the next free page of its large page (kNone: last).
   // One array, so an allocation or a free touches one cache line of it.
   std::vector<std::uint32_t> entry_;
