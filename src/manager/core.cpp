@@ -143,7 +143,10 @@ void check_extras(std::span<const std::uint32_t> tokens, const RequestExtras& ex
     if (m.length == 0) fail("extras.items[{}].length = 0: must be >= 1", k);
     const std::optional<std::uint64_t> end = try_add<std::uint64_t>(m.offset, m.length);
     if (!end || *end > prompt)
-      fail("extras.items[{}]: offset {} + length {} lies past the prompt's {} tokens", k, m.offset, m.length, prompt);
+      fail(
+          "extras.items[{}]: offset {} + length {} lies past the prompt's {} tokens (cross attention: an item's length "
+          "counts encoder tokens; set extras.prompt_tokens to cover them, docs/manager.md 'Images')",
+          k, m.offset, m.length, prompt);
     if (k > 0 && m.offset < extras.items[k - 1].offset + extras.items[k - 1].length)
       fail("extras.items[{}].offset = {}: items must be sorted and not overlap", k, m.offset);
   }
@@ -193,6 +196,7 @@ void ManagerCore::clear_progress(Request& q) {
   q.clear_tier();
   q.computed = q.allocated = q.last_step = q.step_end = q.lookup_tokens = q.branch = 0;
   q.items_consumed = 0;
+  q.item_cached.clear();
   std::fill(q.lo.begin(), q.lo.end(), 0);
   std::fill(q.registered.begin(), q.registered.end(), 0);
 }
@@ -359,6 +363,14 @@ bool ManagerCore::admit(RequestId r, std::uint32_t s, Request& q) {
 // its lazy pin left (released at time 0 at its own level, so key and level are as the
 // lookup found them), and the request is as lookup_prefix left it.
 void ManagerCore::release_unpinned_hit(std::uint32_t s, Request& q) {
+  release_admission_pins(s, q);
+  q.hit_pending = true;
+}
+
+// What a refused first allocate pinned (the hit, images from the cache) goes back, the
+// rows empty again.
+void ManagerCore::release_admission_pins(std::uint32_t s, Request& q) {
+  q.item_cached.clear();
   for (GroupId g = 0; g < groups_.size(); ++g) {
     Group& grp = groups_[g];
     const std::span<const PageId> row = grp.table.pages(s);
@@ -368,7 +380,6 @@ void ManagerCore::release_unpinned_hit(std::uint32_t s, Request& q) {
     grp.table.clear(s);
     q.lo[g] = q.registered[g] = 0;
   }
-  q.hit_pending = true;
 }
 
 // The need (compute_need, as if pinned) cannot be had even before the pin: against the
@@ -457,24 +468,37 @@ bool ManagerCore::allocate_at(RequestId r, std::uint32_t s, std::uint32_t num_ne
           r, q.hit);
     }
   }
+  // A first allocate with images: each image cached whole comes from the cache, whatever
+  // the text hit (issue 29: cached_image said "cached" where fresh pages were mapped).
+  const bool images = !q.enc_ready && !q.ids.items().empty();
+  if (images) {
+    build_encoder_rows(s, q);
+    if (options_.prefix_caching) lookup_.pin_cached_images(s, q, q.item_cached);
+  }
+  auto give_back = [&] {
+    if (pinning)
+      release_unpinned_hit(s, q);
+    else if (images)
+      release_admission_pins(s, q);
+  };
   if (compute_need(s, q, num_new_tokens, target)) {
     try {
       begin_backing(s);
     } catch (...) {  // the source raised: nothing reserved, the hit given back
-      if (pinning) release_unpinned_hit(s, q);
+      give_back();
       throw;
     }
     if (!alloc_.feasible(s, need_)) {
       pool_.end_reservation();
-      if (pinning) release_unpinned_hit(s, q);
+      give_back();
       return refused(r, q, num_new_tokens);
     }
     target_ = target;
     take_pages(s, q);
     pool_.end_reservation();
   }
-  if (!q.ids.items().empty()) {
-    build_encoder_rows(s, q);
+  if (images) {
+    if (q.item_cached.empty()) q.item_cached.assign(q.ids.items().size(), 0);  // prefix caching off
     q.enc_ready = true;
   }
   q.allocated = std::max(q.allocated, target);

@@ -67,6 +67,9 @@ CacheStats KVCacheManager::stats() const { return core_->stats(); }
 bool KVCacheManager::cached_image(const MultimodalItem& item, std::uint32_t lora_id) const {
   return core_->cached_image(item, lora_id);
 }
+bool KVCacheManager::image_from_cache(RequestId r, std::uint32_t item) const {
+  return core_->image_from_cache(r, item);
+}
 ManagerCounters KVCacheManager::counters() const { return core_->counters(); }
 void KVCacheManager::take_events(std::vector<CacheEvent>& out) { core_->take_events(out); }
 void KVCacheManager::take_events(KvEventBatch& out) { core_->take_events(out); }

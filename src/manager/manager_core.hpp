@@ -66,6 +66,11 @@ class ManagerCore {
     if (m.length == 0) fail("item.length = 0: must be >= 1");
     return options_.prefix_caching && lookup_.image_cached(m, lora);
   }
+  bool image_from_cache(RequestId r, std::uint32_t item) const {
+    const Request& q = req(r);
+    if (item >= q.ids.items().size()) fail("item = {}: request {} has {} images", item, r, q.ids.items().size());
+    return item < q.item_cached.size() && q.item_cached[item] != 0;
+  }
   // Pages a pool over a source kept backed during the last step (freed ones a swap-out
   // plan may still read, reserved ones not taken) go back to the source here.
   std::uint64_t begin_step() {
@@ -135,6 +140,7 @@ class ManagerCore {
   void take_pages(std::uint32_t s, Request& q);
   bool admit(RequestId r, std::uint32_t s, Request& q);
   void release_unpinned_hit(std::uint32_t s, Request& q);
+  void release_admission_pins(std::uint32_t s, Request& q);
   bool refused(RequestId r, const Request& q, std::uint32_t num_new_tokens);  // counts, logs; false
   bool refused_before_pin(RequestId r, const Request& q);
   void begin_backing(std::uint32_t s);  // with a large-page source: backs what the step may take

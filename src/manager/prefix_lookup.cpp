@@ -368,6 +368,37 @@ bool PrefixLookup::image_cached(const MultimodalItem& m, std::uint32_t lora) con
   return any;
 }
 
+void PrefixLookup::pin_cached_images(std::uint32_t r, const Request& q, std::vector<std::uint8_t>& from_cache) {
+  const std::span<const MultimodalItem> items = q.ids.items();
+  from_cache.assign(items.size(), 0);
+  // Each pass over an image's pages: check (all there or cached?), then pin the missing.
+  auto each_missing = [&](std::uint32_t k, auto&& visit) {
+    for (GroupId g = 0; g < groups_.size(); ++g) {
+      Group& grp = groups_[g];
+      if (grp.decoder || (grp.image.release_when_consumed && k < q.items_consumed)) continue;
+      const std::span<const PageId> row = grp.table.pages(r);
+      for (std::uint64_t i = q.item_page[g][k]; i < q.item_page[g][k + 1]; ++i)
+        if (row[i] == kNullPage && !visit(g, i, q.ids.item_page_hash(k, i - q.item_page[g][k]))) return false;
+    }
+    return true;
+  };
+  for (std::uint32_t k = 0; k < items.size(); ++k) {
+    const bool cached = each_missing(k, [&](GroupId g, std::uint64_t, const BlockHash& h) {
+      return index_.find(g, h, Cached{&groups_[g]}) != kNullPage;
+    });
+    if (!cached) continue;
+    each_missing(k, [&](GroupId g, std::uint64_t i, const BlockHash& h) {
+      Group& grp = groups_[g];
+      const PageId page = index_.find(g, h, Cached{&grp});
+      store_.acquire(g, page);
+      grp.table.set(r, static_cast<std::uint32_t>(i), page);
+      ++grp.hit_pages;
+      return true;
+    });
+    from_cache[k] = 1;
+  }
+}
+
 void PrefixLookup::count_hit(const Request& q, std::uint64_t p) {
   for (GroupId g = 0; g < groups_.size(); ++g) {
     Group& grp = groups_[g];

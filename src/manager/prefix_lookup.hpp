@@ -51,6 +51,13 @@ class PrefixLookup {
   // enc_p: the hit encoder-token groups pin (a tier hit pins decoder groups' local part p
   // and images up to the whole hit); p when 0.
   bool pin(RequestId handle, std::uint32_t r, const Request& q, std::uint64_t p, std::uint64_t enc_p = 0);
+  // At admission, after pin(): every image of q that some encoder-token group still lacks
+  // in row r (rows built) and whose pages every group needing it holds cached is pinned
+  // from the cache there (references +1): an image's pages are keyed by the image alone,
+  // so they serve whatever text comes before it. from_cache[k] is set for each image whose
+  // needed pages all come from the cache (the engine may skip its encoder). A vision
+  // embedding group does not need the images q's hit consumed. O(pages of q's images).
+  void pin_cached_images(std::uint32_t r, const Request& q, std::vector<std::uint8_t>& from_cache);
   // Whether every page of image m (under LoRA lora) is cached in every encoder-token group:
   // the engine may skip the encoder for it. false without such groups. O(pages of m).
   bool image_cached(const MultimodalItem& m, std::uint32_t lora) const;

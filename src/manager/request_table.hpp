@@ -33,6 +33,9 @@ struct Request {
   std::uint64_t computed = 0, allocated = 0, last_step = 0;
   std::uint64_t step_end = 0;  // computed + the tokens its last allocate scheduled
   std::uint32_t items_consumed = 0;
+  // Per image: at admission its pages in every encoder-token group needing them came
+  // from the cache (image_from_cache); empty before the first allocate.
+  std::vector<std::uint8_t> item_cached;
   std::vector<std::uint64_t> lo;                      // per group: first page still held
   std::vector<std::uint64_t> registered;              // per group: pages considered for caching
   std::vector<std::vector<std::uint64_t>> item_page;  // per encoder group: item k's first page

@@ -152,6 +152,7 @@ RequestId ManagerCore::fork(RequestId parent) {
   q.last_step = pq.last_step;
   q.admitted = pq.admitted;
   q.items_consumed = pq.items_consumed;
+  q.item_cached = pq.item_cached;
   q.item_page = pq.item_page;
   q.bounds = pq.bounds;  // the pages the parent holds stay the parent's
   q.held.clear();

@@ -87,7 +87,9 @@ struct KVCacheManagerOptions {
 
 struct RequestExtras {
   std::uint32_t lora_id = 0;
-  std::span<const MultimodalItem> items = {};  // sorted by offset, not overlapping, inside the prompt
+  // Sorted by offset, not overlapping, inside the prompt. Cross attention: an item's length
+  // counts encoder tokens; prompt_tokens must cover them (docs/manager.md, "Images").
+  std::span<const MultimodalItem> items = {};
   // The prompt's full length when its ids arrive in chunks (add_request with the first,
   // append_tokens with the rest); 0: the ids given. Items must end inside it.
   std::uint64_t prompt_tokens = 0;
@@ -304,10 +306,17 @@ class KVCacheManager {
   void set_priority(RequestId r, std::uint32_t priority);
 
   // Whether image `item` (its hash and length; offset ignored) is cached whole, under LoRA
-  // `lora_id`, in every encoder-token group (cross attention, vision embedding): an engine
-  // may skip the vision encoder for it, its pages come from the cache at allocate. false
-  // when the layout has no such group or prefix caching is off. O(pages of the image).
+  // `lora_id`, in every encoder-token group (cross attention, vision embedding). An image's
+  // pages are keyed by the image alone, so a request's first allocate takes them from the
+  // cache whenever this would answer true then, whatever text comes before the image.
+  // false when the layout has no such group or prefix caching is off. O(pages of the image).
   bool cached_image(const MultimodalItem& item, std::uint32_t lora_id = 0) const;
+  // After r's first allocate (until reset): whether the pages of r's image `item` (its index
+  // in RequestExtras::items) in every encoder-token group that needs them came from the
+  // cache: the engine skips the vision encoder for it exactly when this is true. Pages can
+  // leave the cache between cached_image and allocate; this is allocate's own answer.
+  // false before the first allocate. kvmm::Error for an item out of range. O(1).
+  bool image_from_cache(RequestId r, std::uint32_t item) const;
   CacheStats stats() const;
   // The O(1) counters (O(groups) for the per-group gauges), for metrics on every step.
   ManagerCounters counters() const;
