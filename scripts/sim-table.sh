@@ -85,3 +85,42 @@ for spec in "${runs[@]}"; do
     table "$dir" ${extra[@]+"${extra[@]}"}
   done
 done
+
+# The summary at the top of docs/results/sim.md, from the same runs (caching on): kvmm's
+# waste and first-admission hits (default, then --boundaries none / hinted), the baseline
+# with the least waste, paged-uniform (vLLM 0.6), and steps against the fewest of any
+# baseline.
+echo
+echo "#### Summary (caching on; generated from the runs above)"
+echo
+names=()
+for spec in "${runs[@]}"; do read -r name _ <<<"$spec"; names+=("$out/$name-engine"); done
+"$py" - "${names[@]}" <<'PY'
+import csv, sys
+labels = {"llama-vision-mmmu": "Llama-3.2-11B-Vision, MMMU-pro, 4-token cross-attention pages",
+          "llama-vision-mmmu-16": "the same, the preset's 16-token pages everywhere",
+          "gemma2-arxiv": "Gemma-2-27B, arXiv-QA", "ministral-arxiv": "Ministral-8B, arXiv-QA",
+          "jamba-sharegpt": "Jamba-1.5-Mini, ShareGPT", "spec-sharegpt": "Llama-3.1-70B + 3.2-1B draft, ShareGPT",
+          "gemma3-chat": "Gemma-3-27B, chat (rate 0.2)"}
+print("| model, workload | kvmm waste % (peak) | first-admission hit %: kvmm (none / hinted) "
+      "| least-waste baseline: waste % (first-admission hit %) | paged-uniform (vLLM 0.6): waste % (first-admission hit %) "
+      "| steps: kvmm (none / hinted) / fewest baseline |")
+print("| --- | ---: | ---: | --- | ---: | --- |")
+for d in sys.argv[1:]:
+    name = d.rsplit("/", 1)[1][: -len("-engine")]
+    rows = {r["policy"]: r for r in csv.DictReader(open(d + "/summary.csv"))}
+    modes = [next(iter(csv.DictReader(open(f"{d}-{m}/summary.csv")))) for m in ("none", "hinted")]
+    k = rows["kvmm"]
+    pct = lambda r, key, n: f"{float(r[key]) * 100:.{n}f}"
+    base = [r for p, r in rows.items() if not p.startswith("kvmm")]
+    least = min(base, key=lambda r: float(r["mean_wasted"]))
+    fewest = min(base, key=lambda r: int(r["steps"]))
+    pu = rows["paged-uniform"]
+    print(f"| {labels.get(name, name)} | {pct(k, 'mean_wasted', 3)} ({pct(k, 'peak_wasted', 3)}) "
+          f"| {pct(k, 'first_admission_hit_rate', 1)} ({pct(modes[0], 'first_admission_hit_rate', 1)} / "
+          f"{pct(modes[1], 'first_admission_hit_rate', 1)}) "
+          f"| {pct(least, 'mean_wasted', 3)} {least['policy']} ({pct(least, 'first_admission_hit_rate', 1)}) "
+          f"| {pct(pu, 'mean_wasted', 1)} ({pct(pu, 'first_admission_hit_rate', 1)}) "
+          f"| {int(k['steps']):,} ({int(modes[0]['steps']):,} / {int(modes[1]['steps']):,}) / "
+          f"{int(fewest['steps']):,} {fewest['policy']} |")
+PY

@@ -41,7 +41,7 @@ constexpr const char* kUsage = R"(usage: kvmm-sim --model PRESET|config.json --w
   --boundaries B      kvmm's retention at shared-prefix boundaries: none (Jenga's rule),
                       hinted (the trace's boundaries as RequestExtras::cache_boundaries),
                       learned (the manager's defaults: learned_boundaries = 4096 and
-                      prompt_tail_tokens = 256; the default here too), both
+                      prompt_tail_tokens = 64; the default here too), both
   --token-budget N    tokens computed per step (default 8192)
   --max-seqs N        running requests at most (default 256)
   --tokens-per-page N tokens per small page / block (default 16)
