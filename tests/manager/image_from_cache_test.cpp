@@ -85,7 +85,7 @@ TEST_CASE("a cached image serves a request whose text before it differs", "[mana
   CHECK(kv.image_from_cache(b, 0));
   const std::vector<PageId> b_cross(kv.page_table(b, 1).begin(), kv.page_table(b, 1).end());
   CHECK(b_cross == cross);
-  CHECK(kv.num_used_pages(1) == used_before + 3);  // the cached pages are in use again, none fresh
+  CHECK(kv.num_used_pages(1) == used_before + 3);              // the cached pages are in use again, none fresh
   for (PageId p : kv.page_table(b, 2)) CHECK(p != kNullPage);  // vision rows: pinned from the cache too
   kv.check_invariants();
   CHECK_THROWS_WITH(kv.image_from_cache(b, 1), Catch::Contains("item = 1") && Catch::Contains("1 images"));
@@ -156,8 +156,8 @@ TEST_CASE("random traffic: every image page an engine reads holds its image", "[
         // A prompt: one of 3 system texts (or a fresh one), then 1-2 of 4 images, then text.
         const auto sys = static_cast<std::uint32_t>(rng() % 4);
         const std::size_t sys_len = 4 + rng() % 9;
-        std::vector<std::uint32_t> prompt = text(sys == 3 ? 10000 + static_cast<std::uint32_t>(op) * 50 : sys * 100,
-                                                 sys_len);
+        std::vector<std::uint32_t> prompt =
+            text(sys == 3 ? 10000 + static_cast<std::uint32_t>(op) * 50 : sys * 100, sys_len);
         std::vector<MultimodalItem> items;
         std::vector<int> which;
         const int n_items = 1 + static_cast<int>(rng() % 2);

@@ -1,4 +1,4 @@
-// Regression tests for the memory-layer defects of issue 14 (items 1, 2, 9-13, 16-18):
+// Regression tests for memory-layer defects found by an adversarial run (issue 14, items 1, 2, 9-13, 16-18):
 // each case is the issue's reproduction and failed (crash, leak, wrong result or a
 // message naming the wrong field) before its fix.
 #include "kvmm/error.hpp"
@@ -40,7 +40,7 @@ VirtualKVCacheOptions cache_options(std::uint32_t batch, bool mapper) {
 }
 }  // namespace
 
-TEST_CASE("issue 14.1: the offload buffer's copy type and the manager's PageCopy are distinct types") {
+TEST_CASE("the offload buffer's copy type and the manager's PageCopy are distinct types") {
   static_assert(!std::is_same_v<OffloadCopy, PageCopy>);
   const PageCopy manager_copy{.group = 1, .src = 2, .dst = 3};
   const OffloadCopy offload_copy{.device_offset = 4096, .host_offset = 0, .bytes = 64};
@@ -52,7 +52,7 @@ TEST_CASE("issue 14.1: the offload buffer's copy type and the manager's PageCopy
   CHECK(plan.at(0).device_offset == 5 * 64);
 }
 
-TEST_CASE("issue 14.2: a backend that raises inside map_batch (same address twice, already mapped) is rolled back") {
+TEST_CASE("a backend that raises inside map_batch (same address twice, already mapped) is rolled back") {
   HostMemory host({.chunk_bytes = kChunk});
   VirtualRange r;
   {
@@ -84,7 +84,7 @@ TEST_CASE("issue 14.2: a backend that raises inside map_batch (same address twic
   CHECK(host.live_mappings() == 0);
 }
 
-TEST_CASE("issue 14.2: a backend raising at every acquiring call of map_batch leaves nothing behind") {
+TEST_CASE("a backend raising at every acquiring call of map_batch leaves nothing behind") {
   HostMemory host({.chunk_bytes = kChunk});
   FaultyMemory faulty(host);
   ChunkPool pool(faulty, {.max_chunks = 16, .precreate_chunks = 1});
@@ -115,7 +115,7 @@ TEST_CASE("issue 14.2: a backend raising at every acquiring call of map_batch le
 }
 
 TEST_CASE(
-    "issue 14.9: HostMemory rejects a wrapping chunk size, an unrepresentable reserve, a double free_range, maps "
+    "HostMemory rejects a wrapping chunk size, an unrepresentable reserve, a double free_range, maps "
     "outside a range") {
   CHECK_THROWS_WITH(HostMemory({.chunk_bytes = kMax64}), Catch::Contains("chunk_bytes = 18446744073709551615"));
   HostMemory mem({.chunk_bytes = kChunk});
@@ -137,7 +137,7 @@ TEST_CASE(
   mem.check_invariants();
 }
 
-TEST_CASE("issue 14.9: ChunkPool maps only inside ranges reserved through it") {
+TEST_CASE("ChunkPool maps only inside ranges reserved through it") {
   HostMemory host({.chunk_bytes = kChunk});
   ChunkPool pool(host, {.max_chunks = 8});
   VirtualRange mine, foreign;
@@ -155,7 +155,7 @@ TEST_CASE("issue 14.9: ChunkPool maps only inside ranges reserved through it") {
   pool.free_range(mine);
 }
 
-TEST_CASE("issue 14.10: ActivationAllocator::allocate(2^64-1) fails instead of handing out a used address") {
+TEST_CASE("ActivationAllocator::allocate(2^64-1) fails instead of handing out a used address") {
   HostMemory host({.chunk_bytes = kChunk});
   ChunkPool pool(host, {.max_chunks = 8});
   ActivationAllocator act(pool, 8 * kChunk);
@@ -169,7 +169,7 @@ TEST_CASE("issue 14.10: ActivationAllocator::allocate(2^64-1) fails instead of h
   act.check_invariants();
 }
 
-TEST_CASE("issue 14.11: ElasticMemory::balloon refuses amounts beyond 32 bits instead of truncating them") {
+TEST_CASE("ElasticMemory::balloon refuses amounts beyond 32 bits instead of truncating them") {
   HostMemory host({.chunk_bytes = kChunk});
   ChunkPool pool(host, {.max_chunks = 8});
   pool.set_quota(ChunkOwner::kKVArena, 4);
@@ -187,7 +187,7 @@ TEST_CASE("issue 14.11: ElasticMemory::balloon refuses amounts beyond 32 bits in
   CHECK(elastic.kv_quota() == 5);
 }
 
-TEST_CASE("issue 14.12: HostOffloadBuffer checks its size product and serves any request id without a table of them") {
+TEST_CASE("HostOffloadBuffer checks its size product and serves any request id without a table of them") {
   CHECK_THROWS_WITH(HostOffloadBuffer(std::uint64_t{1} << 40, 1u << 30, 1),
                     Catch::Contains("page_bytes * capacity_pages"));
   HostOffloadBuffer buf(64, 4, 4);
@@ -202,7 +202,7 @@ TEST_CASE("issue 14.12: HostOffloadBuffer checks its size product and serves any
   CHECK(buf.used_pages() == 0);
 }
 
-TEST_CASE("issue 14.13: a step that fails after reclaiming keeps the inactive slot's cached chunks") {
+TEST_CASE("a step that fails after reclaiming keeps the inactive slot's cached chunks") {
   HostMemory host({.chunk_bytes = kChunk});
   FaultyMemory faulty(host);
   ChunkPool pool(faulty, {.max_chunks = 16});  // 4 groups x 4 tensors
@@ -237,7 +237,7 @@ TEST_CASE("issue 14.13: a step that fails after reclaiming keeps the inactive sl
   c.check_invariants();
 }
 
-TEST_CASE("issue 14.16: KVArena refuses to release a chunk under a live large page") {
+TEST_CASE("KVArena refuses to release a chunk under a live large page") {
   HostMemory host({.chunk_bytes = kChunk});
   ChunkPool pool(host, {.max_chunks = 16});
   const KVLayout layout = KVLayout::plan({LayerGroup::full_attention("full", 1, 1, 64, 2, 16)});  // 4 KiB pages
@@ -253,7 +253,7 @@ TEST_CASE("issue 14.16: KVArena refuses to release a chunk under a live large pa
   pages.free(*p);
 }
 
-TEST_CASE("issue 14.16: ChunkPool quotas cannot pass the capacity or wrap, and owners outside the enum are refused") {
+TEST_CASE("ChunkPool quotas cannot pass the capacity or wrap, and owners outside the enum are refused") {
   HostMemory host({.chunk_bytes = kChunk});
   ChunkPool pool(host, {.max_chunks = 8});
   CHECK_THROWS_WITH(pool.set_quota(ChunkOwner::kKVArena, ~std::uint32_t{0}), Catch::Contains("quota = 4294967295"));
@@ -277,7 +277,7 @@ TEST_CASE("issue 14.16: ChunkPool quotas cannot pass the capacity or wrap, and o
   pool.free_range(r);
 }
 
-TEST_CASE("issue 14.18: VirtualKVCache overflow messages name the field and its value") {
+TEST_CASE("VirtualKVCache overflow messages name the field and its value") {
   HostMemory host({.chunk_bytes = kChunk});
   ChunkPool pool(host, {.max_chunks = 8});
   auto o = cache_options(2, false);
@@ -307,7 +307,7 @@ TEST_CASE("issue 14.18: VirtualKVCache overflow messages name the field and its 
   CHECK(host.live_ranges() == 0);
 }
 
-TEST_CASE("issue 14.18: the same device page twice in one offload or fetch is refused") {
+TEST_CASE("the same device page twice in one offload or fetch is refused") {
   HostOffloadBuffer buf(64, 8, 8);
   std::vector<OffloadCopy> plan;
   CHECK_THROWS_WITH(buf.offload(3, std::vector<PageId>{4, 7, 4}, 64, plan), Catch::Contains("device_pages[2] = 4"));
@@ -320,7 +320,7 @@ TEST_CASE("issue 14.18: the same device page twice in one offload or fetch is re
   buf.check_invariants();
 }
 
-TEST_CASE("issue 14: a backend raising inside the background mapper does not end the program") {
+TEST_CASE("a backend raising inside the background mapper does not end the program") {
   HostMemory host({.chunk_bytes = kChunk});
   FaultyMemory faulty(host);
   ChunkPool pool(faulty, {.max_chunks = 64});
@@ -361,7 +361,7 @@ struct ZeroChunkBackend final : MemoryBackend {
 };
 }  // namespace
 
-TEST_CASE("issue 14: ChunkPool refuses a backend whose chunk size is 0 (every address check divides by it)") {
+TEST_CASE("ChunkPool refuses a backend whose chunk size is 0 (every address check divides by it)") {
   ZeroChunkBackend zero;
   CHECK_THROWS_WITH(ChunkPool(zero, {.max_chunks = 4}), Catch::Contains("chunk_bytes() = 0"));
 }
