@@ -32,7 +32,7 @@ class IndexProbe final : public PageProbe {
  public:
   IndexProbe(const PrefixIndex& index, GroupId g, std::span<const BlockHash> hashes, std::vector<PageId>& memo,
              const Group& grp)
-      : index_(index), g_(g), hashes_(hashes), memo_(memo), grp_(grp), cached_{&grp} {}
+      : index_(index), g_(g), hashes_(hashes), memo_(memo), cached_{&grp} {}
   bool hit(std::uint64_t i) override { return page(i) != kNullPage; }
   PageId page(std::uint64_t i) {
     if (i >= memo_.size() || i >= hashes_.size()) return kNullPage;
@@ -64,7 +64,6 @@ class IndexProbe final : public PageProbe {
   GroupId g_;
   std::span<const BlockHash> hashes_;
   std::vector<PageId>& memo_;
-  const Group& grp_;
   Cached cached_;
 };
 

@@ -118,7 +118,10 @@ void SmallPageAllocator::bad_free(PageId s) const {
   fail("small page id = {}: double free or never allocated in group {}", s, group_);
 }
 
+// Long by design (lint): an invariant checker, a list of independent recounts read top to bottom.
+// NOLINTBEGIN(readability-function-cognitive-complexity)
 void SmallPageAllocator::check_invariants() const {
+  // NOLINTEND(readability-function-cognitive-complexity)
   std::uint32_t used = 0, free = 0, held = 0, in_group_list = 0;
   for (std::uint32_t lp = 0; lp < pool_.capacity(); ++lp) {
     const bool mine = pool_.owner(lp) == group_;

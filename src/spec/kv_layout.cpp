@@ -122,7 +122,10 @@ GroupId KVLayout::check(GroupId g) const {
   return g;
 }
 
+// Long by design (lint): the planner's checks in the order its error messages are documented, then the LCM.
+// NOLINTBEGIN(readability-function-cognitive-complexity)
 KVLayout KVLayout::plan(std::vector<LayerGroup> groups, const LayoutOptions& options) {
+  // NOLINTEND(readability-function-cognitive-complexity)
   if (groups.empty()) fail("groups: empty, a layout needs at least one layer group");
   if (options.max_large_page_bytes == 0 || options.max_large_page_bytes > LayoutOptions::kMaxLargePageBytes)
     fail(
