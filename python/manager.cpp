@@ -59,7 +59,9 @@ py::list kv_events_list(Manager& m) {
 }
 
 BlockHash hash_from(const py::handle& h, const char* what) {
-  if (!py::isinstance<py::int_>(h)) throw py::type_error(fmt::format("{}: expected an int (128-bit hash)", what));
+  if (!py::isinstance<py::int_>(h) || PyBool_Check(h.ptr()))
+    throw py::type_error(fmt::format("{}: expected an int (128-bit hash), got {}", what,
+                                     std::string(py::str(py::type::handle_of(h).attr("__name__")))));
   py::int_ v = py::reinterpret_borrow<py::int_>(h);
   if (v < py::int_(0) || v >= (py::int_(1) << py::int_(128)))
     fail("{} = {}: a 128-bit hash is in [0, 2^128)", what, std::string(py::str(v)));
@@ -68,16 +70,28 @@ BlockHash hash_from(const py::handle& h, const char* what) {
           .hi = py::reinterpret_borrow<py::int_>(v >> py::int_(64)).cast<std::uint64_t>()};
 }
 
-// (hash, offset, length) tuples, sorted by offset (the manager checks the order).
+// (hash, offset, length) tuples, sorted by offset (the manager checks the order); each field
+// checked and named (items[k] offset).
 std::vector<MultimodalItem> items_from(const py::object& items) {
   std::vector<MultimodalItem> out;
   if (items.is_none()) return out;
-  for (const py::handle& it : items) {
-    const py::tuple t = py::reinterpret_borrow<py::object>(it).cast<py::tuple>();
-    if (t.size() != 3) fail("items: each item is (hash, offset, length), got {} fields", t.size());
-    out.push_back({.hash = hash_from(t[0], "item hash"),
-                   .offset = t[1].cast<std::uint64_t>(),
-                   .length = t[2].cast<std::uint32_t>()});
+  const auto type_of = [](const py::handle& h) {
+    return std::string(py::str(py::type::handle_of(h).attr("__name__")));
+  };
+  if (!PySequence_Check(items.ptr()) || PyUnicode_Check(items.ptr()))
+    throw py::type_error(fmt::format("items: expected a list of (hash, offset, length), got {}", type_of(items)));
+  const auto seq = py::reinterpret_borrow<py::sequence>(items);
+  for (std::size_t k = 0; k < seq.size(); ++k) {
+    const py::object it = seq[k];
+    if (!PySequence_Check(it.ptr()) || PyUnicode_Check(it.ptr()))
+      throw py::type_error(fmt::format("items[{}]: expected a (hash, offset, length) tuple, got {}", k, type_of(it)));
+    const auto t = py::reinterpret_borrow<py::sequence>(it);
+    if (t.size() != 3) fail("items[{}]: each item is (hash, offset, length), got {} fields", k, t.size());
+    const std::string hash = fmt::format("items[{}] hash", k), offset = fmt::format("items[{}] offset", k),
+                      length = fmt::format("items[{}] length", k);
+    out.push_back({.hash = hash_from(t[0], hash.c_str()),
+                   .offset = int_scalar<std::uint64_t>(t[1], offset.c_str()),
+                   .length = int_scalar<std::uint32_t>(t[2], length.c_str())});
   }
   return out;
 }
@@ -176,12 +190,12 @@ void bind_stats(py::module_& m) {
 void bind_requests(py::class_<Manager>& c) {
   c.def(
        "add_request",
-       [](Manager& m, const U32Array& tokens, std::uint32_t lora_id, const py::object& items,
+       [](Manager& m, const py::object& tokens, std::uint32_t lora_id, const py::object& items,
           std::uint64_t prompt_tokens, const std::string& cache_salt, std::uint32_t priority,
           std::uint64_t max_tokens) {
-         auto kv = m.use();
-         const auto t = span_of(tokens, "tokens");
+         const U32Arg t(tokens, "tokens");
          const std::vector<MultimodalItem> it = items_from(items);
+         auto kv = m.use();
          const RequestExtras extras{.lora_id = lora_id,
                                     .items = it,
                                     .prompt_tokens = prompt_tokens,
@@ -189,18 +203,18 @@ void bind_requests(py::class_<Manager>& c) {
                                     .priority = priority,
                                     .max_tokens = max_tokens};
          MaybeRelease release(t.size() >= kReleaseGilAt);
-         return kv->add_request(t, extras);
+         return kv->add_request(t.span, extras);
        },
        py::arg("tokens"), py::kw_only(), py::arg("lora_id") = 0, py::arg("items") = py::none(),
        py::arg("prompt_tokens") = 0, py::arg("cache_salt") = "", py::arg("priority") = 0, py::arg("max_tokens") = 0,
        "Registers a request (prompt token ids; items: (hash, offset, length) images) and returns its handle")
       .def(
           "append_tokens",
-          [](Manager& m, RequestId r, const U32Array& tokens) {
+          [](Manager& m, RequestId r, const py::object& tokens) {
+            const U32Arg t(tokens, "tokens");
             auto kv = m.use();
-            const auto t = span_of(tokens, "tokens");
             MaybeRelease release(t.size() >= kReleaseGilAt);
-            kv->append_tokens(r, t);
+            kv->append_tokens(r, t.span);
           },
           py::arg("r"), py::arg("tokens"))
       .def(
