@@ -11,6 +11,7 @@
 
 #include <limits>
 #include <string>
+#include <string_view>
 #include <type_traits>
 
 namespace kvmm::py_bind {
@@ -18,6 +19,16 @@ namespace kvmm::py_bind {
 namespace {
 
 std::string type_name(const py::handle& v) { return py::str(py::type::handle_of(v).attr("__name__")); }
+
+}  // namespace
+
+bool is_bool(const py::handle& v) {
+  if (PyBool_Check(v.ptr())) return true;
+  const std::string_view t = Py_TYPE(v.ptr())->tp_name;  // no Python object made: O(1)
+  return t == "numpy.bool_" || t == "numpy.bool";
+}
+
+namespace {
 
 std::string short_repr(const py::handle& v) {
   std::string s = py::repr(v);
@@ -36,8 +47,13 @@ template <class T>
 // One element of a sequence: a Python int (or numpy integer scalar), not a bool.
 template <class T>
 T element(const py::handle& v, const char* what, std::size_t i) {
-  const bool is_bool = PyBool_Check(v.ptr()) || type_name(v) == "bool_" || type_name(v) == "bool";
-  if (is_bool || PyFloat_Check(v.ptr()) || !PyIndex_Check(v.ptr()))
+  if (PyLong_CheckExact(v.ptr())) {  // an int (not a bool): no object made
+    const unsigned long long x = PyLong_AsUnsignedLongLong(v.ptr());
+    if (PyErr_Occurred() == nullptr && x <= std::numeric_limits<T>::max()) return static_cast<T>(x);
+    PyErr_Clear();
+    overflow<T>(what, i, py::str(v).cast<std::string>());
+  }
+  if (is_bool(v) || PyFloat_Check(v.ptr()) || !PyIndex_Check(v.ptr()))
     throw py::type_error(fmt::format("{}[{}] = {}: expected an int, got {}", what, i, short_repr(v), type_name(v)));
   const py::int_ n = py::reinterpret_steal<py::int_>(PyNumber_Index(v.ptr()));
   if (!n) throw py::error_already_set();
@@ -133,8 +149,7 @@ py::array_t<T> int_array(const py::handle& obj, const char* what) {
 
 template <class T>
 T int_scalar(const py::handle& v, const char* what) {
-  const bool is_bool = PyBool_Check(v.ptr()) || type_name(v) == "bool_" || type_name(v) == "bool";
-  if (is_bool || PyFloat_Check(v.ptr()) || !PyIndex_Check(v.ptr()))
+  if (is_bool(v) || PyFloat_Check(v.ptr()) || !PyIndex_Check(v.ptr()))
     throw py::type_error(fmt::format("{} = {}: expected an int, got {}", what, short_repr(v), type_name(v)));
   const py::int_ n = py::reinterpret_steal<py::int_>(PyNumber_Index(v.ptr()));
   if (!n) throw py::error_already_set();

@@ -45,12 +45,12 @@ auto indexed(std::span<const RequestId> ids, const char* what, F&& body) -> decl
 // export_csr: into the caller's int32 arrays (returns the number of indices written), or
 // into new package-owned Buffers (returns numpy views (indptr, indices, last_page_len,
 // first_page or None)).
-py::object export_csr_of(Manager& m, GroupId g, std::span<const RequestId> batch, const py::object& indptr,
-                         const py::object& indices, const py::object& last_page_len, PageId null_page, bool trim,
+py::object export_csr_of(Manager& m, Int<GroupId> g, std::span<const RequestId> batch, const py::object& indptr,
+                         const py::object& indices, const py::object& last_page_len, Int<PageId> null_page, bool trim,
                          const py::object& first_page);
 
-py::object export_csr(Manager& m, GroupId g, const py::object& batch_arg, const py::object& indptr,
-                      const py::object& indices, const py::object& last_page_len, PageId null_page, bool trim,
+py::object export_csr(Manager& m, Int<GroupId> g, const py::object& batch_arg, const py::object& indptr,
+                      const py::object& indices, const py::object& last_page_len, Int<PageId> null_page, bool trim,
                       const py::object& first_page) {
   const U32Arg batch_arr(batch_arg, "batch");
   const std::span<const RequestId> batch = batch_arr.span;
@@ -59,8 +59,8 @@ py::object export_csr(Manager& m, GroupId g, const py::object& batch_arg, const 
   });
 }
 
-py::object export_csr_of(Manager& m, GroupId g, std::span<const RequestId> batch, const py::object& indptr,
-                         const py::object& indices, const py::object& last_page_len, PageId null_page, bool trim,
+py::object export_csr_of(Manager& m, Int<GroupId> g, std::span<const RequestId> batch, const py::object& indptr,
+                         const py::object& indices, const py::object& last_page_len, Int<PageId> null_page, bool trim,
                          const py::object& first_page) {
   auto kv = m.use();
   const KernelExportOptions o{.null_page = null_page, .trim = trim};
@@ -93,8 +93,9 @@ py::object export_csr_of(Manager& m, GroupId g, std::span<const RequestId> batch
                         trim ? py::object(view_of(f)) : py::object(py::none()));
 }
 
-py::object export_dense_of(Manager& m, GroupId g, std::span<const RequestId> batch,
-                           std::optional<std::uint32_t> max_pages, const py::object& block_table, PageId null_page) {
+py::object export_dense_of(Manager& m, Int<GroupId> g, std::span<const RequestId> batch,
+                           std::optional<std::uint32_t> max_pages, const py::object& block_table,
+                           Int<PageId> null_page) {
   auto kv = m.use();
   const KernelExportOptions o{.null_page = null_page};
   if (!block_table.is_none()) {
@@ -120,15 +121,16 @@ py::object export_dense_of(Manager& m, GroupId g, std::span<const RequestId> bat
   return view_of(t);
 }
 
-py::object export_dense(Manager& m, GroupId g, const py::object& batch_arg, std::optional<std::uint32_t> max_pages,
-                        const py::object& block_table, PageId null_page) {
+py::object export_dense(Manager& m, Int<GroupId> g, const py::object& batch_arg, std::optional<std::uint32_t> max_pages,
+                        const py::object& block_table, Int<PageId> null_page) {
   const U32Arg batch(batch_arg, "batch");
   return indexed(batch.span, "batch",
                  [&] { return export_dense_of(m, g, batch.span, max_pages, block_table, null_page); });
 }
 
-py::int_ export_dense_incremental(Manager& m, GroupId g, const py::object& batch_arg, const py::object& block_table,
-                                  std::optional<std::uint32_t> max_pages, PageId null_page) {
+py::int_ export_dense_incremental(Manager& m, Int<GroupId> g, const py::object& batch_arg,
+                                  const py::object& block_table, std::optional<std::uint32_t> max_pages,
+                                  Int<PageId> null_page) {
   const U32Arg batch_arr(batch_arg, "batch");
   const std::span<const RequestId> batch = batch_arr.span;
   auto kv = m.use();
@@ -230,7 +232,7 @@ void check_step_widths(KVCacheManager& kv, GroupId dg, std::span<const RequestId
 }
 
 std::size_t decode_step(Manager& m, const py::object& ids_arg, const py::object& tokens_arg, const py::sequence& tables,
-                        std::optional<std::uint32_t> max_pages, PageId null_page) {
+                        std::optional<std::uint32_t> max_pages, Int<PageId> null_page) {
   const U32Arg ids(ids_arg, "ids");
   const U32Arg tokens(tokens_arg, "tokens");
   auto kv = m.use();

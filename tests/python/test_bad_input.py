@@ -6,6 +6,7 @@
 # manager serves afterwards. The defects of issue 29 (items 2, 5, 6, 8, 10) have their own
 # exact tests at the end.
 import array
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -133,6 +134,13 @@ CASES = [
     ("append_token/negative", lambda w: w.kv.append_token(w.a, -1), TypeError, "token"),
     ("append_token/2^32", lambda w: w.kv.append_token(w.a, BIG), TypeError, "token"),
     ("append_token/float", lambda w: w.kv.append_token(w.a, 1.5), TypeError, "token"),
+    # scalars: pybind11's integer caster took bools and truncated whatever int() takes
+    ("append_token/np-float32", lambda w: w.kv.append_token(w.a, np.float32(3.9)), TypeError, "token"),
+    ("append_token/fraction", lambda w: w.kv.append_token(w.a, Fraction(7, 2)), TypeError, "token"),
+    ("append_token/bool", lambda w: w.kv.append_token(w.a, True), TypeError, "token"),
+    ("append_token/handle-bool", lambda w: w.kv.append_token(True, 1), TypeError, "r"),
+    ("append_token/handle-np-float32", lambda w: w.kv.append_token(np.float32(w.a), 1), TypeError, "r"),
+    ("append_token/handle-np-bool", lambda w: w.kv.append_token(np.bool_(True), 1), TypeError, "r"),
     ("lookup_prefix/stale", lambda w: w.kv.lookup_prefix(w.stale), kvmm.Error, r"request = \d+"),
     ("lookup_prefix/again", lambda w: w.kv.lookup_prefix(w.a), kvmm.Error, "lookup_prefix must come once"),
     ("lookup_prefix/swapped", lambda w: w.kv.lookup_prefix(w.sw), kvmm.Error, "swapped out"),
@@ -140,6 +148,8 @@ CASES = [
     ("allocate/swapped", lambda w: w.kv.allocate(w.sw, 1), kvmm.Error, "swapped out"),
     ("allocate/negative", lambda w: w.kv.allocate(w.a, -1), TypeError, "num_new_tokens"),
     ("allocate/float", lambda w: w.kv.allocate(w.a, 1.5), TypeError, "num_new_tokens"),
+    ("allocate/np-float32", lambda w: w.kv.allocate(w.a, np.float32(1.5)), TypeError, "num_new_tokens"),
+    ("allocate/bool", lambda w: w.kv.allocate(w.a, 1, True), TypeError, "lookahead"),
     ("allocate/too-many", lambda w: w.kv.allocate(w.a, BIG - 1, BIG - 1), kvmm.Error, "num_new_tokens"),
     ("commit/stale", lambda w: w.kv.commit(w.stale, 1), kvmm.Error, r"request = \d+"),
     ("commit/past-allocated", lambda w: w.kv.commit(w.a, w.kv.num_allocated(w.a) + 1), kvmm.Error,
@@ -148,11 +158,15 @@ CASES = [
     ("commit/before-pin", lambda w: w.kv.commit(w.pend, w.kv.num_computed(w.pend)), kvmm.Error,
      "before the allocate"),
     ("commit/negative", lambda w: w.kv.commit(w.a, -1), TypeError, "num_computed_tokens"),
+    ("commit/2^64", lambda w: w.kv.commit(w.a, 2**64), TypeError, "num_computed_tokens"),
+    ("commit/np-float16", lambda w: w.kv.commit(w.a, np.float16(10)), TypeError, "num_computed_tokens"),
     ("fork/stale", lambda w: w.kv.fork(w.stale), kvmm.Error, r"request = \d+"),
     ("fork/swapped", lambda w: w.kv.fork(w.sw), kvmm.Error, "swapped out"),
     ("free/stale", lambda w: w.kv.free(w.stale), kvmm.Error, r"request = \d+"),
     ("free/unknown", lambda w: w.kv.free(12345), kvmm.Error, "request = 12345"),
     ("free/str", lambda w: w.kv.free("a"), TypeError, "r"),
+    ("free/bool", lambda w: w.kv.free(True), TypeError, "r"),
+    ("free/fraction", lambda w: w.kv.free(Fraction(w.a * 2 + 1, 2)), TypeError, "r"),
     ("reset/stale", lambda w: w.kv.reset(w.stale), kvmm.Error, r"request = \d+"),
     ("swap_out/stale", lambda w: w.kv.swap_out(w.stale), kvmm.Error, r"request = \d+"),
     ("swap_out/pending", lambda w: w.kv.swap_out(w.pend), kvmm.Error, "before the allocate"),
@@ -181,6 +195,8 @@ CASES = [
     ("num_evictable_pages/group", lambda w: w.kv.num_evictable_pages(7), kvmm.Error, "group = 7"),
     ("num_evicted_pages/group", lambda w: w.kv.num_evicted_pages(7), kvmm.Error, "group = 7"),
     ("num_used_pages/str", lambda w: w.kv.num_used_pages("0"), TypeError, "group"),
+    ("page_table/group-np-float32", lambda w: w.kv.page_table(w.a, np.float32(0.5)), TypeError, "group"),
+    ("unpin/bool", lambda w: w.kv.unpin(False), TypeError, "pin"),
     # ---- append_batch: one bad element anywhere, a mismatch; the good ones stay unchanged
     ("append_batch/stale", lambda w: w.kv.append_batch([w.a, w.stale], [1, 2]), kvmm.Error, r"ids\[1\]"),
     ("append_batch/id-float", lambda w: w.kv.append_batch([w.a, w.b + 0.5], [1, 2]), TypeError, r"ids\[1\]"),
@@ -266,6 +282,9 @@ CASES = [
         0, ["h"], np.zeros((1, 8), np.int32)), TypeError, r"batch\[0\]"),
     ("export_dense_incremental/table-int64", lambda w: w.kv.export_dense_incremental(
         0, [w.a], np.zeros((1, 8), np.int64)), TypeError, "block_table.*int32"),
+    ("export_dense/null_page-np-float32", lambda w: w.kv.export_dense(0, [w.a], 8, null_page=np.float32(0.5)),
+     TypeError, "null_page"),
+    ("export_csr/group-bool", lambda w: w.kv.export_csr(True, [w.a]), TypeError, "group"),
     ("export_dense_incremental/group", lambda w: w.kv.export_dense_incremental(
         7, [w.a], np.zeros((1, 8), np.int32)), kvmm.Error, "group = 7"),
     # ---- decode_step
