@@ -1,6 +1,8 @@
 // The kvmm Python module, part 3: KVCacheManager's batch calls (append / allocate / commit a
 // whole step's requests), the page-table exports into caller arrays or new Buffers, and the
-// fused decode step: one crossing each, O(batch) in C++ plus the pages written.
+// fused decode step: one crossing each, O(batch) in C++ plus the pages written. Each batch
+// call checks the whole batch before it changes anything (a few O(1) queries per element):
+// one that raises leaves the manager as it was, its error naming the element's index.
 #include "manager.hpp"
 
 #include <pybind11/stl.h>
@@ -24,14 +26,43 @@ std::uint32_t table_width(std::optional<std::uint32_t> max_pages, py::ssize_t nd
   fail("{}: max_pages is needed with a {}-D table", fmt::format(what, std::forward<Args>(args)...), ndim);
 }
 
+// Runs body(); a kvmm::Error naming a handle of `ids` ("request = 7: ...", a stale or
+// swapped one) is raised again with its index (`batch[3]: request = 7: ...`). Free unless
+// it raises.
+template <class F>
+auto indexed(std::span<const RequestId> ids, const char* what, F&& body) -> decltype(body()) {
+  try {
+    return body();
+  } catch (const Error& e) {
+    const std::string_view msg = e.what();
+    if (msg.starts_with("request = "))
+      for (std::size_t i = 0; i < ids.size(); ++i)
+        if (msg.starts_with(fmt::format("request = {}:", ids[i]))) fail("{}[{}]: {}", what, i, msg);
+    throw;
+  }
+}
+
 // export_csr: into the caller's int32 arrays (returns the number of indices written), or
 // into new package-owned Buffers (returns numpy views (indptr, indices, last_page_len,
 // first_page or None)).
-py::object export_csr(Manager& m, GroupId g, const U32Array& batch_arr, const py::object& indptr,
-                      const py::object& indices, const py::object& last_page_len, PageId null_page, bool trim,
+py::object export_csr_of(Manager& m, Int<GroupId> g, std::span<const RequestId> batch, const py::object& indptr,
+                         const py::object& indices, const py::object& last_page_len, Int<PageId> null_page, bool trim,
+                         const py::object& first_page);
+
+py::object export_csr(Manager& m, Int<GroupId> g, const py::object& batch_arg, const py::object& indptr,
+                      const py::object& indices, const py::object& last_page_len, Int<PageId> null_page, bool trim,
                       const py::object& first_page) {
+  const U32Arg batch_arr(batch_arg, "batch");
+  const std::span<const RequestId> batch = batch_arr.span;
+  return indexed(batch, "batch", [&] {
+    return export_csr_of(m, g, batch, indptr, indices, last_page_len, null_page, trim, first_page);
+  });
+}
+
+py::object export_csr_of(Manager& m, Int<GroupId> g, std::span<const RequestId> batch, const py::object& indptr,
+                         const py::object& indices, const py::object& last_page_len, Int<PageId> null_page, bool trim,
+                         const py::object& first_page) {
   auto kv = m.use();
-  const std::span<const RequestId> batch = span_of(batch_arr, "batch");
   const KernelExportOptions o{.null_page = null_page, .trim = trim};
   const int given = !indptr.is_none() + !indices.is_none() + !last_page_len.is_none();
   if (given == 3) {
@@ -62,10 +93,10 @@ py::object export_csr(Manager& m, GroupId g, const U32Array& batch_arr, const py
                         trim ? py::object(view_of(f)) : py::object(py::none()));
 }
 
-py::object export_dense(Manager& m, GroupId g, const U32Array& batch_arr, std::optional<std::uint32_t> max_pages,
-                        const py::object& block_table, PageId null_page) {
+py::object export_dense_of(Manager& m, Int<GroupId> g, std::span<const RequestId> batch,
+                           std::optional<std::uint32_t> max_pages, const py::object& block_table,
+                           Int<PageId> null_page) {
   auto kv = m.use();
-  const std::span<const RequestId> batch = span_of(batch_arr, "batch");
   const KernelExportOptions o{.null_page = null_page};
   if (!block_table.is_none()) {
     const Int32Out t = int32_out(block_table, "block_table");
@@ -90,15 +121,31 @@ py::object export_dense(Manager& m, GroupId g, const U32Array& batch_arr, std::o
   return view_of(t);
 }
 
-py::int_ export_dense_incremental(Manager& m, GroupId g, const U32Array& batch_arr, const py::object& block_table,
-                                  std::optional<std::uint32_t> max_pages, PageId null_page) {
+py::object export_dense(Manager& m, Int<GroupId> g, const py::object& batch_arg, std::optional<std::uint32_t> max_pages,
+                        const py::object& block_table, Int<PageId> null_page) {
+  const U32Arg batch(batch_arg, "batch");
+  return indexed(batch.span, "batch",
+                 [&] { return export_dense_of(m, g, batch.span, max_pages, block_table, null_page); });
+}
+
+py::int_ export_dense_incremental(Manager& m, Int<GroupId> g, const py::object& batch_arg,
+                                  const py::object& block_table, std::optional<std::uint32_t> max_pages,
+                                  Int<PageId> null_page) {
+  const U32Arg batch_arr(batch_arg, "batch");
+  const std::span<const RequestId> batch = batch_arr.span;
   auto kv = m.use();
-  const std::span<const RequestId> batch = span_of(batch_arr, "batch");
   const Int32Out t = int32_out(block_table, "block_table");
   const std::uint32_t width =
       table_width(max_pages, t.info.ndim, t.info.shape.data(), "export_dense_incremental: block_table");
-  MaybeRelease release(batch.size() >= kReleaseGilAt);
-  return py::int_(kv->export_dense_incremental(g, batch, {t.data, t.size}, width, {.null_page = null_page}));
+  std::size_t written = 0;
+  {
+    MaybeRelease release(batch.size() >= kReleaseGilAt);
+    written = indexed(batch, "batch", [&] {
+      return kv->export_dense_incremental(g, batch, {t.data, t.size}, width, {.null_page = null_page});
+    });
+  }
+  m.last_tables()[g] = block_table;  // a valid group: the export checked it
+  return py::int_(written);
 }
 
 // decode_step's tables, held for the call: tables[g] is group g's writable C-contiguous int32
@@ -155,62 +202,173 @@ class StepTables {
   std::uint32_t width_ = 0;
 };
 
-std::size_t decode_step(Manager& m, const U32Array& ids, const U32Array& tokens, const py::sequence& tables,
-                        std::optional<std::uint32_t> max_pages, PageId null_page) {
+// After decode_step's other checks (which the C++ call makes first), the row every table
+// will hold: ceil(kv_len / P) pages, the step's token counted, at most the tables' width. The
+// C++ call would find a row too long only at its export, after the allocations. Decoder
+// groups share a request's kv length: one query per request, the longest against each
+// group. A stale handle raises here (naming it), as the C++ call would.
+void check_step_widths(KVCacheManager& kv, GroupId dg, std::span<const RequestId> ids,
+                       std::span<const BlockTableOut> tables, std::uint32_t width) {
+  std::uint32_t min_tpp = 0;
+  for (const BlockTableOut& t : tables) {
+    if (t.group >= kv.layout().num_groups()) return;  // the C++ call names it
+    const LayerGroup& spec = kv.layout().group(t.group);
+    if (spec.is_decoder() && !spec.is_state() && (min_tpp == 0 || spec.tokens_per_page < min_tpp))
+      min_tpp = spec.tokens_per_page;  // fixed-length rows (states, images) are not checked
+  }
+  if (min_tpp == 0) return;
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    std::uint64_t len = 0;
+    try {
+      len = kv.kv_len(ids[i], dg) + 1;
+    } catch (const Error& e) {
+      fail("ids[{}]: {}", i, e.what());
+    }
+    const std::uint64_t pages = (len + min_tpp - 1) / min_tpp;
+    if (pages > width)
+      fail("ids[{}] = {}: its rows will hold {} pages of {} tokens, the tables have {} columns (max_pages)", i, ids[i],
+           pages, min_tpp, width);
+  }
+}
+
+std::size_t decode_step(Manager& m, const py::object& ids_arg, const py::object& tokens_arg, const py::sequence& tables,
+                        std::optional<std::uint32_t> max_pages, Int<PageId> null_page) {
+  const U32Arg ids(ids_arg, "ids");
+  const U32Arg tokens(tokens_arg, "tokens");
   auto kv = m.use();
-  const auto r = span_of(ids, "ids");
-  const auto t = span_of(tokens, "tokens");
   const StepTables st(m, tables, max_pages);
-  MaybeRelease release(r.size() >= kReleaseGilAt);
-  return kv->decode_step(r, t, st.outs(), st.width(), {.null_page = null_page});
+  std::size_t done = 0;
+  {
+    MaybeRelease release(ids.size() >= kReleaseGilAt);
+    check_step_widths(*kv, m.decoder_group(), ids.span, st.outs(), st.width());
+    done = indexed(ids.span, "ids", [&] {
+      return kv->decode_step(ids.span, tokens.span, st.outs(), st.width(), {.null_page = null_page});
+    });
+  }
+  if (done == ids.size())  // the tables were written
+    for (std::size_t g = 0; g < tables.size(); ++g)
+      if (!tables[g].is_none()) m.last_tables()[g] = tables[g];
+  return done;
+}
+
+// A batch call's validation, before anything changes (issue 29). Each element costs a few
+// O(1) queries (~3 ns each); the first query of a handle raises for a stale one, named by
+// its index. (A Python manager has no tier: no request is ever loading.)
+template <class F>
+auto named(std::size_t i, F&& query) {
+  try {
+    return query();
+  } catch (const Error& e) {
+    fail("ids[{}]: {}", i, e.what());
+  }
+}
+
+void check_not_swapped(KVCacheManager& kv, std::span<const RequestId> ids, std::size_t i) {
+  if (kv.is_swapped(ids[i])) fail("ids[{}]: request = {}: swapped out (swap_in first)", i, ids[i]);
+}
+
+void append_batch(Manager& m, const py::object& ids_arg, const py::object& tokens_arg) {
+  const U32Arg ids(ids_arg, "ids"), tokens(tokens_arg, "tokens");
+  auto kv = m.use();
+  if (ids.size() != tokens.size())
+    fail("append_batch: {} tokens for {} requests (one each)", tokens.size(), ids.size());
+  constexpr std::uint64_t kMax = KVCacheManager::kMaxTokens;
+  bool near_limit = false;
+  for (std::size_t i = 0; i < ids.size(); ++i)
+    near_limit |= named(i, [&] { return kv->num_tokens(ids[i]); }) > kMax - ids.size();
+  if (near_limit) {  // count each request's tokens in the batch (it may come more than once)
+    Manager::BatchScratch& k = m.scratch();
+    k.begin();
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      std::uint64_t& n = k.at(kv->row(ids[i]), kv->num_tokens(ids[i]));
+      if (n == kMax) fail("ids[{}]: request = {} would have {} tokens, at most {}", i, ids[i], n + 1, kMax);
+      ++n;
+    }
+  }
+  MaybeRelease release(ids.size() >= kReleaseGilAt);
+  for (std::size_t i = 0; i < ids.size(); ++i) kv->append_token(ids[i], tokens[i]);
+}
+
+std::size_t allocate_batch(Manager& m, const py::object& ids_arg, const py::object& num_new_tokens,
+                           const py::object& lookahead) {
+  const U32Arg ids(ids_arg, "ids");
+  const PerRequest<std::uint32_t> n(num_new_tokens, ids.size(), "num_new_tokens");
+  const PerRequest<std::uint32_t> la(lookahead, ids.size(), "lookahead");
+  auto kv = m.use();
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    // allocate does not move computed: a request twice in the batch needs no count
+    const std::uint64_t target = named(i, [&] { return kv->num_computed(ids[i]); }) + n[i] + la[i];
+    check_not_swapped(*kv, ids.span, i);
+    if (target > KVCacheManager::kMaxTokens)
+      fail("num_new_tokens[{}] = {}, lookahead[{}] = {}: request {} would hold {} tokens, at most {}", i, n[i], i,
+           la[i], ids[i], target, KVCacheManager::kMaxTokens);
+  }
+  MaybeRelease release(ids.size() >= kReleaseGilAt);
+  std::size_t done = 0;
+  for (; done < ids.size(); ++done) {
+    if (done == 0) {  // raising here leaves the manager as it was
+      if (!kv->allocate(ids[0], n[0], la[0])) break;
+      continue;
+    }
+    // What validation cannot see: a prefix hit the batch's earlier allocations evicted (or a
+    // page source that raised). That allocate changed nothing: the batch stops there as at
+    // a refusal (the manager logs it), and the next allocate of the request raises with the
+    // reason.
+    try {
+      if (!kv->allocate(ids[done], n[done], la[done])) break;
+    } catch (const std::exception&) {
+      break;
+    }
+  }
+  return done;
+}
+
+void commit_batch(Manager& m, const py::object& ids_arg, const py::object& num_computed) {
+  const U32Arg ids(ids_arg, "ids");
+  std::optional<PerRequest<std::uint64_t>> upto;
+  if (!num_computed.is_none()) upto.emplace(num_computed, ids.size(), "num_computed");
+  auto kv = m.use();
+  const GroupId dg = m.decoder_group();
+  Manager::BatchScratch& k = m.scratch();
+  k.begin();
+  k.element.resize(ids.size());
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    const RequestId r = ids[i];
+    const std::uint32_t s = named(i, [&] { return kv->row(r); });
+    check_not_swapped(*kv, ids.span, i);
+    const std::uint64_t c = upto ? (*upto)[i] : kv->kv_len(r, dg);
+    const std::uint64_t computed = kv->num_computed(r), allocated = kv->num_allocated(r);
+    const auto name = [&] { return upto ? fmt::format("num_computed[{}]", i) : fmt::format("ids[{}]: kv_len", i); };
+    // A prefix hit not pinned yet counts as computed and allocated, with no pages in the rows
+    // (an admitted request's rows hold its allocated tokens): commit refuses it.
+    if (computed == allocated && allocated > 0 && kv->page_table(r, dg).empty())
+      fail("ids[{}]: request = {}: commit before the allocate that pins its prefix hit", i, r);
+    // computed after the batch's earlier elements (a request may come twice)
+    std::uint64_t& done = k.at(s, computed);
+    if (c < done) fail("{} = {}: request {} already has {} computed", name(), c, r, done);
+    if (c > allocated) fail("{} = {}: request {} has pages for {} tokens only", name(), c, r, allocated);
+    if (m.prefix_caching() && c > done && c > kv->num_tokens(r))
+      fail("{} = {}: request {} has {} token ids (append_tokens first)", name(), c, r, kv->num_tokens(r));
+    done = c;
+    k.element[i] = c;  // kv_len as it is now: a commit moves no other request's
+  }
+  MaybeRelease release(ids.size() >= kReleaseGilAt);
+  for (std::size_t i = 0; i < ids.size(); ++i) kv->commit(ids[i], k.element[i]);
 }
 
 }  // namespace
 
 void bind_batch(py::class_<Manager>& c) {
-  c.def(
-       "append_batch",
-       [](Manager& m, const U32Array& ids, const U32Array& tokens) {
-         auto kv = m.use();
-         const auto r = span_of(ids, "ids");
-         const auto t = span_of(tokens, "tokens");
-         if (r.size() != t.size()) fail("append_batch: {} tokens for {} requests (one each)", t.size(), r.size());
-         MaybeRelease release(r.size() >= kReleaseGilAt);
-         for (std::size_t i = 0; i < r.size(); ++i) kv->append_token(r[i], t[i]);
-       },
-       py::arg("ids"), py::arg("tokens"), "append_token(ids[i], tokens[i]) for every i, one crossing")
-      .def(
-          "allocate_batch",
-          [](Manager& m, const U32Array& ids, const py::object& num_new_tokens, const py::object& lookahead) {
-            auto kv = m.use();
-            const auto r = span_of(ids, "ids");
-            const PerRequest<std::uint32_t, U32Array> n(num_new_tokens, r.size(), "num_new_tokens");
-            const PerRequest<std::uint32_t, U32Array> la(lookahead, r.size(), "lookahead");
-            MaybeRelease release(r.size() >= kReleaseGilAt);
-            std::size_t done = 0;
-            while (done < r.size() && kv->allocate(r[done], n[done], la[done])) ++done;
-            return done;
-          },
-          py::arg("ids"), py::arg("num_new_tokens") = 1, py::arg("lookahead") = 0,
-          "allocate() for ids in order, stopping at the first refused one; returns how many got their pages "
-          "(the refused one and those after it are unchanged)")
-      .def(
-          "commit_batch",
-          [](Manager& m, const U32Array& ids, const py::object& num_computed) {
-            auto kv = m.use();
-            const auto r = span_of(ids, "ids");
-            if (num_computed.is_none()) {
-              const GroupId g = m.decoder_group();
-              MaybeRelease release(r.size() >= kReleaseGilAt);
-              for (RequestId id : r) kv->commit(id, kv->kv_len(id, g));
-              return;
-            }
-            const PerRequest<std::uint64_t, U64Array> upto(num_computed, r.size(), "num_computed");
-            MaybeRelease release(r.size() >= kReleaseGilAt);
-            for (std::size_t i = 0; i < r.size(); ++i) kv->commit(r[i], upto[i]);
-          },
-          py::arg("ids"), py::arg("num_computed") = py::none(),
-          "commit() for each id; num_computed None: what its last allocate scheduled (kv_len)")
+  c.def("append_batch", &append_batch, py::arg("ids"), py::arg("tokens"),
+        "append_token(ids[i], tokens[i]) for every i, one crossing. The whole batch is checked first: a raising "
+        "call changes nothing")
+      .def("allocate_batch", &allocate_batch, py::arg("ids"), py::arg("num_new_tokens") = 1, py::arg("lookahead") = 0,
+           "allocate() for ids in order, stopping at the first refused one; returns how many got their pages "
+           "(the refused one and those after it are unchanged). The whole batch is checked first: a raising call "
+           "changes nothing")
+      .def("commit_batch", &commit_batch, py::arg("ids"), py::arg("num_computed") = py::none(),
+           "commit() for each id; num_computed None: what its last allocate scheduled (kv_len). The whole batch is "
+           "checked first: a raising call changes nothing")
       .def("export_csr", &export_csr, py::arg("group"), py::arg("batch"), py::arg("indptr") = py::none(),
            py::arg("indices") = py::none(), py::arg("last_page_len") = py::none(), py::kw_only(),
            py::arg("null_page") = kNullPage, py::arg("trim") = false, py::arg("first_page") = py::none(),

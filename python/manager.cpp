@@ -59,7 +59,9 @@ py::list kv_events_list(Manager& m) {
 }
 
 BlockHash hash_from(const py::handle& h, const char* what) {
-  if (!py::isinstance<py::int_>(h)) throw py::type_error(fmt::format("{}: expected an int (128-bit hash)", what));
+  if (!py::isinstance<py::int_>(h) || PyBool_Check(h.ptr()))
+    throw py::type_error(fmt::format("{}: expected an int (128-bit hash), got {}", what,
+                                     std::string(py::str(py::type::handle_of(h).attr("__name__")))));
   py::int_ v = py::reinterpret_borrow<py::int_>(h);
   if (v < py::int_(0) || v >= (py::int_(1) << py::int_(128)))
     fail("{} = {}: a 128-bit hash is in [0, 2^128)", what, std::string(py::str(v)));
@@ -68,16 +70,28 @@ BlockHash hash_from(const py::handle& h, const char* what) {
           .hi = py::reinterpret_borrow<py::int_>(v >> py::int_(64)).cast<std::uint64_t>()};
 }
 
-// (hash, offset, length) tuples, sorted by offset (the manager checks the order).
+// (hash, offset, length) tuples, sorted by offset (the manager checks the order); each field
+// checked and named (items[k] offset).
 std::vector<MultimodalItem> items_from(const py::object& items) {
   std::vector<MultimodalItem> out;
   if (items.is_none()) return out;
-  for (const py::handle& it : items) {
-    const py::tuple t = py::reinterpret_borrow<py::object>(it).cast<py::tuple>();
-    if (t.size() != 3) fail("items: each item is (hash, offset, length), got {} fields", t.size());
-    out.push_back({.hash = hash_from(t[0], "item hash"),
-                   .offset = t[1].cast<std::uint64_t>(),
-                   .length = t[2].cast<std::uint32_t>()});
+  const auto type_of = [](const py::handle& h) {
+    return std::string(py::str(py::type::handle_of(h).attr("__name__")));
+  };
+  if (!PySequence_Check(items.ptr()) || PyUnicode_Check(items.ptr()))
+    throw py::type_error(fmt::format("items: expected a list of (hash, offset, length), got {}", type_of(items)));
+  const auto seq = py::reinterpret_borrow<py::sequence>(items);
+  for (std::size_t k = 0; k < seq.size(); ++k) {
+    const py::object it = seq[k];
+    if (!PySequence_Check(it.ptr()) || PyUnicode_Check(it.ptr()))
+      throw py::type_error(fmt::format("items[{}]: expected a (hash, offset, length) tuple, got {}", k, type_of(it)));
+    const auto t = py::reinterpret_borrow<py::sequence>(it);
+    if (t.size() != 3) fail("items[{}]: each item is (hash, offset, length), got {} fields", k, t.size());
+    const std::string hash = fmt::format("items[{}] hash", k), offset = fmt::format("items[{}] offset", k),
+                      length = fmt::format("items[{}] length", k);
+    out.push_back({.hash = hash_from(t[0], hash.c_str()),
+                   .offset = int_scalar<std::uint64_t>(t[1], offset.c_str()),
+                   .length = int_scalar<std::uint32_t>(t[2], length.c_str())});
   }
   return out;
 }
@@ -176,12 +190,12 @@ void bind_stats(py::module_& m) {
 void bind_requests(py::class_<Manager>& c) {
   c.def(
        "add_request",
-       [](Manager& m, const U32Array& tokens, std::uint32_t lora_id, const py::object& items,
-          std::uint64_t prompt_tokens, const std::string& cache_salt, std::uint32_t priority,
-          std::uint64_t max_tokens) {
-         auto kv = m.use();
-         const auto t = span_of(tokens, "tokens");
+       [](Manager& m, const py::object& tokens, Int<std::uint32_t> lora_id, const py::object& items,
+          Int<std::uint64_t> prompt_tokens, const std::string& cache_salt, Int<std::uint32_t> priority,
+          Int<std::uint64_t> max_tokens) {
+         const U32Arg t(tokens, "tokens");
          const std::vector<MultimodalItem> it = items_from(items);
+         auto kv = m.use();
          const RequestExtras extras{.lora_id = lora_id,
                                     .items = it,
                                     .prompt_tokens = prompt_tokens,
@@ -189,26 +203,26 @@ void bind_requests(py::class_<Manager>& c) {
                                     .priority = priority,
                                     .max_tokens = max_tokens};
          MaybeRelease release(t.size() >= kReleaseGilAt);
-         return kv->add_request(t, extras);
+         return kv->add_request(t.span, extras);
        },
        py::arg("tokens"), py::kw_only(), py::arg("lora_id") = 0, py::arg("items") = py::none(),
        py::arg("prompt_tokens") = 0, py::arg("cache_salt") = "", py::arg("priority") = 0, py::arg("max_tokens") = 0,
        "Registers a request (prompt token ids; items: (hash, offset, length) images) and returns its handle")
       .def(
           "append_tokens",
-          [](Manager& m, RequestId r, const U32Array& tokens) {
+          [](Manager& m, Int<RequestId> r, const py::object& tokens) {
+            const U32Arg t(tokens, "tokens");
             auto kv = m.use();
-            const auto t = span_of(tokens, "tokens");
             MaybeRelease release(t.size() >= kReleaseGilAt);
-            kv->append_tokens(r, t);
+            kv->append_tokens(r, t.span);
           },
           py::arg("r"), py::arg("tokens"))
       .def(
-          "append_token", [](Manager& m, RequestId r, std::uint32_t t) { m.use()->append_token(r, t); }, py::arg("r"),
-          py::arg("token"))
+          "append_token", [](Manager& m, Int<RequestId> r, Int<std::uint32_t> t) { m.use()->append_token(r, t); },
+          py::arg("r"), py::arg("token"))
       .def(
           "lookup_prefix",
-          [](Manager& m, RequestId r) {
+          [](Manager& m, Int<RequestId> r) {
             auto kv = m.use();
             MaybeRelease release(kv->num_tokens(r) >= kReleaseGilAt);
             return kv->lookup_prefix(r);
@@ -216,35 +230,35 @@ void bind_requests(py::class_<Manager>& c) {
           py::arg("r"))
       .def(
           "allocate",
-          [](Manager& m, RequestId r, std::uint32_t n, std::uint32_t lookahead) {
+          [](Manager& m, Int<RequestId> r, Int<std::uint32_t> n, Int<std::uint32_t> lookahead) {
             auto kv = m.use();
             MaybeRelease release(n >= kReleaseGilAt);
             return kv->allocate(r, n, lookahead);
           },
           py::arg("r"), py::arg("num_new_tokens"), py::arg("lookahead") = 0)
       .def(
-          "commit", [](Manager& m, RequestId r, std::uint64_t n) { m.use()->commit(r, n); }, py::arg("r"),
+          "commit", [](Manager& m, Int<RequestId> r, Int<std::uint64_t> n) { m.use()->commit(r, n); }, py::arg("r"),
           py::arg("num_computed_tokens"))
       .def(
-          "fork", [](Manager& m, RequestId r) { return m.use()->fork(r); }, py::arg("parent"))
+          "fork", [](Manager& m, Int<RequestId> r) { return m.use()->fork(r); }, py::arg("parent"))
       .def(
-          "free", [](Manager& m, RequestId r) { m.use()->free(r); }, py::arg("r"))
+          "free", [](Manager& m, Int<RequestId> r) { m.use()->free(r); }, py::arg("r"))
       .def(
-          "reset", [](Manager& m, RequestId r) { m.use()->reset(r); }, py::arg("r"));
+          "reset", [](Manager& m, Int<RequestId> r) { m.use()->reset(r); }, py::arg("r"));
 }
 
 // Preemption plans, copy-on-write copies, the prefix cache's pins and priorities.
 void bind_plans(py::class_<Manager>& c) {
   c.def(
        "swap_out",
-       [](Manager& m, RequestId r) -> py::object {
+       [](Manager& m, Int<RequestId> r) -> py::object {
          auto plan = m.use()->swap_out(r);
          return plan ? py::object(copies_array(*plan)) : py::object(py::none());
        },
        py::arg("r"), "Every page of r to the host pool: [n, 3] uint32 (group, src, dst), or None (host full)")
       .def(
           "swap_in",
-          [](Manager& m, RequestId r) -> py::object {
+          [](Manager& m, Int<RequestId> r) -> py::object {
             auto plan = m.use()->swap_in(r);
             return plan ? py::object(copies_array(*plan)) : py::object(py::none());
           },
@@ -259,15 +273,15 @@ void bind_plans(py::class_<Manager>& c) {
              kv->reset_prefix_cache();
            })
       .def(
-          "pin_prefix", [](Manager& m, RequestId r) { return m.use()->pin_prefix(r); }, py::arg("r"))
+          "pin_prefix", [](Manager& m, Int<RequestId> r) { return m.use()->pin_prefix(r); }, py::arg("r"))
       .def(
-          "unpin", [](Manager& m, PinId p) { m.use()->unpin(p); }, py::arg("pin"))
+          "unpin", [](Manager& m, Int<PinId> p) { m.use()->unpin(p); }, py::arg("pin"))
       .def(
-          "set_priority", [](Manager& m, RequestId r, std::uint32_t p) { m.use()->set_priority(r, p); }, py::arg("r"),
-          py::arg("priority"))
+          "set_priority", [](Manager& m, Int<RequestId> r, Int<std::uint32_t> p) { m.use()->set_priority(r, p); },
+          py::arg("r"), py::arg("priority"))
       .def(
           "cached_image",
-          [](Manager& m, const py::object& hash, std::uint32_t length, std::uint32_t lora_id) {
+          [](Manager& m, const py::object& hash, Int<std::uint32_t> length, Int<std::uint32_t> lora_id) {
             const MultimodalItem item{.hash = hash_from(hash, "hash"), .offset = 0, .length = length};
             return m.use()->cached_image(item, lora_id);
           },
@@ -305,36 +319,38 @@ void bind_queries(py::class_<Manager>& c) {
           "'tokens_per_page', 'token_ids' (uint32 array), 'lora_id', 'cache_salt', 'extra_keys' "
           "([(page_in_run, item hash, offset)]), 'medium' (docs/router.md)")
       .def(
-          "is_active", [](Manager& m, RequestId r) { return m.use()->is_active(r); }, py::arg("r"))
+          "is_active", [](Manager& m, Int<RequestId> r) { return m.use()->is_active(r); }, py::arg("r"))
       .def(
-          "is_swapped", [](Manager& m, RequestId r) { return m.use()->is_swapped(r); }, py::arg("r"))
+          "is_swapped", [](Manager& m, Int<RequestId> r) { return m.use()->is_swapped(r); }, py::arg("r"))
       .def_property_readonly("num_active", [](Manager& m) { return m.use()->num_active(); })
       .def(
-          "num_computed", [](Manager& m, RequestId r) { return m.use()->num_computed(r); }, py::arg("r"))
+          "num_computed", [](Manager& m, Int<RequestId> r) { return m.use()->num_computed(r); }, py::arg("r"))
       .def(
-          "num_allocated", [](Manager& m, RequestId r) { return m.use()->num_allocated(r); }, py::arg("r"))
+          "num_allocated", [](Manager& m, Int<RequestId> r) { return m.use()->num_allocated(r); }, py::arg("r"))
       .def(
-          "num_tokens", [](Manager& m, RequestId r) { return m.use()->num_tokens(r); }, py::arg("r"))
+          "num_tokens", [](Manager& m, Int<RequestId> r) { return m.use()->num_tokens(r); }, py::arg("r"))
       .def(
-          "page_table", [](Manager& m, RequestId r, GroupId g) { return ids_array(m.use()->page_table(r, g)); },
+          "page_table",
+          [](Manager& m, Int<RequestId> r, Int<GroupId> g) { return ids_array(m.use()->page_table(r, g)); },
           py::arg("r"), py::arg("group"), "A copy of r's page ids in group g (uint32; NULL_PAGE for freed ones)")
       .def(
           "host_page_table",
-          [](Manager& m, RequestId r, GroupId g) { return ids_array(m.use()->host_page_table(r, g)); }, py::arg("r"),
+          [](Manager& m, Int<RequestId> r, Int<GroupId> g) { return ids_array(m.use()->host_page_table(r, g)); },
+          py::arg("r"), py::arg("group"))
+      .def(
+          "kv_len", [](Manager& m, Int<RequestId> r, Int<GroupId> g) { return m.use()->kv_len(r, g); }, py::arg("r"),
           py::arg("group"))
       .def(
-          "kv_len", [](Manager& m, RequestId r, GroupId g) { return m.use()->kv_len(r, g); }, py::arg("r"),
-          py::arg("group"))
-      .def(
-          "row", [](Manager& m, RequestId r) { return m.use()->row(r); }, py::arg("r"))
+          "row", [](Manager& m, Int<RequestId> r) { return m.use()->row(r); }, py::arg("r"))
       .def_property_readonly("free_large_pages", [](Manager& m) { return m.use()->large_pages().num_free(); })
       .def(
-          "num_used_pages", [](Manager& m, GroupId g) { return m.use()->num_used_pages(g); }, py::arg("group"))
+          "num_used_pages", [](Manager& m, Int<GroupId> g) { return m.use()->num_used_pages(g); }, py::arg("group"))
       .def(
-          "num_evictable_pages", [](Manager& m, GroupId g) { return m.use()->num_evictable_pages(g); },
+          "num_evictable_pages", [](Manager& m, Int<GroupId> g) { return m.use()->num_evictable_pages(g); },
           py::arg("group"))
       .def(
-          "num_evicted_pages", [](Manager& m, GroupId g) { return m.use()->num_evicted_pages(g); }, py::arg("group"))
+          "num_evicted_pages", [](Manager& m, Int<GroupId> g) { return m.use()->num_evicted_pages(g); },
+          py::arg("group"))
       .def("check_invariants", [](Manager& m) {
         auto kv = m.use();
         py::gil_scoped_release release;

@@ -1,9 +1,11 @@
 // The kvmm Python module's KVCacheManager wrapper, shared by its units (manager.cpp: requests,
 // plans, queries; batch.cpp: the batch calls, exports and the fused decode step): the
-// per-manager single-thread guard, GIL release for long calls, array argument helpers.
-// Each helper is O(1) (PerRequest: one array check).
+// per-manager single-thread guard, GIL release for long calls, array argument helpers, the
+// batch calls' validation scratch and each group's last incremental-export table.
+// Each helper is O(1) for a uint32 array (args.hpp: O(n) to check and convert another one).
 #pragma once
 
+#include "args.hpp"
 #include "bindings.hpp"
 
 #include "kvmm/error.hpp"
@@ -14,9 +16,6 @@
 #include <vector>
 
 namespace kvmm::py_bind {
-
-using U32Array = py::array_t<std::uint32_t, py::array::c_style | py::array::forcecast>;
-using U64Array = py::array_t<std::uint64_t, py::array::c_style | py::array::forcecast>;
 
 // Calls with more elements (tokens, requests, pages) than this release the GIL: below it
 // the release/re-acquire (~0.1-0.2 us) costs more than another thread could gain.
@@ -42,6 +41,8 @@ class Manager {
     } else {
       kv_.emplace(std::move(layout), o);
     }
+    prefix_caching_ = o.prefix_caching;
+    last_tables_.resize(kv_->layout().num_groups());
     for (GroupId g = 0; g < kv_->layout().num_groups(); ++g)
       if (kv_->layout().group(g).is_decoder()) {
         decoder_group_ = g;
@@ -83,6 +84,39 @@ class Manager {
   // allocation per step).
   std::vector<Py_buffer>& step_views() { return step_views_; }
   std::vector<BlockTableOut>& step_tables() { return step_tables_; }
+  bool prefix_caching() const { return prefix_caching_; }
+  // The table each group's last incremental export went into, referenced until the next
+  // one: while it is, no other array can be allocated at its address, so the C++ side's
+  // address check tells another table from it exactly.
+  std::vector<py::object>& last_tables() { return last_tables_; }
+  // A batch's validation scratch, indexed by request row: the value a request reaches after
+  // its earlier elements in the batch (a request may appear more than once), valid where
+  // mark[row] == stamp. O(1) per element, no heap allocation in steady state.
+  struct BatchScratch {
+    std::vector<std::uint64_t> value;
+    std::vector<std::uint32_t> mark;
+    std::uint32_t stamp = 0;
+    std::vector<std::uint64_t> element;  // a value per batch element (commit_batch's targets)
+    void begin() {
+      if (++stamp == 0) {  // wrapped: forget every mark
+        std::fill(mark.begin(), mark.end(), 0);
+        stamp = 1;
+      }
+    }
+    // The value of `row` so far in this batch, `initial` the first time.
+    std::uint64_t& at(std::uint32_t row, std::uint64_t initial) {
+      if (row >= mark.size()) {  // grows to the rows in use (at most max_requests); marks kept
+        value.resize(std::size_t{row} + 1);
+        mark.resize(std::size_t{row} + 1, 0);
+      }
+      if (mark[row] != stamp) {
+        mark[row] = stamp;
+        value[row] = initial;
+      }
+      return value[row];
+    }
+  };
+  BatchScratch& scratch() { return scratch_; }
 
  private:
   py::object arena_;  // declared first: outlives kv_
@@ -93,6 +127,9 @@ class Manager {
   KvEventBatch kv_events_;
   std::vector<Py_buffer> step_views_;
   std::vector<BlockTableOut> step_tables_;
+  bool prefix_caching_ = false;
+  std::vector<py::object> last_tables_;
+  BatchScratch scratch_;
 };
 
 // Releases the GIL for the scope when `release` (a long call).
@@ -103,25 +140,32 @@ struct MaybeRelease {
   }
 };
 
-inline std::span<const std::uint32_t> span_of(const U32Array& a, const char* what) {
-  if (a.ndim() != 1) fail("{}: expected a 1-D array, got {} dimensions", what, a.ndim());
-  return {a.data(), static_cast<std::size_t>(a.size())};
-}
+// An ids or tokens argument: the checked uint32 array (args.hpp), held for the call, and
+// its elements.
+struct U32Arg {
+  py::array_t<std::uint32_t> array;
+  std::span<const std::uint32_t> span;
+  U32Arg(const py::handle& obj, const char* what)
+      : array(int_array<std::uint32_t>(obj, what)), span(array.data(), static_cast<std::size_t>(array.size())) {}
+  std::size_t size() const { return span.size(); }
+  std::uint32_t operator[](std::size_t i) const { return span[i]; }
+};
 
-// One value per request: a scalar broadcast or an array of the batch's length.
-template <typename T, typename A>
+// One value per request: an int broadcast, or an integer array or sequence of the batch's
+// length, checked as int_array / int_scalar check them (naming `what`).
+template <typename T>
 struct PerRequest {
-  std::optional<A> array;
+  std::optional<py::array_t<T>> array;
   T scalar = 0;
   PerRequest(const py::object& v, std::size_t n, const char* what) {
-    if (py::isinstance<py::int_>(v) || (!py::isinstance<py::array>(v) && PyIndex_Check(v.ptr()))) {
-      scalar = v.cast<T>();  // an int or a numpy integer scalar
+    const bool many = py::isinstance<py::array>(v) || PyObject_CheckBuffer(v.ptr()) ||
+                      (PySequence_Check(v.ptr()) && !PyUnicode_Check(v.ptr()));
+    if (!many) {
+      scalar = int_scalar<T>(v, what);
       return;
     }
-    array.emplace(A::ensure(v));
-    if (!array->ptr()) throw py::type_error(fmt::format("{}: expected an int or an integer array", what));
-    if (array->ndim() != 1 || static_cast<std::size_t>(array->size()) != n)
-      fail("{}: {} values for a batch of {}", what, array->size(), n);
+    array.emplace(int_array<T>(v, what));
+    if (static_cast<std::size_t>(array->size()) != n) fail("{}: {} values for a batch of {}", what, array->size(), n);
   }
   T operator[](std::size_t i) const { return array ? array->data()[i] : scalar; }
 };

@@ -17,6 +17,9 @@
 
 #include <pybind11/stl.h>
 
+#include <fmt/ranges.h>
+
+#include <limits>
 #include <memory>
 #include <string>
 
@@ -97,10 +100,16 @@ py::capsule make_dlpack(py::handle owner, void* data, std::int32_t device_type, 
 }
 
 Buffer::Buffer(std::vector<py::ssize_t> s) : shape(std::move(s)) {
+  // The element count and the byte count must fit py::ssize_t (numpy and the buffer protocol
+  // compute strides and sizes in it): a wrapped product would expose the huge shape over a
+  // small (or empty) vector.
+  constexpr auto kMaxBytes = std::numeric_limits<py::ssize_t>::max();
   py::ssize_t n = 1;
-  for (py::ssize_t d : shape) {
-    if (d < 0) fail("Buffer shape has a negative extent {}", d);
-    n *= d;
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] < 0) throw py::value_error(fmt::format("shape[{}] = {}: a negative extent", i, shape[i]));
+    if (__builtin_mul_overflow(n, shape[i], &n) || n > kMaxBytes / py::ssize_t{sizeof(std::int32_t)})
+      throw py::value_error(fmt::format("shape = [{}]: more int32 elements than an array can address (shape[{}] = {})",
+                                        fmt::join(shape, ", "), i, shape[i]));
   }
   data.assign(static_cast<std::size_t>(n), 0);
   ++live;  // last: a constructor that raises never counts

@@ -75,7 +75,7 @@ void KVCacheManager::take_events(std::vector<CacheEvent>& out) { core_->take_eve
 void KVCacheManager::take_events(KvEventBatch& out) { core_->take_events(out); }
 
 bool KVCacheManager::is_active(RequestId r) const { return core_->requests().is_active(r); }
-bool KVCacheManager::is_swapped(RequestId r) const { return is_active(r) && core_->req(r).swapped; }
+bool KVCacheManager::is_swapped(RequestId r) const { return core_->req(r).swapped; }  // raises for a stale handle
 std::uint32_t KVCacheManager::num_active() const { return core_->requests().num_active(); }
 std::uint64_t KVCacheManager::num_computed(RequestId r) const { return core_->req(r).computed; }
 std::uint64_t KVCacheManager::num_allocated(RequestId r) const { return core_->req(r).allocated; }

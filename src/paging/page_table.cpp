@@ -225,7 +225,8 @@ std::size_t PageTableSet::dense_incremental(std::span<const RequestId> batch, st
   (void)out_id<T>(o.null_page, "null_page", kNoRequest);
   const T pad_out = out_id<T>(pad, "pad", kNoRequest);
   constexpr bool kInt32 = std::is_same_v<T, std::int32_t>;
-  if (max_pages != last_max_pages_ || pad != last_pad_ || o.null_page != last_null_ || kInt32 != last_int32_)
+  if (max_pages != last_max_pages_ || pad != last_pad_ || o.null_page != last_null_ || kInt32 != last_int32_ ||
+      static_cast<const void*>(table.data()) != last_table_)
     invalidate_incremental();
   std::size_t written = 0;
   for (std::size_t i = 0; i < batch.size(); ++i) {
@@ -253,6 +254,7 @@ std::size_t PageTableSet::dense_incremental(std::span<const RequestId> batch, st
   last_pad_ = pad;
   last_null_ = o.null_page;
   last_int32_ = kInt32;
+  last_table_ = table.data();
   return written;
 }
 

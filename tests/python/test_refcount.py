@@ -93,15 +93,21 @@ def test_batch_calls_hold_no_references():
         kv.commit_batch(ids)
     tables = [np.zeros((8, 256), np.int32), np.zeros((8, 256), np.int32)]
     table_counts = [sys.getrefcount(t) for t in tables]
-    for step in range(200):  # the fused step holds its tables' buffers only during the call
-        kv.begin_step()
+    for step in range(200):  # the fused step holds its tables' buffers only during the call, and
+        kv.begin_step()     # a reference to each group's last table (its address stays its own)
         assert kv.decode_step(ids, toks, tables, null_page=0) == 8
     for _ in range(20):  # and after an error (the second table's dtype), too
         with pytest.raises(TypeError):
             kv.decode_step(ids, toks, [tables[0], np.zeros((8, 256), np.int64)])
     gc.collect()
-    assert [sys.getrefcount(t) for t in tables] == table_counts
+    assert [sys.getrefcount(t) for t in tables] == [c + 1 for c in table_counts]
     assert [sys.getrefcount(a) for a in (ids, toks, indptr, indices, last)] == counts
     assert kvmm._live_buffers() == buffers
     assert len(gc.get_objects()) - objects < 50
     kv.check_invariants()
+    # Another table takes the group's reference; the manager's end drops it.
+    other = np.zeros((8, 256), np.int32)
+    kv.export_dense_incremental(0, ids, other, null_page=0)
+    assert [sys.getrefcount(t) for t in tables] == [table_counts[0], table_counts[1] + 1]
+    del kv
+    assert [sys.getrefcount(t) for t in tables] == table_counts

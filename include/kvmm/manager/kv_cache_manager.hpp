@@ -352,7 +352,8 @@ class KVCacheManager {
   void export_dense(GroupId g, std::span<const RequestId> batch, std::span<std::int32_t> block_table,
                     std::uint32_t max_pages, const KernelExportOptions& o = {}) const;
   // export_dense into a buffer that holds this manager's previous incremental export of
-  // group g (the same buffer, max_pages and options; the first call writes everything): a
+  // group g (the same buffer, max_pages and options; the first call, and a call with a buffer
+  // at another address or other max_pages or options, writes everything): a
   // row whose request row is unchanged since gets only the entries changed since rewritten,
   // O(batch + changed entries) instead of O(batch * max_pages): a decode step writes about
   // one entry per request. Returns the number of entries written.

@@ -116,10 +116,12 @@ class PageTableSet {
   // Like export_dense, for a buffer that holds this set's previous incremental export:
   // a row whose request is the same as last time gets only its changed entries (and
   // the padding of pages it lost) rewritten. A request may appear in several rows.
+  // A buffer at another address than the previous export's gets every row (the address
+  // decides, not the size: a prefix of the same buffer keeps its rows).
   // Returns the number of entries written.
   std::size_t export_dense_incremental(std::span<const RequestId> batch, std::span<PageId> table,
                                        std::uint32_t max_pages, PageId pad = kNullPage);
-  // The same shaped by `o` as export_dense is. Changing null_page or the buffer type
+  // The same shaped by `o` as export_dense is. Changing null_page, the buffer or its type
   // rewrites every row.
   std::size_t export_dense_incremental(std::span<const RequestId> batch, std::span<PageId> table,
                                        std::uint32_t max_pages, const ExportOptions& o);
@@ -179,6 +181,9 @@ class PageTableSet {
   PageId last_pad_ = kNullPage;
   PageId last_null_ = kNullPage;
   bool last_int32_ = false;  // the previous incremental export's buffer type
+  // and its address: an export into another buffer rewrites every row (a buffer freed and
+  // another allocated at its address cannot be told apart: the caller keeps it alive).
+  const void* last_table_ = nullptr;
 };
 
 }  // namespace kvmm
