@@ -285,7 +285,11 @@ void bind_plans(py::class_<Manager>& c) {
             const MultimodalItem item{.hash = hash_from(hash, "hash"), .offset = 0, .length = length};
             return m.use()->cached_image(item, lora_id);
           },
-          py::arg("hash"), py::arg("length"), py::arg("lora_id") = 0);
+          py::arg("hash"), py::arg("length"), py::arg("lora_id") = 0)
+      .def(
+          "image_from_cache",
+          [](Manager& m, Int<RequestId> r, Int<std::uint32_t> item) { return m.use()->image_from_cache(r, item); },
+          py::arg("r"), py::arg("item"));
 }
 
 void bind_queries(py::class_<Manager>& c) {

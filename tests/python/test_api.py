@@ -305,6 +305,30 @@ def test_fork_swap_pins_events():
     kv.check_invariants()
 
 
+def test_image_from_cache_other_text():
+    """A cached image serves a request whose text before it differs (issue 29 item 1)."""
+    import kvmm as k
+    layout = k.KVLayout.plan([k.LayerGroup.full_attention("text", 1, 1, 8, 2, 4),
+                              k.LayerGroup.cross_attention("cross", 1, 1, 8, 2, 4)])
+    kv = k.KVCacheManager(layout, num_large_pages=64, max_requests=4)
+    kv.begin_step()
+    img = (987654321, 4, 10)
+    a = kv.add_request(np.arange(16, dtype=np.uint32) + 100, items=[img])
+    assert kv.lookup_prefix(a) == 0
+    assert kv.allocate(a, 16)
+    assert not kv.image_from_cache(a, 0)
+    cross = list(kv.page_table(a, 1))
+    kv.commit(a, 16)
+    kv.free(a)
+    assert kv.cached_image(img[0], img[2])
+    b = kv.add_request(np.arange(16, dtype=np.uint32) + 500, items=[img])
+    assert kv.lookup_prefix(b) == 0
+    assert kv.allocate(b, 16)
+    assert kv.image_from_cache(b, 0)
+    assert list(kv.page_table(b, 1)) == cross
+    kv.check_invariants()
+
+
 def test_extras_salt_lora_items():
     kv = kvmm.KVCacheManager(small_layout(), num_large_pages=32, max_requests=8)
     kv.begin_step()

@@ -114,6 +114,9 @@ CASES = [
     ("cached_image/2^128", lambda w: w.kv.cached_image(2**128, 4), kvmm.Error, "hash"),
     # ---- queries: a stale handle raises (is_active answers), groups out of range
     ("is_swapped/stale", lambda w: w.kv.is_swapped(w.stale), kvmm.Error, r"request = \d+"),
+    ("image_from_cache/stale", lambda w: w.kv.image_from_cache(w.stale, 0), kvmm.Error, r"request = \d+"),
+    ("image_from_cache/item", lambda w: w.kv.image_from_cache(w.a, 0), kvmm.Error, "item = 0"),
+    ("image_from_cache/float", lambda w: w.kv.image_from_cache(w.a, 0.5), TypeError, "item"),
     ("num_computed/stale", lambda w: w.kv.num_computed(w.stale), kvmm.Error, r"request = \d+"),
     ("num_allocated/stale", lambda w: w.kv.num_allocated(w.stale), kvmm.Error, r"request = \d+"),
     ("num_tokens/stale", lambda w: w.kv.num_tokens(w.stale), kvmm.Error, r"request = \d+"),
