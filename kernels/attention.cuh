@@ -148,7 +148,7 @@ __global__ void __launch_bounds__(kThreads, kMaxGroup == 4 ? 4 : 2) attention_ke
   for (int g = 0; g < kMaxGroup; ++g) {
     if (g < ng) {
       const std::uint64_t slot_head = std::uint64_t{row + g / hg} * a.q_heads + qh0 + g % hg;
-      const uint4 u = load16(a.q + slot_head * D + lane * 8);
+      const uint4 u = ldg16(a.q + slot_head * D + lane * 8);
       to_float8<T>(u, qf[g]);
     } else {
       KVMM_UNROLL
@@ -173,13 +173,8 @@ __global__ void __launch_bounds__(kThreads, kMaxGroup == 4 ? 4 : 2) attention_ke
       const std::uint32_t tok = base + t;
       const long long off = tok < piece.hi ? kv.offset(r, tok) : -1;
       ok[t] = off >= 0;
-      if (ok[t]) {
-        kr[t] = load16(kv.k + off + head_off);
-        vr[t] = load16(kv.v + off + head_off);
-      } else {
-        kr[t] = make_uint4(0, 0, 0, 0);
-        vr[t] = make_uint4(0, 0, 0, 0);
-      }
+      kr[t] = ldg16_if(kv.k + off + head_off, ok[t]);
+      vr[t] = ldg16_if(kv.v + off + head_off, ok[t]);
     }
     float s[kTile][kMaxGroup];
     KVMM_UNROLL

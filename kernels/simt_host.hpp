@@ -4,6 +4,12 @@
 // __syncthreads and __shfl_xor_sync; a barrier that some threads of a CTA reach while
 // others exited or wait at a different barrier is reported as divergence (on a GPU:
 // a hang or undefined shuffle results). A barrier costs microseconds: small shapes only.
+// Warp-wide instructions (shuffles; mma, ldmatrix and cp.async in simt_warp.hpp) are
+// rendezvous: each lane deposits a 64-byte record, a CTA barrier runs, each lane computes
+// its result from its warp's records, a second barrier frees them. Every warp of a CTA
+// must therefore issue the same sequence of collectives (no warp specialisation yet).
+// A seeded schedule (set_schedule_seed) permutes the order in which the threads of a CTA
+// run between barriers, so an ordering bug shows up under one of several seeds.
 #pragma once
 
 #include "kvmm/kernels/dtype.hpp"
@@ -16,6 +22,8 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <numeric>
+#include <random>
 #include <vector>
 
 #define __global__
@@ -66,6 +74,20 @@ inline dim3 threadIdx, blockIdx, blockDim, gridDim;
 
 namespace kvmm::simt {
 
+// What one lane deposits at a warp rendezvous: registers and one pointer.
+struct LaneRecord {
+  std::uint32_t r[8];
+  float f[4];
+  const void* p;
+  std::uint64_t pad;
+};
+
+// Per-thread hooks run at the end of each CTA (the cp.async queue of simt_warp.hpp).
+struct BlockHooks {
+  void (*begin)(unsigned threads) = nullptr;
+  void (*end)() = nullptr;
+};
+
 class Emulator {
  public:
   static Emulator& get() {
@@ -78,7 +100,10 @@ class Emulator {
   bool run_block(const std::function<void()>& body) {
     const unsigned n = blockDim.x;
     if (fibers_.size() < n) fibers_.resize(n);
-    xchg_.assign(n, 0.0f);
+    lanes_.assign((n + 31) / 32 * 32, LaneRecord{});  // whole warps: a partial warp's missing lanes read zeros
+    order_.resize(n);
+    std::iota(order_.begin(), order_.end(), 0u);
+    if (hooks_.begin != nullptr) hooks_.begin(n);
     for (unsigned i = 0; i < n; ++i) {
       Fiber& f = fibers_[i];
       if (!f.stack) f.stack = std::make_unique<char[]>(kStackBytes);
@@ -91,12 +116,15 @@ class Emulator {
       makecontext(&f.start, &Emulator::entry, 0);
     }
     body_ = &body;
+    bool ok = true;
     for (;;) {
-      // One round: every live thread runs up to its next barrier or its end.
+      // One round: every live thread runs up to its next barrier or its end, in thread
+      // order or in a seeded permutation of it.
+      if (seed_ != 0) std::shuffle(order_.begin(), order_.end(), rng_);
       unsigned waiting = 0, exited = 0;
       int site = -1;
       bool mismatch = false;
-      for (unsigned i = 0; i < n; ++i) {
+      for (unsigned i : order_) {
         if (fibers_[i].done) continue;
         resume(i);
         if (fibers_[i].done) {
@@ -107,10 +135,24 @@ class Emulator {
           ++waiting;
         }
       }
-      if (waiting == 0) return true;
-      if (exited > 0 || mismatch) return false;
+      if (waiting == 0) break;
+      if (exited > 0 || mismatch) {
+        ok = false;
+        break;
+      }
     }
+    if (hooks_.end != nullptr) hooks_.end();
+    return ok;
   }
+
+  // 0 (the default): threads run in index order; else a permutation per round from `seed`.
+  void set_schedule_seed(std::uint64_t seed) {
+    seed_ = seed;
+    rng_.seed(seed);
+  }
+  void set_hooks(BlockHooks h) { hooks_ = h; }
+  unsigned current() const { return current_; }
+  LaneRecord& record(unsigned thread) { return lanes_[thread]; }
 
   // Runs thread i until its next barrier or its end. Out of line, so that no local of
   // run_block lives across the jumps.
@@ -134,12 +176,27 @@ class Emulator {
     if (_setjmp(f.ctx) == 0) _longjmp(main_, 1);
   }
 
-  float shfl_xor(float v, int lane_mask) {
+  // A warp rendezvous: `deposit` fills this lane's record, `collect` reads the warp's
+  // records (first lane's index passed) after all threads of the CTA arrived.
+  template <typename Deposit, typename Collect>
+  void warp_collective(int site, Deposit&& deposit, Collect&& collect) {
     const unsigned me = current_;
-    xchg_[me] = v;
-    barrier(1000 + lane_mask);
-    const float r = xchg_[me ^ static_cast<unsigned>(lane_mask)];
-    barrier(2000 + lane_mask);
+    deposit(lanes_[me]);
+    barrier(site);
+    collect(&lanes_[me & ~31u], me & 31u);
+    barrier(site + 1);
+  }
+
+  // Shuffle of a 32-bit value from lane `src(lane)` of the warp (src >= 32: own value).
+  template <typename Src>
+  std::uint32_t shfl(std::uint32_t v, int site, Src&& src) {
+    std::uint32_t r = v;
+    warp_collective(
+        site, [&](LaneRecord& rec) { rec.r[0] = v; },
+        [&](const LaneRecord* warp, unsigned lane) {
+          const unsigned from = src(lane);
+          if (from < 32) r = warp[from].r[0];
+        });
     return r;
   }
 
@@ -161,7 +218,11 @@ class Emulator {
   }
 
   std::vector<Fiber> fibers_;
-  std::vector<float> xchg_;
+  std::vector<LaneRecord> lanes_;
+  std::vector<unsigned> order_;
+  std::uint64_t seed_ = 0;
+  std::mt19937_64 rng_;
+  BlockHooks hooks_;
   jmp_buf main_;
   unsigned current_ = 0;
   const std::function<void()>* body_ = nullptr;
@@ -183,6 +244,45 @@ inline bool launch(dim3 grid, unsigned threads, const std::function<void()>& bod
 }  // namespace kvmm::simt
 
 inline void __syncthreads() { kvmm::simt::Emulator::get().barrier(1); }
-inline float __shfl_xor_sync(unsigned int, float v, int lane_mask) {
-  return kvmm::simt::Emulator::get().shfl_xor(v, lane_mask);
+// Warp-level: every warp of the CTA must reach it (stricter than a GPU, see above).
+inline void __syncwarp(unsigned int = 0xffffffffu) { kvmm::simt::Emulator::get().barrier(5); }
+
+// Shuffles over the full warp (width 32) of 32-bit values: float, int, unsigned.
+namespace kvmm::simt {
+template <typename V>
+inline std::uint32_t bits_of(V v) {
+  static_assert(sizeof(V) == 4);
+  std::uint32_t u;
+  std::memcpy(&u, &v, 4);
+  return u;
+}
+template <typename V>
+inline V from_bits(std::uint32_t u) {
+  V v;
+  std::memcpy(&v, &u, 4);
+  return v;
+}
+}  // namespace kvmm::simt
+
+template <typename V>
+inline V __shfl_xor_sync(unsigned int, V v, int lane_mask) {
+  const auto m = static_cast<unsigned>(lane_mask);
+  return kvmm::simt::from_bits<V>(kvmm::simt::Emulator::get().shfl(kvmm::simt::bits_of(v), 1000 + 2 * lane_mask,
+                                                                   [m](unsigned lane) { return (lane ^ m) & 31u; }));
+}
+template <typename V>
+inline V __shfl_sync(unsigned int, V v, int src_lane) {
+  const auto s = static_cast<unsigned>(src_lane) & 31u;
+  return kvmm::simt::from_bits<V>(
+      kvmm::simt::Emulator::get().shfl(kvmm::simt::bits_of(v), 4000, [s](unsigned) { return s; }));
+}
+template <typename V>
+inline V __shfl_down_sync(unsigned int, V v, unsigned int delta) {
+  return kvmm::simt::from_bits<V>(kvmm::simt::Emulator::get().shfl(
+      kvmm::simt::bits_of(v), 4100, [delta](unsigned lane) { return lane + delta < 32 ? lane + delta : 32u; }));
+}
+template <typename V>
+inline V __shfl_up_sync(unsigned int, V v, unsigned int delta) {
+  return kvmm::simt::from_bits<V>(kvmm::simt::Emulator::get().shfl(
+      kvmm::simt::bits_of(v), 4200, [delta](unsigned lane) { return lane >= delta ? lane - delta : 32u; }));
 }
