@@ -63,7 +63,8 @@ __device__ __forceinline__ void sts(V* p, const V& v KVMM_SITE_PARAM) {
 }
 
 template <int Bytes>
-__device__ __forceinline__ void cp_async(void* smem, const void* gmem, std::uint32_t src_bytes = Bytes KVMM_SITE_PARAM) {
+__device__ __forceinline__ void cp_async(void* smem, const void* gmem,
+                                         std::uint32_t src_bytes = Bytes KVMM_SITE_PARAM) {
   static_assert(Bytes == 4 || Bytes == 8 || Bytes == 16, "cp.async copies 4, 8 or 16 bytes");
 #if defined(KVMM_SIMT_HOST)
   simt::note_access(gmem, src_bytes < Bytes ? src_bytes : Bytes, simt::Space::kGlobal, simt::Kind::kLoad,

@@ -45,10 +45,10 @@ struct Region {
 };
 
 struct GlobalStats {
-  long long requests = 0;        // warp-wide instructions touching the region
+  long long requests = 0;  // warp-wide instructions touching the region
   long long bytes_requested = 0;
   long long unique_bytes = 0;
-  long long sectors = 0;         // 32-byte sectors, summed over requests
+  long long sectors = 0;  // 32-byte sectors, summed over requests
   long long unique_sectors = 0;
   double sectors_per_request() const { return requests ? double(sectors) / double(requests) : 0.0; }
 };
@@ -88,7 +88,8 @@ class TrafficLog {
       cta_[thread] = cta;
       seq_[thread] = 0;
     }
-    log_.push_back(Access{cta, thread, seq_[thread]++, reinterpret_cast<std::uintptr_t>(addr), bytes, space, kind, line});
+    log_.push_back(
+        Access{cta, thread, seq_[thread]++, reinterpret_cast<std::uintptr_t>(addr), bytes, space, kind, line});
   }
   const std::vector<Access>& records() const { return log_; }
   void clear() {

@@ -65,7 +65,8 @@ inline void mma_16816(bool bf16, float (&d)[4], const std::uint32_t (&a)[4], con
           double acc = c[i];
           for (unsigned k = 0; k < 16; ++k) {
             const Owner oa = a_owner(row, k), ob = b_owner(k, col);
-            acc += element(bf16, half_at(warp[oa.lane].r, oa.index)) * element(bf16, half_at(warp[ob.lane].r + 4, ob.index));
+            acc += element(bf16, half_at(warp[oa.lane].r, oa.index)) *
+                   element(bf16, half_at(warp[ob.lane].r + 4, ob.index));
           }
           out[i] = static_cast<float>(acc);
         }

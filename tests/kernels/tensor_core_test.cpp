@@ -26,14 +26,12 @@ using namespace kvmm::test::ptx;
 
 namespace {
 
-std::uint16_t to_bits(bool bf16, float f) {
-  return bf16 ? kernels::float_to_bf16(f) : kernels::float_to_f16(f);
-}
+std::uint16_t to_bits(bool bf16, float f) { return bf16 ? kernels::float_to_bf16(f) : kernels::float_to_f16(f); }
 
 }  // namespace
 
 TEST_CASE("mma.m16n8k16 fragment layouts: PTX ISA forward maps vs the emulator's owners", "[kernels][simt][tc]") {
-  std::set<std::pair<unsigned, unsigned>> a, b, c;
+  std::set<std::pair<unsigned, unsigned> > a, b, c;
   for (unsigned lane = 0; lane < 32; ++lane) {
     for (unsigned i = 0; i < 8; ++i) {
       const RC e = ptx_a(lane, i);
@@ -148,9 +146,10 @@ TEST_CASE("emulated ldmatrix x1/x2/x4 (.trans) follows the PTX ISA and ignores u
   check_ldmatrix<4, true>();
   // The layouts themselves: each matrix's 64 elements exactly once per form.
   for (bool trans : {false, true}) {
-    std::set<std::pair<unsigned, unsigned>> seen;
+    std::set<std::pair<unsigned, unsigned> > seen;
     for (unsigned lane = 0; lane < 32; ++lane)
-      for (unsigned j = 0; j < 2; ++j) seen.insert({ptx_ldmatrix(lane, j, trans).row, ptx_ldmatrix(lane, j, trans).col});
+      for (unsigned j = 0; j < 2; ++j)
+        seen.insert({ptx_ldmatrix(lane, j, trans).row, ptx_ldmatrix(lane, j, trans).col});
     CHECK(seen.size() == 64);
   }
 }
@@ -164,7 +163,7 @@ TEST_CASE("emulated cp.async: sizes, zero fill, group order, poison until wait",
   REQUIRE(simt::launch(dim3(1), 32, [&] {
     if (threadIdx.x != 0) return;
     std::memset(dst, 0, sizeof dst);
-    dev::cp_async<16>(dst, src, 16);      // group 0: whole
+    dev::cp_async<16>(dst, src, 16);          // group 0: whole
     dev::cp_async<8>(dst + 16, src + 16, 5);  // group 0: 5 bytes, 3 zero-filled
     dev::cp_async_commit();
     dev::cp_async<4>(dst + 32, src + 32, 0);  // group 1: nothing read, all zero
@@ -173,7 +172,7 @@ TEST_CASE("emulated cp.async: sizes, zero fill, group order, poison until wait",
     unsigned char poison[16];
     std::memset(poison, 0xff, 16);
     stage[0] = equal(dst, poison, 16) && equal(dst + 48, poison, 16);  // nothing visible yet
-    dev::cp_async_wait<1>();  // group 0 done, group 1 may be pending
+    dev::cp_async_wait<1>();                                           // group 0 done, group 1 may be pending
     unsigned char want[24] = {};
     std::memcpy(want, src, 21);
     stage[1] = equal(dst, want, 24);
@@ -224,7 +223,8 @@ float staged_sum(bool early, bool wait_first, std::uint64_t seed) {
   return out;
 }
 
-TEST_CASE("a planted early cp.async read fails; a misplaced wait shows under a seeded schedule", "[kernels][simt][tc]") {
+TEST_CASE("a planted early cp.async read fails; a misplaced wait shows under a seeded schedule",
+          "[kernels][simt][tc]") {
   CHECK(std::isnan(staged_sum(true, true, 0)));  // read before wait_group: poison
   CHECK(staged_sum(false, true, 0) == 256.0f);
   for (std::uint64_t seed : {1u, 2u, 3u}) CHECK(staged_sum(false, true, seed) == 256.0f);
