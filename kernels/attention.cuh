@@ -189,7 +189,12 @@ __global__ void __launch_bounds__(kThreads, kMaxGroup == 4 ? 4 : 2) attention_ke
           for (int j = 0; j < 8; ++j) dot = fmaf(qf[g][j], kf[j], dot);
           KVMM_UNROLL
           for (int off = kTeam / 2; off > 0; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);
-          const float logit = a.soft_cap ? a.cap_log2 * tanhf(dot * a.scale_div_cap) : dot * a.scale_log2;
+#if defined(KVMM_CENSUS_NO_SOFT_CAP)
+          constexpr bool soft_cap = false;  // census builds: the benchmarks' path, without the tanh branch
+#else
+          const bool soft_cap = a.soft_cap;
+#endif
+          const float logit = soft_cap ? a.cap_log2 * tanhf(dot * a.scale_div_cap) : dot * a.scale_log2;
           bool visible = ok[t];
           if constexpr (kRowTiles) {
             const std::uint32_t tok = base + t;

@@ -14,6 +14,9 @@ scripts/format.sh --check
 jobs=$(nproc)
 build=$(realpath -m "${KVMM_BUILD_ROOT:-build}")
 
+echo "== CUDA binary tools for the kernel static checks (cuobjdump/nvdisasm, pinned, /opt/kvmm-venvs/cuobjdump)"
+scripts/kernel_tools.sh
+
 echo "== release build (-Werror) and tests"
 cmake -S . -B "$build/release" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVMM_WERROR=ON \
   -DKVMM_BUILD_TESTS=ON -DKVMM_BUILD_BENCH=ON -DKVMM_BUILD_EXAMPLES=ON -DKVMM_PYTHON=ON

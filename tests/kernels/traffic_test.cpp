@@ -42,7 +42,8 @@ simt::SharedStats k_tile_wavefronts(bool swizzle) {
 
 }  // namespace
 
-TEST_CASE("ldmatrix wavefronts: the 128-byte XOR swizzle is ideal, the plain layout 8x worse", "[kernels][simt][traffic]") {
+TEST_CASE("ldmatrix wavefronts: the 128-byte XOR swizzle is ideal, the plain layout 8x worse",
+          "[kernels][simt][traffic]") {
   const simt::SharedStats plain = k_tile_wavefronts(false), swz = k_tile_wavefronts(true);
   CHECK(swz.requests == 32);  // 4 warps x 8 instructions
   CHECK(swz.ideal == 128);    // 4 matrices each
@@ -56,10 +57,10 @@ TEST_CASE("shared wavefronts of 4/8/16-byte accesses follow the bank rule", "[ke
   simt::TrafficLog log;
   REQUIRE(simt::launch(dim3(1), 32, [&] {
     const unsigned lane = threadIdx.x;
-    (void)dev::lds(&s[lane]);                              // 32 words, 32 banks: 1
-    (void)dev::lds(&s[lane * 32]);                         // one bank: 32
-    (void)dev::lds(&s[0]);                                 // broadcast: 1
-    (void)dev::lds(reinterpret_cast<const float4*>(&s[lane * 4]));  // 4 phases of 8: 4
+    (void)dev::lds(&s[lane]);                                        // 32 words, 32 banks: 1
+    (void)dev::lds(&s[lane * 32]);                                   // one bank: 32
+    (void)dev::lds(&s[0]);                                           // broadcast: 1
+    (void)dev::lds(reinterpret_cast<const float4*>(&s[lane * 4]));   // 4 phases of 8: 4
     (void)dev::lds(reinterpret_cast<const float4*>(&s[lane * 64]));  // every 4th... 8 lanes, 2 rows per bank group
   }));
   const auto& recs = log.records();
@@ -80,14 +81,16 @@ TEST_CASE("shared wavefronts of 4/8/16-byte accesses follow the bank rule", "[ke
 
 TEST_CASE("global sectors per warp request: coalesced rows vs strided lanes", "[kernels][simt][traffic]") {
   static std::vector<std::uint8_t> g(1 << 17);
-  auto* base = reinterpret_cast<std::uint8_t*>((reinterpret_cast<std::uintptr_t>(g.data()) + 255) & ~std::uintptr_t{255});
+  auto* base =
+      reinterpret_cast<std::uint8_t*>((reinterpret_cast<std::uintptr_t>(g.data()) + 255) & ~std::uintptr_t{255});
   for (int pattern = 0; pattern < 3; ++pattern) {
     simt::TrafficLog log;
     REQUIRE(simt::launch(dim3(1), 32, [&] {
       const unsigned lane = threadIdx.x;
       // 0: two 256-byte rows, 16 lanes each (today's decode); 1: the same from a base
       // aligned to 16 bytes only; 2: one 16-byte piece per 2-KiB row.
-      const std::size_t off = pattern == 2 ? lane * 2048 : (lane / 16) * 2048 + (lane % 16) * 16 + (pattern == 1 ? 16 : 0);
+      const std::size_t off =
+          pattern == 2 ? lane * 2048 : (lane / 16) * 2048 + (lane % 16) * 16 + (pattern == 1 ? 16 : 0);
       (void)dev::ldg16(base + off);
     }));
     const auto rep = log.analyse({{"g", base, g.size() - 256}});
@@ -119,8 +122,8 @@ DecodeTraffic decode_traffic(bool paged, std::uint32_t misalign) {
   arena.assign(num_pages * page_stride + 512, 0);
   std::mt19937 rng(7);
   for (auto& b : arena) b = static_cast<std::uint8_t>(rng() & 0x3f);  // small bf16 values
-  char* base = reinterpret_cast<char*>((reinterpret_cast<std::uintptr_t>(arena.data()) + 255) & ~std::uintptr_t{255}) +
-               misalign;
+  char* base =
+      reinterpret_cast<char*>((reinterpret_cast<std::uintptr_t>(arena.data()) + 255) & ~std::uintptr_t{255}) + misalign;
   std::vector<std::uint32_t> pages(batch * pages_per_req);
   for (std::uint32_t i = 0; i < pages.size(); ++i) pages[i] = (i * 11 + 3) % num_pages;
   std::vector<std::uint32_t> indptr(batch + 1), lens(batch, kv_len), slots{1, 0};
