@@ -1,13 +1,17 @@
 // Host emulation of the CUDA subset the kvmm kernels use, so that CI runs the real
 // device code on a machine without a GPU (define KVMM_SIMT_HOST before including a
 // .cuh). Each CTA runs as blockDim.x fibers on the calling thread, switched at every
-// __syncthreads and __shfl_xor_sync; a barrier that some threads of a CTA reach while
+// barrier and warp-wide instruction; a barrier that some threads of a CTA reach while
 // others exited or wait at a different barrier is reported as divergence (on a GPU:
 // a hang or undefined shuffle results). A barrier costs microseconds: small shapes only.
-// Warp-wide instructions (shuffles; mma, ldmatrix and cp.async in simt_warp.hpp) are
-// rendezvous: each lane deposits a 64-byte record, a CTA barrier runs, each lane computes
-// its result from its warp's records, a second barrier frees them. Every warp of a CTA
-// must therefore issue the same sequence of collectives (no warp specialisation yet).
+// Scheduling is per warp: a thread runs until it waits at a CTA barrier (__syncthreads),
+// a warp rendezvous or a named barrier (bar.sync/bar.arrive), or ends; a warp rendezvous
+// releases when all lanes of that warp reached the same one, so warps may run different
+// collectives (warp specialisation: a producer warp beside consumer warps). Warp-wide
+// instructions (shuffles, __syncwarp; mma and ldmatrix in simt_warp.hpp) deposit a
+// 64-byte record per lane, rendezvous, compute each lane's result from the warp's records
+// and rendezvous again. Lanes of one warp at different collectives, a collective or CTA
+// barrier that some lanes left by exiting, or a wait nothing can release are reported.
 // A seeded schedule (set_schedule_seed) permutes the order in which the threads of a CTA
 // run between barriers, so an ordering bug shows up under one of several seeds.
 #pragma once
@@ -17,6 +21,8 @@
 #include <setjmp.h>
 #include <ucontext.h>
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -116,33 +122,96 @@ class Emulator {
       makecontext(&f.start, &Emulator::entry, 0);
     }
     body_ = &body;
+    named_arrived_.fill(0);
+    named_count_.fill(0);
+    for (unsigned i = 0; i < n; ++i) fibers_[i].runnable = true;
     bool ok = true;
     for (;;) {
-      // One round: every live thread runs up to its next barrier or its end, in thread
-      // order or in a seeded permutation of it.
+      // One round: every runnable thread runs up to its next wait or its end, in thread
+      // order or in a seeded permutation of it; then whatever can be released is.
       if (seed_ != 0) std::shuffle(order_.begin(), order_.end(), rng_);
-      unsigned waiting = 0, exited = 0;
-      int site = -1;
-      bool mismatch = false;
       for (unsigned i : order_) {
-        if (fibers_[i].done) continue;
+        Fiber& f = fibers_[i];
+        if (f.done || !f.runnable) continue;
+        f.runnable = false;
         resume(i);
-        if (fibers_[i].done) {
-          ++exited;
-        } else {
-          if (waiting > 0 && fibers_[i].site != site) mismatch = true;
-          site = fibers_[i].site;
-          ++waiting;
-        }
       }
-      if (waiting == 0) break;
-      if (exited > 0 || mismatch) {
+      const int r = release(n);
+      if (r == 0) break;  // every thread ended
+      if (r < 0) {
         ok = false;
         break;
       }
     }
     if (hooks_.end != nullptr) hooks_.end();
     return ok;
+  }
+
+  // After a round: releases the warps whose live lanes all wait at one warp collective,
+  // the named barriers that enough threads reached, else the CTA barrier if every live
+  // thread waits at it. 1: something released; 0: every thread ended; -1: divergence
+  // (lanes of a warp at different collectives or with exited lanes, threads at different
+  // CTA barriers or exited ones) or deadlock (nothing can be released).
+  int release(unsigned n) {
+    unsigned live = 0, at_cta = 0;
+    bool any_done = false, cta_mismatch = false;
+    int cta_site = -1;
+    for (unsigned i = 0; i < n; ++i) {
+      const Fiber& f = fibers_[i];
+      if (f.done) {
+        any_done = true;
+        continue;
+      }
+      ++live;
+      if (f.wait == Wait::kCta) {
+        if (at_cta > 0 && f.site != cta_site) cta_mismatch = true;
+        cta_site = f.site;
+        ++at_cta;
+      }
+    }
+    if (live == 0) return 0;
+    bool released = false;
+    for (unsigned lo = 0; lo < n; lo += 32) {
+      const unsigned hi = std::min(n, lo + 32);
+      bool at_warp = false, elsewhere = false, exited = false, mismatch = false;
+      int site = -1;
+      for (unsigned i = lo; i < hi; ++i) {
+        const Fiber& f = fibers_[i];
+        if (f.done) {
+          exited = true;
+        } else if (f.wait == Wait::kWarp) {
+          if (at_warp && f.site != site) mismatch = true;
+          site = f.site;
+          at_warp = true;
+        } else {
+          elsewhere = true;
+        }
+      }
+      if (!at_warp) continue;
+      if (mismatch || exited || elsewhere) return -1;
+      for (unsigned i = lo; i < hi; ++i) fibers_[i].runnable = true;
+      released = true;
+    }
+    for (unsigned id = 0; id < kNamedBarriers; ++id) {
+      if (named_count_[id] == 0 || named_arrived_[id] < named_count_[id]) continue;
+      unsigned waiting = 0;
+      for (unsigned i = 0; i < n; ++i) {
+        Fiber& f = fibers_[i];
+        if (!f.done && f.wait == Wait::kNamed && f.site == static_cast<int>(id)) {
+          f.runnable = true;
+          ++waiting;
+        }
+      }
+      if (waiting == 0) continue;
+      named_arrived_[id] -= named_count_[id];
+      released = true;
+    }
+    if (!released && at_cta == live) {
+      if (cta_mismatch || any_done) return -1;
+      for (unsigned i = 0; i < n; ++i) fibers_[i].runnable = !fibers_[i].done;
+      released = true;
+    }
+    return released ? 1 : -1;
   }
 
   // 0 (the default): threads run in index order; else a permutation per round from `seed`.
@@ -170,21 +239,29 @@ class Emulator {
     }
   }
 
-  void barrier(int site) {
-    Fiber& f = fibers_[current_];
-    f.site = site;
-    if (_setjmp(f.ctx) == 0) _longjmp(main_, 1);
+  // Blocks the running thread at a CTA barrier (__syncthreads), a warp rendezvous, or a
+  // named barrier (bar.sync id, count); named_arrive is bar.arrive (does not block).
+  void barrier(int site) { block(Wait::kCta, site); }
+  void warp_wait(int site) { block(Wait::kWarp, site); }
+  void named_sync(unsigned id, unsigned count) {
+    named_count_.at(id) = count;
+    ++named_arrived_.at(id);
+    block(Wait::kNamed, static_cast<int>(id));
+  }
+  void named_arrive(unsigned id, unsigned count) {
+    named_count_.at(id) = count;
+    ++named_arrived_.at(id);
   }
 
   // A warp rendezvous: `deposit` fills this lane's record, `collect` reads the warp's
-  // records (first lane's index passed) after all threads of the CTA arrived.
+  // records (first lane's index passed) once every lane of the warp arrived.
   template <typename Deposit, typename Collect>
   void warp_collective(int site, Deposit&& deposit, Collect&& collect) {
     const unsigned me = current_;
     deposit(lanes_[me]);
-    barrier(site);
+    warp_wait(site);
     collect(&lanes_[me & ~31u], me & 31u);
-    barrier(site + 1);
+    warp_wait(site + 1);
   }
 
   // Shuffle of a 32-bit value from lane `src(lane)` of the warp (src >= 32: own value).
@@ -202,12 +279,22 @@ class Emulator {
 
  private:
   static constexpr std::size_t kStackBytes = 128 * 1024;
+  static constexpr unsigned kNamedBarriers = 16;
+  enum class Wait : std::uint8_t { kCta, kWarp, kNamed };
+  void block(Wait w, int site) {
+    Fiber& f = fibers_[current_];
+    f.wait = w;
+    f.site = site;
+    if (_setjmp(f.ctx) == 0) _longjmp(main_, 1);
+  }
   struct Fiber {
     std::unique_ptr<char[]> stack;
     jmp_buf ctx;
     ucontext_t start;
     bool started = false;
     bool done = false;
+    bool runnable = false;
+    Wait wait = Wait::kCta;
     int site = 0;
   };
   static void entry() {
@@ -220,6 +307,7 @@ class Emulator {
   std::vector<Fiber> fibers_;
   std::vector<LaneRecord> lanes_;
   std::vector<unsigned> order_;
+  std::array<unsigned, kNamedBarriers> named_arrived_{}, named_count_{};
   std::uint64_t seed_ = 0;
   std::mt19937_64 rng_;
   BlockHooks hooks_;
@@ -244,8 +332,7 @@ inline bool launch(dim3 grid, unsigned threads, const std::function<void()>& bod
 }  // namespace kvmm::simt
 
 inline void __syncthreads() { kvmm::simt::Emulator::get().barrier(1); }
-// Warp-level: every warp of the CTA must reach it (stricter than a GPU, see above).
-inline void __syncwarp(unsigned int = 0xffffffffu) { kvmm::simt::Emulator::get().barrier(5); }
+inline void __syncwarp(unsigned int = 0xffffffffu) { kvmm::simt::Emulator::get().warp_wait(5); }
 
 // Shuffles over the full warp (width 32) of 32-bit values: float, int, unsigned.
 namespace kvmm::simt {

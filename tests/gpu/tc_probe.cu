@@ -1,5 +1,6 @@
 // Device side of tc_probe.hpp: the kvmm tensor-core wrappers compiled by nvcc (inline
 // PTX for sm_80/sm_90) and run once by tests/gpu/tc_probe_test.cpp.
+#include "../../kernels/named_barrier.cuh"
 #include "../../kernels/tensor_core.cuh"
 #include "tc_probe.hpp"
 
@@ -22,7 +23,7 @@ __global__ void tc_probe_kernel(const TcProbeIn* in, TcProbeOut* out) {
   dev::cp_async<16>(&tile[lane / 8][lane % 8][0], &in->tile[lane / 8][lane % 8][0]);
   dev::cp_async_commit();
   dev::cp_async_wait<0>();
-  __syncthreads();
+  dev::bar_sync(1, 32);  // the one warp: a named barrier in place of __syncthreads
   const void* row = &tile[lane / 8][lane % 8][0];
   dev::ldmatrix<1>(out->x1[lane], row);
   dev::ldmatrix<2>(out->x2[lane], row);
