@@ -60,9 +60,8 @@ struct PagedAddr {
     return Row{indptr != nullptr ? pages + __ldg(indptr + b) : pages + std::uint64_t{b} * dense_stride};
   }
   __device__ __forceinline__ long long offset(const Row& r, std::uint32_t tok) const {
-    const std::uint32_t page = __ldg(r.pages + tok / tokens_per_page);
-    if (page == kNull) return -1;
-    return static_cast<long long>(page * page_stride + std::uint64_t{tok % tokens_per_page} * row_bytes);
+    const std::uint32_t page = __ldg(r.pages + page_of_token(tok, tokens_per_page));
+    return paged_token_offset(page, tok, tokens_per_page, page_stride, row_bytes);
   }
 };
 
@@ -79,7 +78,7 @@ struct ContiguousAddr {
   };
   __device__ __forceinline__ Row row(std::uint32_t b) const { return Row{__ldg(slot_idx + b) * slot_stride}; }
   __device__ __forceinline__ long long offset(const Row& r, std::uint32_t tok) const {
-    return static_cast<long long>(r.base + std::uint64_t{tok} * row_bytes);
+    return slot_row_offset(r.base, 1, tok, row_bytes);  // base: the slot's offset, formed once per CTA
   }
 };
 

@@ -3,6 +3,7 @@
 // check. Reusable device code here never reads threadIdx itself.
 #pragma once
 
+#include "kvmm/kernels/addressing.hpp"
 #include "kvmm/kernels/attention.hpp"
 
 #include "memory.cuh"  // the CUDA headers, or the host emulation (KVMM_SIMT_HOST)

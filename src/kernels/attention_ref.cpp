@@ -1,6 +1,7 @@
 // CPU references of the attention kernels: the same masks, ranges and split-KV merge as
 // the device code, computed in double and rounded once to the output dtype.
 #include "kvmm/error.hpp"
+#include "kvmm/kernels/addressing.hpp"
 #include "kvmm/kernels/attention.hpp"
 
 #include <algorithm>
@@ -11,6 +12,8 @@
 
 namespace kvmm::kernels {
 namespace {
+
+static_assert(kNullPageId == kNullPage, "the shared addressing's null page is kvmm's");
 
 struct Shape {
   std::uint32_t kv_heads;
@@ -48,9 +51,8 @@ class PagedKeys {
       fail("query.kv_lens[{}] = {}: needs {} pages, the page table row has {}", batch_row_, kv_len, need, count_);
   }
   std::int64_t offset(std::uint32_t tok) const {
-    const PageId page = row_[tok / p_.cache.tokens_per_page];
-    if (page == kNullPage) return -1;
-    return static_cast<std::int64_t>(page * p_.cache.page_stride_bytes + (tok % p_.cache.tokens_per_page) * row_bytes_);
+    const PageId page = row_[page_of_token(tok, p_.cache.tokens_per_page)];
+    return paged_token_offset(page, tok, p_.cache.tokens_per_page, p_.cache.page_stride_bytes, row_bytes_);
   }
 
  private:
@@ -73,7 +75,7 @@ class ContiguousKeys {
     if (kv_len > p_.cache.max_ctx)
       fail("query.kv_lens[{}] = {}: larger than cache.max_ctx ({})", batch_row_, kv_len, p_.cache.max_ctx);
   }
-  std::int64_t offset(std::uint32_t tok) const { return static_cast<std::int64_t>(base_ + tok * row_bytes_); }
+  std::int64_t offset(std::uint32_t tok) const { return slot_row_offset(base_, 1, tok, row_bytes_); }
 
  private:
   const ContiguousAttentionParams& p_;

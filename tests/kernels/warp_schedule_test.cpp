@@ -79,8 +79,10 @@ std::vector<float> pipeline(bool with_empty, std::uint64_t seed) {
         dev::bar_sync(1 + b, 96);
         std::uint32_t r[2];
         dev::ldmatrix<2>(r, &ring.v[b][half * 16 + lane % 16][0]);
-        float v = kernels::bf16_to_float(static_cast<std::uint16_t>(r[0])) + kernels::bf16_to_float(static_cast<std::uint16_t>(r[0] >> 16)) +
-                  kernels::bf16_to_float(static_cast<std::uint16_t>(r[1])) + kernels::bf16_to_float(static_cast<std::uint16_t>(r[1] >> 16));
+        float v = kernels::bf16_to_float(static_cast<std::uint16_t>(r[0])) +
+                  kernels::bf16_to_float(static_cast<std::uint16_t>(r[0] >> 16)) +
+                  kernels::bf16_to_float(static_cast<std::uint16_t>(r[1])) +
+                  kernels::bf16_to_float(static_cast<std::uint16_t>(r[1] >> 16));
         for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
         if (lane == 0) sums[s * 2 + half] = v;
         if (with_empty) dev::bar_arrive(3 + b, 96);
@@ -123,8 +125,10 @@ TEST_CASE("per-warp scheduling reports divergence and deadlock", "[kernels][simt
   }));
   // One warp at __syncthreads, the other at a warp collective it never leaves.
   CHECK_FALSE(simt::launch(dim3(1), 64, [] {
-    if (threadIdx.x < 32) __syncthreads();
-    else dev::bar_sync(1, 64);  // only 32 threads ever arrive
+    if (threadIdx.x < 32)
+      __syncthreads();
+    else
+      dev::bar_sync(1, 64);  // only 32 threads ever arrive
   }));
   // A named barrier that too few threads reach.
   CHECK_FALSE(simt::launch(dim3(1), 64, [] {
