@@ -9,7 +9,8 @@
 // 16-byte four of 8; each 8x8 ldmatrix matrix is one phase of 8 rows of 16 bytes; a
 // phase costs the largest number of distinct words one bank serves). A predicated-off
 // lane logs 0 bytes, so groups stay aligned; a group whose lanes came from different
-// call sites is counted as misaligned. Cost: one vector push per lane access; the
+// call sites is counted as misaligned (code written inside a macro argument, such as
+// REQUIRE(launch(...)), has a single source line: launch outside it). Cost: one vector push per lane access; the
 // analysis sorts the log. It has no clock and no cache: requested bytes bound L2 traffic
 // from above, unique bytes DRAM traffic from below. The bank model is NVIDIA's documented
 // rule, not measured hardware.

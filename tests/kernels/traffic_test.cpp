@@ -103,6 +103,22 @@ TEST_CASE("global sectors per warp request: coalesced rows vs strided lanes", "[
   }
 }
 
+TEST_CASE("a warp whose lanes log different call sites is counted as misaligned", "[kernels][simt][traffic]") {
+  alignas(16) static std::uint8_t g[32 * 16 * 2];
+  simt::TrafficLog log;
+  // Launched outside REQUIRE: code inside a macro argument has one source line.
+  const bool ok = simt::launch(dim3(1), 32, [&] {
+    // Half the warp skips the first load instead of predicating it: the k-th records of
+    // the lanes no longer belong to one instruction.
+    if (threadIdx.x < 16) (void)dev::ldg16(&g[threadIdx.x * 16]);
+    (void)dev::ldg16(&g[512 + threadIdx.x * 16]);
+  });
+  REQUIRE(ok);
+  const auto rep = log.analyse({{"g", g, sizeof g}});
+  CHECK(rep.misaligned == 1);               // record 0 of the warp: two sites
+  CHECK(rep.global.at("g").requests == 1);  // record 1: lanes 0-15's second load
+}
+
 namespace {
 
 struct DecodeTraffic {

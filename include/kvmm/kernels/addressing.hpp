@@ -21,16 +21,15 @@ KVMM_HOST_DEVICE std::uint32_t page_of_token(std::uint32_t tok, std::uint32_t to
 }
 
 // Byte offset of row `row_in_page` of page `page`, or -1 for a null page.
-KVMM_HOST_DEVICE std::int64_t page_row_offset(std::uint32_t page, std::uint32_t row_in_page,
-                                              std::uint64_t page_stride, std::uint64_t row_bytes) {
+KVMM_HOST_DEVICE std::int64_t page_row_offset(std::uint32_t page, std::uint32_t row_in_page, std::uint64_t page_stride,
+                                              std::uint64_t row_bytes) {
   if (page == kNullPageId) return -1;
   return static_cast<std::int64_t>(page * page_stride + std::uint64_t{row_in_page} * row_bytes);
 }
 
 // Byte offset of token `tok` of a request whose page for it is `page`, or -1 (null page).
-KVMM_HOST_DEVICE std::int64_t paged_token_offset(std::uint32_t page, std::uint32_t tok,
-                                                 std::uint32_t tokens_per_page, std::uint64_t page_stride,
-                                                 std::uint64_t row_bytes) {
+KVMM_HOST_DEVICE std::int64_t paged_token_offset(std::uint32_t page, std::uint32_t tok, std::uint32_t tokens_per_page,
+                                                 std::uint64_t page_stride, std::uint64_t row_bytes) {
   return page_row_offset(page, tok % tokens_per_page, page_stride, row_bytes);
 }
 
