@@ -76,14 +76,20 @@ def classes(op, operands):
 def parse(path, cuobjdump, env):
     """{(arch, kernel): {'res': {...}, 'all': Counter, 'loop': Counter}}; path may end in
     @MANGLED_NAME to read that kernel only (an executable that links kvmm_cuda again)."""
-    res = {}
-    arch = None
     path, _, fun = path.partition("@")
     sel = ["-fun", fun] if fun else []
-    txt = subprocess.run([cuobjdump, "-res-usage", *sel, path], capture_output=True, text=True, env=env,
+    res = subprocess.run([cuobjdump, "-res-usage", *sel, path], capture_output=True, text=True, env=env,
                          check=True).stdout
+    sass = subprocess.run([cuobjdump, "-sass", *sel, path], capture_output=True, text=True, env=env, check=True).stdout
+    return parse_text(res, sass)
+
+
+def parse_text(res_txt, sass):
+    """The census of cuobjdump's -res-usage and -sass listings."""
+    res = {}
+    arch = None
     fn = None
-    for line in txt.splitlines():
+    for line in res_txt.splitlines():
         m = re.search(r"arch = (sm_\w+)", line)
         if m:
             arch = m.group(1)
@@ -95,7 +101,6 @@ def parse(path, cuobjdump, env):
         if m and fn:
             res[(arch, fn)] = dict(zip(("regs", "stack", "smem", "local_bytes"), map(int, m.groups())))
             fn = None
-    sass = subprocess.run([cuobjdump, "-sass", *sel, path], capture_output=True, text=True, env=env, check=True).stdout
     kernels = {}
     arch, fn, instrs = None, None, []
 
@@ -192,14 +197,53 @@ def table(kernels, only=None):
     return "\n".join(lines)
 
 
+def self_test():
+    """The checks fire: synthetic listings with a spill in the loop, 8-byte K/V loads, a
+    probe without HMMA, too many registers; a clean kernel passes."""
+    def listing(name, body, arch="sm_90"):
+        lines = [f"arch = {arch}", f"Function : {name}"]
+        for i, ins in enumerate(body):
+            lines.append(f"        /*{i * 16:04x}*/                   {ins} ;")
+        return "\n".join(lines)
+
+    def loop(ops):  # a loop whose backward branch spans every op
+        return ops + [f"BRA 0x0000"]
+
+    kv = ["LDG.E.128.CONSTANT R4, [R2.64]"] * 8 + ["LDG.E.CONSTANT R9, [R2.64]"] * 4
+    g4 = "_ZN4kvmm7kernels6device16attention_kernelINS1_6BFloatELi128ELi4ENS1_9PagedAddrEEEvNS1_8AttnArgsET2_"
+    probe = "_ZN4kvmm4test15tc_probe_kernelEPKNS0_9TcProbeInEPNS0_10TcProbeOutE"
+    cases = {
+        "clean": (listing(g4, loop(kv + ["FFMA R1, R2, R3, R4"])), 128, 0),
+        "spill in loop": (listing(g4, loop(kv + ["STL [R1], R2", "LDL R2, [R1]"])), 128, 0),
+        "narrow K/V": (listing(g4, loop(["LDG.E.64.CONSTANT R4, [R2.64]"] * 16)), 128, 0),
+        "registers": (listing(g4, loop(kv)), 168, 0),
+        "probe without HMMA": (listing(probe, ["LDSM.16.M88 R1, [R2]", "LDGSTS.E.BYPASS.128 [R1], [R2.64]"]), 32, 0),
+    }
+    bad = 0
+    for name, (sass, regs, stack) in cases.items():
+        fn = re.search(r"Function : (\S+)", sass).group(1)
+        res = f"arch = sm_90\n Function {fn}:\n  REG:{regs} STACK:{stack} SHARED:0 LOCAL:0"
+        errors = check(parse_text(res, sass))
+        fired = bool(errors)
+        print(f"self-test {name}: {'flagged' if fired else 'passed'} {errors[:1]}")
+        bad += fired != (name != "clean")
+    print(f"census self-test: {len(cases) - bad} of {len(cases)} as expected")
+    return bad == 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("files", nargs="+")
+    ap.add_argument("files", nargs="*")
+    ap.add_argument("--self-test", action="store_true", help="check the checks on synthetic listings")
     ap.add_argument("--venv", default="/opt/kvmm-venvs/cuobjdump")
     ap.add_argument("--json")
     ap.add_argument("--check", action="store_true")
     ap.add_argument("--only", help="regex: table rows to print")
     args = ap.parse_args()
+    if args.self_test:
+        sys.exit(0 if self_test() else 1)
+    if not args.files:
+        ap.error("no files")
     cuobjdump, bindir = tool(args.venv, "cuobjdump")
     env = dict(os.environ, PATH=bindir + os.pathsep + os.environ.get("PATH", ""))
     kernels = {}

@@ -3,10 +3,12 @@
 # sm_80 and sm_90 through cuobjdump (PyPI nvidia-cuda-cuobjdump + nvidia-cuda-nvdisasm,
 # pinned, installed by scripts/kernel_tools.sh into KVMM_CUDA_TOOLS_VENV), checked
 # against per-kernel limits; then the time model against the committed H100 rows.
+find_package(Python3 COMPONENTS Interpreter REQUIRED)
+# The checks themselves on synthetic listings (no CUDA needed): each limit fires.
+add_test(NAME kernels_census_selftest COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/bench/kernels/census.py --self-test)
 if(NOT TARGET kvmm_cuda)
   return()
 endif()
-find_package(Python3 COMPONENTS Interpreter REQUIRED)
 set(KVMM_CUDA_TOOLS_VENV /opt/kvmm-venvs/cuobjdump CACHE PATH "venv with cuobjdump/nvdisasm (scripts/kernel_tools.sh)")
 
 add_library(kvmm_census_variants STATIC ${CMAKE_CURRENT_LIST_DIR}/census_variants.cu)
