@@ -5,6 +5,7 @@
 
 #include "kvmm/kernels/addressing.hpp"
 #include "kvmm/kernels/attention.hpp"
+#include "kvmm/kernels/online_softmax.hpp"
 
 #include "memory.cuh"  // the CUDA headers, or the host emulation (KVMM_SIMT_HOST)
 

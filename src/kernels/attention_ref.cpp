@@ -3,6 +3,7 @@
 #include "kvmm/error.hpp"
 #include "kvmm/kernels/addressing.hpp"
 #include "kvmm/kernels/attention.hpp"
+#include "kvmm/kernels/online_softmax.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -12,6 +13,10 @@
 
 namespace kvmm::kernels {
 namespace {
+
+struct Exp {
+  double operator()(double x) const { return std::exp(x); }
+};
 
 static_assert(kNullPageId == kNullPage, "the shared addressing's null page is kvmm's");
 
@@ -124,8 +129,7 @@ void attend(const QueryBatch& q, const void* k_base, const void* v_base, Shape s
         std::fill(out.begin(), out.end(), 0.0);
         for (std::uint32_t sp = 0; sp < num_splits; ++sp) {
           const KeyRange piece = split_range(range, sp, num_splits);
-          double m = -std::numeric_limits<double>::infinity();
-          double l = 0.0;
+          SoftmaxState<double> st{-std::numeric_limits<double>::infinity(), 0.0};
           std::fill(acc.begin(), acc.end(), 0.0);
           for (std::uint32_t tok = piece.lo; tok < piece.hi; ++tok) {
             const std::int64_t off = keys.offset(tok);
@@ -136,19 +140,17 @@ void attend(const QueryBatch& q, const void* k_base, const void* v_base, Shape s
               logit += qv[j] * to_float(s.dtype, load16(k_base, head_off + j * elt));
             logit *= scale;
             if (cap > 0.0) logit = cap * std::tanh(logit / cap);
-            const double m_new = std::max(m, logit);
-            const double corr = std::exp(m - m_new);
+            const double m_new = std::max(st.m, logit);
             const double pr = std::exp(logit - m_new);
-            l = l * corr + pr;
+            const double corr = softmax_absorb(st, m_new, pr, Exp{});
             for (std::uint32_t j = 0; j < d; ++j)
               acc[j] = acc[j] * corr + pr * to_float(s.dtype, load16(v_base, head_off + j * elt));
-            m = m_new;
           }
-          if (l == 0.0) continue;  // empty piece: weight 0 in the merge
-          const double m_new = std::max(big_m, m);
-          const double w_old = big_l * std::exp(big_m - m_new);
-          const double w_new = l * std::exp(m - m_new);
-          for (std::uint32_t j = 0; j < d; ++j) out[j] = (out[j] * w_old + acc[j] / l * w_new) / (w_old + w_new);
+          if (st.l == 0.0) continue;  // empty piece: weight 0 in the merge
+          const double m_new = std::max(big_m, st.m);
+          const double w_old = big_l * softmax_weight(SoftmaxState<double>{big_m, big_l}, m_new, Exp{});
+          const double w_new = st.l * softmax_weight(st, m_new, Exp{});
+          for (std::uint32_t j = 0; j < d; ++j) out[j] = (out[j] * w_old + acc[j] / st.l * w_new) / (w_old + w_new);
           big_l = w_old + w_new;
           big_m = m_new;
         }
