@@ -8,9 +8,9 @@
 set -euo pipefail
 venv=${KVMM_CUDA_TOOLS_VENV:-/opt/kvmm-venvs/cuobjdump}
 pins=(nvidia-cuda-cuobjdump==13.2.51 nvidia-cuda-nvdisasm==13.2.51)
-have() { "$venv/bin/python" -m pip freeze 2>/dev/null | grep -qix "$1"; }
+installed=$("$venv/bin/python" -m pip freeze 2>/dev/null || true)
 ok=1
-for p in "${pins[@]}"; do have "$p" || ok=0; done
+for p in "${pins[@]}"; do grep -qix "$p" <<<"$installed" || ok=0; done
 if ((ok)); then
   echo "kernel tools: ${pins[*]} in $venv"
   exit 0
