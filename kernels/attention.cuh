@@ -19,6 +19,11 @@ inline constexpr int kThreads = 128;
 inline constexpr int kTile = 4;
 inline constexpr float kLog2e = 1.4426950408889634f;
 
+// The exponential of the kernels' base-2 logits, for the shared online softmax.
+struct Exp2 {
+  __host__ __device__ __forceinline__ float operator()(float x) const { return exp2f(x); }
+};
+
 struct AttnArgs {
   const std::uint16_t* q;
   std::uint16_t* o;
@@ -60,9 +65,8 @@ struct PagedAddr {
     return Row{indptr != nullptr ? pages + __ldg(indptr + b) : pages + std::uint64_t{b} * dense_stride};
   }
   __device__ __forceinline__ long long offset(const Row& r, std::uint32_t tok) const {
-    const std::uint32_t page = __ldg(r.pages + tok / tokens_per_page);
-    if (page == kNull) return -1;
-    return static_cast<long long>(page * page_stride + std::uint64_t{tok % tokens_per_page} * row_bytes);
+    const std::uint32_t page = __ldg(r.pages + page_of_token(tok, tokens_per_page));
+    return paged_token_offset(page, tok, tokens_per_page, page_stride, row_bytes);
   }
 };
 
@@ -79,7 +83,7 @@ struct ContiguousAddr {
   };
   __device__ __forceinline__ Row row(std::uint32_t b) const { return Row{__ldg(slot_idx + b) * slot_stride}; }
   __device__ __forceinline__ long long offset(const Row& r, std::uint32_t tok) const {
-    return static_cast<long long>(r.base + std::uint64_t{tok} * row_bytes);
+    return slot_row_offset(r.base, 1, tok, row_bytes);  // base: the slot's offset, formed once per CTA
   }
 };
 
@@ -143,19 +147,19 @@ __global__ void __launch_bounds__(kThreads, kMaxGroup == 4 ? 4 : 2) attention_ke
   const int team = static_cast<int>(threadIdx.x) / kTeam;
   const int lane = static_cast<int>(threadIdx.x) % kTeam;
   float qf[kMaxGroup][8];
-  float m[kMaxGroup], l[kMaxGroup], acc[kMaxGroup][8];
+  SoftmaxState<float> st[kMaxGroup];
+  float acc[kMaxGroup][8];
   KVMM_UNROLL
   for (int g = 0; g < kMaxGroup; ++g) {
     if (g < ng) {
       const std::uint64_t slot_head = std::uint64_t{row + g / hg} * a.q_heads + qh0 + g % hg;
-      const uint4 u = load16(a.q + slot_head * D + lane * 8);
+      const uint4 u = ldg16(a.q + slot_head * D + lane * 8);
       to_float8<T>(u, qf[g]);
     } else {
       KVMM_UNROLL
       for (int j = 0; j < 8; ++j) qf[g][j] = 0.0f;
     }
-    m[g] = -INFINITY;
-    l[g] = 0.0f;
+    st[g] = SoftmaxState<float>{-INFINITY, 0.0f};
     KVMM_UNROLL
     for (int j = 0; j < 8; ++j) acc[g][j] = 0.0f;
   }
@@ -173,13 +177,8 @@ __global__ void __launch_bounds__(kThreads, kMaxGroup == 4 ? 4 : 2) attention_ke
       const std::uint32_t tok = base + t;
       const long long off = tok < piece.hi ? kv.offset(r, tok) : -1;
       ok[t] = off >= 0;
-      if (ok[t]) {
-        kr[t] = load16(kv.k + off + head_off);
-        vr[t] = load16(kv.v + off + head_off);
-      } else {
-        kr[t] = make_uint4(0, 0, 0, 0);
-        vr[t] = make_uint4(0, 0, 0, 0);
-      }
+      kr[t] = ldg16_if(kv.k + off + head_off, ok[t]);
+      vr[t] = ldg16_if(kv.v + off + head_off, ok[t]);
     }
     float s[kTile][kMaxGroup];
     KVMM_UNROLL
@@ -194,7 +193,12 @@ __global__ void __launch_bounds__(kThreads, kMaxGroup == 4 ? 4 : 2) attention_ke
           for (int j = 0; j < 8; ++j) dot = fmaf(qf[g][j], kf[j], dot);
           KVMM_UNROLL
           for (int off = kTeam / 2; off > 0; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);
-          const float logit = a.soft_cap ? a.cap_log2 * tanhf(dot * a.scale_div_cap) : dot * a.scale_log2;
+#if defined(KVMM_CENSUS_NO_SOFT_CAP)
+          constexpr bool soft_cap = false;  // census builds: the benchmarks' path, without the tanh branch
+#else
+          const bool soft_cap = a.soft_cap;
+#endif
+          const float logit = soft_cap ? a.cap_log2 * tanhf(dot * a.scale_div_cap) : dot * a.scale_log2;
           bool visible = ok[t];
           if constexpr (kRowTiles) {
             const std::uint32_t tok = base + t;
@@ -209,7 +213,7 @@ __global__ void __launch_bounds__(kThreads, kMaxGroup == 4 ? 4 : 2) attention_ke
     // Online softmax over the tile: s becomes the tile's probabilities.
     KVMM_UNROLL
     for (int g = 0; g < kMaxGroup; ++g) {
-      float mt = m[g];
+      float mt = st[g].m;
       KVMM_UNROLL
       for (int t = 0; t < kTile; ++t) mt = fmaxf(mt, s[t][g]);
       if (mt == -INFINITY) {
@@ -217,17 +221,15 @@ __global__ void __launch_bounds__(kThreads, kMaxGroup == 4 ? 4 : 2) attention_ke
         for (int t = 0; t < kTile; ++t) s[t][g] = 0.0f;
         continue;
       }
-      const float corr = exp2f(m[g] - mt);
       float sum = 0.0f;
       KVMM_UNROLL
       for (int t = 0; t < kTile; ++t) {
         s[t][g] = exp2f(s[t][g] - mt);
         sum += s[t][g];
       }
-      l[g] = l[g] * corr + sum;
+      const float corr = softmax_absorb(st[g], mt, sum, Exp2{});
       KVMM_UNROLL
       for (int j = 0; j < 8; ++j) acc[g][j] *= corr;
-      m[g] = mt;
     }
     KVMM_UNROLL
     for (int t = 0; t < kTile; ++t) {
@@ -248,8 +250,8 @@ __global__ void __launch_bounds__(kThreads, kMaxGroup == 4 ? 4 : 2) attention_ke
   for (int g = 0; g < kMaxGroup; ++g) {
     if (g < ng) {
       if (lane == 0) {
-        sm.m[team][g] = m[g];
-        sm.l[team][g] = l[g];
+        sm.m[team][g] = st[g].m;
+        sm.l[team][g] = st[g].l;
       }
       float4* dst = reinterpret_cast<float4*>(&sm.o[team][g][lane * 8]);
       dst[0] = make_float4(acc[g][0], acc[g][1], acc[g][2], acc[g][3]);
@@ -267,7 +269,7 @@ __global__ void __launch_bounds__(kThreads, kMaxGroup == 4 ? 4 : 2) attention_ke
     if (big_m != -INFINITY) {
       KVMM_UNROLL
       for (int t = 0; t < kTeams; ++t) {
-        const float w = exp2f(sm.m[t][g] - big_m);
+        const float w = softmax_weight(SoftmaxState<float>{sm.m[t][g], sm.l[t][g]}, big_m, Exp2{});
         big_l = fmaf(sm.l[t][g], w, big_l);
         out = fmaf(sm.o[t][g][d], w, out);
       }
@@ -296,7 +298,7 @@ __global__ void merge_kernel(AttnArgs a, std::uint32_t head_dim) {
   float weight = 0.0f, out = 0.0f;
   if (big != -INFINITY) {
     for (std::uint32_t s = 0; s < a.num_splits; ++s) {
-      const float w = exp2f(lse[s] - big);
+      const float w = softmax_weight(SoftmaxState<float>{lse[s], 1.0f}, big, Exp2{});  // lse = m + log2 l
       weight += w;
       out = fmaf(w, a.ws_o[(head * a.num_splits + s) * head_dim + d], out);
     }

@@ -19,7 +19,7 @@ struct PagedDst {
   __device__ __forceinline__ long long offset(std::uint32_t token) const {
     const std::uint32_t page = __ldg(page_ids + token);
     if (page == kNull) return -1;
-    return static_cast<long long>(page * page_stride + std::uint64_t{__ldg(offsets + token)} * row_bytes);
+    return page_row_offset(page, __ldg(offsets + token), page_stride, row_bytes);
   }
 };
 
@@ -29,8 +29,7 @@ struct ContiguousDst {
   std::uint64_t slot_stride;
   std::uint32_t row_bytes;
   __device__ __forceinline__ long long offset(std::uint32_t token) const {
-    return static_cast<long long>(__ldg(slots + token) * slot_stride +
-                                  std::uint64_t{__ldg(positions + token)} * row_bytes);
+    return slot_row_offset(__ldg(slots + token), slot_stride, __ldg(positions + token), row_bytes);
   }
 };
 

@@ -3,15 +3,17 @@
 // check. Reusable device code here never reads threadIdx itself.
 #pragma once
 
+#include "kvmm/kernels/addressing.hpp"
 #include "kvmm/kernels/attention.hpp"
+#include "kvmm/kernels/online_softmax.hpp"
+
+#include "memory.cuh"  // the CUDA headers, or the host emulation (KVMM_SIMT_HOST)
 
 #if defined(KVMM_SIMT_HOST)
-#include "simt_host.hpp"  // host emulation of the device code, for CI without a GPU
 #define KVMM_UNROLL
 #else
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
-#include <cuda_runtime.h>
 #define KVMM_UNROLL _Pragma("unroll")
 #endif
 
@@ -52,8 +54,6 @@ __device__ __forceinline__ void to_float8(const uint4& u, float (&f)[8]) {
   f[6] = T::lo(u.w);
   f[7] = T::hi(u.w);
 }
-
-__device__ __forceinline__ uint4 load16(const void* p) { return __ldg(static_cast<const uint4*>(p)); }
 
 #if !defined(KVMM_SIMT_HOST)
 // Raises kvmm::Error (through the host library) when the last launch failed.

@@ -1,9 +1,19 @@
 // Host emulation of the CUDA subset the kvmm kernels use, so that CI runs the real
 // device code on a machine without a GPU (define KVMM_SIMT_HOST before including a
 // .cuh). Each CTA runs as blockDim.x fibers on the calling thread, switched at every
-// __syncthreads and __shfl_xor_sync; a barrier that some threads of a CTA reach while
+// barrier and warp-wide instruction; a barrier that some threads of a CTA reach while
 // others exited or wait at a different barrier is reported as divergence (on a GPU:
 // a hang or undefined shuffle results). A barrier costs microseconds: small shapes only.
+// Scheduling is per warp: a thread runs until it waits at a CTA barrier (__syncthreads),
+// a warp rendezvous or a named barrier (bar.sync/bar.arrive), or ends; a warp rendezvous
+// releases when all lanes of that warp reached the same one, so warps may run different
+// collectives (warp specialisation: a producer warp beside consumer warps). Warp-wide
+// instructions (shuffles, __syncwarp; mma and ldmatrix in simt_warp.hpp) deposit a
+// 64-byte record per lane, rendezvous, compute each lane's result from the warp's records
+// and rendezvous again. Lanes of one warp at different collectives, a collective or CTA
+// barrier that some lanes left by exiting, or a wait nothing can release are reported.
+// A seeded schedule (set_schedule_seed) permutes the order in which the threads of a CTA
+// run between barriers, so an ordering bug shows up under one of several seeds.
 #pragma once
 
 #include "kvmm/kernels/dtype.hpp"
@@ -11,11 +21,15 @@
 #include <setjmp.h>
 #include <ucontext.h>
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <numeric>
+#include <random>
 #include <vector>
 
 #define __global__
@@ -66,6 +80,20 @@ inline dim3 threadIdx, blockIdx, blockDim, gridDim;
 
 namespace kvmm::simt {
 
+// What one lane deposits at a warp rendezvous: registers and one pointer.
+struct LaneRecord {
+  std::uint32_t r[8];
+  float f[4];
+  const void* p;
+  std::uint64_t pad;
+};
+
+// Per-thread hooks run at the end of each CTA (the cp.async queue of simt_warp.hpp).
+struct BlockHooks {
+  void (*begin)(unsigned threads) = nullptr;
+  void (*end)() = nullptr;
+};
+
 class Emulator {
  public:
   static Emulator& get() {
@@ -78,7 +106,10 @@ class Emulator {
   bool run_block(const std::function<void()>& body) {
     const unsigned n = blockDim.x;
     if (fibers_.size() < n) fibers_.resize(n);
-    xchg_.assign(n, 0.0f);
+    lanes_.assign((n + 31) / 32 * 32, LaneRecord{});  // whole warps: a partial warp's missing lanes read zeros
+    order_.resize(n);
+    std::iota(order_.begin(), order_.end(), 0u);
+    if (hooks_.begin != nullptr) hooks_.begin(n);
     for (unsigned i = 0; i < n; ++i) {
       Fiber& f = fibers_[i];
       if (!f.stack) f.stack = std::make_unique<char[]>(kStackBytes);
@@ -91,26 +122,106 @@ class Emulator {
       makecontext(&f.start, &Emulator::entry, 0);
     }
     body_ = &body;
+    named_arrived_.fill(0);
+    named_count_.fill(0);
+    for (unsigned i = 0; i < n; ++i) fibers_[i].runnable = true;
+    bool ok = true;
     for (;;) {
-      // One round: every live thread runs up to its next barrier or its end.
-      unsigned waiting = 0, exited = 0;
-      int site = -1;
-      bool mismatch = false;
-      for (unsigned i = 0; i < n; ++i) {
-        if (fibers_[i].done) continue;
+      // One round: every runnable thread runs up to its next wait or its end, in thread
+      // order or in a seeded permutation of it; then whatever can be released is.
+      if (seed_ != 0) std::shuffle(order_.begin(), order_.end(), rng_);
+      for (unsigned i : order_) {
+        Fiber& f = fibers_[i];
+        if (f.done || !f.runnable) continue;
+        f.runnable = false;
         resume(i);
-        if (fibers_[i].done) {
-          ++exited;
+      }
+      const int r = release(n);
+      if (r == 0) break;  // every thread ended
+      if (r < 0) {
+        ok = false;
+        break;
+      }
+    }
+    if (hooks_.end != nullptr) hooks_.end();
+    return ok;
+  }
+
+  // After a round: releases the warps whose live lanes all wait at one warp collective,
+  // the named barriers that enough threads reached, else the CTA barrier if every live
+  // thread waits at it. 1: something released; 0: every thread ended; -1: divergence
+  // (lanes of a warp at different collectives or with exited lanes, threads at different
+  // CTA barriers or exited ones) or deadlock (nothing can be released).
+  int release(unsigned n) {
+    unsigned live = 0, at_cta = 0;
+    bool any_done = false, cta_mismatch = false;
+    int cta_site = -1;
+    for (unsigned i = 0; i < n; ++i) {
+      const Fiber& f = fibers_[i];
+      if (f.done) {
+        any_done = true;
+        continue;
+      }
+      ++live;
+      if (f.wait == Wait::kCta) {
+        if (at_cta > 0 && f.site != cta_site) cta_mismatch = true;
+        cta_site = f.site;
+        ++at_cta;
+      }
+    }
+    if (live == 0) return 0;
+    bool released = false;
+    for (unsigned lo = 0; lo < n; lo += 32) {
+      const unsigned hi = std::min(n, lo + 32);
+      bool at_warp = false, elsewhere = false, exited = false, mismatch = false;
+      int site = -1;
+      for (unsigned i = lo; i < hi; ++i) {
+        const Fiber& f = fibers_[i];
+        if (f.done) {
+          exited = true;
+        } else if (f.wait == Wait::kWarp) {
+          if (at_warp && f.site != site) mismatch = true;
+          site = f.site;
+          at_warp = true;
         } else {
-          if (waiting > 0 && fibers_[i].site != site) mismatch = true;
-          site = fibers_[i].site;
+          elsewhere = true;
+        }
+      }
+      if (!at_warp) continue;
+      if (mismatch || exited || elsewhere) return -1;
+      for (unsigned i = lo; i < hi; ++i) fibers_[i].runnable = true;
+      released = true;
+    }
+    for (unsigned id = 0; id < kNamedBarriers; ++id) {
+      if (named_count_[id] == 0 || named_arrived_[id] < named_count_[id]) continue;
+      unsigned waiting = 0;
+      for (unsigned i = 0; i < n; ++i) {
+        Fiber& f = fibers_[i];
+        if (!f.done && f.wait == Wait::kNamed && f.site == static_cast<int>(id)) {
+          f.runnable = true;
           ++waiting;
         }
       }
-      if (waiting == 0) return true;
-      if (exited > 0 || mismatch) return false;
+      if (waiting == 0) continue;
+      named_arrived_[id] -= named_count_[id];
+      released = true;
     }
+    if (!released && at_cta == live) {
+      if (cta_mismatch || any_done) return -1;
+      for (unsigned i = 0; i < n; ++i) fibers_[i].runnable = !fibers_[i].done;
+      released = true;
+    }
+    return released ? 1 : -1;
   }
+
+  // 0 (the default): threads run in index order; else a permutation per round from `seed`.
+  void set_schedule_seed(std::uint64_t seed) {
+    seed_ = seed;
+    rng_.seed(seed);
+  }
+  void set_hooks(BlockHooks h) { hooks_ = h; }
+  unsigned current() const { return current_; }
+  LaneRecord& record(unsigned thread) { return lanes_[thread]; }
 
   // Runs thread i until its next barrier or its end. Out of line, so that no local of
   // run_block lives across the jumps.
@@ -128,29 +239,62 @@ class Emulator {
     }
   }
 
-  void barrier(int site) {
-    Fiber& f = fibers_[current_];
-    f.site = site;
-    if (_setjmp(f.ctx) == 0) _longjmp(main_, 1);
+  // Blocks the running thread at a CTA barrier (__syncthreads), a warp rendezvous, or a
+  // named barrier (bar.sync id, count); named_arrive is bar.arrive (does not block).
+  void barrier(int site) { block(Wait::kCta, site); }
+  void warp_wait(int site) { block(Wait::kWarp, site); }
+  void named_sync(unsigned id, unsigned count) {
+    named_count_.at(id) = count;
+    ++named_arrived_.at(id);
+    block(Wait::kNamed, static_cast<int>(id));
+  }
+  void named_arrive(unsigned id, unsigned count) {
+    named_count_.at(id) = count;
+    ++named_arrived_.at(id);
   }
 
-  float shfl_xor(float v, int lane_mask) {
+  // A warp rendezvous: `deposit` fills this lane's record, `collect` reads the warp's
+  // records (first lane's index passed) once every lane of the warp arrived.
+  template <typename Deposit, typename Collect>
+  void warp_collective(int site, Deposit&& deposit, Collect&& collect) {
     const unsigned me = current_;
-    xchg_[me] = v;
-    barrier(1000 + lane_mask);
-    const float r = xchg_[me ^ static_cast<unsigned>(lane_mask)];
-    barrier(2000 + lane_mask);
+    deposit(lanes_[me]);
+    warp_wait(site);
+    collect(&lanes_[me & ~31u], me & 31u);
+    warp_wait(site + 1);
+  }
+
+  // Shuffle of a 32-bit value from lane `src(lane)` of the warp (src >= 32: own value).
+  template <typename Src>
+  std::uint32_t shfl(std::uint32_t v, int site, Src&& src) {
+    std::uint32_t r = v;
+    warp_collective(
+        site, [&](LaneRecord& rec) { rec.r[0] = v; },
+        [&](const LaneRecord* warp, unsigned lane) {
+          const unsigned from = src(lane);
+          if (from < 32) r = warp[from].r[0];
+        });
     return r;
   }
 
  private:
   static constexpr std::size_t kStackBytes = 128 * 1024;
+  static constexpr unsigned kNamedBarriers = 16;
+  enum class Wait : std::uint8_t { kCta, kWarp, kNamed };
+  void block(Wait w, int site) {
+    Fiber& f = fibers_[current_];
+    f.wait = w;
+    f.site = site;
+    if (_setjmp(f.ctx) == 0) _longjmp(main_, 1);
+  }
   struct Fiber {
     std::unique_ptr<char[]> stack;
     jmp_buf ctx;
     ucontext_t start;
     bool started = false;
     bool done = false;
+    bool runnable = false;
+    Wait wait = Wait::kCta;
     int site = 0;
   };
   static void entry() {
@@ -161,7 +305,12 @@ class Emulator {
   }
 
   std::vector<Fiber> fibers_;
-  std::vector<float> xchg_;
+  std::vector<LaneRecord> lanes_;
+  std::vector<unsigned> order_;
+  std::array<unsigned, kNamedBarriers> named_arrived_{}, named_count_{};
+  std::uint64_t seed_ = 0;
+  std::mt19937_64 rng_;
+  BlockHooks hooks_;
   jmp_buf main_;
   unsigned current_ = 0;
   const std::function<void()>* body_ = nullptr;
@@ -183,6 +332,44 @@ inline bool launch(dim3 grid, unsigned threads, const std::function<void()>& bod
 }  // namespace kvmm::simt
 
 inline void __syncthreads() { kvmm::simt::Emulator::get().barrier(1); }
-inline float __shfl_xor_sync(unsigned int, float v, int lane_mask) {
-  return kvmm::simt::Emulator::get().shfl_xor(v, lane_mask);
+inline void __syncwarp(unsigned int = 0xffffffffu) { kvmm::simt::Emulator::get().warp_wait(5); }
+
+// Shuffles over the full warp (width 32) of 32-bit values: float, int, unsigned.
+namespace kvmm::simt {
+template <typename V>
+inline std::uint32_t bits_of(V v) {
+  static_assert(sizeof(V) == 4);
+  std::uint32_t u;
+  std::memcpy(&u, &v, 4);
+  return u;
+}
+template <typename V>
+inline V from_bits(std::uint32_t u) {
+  V v;
+  std::memcpy(&v, &u, 4);
+  return v;
+}
+}  // namespace kvmm::simt
+
+template <typename V>
+inline V __shfl_xor_sync(unsigned int, V v, int lane_mask) {
+  const auto m = static_cast<unsigned>(lane_mask);
+  return kvmm::simt::from_bits<V>(kvmm::simt::Emulator::get().shfl(kvmm::simt::bits_of(v), 1000 + 2 * lane_mask,
+                                                                   [m](unsigned lane) { return (lane ^ m) & 31u; }));
+}
+template <typename V>
+inline V __shfl_sync(unsigned int, V v, int src_lane) {
+  const auto s = static_cast<unsigned>(src_lane) & 31u;
+  return kvmm::simt::from_bits<V>(
+      kvmm::simt::Emulator::get().shfl(kvmm::simt::bits_of(v), 4000, [s](unsigned) { return s; }));
+}
+template <typename V>
+inline V __shfl_down_sync(unsigned int, V v, unsigned int delta) {
+  return kvmm::simt::from_bits<V>(kvmm::simt::Emulator::get().shfl(
+      kvmm::simt::bits_of(v), 4100, [delta](unsigned lane) { return lane + delta < 32 ? lane + delta : 32u; }));
+}
+template <typename V>
+inline V __shfl_up_sync(unsigned int, V v, unsigned int delta) {
+  return kvmm::simt::from_bits<V>(kvmm::simt::Emulator::get().shfl(
+      kvmm::simt::bits_of(v), 4200, [delta](unsigned lane) { return lane >= delta ? lane - delta : 32u; }));
 }

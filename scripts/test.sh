@@ -14,11 +14,20 @@ scripts/format.sh --check
 jobs=$(nproc)
 build=$(realpath -m "${KVMM_BUILD_ROOT:-build}")
 
+echo "== CUDA binary tools for the kernel static checks (cuobjdump/nvdisasm, pinned, /opt/kvmm-venvs/cuobjdump)"
+scripts/kernel_tools.sh
+
 echo "== release build (-Werror) and tests"
 cmake -S . -B "$build/release" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVMM_WERROR=ON \
   -DKVMM_BUILD_TESTS=ON -DKVMM_BUILD_BENCH=ON -DKVMM_BUILD_EXAMPLES=ON -DKVMM_PYTHON=ON
 cmake --build "$build/release" -j"$jobs"
 ctest --test-dir "$build/release" --output-on-failure -j"$jobs"
+echo "== the GPU script without a GPU: syntax, its parsers on the committed H100 output, the model on this build's census"
+if command -v nvcc >/dev/null 2>&1; then
+  KVMM_CENSUS_JSON="$build/release/kernels_census.json" bash scripts/gpu_kernels.sh --dry-run
+else
+  bash scripts/gpu_kernels.sh --dry-run
+fi
 echo "== Python package: pytest against the release build tree (tests/python)"
 KVMM_BUILD="$build/release" /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/python
 

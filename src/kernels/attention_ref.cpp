@@ -1,7 +1,9 @@
 // CPU references of the attention kernels: the same masks, ranges and split-KV merge as
 // the device code, computed in double and rounded once to the output dtype.
 #include "kvmm/error.hpp"
+#include "kvmm/kernels/addressing.hpp"
 #include "kvmm/kernels/attention.hpp"
+#include "kvmm/kernels/online_softmax.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -11,6 +13,12 @@
 
 namespace kvmm::kernels {
 namespace {
+
+struct Exp {
+  double operator()(double x) const { return std::exp(x); }
+};
+
+static_assert(kNullPageId == kNullPage, "the shared addressing's null page is kvmm's");
 
 struct Shape {
   std::uint32_t kv_heads;
@@ -48,9 +56,8 @@ class PagedKeys {
       fail("query.kv_lens[{}] = {}: needs {} pages, the page table row has {}", batch_row_, kv_len, need, count_);
   }
   std::int64_t offset(std::uint32_t tok) const {
-    const PageId page = row_[tok / p_.cache.tokens_per_page];
-    if (page == kNullPage) return -1;
-    return static_cast<std::int64_t>(page * p_.cache.page_stride_bytes + (tok % p_.cache.tokens_per_page) * row_bytes_);
+    const PageId page = row_[page_of_token(tok, p_.cache.tokens_per_page)];
+    return paged_token_offset(page, tok, p_.cache.tokens_per_page, p_.cache.page_stride_bytes, row_bytes_);
   }
 
  private:
@@ -73,7 +80,7 @@ class ContiguousKeys {
     if (kv_len > p_.cache.max_ctx)
       fail("query.kv_lens[{}] = {}: larger than cache.max_ctx ({})", batch_row_, kv_len, p_.cache.max_ctx);
   }
-  std::int64_t offset(std::uint32_t tok) const { return static_cast<std::int64_t>(base_ + tok * row_bytes_); }
+  std::int64_t offset(std::uint32_t tok) const { return slot_row_offset(base_, 1, tok, row_bytes_); }
 
  private:
   const ContiguousAttentionParams& p_;
@@ -122,8 +129,7 @@ void attend(const QueryBatch& q, const void* k_base, const void* v_base, Shape s
         std::fill(out.begin(), out.end(), 0.0);
         for (std::uint32_t sp = 0; sp < num_splits; ++sp) {
           const KeyRange piece = split_range(range, sp, num_splits);
-          double m = -std::numeric_limits<double>::infinity();
-          double l = 0.0;
+          SoftmaxState<double> st{-std::numeric_limits<double>::infinity(), 0.0};
           std::fill(acc.begin(), acc.end(), 0.0);
           for (std::uint32_t tok = piece.lo; tok < piece.hi; ++tok) {
             const std::int64_t off = keys.offset(tok);
@@ -134,19 +140,17 @@ void attend(const QueryBatch& q, const void* k_base, const void* v_base, Shape s
               logit += qv[j] * to_float(s.dtype, load16(k_base, head_off + j * elt));
             logit *= scale;
             if (cap > 0.0) logit = cap * std::tanh(logit / cap);
-            const double m_new = std::max(m, logit);
-            const double corr = std::exp(m - m_new);
+            const double m_new = std::max(st.m, logit);
             const double pr = std::exp(logit - m_new);
-            l = l * corr + pr;
+            const double corr = softmax_absorb(st, m_new, pr, Exp{});
             for (std::uint32_t j = 0; j < d; ++j)
               acc[j] = acc[j] * corr + pr * to_float(s.dtype, load16(v_base, head_off + j * elt));
-            m = m_new;
           }
-          if (l == 0.0) continue;  // empty piece: weight 0 in the merge
-          const double m_new = std::max(big_m, m);
-          const double w_old = big_l * std::exp(big_m - m_new);
-          const double w_new = l * std::exp(m - m_new);
-          for (std::uint32_t j = 0; j < d; ++j) out[j] = (out[j] * w_old + acc[j] / l * w_new) / (w_old + w_new);
+          if (st.l == 0.0) continue;  // empty piece: weight 0 in the merge
+          const double m_new = std::max(big_m, st.m);
+          const double w_old = big_l * softmax_weight(SoftmaxState<double>{big_m, big_l}, m_new, Exp{});
+          const double w_new = st.l * softmax_weight(st, m_new, Exp{});
+          for (std::uint32_t j = 0; j < d; ++j) out[j] = (out[j] * w_old + acc[j] / st.l * w_new) / (w_old + w_new);
           big_l = w_old + w_new;
           big_m = m_new;
         }

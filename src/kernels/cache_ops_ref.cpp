@@ -1,5 +1,6 @@
 // CPU references of write_kv, copy_pages and swap_pages: byte copies on host memory.
 #include "kvmm/error.hpp"
+#include "kvmm/kernels/addressing.hpp"
 #include "kvmm/kernels/cache_ops.hpp"
 
 #include <cstring>
@@ -15,8 +16,9 @@ void write_kv(const PagedWriteParams& p) {
       fail("page_offsets[{}] = {}: must be < tokens_per_page ({})", i, p.page_offsets[i], p.cache.tokens_per_page);
   }
   for (std::uint32_t i = 0; i < p.num_tokens; ++i) {
-    if (p.page_ids[i] == kNullPage) continue;
-    const std::uint64_t dst = p.page_ids[i] * p.cache.page_stride_bytes + p.page_offsets[i] * row;
+    const std::int64_t off = page_row_offset(p.page_ids[i], p.page_offsets[i], p.cache.page_stride_bytes, row);
+    if (off < 0) continue;  // null page
+    const auto dst = static_cast<std::uint64_t>(off);
     std::memcpy(static_cast<char*>(p.cache.k) + dst, static_cast<const char*>(p.k_new) + i * row, row);
     std::memcpy(static_cast<char*>(p.cache.v) + dst, static_cast<const char*>(p.v_new) + i * row, row);
   }
@@ -29,7 +31,8 @@ void write_kv(const ContiguousWriteParams& p) {
     if (p.positions[i] >= p.cache.max_ctx)
       fail("positions[{}] = {}: must be < max_ctx ({})", i, p.positions[i], p.cache.max_ctx);
   for (std::uint32_t i = 0; i < p.num_tokens; ++i) {
-    const std::uint64_t dst = p.slot_idx[i] * p.cache.slot_stride_bytes + p.positions[i] * row;
+    const auto dst =
+        static_cast<std::uint64_t>(slot_row_offset(p.slot_idx[i], p.cache.slot_stride_bytes, p.positions[i], row));
     std::memcpy(static_cast<char*>(p.cache.k) + dst, static_cast<const char*>(p.k_new) + i * row, row);
     std::memcpy(static_cast<char*>(p.cache.v) + dst, static_cast<const char*>(p.v_new) + i * row, row);
   }

@@ -1,0 +1,276 @@
+#!/usr/bin/env python3
+"""SASS census and resource checks of kvmm's compiled kernels (sm_80/sm_90).
+
+Reads `cuobjdump -res-usage` (registers, stack frame, shared memory: what ptxas -v
+reports) and `cuobjdump -sass` of the given objects, libraries or executables, and per
+kernel and architecture counts instructions by class: global loads by width, HMMA, LDSM,
+LDGSTS, SHFL, MUFU, local memory (LDL/STL: spills), in the whole kernel and in its main
+loop (the span of the widest backward branch). --check asserts the per-kernel limits of
+LIMITS below; --json writes the census for the time model (model.py). Costs one
+cuobjdump pass per file (seconds); nothing is compiled.
+
+  python3 bench/kernels/census.py [--check] [--json out.json] [--venv DIR] FILE...
+"""
+import argparse
+import glob
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections import Counter, defaultdict
+
+# Per-kernel limits: (name regex, arch regex, limits). Every kernel must match one row.
+# regs: max registers; stack: max stack frame bytes; local_in_loop: LDL/STL allowed in the
+# main loop; local: LDL/STL allowed anywhere; smem: max shared bytes as cuobjdump reports them
+# (on sm_90 that includes the 1 KiB per CTA the system reserves); need: opcode
+# classes that must be present; kv_loads_128: the main loop loads K/V 16 bytes wide
+# (LDG.128 >= 8) and its narrow loads are page ids only (<= 4).
+LIMITS = [
+    # Today's decode kernel (G 4) on sm_80: capped at 128 registers by __launch_bounds__(128, 4)
+    # it spills 4-8 bytes outside the main loop (nvcc 13.0): named, bounded, kept out of the loop.
+    (r"attention_kernel.*Li4E", r"sm_80", dict(regs=128, stack=8, local=4, local_in_loop=0, smem=17000, kv_loads_128=True)),
+    (r"attention_kernel.*Li4E", r"sm_9", dict(regs=128, stack=0, local=0, local_in_loop=0, smem=18000, kv_loads_128=True)),
+    (r"attention_kernel.*Li8E", r"sm_", dict(regs=255, stack=0, local=0, local_in_loop=0, smem=35000, kv_loads_128=True)),
+    (r"merge_kernel|write_kv_kernel|copy_pages_kernel|swap_pages", r"sm_", dict(regs=64, stack=0, local=0, smem=0)),
+    # The tensor-core probe of tests/gpu: every wrapper compiles to its instruction.
+    (r"tc_probe_kernel", r"sm_", dict(regs=255, stack=0, local=0, smem=1536,
+                                      need=["HMMA.BF16", "HMMA.F16", "LDSM.x1", "LDSM.x2", "LDSM.x4", "LDSM.x1.T",
+                                            "LDSM.x2.T", "LDSM.x4.T", "LDGSTS.128", "DEPBAR"])),
+]
+
+INSTR = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_.]*)([^;]*);")
+
+
+def tool(venv, name):
+    """cuobjdump/nvdisasm from the venv of scripts/kernel_tools.sh, else from PATH."""
+    for d in glob.glob(os.path.join(venv, "lib", "python3*", "site-packages", "nvidia", "cu*", "bin")):
+        if os.path.exists(os.path.join(d, name)):
+            return os.path.join(d, name), d
+    p = shutil.which(name)
+    if p:
+        return p, os.path.dirname(p)
+    sys.exit(f"census: {name} not found in {venv} nor on PATH: run scripts/kernel_tools.sh")
+
+
+def classes(op, operands):
+    """The census classes of one instruction."""
+    out = []
+    fam = op.split(".")[0]
+    if fam in ("LDG", "STG", "LDS", "STS", "LDGSTS", "LDL", "STL"):
+        width = 128 if ".128" in op else 64 if ".64" in op else 32
+        if any(t in op for t in (".U8", ".S8", ".U16", ".S16")):
+            width = 16
+        out += [fam, f"{fam}.{width}"]
+    elif fam == "HMMA":
+        out += ["HMMA", "HMMA.BF16" if ".BF16" in op else "HMMA.F16"]
+    elif fam == "LDSM":
+        n = 4 if op.endswith(".4") else 2 if op.endswith(".2") else 1
+        out += ["LDSM", f"LDSM.x{n}" + (".T" if ".MT88" in op else "")]
+    else:
+        out.append(fam)
+    return out
+
+
+def parse(path, cuobjdump, env):
+    """{(arch, kernel): {'res': {...}, 'all': Counter, 'loop': Counter}}; path may end in
+    @MANGLED_NAME to read that kernel only (an executable that links kvmm_cuda again)."""
+    path, _, fun = path.partition("@")
+    sel = ["-fun", fun] if fun else []
+    res = subprocess.run([cuobjdump, "-res-usage", *sel, path], capture_output=True, text=True, env=env,
+                         check=True).stdout
+    sass = subprocess.run([cuobjdump, "-sass", *sel, path], capture_output=True, text=True, env=env, check=True).stdout
+    return parse_text(res, sass)
+
+
+def parse_text(res_txt, sass):
+    """The census of cuobjdump's -res-usage and -sass listings."""
+    res = {}
+    arch = None
+    fn = None
+    for line in res_txt.splitlines():
+        m = re.search(r"arch = (sm_\w+)", line)
+        if m:
+            arch = m.group(1)
+        m = re.search(r"Function (\S+):", line)
+        if m:
+            fn = m.group(1)
+            continue
+        m = re.search(r"REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)", line)
+        if m and fn:
+            res[(arch, fn)] = dict(zip(("regs", "stack", "smem", "local_bytes"), map(int, m.groups())))
+            fn = None
+    kernels = {}
+    arch, fn, instrs = None, None, []
+
+    def flush():
+        if fn is None:
+            return
+        allc, loopc = Counter(), Counter()
+        span = (0, -1)
+        for addr, op, rest in instrs:
+            if op.split(".")[0] == "BRA":
+                m = re.search(r"0x([0-9a-f]+)", rest)
+                if m and int(m.group(1), 16) < addr and addr - int(m.group(1), 16) > span[1] - span[0]:
+                    span = (int(m.group(1), 16), addr)
+        n_loop = 0
+        for addr, op, rest in instrs:
+            cl = classes(op, rest)
+            allc.update(cl)
+            allc["instrs"] += 1
+            if span[0] <= addr <= span[1]:
+                loopc.update(cl)
+                loopc["instrs"] += 1
+                n_loop += 1
+        kernels[(arch, fn)] = dict(res=res.get((arch, fn), {}), all=allc, loop=loopc)
+
+    for line in sass.splitlines():
+        m = re.search(r"arch = (sm_\w+)|code for (sm_\w+)", line)
+        if m:
+            flush()
+            fn, instrs = None, []
+            arch = m.group(1) or m.group(2)
+            continue
+        m = re.search(r"Function : (\S+)", line)
+        if m:
+            flush()
+            fn, instrs = m.group(1), []
+            continue
+        m = INSTR.search(line)
+        if m and fn:
+            instrs.append((int(m.group(1), 16), m.group(3), m.group(4)))
+    flush()
+    return kernels
+
+
+def short(fn):
+    """A readable kernel name from the mangled one."""
+    m = re.search(r"attention_kernelINS1_(\d+)(\w+?)ELi(\d+)ELi(\d+)ENS1_\d+(\w+?)EEEv", fn)
+    if m:
+        return f"attention<{m.group(2)},D{m.group(3)},G{m.group(4)},{m.group(5)}>"
+    m = re.search(r"(merge_kernel|write_kv_kernel|copy_pages_kernel|tc_probe_kernel)\w*?(BFloat|Half)?", fn)
+    return (m.group(1) + (f"<{m.group(2)}>" if m.group(2) else "")) if m else fn[:60]
+
+
+def check(kernels):
+    errors = []
+    for (arch, fn), k in sorted(kernels.items()):
+        rows = [lim for rx, ax, lim in LIMITS if re.search(rx, fn) and re.search(ax, arch)]
+        if not rows:
+            continue  # kernels kvmm does not own (none today) are listed, not checked
+        lim, r, a, lp = rows[0], k["res"], k["all"], k["loop"]
+        name = f"{arch} {short(fn)}"
+        local_all = a["LDL"] + a["STL"]
+        if r.get("regs", 0) > lim["regs"]:
+            errors.append(f"{name}: {r['regs']} registers > {lim['regs']}")
+        if r.get("stack", 0) > lim["stack"]:
+            errors.append(f"{name}: stack frame {r['stack']} B > {lim['stack']}")
+        if local_all > lim["local"]:
+            errors.append(f"{name}: {local_all} local-memory instructions (spills) > {lim['local']}")
+        if lp["LDL"] + lp["STL"] > lim.get("local_in_loop", 0):
+            errors.append(f"{name}: local memory in the main loop")
+        if r.get("smem", 0) > lim["smem"]:
+            errors.append(f"{name}: {r['smem']} B shared > {lim['smem']}")
+        for need in lim.get("need", []):
+            if a[need] == 0:
+                errors.append(f"{name}: no {need}")
+        if lim.get("kv_loads_128"):
+            if lp["LDG.128"] < 8 or lp["LDG.32"] + lp["LDG.64"] + lp["LDG.16"] > 4:
+                errors.append(f"{name}: main loop loads {lp['LDG.128']} x 16 B, "
+                              f"{lp['LDG.32'] + lp['LDG.64'] + lp['LDG.16']} narrower")
+    return errors
+
+
+COLS = ["instrs", "LDG.128", "LDG.32", "SHFL", "MUFU", "FFMA", "HMMA", "LDSM", "LDGSTS", "LDL", "STL"]
+
+
+def table(kernels, only=None):
+    lines = ["| arch | kernel | regs | stack B | smem B | " + " | ".join(c + " all/loop" for c in COLS) + " |",
+             "|---" * (5 + len(COLS)) + "|"]
+    for (arch, fn), k in sorted(kernels.items(), key=lambda x: (x[0][0], short(x[0][1]))):
+        if only and not re.search(only, fn):
+            continue
+        r = k["res"]
+        lines.append(f"| {arch} | {short(fn)} | {r.get('regs', '')} | {r.get('stack', '')} | {r.get('smem', '')} | "
+                     + " | ".join(f"{k['all'][c]}/{k['loop'][c]}" for c in COLS) + " |")
+    return "\n".join(lines)
+
+
+def self_test():
+    """The checks fire: synthetic listings with a spill in the loop, 8-byte K/V loads, a
+    probe without HMMA, too many registers; a clean kernel passes."""
+    def listing(name, body, arch="sm_90"):
+        lines = [f"arch = {arch}", f"Function : {name}"]
+        for i, ins in enumerate(body):
+            lines.append(f"        /*{i * 16:04x}*/                   {ins} ;")
+        return "\n".join(lines)
+
+    def loop(ops):  # a loop whose backward branch spans every op
+        return ops + [f"BRA 0x0000"]
+
+    kv = ["LDG.E.128.CONSTANT R4, [R2.64]"] * 8 + ["LDG.E.CONSTANT R9, [R2.64]"] * 4
+    g4 = "_ZN4kvmm7kernels6device16attention_kernelINS1_6BFloatELi128ELi4ENS1_9PagedAddrEEEvNS1_8AttnArgsET2_"
+    probe = "_ZN4kvmm4test15tc_probe_kernelEPKNS0_9TcProbeInEPNS0_10TcProbeOutE"
+    cases = {
+        "clean": (listing(g4, loop(kv + ["FFMA R1, R2, R3, R4"])), 128, 0),
+        "spill in loop": (listing(g4, loop(kv + ["STL [R1], R2", "LDL R2, [R1]"])), 128, 0),
+        "narrow K/V": (listing(g4, loop(["LDG.E.64.CONSTANT R4, [R2.64]"] * 16)), 128, 0),
+        "registers": (listing(g4, loop(kv)), 168, 0),
+        "probe without HMMA": (listing(probe, ["LDSM.16.M88 R1, [R2]", "LDGSTS.E.BYPASS.128 [R1], [R2.64]"]), 32, 0),
+    }
+    bad = 0
+    for name, (sass, regs, stack) in cases.items():
+        fn = re.search(r"Function : (\S+)", sass).group(1)
+        res = f"arch = sm_90\n Function {fn}:\n  REG:{regs} STACK:{stack} SHARED:0 LOCAL:0"
+        errors = check(parse_text(res, sass))
+        fired = bool(errors)
+        print(f"self-test {name}: {'flagged' if fired else 'passed'} {errors[:1]}")
+        bad += fired != (name != "clean")
+    print(f"census self-test: {len(cases) - bad} of {len(cases)} as expected")
+    return bad == 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("files", nargs="*")
+    ap.add_argument("--self-test", action="store_true", help="check the checks on synthetic listings")
+    ap.add_argument("--venv", default="/opt/kvmm-venvs/cuobjdump")
+    ap.add_argument("--json")
+    ap.add_argument("--check", action="store_true")
+    ap.add_argument("--only", help="regex: table rows to print")
+    args = ap.parse_args()
+    if args.self_test:
+        sys.exit(0 if self_test() else 1)
+    if not args.files:
+        ap.error("no files")
+    cuobjdump, bindir = tool(args.venv, "cuobjdump")
+    env = dict(os.environ, PATH=bindir + os.pathsep + os.environ.get("PATH", ""))
+    kernels = {}
+    variants = set()
+    for f in args.files:
+        found = parse(f, cuobjdump, env)
+        if "census_variants" in f.partition("@")[0]:  # the no-soft-cap instantiations: keyed apart
+            found = {(a, "nocap:" + fn): k for (a, fn), k in found.items()}
+            variants.update(found)
+        kernels.update(found)
+    print(table(kernels, args.only))
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump({f"{a} {short(fn[6:]) + ' nocap' if fn.startswith('nocap:') else short(fn)}":
+                       dict(res=k["res"], all=dict(k["all"]), loop=dict(k["loop"]))
+                       for (a, fn), k in kernels.items()}, out, indent=1, sort_keys=True)
+    if args.check:
+        real = {key: k for key, k in kernels.items() if key not in variants}
+        errors = check(real)
+        owned = sum(1 for (a, fn) in real if any(re.search(rx, fn) for rx, _, _ in LIMITS))
+        for e in errors:
+            print("FAIL", e)
+        print(f"census: {owned} kernel builds checked, {len(errors)} failed")
+        if owned == 0:
+            errors.append("no kernel found")
+        sys.exit(1 if errors else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""Time model of kvmm's decode attention on an H100: predicted, never measured.
+
+T = max(T_issue, T_dram) per launch, with
+  T_issue = main-loop warp-instructions per 4 KiB of K+V (the SASS census, census.py,
+            sm_90, bf16, D 128, the no-soft-cap path the benchmarks run)
+            x (KV bytes / 4096) / (eta x R),
+            R = 132 SMs x 4 schedulers x 1.98 GHz warp-instructions/s,
+            eta = eta0 x min(1, CTAs / (CTAs per SM x 132)): the grid's fill of the
+            machine (CTAs per SM from the census's registers and shared memory), times
+            eta0, the fraction of issue slots a full machine of these warps achieves;
+  T_dram  = KV bytes (each byte once per kv head: the emulator's traffic test) / the
+            device copy rate measured in the same run (copy_GBps: bytes read + written
+            per second, i.e. the DRAM rate a read-only kernel can reach).
+eta0 is the one fitted constant (least squares on log time over the checked rows).
+--check: every one of the 16 decode rows of the issue (paged at 16-token pages and
+contiguous; batch 1 ctx 32k, batch 16 ctx 4k/32k, batch 64 ctx 1k/4k/32k, batch 256
+ctx 1k/4k) within +-15%. --table prints the comparison as markdown.
+
+  python3 bench/kernels/model.py --census kernels_census.json --measured bench.txt [--check] [--table]
+"""
+import argparse
+import json
+import math
+import re
+import sys
+
+SMS, SCHEDULERS, CLOCK = 132, 4, 1.98e9
+R = SMS * SCHEDULERS * CLOCK
+REGS_PER_SM, SMEM_PER_SM, MAX_CTAS_PER_SM, THREADS = 65536, 228 * 1024, 32, 128
+KV_HEADS, HEAD_DIM, ELEM = 8, 128, 2  # the bench's Llama-3-8B shapes
+CHECKED = {(1, 32768), (16, 4096), (16, 32768), (64, 1024), (64, 4096), (64, 32768), (256, 1024), (256, 4096)}
+
+
+def kernel_facts(census, addr):
+    key = f"sm_90 attention<BFloat,D128,G4,{addr}> nocap"
+    k = census[key]
+    regs, smem = k["res"]["regs"], k["res"]["smem"]
+    per_sm = min(REGS_PER_SM // (regs * THREADS), SMEM_PER_SM // max(smem, 1), MAX_CTAS_PER_SM)
+    # One warp-iteration of the main loop streams 32 lanes x 8 loads x 16 B = 4 KiB of K+V.
+    bytes_per_iter = k["loop"]["LDG.128"] * 16 * 32
+    return dict(loop=k["loop"]["instrs"], bytes_per_iter=bytes_per_iter, ctas_per_sm=per_sm, key=key)
+
+
+def measured_rows(path):
+    txt = open(path).read()
+    copy = re.search(r"copy_GBps=([\d.]+)k", txt)
+    copy = float(copy.group(1)) * 1e12 if copy else 3.0e12
+    rows = []
+    for m in re.finditer(r"^(decode_paged|decode_contiguous)/batch:(\d+)/ctx:(\d+)(?:/tpp:(\d+))?/manual_time\s+([\d.]+) us"
+                         r".*?splits=(\d+)", txt, re.M):
+        kind, b, ctx, tpp, us, splits = m.groups()
+        if kind == "decode_paged" and tpp != "16":
+            continue
+        rows.append(dict(addr="PagedAddr" if kind == "decode_paged" else "ContiguousAddr", batch=int(b), ctx=int(ctx),
+                         us=float(us), splits=int(splits)))
+    return rows, copy
+
+
+def predict(row, facts, copy, eta0, issue_only=False):
+    f = facts[row["addr"]]
+    kv_bytes = row["batch"] * row["ctx"] * KV_HEADS * HEAD_DIM * ELEM * 2
+    ctas = row["batch"] * KV_HEADS * row["splits"]
+    fill = min(1.0, ctas / (f["ctas_per_sm"] * SMS))
+    t_issue = f["loop"] * kv_bytes / f["bytes_per_iter"] / (eta0 * fill * R)
+    t_dram = kv_bytes / copy  # copy_GBps counts bytes read + written: the DRAM rate
+    return (t_issue if issue_only else max(t_issue, t_dram)) * 1e6, ctas, eta0 * fill, kv_bytes
+
+
+def fit_eta0(rows, facts, copy):
+    # T_issue is proportional to 1/eta0: the least-squares eta0 on log time is closed form
+    # when every row is issue-bound (checked after the fit).
+    logs = [math.log(predict(r, facts, copy, 1.0, issue_only=True)[0] / r["us"]) for r in rows]
+    eta0 = math.exp(sum(logs) / len(logs))
+    for r in rows:
+        us, _, eta, kv_bytes = predict(r, facts, copy, eta0)
+        if kv_bytes / copy * 1e6 >= us:
+            sys.exit(f"model: b{r['batch']} ctx{r['ctx']} is DRAM-bound at the fitted eta0: the closed-form fit is invalid")
+    return eta0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--census", required=True)
+    ap.add_argument("--measured", required=True)
+    ap.add_argument("--check", action="store_true")
+    ap.add_argument("--table", action="store_true")
+    ap.add_argument("--tolerance", type=float, default=0.15)
+    args = ap.parse_args()
+    census = json.load(open(args.census))
+    facts = {a: kernel_facts(census, a) for a in ("PagedAddr", "ContiguousAddr")}
+    rows, copy = measured_rows(args.measured)
+    checked = [r for r in rows if (r["batch"], r["ctx"]) in CHECKED]
+    if len(checked) != 16:
+        sys.exit(f"model: {len(checked)} of the 16 checked decode rows found in {args.measured}")
+    eta0 = fit_eta0(checked, facts, copy)
+    lines = [f"Predicted H100 decode times (model: bench/kernels/model.py; eta0 = {eta0:.3f} fitted on the 16 rows; "
+             f"main loop {facts['PagedAddr']['loop']} paged / {facts['ContiguousAddr']['loop']} contiguous "
+             f"warp-instructions per {facts['PagedAddr']['bytes_per_iter']} B of K+V; "
+             f"{facts['PagedAddr']['ctas_per_sm']} CTAs/SM; copy {copy / 1e9:.0f} GB/s)",
+             "",
+             "| kernel | batch | ctx | splits | CTAs | eta | predicted us | measured us | predicted/measured | "
+             "predicted fraction of copy |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    bad = []
+    for r in sorted(checked, key=lambda r: (r["addr"] != "PagedAddr", r["batch"], r["ctx"])):
+        us, ctas, eta, kv_bytes = predict(r, facts, copy, eta0)
+        ratio = us / r["us"]
+        frac = kv_bytes / (us * 1e-6) / copy
+        name = "paged tpp 16" if r["addr"] == "PagedAddr" else "contiguous"
+        lines.append(f"| {name} | {r['batch']} | {r['ctx']} | {r['splits']} | {ctas} | {eta:.2f} | {us:.0f} | "
+                     f"{r['us']:.0f} | {ratio:.2f} | {frac:.2f} |")
+        if abs(ratio - 1) > args.tolerance:
+            bad.append(f"{name} b{r['batch']} ctx{r['ctx']}: predicted {us:.0f} us, measured {r['us']:.0f} us")
+    if args.table or not args.check:
+        print("\n".join(lines))
+    if args.check:
+        for b in bad:
+            print("FAIL", b)
+        ratios = [predict(r, facts, copy, eta0)[0] / r["us"] for r in checked]
+        print(f"model: eta0 {eta0:.3f}, 16 rows, predicted/measured {min(ratios):.2f} .. {max(ratios):.2f}, "
+              f"{len(bad)} outside +-{args.tolerance:.0%}")
+        sys.exit(1 if bad else 0)
+
+
+if __name__ == "__main__":
+    main()

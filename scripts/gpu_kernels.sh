@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# One prepared GPU check of kvmm's attention kernels (H100/H200), in two calls of at most
+# 6 minutes each on the same machine, with the Debian kit of ../shared/tools/device-kit.sh
+# (.device-kit/) carried beside the checkout:
+#   call 1 (timeout 360 s): source .device-kit/setup.sh && bash scripts/gpu_kernels.sh core
+#       build (sm_90), SASS census against the CPU-side one, GPU tests, benchmarks in decimal
+#       units beside the copy rate of the same run, predicted-vs-measured table
+#   call 2 (timeout 330 s): source .device-kit/setup.sh && bash scripts/gpu_kernels.sh profile
+#       torch SDPA on the same shapes, ncu on three kernels, compute-sanitizer racecheck and
+#       synccheck on the [sanitize] tests; reuses build-gpu/ (ignored; rebuilt if gone)
+# The census needs cuobjdump + nvdisasm: the GPU machine's toolkit on PATH, or the pinned
+# PyPI ones prepared here and carried in the kit:
+#   KVMM_CUDA_TOOLS_VENV=$PWD/.device-kit/cuobjdump scripts/kernel_tools.sh
+# then prefix the calls with KVMM_CUDA_TOOLS_VENV=.device-kit/cuobjdump.
+# Without a GPU: `bash scripts/gpu_kernels.sh --dry-run` (CI) checks the script's syntax,
+# runs its parsers on the committed H100 output (docs/results/kernels-h100.md) and the
+# model on the census of this build (KVMM_CENSUS_JSON), and prints the plan; it measures
+# nothing and claims nothing. At most 8 files are written under $OUT; summary.md last.
+set -uo pipefail
+cd "${KVMM_ROOT:-$(git rev-parse --show-toplevel 2>/dev/null || echo "$(dirname "$0")/..")}"
+mode=${1:-core}
+
+if [[ $mode == --dry-run ]]; then
+  set -e
+  bash -n "$0"
+  echo "gpu_kernels --dry-run: no GPU used, nothing measured"
+  table=$(python3 bench/kernels/bench_table.py docs/results/kernels-h100.md)
+  echo "$table" | sed -n '1,6p'
+  echo "($(echo "$table" | grep -c '^| decode\|^| prefill') rows parsed from docs/results/kernels-h100.md)"
+  census=${KVMM_CENSUS_JSON:-build/release/kernels_census.json}
+  if [[ -f $census ]]; then
+    python3 bench/kernels/model.py --check --census "$census" --measured docs/results/kernels-h100.md
+  else
+    echo "gpu_kernels --dry-run: no census at $census (ctest kernels_static writes it): model step not exercised"
+    [[ -n ${KVMM_CENSUS_JSON:-} ]] && exit 1
+  fi
+  echo "plan: core (budget 330 s): configure+build sm_90 | census | kvmm_test_gpu | bench_kernels (filtered) | model"
+  echo "plan: profile (budget 300 s): sdpa_bench.py | ncu x3 | compute-sanitizer racecheck, synccheck [sanitize]"
+  exit 0
+fi
+if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
+  echo "gpu_kernels: no GPU here, nothing measured (mode $mode)"
+  exit 0
+fi
+
+out=${OUT:-$PWD/gpu-out}
+mkdir -p "$out"
+sum=$out/summary.md
+: >"$sum"
+B=$PWD/build-gpu
+start=$SECONDS
+case $mode in core) budget=330 ;; profile) budget=300 ;; *) budget=540 ;; esac
+say() { printf '%s\n' "$*" | tee -a "$sum"; }
+step() { # step NAME SECONDS LOGFILE CMD...: the timeout is capped by what is left of the budget
+  local name=$1 lim=$2 log=$3
+  shift 3
+  local left=$((budget - (SECONDS - start)))
+  if ((left < 15)); then
+    say "- $name: skipped, budget spent"
+    return 99
+  fi
+  ((lim > left)) && lim=$left
+  local t=$SECONDS
+  echo "### $name: $*" >>"$log"
+  timeout -k 5 "$lim" "$@" >>"$log" 2>&1
+  local rc=$?
+  say "- $name: rc $rc, $((SECONDS - t)) s$([[ $rc == 124 ]] && echo ' (timed out)')"
+  return $rc
+}
+say "# kvmm GPU check ($mode), $(date -u +%F), commit $(git rev-parse --short HEAD 2>/dev/null)"
+say "$(nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total --format=csv,noheader)"
+
+build() {
+  if [[ -x $B/tests/kvmm_test_gpu && -x $B/bench/kernels/bench_kernels ]]; then
+    say "- build: reused"
+    return 0
+  fi
+  step configure 90 "$out/build.log" cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=Release -DKVMM_CUDA=ON \
+    -DKVMM_CUDA_ARCHITECTURES="${KVMM_GPU_ARCHS:-90}" -DKVMM_BUILD_TESTS=ON -DKVMM_BUILD_BENCH=ON \
+    -DKVMM_BUILD_EXAMPLES=OFF -DKVMM_PYTHON=OFF || return 1
+  step build 200 "$out/build.log" cmake --build "$B" -j"$(nproc)" --target kvmm_test_gpu bench_kernels \
+    kvmm_census_variants
+}
+
+census() { # the real disassembly of this machine's build, against the limits; JSON for the model
+  step census 60 "$out/sass.txt" python3 bench/kernels/census.py --check --venv "${KVMM_CUDA_TOOLS_VENV:-/opt/kvmm-venvs/cuobjdump}" \
+    --json "$B/kernels_census.json" "$B/libkvmm_cuda.a" "$B/tests/libkvmm_census_variants.a"
+  grep -E "census:|FAIL|G4,PagedAddr|G4,ContiguousAddr" "$out/sass.txt" | grep -E "census:|FAIL|D128" >>"$sum"
+}
+
+bench() {
+  local filter='copy_d2d|decode_paged/batch:(1|16|64|256)/ctx:(1024|4096|32768)/tpp:16/|decode_paged/batch:64/ctx:4096/tpp:(1|256)/|decode_contiguous/batch:(1|16|64|256)/ctx:(1024|4096|32768)/|prefill_paged/chunk:(512|2048)/ctx:(2048|8192)/'
+  step bench 150 "$out/bench.txt" "$B/bench/kernels/bench_kernels" --benchmark_filter="$filter" --benchmark_min_time=0.2
+  python3 bench/kernels/bench_table.py "$out/bench.txt" | tee -a "$sum"
+}
+
+profile_ncu() {
+  local metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__throughput.avg.pct_of_peak_sustained_elapsed,smsp__inst_executed.sum,smsp__warps_eligible.avg.per_cycle_active,sm__warps_active.avg.pct_of_peak_sustained_active,launch__registers_per_thread,launch__occupancy_limit_registers,l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum,l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum,smsp__sass_inst_executed_op_ldsm.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,lts__t_sectors_srcunit_tex_op_read.sum
+  local f
+  for f in 'decode_paged/batch:64/ctx:4096/tpp:16/' 'decode_contiguous/batch:64/ctx:4096/' 'prefill_paged/chunk:2048/ctx:8192/'; do
+    step "ncu $f" 100 "$out/ncu.txt" ncu --clock-control none --metrics "$metrics" -k regex:attention_kernel \
+      --launch-skip 2 --launch-count 1 "$B/bench/kernels/bench_kernels" --benchmark_filter="$f" \
+      --benchmark_min_time=0.01 || break
+  done
+  grep -E 'attention_kernel|dram__throughput|dram__bytes_read|smsp__inst_executed.sum|warps_eligible|hmma|bank_conflicts|gpu__time' \
+    "$out/ncu.txt" | head -60 >>"$sum"
+}
+
+case $mode in
+  core | all)
+    build || {
+      tail -40 "$out/build.log"
+      exit 1
+    }
+    census
+    step gpu-tests 90 "$out/tests.log" "$B/tests/kvmm_test_gpu"
+    tail -3 "$out/tests.log" >>"$sum"
+    bench
+    if [[ -f $B/kernels_census.json ]]; then
+      step model 20 "$sum" python3 bench/kernels/model.py --table --check --census "$B/kernels_census.json" \
+        --measured "$out/bench.txt"
+    fi
+    ;;&
+  profile | all)
+    build || exit 1
+    step sdpa 90 "$out/sdpa.txt" env PYTHONUNBUFFERED=1 python3 bench/kernels/sdpa_bench.py
+    tail -20 "$out/sdpa.txt" >>"$sum"
+    profile_ncu
+    step racecheck 80 "$out/sanitizer.txt" compute-sanitizer --tool racecheck --error-exitcode 3 "$B/tests/kvmm_test_gpu" "[sanitize]"
+    step synccheck 60 "$out/sanitizer.txt" compute-sanitizer --tool synccheck --error-exitcode 3 "$B/tests/kvmm_test_gpu" "[sanitize]"
+    grep -E 'SUMMARY|not supported' "$out/sanitizer.txt" >>"$sum"
+    ;;
+esac
+say "total $((SECONDS - start)) s"

@@ -1,0 +1,14 @@
+// Census-only instantiations of today's attention kernel (bf16, head dim 128) with the
+// soft-cap branch compiled out (KVMM_CENSUS_NO_SOFT_CAP): the path the benchmarks run,
+// whose main-loop instruction counts feed the time model (bench/kernels/model.py). Built
+// as a static library for the SASS census only; nothing links it.
+#include "../../../kernels/attention.cuh"
+
+namespace kvmm::kernels::device {
+
+template __global__ void attention_kernel<BFloat, 128, 4, PagedAddr>(AttnArgs, PagedAddr);
+template __global__ void attention_kernel<BFloat, 128, 4, ContiguousAddr>(AttnArgs, ContiguousAddr);
+template __global__ void attention_kernel<BFloat, 128, 8, PagedAddr>(AttnArgs, PagedAddr);
+template __global__ void attention_kernel<BFloat, 128, 8, ContiguousAddr>(AttnArgs, ContiguousAddr);
+
+}  // namespace kvmm::kernels::device

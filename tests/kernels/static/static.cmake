@@ -1,0 +1,31 @@
+# Static checks of the compiled kernels, as ctest entries (tests/kernels/static): resource
+# usage (registers, stack/spills, shared memory) and a SASS census of every kernel for
+# sm_80 and sm_90 through cuobjdump (PyPI nvidia-cuda-cuobjdump + nvidia-cuda-nvdisasm,
+# pinned, installed by scripts/kernel_tools.sh into KVMM_CUDA_TOOLS_VENV), checked
+# against per-kernel limits; then the time model against the committed H100 rows.
+find_package(Python3 COMPONENTS Interpreter REQUIRED)
+# The checks themselves on synthetic listings (no CUDA needed): each limit fires.
+add_test(NAME kernels_census_selftest COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/bench/kernels/census.py --self-test)
+if(NOT TARGET kvmm_cuda)
+  return()
+endif()
+set(KVMM_CUDA_TOOLS_VENV /opt/kvmm-venvs/cuobjdump CACHE PATH "venv with cuobjdump/nvdisasm (scripts/kernel_tools.sh)")
+
+add_library(kvmm_census_variants STATIC ${CMAKE_CURRENT_LIST_DIR}/census_variants.cu)
+target_include_directories(kvmm_census_variants PRIVATE ${PROJECT_SOURCE_DIR}/kernels)
+target_link_libraries(kvmm_census_variants PRIVATE kvmm::kvmm kvmm_warnings)
+target_compile_definitions(kvmm_census_variants PRIVATE KVMM_CENSUS_NO_SOFT_CAP=1)
+target_compile_options(kvmm_census_variants PRIVATE --expt-relaxed-constexpr)
+set_target_properties(kvmm_census_variants PROPERTIES CUDA_ARCHITECTURES "${KVMM_CUDA_ARCHITECTURES}")
+
+set(census_json ${CMAKE_BINARY_DIR}/kernels_census.json)
+add_test(NAME kernels_static
+  COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/bench/kernels/census.py --check
+    --venv ${KVMM_CUDA_TOOLS_VENV} --json ${census_json}
+    $<TARGET_FILE:kvmm_cuda> $<TARGET_FILE:kvmm_census_variants>
+    $<$<TARGET_EXISTS:kvmm_test_gpu>:$<TARGET_FILE:kvmm_test_gpu>@_ZN4kvmm4test15tc_probe_kernelEPKNS0_9TcProbeInEPNS0_10TcProbeOutE>)
+set_tests_properties(kernels_static PROPERTIES FIXTURES_SETUP kernels_census)
+add_test(NAME kernels_model
+  COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/bench/kernels/model.py --check
+    --census ${census_json} --measured ${PROJECT_SOURCE_DIR}/docs/results/kernels-h100.md)
+set_tests_properties(kernels_model PROPERTIES FIXTURES_REQUIRED kernels_census)

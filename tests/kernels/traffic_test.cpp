@@ -1,0 +1,202 @@
+// Traffic accounting of the host emulation (kernels/simt_traffic.hpp): shared-memory
+// wavefronts of ldmatrix over a K tile with and without the 128-byte XOR swizzle, global
+// sectors per warp request for coalesced and strided patterns, and today's paged and
+// contiguous decode kernels: K/V bytes requested and unique against the shape's minimum
+// (each K/V byte once per kv head), 32-byte sectors per warp request, Q re-reads.
+#if defined(__SANITIZE_ADDRESS__)
+// Fiber stacks switched with longjmp confuse AddressSanitizer: release CI job only.
+#else
+#define KVMM_SIMT_HOST 1
+#include "../../kernels/attention.cuh"
+#include "../../kernels/tensor_core.cuh"
+
+#include <catch2/catch.hpp>
+
+#include <numeric>
+#include <random>
+
+using namespace kvmm;
+using namespace kvmm::kernels;
+namespace dev = kvmm::kernels::device;
+
+namespace {
+
+// 4 warps read a 64-token x 128-dim bf16 K tile (256-byte rows) with ldmatrix.x4 as the
+// B operand of S = Q K^T: warp w takes tokens 16w..16w+15, 16 columns per instruction.
+// Swizzled: 16-byte chunk c of row r is stored at chunk c ^ (r % 8).
+simt::SharedStats k_tile_wavefronts(bool swizzle) {
+  alignas(16) static std::uint16_t tile[64 * 128];
+  std::iota(tile, tile + 64 * 128, std::uint16_t{0});
+  simt::TrafficLog log;
+  REQUIRE(simt::launch(dim3(1), 128, [&] {
+    const unsigned lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    for (unsigned kc = 0; kc < 16; kc += 2) {
+      const unsigned row = warp * 16 + lane % 16, chunk = kc + lane / 16;
+      const unsigned phys = swizzle ? chunk ^ (row % 8) : chunk;
+      std::uint32_t r[4];
+      dev::ldmatrix<4>(r, &tile[row * 128 + phys * 8]);
+    }
+  }));
+  return log.analyse({}).ldmatrix;
+}
+
+}  // namespace
+
+TEST_CASE("ldmatrix wavefronts: the 128-byte XOR swizzle is ideal, the plain layout 8x worse",
+          "[kernels][simt][traffic]") {
+  const simt::SharedStats plain = k_tile_wavefronts(false), swz = k_tile_wavefronts(true);
+  CHECK(swz.requests == 32);  // 4 warps x 8 instructions
+  CHECK(swz.ideal == 128);    // 4 matrices each
+  CHECK(swz.wavefronts == 128);
+  CHECK(plain.ideal == 128);
+  CHECK(plain.wavefronts == 1024);
+}
+
+TEST_CASE("shared wavefronts of 4/8/16-byte accesses follow the bank rule", "[kernels][simt][traffic]") {
+  alignas(16) static float s[32 * 32 * 4];
+  simt::TrafficLog log;
+  REQUIRE(simt::launch(dim3(1), 32, [&] {
+    const unsigned lane = threadIdx.x;
+    (void)dev::lds(&s[lane]);                                        // 32 words, 32 banks: 1
+    (void)dev::lds(&s[lane * 32]);                                   // one bank: 32
+    (void)dev::lds(&s[0]);                                           // broadcast: 1
+    (void)dev::lds(reinterpret_cast<const float4*>(&s[lane * 4]));   // 4 phases of 8: 4
+    (void)dev::lds(reinterpret_cast<const float4*>(&s[lane * 64]));  // every 4th... 8 lanes, 2 rows per bank group
+  }));
+  const auto& recs = log.records();
+  REQUIRE(recs.size() == 5 * 32);
+  auto group = [&](unsigned k) {
+    std::vector<const simt::Access*> g;
+    for (const auto& a : recs)
+      if (a.seq == k) g.push_back(&a);
+    return simt::TrafficLog::wavefronts(g);
+  };
+  CHECK(group(0) == std::pair<long long, long long>{1, 1});
+  CHECK(group(1) == std::pair<long long, long long>{32, 1});
+  CHECK(group(2) == std::pair<long long, long long>{1, 1});
+  CHECK(group(3) == std::pair<long long, long long>{4, 4});
+  // Lane l at word 64 l: the 8 lanes of a phase all start in bank 0: 8-way.
+  CHECK(group(4) == std::pair<long long, long long>{32, 4});
+}
+
+TEST_CASE("global sectors per warp request: coalesced rows vs strided lanes", "[kernels][simt][traffic]") {
+  static std::vector<std::uint8_t> g(1 << 17);
+  auto* base =
+      reinterpret_cast<std::uint8_t*>((reinterpret_cast<std::uintptr_t>(g.data()) + 255) & ~std::uintptr_t{255});
+  for (int pattern = 0; pattern < 3; ++pattern) {
+    simt::TrafficLog log;
+    REQUIRE(simt::launch(dim3(1), 32, [&] {
+      const unsigned lane = threadIdx.x;
+      // 0: two 256-byte rows, 16 lanes each (today's decode); 1: the same from a base
+      // aligned to 16 bytes only; 2: one 16-byte piece per 2-KiB row.
+      const std::size_t off =
+          pattern == 2 ? lane * 2048 : (lane / 16) * 2048 + (lane % 16) * 16 + (pattern == 1 ? 16 : 0);
+      (void)dev::ldg16(base + off);
+    }));
+    const auto rep = log.analyse({{"g", base, g.size() - 256}});
+    const auto& s = rep.global.at("g");
+    INFO("pattern " << pattern);
+    CHECK(s.requests == 1);
+    CHECK(s.bytes_requested == 512);
+    CHECK(s.unique_bytes == 512);
+    CHECK(s.sectors == (pattern == 0 ? 16 : pattern == 1 ? 18 : 32));
+  }
+}
+
+TEST_CASE("a warp whose lanes log different call sites is counted as misaligned", "[kernels][simt][traffic]") {
+  alignas(16) static std::uint8_t g[32 * 16 * 2];
+  simt::TrafficLog log;
+  // Launched outside REQUIRE: code inside a macro argument has one source line.
+  const bool ok = simt::launch(dim3(1), 32, [&] {
+    // Half the warp skips the first load instead of predicating it: the k-th records of
+    // the lanes no longer belong to one instruction.
+    if (threadIdx.x < 16) (void)dev::ldg16(&g[threadIdx.x * 16]);
+    (void)dev::ldg16(&g[512 + threadIdx.x * 16]);
+  });
+  REQUIRE(ok);
+  const auto rep = log.analyse({{"g", g, sizeof g}});
+  CHECK(rep.misaligned == 1);               // record 0 of the warp: two sites
+  CHECK(rep.global.at("g").requests == 1);  // record 1: lanes 0-15's second load
+}
+
+namespace {
+
+struct DecodeTraffic {
+  simt::TrafficReport rep;
+  long long kv_min = 0, q_bytes = 0;
+  std::uint32_t ctas = 0;
+};
+
+// Today's decode kernel (G 4, bf16, D 128) on 2 requests x 256 tokens, 2 kv heads, group 4;
+// paged: 16-token pages in a 2-layer page-layer arena, pages permuted; else contiguous.
+DecodeTraffic decode_traffic(bool paged, std::uint32_t misalign) {
+  constexpr std::uint32_t batch = 2, kv_heads = 2, group = 4, D = 128, tpp = 16, kv_len = 256, layers = 2;
+  constexpr std::uint32_t q_heads = kv_heads * group, row_bytes = kv_heads * D * 2;
+  constexpr std::uint64_t page_stride = std::uint64_t{layers} * 2 * tpp * row_bytes;
+  constexpr std::uint32_t pages_per_req = kv_len / tpp, num_pages = batch * pages_per_req + 3;
+  static std::vector<std::uint8_t> arena;
+  arena.assign(num_pages * page_stride + 512, 0);
+  std::mt19937 rng(7);
+  for (auto& b : arena) b = static_cast<std::uint8_t>(rng() & 0x3f);  // small bf16 values
+  char* base =
+      reinterpret_cast<char*>((reinterpret_cast<std::uintptr_t>(arena.data()) + 255) & ~std::uintptr_t{255}) + misalign;
+  std::vector<std::uint32_t> pages(batch * pages_per_req);
+  for (std::uint32_t i = 0; i < pages.size(); ++i) pages[i] = (i * 11 + 3) % num_pages;
+  std::vector<std::uint32_t> indptr(batch + 1), lens(batch, kv_len), slots{1, 0};
+  for (std::uint32_t b = 0; b <= batch; ++b) indptr[b] = b * pages_per_req;
+  std::vector<std::uint16_t> q(batch * q_heads * D, 0x3f80), o(batch * q_heads * D);
+  QueryBatch qb;
+  qb.q = q.data();
+  qb.o = o.data();
+  qb.rows = batch;
+  qb.batch = batch;
+  qb.q_heads = q_heads;
+  qb.kv_lens = lens.data();
+  const dev::AttnArgs a = dev::make_args(qb, AttentionOptions{}, SplitKV{}, kv_heads, D);
+  const dim3 grid = dev::attention_grid(a, batch, kv_heads);
+  DecodeTraffic t;
+  t.ctas = grid.x * grid.y * grid.z;
+  simt::TrafficLog log;
+  bool ok;
+  if (paged) {
+    const dev::PagedAddr kv{base, base + tpp * row_bytes, page_stride, tpp, row_bytes, indptr.data(), pages.data(), 0};
+    ok = simt::launch(grid, dev::kThreads, [&] { dev::attention_kernel<dev::BFloat, 128, 4, dev::PagedAddr>(a, kv); });
+  } else {
+    // Two slots of kv_len tokens each, K and V in separate halves of the arena.
+    const std::uint64_t slot_stride = std::uint64_t{kv_len} * row_bytes;
+    const dev::ContiguousAddr kv{base, base + batch * slot_stride, slot_stride, row_bytes, slots.data()};
+    ok = simt::launch(grid, dev::kThreads,
+                      [&] { dev::attention_kernel<dev::BFloat, 128, 4, dev::ContiguousAddr>(a, kv); });
+  }
+  REQUIRE(ok);
+  t.rep = log.analyse({{"kv", arena.data(), arena.size()}, {"q", q.data(), q.size() * 2}});
+  t.kv_min = std::int64_t{batch} * kv_len * kv_heads * D * 2 * 2;
+  t.q_bytes = static_cast<long long>(q.size()) * 2;
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("today's decode kernel: K/V bytes at the minimum, 16 sectors per warp request", "[kernels][simt][traffic]") {
+  for (bool paged : {true, false}) {
+    INFO("paged " << paged);
+    const DecodeTraffic t = decode_traffic(paged, 0);
+    const simt::GlobalStats& kv = t.rep.global.at("kv");
+    CHECK(t.rep.misaligned == 0);
+    CHECK(kv.bytes_requested == t.kv_min);  // 524,288: each K/V byte once per kv head
+    CHECK(kv.unique_bytes == t.kv_min);
+    // A warp request is two 256-byte token rows (two teams of 16 lanes): 16 sectors.
+    CHECK(kv.sectors_per_request() == 16.0);
+    CHECK(kv.requests * 512 == t.kv_min);
+    // Q: each of the 8 teams of a CTA reads the CTA's 4 heads (1 KiB): 8x the unique bytes.
+    const simt::GlobalStats& q = t.rep.global.at("q");
+    CHECK(q.unique_bytes == t.q_bytes);
+    CHECK(q.bytes_requested == 8 * t.q_bytes);
+    CHECK(t.rep.global.count("other") == 0);
+  }
+  // A base aligned to 16 bytes only: each 256-byte row straddles 9 sectors.
+  const DecodeTraffic m = decode_traffic(true, 16);
+  CHECK(m.rep.global.at("kv").sectors_per_request() == 18.0);
+}
+
+#endif
