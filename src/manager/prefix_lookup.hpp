@@ -53,7 +53,7 @@ class PrefixLookup {
   bool pin(RequestId handle, std::uint32_t r, const Request& q, std::uint64_t p, std::uint64_t enc_p = 0);
   // Whether every page of image m (under LoRA lora) is cached in every encoder-token group:
   // the engine may skip the encoder for it. false without such groups. O(pages of m).
-  bool image_cached(const MultimodalItem& m, std::uint32_t lora) const;
+  bool image_cached(const MultimodalItem& m, std::uint32_t lora, const BlockHasher& hasher) const;
   // The evictable pages (reference count 0) among those pin() would take for request q's
   // hit of p tokens, per group, into out: read only, O(hit pages). false (out unset) unless
   // the probes of that lookup are at hand and no page left the cache since.
