@@ -1,8 +1,9 @@
 // BlockHasher: the function behind a manager's block hashes (prefix-cache keys, the hashes
 // KV events carry, tier keys), chosen by BlockHashOptions: XXH3-128 (the default, the
-// values of block_hash.hpp's free functions, ~10 ns per 16-token page), SHA-256 or keyed
-// BLAKE2b (libsodium, one call per page: ~0.2-1 us). Keys stay 128 bits for every choice;
-// what each one guarantees is in docs/manager.md ("Block hash functions") and below.
+// values of block_hash.hpp's free functions, ~11 ns per 16-token page), SHA-256 or keyed
+// BLAKE2b (libsodium, one call per page: ~0.6 and ~0.4 us; docs/results/block-hash.md).
+// Keys stay 128 bits for every choice; what each one guarantees is in docs/manager.md
+// ("Block hash functions and tenants") and below.
 // Thread-safe (const, no shared state); no heap use after construction.
 #pragma once
 
