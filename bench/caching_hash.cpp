@@ -1,10 +1,13 @@
 // Block-hash throughput: chained XXH3-128 over pages of 16 tokens (and 512-token Mamba
-// checkpoint pages), the cost lookup_prefix and commit pay once per full page.
+// checkpoint pages), the cost lookup_prefix and commit pay once per full page; and the
+// same chain under each BlockHashOptions function (BM_HasherPages: per page).
 #include "kvmm/caching/block_hash.hpp"
+#include "kvmm/caching/block_hasher.hpp"
 
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace {
@@ -40,6 +43,27 @@ void BM_HashPages(benchmark::State& state) {
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()) * pages);
 }
 BENCHMARK(BM_HashPages)->Arg(16);
+
+// BlockHasher::hash_pages of a salted request (the function applies) over 1024 pages.
+// Arg 0: function (0 XXH3-128, 1 SHA-256, 2 keyed BLAKE2b); arg 1: tokens per page.
+void BM_HasherPages(benchmark::State& state) {
+  kvmm::BlockHashOptions o;
+  o.function = static_cast<kvmm::BlockHashFunction>(state.range(0));
+  if (o.function == kvmm::BlockHashFunction::kBlake2bKeyed) o.key = "0123456789abcdef0123456789ABCDEF";
+  const kvmm::BlockHasher hasher(o);
+  const auto tokens_per_page = static_cast<std::uint32_t>(state.range(1));
+  const std::uint32_t pages = 1024;
+  std::vector<std::uint32_t> tokens(std::size_t{tokens_per_page} * pages);
+  for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<std::uint32_t>(i * 2654435761u);
+  std::vector<kvmm::BlockHash> out(pages);
+  for (auto _ : state) {
+    hasher.hash_pages(true, {}, tokens, tokens_per_page, 0, out);
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()) * pages);
+  state.SetLabel(std::string(kvmm::to_string(o.function)));
+}
+BENCHMARK(BM_HasherPages)->ArgsProduct({{0, 1, 2}, {16, 64}});
 
 }  // namespace
 

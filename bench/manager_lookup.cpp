@@ -4,11 +4,14 @@
 // three calls time the same work before and after). free() runs untimed. Arg: 1 = full attention only, 2 = full +
 // sliding window 4096. The Scattered variant caches the prompt in every other page id
 // (two prompts prefilled in turn), so no hit page follows the previous one and every
-// probe goes to the prefix index.
+// probe goes to the prefix index. BM_LookupCached128kHash: the full-attention case under
+// each KVCacheManagerOptions::block_hash (arg: 0 XXH3-128, 1 SHA-256, 2 keyed BLAKE2b, 3
+// keyed BLAKE2b for salted requests only, the prompt unsalted: XXH3-128's cost).
 #include "kvmm/manager/kv_cache_manager.hpp"
 
 #include <benchmark/benchmark.h>
 
+#include <string>
 #include <vector>
 
 namespace {
@@ -54,6 +57,19 @@ void BM_LookupCached128k(benchmark::State& state) {
   time_lookups(state, kv, tokens);
 }
 BENCHMARK(BM_LookupCached128k)->Arg(1)->Arg(2)->Unit(benchmark::kMicrosecond);
+
+void BM_LookupCached128kHash(benchmark::State& state) {
+  BlockHashOptions o;
+  o.function = state.range(0) == 3 ? BlockHashFunction::kBlake2bKeyed : static_cast<BlockHashFunction>(state.range(0));
+  o.salted_only = state.range(0) == 3;
+  if (o.function == BlockHashFunction::kBlake2bKeyed) o.key = "0123456789abcdef0123456789ABCDEF";
+  KVCacheManager kv(KVLayout::plan({LayerGroup::full_attention("global", 32, 8, 128, 2, 16)}),
+                    {.num_large_pages = 2 * (kTokens / 16 + 16), .max_requests = 4, .block_hash = o});
+  const std::vector<std::uint32_t> tokens = cache_prompt(state, kv);
+  time_lookups(state, kv, tokens);
+  state.SetLabel(std::string(to_string(o.function)) + (o.salted_only ? " salted_only, unsalted prompt" : ""));
+}
+BENCHMARK(BM_LookupCached128kHash)->DenseRange(0, 3)->Unit(benchmark::kMicrosecond);
 
 void BM_LookupCached128kScattered(benchmark::State& state) {
   KVCacheManager kv(KVLayout::plan({LayerGroup::full_attention("global", 32, 8, 128, 2, 16)}),

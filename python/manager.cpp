@@ -114,10 +114,48 @@ py::array ids_array(std::span<const PageId> ids) {
   return out;
 }
 
+// block_hash=: None (XXH3-128), a function name, or a dict {"function": name, "key": bytes,
+// "salted_only": bool}. Bad key material is kvmm.Error from the manager's constructor.
+BlockHashOptions block_hash_from(const py::object& v) {
+  BlockHashOptions o;
+  if (v.is_none()) return o;
+  py::object fn = v;
+  if (py::isinstance<py::dict>(v)) {
+    fn = py::str("xxh3-128");
+    for (const auto& [k, x] : py::reinterpret_borrow<py::dict>(v)) {
+      const std::string name = py::str(k);
+      if (name == "function") {
+        fn = py::reinterpret_borrow<py::object>(x);
+      } else if (name == "key") {
+        if (!py::isinstance<py::bytes>(x)) throw py::type_error("block_hash['key']: expected bytes (the secret key)");
+        o.key = py::reinterpret_borrow<py::bytes>(x);
+      } else if (name == "salted_only") {
+        if (!py::isinstance<py::bool_>(x)) throw py::type_error("block_hash['salted_only']: expected a bool");
+        o.salted_only = x.cast<bool>();
+      } else {
+        throw py::value_error("block_hash: unknown key '" + name + "' (function, key, salted_only)");
+      }
+    }
+  }
+  if (!py::isinstance<py::str>(fn))
+    throw py::type_error(
+        "block_hash: expected None, 'xxh3-128', 'sha256', 'blake2b-keyed' or a dict of function, key, "
+        "salted_only");
+  const std::string f = fn.cast<std::string>();
+  for (const BlockHashFunction c :
+       {BlockHashFunction::kXxh3_128, BlockHashFunction::kSha256, BlockHashFunction::kBlake2bKeyed})
+    if (f == to_string(c)) {
+      o.function = c;
+      return o;
+    }
+  throw py::value_error("block_hash function = '" + f + "': expected 'xxh3-128', 'sha256' or 'blake2b-keyed'");
+}
+
 KVCacheManagerOptions options_from(std::uint32_t num_large_pages, std::uint32_t num_host_large_pages,
                                    std::uint32_t max_requests, bool prefix_caching, bool record_events,
                                    const py::object& log, std::uint64_t seed, std::uint32_t learned_boundaries,
-                                   std::uint32_t prompt_tail_tokens, bool record_kv_events) {
+                                   std::uint32_t prompt_tail_tokens, bool record_kv_events,
+                                   const py::object& block_hash) {
   KVCacheManagerOptions o{.num_large_pages = num_large_pages,
                           .num_host_large_pages = num_host_large_pages,
                           .max_requests = max_requests,
@@ -127,6 +165,7 @@ KVCacheManagerOptions options_from(std::uint32_t num_large_pages, std::uint32_t 
   o.learned_boundaries = learned_boundaries;
   o.prompt_tail_tokens = prompt_tail_tokens;
   o.record_kv_events = record_kv_events;
+  o.block_hash = block_hash_from(block_hash);
   if (!log.is_none()) {
     if (!PyCallable_Check(log.ptr())) throw py::type_error("log: expected a callable(level: str, message: str)");
     // The callable is called with the GIL held; an exception it raises is reported as
@@ -371,19 +410,20 @@ void bind_manager(py::module_& m) {
   c.def(py::init([](const KVLayout& layout, std::uint32_t num_large_pages, std::uint32_t num_host_large_pages,
                     std::uint32_t max_requests, bool prefix_caching, bool record_events, const py::object& log,
                     std::uint64_t seed, const py::object& arena, std::uint32_t learned_boundaries,
-                    std::uint32_t prompt_tail_tokens, bool record_kv_events) {
+                    std::uint32_t prompt_tail_tokens, bool record_kv_events, const py::object& block_hash) {
           if (!arena.is_none() && !py::isinstance<Arena>(arena)) throw py::type_error("arena: expected a kvmm.Arena");
           return std::make_unique<Manager>(
               layout,
               options_from(num_large_pages, num_host_large_pages, max_requests, prefix_caching, record_events, log,
-                           seed, learned_boundaries, prompt_tail_tokens, record_kv_events),
+                           seed, learned_boundaries, prompt_tail_tokens, record_kv_events, block_hash),
               arena);
         }),
         py::arg("layout"), py::kw_only(), py::arg("num_large_pages") = 0, py::arg("num_host_large_pages") = 0,
         py::arg("max_requests") = d.max_requests, py::arg("prefix_caching") = d.prefix_caching,
         py::arg("record_events") = d.record_events, py::arg("log") = py::none(), py::arg("seed") = d.seed,
         py::arg("arena") = py::none(), py::arg("learned_boundaries") = d.learned_boundaries,
-        py::arg("prompt_tail_tokens") = d.prompt_tail_tokens, py::arg("record_kv_events") = d.record_kv_events);
+        py::arg("prompt_tail_tokens") = d.prompt_tail_tokens, py::arg("record_kv_events") = d.record_kv_events,
+        py::arg("block_hash") = py::none());
   c.attr("MAX_TOKENS") = KVCacheManager::kMaxTokens;
   c.attr("MAX_REQUESTS") = KVCacheManager::kMaxRequests;
   bind_requests(c);

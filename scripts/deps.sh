@@ -3,7 +3,7 @@
 kvmm_install_deps() {
   local pkgs=(cmake g++ make catch2 libfmt-dev libxxhash-dev libbenchmark-dev nlohmann-json3-dev
     libzmq3-dev cppzmq-dev python3-zmq python3-msgpack pybind11-dev python3-dev python3-numpy python3-pytest
-    libhiredis-dev redis-server "$@")
+    libhiredis-dev redis-server libsodium-dev "$@")
   local missing=()
   for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

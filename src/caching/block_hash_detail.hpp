@@ -87,8 +87,10 @@ inline BlockHash link(const BlockHash& parent, const BlockHash& content) {
 
 // hash_pages for `pages` more pages of a chain whose hashes so far are `hashes`, appended
 // to it (no fill of the vector first); their ids are `tokens`' first pages x tokens_per_page,
-// also copied to `copy` when not null, so a prompt is read once for both.
+// also copied to `copy` when not null, so a prompt is read once for both. Every hash's hi
+// loses the bits of `clear` (BlockHasher::xxh3_clear_bits(); 0: hash_pages' values).
 void append_page_hashes(std::vector<BlockHash>& hashes, std::span<const std::uint32_t> tokens,
-                        std::uint32_t tokens_per_page, std::uint32_t lora_id, std::size_t pages, std::uint32_t* copy);
+                        std::uint32_t tokens_per_page, std::uint32_t lora_id, std::size_t pages, std::uint32_t* copy,
+                        std::uint64_t clear = 0);
 
 }  // namespace kvmm::detail

@@ -9,8 +9,11 @@ namespace kvmm {
 
 void RequestHashes::assign(std::span<const std::uint32_t> tokens, std::uint32_t lora_id, std::string_view salt,
                            std::span<const MultimodalItem> items, std::span<const std::uint32_t> class_tokens,
-                           bool hash, bool keep_ids, std::uint64_t reserve_tokens) {
+                           bool hash, bool keep_ids, std::uint64_t reserve_tokens, const BlockHasher& hasher) {
   class_tokens_ = class_tokens;
+  hasher_ = &hasher;
+  xxh3_ = hasher.function_for(!salt.empty()) == BlockHashFunction::kXxh3_128;
+  clear_ = hasher.xxh3_clear_bits();
   const std::uint64_t reserve = std::max<std::uint64_t>(reserve_tokens, tokens.size());
   ids_.clear();
   base_ = 0;
@@ -27,13 +30,13 @@ void RequestHashes::assign(std::span<const std::uint32_t> tokens, std::uint32_t 
   // A 128k-token prompt is read once and not copied (512 KiB less per request).
   std::uint64_t keep_from = keep_ids ? 0 : tokens.size();
   if (hash) {
-    const bool plain = items_.empty() && salt_.empty();
+    const bool plain = bulk() && salt_.empty();
     if (!plain) ids_.assign(tokens.begin(), tokens.end());  // the general path reads ids_
     for (std::uint32_t c = 0; c < class_tokens.size(); ++c) {
       const std::uint64_t pages = tokens.size() / class_tokens[c];
       keep_from = std::min<std::uint64_t>(keep_from, pages * class_tokens[c]);
       if (plain)
-        detail::append_page_hashes(chains_[c], tokens, class_tokens[c], lora_, pages, nullptr);
+        detail::append_page_hashes(chains_[c], tokens, class_tokens[c], lora_, pages, nullptr, clear_);
       else
         hash_general(c, pages);
     }
@@ -48,6 +51,11 @@ void RequestHashes::append(std::span<const std::uint32_t> tokens) {
   ids_.insert(ids_.end(), tokens.begin(), tokens.end());
 }
 
+const BlockHasher& RequestHashes::xxh3_hasher() {
+  static const BlockHasher xxh3;
+  return xxh3;
+}
+
 std::span<const std::uint32_t> RequestHashes::ids(std::uint64_t from, std::uint64_t count) const {
   if (from < base_ || from + count > num_tokens())
     fail("internal: ids [{}, {}) requested, request keeps [{}, {})", from, from + count, base_, num_tokens());
@@ -60,10 +68,10 @@ void RequestHashes::ensure(std::uint32_t cls, std::uint64_t pages) {
   if (hv.size() >= pages) return;
   if (hv.size() * P < base_)
     fail("internal: request ids before {} dropped, class {} hashed {} pages", base_, cls, hv.size());
-  if (items_.empty() && (!hv.empty() || salt_.empty())) {
+  if (bulk() && (!hv.empty() || salt_.empty())) {
     // Plain text pages: one bulk pass.
     const std::size_t from = hv.size();
-    detail::append_page_hashes(hv, ids(from * P, (pages - from) * P), P, lora_, pages - from, nullptr);
+    detail::append_page_hashes(hv, ids(from * P, (pages - from) * P), P, lora_, pages - from, nullptr, clear_);
     return;
   }
   hash_general(cls, pages);
@@ -88,12 +96,13 @@ void RequestHashes::hash_general(std::uint32_t cls, std::uint64_t pages) {
       ex.item_offset = start - it->offset;  // wraps when the item starts inside the page
       ++it;
     }
-    BlockHash h = hash_page(parent, ids(start, P), ex);
+    const bool salted = !salt_.empty();
+    BlockHash h = hasher_->hash_page(salted, parent, ids(start, P), ex);
     for (; it != items.end() && it->offset < end; ++it) {
       PageExtraKeys more;
       more.item = &*it;
       more.item_offset = start - it->offset;
-      h = hash_page(h, {}, more);
+      h = hasher_->hash_page(salted, h, {}, more);
     }
     hv.push_back(h);
   }

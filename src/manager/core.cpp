@@ -71,6 +71,7 @@ KVLayout ManagerCore::validated(KVLayout layout, const KVCacheManagerOptions& op
 ManagerCore::ManagerCore(KVLayout layout, const KVCacheManagerOptions& options)
     : layout_(validated(std::move(layout), options)),
       options_(options),
+      hasher_(options.block_hash),
       pool_(options.num_large_pages, options.large_page_source),
       host_pool_(options.num_host_large_pages),
       groups_(make_groups(layout_, pool_, host_pool_, options.max_requests)),
@@ -164,7 +165,7 @@ RequestId ManagerCore::add_request(std::span<const std::uint32_t> tokens, const 
   const std::uint32_t s = reqs_.next_row();
   Request& q = reqs_[s];
   q.ids.assign(tokens, extras.lora_id, extras.cache_salt, extras.items, class_tokens_, options_.prefix_caching,
-               events_.runs_on(), extras.max_tokens);
+               events_.runs_on(), extras.max_tokens, hasher_);
   q.swapped = q.looked_up = q.enc_ready = q.enc_registered = q.admitted = q.hit_pending = false;
   q.hit = 0;
   q.item_rank.clear();

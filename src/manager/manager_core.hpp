@@ -64,7 +64,7 @@ class ManagerCore {
   const LayerPolicy& policy(GroupId g) const;
   bool cached_image(const MultimodalItem& m, std::uint32_t lora) const {
     if (m.length == 0) fail("item.length = 0: must be >= 1");
-    return options_.prefix_caching && lookup_.image_cached(m, lora);
+    return options_.prefix_caching && lookup_.image_cached(m, lora, hasher_);
   }
   bool image_from_cache(RequestId r, std::uint32_t item) const {
     const Request& q = req(r);
@@ -186,6 +186,7 @@ class ManagerCore {
 
   KVLayout layout_;
   KVCacheManagerOptions options_;
+  BlockHasher hasher_;  // options_.block_hash, checked
   LargePagePool pool_;
   LargePagePool host_pool_;
   std::vector<Group> groups_;

@@ -352,7 +352,7 @@ bool PrefixLookup::evictable_in_hit(RequestId handle, const Request& q, std::uin
   return true;
 }
 
-bool PrefixLookup::image_cached(const MultimodalItem& m, std::uint32_t lora) const {
+bool PrefixLookup::image_cached(const MultimodalItem& m, std::uint32_t lora, const BlockHasher& hasher) const {
   bool any = false;
   for (GroupId g = 0; g < groups_.size(); ++g) {
     const Group& grp = groups_[g];
@@ -361,7 +361,7 @@ bool PrefixLookup::image_cached(const MultimodalItem& m, std::uint32_t lora) con
     const Cached in_group{&grp};
     const std::uint64_t pages = (m.length + grp.P - 1) / grp.P;
     for (std::uint64_t j = 0; j < pages; ++j)
-      if (index_.find(g, hash_item_page(m.hash, static_cast<std::uint32_t>(j), lora), in_group) == kNullPage)
+      if (index_.find(g, hasher.hash_item_page(m.hash, static_cast<std::uint32_t>(j), lora), in_group) == kNullPage)
         return false;
   }
   return any;

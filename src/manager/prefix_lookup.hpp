@@ -60,7 +60,7 @@ class PrefixLookup {
   void pin_cached_images(std::uint32_t r, const Request& q, std::vector<std::uint8_t>& from_cache);
   // Whether every page of image m (under LoRA lora) is cached in every encoder-token group:
   // the engine may skip the encoder for it. false without such groups. O(pages of m).
-  bool image_cached(const MultimodalItem& m, std::uint32_t lora) const;
+  bool image_cached(const MultimodalItem& m, std::uint32_t lora, const BlockHasher& hasher) const;
   // The evictable pages (reference count 0) among those pin() would take for request q's
   // hit of p tokens, per group, into out: read only, O(hit pages). false (out unset) unless
   // the probes of that lookup are at hand and no page left the cache since.

@@ -25,6 +25,7 @@ struct RouterModel {
   std::set<CachedBlock> blocks;
   std::uint64_t stored = 0, removed = 0, cleared = 0, runs = 0, long_runs = 0, with_parent = 0, items = 0, salts = 0,
                 lora = 0;
+  BlockHasher hasher = {};  // the replica's KVCacheManagerOptions::block_hash
 
   void apply(const KvEventBatch& b) {
     for (const KvEvent& e : b.events) {
@@ -51,7 +52,9 @@ struct RouterModel {
     }
   }
 
-  // The hashes are what a router computes from the fields (block_hash.hpp's chain).
+  // The hashes are what a router computes from the fields with the replica's hash function
+  // (block_hash.hpp's chain by default). A run from page 0 says whether its request is
+  // salted; a later run's parent does under salted_only (bit 63, BlockHasher::kSaltedBit).
   void check_stored(const KvEventBatch& b, const KvEvent& e) {
     const std::uint32_t P = layout.group(e.group).tokens_per_page;
     REQUIRE(e.tokens_per_page == P);
@@ -62,6 +65,7 @@ struct RouterModel {
     lora += e.lora_id != 0;
     items += e.num_items;
     BlockHash parent = e.has_parent ? e.parent : BlockHash{};
+    const bool salted = e.has_parent ? (e.parent.hi & BlockHasher::kSaltedBit) != 0 : !b.salt_of(e).empty();
     const auto items_of = b.items_of(e);
     std::size_t k = 0;
     for (std::uint32_t j = 0; j < e.num_pages; ++j) {
@@ -77,12 +81,12 @@ struct RouterModel {
         ex.item_offset = static_cast<std::uint64_t>(items_of[k - page_items.size()].offset);
         i = 1;
       }
-      BlockHash h = hash_page(parent, b.tokens_of(e).subspan(std::size_t{j} * P, P), ex);
+      BlockHash h = hasher.hash_page(salted, parent, b.tokens_of(e).subspan(std::size_t{j} * P, P), ex);
       for (; i < page_items.size(); ++i) {
         PageExtraKeys more;
         more.item = &page_items[i];
         more.item_offset = static_cast<std::uint64_t>(items_of[k - page_items.size() + i].offset);
-        h = hash_page(h, {}, more);
+        h = hasher.hash_page(salted, h, {}, more);
       }
       REQUIRE(h == b.hashes_of(e)[j]);
       parent = h;
@@ -130,6 +134,52 @@ TEST_CASE("KV events rebuild the manager's cached set after every step, each has
     WARN("seed " << seed << ": " << steps << " steps, " << router.stored << " pages stored in " << router.runs
                  << " runs, " << router.removed << " removed, " << router.cleared << " clears, " << c.swapped_in_pages
                  << " pages swapped in");
+  }
+}
+
+TEST_CASE("KV events carry the block hash function the manager was given", "[manager][events][hasher]") {
+  // Per mode, seed 1 for 6,000 operations: a router with the same BlockHasher rebuilds every
+  // stored hash from the event's fields, and its set equals the manager's after each step.
+  for (const auto& [f, salted_only] :
+       {std::pair{BlockHashFunction::kSha256, false}, std::pair{BlockHashFunction::kSha256, true},
+        std::pair{BlockHashFunction::kBlake2bKeyed, false}, std::pair{BlockHashFunction::kBlake2bKeyed, true}}) {
+    INFO(to_string(f) << " salted_only " << salted_only);
+    BlockHashOptions o;
+    o.function = f;
+    o.salted_only = salted_only;
+    if (f == BlockHashFunction::kBlake2bKeyed) o.key = "0123456789abcdef0123456789ABCDEF";
+    KvTraffic traffic(1, 40, o);
+    RouterModel router{traffic.manager().layout(), {}};
+    router.hasher = BlockHasher(o);
+    KvEventBatch batch;
+    std::uint64_t salted_pages = 0, xxh3_pages = 0;
+    while (traffic.ops() < 6000) {
+      traffic.step();
+      traffic.manager().take_events(batch);
+      router.apply(batch);
+      REQUIRE(router.blocks == traffic.cached_set());
+      for (const KvEvent& e : batch.events) {
+        if (e.kind != KvEventKind::kStored) continue;
+        // No hash is XXH3-128's (the default's), except unsalted ones under salted_only.
+        const bool salted = e.has_parent ? (e.parent.hi & BlockHasher::kSaltedBit) != 0 : !batch.salt_of(e).empty();
+        if (salted_only && !salted) {
+          ++xxh3_pages;
+          continue;
+        }
+        salted_pages += salted_only;
+        if (e.has_parent || e.num_items > 0) continue;
+        PageExtraKeys ex;
+        ex.lora_id = e.lora_id;
+        ex.salt = batch.salt_of(e);
+        CHECK_FALSE(batch.hashes_of(e)[0] == hash_page({}, batch.tokens_of(e).subspan(0, e.tokens_per_page), ex));
+      }
+    }
+    CHECK(router.stored > 100);
+    CHECK(router.salts > 3);
+    if (salted_only) {
+      CHECK(salted_pages > 10);
+      CHECK(xxh3_pages > 100);
+    }
   }
 }
 

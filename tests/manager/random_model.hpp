@@ -3,6 +3,7 @@
 #pragma once
 
 #include "kvmm/caching/block_hash.hpp"
+#include "kvmm/caching/block_hasher.hpp"
 #include "kvmm/spec/kv_layout.hpp"
 
 #include <cstdint>
@@ -55,13 +56,13 @@ inline bool held_by_rule(GroupId g, std::uint64_t i, const std::vector<std::uint
   return false;
 }
 
-// The model's own block hashes of q's full pages of P tokens.
-inline std::vector<BlockHash> chain(const RefRequest& q, std::uint32_t P) {
+// The model's own block hashes of q's full pages of P tokens (unsalted), page by page.
+inline std::vector<BlockHash> chain(const RefRequest& q, std::uint32_t P, const BlockHasher& hasher) {
   std::vector<BlockHash> out;
   for (std::size_t i = 0; (i + 1) * P <= q.tokens.size(); ++i) {
     PageExtraKeys ex;
     ex.lora_id = q.lora;
-    out.push_back(hash_page(i ? out.back() : BlockHash{}, std::span(q.tokens).subspan(i * P, P), ex));
+    out.push_back(hasher.hash_page(false, i ? out.back() : BlockHash{}, std::span(q.tokens).subspan(i * P, P), ex));
   }
   return out;
 }

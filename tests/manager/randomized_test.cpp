@@ -25,15 +25,17 @@ namespace {
 class Model {
  public:
   Model(std::uint64_t seed, std::uint32_t large_pages, int layout = 0, std::uint32_t learned = 0,
-        std::uint32_t tail = 0)
+        std::uint32_t tail = 0, const BlockHashOptions& block_hash = {})
       : rng_(seed),
         tail_(tail),
+        hasher_(block_hash),
         kv_(random_layout(layout), {.num_large_pages = large_pages,
                                     .num_host_large_pages = 6,
                                     .max_requests = kMaxRequests,
                                     .record_events = true,
                                     .learned_boundaries = learned,
-                                    .prompt_tail_tokens = tail}) {
+                                    .prompt_tail_tokens = tail,
+                                    .block_hash = block_hash}) {
     for (GroupId g = 0; g < 3; ++g) n_[g] = kv_.layout().small_pages_per_large_page(g);
     for (auto& base : bases_) {
       base.resize(40);
@@ -61,7 +63,7 @@ class Model {
   }
   std::uint64_t expected_hit(const RefRequest& q) const {
     if (q.tokens.size() <= 1) return 0;
-    const auto h4 = chain(q, 4), h8 = chain(q, 8);
+    const auto h4 = chain(q, 4, hasher_), h8 = chain(q, 8, hasher_);
     for (std::uint64_t p = q.tokens.size() - 1; p > 0; --p) {
       if (p % 8) continue;
       bool ok = true;
@@ -291,7 +293,7 @@ class Model {
     if (!pin) return;
     REQUIRE(kv_.allocate(r, 0));
     // The hit maps exactly the pages the policies require, the rest is null.
-    const auto h4 = chain(reqs_[r], 4), h8 = chain(reqs_[r], 8);
+    const auto h4 = chain(reqs_[r], 4, hasher_), h8 = chain(reqs_[r], 8, hasher_);
     const std::uint64_t lo[3] = {0, (got > kWindow ? got - kWindow : 0) / 4, got >= 8 ? got / 8 - 1 : 0};
     for (GroupId g = 0; g < 3; ++g) {
       const auto t = kv_.page_table(r, g);
@@ -395,7 +397,7 @@ class Model {
       tables_before_[{r, g}] = std::vector<PageId>(kv_.page_table(r, g).begin(), kv_.page_table(r, g).end());
     kv_.commit(r, c);
     take_events();
-    const auto h4 = chain(q, 4), h8 = chain(q, 8);
+    const auto h4 = chain(q, 4, hasher_), h8 = chain(q, 8, hasher_);
     for (GroupId g = 0; g < 3; ++g) {
       const auto& before = tables_before_.at({r, g});
       const auto& h = g == kMamba ? h8 : h4;
@@ -587,6 +589,7 @@ class Model {
 
   std::mt19937_64 rng_;
   std::uint64_t tail_;  // prompt_tail_tokens
+  BlockHasher hasher_;  // the manager's block_hash, for the model's own chain
   KVCacheManager kv_;
   std::uint32_t n_[3];
   std::vector<std::uint32_t> bases_[4];
@@ -643,4 +646,25 @@ TEST_CASE("model-based randomized test against a reference model", "[manager][ra
                  << " hand-overs " << m.handovers);
   }
   CHECK(total_ops >= 100000);
+}
+
+TEST_CASE("the randomized test against its reference model under every block hash function",
+          "[manager][random][hasher]") {
+  // Seeds 1 (layout 0) and 4 (layout 1, prompt tails), 6,000 operations each, per mode;
+  // the model hashes with the same BlockHasher, so hits, evictions and tables must match.
+  for (const auto& [f, salted_only] :
+       {std::pair{BlockHashFunction::kSha256, false}, std::pair{BlockHashFunction::kBlake2bKeyed, false},
+        std::pair{BlockHashFunction::kBlake2bKeyed, true}}) {
+    BlockHashOptions o;
+    o.function = f;
+    o.salted_only = salted_only;
+    if (f == BlockHashFunction::kBlake2bKeyed) o.key = "a per-deployment secret, 32 bytes";
+    for (std::uint64_t seed : {1u, 4u}) {
+      INFO(to_string(f) << " salted_only " << salted_only << " seed " << seed);
+      Model m(seed, seed == 4 ? 24 : 12, seed == 4 ? 1 : 0, 0, seed == 4 ? 12 : 0, o);
+      m.run(6000);
+      CHECK(m.hits > 30);
+      CHECK(m.evictions > 30);
+    }
+  }
 }

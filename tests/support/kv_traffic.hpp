@@ -4,7 +4,8 @@
 // attention, sliding window, Mamba, cross attention), prompts sharing a few documents,
 // LoRA ids, cache salts, images, cache boundaries; chunked prefill, decode, preemption,
 // fork, swap, free, evictions under a small pool, and reset_prefix_cache now and then.
-// cached_set() is the manager's own cached set (support/cached_blocks.hpp).
+// cached_set() is the manager's own cached set (support/cached_blocks.hpp); observe() what
+// the engine sees (tables, hits), the same in every BlockHashOptions mode for one seed.
 #pragma once
 
 #include "kvmm/caching/block_hash.hpp"
@@ -29,12 +30,16 @@ inline KVLayout traffic_layout() {
 
 class KvTraffic {
  public:
-  KvTraffic(std::uint64_t seed, std::uint32_t num_large_pages = 40)
+  // learn: KVCacheManagerOptions::learned_boundaries at its default, else 0 (its table is
+  // direct-mapped by hash value: which hints overwrite each other depends on the hash).
+  KvTraffic(std::uint64_t seed, std::uint32_t num_large_pages = 40, BlockHashOptions block_hash = {}, bool learn = true)
       : rng_(seed),
         kv_(traffic_layout(), {.num_large_pages = num_large_pages,
                                .num_host_large_pages = 24,
                                .max_requests = kMaxLive + 1,
-                               .record_kv_events = true}) {
+                               .record_kv_events = true,
+                               .learned_boundaries = learn ? KVCacheManagerOptions{}.learned_boundaries : 0,
+                               .block_hash = std::move(block_hash)}) {
     for (auto& d : docs_) {
       d.resize(24 + rng_() % 40);
       for (auto& t : d) t = static_cast<std::uint32_t>(rng_() % 50000);
@@ -58,6 +63,25 @@ class KvTraffic {
   }
 
   std::set<CachedBlock> cached_set() const { return cached_blocks(kv_); }
+
+  // The live requests' ids, progress and device page tables, then the hit and eviction
+  // counters, flattened: what two runs of one seed must agree on whatever the hash.
+  std::vector<std::uint64_t> observe() const {
+    std::vector<std::uint64_t> out;
+    for (const Live& l : live_) {
+      const bool swapped = kv_.is_swapped(l.id);
+      out.insert(out.end(), {l.id, swapped, kv_.num_computed(l.id), kv_.num_allocated(l.id)});
+      for (GroupId g = 0; g < kv_.layout().num_groups() && !swapped; ++g) {
+        const auto t = kv_.page_table(l.id, g);
+        out.push_back(t.size());
+        out.insert(out.end(), t.begin(), t.end());
+      }
+    }
+    const ManagerCounters c = kv_.counters();
+    out.insert(out.end(), {c.lookups, c.hit_tokens, c.admitted_hit_tokens, c.lost_hits, c.evicted_pages, c.cow_copies,
+                           c.swapped_in_pages});
+    return out;
+  }
 
  private:
   static constexpr std::size_t kMaxLive = 10;

@@ -6,6 +6,7 @@
 #pragma once
 
 #include "kvmm/caching/block_hash.hpp"
+#include "kvmm/caching/block_hasher.hpp"
 
 #include <cstdint>
 #include <span>
@@ -22,10 +23,12 @@ class RequestHashes {
   // before the last full page of every class are then dropped unless `keep_ids` (events
   // report the ids of stored pages). Without `hash` no chain is kept and no id either,
   // unless `keep_ids`. `reserve_tokens` sizes the buffers once (0: grow on demand).
-  // Capacities are kept from earlier requests: no heap use in steady state.
+  // Capacities are kept from earlier requests: no heap use in steady state. The chains
+  // and item pages take `hasher`'s function for this request's salt (the hasher must
+  // outlive this object's use; the default: XXH3-128, block_hash.hpp's values).
   void assign(std::span<const std::uint32_t> tokens, std::uint32_t lora_id, std::string_view salt,
               std::span<const MultimodalItem> items, std::span<const std::uint32_t> class_tokens, bool hash,
-              bool keep_ids, std::uint64_t reserve_tokens);
+              bool keep_ids, std::uint64_t reserve_tokens, const BlockHasher& hasher = xxh3_hasher());
   // Ids the engine sampled. O(1) amortized.
   void append(std::span<const std::uint32_t> tokens);
   // Chain `cls` holds at least `pages` hashes afterwards (pages must be full). O(new pages).
@@ -41,11 +44,19 @@ class RequestHashes {
   std::span<const MultimodalItem> items() const { return items_; }
   // The hash of page `page` of item k in an encoder-token group.
   BlockHash item_page_hash(std::uint32_t k, std::uint64_t page) const {
-    return hash_item_page(items_[k].hash, static_cast<std::uint32_t>(page), lora_);
+    return hasher_->hash_item_page(items_[k].hash, static_cast<std::uint32_t>(page), lora_);
   }
+  const BlockHasher& hasher() const { return *hasher_; }
+  // The default hasher: XXH3-128 for every page.
+  static const BlockHasher& xxh3_hasher();
 
  private:
   void hash_general(std::uint32_t cls, std::uint64_t pages);
+  bool bulk() const { return xxh3_ && items_.empty(); }  // the one-pass XXH3 chain serves
+
+  const BlockHasher* hasher_ = &xxh3_hasher();
+  bool xxh3_ = true;         // this request's pages take XXH3-128 (the one-pass chain)
+  std::uint64_t clear_ = 0;  // bits its XXH3 keys clear (BlockHasher::xxh3_clear_bits)
 
   std::span<const std::uint32_t> class_tokens_;
   std::vector<std::uint32_t> ids_;  // ids from position base_ on

@@ -7,6 +7,7 @@
 #pragma once
 
 #include "kvmm/caching/block_hash.hpp"
+#include "kvmm/caching/block_hasher.hpp"
 #include "kvmm/caching/layer_policy.hpp"
 #include "kvmm/dist/kv_tier.hpp"
 #include "kvmm/manager/kv_events.hpp"
@@ -83,6 +84,12 @@ struct KVCacheManagerOptions {
   // covers kvmm-sim's arXiv-QA questions (16-64 tokens); it costs long chats 0.9% more
   // steps. Numbers and the sweep it was chosen from in docs/results/sim.md.
   std::uint32_t prompt_tail_tokens = 64;
+  // The function behind the block hashes (the prefix cache's keys, KV events' hashes, tier
+  // keys): XXH3-128 (default, fastest), SHA-256 or keyed BLAKE2b (a per-deployment secret
+  // key), for every page or only salted requests' (block_hasher.hpp; what each guarantees:
+  // docs/manager.md). Replicas sharing a router or a tier must agree on it. Bad key
+  // material: kvmm::Error at construction.
+  BlockHashOptions block_hash = {};
 };
 
 struct RequestExtras {
