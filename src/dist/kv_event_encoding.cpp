@@ -55,15 +55,15 @@ void check_range(std::size_t index, const char* begin_name, std::uint64_t begin,
 bool valid_kind(KvEventKind k) { return static_cast<unsigned>(k) <= static_cast<unsigned>(KvEventKind::kCleared); }
 bool valid_medium(Medium m) { return static_cast<unsigned>(m) <= static_cast<unsigned>(Medium::kRemote); }
 
-void validate_options(const EventEncodeOptions& o) {
+}  // namespace
+
+void validate_event_encode_options(const EventEncodeOptions& o) {
   if (o.encoding != EventEncoding::kArray && o.encoding != EventEncoding::kMap)
     fail("EventEncodeOptions.encoding = {}: not an EventEncoding (0 array, 1 map)", static_cast<unsigned>(o.encoding));
   if (o.hash_format != EventHashFormat::kU64 && o.hash_format != EventHashFormat::kBytes)
     fail("EventEncodeOptions.hash_format = {}: not an EventHashFormat (0 u64, 1 bytes)",
          static_cast<unsigned>(o.hash_format));
 }
-
-}  // namespace
 
 void validate_kv_event_batch(const KvEventBatch& batch, const KVLayout& layout) {
   for (std::size_t i = 0; i < batch.events.size(); ++i) {
@@ -253,7 +253,7 @@ void Encoder::extra_keys(const KvEvent& e) {
 
 void encode_kv_event_batch(const KvEventBatch& batch, const KVLayout& layout, double ts,
                            const EventEncodeOptions& options, std::vector<std::uint8_t>& out) {
-  validate_options(options);
+  validate_event_encode_options(options);
   validate_kv_event_batch(batch, layout);
   const std::size_t at = out.size();
   try {

@@ -40,6 +40,9 @@ std::string_view medium_name(Medium medium);
 // "chunked_local_attention", "mamba"); empty for encoder-token kinds (never emitted).
 std::string_view event_kind_name(LayerKind kind);
 
+// Raises kvmm::Error naming the field when encoding or hash_format is outside its enum.
+void validate_event_encode_options(const EventEncodeOptions& options);
+
 // Raises kvmm::Error naming the first event (and its field) whose kind or medium is outside
 // its enum, or whose group, hash, token, salt or item range does not fit the batch or the
 // layout. A kind's unused fields are not checked (a clear's group and medium, a removed
