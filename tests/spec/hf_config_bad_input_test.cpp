@@ -6,6 +6,7 @@
 #include <kvmm/spec/hf_config.hpp>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -445,5 +446,10 @@ TEST_CASE("hf config hostile: every checked field refuses each wrong type", "[sp
                Catch::Contains("field 'text_config.cross_attention_layers[0]"));
   for (const char* v : {"7", "null", "[\"llama\"]", R"({"a": "llama"})", "true"})
     CHECK_THAT(bounded_error(std::string(R"({"model_type": )") + v + "}"), Catch::Contains("field 'model_type': "));
+  // Unknown model types, near misses included, list the supported ones.
+  for (const char* v : {"", "LLAMA", "llama ", "gpt2", "qwen2_moe", "gemma", "mamba", "\u0000llama"})
+    CHECK_THAT(
+        bounded_error(std::string(R"({"model_type": ")") + v + "\"}"),
+        Catch::Contains("is not supported; supported: " + fmt::format("{}", fmt::join(hf_config_model_types(), ", "))));
   still_serves(before);
 }
