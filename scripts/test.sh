@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds kvmm with warnings as errors and runs every test; then again under
-# AddressSanitizer + UndefinedBehaviorSanitizer; the memory tests under ThreadSanitizer;
+# AddressSanitizer + UndefinedBehaviorSanitizer; fuzzes the config reader and the KV event
+# encoder (scripts/fuzz.sh, clang + libFuzzer); the memory tests under ThreadSanitizer;
 # then uses kvmm as engines would: installed (find_package, pkg-config) and embedded
 # (add_subdirectory, FetchContent), checking the embedding manners (tests/consumer/run.sh).
 set -euo pipefail
@@ -44,6 +45,9 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:ha
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   KVMM_BUILD="$build/release" KVMM_PY_DRIVER="$build/asan/python/kvmm_py_driver" \
   /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/python/test_differential.py
+
+echo "== fuzz: libFuzzer + ASan + UBSan on read_hf_config and the KV event encoder, ${KVMM_FUZZ_SECONDS:-60}s each (scripts/fuzz.sh)"
+scripts/fuzz.sh
 
 echo "== ThreadSanitizer: memory tests (the background mapper thread), dist tests (publisher thread, Redis tier I/O threads)"
 cmake -S . -B "$build/tsan" -DCMAKE_BUILD_TYPE=Debug -DKVMM_WERROR=ON -DKVMM_CUDA=OFF -DKVMM_SANITIZE=thread \

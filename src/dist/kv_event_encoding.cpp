@@ -17,7 +17,7 @@ std::string_view medium_name(Medium medium) {
     case Medium::kRemote:
       return "REMOTE";
   }
-  return "GPU";
+  fail("medium = {}: not a Medium (0 device, 1 host, 2 remote)", static_cast<unsigned>(medium));
 }
 
 std::string_view event_kind_name(LayerKind kind) {
@@ -43,34 +43,55 @@ bool emitted(const KvEvent& e, const KVLayout& layout) {
   return e.kind == KvEventKind::kCleared || layout.group(e.group).is_decoder();
 }
 
-void check_range(std::uint64_t begin, std::uint64_t count, std::uint64_t size, std::size_t index, const char* what) {
+// [begin, begin + count) inside an array of `size`; the error names both fields.
+void check_range(std::size_t index, const char* begin_name, std::uint64_t begin, const char* count_name,
+                 std::uint64_t count, std::uint64_t size, const char* what) {
   const auto end = try_add(begin, count);
   if (!end || *end > size)
-    fail("events[{}]: {} [{}, +{}) is outside the batch's {} entries", index, what, begin, count, size);
+    fail("events[{}].{} = {}, {} = {}: outside the batch's {} {}", index, begin_name, begin, count_name, count, size,
+         what);
 }
 
+bool valid_kind(KvEventKind k) { return static_cast<unsigned>(k) <= static_cast<unsigned>(KvEventKind::kCleared); }
+bool valid_medium(Medium m) { return static_cast<unsigned>(m) <= static_cast<unsigned>(Medium::kRemote); }
+
 }  // namespace
+
+void validate_event_encode_options(const EventEncodeOptions& o) {
+  if (o.encoding != EventEncoding::kArray && o.encoding != EventEncoding::kMap)
+    fail("EventEncodeOptions.encoding = {}: not an EventEncoding (0 array, 1 map)", static_cast<unsigned>(o.encoding));
+  if (o.hash_format != EventHashFormat::kU64 && o.hash_format != EventHashFormat::kBytes)
+    fail("EventEncodeOptions.hash_format = {}: not an EventHashFormat (0 u64, 1 bytes)",
+         static_cast<unsigned>(o.hash_format));
+}
 
 void validate_kv_event_batch(const KvEventBatch& batch, const KVLayout& layout) {
   for (std::size_t i = 0; i < batch.events.size(); ++i) {
     const KvEvent& e = batch.events[i];
+    if (!valid_kind(e.kind))
+      fail("events[{}].kind = {}: not a KvEventKind (0 stored, 1 removed, 2 cleared)", i,
+           static_cast<unsigned>(e.kind));
     if (e.kind == KvEventKind::kCleared) continue;
+    if (!valid_medium(e.medium))
+      fail("events[{}].medium = {}: not a Medium (0 device, 1 host, 2 remote)", i, static_cast<unsigned>(e.medium));
     if (e.group >= layout.num_groups())
       fail("events[{}].group = {}: the layout has {} groups", i, e.group, layout.num_groups());
     if (e.num_pages == 0) fail("events[{}].num_pages = 0: a run holds at least one page", i);
-    check_range(e.hash_begin, e.num_pages, batch.hashes.size(), i, "hashes");
+    check_range(i, "hash_begin", e.hash_begin, "num_pages", e.num_pages, batch.hashes.size(), "hashes");
     if (e.kind != KvEventKind::kStored) continue;
     const std::uint32_t tpp = layout.group(e.group).tokens_per_page;
     if (e.tokens_per_page != tpp)
       fail("events[{}].tokens_per_page = {}: group {} has {} tokens per page", i, e.tokens_per_page, e.group, tpp);
-    check_range(e.token_begin, checked_mul(e.num_pages, tpp, "event tokens"), batch.tokens.size(), i, "tokens");
-    check_range(e.salt_begin, e.salt_size, batch.text.size(), i, "salt");
-    check_range(e.item_begin, e.num_items, batch.items.size(), i, "items");
+    check_range(i, "token_begin", e.token_begin, "num_pages x tokens_per_page", std::uint64_t{e.num_pages} * tpp,
+                batch.tokens.size(), "tokens");
+    check_range(i, "salt_begin", e.salt_begin, "salt_size", e.salt_size, batch.text.size(), "text bytes");
+    check_range(i, "item_begin", e.item_begin, "num_items", e.num_items, batch.items.size(), "items");
     std::uint32_t last = 0;
-    for (const KvEventItemKey& item : batch.items_of(e)) {
+    for (std::uint32_t k = 0; k < e.num_items; ++k) {
+      const KvEventItemKey& item = batch.items[e.item_begin + k];
       if (item.page_in_run >= e.num_pages || item.page_in_run < last)
-        fail("events[{}]: item page_in_run = {} must be < num_pages = {} and not below the previous item's {}", i,
-             item.page_in_run, e.num_pages, last);
+        fail("events[{}]: items[{}].page_in_run = {} must be < num_pages = {} and not below the previous item's {}", i,
+             e.item_begin + k, item.page_in_run, e.num_pages, last);
       last = item.page_in_run;
     }
   }
@@ -232,7 +253,15 @@ void Encoder::extra_keys(const KvEvent& e) {
 
 void encode_kv_event_batch(const KvEventBatch& batch, const KVLayout& layout, double ts,
                            const EventEncodeOptions& options, std::vector<std::uint8_t>& out) {
-  Encoder(batch, layout, options, out).batch(ts);
+  validate_event_encode_options(options);
+  validate_kv_event_batch(batch, layout);
+  const std::size_t at = out.size();
+  try {
+    Encoder(batch, layout, options, out).batch(ts);
+  } catch (...) {
+    out.resize(at);  // nothing of a failed batch stays
+    throw;
+  }
 }
 
 }  // namespace kvmm

@@ -2,7 +2,12 @@
 // its fields into one kind per decoder layer plus the attention parameters its layers
 // share; one assembler turns that into groups, layer placements and the planned layout.
 // nlohmann-json is used in this file only (a private, build-time dependency of kvmm).
+// Hostile text is bounded before nlohmann parses it (size, nesting depth, numbers past
+// double's range: json_scan.hpp), and every message renders values without recursion,
+// cut to a few dozen bytes of printable ASCII.
 #include "kvmm/spec/hf_config.hpp"
+
+#include "json_scan.hpp"
 
 #include "kvmm/checked.hpp"
 #include "kvmm/error.hpp"
@@ -11,11 +16,14 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <array>
+#include <cerrno>
 #include <cmath>
-#include <fstream>
+#include <cstring>
 #include <optional>
-#include <sstream>
 
 namespace kvmm {
 
@@ -26,6 +34,23 @@ using nlohmann::json;
 // More decoder layers than any published model has by far; bounds what a config can make
 // the reader allocate.
 constexpr std::uint32_t kMaxLayers = 1u << 16;
+
+using json_scan::printable;
+
+// A value for an error message: scalars as JSON, strings cut to 64 bytes, containers by
+// their size only (never dumped: a dump recurses as deep as the value).
+std::string describe(const json& v) {
+  switch (v.type()) {
+    case json::value_t::object:
+      return fmt::format("an object of {} keys", v.size());
+    case json::value_t::array:
+      return fmt::format("an array of {} elements", v.size());
+    case json::value_t::string:
+      return "\"" + printable(v.get_ref<const std::string&>()) + "\"";
+    default:
+      return v.dump();  // null, boolean, number: a few bytes
+  }
+}
 
 // One config object, the path prefix used in error messages ("text_config.") and, for
 // the families whose published configs rely on them, the Hugging Face class defaults
@@ -52,7 +77,7 @@ struct Cfg {
   }
   std::uint32_t to_u32(std::string_view field, const json& v, std::int64_t min) const {
     if (!v.is_number_integer() || v.get<std::int64_t>() < min || v.get<std::int64_t>() > (std::int64_t{1} << 31))
-      bad(field, fmt::format("expected {} integer, got {}", min > 0 ? "a positive" : "a non-negative", v.dump()));
+      bad(field, fmt::format("expected {} integer, got {}", min > 0 ? "a positive" : "a non-negative", describe(v)));
     return static_cast<std::uint32_t>(v.get<std::int64_t>());
   }
   // A positive integer (below 2^31); kvmm::Error when missing, null or anything else.
@@ -78,17 +103,17 @@ struct Cfg {
     if (!has(field)) return std::nullopt;
     const json& v = *find(field);
     if (!v.is_number() || !std::isfinite(v.get<double>()) || !(v.get<double>() > 0))
-      bad(field, fmt::format("expected a positive number or null, got {}", v.dump()));
+      bad(field, fmt::format("expected a positive number or null, got {}", describe(v)));
     return v.get<double>();
   }
   bool flag_or(std::string_view field, bool fallback) const {
     if (!has(field)) return fallback;
-    if (!find(field)->is_boolean()) bad(field, fmt::format("expected true or false, got {}", find(field)->dump()));
+    if (!find(field)->is_boolean()) bad(field, fmt::format("expected true or false, got {}", describe(*find(field))));
     return find(field)->get<bool>();
   }
   std::string str(std::string_view field) const {
     if (!has(field)) bad(field, "missing");
-    if (!find(field)->is_string()) bad(field, fmt::format("expected a string, got {}", find(field)->dump()));
+    if (!find(field)->is_string()) bad(field, fmt::format("expected a string, got {}", describe(*find(field))));
     return find(field)->get<std::string>();
   }
   Cfg sub(std::string_view field, const json* sub_defaults) const {
@@ -108,7 +133,7 @@ struct Cfg {
         sliding[i] = true;
       else if (lt[i] != "full_attention")
         bad(fmt::format("layer_types[{}]", i),
-            fmt::format("expected \"full_attention\" or \"sliding_attention\", got {}", lt[i].dump()));
+            fmt::format("expected \"full_attention\" or \"sliding_attention\", got {}", describe(lt[i])));
     }
     return sliding;
   }
@@ -244,7 +269,7 @@ Reading read_mllama(const Cfg& root) {
   for (std::size_t i = 0; i < cl.size(); ++i) {
     const std::string field = fmt::format("cross_attention_layers[{}]", i);
     if (!cl[i].is_number_integer() || cl[i].get<std::int64_t>() < 0 || cl[i].get<std::int64_t>() >= layers)
-      c.bad(field, fmt::format("expected a layer index below num_hidden_layers = {}, got {}", layers, cl[i].dump()));
+      c.bad(field, fmt::format("expected a layer index below num_hidden_layers = {}, got {}", layers, describe(cl[i])));
     const auto layer = static_cast<std::uint32_t>(cl[i].get<std::int64_t>());
     if (cross[layer]) c.bad(field, fmt::format("layer {} is listed twice", layer));
     cross[layer] = true;
@@ -292,8 +317,8 @@ Reading read_family(const Cfg& root, const std::string& type, const HfConfigOpti
   }
   if (type == "mllama") return read_mllama(root);
   if (type == "jamba") return read_jamba(root, o);
-  root.bad("model_type",
-           fmt::format("'{}' is not supported; supported: {}", type, fmt::join(hf_config_model_types(), ", ")));
+  root.bad("model_type", fmt::format("'{}' is not supported; supported: {}", printable(type),
+                                     fmt::join(hf_config_model_types(), ", ")));
 }
 
 constexpr std::array<LayerKind, 4> kGroupOrder{LayerKind::kFullAttention, LayerKind::kSlidingWindow,
@@ -358,22 +383,41 @@ void check_options(const HfConfigOptions& o) {
   if (o.mamba_checkpoint_interval == 0) fail("HfConfigOptions.mamba_checkpoint_interval = 0: must be >= 1");
 }
 
+// "line:column" of byte `at` (0-based) of `text`.
+std::string line_col(std::string_view text, std::size_t at) {
+  std::size_t line = 1, col = 1;
+  for (std::size_t i = 0; i < std::min(at, text.size()); ++i) {
+    if (text[i] == '\n') {
+      ++line;
+      col = 1;
+    } else {
+      ++col;
+    }
+  }
+  return fmt::format("{}:{}", line, col);
+}
+
+std::string field_at(std::string_view text, std::size_t at) {
+  const std::string path = json_scan::path_at(text, at, kMaxHfConfigDepth);
+  return path.empty() ? std::string() : fmt::format(" (field '{}')", path);
+}
+
+// Size, depth and number range first (json_scan), then nlohmann; every failure is a
+// kvmm::Error with the source, line:column and the field.
 json parse(std::string_view text, std::string_view source) {
+  if (text.size() > kMaxHfConfigBytes)
+    fail("{}: {} bytes, over the limit of {} bytes (kMaxHfConfigBytes)", source, text.size(), kMaxHfConfigBytes);
+  if (auto p = json_scan::find_problem(text, kMaxHfConfigDepth))
+    fail("{}:{}: {}: {}", source, line_col(text, p->offset),
+         p->path.empty() ? std::string("top level") : fmt::format("field '{}'", p->path), p->what);
   try {
     return json::parse(text);
   } catch (const json::parse_error& e) {
-    // nlohmann reports a byte offset; turn it into line:column.
+    // nlohmann reports the 1-based byte it stopped at.
     const std::size_t at = std::min<std::size_t>(e.byte > 0 ? e.byte - 1 : 0, text.size());
-    std::size_t line = 1, col = 1;
-    for (std::size_t i = 0; i < at; ++i) {
-      if (text[i] == '\n') {
-        ++line;
-        col = 1;
-      } else {
-        ++col;
-      }
-    }
-    fail("{}:{}:{}: malformed JSON: {}", source, line, col, e.what());
+    fail("{}:{}: malformed JSON{}: {}", source, line_col(text, at), field_at(text, at), printable(e.what(), 200));
+  } catch (const json::exception& e) {
+    fail("{}: malformed JSON: {}", source, printable(e.what(), 200));
   }
 }
 
@@ -394,16 +438,55 @@ ModelSpec read_hf_config(std::string_view json_text, std::string_view source, co
     const std::string type = root.str("model_type");
     return assemble(type, read_family(root, type, options), options);
   } catch (const json::exception& e) {
-    fail("{}: {}", source, e.what());
+    fail("{}: {}", source, printable(e.what(), 200));
   }
 }
 
+namespace {
+
+const char* file_type(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a file";
+}
+
+// Closes the descriptor on every path out.
+struct Fd {
+  int fd;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+}  // namespace
+
+// Opened without blocking (a FIFO would wait for a writer), checked to be a regular file
+// of at most kMaxHfConfigBytes, and read up to one byte past the limit (a file that grows
+// after the check is refused too).
 ModelSpec read_hf_config_file(const std::string& path, const HfConfigOptions& options) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("config file = '{}': cannot open the file", path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return read_hf_config(ss.str(), path, options);
+  const Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY)};
+  if (f.fd < 0) fail("config file = '{}': cannot open the file: {}", path, std::strerror(errno));
+  struct stat st {};
+  if (::fstat(f.fd, &st) != 0) fail("config file = '{}': cannot stat the file: {}", path, std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) fail("config file = '{}': not a regular file ({})", path, file_type(st.st_mode));
+  const auto size = static_cast<std::uint64_t>(st.st_size);
+  if (size > kMaxHfConfigBytes)
+    fail("config file = '{}': {} bytes, over the limit of {} bytes (kMaxHfConfigBytes)", path, size, kMaxHfConfigBytes);
+  std::string text(static_cast<std::size_t>(size) + 1, '\0');
+  std::size_t got = 0;
+  while (got < text.size()) {
+    const ssize_t n = ::read(f.fd, text.data() + got, text.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) fail("config file = '{}': cannot read the file: {}", path, std::strerror(errno));
+    if (n == 0) break;
+    got += static_cast<std::size_t>(n);
+  }
+  if (got > size) fail("config file = '{}': grew past its {} bytes while being read", path, size);
+  text.resize(got);
+  return read_hf_config(text, path, options);
 }
 
 }  // namespace kvmm

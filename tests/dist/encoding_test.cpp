@@ -4,6 +4,7 @@
 // formats, checked against checked-in bytes, against python3-msgpack's decoding (vLLM's
 // field order and names), and validation errors for malformed batches.
 #include "dist_test_util.hpp"
+#include "event_fixture.hpp"
 #include "kvmm/dist/kv_event_encoding.hpp"
 
 #include <catch2/catch.hpp>
@@ -16,66 +17,10 @@
 
 using namespace kvmm;
 using Catch::Contains;
+using kvmm::test::test_batch;
+using kvmm::test::test_layout;
 
 namespace {
-
-KVLayout test_layout() {
-  return KVLayout::plan({LayerGroup::full_attention("full", 2, 2, 64, 2, 4),
-                         LayerGroup::sliding_window("swa", 2, 2, 64, 2, 4, 128),
-                         LayerGroup::cross_attention("cross", 1, 2, 64, 2, 4)});
-}
-
-KvEventBatch test_batch() {
-  KvEventBatch b;
-  // Stored, group 0, request pages 0..1, salt "s1", one image overlapping page 1.
-  b.hashes = {{0x11, 0xa}, {0x12, 0xb}, {0x21, 0}, {0x31, 0}, {0x41, 0}, {0x42, 0}};
-  b.tokens = {1, 2, 3, 4, 5, 6, 7, 300, 9, 10, 11, 12, 13, 14, 15, 16};
-  b.text = "s1";
-  b.items.push_back(KvEventItemKey{1, BlockHash{0x0f, 0xabc}, -2});
-  KvEvent s0;
-  s0.kind = KvEventKind::kStored;
-  s0.group = 0;
-  s0.hash_begin = 0;
-  s0.num_pages = 2;
-  s0.first_page = 0;
-  s0.tokens_per_page = 4;
-  s0.token_begin = 0;
-  s0.salt_begin = 0;
-  s0.salt_size = 2;
-  s0.item_begin = 0;
-  s0.num_items = 1;
-  b.events.push_back(s0);
-  // Stored, group 1 (sliding window 128), request page 2 after parent 0x99, LoRA 7, host.
-  KvEvent s1;
-  s1.kind = KvEventKind::kStored;
-  s1.medium = Medium::kHost;
-  s1.group = 1;
-  s1.hash_begin = 2;
-  s1.num_pages = 1;
-  s1.has_parent = true;
-  s1.parent = BlockHash{0x99, 0};
-  s1.first_page = 2;
-  s1.tokens_per_page = 4;
-  s1.token_begin = 8;
-  s1.lora_id = 7;
-  s1.salt_size = 2;  // ignored: the salt keys page 0 only
-  b.events.push_back(s1);
-  // Stored, group 2 (cross attention): not emitted.
-  KvEvent s2 = s1;
-  s2.group = 2;
-  s2.hash_begin = 3;
-  b.events.push_back(s2);
-  KvEvent r;
-  r.kind = KvEventKind::kRemoved;
-  r.group = 0;
-  r.hash_begin = 4;
-  r.num_pages = 2;
-  b.events.push_back(r);
-  KvEvent c;
-  c.kind = KvEventKind::kCleared;
-  b.events.push_back(c);
-  return b;
-}
 
 std::vector<std::uint8_t> encode(EventEncoding e, EventHashFormat h) {
   std::vector<std::uint8_t> out;
@@ -163,16 +108,18 @@ TEST_CASE("events encoding: malformed batches raise errors naming the event") {
   CHECK_THROWS_WITH(validate_kv_event_batch(b, layout), Contains("events[0].group = 3"));
   b = test_batch();
   b.events[3].num_pages = 5;
-  CHECK_THROWS_WITH(validate_kv_event_batch(b, layout), Contains("events[3]: hashes [4, +5)"));
+  CHECK_THROWS_WITH(validate_kv_event_batch(b, layout),
+                    Contains("events[3].hash_begin = 4, num_pages = 5: outside the batch's 6 hashes"));
   b = test_batch();
   b.events[0].tokens_per_page = 8;
   CHECK_THROWS_WITH(validate_kv_event_batch(b, layout), Contains("events[0].tokens_per_page = 8"));
   b = test_batch();
   b.tokens.resize(10);
-  CHECK_THROWS_WITH(validate_kv_event_batch(b, layout), Contains("events[1]: tokens"));
+  CHECK_THROWS_WITH(validate_kv_event_batch(b, layout),
+                    Contains("events[1].token_begin = 8, num_pages x tokens_per_page = 4"));
   b = test_batch();
   b.items[0].page_in_run = 2;
-  CHECK_THROWS_WITH(validate_kv_event_batch(b, layout), Contains("item page_in_run = 2"));
+  CHECK_THROWS_WITH(validate_kv_event_batch(b, layout), Contains("events[0]: items[0].page_in_run = 2"));
   b = test_batch();
   b.events[1].num_pages = 0;
   CHECK_THROWS_WITH(validate_kv_event_batch(b, layout), Contains("events[1].num_pages = 0"));

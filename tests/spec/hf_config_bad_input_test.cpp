@@ -6,8 +6,10 @@
 #include <kvmm/spec/hf_config.hpp>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <random>
 #include <string>
 #include <vector>
@@ -250,4 +252,204 @@ TEST_CASE("hf config: random configs of every family match the per-layer referen
       REQUIRE(lg.window == a.sliding_window);
     }
   }
+}
+
+// ---- Hostile input (issue 29 items 3 and 4): nesting, sizes, types per checked field,
+// numbers out of range. Every case raises kvmm::Error naming the source and the field, in
+// a message of bounded length made of printable ASCII, and the reader keeps serving.
+
+namespace {
+
+std::string nested(const std::string& open, const std::string& inner, const std::string& close, std::size_t levels) {
+  std::string s;
+  s.reserve(levels * (open.size() + close.size()) + inner.size());
+  for (std::size_t i = 0; i < levels; ++i) s += open;
+  s += inner;
+  for (std::size_t i = 0; i < levels; ++i) s += close;
+  return s;
+}
+
+std::string llama_with(const std::string& field, const std::string& value) {
+  std::string base = R"({"model_type": "llama", "num_hidden_layers": 4, "num_attention_heads": 8,
+      "num_key_value_heads": 2, "hidden_size": 512)";
+  return base + ", \"" + field + "\": " + value + "}";
+}
+
+// The error, checked to be short, printable ASCII and to start with the source.
+std::string bounded_error(const std::string& json) {
+  const std::string e = error_of([&] { read_hf_config(json, "c.json"); });
+  CHECK(e.size() < 600);
+  CHECK(std::all_of(e.begin(), e.end(), [](char c) { return c >= 0x20 && c < 0x7f; }));
+  CHECK_THAT(e, Catch::StartsWith("c.json"));
+  return e;
+}
+
+}  // namespace
+
+TEST_CASE("hf config hostile: deep nesting is refused before parsing, naming the field",
+          "[spec][hf_config][errors][hostile]") {
+  const KVLayout before = read_hf_config(kGood, "good.json").layout;
+  // 100,000 levels in a checked field: the message once dumped the value recursively.
+  std::string e = bounded_error(llama_with("num_hidden_layers", nested("[", "1", "]", 100000)));
+  CHECK_THAT(e, Catch::Contains("field 'num_hidden_layers[0][0][0]"));
+  CHECK_THAT(e, Catch::Contains("nested deeper than 64 levels"));
+  still_serves(before);
+  // The same in a field the reader never looks at, objects and arrays, and unclosed.
+  e = bounded_error(llama_with("quantization_config", nested("{\"a\": ", "1", "}", 100000)));
+  CHECK_THAT(e, Catch::Contains("field 'quantization_config.a.a.a"));
+  e = bounded_error(llama_with("rope_scaling", nested("[", "", "", 100000)));
+  CHECK_THAT(e, Catch::Contains("field 'rope_scaling[0][0]"));
+  e = bounded_error(std::string(1000000, '['));
+  CHECK_THAT(e, Catch::Contains("nested deeper than 64 levels"));
+  e = bounded_error(R"({"model_type": "mllama", "text_config": {"num_hidden_layers": )" +
+                    nested("[", "1", "]", 100000) + "}}");
+  CHECK_THAT(e, Catch::Contains("field 'text_config.num_hidden_layers[0]"));
+  // Brackets inside strings do not count; 64 levels (the top-level object and 63 below)
+  // are accepted, 65 are not.
+  CHECK_NOTHROW(read_hf_config(llama_with("note", "\"" + std::string(1000, '[') + "\""), "c.json"));
+  CHECK_NOTHROW(read_hf_config(llama_with("extra", nested("[", "1", "]", 63)), "c.json"));
+  e = bounded_error(llama_with("extra", nested("[", "1", "]", 64)));
+  CHECK_THAT(e, Catch::Contains("field 'extra" + nested("", "", "[0]", 63) + "': nested deeper than 64 levels"));
+  still_serves(before);
+}
+
+TEST_CASE("hf config hostile: messages stay bounded for wide and long values", "[spec][hf_config][errors][hostile]") {
+  const KVLayout before = read_hf_config(kGood, "good.json").layout;
+  std::string wide = "[1";
+  for (int i = 2; i <= 100000; ++i) wide += fmt::format(",{}", i);
+  wide += "]";
+  CHECK_THAT(
+      bounded_error(llama_with("num_hidden_layers", wide)),
+      Catch::Contains("field 'num_hidden_layers': expected a positive integer, got an array of 100000 elements"));
+  std::string obj = "{";
+  for (int i = 0; i < 50000; ++i) obj += fmt::format("{}\"k{}\": {}", i ? "," : "", i, i);
+  obj += "}";
+  CHECK_THAT(bounded_error(llama_with("num_hidden_layers", obj)),
+             Catch::Contains("field 'num_hidden_layers': expected a positive integer, got an object of 50000 keys"));
+  const std::string huge = std::string(1000000, 'x');
+  std::string e = bounded_error(R"({"model_type": ")" + huge + "\"}");
+  CHECK_THAT(e, Catch::Contains("field 'model_type': 'xxxxxxxx"));
+  CHECK_THAT(e, Catch::Contains("is not supported; supported: llama, qwen2, qwen3, mistral, ministral, gemma2, "
+                                "gemma3, gemma3_text, mllama, jamba"));
+  CHECK_THAT(bounded_error(R"({"model_type": "qwen2", "num_hidden_layers": 2, "use_sliding_window": ")" + huge + "\"}"),
+             Catch::Contains("field 'use_sliding_window': expected true or false, got \"xxxx"));
+  CHECK_THAT(
+      bounded_error(R"({"model_type": "mistral", "num_hidden_layers": 2, "num_attention_heads": 2,
+      "hidden_size": 64, "sliding_window": 8, "layer_types": ["full_attention", ")" +
+                    huge + "\"]}"),
+      Catch::Contains("field 'layer_types[1]': expected \"full_attention\" or \"sliding_attention\", got \"xxx"));
+  // A huge key before a syntax error: the path in the message is cut too.
+  e = bounded_error("{\"" + huge + "\": [1,, 2]}");
+  CHECK_THAT(e, Catch::Contains("malformed JSON"));
+  CHECK_THAT(e, Catch::Contains("field 'xxxx"));
+  still_serves(before);
+}
+
+TEST_CASE("hf config hostile: numbers out of range anywhere in the file", "[spec][hf_config][errors][hostile]") {
+  const KVLayout before = read_hf_config(kGood, "good.json").layout;
+  struct Case {
+    std::string field, value, expect;
+  };
+  const std::vector<Case> cases{
+      // Past double's range, in fields the reader does not read (nlohmann's out_of_range once escaped).
+      {"rope_theta", "1e999", "field 'rope_theta': 1e999 is past the range of a double"},
+      {"rope_theta", "-1e999", "field 'rope_theta': -1e999 is past the range of a double"},
+      {"rope_theta", "1e99999999999999999999999999", "field 'rope_theta': 1e99999999999999999999"},
+      {"rope_theta", std::string(400, '9') + ".5", "field 'rope_theta': 99999999999999"},
+      {"rope_scaling", R"({"factor": [1, 2, 3e400]})", "field 'rope_scaling.factor[2]': 3e400 is past the range"},
+      {"num_hidden_layers", "1e999", "field 'num_hidden_layers': 1e999 is past the range of a double"},
+      // JSON has no NaN or infinity: malformed, with the field named.
+      {"rope_theta", "NaN", "malformed JSON (field 'rope_theta')"},
+      {"rope_theta", "Infinity", "malformed JSON (field 'rope_theta')"},
+      {"rope_theta", "-Infinity", "malformed JSON (field 'rope_theta')"},
+      {"num_hidden_layers", "nan", "malformed JSON (field 'num_hidden_layers')"},
+      // Integers the checked fields refuse: huge, negative, non-integer, past 2^31.
+      {"num_hidden_layers", "123456789012345678901234567890", "field 'num_hidden_layers': expected a positive integer"},
+      {"num_hidden_layers", "1e3", "field 'num_hidden_layers': expected a positive integer, got 1000.0"},
+      {"num_hidden_layers", "4.0", "field 'num_hidden_layers': expected a positive integer, got 4.0"},
+      {"num_hidden_layers", "-4", "field 'num_hidden_layers': expected a positive integer, got -4"},
+      {"num_hidden_layers", "-0", "field 'num_hidden_layers': expected a positive integer, got 0"},
+      {"num_attention_heads", "2147483649", "field 'num_attention_heads': expected a positive integer, got 2147483649"},
+      {"num_attention_heads", "-9223372036854775808", "field 'num_attention_heads': expected a positive integer"},
+      {"hidden_size", "9223372036854775808", "field 'hidden_size': expected a positive integer"},
+      {"hidden_size", "1e-400", "field 'hidden_size': expected a positive integer, got 0.0"},
+  };
+  for (const Case& c : cases) {
+    const std::string json = llama_with(c.field, c.value);
+    INFO(json.substr(0, 300));
+    CHECK_THAT(bounded_error(json), Catch::Contains(c.expect));
+    still_serves(before);
+  }
+  // Within range: a tiny number underflows to 0 as everywhere in JSON, the largest double is kept.
+  CHECK_NOTHROW(read_hf_config(llama_with("rope_theta", "1e-999"), "c.json"));
+  CHECK_NOTHROW(read_hf_config(llama_with("rope_theta", "1.7976931348623157e308"), "c.json"));
+  CHECK_NOTHROW(read_hf_config(llama_with("rope_theta", "-0.0e-99999999999999999999"), "c.json"));
+  const ModelSpec g = read_hf_config(R"({"model_type": "gemma2", "attn_logit_softcapping": 1e308})", "c.json");
+  CHECK(g.attention[0].softcap == 1e308);
+}
+
+TEST_CASE("hf config hostile: every checked field refuses each wrong type", "[spec][hf_config][errors][hostile]") {
+  const KVLayout before = read_hf_config(kGood, "good.json").layout;
+  // A base config per family, the fields its reader checks and what each must hold.
+  struct Field {
+    std::string base, name, path, expect;
+  };
+  const std::string llama = R"("model_type": "llama", "num_hidden_layers": 4, "num_attention_heads": 8,
+      "num_key_value_heads": 2, "hidden_size": 512, "head_dim": 64)";
+  const std::string qwen = R"("model_type": "qwen2", "num_hidden_layers": 4, "num_attention_heads": 8,
+      "hidden_size": 512, "use_sliding_window": true, "sliding_window": 64, "max_window_layers": 2)";
+  const std::string gemma = R"("model_type": "gemma2", "query_pre_attn_scalar": 256, "attn_logit_softcapping": 50)";
+  const std::string jamba = R"("model_type": "jamba", "num_hidden_layers": 8, "attn_layer_period": 4,
+      "attn_layer_offset": 1, "num_attention_heads": 4, "hidden_size": 64, "mamba_expand": 2, "mamba_d_conv": 4,
+      "mamba_d_state": 16)";
+  const std::string positive = "expected a positive integer, got ";
+  const std::vector<Field> fields{
+      {llama, "num_hidden_layers", "num_hidden_layers", positive},
+      {llama, "num_attention_heads", "num_attention_heads", positive},
+      {llama, "num_key_value_heads", "num_key_value_heads", positive},
+      {llama, "head_dim", "head_dim", positive},
+      {R"("model_type": "llama", "num_hidden_layers": 4, "num_attention_heads": 8)", "hidden_size", "hidden_size",
+       positive},
+      {R"("model_type": "mistral", "num_hidden_layers": 4, "num_attention_heads": 8, "hidden_size": 512)",
+       "sliding_window", "sliding_window", positive},
+      {qwen, "use_sliding_window", "use_sliding_window", "expected true or false, got "},
+      {qwen, "max_window_layers", "max_window_layers", "expected a non-negative integer, got "},
+      {qwen, "layer_types", "layer_types", "expected an array of num_hidden_layers = 4 strings"},
+      {gemma, "query_pre_attn_scalar", "query_pre_attn_scalar", "expected a positive number or null, got "},
+      {gemma, "attn_logit_softcapping", "attn_logit_softcapping", "expected a positive number or null, got "},
+      {R"("model_type": "gemma3_text")", "sliding_window_pattern", "sliding_window_pattern", positive},
+      {jamba, "attn_layer_period", "attn_layer_period", positive},
+      {jamba, "attn_layer_offset", "attn_layer_offset", "expected a non-negative integer, got "},
+      {jamba, "mamba_expand", "mamba_expand", positive},
+      {jamba, "mamba_d_conv", "mamba_d_conv", positive},
+      {jamba, "mamba_d_state", "mamba_d_state", positive},
+  };
+  // Wrong types, and (for numbers) the kinds of wrong value: each refused naming the field.
+  const std::vector<std::string> bad{R"("8")", "true", "[8]", R"({"v": 8})", "8.5", "-1e300", "[[[[[[]]]]]]"};
+  for (const Field& f : fields) {
+    for (const std::string& v : bad) {
+      const bool real = f.expect.find("positive number") != std::string::npos;
+      if ((f.name == "use_sliding_window" && v == "true") || (real && v == "8.5")) continue;  // valid values
+      const std::string json = "{" + f.base + ", \"" + f.name + "\": " + v + "}";
+      INFO(json);
+      const std::string e = bounded_error(json);
+      CHECK_THAT(e, Catch::Contains("field '" + f.path + "': " + f.expect));
+    }
+  }
+  // mllama's cross_attention_layers and its elements; model_type itself.
+  const std::string mllama = R"({"model_type": "mllama", "text_config": {"cross_attention_layers": )";
+  for (const char* v : {R"("3")", "3", "null", R"({"a": 3})"})
+    CHECK_THAT(bounded_error(mllama + v + "}}"),
+               Catch::Contains("field 'text_config.cross_attention_layers': missing or not an array"));
+  for (const char* v : {R"("3")", "3.5", "true", "[3]", "-1", "40", "1e999"})
+    CHECK_THAT(bounded_error(mllama + "[" + v + "]}}"),
+               Catch::Contains("field 'text_config.cross_attention_layers[0]"));
+  for (const char* v : {"7", "null", "[\"llama\"]", R"({"a": "llama"})", "true"})
+    CHECK_THAT(bounded_error(std::string(R"({"model_type": )") + v + "}"), Catch::Contains("field 'model_type': "));
+  // Unknown model types, near misses included, list the supported ones.
+  for (const char* v : {"", "LLAMA", "llama ", "gpt2", "qwen2_moe", "gemma", "mamba", "\u0000llama"})
+    CHECK_THAT(
+        bounded_error(std::string(R"({"model_type": ")") + v + "\"}"),
+        Catch::Contains("is not supported; supported: " + fmt::format("{}", fmt::join(hf_config_model_types(), ", "))));
+  still_serves(before);
 }

@@ -33,17 +33,25 @@ struct EventEncodeOptions {
   std::uint32_t data_parallel_rank = 0;
 };
 
-// vLLM's `medium` for each kvmm Medium: "GPU", "CPU", "REMOTE".
+// vLLM's `medium` for each kvmm Medium: "GPU", "CPU", "REMOTE"; kvmm::Error for a value
+// outside the enum.
 std::string_view medium_name(Medium medium);
 // vLLM's `kv_cache_spec_kind` for a decoder group kind ("full_attention", "sliding_window",
 // "chunked_local_attention", "mamba"); empty for encoder-token kinds (never emitted).
 std::string_view event_kind_name(LayerKind kind);
 
-// Raises kvmm::Error naming the first event whose group, hash, token, salt or item range
-// does not fit the batch or the layout. O(events + items).
+// Raises kvmm::Error naming the field when encoding or hash_format is outside its enum.
+void validate_event_encode_options(const EventEncodeOptions& options);
+
+// Raises kvmm::Error naming the first event (and its field) whose kind or medium is outside
+// its enum, or whose group, hash, token, salt or item range does not fit the batch or the
+// layout. A kind's unused fields are not checked (a clear's group and medium, a removed
+// run's tokens, salt and items). O(events + items).
 void validate_kv_event_batch(const KvEventBatch& batch, const KVLayout& layout);
 
-// Appends one encoded KVEventBatch to `out` (the batch must be valid: see above).
+// Appends one encoded KVEventBatch to `out`. Validates the options' enums and the batch
+// first (as above) and raises kvmm::Error with `out` unchanged: an invalid batch is never
+// written, not even in part.
 void encode_kv_event_batch(const KvEventBatch& batch, const KVLayout& layout, double ts,
                            const EventEncodeOptions& options, std::vector<std::uint8_t>& out);
 

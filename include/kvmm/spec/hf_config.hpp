@@ -9,12 +9,22 @@
 
 #include "kvmm/spec/kv_layout.hpp"
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace kvmm {
+
+// The largest config read_hf_config and read_hf_config_file accept: 4 MiB (4,194,304
+// bytes; published config.json files are a few KiB). Larger text, and files that are not
+// regular files (a directory, /dev/zero, a FIFO), are refused with kvmm::Error naming the
+// source and the size.
+inline constexpr std::size_t kMaxHfConfigBytes = std::size_t{4} << 20;
+// The deepest nesting of objects and arrays accepted (the top-level object counts as one;
+// published configs nest 2-4 levels). Deeper text is refused before it is parsed.
+inline constexpr std::size_t kMaxHfConfigDepth = 64;
 
 struct HfConfigOptions {
   std::uint32_t tokens_per_page = 16;

@@ -103,6 +103,7 @@ KvEventPublisher::Impl::Impl(const KVLayout& l, EventPublisherOptions o)
   if (opt.poll_interval.count() < 0)
     fail("EventPublisherOptions::poll_interval = {} us: must be >= 0", opt.poll_interval.count());
   enc = EventEncodeOptions{opt.encoding, opt.hash_format, opt.data_parallel_rank};
+  validate_event_encode_options(enc);  // here: the publisher thread's encoding must not raise
   const std::string endpoint = offset_endpoint(opt.endpoint, opt.data_parallel_rank);
   const std::string replay_endpoint = offset_endpoint(opt.replay_endpoint, opt.data_parallel_rank);
   try {

@@ -245,6 +245,15 @@ TEST_CASE("publisher: options and vLLM's data-parallel endpoint rule") {
   CHECK_THROWS_WITH(KvEventPublisher(layout, opt), Catch::Contains("endpoint = 'bogus://x'"));
   opt.endpoint = "";
   CHECK_THROWS_WITH(KvEventPublisher(layout, opt), Catch::Contains("endpoint is empty"));
+  // Encodings outside their enums are refused here, not on the publisher thread.
+  TempDir enum_dir;
+  opt.endpoint = "ipc://" + (enum_dir.path / "pub").string();
+  opt.encoding = static_cast<EventEncoding>(5);
+  CHECK_THROWS_WITH(KvEventPublisher(layout, opt), Catch::Contains("EventEncodeOptions.encoding = 5"));
+  opt.encoding = EventEncoding::kMap;
+  opt.hash_format = static_cast<EventHashFormat>(2);
+  CHECK_THROWS_WITH(KvEventPublisher(layout, opt), Catch::Contains("EventEncodeOptions.hash_format = 2"));
+  opt.hash_format = EventHashFormat::kU64;
   // A malformed batch is refused before it takes a sequence number.
   TempDir dir;
   opt.endpoint = "ipc://" + (dir.path / "pub").string();
