@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 source scripts/deps.sh
 kvmm_install_deps clang-format
 
-echo "== format check (.clang-format over the directories scripts/format.sh lists)"
+echo "== format check (.clang-format over every C++/CUDA file, scripts/format.sh)"
 scripts/format.sh --check
 
 jobs=$(nproc)
@@ -20,9 +20,13 @@ scripts/kernel_tools.sh
 
 echo "== release build (-Werror) and tests"
 cmake -S . -B "$build/release" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVMM_WERROR=ON \
-  -DKVMM_BUILD_TESTS=ON -DKVMM_BUILD_BENCH=ON -DKVMM_BUILD_EXAMPLES=ON -DKVMM_PYTHON=ON
+  -DKVMM_BUILD_TESTS=ON -DKVMM_BUILD_BENCH=ON -DKVMM_BUILD_EXAMPLES=ON -DKVMM_PYTHON=ON \
+  -DCMAKE_EXPORT_COMPILE_COMMANDS=ON
 cmake --build "$build/release" -j"$jobs"
 ctest --test-dir "$build/release" --output-on-failure -j"$jobs"
+echo "== lint: clang-tidy over src/ with .clang-tidy (scripts/lint.sh)"
+kvmm_install_deps clang-tidy
+scripts/lint.sh "$build/release"
 echo "== the GPU script without a GPU: syntax, its parsers on the committed H100 output, the model on this build's census"
 if command -v nvcc >/dev/null 2>&1; then
   KVMM_CENSUS_JSON="$build/release/kernels_census.json" bash scripts/gpu_kernels.sh --dry-run

@@ -89,9 +89,12 @@ class ContiguousKeys {
   std::uint32_t batch_row_ = 0;
 };
 
+// Long by design (lint): the reference is written as the plain loops a reader checks the kernels against (rows, heads,
+// splits, masks), not factored. NOLINTBEGIN(readability-function-cognitive-complexity)
 template <class Keys>
 void attend(const QueryBatch& q, const void* k_base, const void* v_base, Shape s, const AttentionOptions& opt,
             std::uint32_t num_splits, bool prefill, Keys keys) {
+  // NOLINTEND(readability-function-cognitive-complexity)
   const std::uint32_t d = s.head_dim;
   const std::uint32_t group = q.q_heads / s.kv_heads;
   const double scale = opt.scale > 0.0f ? double{opt.scale} : 1.0 / std::sqrt(double(d));
