@@ -83,7 +83,7 @@ KVLayout jamba1_5_mini(const PresetOptions& o) {
   checked(o, /*state=*/true);
   // 32 layers, attn_layer_period 8 / offset 4: 4 attention, 28 Mamba.
   // Mamba state per layer: conv [d_inner, d_conv-1] + SSM [d_inner, d_state].
-  constexpr std::uint64_t d_inner = 2 * 4096, d_state = 16, d_conv = 4;
+  constexpr std::uint64_t d_inner = std::uint64_t{2} * 4096, d_state = 16, d_conv = 4;
   const std::uint64_t state = (d_inner * (d_conv - 1) + d_inner * d_state) * o.state_dtype_bytes;
   return KVLayout::plan(
       {llama_full("attention", 4, 8, 128, o), LayerGroup::mamba_state("mamba", 28, state, o.mamba_checkpoint_interval)},
