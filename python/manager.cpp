@@ -223,6 +223,13 @@ void bind_requests(py::class_<Manager>& c) {
           },
           py::arg("r"), py::arg("num_new_tokens"), py::arg("lookahead") = 0)
       .def(
+          "would_allocate",
+          [](Manager& m, RequestId r, std::uint32_t n, std::uint32_t lookahead) {
+            return m.use()->would_allocate(r, n, lookahead);
+          },
+          py::arg("r"), py::arg("num_new_tokens"), py::arg("lookahead") = 0,
+          "Whether allocate(r, num_new_tokens, lookahead) would succeed now; changes nothing")
+      .def(
           "commit", [](Manager& m, RequestId r, std::uint64_t n) { m.use()->commit(r, n); }, py::arg("r"),
           py::arg("num_computed_tokens"))
       .def(
