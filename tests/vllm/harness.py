@@ -92,7 +92,7 @@ class Setup:
     commit_after_output: bool = True  # kvmm's adapter (see KvmmKVCacheManager)
 
 
-def make_scheduler(setup: Setup, kvmm: bool, check_invariants: bool = False) -> Scheduler:
+def make_scheduler(setup: Setup, kvmm: bool, check_invariants: bool = False, kcc: KVCacheConfig | None = None) -> Scheduler:
     model_config = ModelConfig(model=model_dir(), tokenizer=None, skip_tokenizer_init=True, dtype="float32",
                                seed=0, max_model_len=setup.max_model_len)
     scheduler_config = SchedulerConfig(max_num_seqs=setup.max_num_seqs,
@@ -108,7 +108,8 @@ def make_scheduler(setup: Setup, kvmm: bool, check_invariants: bool = False) -> 
     vllm_config = VllmConfig(model_config=model_config, scheduler_config=scheduler_config,
                              cache_config=cache_config, speculative_config=speculative_config,
                              device_config=DeviceConfig(device="cpu"))
-    kcc = kv_cache_config(setup.num_blocks, setup.block_size, setup.window)
+    if kcc is None:
+        kcc = kv_cache_config(setup.num_blocks, setup.block_size, setup.window)
     cache_config.num_gpu_blocks = setup.num_blocks
     if kvmm:
         cls = KvmmAsyncScheduler if setup.async_scheduling else KvmmScheduler
@@ -168,6 +169,7 @@ class RunLog:
     preemptions: int = 0
     hit_tokens: int = 0
     steps: int = 0
+    worker: object = None
 
 
 class Worker:
@@ -264,10 +266,14 @@ def check_tables(sched, worker: Worker, num_blocks: int, kvmm: bool) -> None:
         mgr.kv.check_invariants()
 
 
-def run(setup: Setup, trace: Trace, kvmm: bool, seed: int = 0, check: bool = True, max_steps: int = 5000) -> RunLog:
-    sched = make_scheduler(setup, kvmm)
+def run(setup: Setup, trace: Trace, kvmm: bool, seed: int = 0, check: bool = True, max_steps: int = 5000,
+        kcc: KVCacheConfig | None = None, make_worker=None) -> RunLog:
+    sched = make_scheduler(setup, kvmm, kcc=kcc)
     hasher = get_request_block_hasher(setup.block_size, sha256)
-    worker = Worker(len(sched.kv_cache_config.kv_cache_groups), setup.spec_tokens, seed)
+    if make_worker is None:
+        worker = Worker(len(sched.kv_cache_config.kv_cache_groups), setup.spec_tokens, seed)
+    else:
+        worker = make_worker(sched.kv_cache_config)
     log = RunLog()
     order = sorted(trace.prompts, key=lambda r: trace.arrival_step[r])
     pending = []
@@ -301,6 +307,7 @@ def run(setup: Setup, trace: Trace, kvmm: bool, seed: int = 0, check: bool = Tru
                 sched.update_draft_token_ids(d)
         step += 1
     log.steps = step
+    log.worker = worker
     assert not sched.requests, f"unfinished after {step} steps: {list(sched.requests)[:5]}"
     if kvmm:
         mgr = sched.kv_cache_manager

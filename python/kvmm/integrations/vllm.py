@@ -64,7 +64,10 @@ def layout_from_kv_cache_config(config: KVCacheConfig) -> "kvmm.KVLayout":
         spec = group.kv_cache_spec
         name = f"g{i}"
         layers = len(group.layer_names)
-        common = (name, layers, spec.num_kv_heads, spec.head_size, spec.dtype.itemsize)
+        # kvmm never touches KV memory: only the page bytes matter (equal in every group). A
+        # float64 cache (CPU tests) is described as float32 with twice the head size.
+        scale = max(1, spec.dtype.itemsize // 4)
+        common = (name, layers, spec.num_kv_heads, spec.head_size * scale, spec.dtype.itemsize // scale)
         if isinstance(spec, SlidingWindowSpec):
             groups.append(kvmm.LayerGroup.sliding_window(*common, spec.block_size, spec.sliding_window))
         elif isinstance(spec, ChunkedLocalAttentionSpec):
