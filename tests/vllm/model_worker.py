@@ -80,9 +80,7 @@ class ModelWorker:
             start, n = starts[rid], out.num_scheduled_tokens[rid]
             ids = torch.tensor([self.tokens[rid][start:start + n]])
             pos = torch.arange(start, start + n)[None]
-            h = m.embed_tokens(ids)
-            if getattr(self.cfg, "model_type", "") in ("gemma2", "gemma3_text"):
-                h = h * torch.tensor(self.cfg.hidden_size**0.5, dtype=h.dtype)
+            h = m.embed_tokens(ids)  # Gemma's scaled embedding scales itself
             state[rid] = [h, pos, start, n]
         for li, layer in enumerate(m.layers):
             g, slot = self.layer_group[li], self.layer_slot[li]
@@ -151,6 +149,6 @@ class ModelWorker:
         return mro, None
 
     def _rope(self, m, x, pos, li):
-        if hasattr(m, "rotary_emb_local") and self.cfg.layer_types[li] == "sliding_attention":
-            return m.rotary_emb_local(x, pos)
+        if getattr(self.cfg, "model_type", "") == "gemma3_text":  # one RoPE per layer type
+            return m.rotary_emb(x, pos, self.cfg.layer_types[li])
         return m.rotary_emb(x, pos)
