@@ -323,8 +323,14 @@ void bind_queries(py::class_<Manager>& c) {
       .def(
           "num_tokens", [](Manager& m, RequestId r) { return m.use()->num_tokens(r); }, py::arg("r"))
       .def(
-          "page_table", [](Manager& m, RequestId r, GroupId g) { return ids_array(m.use()->page_table(r, g)); },
-          py::arg("r"), py::arg("group"), "A copy of r's page ids in group g (uint32; NULL_PAGE for freed ones)")
+          "page_table",
+          [](Manager& m, RequestId r, GroupId g, std::size_t start) {
+            const std::span<const PageId> row = m.use()->page_table(r, g);
+            if (start > row.size()) fail("start = {}: request {} has {} pages in group {}", start, r, row.size(), g);
+            return ids_array(row.subspan(start));
+          },
+          py::arg("r"), py::arg("group"), py::arg("start") = 0,
+          "A copy of r's page ids in group g from index start (uint32; NULL_PAGE for freed ones): O(pages copied)")
       .def(
           "host_page_table",
           [](Manager& m, RequestId r, GroupId g) { return ids_array(m.use()->host_page_table(r, g)); }, py::arg("r"),

@@ -97,6 +97,9 @@ class _Req:
     admitted: bool = False  # a successful allocate since add_request / reset
     looked_up: bool = False  # lookup_prefix since add_request / reset
     known: int = 0  # token ids kvmm has
+    hit: int = 0  # the lookup's hit (tokens)
+    committed: int = 0  # kvmm's num_computed
+    allocated: int = 0  # tokens kvmm holds pages for
     table_len: list[int] = field(default_factory=list)  # page-table length last returned, per group
 
 
@@ -172,13 +175,15 @@ class KvmmKVCacheManager:
 
     def _commit(self, request: Request, st: _Req, num_tokens: int) -> None:
         """kvmm's commit of the processed tokens (capped by the ids known): their full pages
-        become cached, out-of-window pages are released."""
-        if not st.admitted:
+        become cached, out-of-window pages are released. No call into kvmm when nothing is
+        new (the adapter mirrors kvmm's computed and allocated counts)."""
+        if not st.admitted or num_tokens <= st.committed:
             return
         self._sync_tokens(request, st)
-        n = min(num_tokens, st.known, self.kv.num_allocated(st.handle))
-        if n > self.kv.num_computed(st.handle):
+        n = min(num_tokens, st.known, st.allocated)
+        if n > st.committed:
             self.kv.commit(st.handle, n)
+            st.committed = n
 
     def commit_processed(self, request: Request) -> None:
         st = self._reqs.get(request.request_id)
@@ -224,6 +229,7 @@ class KvmmKVCacheManager:
         self._sync_tokens(request, st)
         hit = self.kv.lookup_prefix(st.handle)
         st.looked_up = True
+        st.hit = hit
         cap = request.num_tokens - 1 if max_cache_hit_length is None else max_cache_hit_length
         if hit > cap:
             raise NotImplementedError(f"request {request.request_id}: a lookup cap of {cap} tokens below kvmm's "
@@ -248,17 +254,20 @@ class KvmmKVCacheManager:
             if not st.looked_up:  # caching off, or the lookup skipped: kvmm looks up (no hit)
                 hit = h.lookup_prefix(st.handle)
                 st.looked_up = True
+                st.hit = hit
                 if hit != num_new_computed_tokens:
                     h.reset(st.handle)
                     st.looked_up = False
                     raise NotImplementedError(f"request {request.request_id}: kvmm found a hit of {hit} tokens "
                                               "where vLLM skipped the prefix cache (skip_reading_prefix_cache)")
-            computed = request.num_computed_tokens + num_new_computed_tokens
-            base = computed
+            if num_new_computed_tokens != st.hit or request.num_computed_tokens:
+                raise NotImplementedError(f"request {request.request_id}: admitted with {num_new_computed_tokens} "
+                                          f"computed tokens where kvmm's hit is {st.hit} (prefix replay, connectors)")
+            computed = base = st.hit
         else:
             self._commit(request, st, request.num_computed_tokens - request.num_in_flight_tokens)
             computed = request.num_computed_tokens
-            base = h.num_computed(st.handle)
+            base = st.committed
         main = min(computed + num_new_tokens, self.max_model_len)
         slots = min(main + num_lookahead_tokens, self.max_model_len)
         if full_sequence_must_fit:
@@ -267,16 +276,23 @@ class KvmmKVCacheManager:
                 return self._refuse(st)
         if not h.allocate(st.handle, main - base, slots - main):
             return self._refuse(st)
-        st.admitted = True
+        if not st.admitted:
+            st.admitted = True
+            st.committed = base
+        st.allocated = max(st.allocated, slots)
         new = []
-        for g in range(self.num_kv_cache_groups):
-            table = h.page_table(st.handle, g)
+        any_new = False
+        for g, p in enumerate(self.tokens_per_page):
             start = st.table_len[g]
-            ids = (table[start:] + 1).tolist()  # the null page (0xffffffff) wraps to 0, vLLM's null block
-            st.table_len[g] = len(table)
+            if -(-st.allocated // p) <= start:  # no page added: nothing to copy
+                new.append(())
+                continue
+            ids = (h.page_table(st.handle, g, start) + 1).tolist()  # null page (0xffffffff) wraps to 0
+            st.table_len[g] = start + len(ids)
             self._new_block_ids.extend(ids)
             new.append([self._blocks[i] for i in ids])
-        return KVCacheBlocks(tuple(new))
+            any_new = True
+        return KVCacheBlocks(tuple(new)) if any_new else self.empty_kv_cache_blocks
 
     def _refuse(self, st: _Req):
         if not st.admitted:  # a refused admission: kvmm gave the hit back; look it up again later
@@ -298,6 +314,7 @@ class KvmmKVCacheManager:
         if st.admitted or st.looked_up:
             self.kv.reset(st.handle)
         st.admitted = st.looked_up = False
+        st.hit = st.committed = st.allocated = 0
         st.table_len = [0] * self.num_kv_cache_groups
 
     def cache_blocks(self, request: Request, num_computed_tokens: int) -> None:
@@ -309,9 +326,10 @@ class KvmmKVCacheManager:
                               num_prompt_tokens: int | None = None) -> None:
         st = self._reqs.get(request_id)
         if st is not None and st.admitted:
-            n = min(processed_computed_tokens, st.known, self.kv.num_allocated(st.handle))
-            if n > self.kv.num_computed(st.handle):
+            n = min(processed_computed_tokens, st.known, st.allocated)
+            if n > st.committed:
                 self.kv.commit(st.handle, n)
+                st.committed = n
 
     def _block_ids(self, request_id: str) -> tuple[list[int], ...]:
         st = self._reqs.get(request_id)
@@ -337,7 +355,7 @@ class KvmmKVCacheManager:
         if st is None or not self.enable_caching or not st.admitted:
             return 0
         p = max(self.tokens_per_page)
-        return self.kv.num_computed(st.handle) // p * p
+        return st.committed // p * p
 
     def get_num_common_prefix_blocks(self, running_request_id: str) -> list[int]:
         return [0] * self.num_kv_cache_groups
