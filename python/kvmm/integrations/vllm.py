@@ -26,6 +26,8 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 
+import numpy as np
+
 import kvmm
 from vllm.v1.core.kv_cache_manager import KVCacheBlocks
 from vllm.v1.core.kv_cache_utils import KVCacheBlock
@@ -184,6 +186,37 @@ class KvmmKVCacheManager:
         if n > st.committed:
             self.kv.commit(st.handle, n)
             st.committed = n
+
+    def commit_step(self, requests: dict, req_ids) -> None:
+        """After a step's output: each running request's new token ids and its processed
+        tokens into kvmm in two batched calls (append_batch, commit_batch) for the common
+        case of one new token; more new tokens (accepted drafts) are appended one request at
+        a time."""
+        app_h, app_t, com_h, com_n = [], [], [], []
+        for rid in req_ids:
+            st = self._reqs.get(rid)
+            req = requests.get(rid)
+            if st is None or req is None or not st.admitted or req.status != RequestStatus.RUNNING:
+                continue
+            target = req.num_computed_tokens - req.num_in_flight_tokens
+            if target <= st.committed:
+                continue
+            n_tok = req.num_tokens
+            if n_tok == st.known + 1:
+                app_h.append(st.handle)
+                app_t.append(req.all_token_ids[n_tok - 1])
+                st.known = n_tok
+            elif n_tok > st.known:
+                self._sync_tokens(req, st)
+            n = min(target, st.known, st.allocated)
+            if n > st.committed:
+                com_h.append(st.handle)
+                com_n.append(n)
+                st.committed = n
+        if app_h:
+            self.kv.append_batch(np.array(app_h, np.uint32), np.array(app_t, np.uint32))
+        if com_h:
+            self.kv.commit_batch(np.array(com_h, np.uint32), np.array(com_n, np.uint64))
 
     def commit_processed(self, request: Request) -> None:
         st = self._reqs.get(request.request_id)
@@ -416,12 +449,8 @@ class _KvmmMixin:
     def update_from_output(self, scheduler_output, model_runner_output):
         out = super().update_from_output(scheduler_output, model_runner_output)
         kv = self.kv_cache_manager
-        if not kv.commit_after_output:
-            return out
-        for req_id in scheduler_output.num_scheduled_tokens:
-            request = self.requests.get(req_id)
-            if request is not None and request.status == RequestStatus.RUNNING:
-                kv.commit_processed(request)
+        if kv.commit_after_output:
+            kv.commit_step(self.requests, scheduler_output.num_scheduled_tokens)
         return out
 
 
