@@ -135,6 +135,11 @@ class KvmmKVCacheManager:
         self.prefix_cache_stats = PrefixCacheStats() if log_stats else None
         self.empty_kv_cache_blocks = KVCacheBlocks(tuple(() for _ in range(self.num_kv_cache_groups)))
         self._reqs: dict[str, _Req] = {}
+        from vllm.v1.kv_cache_interface import get_kv_cache_spec_kind, get_kv_cache_spec_sliding_window
+
+        self._event_kinds = [(get_kv_cache_spec_kind(g.kv_cache_spec).value,
+                              get_kv_cache_spec_sliding_window(g.kv_cache_spec))
+                             for g in kv_cache_config.kv_cache_groups]
         self._new_block_ids: list[int] = []
         # vLLM's blocks by id (block_id = kvmm page + 1; 0 = the null block), made once.
         self._blocks = [KVCacheBlock(i) for i in range(kv_cache_config.num_blocks)]
@@ -423,7 +428,9 @@ class KvmmKVCacheManager:
                 out.append(BlockStored(block_hashes=hashes,
                                        parent_block_hash=None if parent is None else parent & 0xFFFFFFFFFFFFFFFF,
                                        token_ids=e["token_ids"].tolist(), block_size=e["tokens_per_page"],
-                                       lora_id=e["lora_id"] or None, medium="GPU", group_idx=e["group"]))
+                                       lora_id=e["lora_id"] or None, lora_name=None, medium="GPU",
+                                       group_idx=e["group"], kv_cache_spec_kind=self._event_kinds[e["group"]][0],
+                                       kv_cache_spec_sliding_window=self._event_kinds[e["group"]][1]))
         return out
 
     def reset_prefix_cache(self) -> bool:
