@@ -277,6 +277,7 @@ def run(setup: Setup, trace: Trace, kvmm: bool, seed: int = 0, check: bool = Tru
     log = RunLog()
     order = sorted(trace.prompts, key=lambda r: trace.arrival_step[r])
     pending = []
+    admitted = set()
     step = 0
     while step < max_steps:
         while order and trace.arrival_step[order[0]] <= step:
@@ -291,7 +292,9 @@ def run(setup: Setup, trace: Trace, kvmm: bool, seed: int = 0, check: bool = Tru
         log.schedule.append((tuple(sorted(out.num_scheduled_tokens.items())), tuple(sorted(out.preempted_req_ids or ()))))
         log.preemptions += len(out.preempted_req_ids or ())
         for nr in out.scheduled_new_reqs:
-            log.hit_tokens += nr.num_computed_tokens
+            if nr.req_id not in admitted:  # first admissions only (a preempted request returns)
+                admitted.add(nr.req_id)
+                log.hit_tokens += nr.num_computed_tokens
         mro, drafts = worker.execute(out)
         if check:
             check_tables(sched, worker, setup.num_blocks, kvmm)
