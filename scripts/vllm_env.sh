@@ -21,6 +21,9 @@ if [ "${1:-}" = "--python" ]; then
   exit 0
 fi
 PINS="vllm==$VLLM_VERSION transformers==$TRANSFORMERS_VERSION pytest==$PYTEST_VERSION"
+# Debian packages: kvmm's build dependencies and python3-venv.
+source scripts/deps.sh
+kvmm_install_deps python3-venv
 
 if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$STAMP" 2>/dev/null)" != "$PINS" ]; then
   echo "== vLLM environment: creating $VENV ($PINS)"
