@@ -276,6 +276,13 @@ void bind_requests(py::class_<Manager>& c) {
           },
           py::arg("r"), py::arg("num_new_tokens"), py::arg("lookahead") = 0)
       .def(
+          "would_allocate",
+          [](Manager& m, Int<RequestId> r, Int<std::uint32_t> n, Int<std::uint32_t> lookahead) {
+            return m.use()->would_allocate(r, n, lookahead);
+          },
+          py::arg("r"), py::arg("num_new_tokens"), py::arg("lookahead") = 0,
+          "Whether allocate(r, num_new_tokens, lookahead) would succeed now; changes nothing")
+      .def(
           "commit", [](Manager& m, Int<RequestId> r, Int<std::uint64_t> n) { m.use()->commit(r, n); }, py::arg("r"),
           py::arg("num_computed_tokens"))
       .def(
@@ -374,8 +381,15 @@ void bind_queries(py::class_<Manager>& c) {
           "num_tokens", [](Manager& m, Int<RequestId> r) { return m.use()->num_tokens(r); }, py::arg("r"))
       .def(
           "page_table",
-          [](Manager& m, Int<RequestId> r, Int<GroupId> g) { return ids_array(m.use()->page_table(r, g)); },
-          py::arg("r"), py::arg("group"), "A copy of r's page ids in group g (uint32; NULL_PAGE for freed ones)")
+          [](Manager& m, Int<RequestId> r, Int<GroupId> g, Int<std::uint64_t> start) {
+            const std::span<const PageId> row = m.use()->page_table(r, g);
+            if (start > row.size())
+              fail("start = {}: request {} has {} pages in group {}", std::uint64_t{start}, RequestId{r}, row.size(),
+                   GroupId{g});
+            return ids_array(row.subspan(start));
+          },
+          py::arg("r"), py::arg("group"), py::arg("start") = 0,
+          "A copy of r's page ids in group g from index start (uint32; NULL_PAGE for freed ones): O(pages copied)")
       .def(
           "host_page_table",
           [](Manager& m, Int<RequestId> r, Int<GroupId> g) { return ids_array(m.use()->host_page_table(r, g)); },

@@ -36,6 +36,10 @@ fi
 echo "== Python package: pytest against the release build tree (tests/python)"
 KVMM_BUILD="$build/release" /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/python
 
+echo "== vLLM: vLLM's own scheduler on kvmm (pinned vLLM in a venv outside the repo, kvmm pip-installed; tests/vllm)"
+KVMM_BUILD_ROOT="$build" scripts/vllm_env.sh
+"$(scripts/vllm_env.sh --python)" -m pytest -q -p no:cacheprovider tests/vllm
+
 echo "== AddressSanitizer + UndefinedBehaviorSanitizer build and tests (debug tier 3; the plain path: no prefetch)"
 cmake -S . -B "$build/asan" -DCMAKE_BUILD_TYPE=Debug -DKVMM_WERROR=ON -DKVMM_CUDA=OFF \
   -DKVMM_SANITIZE=address,undefined -DKVMM_DEBUG_CHECKS=3 -DKVMM_PREFETCH=OFF \

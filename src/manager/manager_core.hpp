@@ -51,6 +51,7 @@ class ManagerCore {
     return allocate_at(r, running(r), num_new_tokens, lookahead);
   }
   void commit(RequestId r, std::uint64_t num_computed_tokens) { commit_at(r, running(r), num_computed_tokens); }
+  bool would_allocate(RequestId r, std::uint32_t num_new_tokens, std::uint32_t lookahead);  // would_allocate.cpp
   // allocate and commit of r at its row s = running(r) (decode_step resolves rows once).
   bool allocate_at(RequestId r, std::uint32_t s, std::uint32_t num_new_tokens, std::uint32_t lookahead);
   void commit_at(RequestId r, std::uint32_t s, std::uint64_t num_computed_tokens);

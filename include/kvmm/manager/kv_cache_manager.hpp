@@ -286,6 +286,11 @@ class KVCacheManager {
   // false with nothing changed. Pins the lookup's hit first (an admission). May evict
   // (Jenga §5.4) and add copy-on-write copies.
   bool allocate(RequestId r, std::uint32_t num_new_tokens, std::uint32_t lookahead = 0);
+  // Whether allocate(r, num_new_tokens, lookahead) would succeed now; changes nothing a later
+  // call sees (a pending hit is pinned and given back as a refused allocate gives it back).
+  // false also where the hit was evicted since lookup_prefix (allocate would raise). Not for
+  // a pending tier hit nor with a large_page_source. Cost: allocate's check (+ O(hit pages)).
+  bool would_allocate(RequestId r, std::uint32_t num_new_tokens, std::uint32_t lookahead = 0);
   // Tokens [0, num_computed_tokens) now hold KV: full pages become cached, pages out of
   // every policy's need are released. Raises kvmm::Error past the allocated tokens, and for
   // a write into a page shared since fork that no allocate planned a copy of.

@@ -1,0 +1,477 @@
+"""vLLM's v1 scheduler on kvmm: a replacement of vLLM's KVCacheManager, and the scheduler
+classes that install it (`--scheduler-cls kvmm.integrations.vllm.KvmmScheduler`, or
+`KvmmAsyncScheduler` with async scheduling). Written against vLLM 0.33.0 (scripts/vllm_env.sh
+pins it); `UNSUPPORTED` names the members of vLLM's manager this adapter leaves out and the
+vLLM feature that needs each (they raise NotImplementedError). Guide: docs/vllm.md.
+
+- Layout: one kvmm layer group per vLLM KV cache group (full attention, sliding window,
+  chunked local attention), each with one small page per large page: vLLM's block ids
+  index one pool shared by every group, so kvmm page p of any group is vLLM block p + 1
+  (block 0 is vLLM's null block, kvmm's null page maps to it) and ids stay unique across
+  groups as vLLM's are. kvmm gets num_blocks - 1 large pages.
+- num_computed_tokens is the scheduler's. kvmm caches a page at commit: the adapter commits
+  the processed tokens (num_computed_tokens - num_in_flight_tokens) after each step's output
+  (commit_after_output, the default), before a request's next allocation and before a free;
+  commit also releases the pages that left a sliding window (vLLM's remove_skipped_blocks,
+  which vLLM runs only at the request's next allocation: kvmm frees them a step earlier).
+- Preemption is by recompute: vLLM frees a running request, kvmm resets it (its token ids
+  and block hashes stay; the next get_computed_blocks looks it up again).
+- Costs per call: get_computed_blocks O(pages probed); allocate_slots O(groups) plus the new
+  block ids; get_blocks / get_block_ids O(pages of the request) (vLLM asks only at
+  admission and for connectors).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+import numpy as np
+
+import kvmm
+from vllm.v1.core.kv_cache_manager import KVCacheBlocks
+from vllm.v1.core.kv_cache_utils import KVCacheBlock
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+from vllm.v1.core.sched.scheduler import Scheduler
+from vllm.v1.kv_cache_interface import (
+    ChunkedLocalAttentionSpec,
+    FullAttentionSpec,
+    KVCacheConfig,
+    SlidingWindowSpec,
+)
+from vllm.v1.metrics.stats import PrefixCacheStats
+from vllm.v1.request import Request, RequestStatus
+
+VLLM_VERSION = "0.33.0"
+
+# Members of vLLM's KVCacheManager that vLLM's scheduler reaches only for these features.
+UNSUPPORTED: dict[str, str] = {
+    "block_pool": "KV connectors with deferred block frees (async loads) and copy-on-write retention",
+    "coordinator": "KV connectors' async-load block reservations (_request_remaining_blocks)",
+    "pop_blocks_for_free": "KV connectors with deferred block frees",
+    "evict_blocks": "KV connectors' invalid-block handling",
+    "get_computed_blocks_for_connector": "KV connectors with divergent hybrid hits",
+    "truncate_computed_blocks": "KV connectors (external hits)",
+    "record_blocks_for_zeroing": "KV connectors' failed loads with KV cache zeroing",
+    "finalize_partial_tail_offloads": "KV connectors (producer partial tails)",
+    "mamba_shared_prefix_checkpoint": "Mamba shared-prefix checkpoints",
+}
+
+
+def layout_from_kv_cache_config(config: KVCacheConfig) -> "kvmm.KVLayout":
+    """kvmm's layout for vLLM's KV cache groups: one layer group each, in vLLM's order (group
+    ids are the same), with one small page per large page in every group."""
+    groups = []
+    for i, group in enumerate(config.kv_cache_groups):
+        spec = group.kv_cache_spec
+        name = f"g{i}"
+        layers = len(group.layer_names)
+        # kvmm never touches KV memory: only the page bytes matter (equal in every group). A
+        # float64 cache (CPU tests) is described as float32 with twice the head size.
+        scale = max(1, spec.dtype.itemsize // 4)
+        common = (name, layers, spec.num_kv_heads, spec.head_size * scale, spec.dtype.itemsize // scale)
+        if isinstance(spec, SlidingWindowSpec):
+            groups.append(kvmm.LayerGroup.sliding_window(*common, spec.block_size, spec.sliding_window))
+        elif isinstance(spec, ChunkedLocalAttentionSpec):
+            groups.append(kvmm.LayerGroup.chunked_local(*common, spec.block_size, spec.attention_chunk_size))
+        elif type(spec) is FullAttentionSpec:
+            groups.append(kvmm.LayerGroup.full_attention(*common, spec.block_size))
+        else:
+            raise NotImplementedError(
+                f"kv_cache_groups[{i}]: {type(spec).__name__} is not supported by kvmm's vLLM adapter "
+                "(full attention, sliding window and chunked local attention are)")
+    layout = kvmm.KVLayout.plan(groups)
+    for g in range(layout.num_groups):
+        if layout.small_pages_per_large_page(g) != 1:
+            raise NotImplementedError(
+                f"kv_cache_groups[{g}]: {layout.small_pages_per_large_page(g)} small pages per large page; "
+                "vLLM's block ids need one (equal page bytes in every group)")
+    return layout
+
+
+def _item_hash(identifier: str) -> int:
+    return int.from_bytes(hashlib.blake2b(identifier.encode(), digest_size=16).digest(), "little")
+
+
+@dataclass
+class _Req:
+    handle: int
+    admitted: bool = False  # a successful allocate since add_request / reset
+    looked_up: bool = False  # lookup_prefix since add_request / reset
+    known: int = 0  # token ids kvmm has
+    hit: int = 0  # the lookup's hit (tokens)
+    committed: int = 0  # kvmm's num_computed
+    allocated: int = 0  # tokens kvmm holds pages for
+    table_len: list[int] = field(default_factory=list)  # page-table length last returned, per group
+
+
+class KvmmKVCacheManager:
+    """vLLM's KVCacheManager interface on a kvmm.KVCacheManager (see the module's notes)."""
+
+    def __init__(self, kv_cache_config: KVCacheConfig, max_model_len: int, *, enable_caching: bool = True,
+                 log_stats: bool = False, enable_kv_cache_events: bool = False, max_requests: int = 1024,
+                 watermark: float = 0.0, check_invariants: bool = False, commit_after_output: bool = True) -> None:
+        if watermark > 0:
+            raise NotImplementedError("scheduler_config.watermark > 0 is not supported by kvmm's vLLM adapter")
+        if kv_cache_config.num_blocks < 2:
+            raise ValueError(f"kv_cache_config.num_blocks = {kv_cache_config.num_blocks}: vLLM needs at least 2")
+        self.kv_cache_config = kv_cache_config
+        self.max_model_len = max_model_len
+        self.enable_caching = enable_caching
+        self.enable_kv_cache_events = enable_kv_cache_events
+        self.log_stats = log_stats
+        self.check_invariants = check_invariants
+        # Commit each step's processed tokens right after its output (pages are cached and
+        # out-of-window pages released at once), else only at the request's next allocation
+        # or free, when vLLM's own manager releases them (remove_skipped_blocks).
+        self.commit_after_output = commit_after_output
+        self.layout = layout_from_kv_cache_config(kv_cache_config)
+        self.num_kv_cache_groups = self.layout.num_groups
+        self.num_pages = kv_cache_config.num_blocks - 1
+        self.kv = kvmm.KVCacheManager(self.layout, num_large_pages=self.num_pages,
+                                      max_requests=min(max_requests, kvmm.KVCacheManager.MAX_REQUESTS),
+                                      prefix_caching=enable_caching, record_kv_events=enable_kv_cache_events)
+        self.tokens_per_page = [spec.kv_cache_spec.block_size for spec in kv_cache_config.kv_cache_groups]
+        self.prefix_cache_stats = PrefixCacheStats() if log_stats else None
+        self.empty_kv_cache_blocks = KVCacheBlocks(tuple(() for _ in range(self.num_kv_cache_groups)))
+        self._reqs: dict[str, _Req] = {}
+        from vllm.v1.kv_cache_interface import get_kv_cache_spec_kind, get_kv_cache_spec_sliding_window
+
+        self._event_kinds = [(get_kv_cache_spec_kind(g.kv_cache_spec).value,
+                              get_kv_cache_spec_sliding_window(g.kv_cache_spec))
+                             for g in kv_cache_config.kv_cache_groups]
+        self._new_block_ids: list[int] = []
+        # vLLM's blocks by id (block_id = kvmm page + 1; 0 = the null block), made once.
+        self._blocks = [KVCacheBlock(i) for i in range(kv_cache_config.num_blocks)]
+
+    @classmethod
+    def for_scheduler(cls, scheduler: Scheduler, **kwargs) -> "KvmmKVCacheManager":
+        return cls(scheduler.kv_cache_config, scheduler.max_model_len,
+                   enable_caching=scheduler.cache_config.enable_prefix_caching, log_stats=scheduler.log_stats,
+                   enable_kv_cache_events=scheduler.enable_kv_cache_events,
+                   max_requests=4 * scheduler.scheduler_config.max_num_seqs + 64,
+                   watermark=scheduler.scheduler_config.watermark, **kwargs)
+
+    def __getattr__(self, name: str):
+        if name in UNSUPPORTED:
+            raise NotImplementedError(f"kvmm's vLLM adapter: KVCacheManager.{name} ({UNSUPPORTED[name]}) "
+                                      "is not supported")
+        raise AttributeError(name)
+
+    # ---- requests
+    def _state(self, request: Request) -> _Req:
+        st = self._reqs.get(request.request_id)
+        if st is None:
+            lora = request.lora_request.lora_int_id if request.lora_request is not None else 0
+            items = []
+            for f in request.mm_features or ():
+                pos = f.mm_position
+                items.append((_item_hash(f.identifier), pos.offset, pos.length))
+            items.sort(key=lambda t: t[1])
+            tokens = list(request.all_token_ids)
+            h = self.kv.add_request(tokens, lora_id=lora, cache_salt=request.cache_salt or "", items=items)
+            st = _Req(h, known=len(tokens), table_len=[0] * self.num_kv_cache_groups)
+            self._reqs[request.request_id] = st
+        return st
+
+    def _sync_tokens(self, request: Request, st: _Req) -> None:
+        n = request.num_tokens
+        if n > st.known:
+            self.kv.append_tokens(st.handle, list(request.all_token_ids[st.known:n]))
+            st.known = n
+
+    def _commit(self, request: Request, st: _Req, num_tokens: int) -> None:
+        """kvmm's commit of the processed tokens (capped by the ids known): their full pages
+        become cached, out-of-window pages are released. No call into kvmm when nothing is
+        new (the adapter mirrors kvmm's computed and allocated counts)."""
+        if not st.admitted or num_tokens <= st.committed:
+            return
+        self._sync_tokens(request, st)
+        n = min(num_tokens, st.known, st.allocated)
+        if n > st.committed:
+            self.kv.commit(st.handle, n)
+            st.committed = n
+
+    def commit_step(self, requests: dict, req_ids) -> None:
+        """After a step's output: each running request's new token ids and its processed
+        tokens into kvmm in two batched calls (append_batch, commit_batch) for the common
+        case of one new token; more new tokens (accepted drafts) are appended one request at
+        a time."""
+        app_h, app_t, com_h, com_n = [], [], [], []
+        for rid in req_ids:
+            st = self._reqs.get(rid)
+            req = requests.get(rid)
+            if st is None or req is None or not st.admitted or req.status != RequestStatus.RUNNING:
+                continue
+            target = req.num_computed_tokens - req.num_in_flight_tokens
+            if target <= st.committed:
+                continue
+            n_tok = req.num_tokens
+            if n_tok == st.known + 1:
+                app_h.append(st.handle)
+                app_t.append(req.all_token_ids[n_tok - 1])
+                st.known = n_tok
+            elif n_tok > st.known:
+                self._sync_tokens(req, st)
+            n = min(target, st.known, st.allocated)
+            if n > st.committed:
+                com_h.append(st.handle)
+                com_n.append(n)
+                st.committed = n
+        if app_h:
+            self.kv.append_batch(np.array(app_h, np.uint32), np.array(app_t, np.uint32))
+        if com_h:
+            self.kv.commit_batch(np.array(com_h, np.uint32), np.array(com_n, np.uint64))
+
+    def commit_processed(self, request: Request) -> None:
+        st = self._reqs.get(request.request_id)
+        if st is not None:
+            self._commit(request, st, request.num_computed_tokens - request.num_in_flight_tokens)
+
+    # ---- vLLM's KVCacheManager interface
+    @property
+    def usage(self) -> float:
+        used = sum(self.kv.num_used_pages(g) for g in range(self.num_kv_cache_groups))
+        return used / self.num_pages
+
+    def new_step_starts(self) -> None:
+        self.kv.begin_step()
+        if self.check_invariants:
+            self.kv.check_invariants()
+
+    def make_prefix_cache_stats(self) -> PrefixCacheStats | None:
+        if not self.log_stats:
+            return None
+        stats = self.prefix_cache_stats
+        self.prefix_cache_stats = PrefixCacheStats()
+        return stats
+
+    def prefix_cache_lookup_enabled(self, request: Request) -> bool:
+        return self.enable_caching and not request.skip_reading_prefix_cache
+
+    def record_prefix_cache_stats(self, request: Request, num_hits: int) -> None:
+        if not self.log_stats or not self.prefix_cache_lookup_enabled(request):
+            return
+        self.prefix_cache_stats.record(num_tokens=request.num_tokens, num_hits=num_hits,
+                                       preempted=request.num_preemptions > 0)
+
+    def get_computed_blocks(self, request: Request, max_cache_hit_length: int | None = None):
+        """(blocks, hit tokens, shared_prefix_boundary). kvmm's lookup is pure: the hit's
+        pages are pinned by the allocate_slots that admits the request, so the blocks
+        returned are empty; allocate_slots takes the hit from kvmm."""
+        if not self.prefix_cache_lookup_enabled(request):
+            return self.empty_kv_cache_blocks, 0, 0
+        st = self._state(request)
+        if st.admitted:
+            raise RuntimeError(f"request {request.request_id}: get_computed_blocks of an admitted request")
+        self._sync_tokens(request, st)
+        hit = self.kv.lookup_prefix(st.handle)
+        st.looked_up = True
+        st.hit = hit
+        cap = request.num_tokens - 1 if max_cache_hit_length is None else max_cache_hit_length
+        if hit > cap:
+            raise NotImplementedError(f"request {request.request_id}: a lookup cap of {cap} tokens below kvmm's "
+                                      f"hit of {hit} (max_cache_hit_length, aux output connectors)")
+        return self.empty_kv_cache_blocks, hit, 0
+
+    def allocate_slots(self, request: Request, num_new_tokens: int, num_new_computed_tokens: int = 0,
+                       new_computed_blocks: KVCacheBlocks | None = None, num_lookahead_tokens: int = 0,
+                       num_external_computed_tokens: int = 0, delay_cache_blocks: bool = False,
+                       num_encoder_tokens: int = 0, full_sequence_must_fit: bool = False, reserved_blocks: int = 0,
+                       has_scheduled_reqs: bool = True, skip_zeroing_group_ids: tuple[int, ...] = ()):
+        if num_external_computed_tokens or delay_cache_blocks or reserved_blocks:
+            raise NotImplementedError("allocate_slots with external (KV connector) tokens is not supported by kvmm")
+        if num_encoder_tokens:
+            raise NotImplementedError("allocate_slots for encoder-decoder models is not supported by kvmm")
+        if num_new_tokens == 0 and num_new_computed_tokens == 0:
+            raise ValueError("num_new_tokens must be greater than 0 when there are no computed tokens to adopt")
+        st = self._state(request)
+        h = self.kv
+        if not st.admitted:
+            self._sync_tokens(request, st)
+            if not st.looked_up:  # caching off, or the lookup skipped: kvmm looks up (no hit)
+                hit = h.lookup_prefix(st.handle)
+                st.looked_up = True
+                st.hit = hit
+                if hit != num_new_computed_tokens:
+                    h.reset(st.handle)
+                    st.looked_up = False
+                    raise NotImplementedError(f"request {request.request_id}: kvmm found a hit of {hit} tokens "
+                                              "where vLLM skipped the prefix cache (skip_reading_prefix_cache)")
+            if num_new_computed_tokens != st.hit or request.num_computed_tokens:
+                raise NotImplementedError(f"request {request.request_id}: admitted with {num_new_computed_tokens} "
+                                          f"computed tokens where kvmm's hit is {st.hit} (prefix replay, connectors)")
+            computed = base = st.hit
+        else:
+            self._commit(request, st, request.num_computed_tokens - request.num_in_flight_tokens)
+            computed = request.num_computed_tokens
+            base = st.committed
+        main = min(computed + num_new_tokens, self.max_model_len)
+        slots = min(main + num_lookahead_tokens, self.max_model_len)
+        if full_sequence_must_fit:
+            full = min(request.num_tokens, self.max_model_len)
+            if full > main and not h.would_allocate(st.handle, full - base, 0):
+                return self._refuse(st)
+        if not h.allocate(st.handle, main - base, slots - main):
+            return self._refuse(st)
+        if not st.admitted:
+            st.admitted = True
+            st.committed = base
+        st.allocated = max(st.allocated, slots)
+        new = []
+        any_new = False
+        for g, p in enumerate(self.tokens_per_page):
+            start = st.table_len[g]
+            if -(-st.allocated // p) <= start:  # no page added: nothing to copy
+                new.append(())
+                continue
+            ids = (h.page_table(st.handle, g, start) + 1).tolist()  # null page (0xffffffff) wraps to 0
+            st.table_len[g] = start + len(ids)
+            self._new_block_ids.extend(ids)
+            new.append([self._blocks[i] for i in ids])
+            any_new = True
+        return KVCacheBlocks(tuple(new)) if any_new else self.empty_kv_cache_blocks
+
+    def _refuse(self, st: _Req):
+        if not st.admitted:  # a refused admission: kvmm gave the hit back; look it up again later
+            self.kv.reset(st.handle)
+            st.looked_up = False
+        return None
+
+    def free(self, request: Request) -> None:
+        """A finished request: kvmm frees it. A preempted (still running) one: kvmm resets it,
+        keeping its token ids and hashes for its return."""
+        st = self._reqs.get(request.request_id)
+        if st is None:
+            return
+        self._commit(request, st, request.num_computed_tokens - request.num_in_flight_tokens)
+        if request.is_finished():
+            self.kv.free(st.handle)
+            del self._reqs[request.request_id]
+            return
+        if st.admitted or st.looked_up:
+            self.kv.reset(st.handle)
+        st.admitted = st.looked_up = False
+        st.hit = st.committed = st.allocated = 0
+        st.table_len = [0] * self.num_kv_cache_groups
+
+    def cache_blocks(self, request: Request, num_computed_tokens: int) -> None:
+        st = self._reqs.get(request.request_id)
+        if st is not None and self.enable_caching:
+            self._commit(request, st, num_computed_tokens)
+
+    def remove_skipped_blocks(self, request_id: str, processed_computed_tokens: int,
+                              num_prompt_tokens: int | None = None) -> None:
+        st = self._reqs.get(request_id)
+        if st is not None and st.admitted:
+            n = min(processed_computed_tokens, st.known, st.allocated)
+            if n > st.committed:
+                self.kv.commit(st.handle, n)
+                st.committed = n
+
+    def _block_ids(self, request_id: str) -> tuple[list[int], ...]:
+        st = self._reqs.get(request_id)
+        if st is None or not st.admitted:
+            return tuple([] for _ in range(self.num_kv_cache_groups))
+        return tuple((self.kv.page_table(st.handle, g) + 1).tolist() for g in range(self.num_kv_cache_groups))
+
+    def get_blocks(self, request_id: str) -> KVCacheBlocks:
+        ids = self._block_ids(request_id)
+        if not any(ids):
+            return self.empty_kv_cache_blocks
+        return KVCacheBlocks(tuple([self._blocks[i] for i in g] for g in ids))
+
+    def get_block_ids(self, request_id: str) -> tuple[list[int], ...]:
+        return self._block_ids(request_id)
+
+    def get_block_ids_for_computed_tokens(self, request_id: str, num_computed_tokens: int):
+        ids = self._block_ids(request_id)
+        return tuple(g[:-(-num_computed_tokens // p)] for g, p in zip(ids, self.tokens_per_page))
+
+    def estimate_cached_tokens(self, request: Request) -> int:
+        st = self._reqs.get(request.request_id)
+        if st is None or not self.enable_caching or not st.admitted:
+            return 0
+        p = max(self.tokens_per_page)
+        return st.committed // p * p
+
+    def get_num_common_prefix_blocks(self, running_request_id: str) -> list[int]:
+        return [0] * self.num_kv_cache_groups
+
+    def take_new_block_ids(self) -> list[int]:
+        ids, self._new_block_ids = self._new_block_ids, []
+        return [i for i in ids if i != 0]
+
+    def take_kv_cache_block_copies(self):
+        copies = self.kv.copies()
+        if len(copies):
+            raise NotImplementedError("copy-on-write copies (forked requests) are not produced by vLLM's scheduler")
+        return [], []
+
+    def take_boundary_state_offloads(self) -> dict:
+        return {}
+
+    def take_events(self) -> list:
+        if not self.enable_kv_cache_events:
+            return []
+        from vllm.distributed.kv_events import AllBlocksCleared, BlockRemoved, BlockStored
+
+        out = []
+        for e in self.kv.take_kv_events():
+            hashes = [h & 0xFFFFFFFFFFFFFFFF for h in e.get("block_hashes", ())]
+            if e["kind"] == "cleared":
+                out.append(AllBlocksCleared())
+            elif e["kind"] == "removed":
+                out.append(BlockRemoved(block_hashes=hashes, medium="GPU", group_idx=e["group"]))
+            else:
+                parent = e["parent"]
+                out.append(BlockStored(block_hashes=hashes,
+                                       parent_block_hash=None if parent is None else parent & 0xFFFFFFFFFFFFFFFF,
+                                       token_ids=e["token_ids"].tolist(), block_size=e["tokens_per_page"],
+                                       lora_id=e["lora_id"] or None, lora_name=None, medium="GPU",
+                                       group_idx=e["group"], kv_cache_spec_kind=self._event_kinds[e["group"]][0],
+                                       kv_cache_spec_sliding_window=self._event_kinds[e["group"]][1]))
+        return out
+
+    def reset_prefix_cache(self) -> bool:
+        self.kv.reset_prefix_cache()
+        if self.log_stats:
+            self.prefix_cache_stats.reset = True
+        return True
+
+    def create_kv_cache_blocks(self, blocks) -> KVCacheBlocks:
+        return KVCacheBlocks(blocks) if any(blocks) else self.empty_kv_cache_blocks
+
+    # ---- checks (tests)
+    def check(self) -> None:
+        """kvmm's invariants, and every block id in [1, num_blocks) held by one group of one
+        request at most unless kvmm shares it as a prefix-cache hit."""
+        self.kv.check_invariants()
+
+
+class _KvmmMixin:
+    def _install_kvmm(self, **kwargs) -> None:
+        self.kv_cache_manager = KvmmKVCacheManager.for_scheduler(self, **kwargs)
+
+    def update_from_output(self, scheduler_output, model_runner_output):
+        out = super().update_from_output(scheduler_output, model_runner_output)
+        kv = self.kv_cache_manager
+        if kv.commit_after_output:
+            kv.commit_step(self.requests, scheduler_output.num_scheduled_tokens)
+        return out
+
+
+class KvmmScheduler(_KvmmMixin, Scheduler):
+    """vLLM's Scheduler with kvmm's KV cache manager (--scheduler-cls)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._install_kvmm()
+
+
+class KvmmAsyncScheduler(_KvmmMixin, AsyncScheduler):
+    """vLLM's AsyncScheduler with kvmm's KV cache manager (--scheduler-cls, async scheduling)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._install_kvmm()

@@ -1,0 +1,35 @@
+# The queries kvmm.integrations.vllm needs, from Python: would_allocate (the answer of the
+# allocate that follows, nothing changed in between; C++: tests/manager/would_allocate_test.cpp)
+# and page_table from a start index (new pages only).
+import kvmm
+import pytest
+from conftest import small_layout
+
+
+def test_would_allocate_answers_and_changes_nothing():
+    kv = kvmm.KVCacheManager(small_layout(), num_large_pages=6, max_requests=4)
+    kv.begin_step()
+    r = kv.add_request(list(range(1, 10)))
+    assert kv.lookup_prefix(r) == 0
+    used = [kv.num_used_pages(g) for g in range(2)]
+    assert not kv.would_allocate(r, 40)  # 10 pages per group > 6 large pages
+    assert kv.would_allocate(r, 9)
+    assert [kv.num_used_pages(g) for g in range(2)] == used
+    assert kv.allocate(r, 9)
+    kv.check_invariants()
+    with pytest.raises(kvmm.Error, match="request"):
+        kv.would_allocate(r + 1000, 1)
+
+
+def test_page_table_from_a_start_index():
+    kv = kvmm.KVCacheManager(small_layout(), num_large_pages=16, max_requests=4)
+    kv.begin_step()
+    r = kv.add_request(list(range(1, 14)))
+    kv.lookup_prefix(r)
+    assert kv.allocate(r, 13)
+    full = kv.page_table(r, 0)
+    assert len(full) == 4
+    assert kv.page_table(r, 0, 1).tolist() == full[1:].tolist()
+    assert kv.page_table(r, 0, 4).tolist() == []
+    with pytest.raises(kvmm.Error, match="start = 5"):
+        kv.page_table(r, 0, 5)

@@ -1,0 +1,323 @@
+"""vLLM's scheduler on the CPU, without a model hub or a GPU: a VllmConfig from a model
+directory written here with transformers' config classes (HF_HUB_OFFLINE=1,
+skip_tokenizer_init), a KVCacheConfig built by hand, and a deterministic stand-in model that
+samples token f(request, position), so both managers must produce the same token streams.
+Used by tests/vllm and bench/python/vllm_step.py."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pathlib
+import random
+import tempfile
+from dataclasses import dataclass, field
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+
+import torch  # noqa: E402
+from vllm.config import (  # noqa: E402
+    CacheConfig,
+    DeviceConfig,
+    ModelConfig,
+    SchedulerConfig,
+    SpeculativeConfig,
+    VllmConfig,
+)
+from vllm.sampling_params import SamplingParams  # noqa: E402
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler  # noqa: E402
+from vllm.v1.core.sched.scheduler import Scheduler  # noqa: E402
+from vllm.v1.kv_cache_interface import (  # noqa: E402
+    FullAttentionSpec,
+    KVCacheConfig,
+    KVCacheGroupSpec,
+    SlidingWindowSpec,
+)
+from vllm.utils.hashing import sha256  # noqa: E402
+from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash  # noqa: E402
+from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput  # noqa: E402
+from vllm.v1.request import Request  # noqa: E402
+from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
+
+from kvmm.integrations.vllm import KvmmAsyncScheduler, KvmmScheduler  # noqa: E402
+
+VOCAB = 1000
+init_none_hash(sha256)
+
+
+def kv_cache_config(num_blocks: int, block_size: int = 16, window: int | None = None,
+                    layers_per_group: int = 1) -> KVCacheConfig:
+    """One full-attention group, or full + sliding window (equal page bytes: one block id
+    indexes the same pool for both, as vLLM's hybrid allocator has it)."""
+    groups = [KVCacheGroupSpec([f"full.{i}" for i in range(layers_per_group)],
+                               FullAttentionSpec(block_size=block_size, num_kv_heads=1, head_size=8,
+                                                 dtype=torch.float32))]
+    if window is not None:
+        groups.append(KVCacheGroupSpec([f"swa.{i}" for i in range(layers_per_group)],
+                                       SlidingWindowSpec(block_size=block_size, num_kv_heads=1, head_size=8,
+                                                         dtype=torch.float32, sliding_window=window)))
+    return KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[], kv_cache_groups=groups)
+
+
+_MODEL_DIRS: dict[str, str] = {}
+
+
+def model_dir(arch: str = "llama") -> str:
+    """A model directory with only a config.json (written by transformers' config class)."""
+    if arch in _MODEL_DIRS:
+        return _MODEL_DIRS[arch]
+    from transformers import LlamaConfig
+
+    d = pathlib.Path(tempfile.mkdtemp(prefix=f"kvmm-vllm-{arch}-"))
+    LlamaConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                num_attention_heads=4, num_key_value_heads=1, max_position_embeddings=4096).save_pretrained(d)
+    _MODEL_DIRS[arch] = str(d)
+    return str(d)
+
+
+@dataclass
+class Setup:
+    num_blocks: int = 64
+    block_size: int = 16
+    window: int | None = None
+    caching: bool = True
+    policy: str = "fcfs"
+    spec_tokens: int = 0
+    async_scheduling: bool = False
+    max_num_seqs: int = 16
+    max_num_batched_tokens: int = 256
+    max_model_len: int = 2048
+    commit_after_output: bool = True  # kvmm's adapter (see KvmmKVCacheManager)
+
+
+def make_scheduler(setup: Setup, kvmm: bool, check_invariants: bool = False, kcc: KVCacheConfig | None = None) -> Scheduler:
+    model_config = ModelConfig(model=model_dir(), tokenizer=None, skip_tokenizer_init=True, dtype="float32",
+                               seed=0, max_model_len=setup.max_model_len)
+    scheduler_config = SchedulerConfig(max_num_seqs=setup.max_num_seqs,
+                                       max_num_batched_tokens=setup.max_num_batched_tokens,
+                                       max_model_len=setup.max_model_len, enable_chunked_prefill=True,
+                                       policy=setup.policy, async_scheduling=setup.async_scheduling,
+                                       is_encoder_decoder=False)
+    cache_config = CacheConfig(block_size=setup.block_size, enable_prefix_caching=setup.caching)
+    speculative_config = None
+    if setup.spec_tokens:
+        speculative_config = SpeculativeConfig(method="ngram", num_speculative_tokens=setup.spec_tokens,
+                                               prompt_lookup_max=4, prompt_lookup_min=2)
+    vllm_config = VllmConfig(model_config=model_config, scheduler_config=scheduler_config,
+                             cache_config=cache_config, speculative_config=speculative_config,
+                             device_config=DeviceConfig(device="cpu"))
+    if kcc is None:
+        kcc = kv_cache_config(setup.num_blocks, setup.block_size, setup.window)
+    cache_config.num_gpu_blocks = setup.num_blocks
+    if kvmm:
+        cls = KvmmAsyncScheduler if setup.async_scheduling else KvmmScheduler
+    else:
+        cls = AsyncScheduler if setup.async_scheduling else Scheduler
+    sched = cls(vllm_config=vllm_config, kv_cache_config=kcc, log_stats=True,
+                structured_output_manager=StructuredOutputManager(vllm_config), block_size=setup.block_size)
+    if kvmm:
+        sched.kv_cache_manager.check_invariants = check_invariants
+        sched.kv_cache_manager.commit_after_output = setup.commit_after_output
+    return sched
+
+
+def true_token(req_id: str, position: int) -> int:
+    """The stand-in model's greedy token at a position: a function of the request and the
+    position only, so any correct scheduling yields the same stream."""
+    h = hashlib.blake2b(f"{req_id}:{position}".encode(), digest_size=4).digest()
+    return int.from_bytes(h, "little") % (VOCAB - 1)
+
+
+def accepted_drafts(req_id: str, position: int, k: int, seed: int) -> int:
+    """How many of k drafts at a position the stand-in verifier accepts (seeded)."""
+    h = hashlib.blake2b(f"{seed}:{req_id}:{position}:acc".encode(), digest_size=4).digest()
+    return int.from_bytes(h, "little") % (k + 1)
+
+
+@dataclass
+class Trace:
+    prompts: dict[str, list[int]]
+    max_tokens: dict[str, int]
+    arrival_step: dict[str, int]
+    priority: dict[str, int]
+
+
+def make_trace(seed: int, num_requests: int = 60, num_prefixes: int = 4, max_prompt: int = 300) -> Trace:
+    rng = random.Random(seed)
+    prefixes = [[rng.randrange(VOCAB - 1) for _ in range(rng.randrange(16, 160))] for _ in range(num_prefixes)]
+    t = Trace({}, {}, {}, {})
+    step = 0
+    for i in range(num_requests):
+        rid = f"r{i}"
+        prompt = list(prefixes[rng.randrange(num_prefixes)]) if rng.random() < 0.7 else []
+        prompt += [rng.randrange(VOCAB - 1) for _ in range(rng.randrange(1, max_prompt - len(prompt) + 2))]
+        t.prompts[rid] = prompt[:max_prompt]
+        t.max_tokens[rid] = rng.randrange(1, 48)
+        step += rng.choice((0, 0, 1, 2))
+        t.arrival_step[rid] = step
+        t.priority[rid] = rng.randrange(3)
+    return t
+
+
+
+@dataclass
+class RunLog:
+    outputs: dict[str, list[int]] = field(default_factory=dict)
+    schedule: list[tuple] = field(default_factory=list)
+    preemptions: int = 0
+    hit_tokens: int = 0
+    steps: int = 0
+    worker: object = None
+
+
+class Worker:
+    """A stand-in model runner that follows SchedulerOutput's block-table protocol (new
+    requests: full lists; running: appended ids; resumed: replaced lists) and keeps each
+    request's tokens as vLLM's input batch does."""
+
+    def __init__(self, num_groups: int, spec_tokens: int, seed: int):
+        self.tables: dict[str, list[list[int]]] = {}
+        self.tokens: dict[str, list[int]] = {}
+        self.num_groups = num_groups
+        self.spec_tokens = spec_tokens
+        self.seed = seed
+
+    def execute(self, out) -> tuple[ModelRunnerOutput, DraftTokenIds | None]:
+        for rid in out.finished_req_ids:
+            self.tables.pop(rid, None)
+        starts = {}
+        for nr in out.scheduled_new_reqs:
+            self.tables[nr.req_id] = [list(g) for g in nr.block_ids]
+            if nr.req_id not in self.tokens:
+                self.tokens[nr.req_id] = list(nr.prompt_token_ids)
+            starts[nr.req_id] = nr.num_computed_tokens
+        c = out.scheduled_cached_reqs
+        for i, rid in enumerate(c.req_ids):
+            new = c.new_block_ids[i]
+            if rid in c.resumed_req_ids:
+                self.tables[rid] = [list(g) for g in new]
+            elif new is not None:
+                for g in range(self.num_groups):
+                    self.tables[rid][g].extend(new[g])
+            starts[rid] = c.num_computed_tokens[i]
+        req_ids = list(out.num_scheduled_tokens)
+        sampled, drafted = [], []
+        for rid in req_ids:
+            toks = self.tokens[rid]
+            drafts = out.scheduled_spec_decode_tokens.get(rid, [])
+            end = starts[rid] + out.num_scheduled_tokens[rid] - len(drafts)
+            if end < len(toks):  # a prefill chunk short of the last known token
+                sampled.append([])
+                continue
+            p = len(toks)
+            new = [true_token(rid, p)]
+            for j, d in enumerate(drafts):  # verification: accept while the drafts are right
+                if d != new[-1]:
+                    break
+                new.append(true_token(rid, p + j + 1))
+            toks.extend(new)
+            sampled.append(new)
+            if self.spec_tokens:
+                q = len(toks)
+                good = accepted_drafts(rid, q, self.spec_tokens, self.seed)
+                drafted.append([true_token(rid, q + j) if j < good else (true_token(rid, q + j) + 1) % (VOCAB - 1)
+                                for j in range(self.spec_tokens)])
+        mro = ModelRunnerOutput(req_ids=req_ids, req_id_to_index={r: i for i, r in enumerate(req_ids)},
+                                sampled_token_ids=sampled)
+        draft_ids = None
+        if self.spec_tokens:
+            ids = [r for r, s in zip(req_ids, sampled) if s]
+            draft_ids = DraftTokenIds(ids, drafted)
+        return mro, draft_ids
+
+
+def check_tables(sched, worker: Worker, num_blocks: int, kvmm: bool) -> None:
+    """The worker's tables equal the manager's on every held entry; with kvmm: ids in
+    [1, num_blocks), no id in two groups, an id in two requests only as the same cached page
+    (equal tokens up to its end), kvmm's invariants."""
+    mgr = sched.kv_cache_manager
+    owner: dict[int, tuple[int, str, int]] = {}
+    for rid, req in sched.requests.items():
+        if rid not in worker.tables or req.status.name != "RUNNING":
+            continue
+        ids = mgr.get_block_ids(rid)
+        for g, (mine, theirs) in enumerate(zip(worker.tables[rid], ids)):
+            assert len(mine) == len(theirs), (rid, g, mine, theirs)
+            for i, (a, b) in enumerate(zip(mine, theirs)):
+                if b == 0:
+                    continue  # released (out of window): the worker keeps the old id, unread
+                assert a == b, (rid, g, i, mine, theirs)
+                if not kvmm:
+                    continue
+                assert 1 <= b < num_blocks, (rid, g, b)
+                prev = owner.get(b)
+                if prev is None:
+                    owner[b] = (g, rid, i)
+                    continue
+                assert prev[0] == g, f"block {b} live in groups {prev[0]} and {g}"
+                assert prev[2] == i, f"block {b} at page {prev[2]} of {prev[1]} and page {i} of {rid}"
+                p = sched.kv_cache_config.kv_cache_groups[g].kv_cache_spec.block_size
+                a_t = list(sched.requests[prev[1]].all_token_ids[: (i + 1) * p])
+                b_t = list(req.all_token_ids[: (i + 1) * p])
+                assert a_t == b_t and len(a_t) == (i + 1) * p, f"block {b} shared by unrelated {prev[1]} and {rid}"
+    if kvmm:
+        mgr.kv.check_invariants()
+
+
+def run(setup: Setup, trace: Trace, kvmm: bool, seed: int = 0, check: bool = True, max_steps: int = 5000,
+        kcc: KVCacheConfig | None = None, make_worker=None) -> RunLog:
+    sched = make_scheduler(setup, kvmm, kcc=kcc)
+    hasher = get_request_block_hasher(setup.block_size, sha256)
+    if make_worker is None:
+        worker = Worker(len(sched.kv_cache_config.kv_cache_groups), setup.spec_tokens, seed)
+    else:
+        worker = make_worker(sched.kv_cache_config)
+    log = RunLog()
+    order = sorted(trace.prompts, key=lambda r: trace.arrival_step[r])
+    pending = []
+    admitted = set()
+    step = 0
+    while step < max_steps:
+        while order and trace.arrival_step[order[0]] <= step:
+            rid = order.pop(0)
+            params = SamplingParams(max_tokens=trace.max_tokens[rid], ignore_eos=True)
+            sched.add_request(Request(request_id=rid, prompt_token_ids=trace.prompts[rid], sampling_params=params,
+                                      pooling_params=None, arrival_time=float(trace.arrival_step[rid]),
+                                      priority=trace.priority[rid], block_hasher=hasher))
+        if not order and not sched.requests and not pending:
+            break
+        out = sched.schedule()
+        log.schedule.append((tuple(sorted(out.num_scheduled_tokens.items())), tuple(sorted(out.preempted_req_ids or ()))))
+        log.preemptions += len(out.preempted_req_ids or ())
+        for nr in out.scheduled_new_reqs:
+            if nr.req_id not in admitted:  # first admissions only (a preempted request returns)
+                admitted.add(nr.req_id)
+                log.hit_tokens += nr.num_computed_tokens
+        mro, drafts = worker.execute(out)
+        if check:
+            check_tables(sched, worker, setup.num_blocks, kvmm)
+        pending.append((out, mro, drafts))
+        depth = 2 if setup.async_scheduling else 1
+        while len(pending) >= depth or (pending and not out.num_scheduled_tokens):
+            o, m, d = pending.pop(0)
+            outputs = sched.update_from_output(o, m)
+            for eco in outputs.values():
+                for co in eco.outputs:
+                    log.outputs.setdefault(co.request_id, []).extend(co.new_token_ids)
+            if d is not None:
+                sched.update_draft_token_ids(d)
+        step += 1
+    log.steps = step
+    log.worker = worker
+    assert not sched.requests, f"unfinished after {step} steps: {list(sched.requests)[:5]}"
+    if kvmm:
+        mgr = sched.kv_cache_manager
+        mgr.kv.check_invariants()
+        assert all(mgr.kv.num_used_pages(g) == 0 for g in range(mgr.num_kv_cache_groups)), "pages still used"
+    return log
+
+
+def expected_outputs(trace: Trace) -> dict[str, list[int]]:
+    return {rid: [true_token(rid, len(p) + j) for j in range(trace.max_tokens[rid])] for rid, p in trace.prompts.items()}

@@ -1,0 +1,49 @@
+"""KV cache events in vLLM's classes from kvmm's adapter: stored runs (hashes, parent, token
+ids, block size, group) at commit, a clear at reset_prefix_cache; prefix-cache stats."""
+
+from vllm.distributed.kv_events import AllBlocksCleared, BlockStored
+from vllm.sampling_params import SamplingParams
+from vllm.v1.request import Request
+
+from harness import get_request_block_hasher, kv_cache_config, sha256
+from kvmm.integrations.vllm import KvmmKVCacheManager
+
+
+def request(rid, tokens):
+    return Request(request_id=rid, prompt_token_ids=tokens, sampling_params=SamplingParams(max_tokens=4),
+                   pooling_params=None, block_hasher=get_request_block_hasher(4, sha256))
+
+
+def test_stored_events_and_a_clear():
+    mgr = KvmmKVCacheManager(kv_cache_config(16, block_size=4, window=8), 256, enable_kv_cache_events=True,
+                             log_stats=True)
+    mgr.new_step_starts()
+    a = request("a", list(range(10)))
+    blocks, hit, _ = mgr.get_computed_blocks(a)
+    assert hit == 0
+    new = mgr.allocate_slots(a, 10)
+    ids = mgr.get_block_ids("a")
+    assert [len(g) for g in ids] == [3, 3] and new.get_block_ids() == ids
+    assert not set(ids[0]) & set(ids[1]) and all(1 <= i < 16 for g in ids for i in g)
+    a.num_computed_tokens = 10
+    mgr.cache_blocks(a, 10)
+    events = mgr.take_events()
+    stored = [e for e in events if isinstance(e, BlockStored)]
+    assert {e.group_idx for e in stored} == {0, 1}
+    full = [e for e in stored if e.group_idx == 0]
+    assert sum(len(e.block_hashes) for e in full) == 2  # two full pages of 4 tokens
+    assert [t for e in full for t in e.token_ids] == list(range(8))
+    assert all(e.block_size == 4 and e.parent_block_hash is None for e in full[:1])
+    assert full[0].kv_cache_spec_kind is not None
+    # A second request with the same prefix hits both full pages.
+    b = request("b", list(range(9)) + [99])
+    _, hit, _ = mgr.get_computed_blocks(b)
+    assert hit == 8
+    mgr.record_prefix_cache_stats(b, hit)
+    stats = mgr.make_prefix_cache_stats()
+    assert stats.hits == 8 and stats.queries == 10
+    assert mgr.allocate_slots(b, 2, num_new_computed_tokens=8) is not None
+    assert mgr.get_block_ids("b")[0][:2] == ids[0][:2]  # the same cached pages
+    mgr.kv.check_invariants()
+    assert mgr.reset_prefix_cache()
+    assert any(isinstance(e, AllBlocksCleared) for e in mgr.take_events())
