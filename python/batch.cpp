@@ -349,6 +349,10 @@ void commit_batch(Manager& m, const py::object& ids_arg, const py::object& num_c
     if (c > allocated) fail("{} = {}: request {} has pages for {} tokens only", name(), c, r, allocated);
     if (m.prefix_caching() && c > done && c > kv->num_tokens(r))
       fail("{} = {}: request {} has {} token ids (append_tokens first)", name(), c, r, kv->num_tokens(r));
+    // The rest of what commit refuses (a write into a page shared since fork), asked of the
+    // manager for a request's first commit of the batch; a second one starts where the
+    // first ends, past the page a fork shares.
+    if (done == computed) named(i, [&] { kv->check_commit(r, c); });
     done = c;
     k.element[i] = c;  // kv_len as it is now: a commit moves no other request's
   }

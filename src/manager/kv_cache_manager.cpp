@@ -53,6 +53,9 @@ bool KVCacheManager::allocate(RequestId r, std::uint32_t num_new_tokens, std::ui
   return core_->allocate(r, num_new_tokens, lookahead);
 }
 void KVCacheManager::commit(RequestId r, std::uint64_t num_computed_tokens) { core_->commit(r, num_computed_tokens); }
+void KVCacheManager::check_commit(RequestId r, std::uint64_t num_computed_tokens) const {
+  core_->check_commit(r, num_computed_tokens);
+}
 RequestId KVCacheManager::fork(RequestId parent) { return core_->fork(parent); }
 void KVCacheManager::free(RequestId r) { core_->free(r); }
 void KVCacheManager::reset(RequestId r) { core_->reset(r); }

@@ -55,6 +55,8 @@ class ManagerCore {
   // allocate and commit of r at its row s = running(r) (decode_step resolves rows once).
   bool allocate_at(RequestId r, std::uint32_t s, std::uint32_t num_new_tokens, std::uint32_t lookahead);
   void commit_at(RequestId r, std::uint32_t s, std::uint64_t num_computed_tokens);
+  void check_commit_at(RequestId r, std::uint32_t s, std::uint64_t num_computed_tokens) const;
+  void check_commit(RequestId r, std::uint64_t n) const { check_commit_at(r, running(r), n); }
   RequestId fork(RequestId parent);
   void free(RequestId r);
   void reset(RequestId r);

@@ -110,9 +110,10 @@ void ManagerCore::commit_images(std::uint32_t s, Request& q, std::uint64_t c) {
     ++q.items_consumed;
 }
 
-void ManagerCore::commit_at(RequestId r, std::uint32_t s, std::uint64_t num_computed_tokens) {
-  Request& q = reqs_[s];
-  const std::uint64_t c = num_computed_tokens, c0 = q.computed;
+// Everything commit refuses, checked before it changes anything (also alone: check_commit).
+void ManagerCore::check_commit_at(RequestId r, std::uint32_t s, std::uint64_t c) const {
+  const Request& q = reqs_[s];
+  const std::uint64_t c0 = q.computed;
   if (q.loading) [[unlikely]]
     loading_error(r, "commit");
   if (c < c0) fail("num_computed_tokens = {}: request {} already has {} computed", c, r, c0);
@@ -121,6 +122,12 @@ void ManagerCore::commit_at(RequestId r, std::uint32_t s, std::uint64_t num_comp
   if (options_.prefix_caching && c > q.ids.num_tokens())
     fail("num_computed_tokens = {}: request {} has {} token ids (append_tokens first)", c, r, q.ids.num_tokens());
   if (c > c0) check_shared_write(r, s, q, c);
+}
+
+void ManagerCore::commit_at(RequestId r, std::uint32_t s, std::uint64_t num_computed_tokens) {
+  Request& q = reqs_[s];
+  const std::uint64_t c = num_computed_tokens, c0 = q.computed;
+  check_commit_at(r, s, c);
   if (options_.prefix_caching) register_full_pages(s, q, c);
   if (q.bounds.tail_hi() > 0 && c > q.bounds.tail_end()) drop_tail(q);
   release_out_of_window(s, q, c0, c);

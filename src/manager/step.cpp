@@ -73,6 +73,7 @@ std::size_t ManagerCore::decode_step(std::span<const RequestId> batch, std::span
            scheduled, q.ids.num_tokens());
     if (q.ids.num_tokens() == KVCacheManager::kMaxTokens)
       fail("request = {}: has {} tokens, the most a request holds", r, KVCacheManager::kMaxTokens);
+    check_commit_at(r, export_rows_[i], scheduled);  // e.g. a write into a page shared since fork
   }
   for (std::size_t i = 0; i < batch.size(); ++i) {
     const Request& q = reqs_[export_rows_[i]];

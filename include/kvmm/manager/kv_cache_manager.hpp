@@ -295,6 +295,9 @@ class KVCacheManager {
   // every policy's need are released. Raises kvmm::Error past the allocated tokens, and for
   // a write into a page shared since fork that no allocate planned a copy of.
   void commit(RequestId r, std::uint64_t num_computed_tokens);
+  // Raises exactly what commit(r, num_computed_tokens) would raise, and changes nothing: a
+  // batch of commits can be checked whole before any is made. O(groups).
+  void check_commit(RequestId r, std::uint64_t num_computed_tokens) const;
   // A new request sharing parent's computed pages (reference counts +1); a shared partial
   // page is copied on the next write (copies()).
   RequestId fork(RequestId parent);
