@@ -405,7 +405,7 @@ bool ManagerCore::refused_before_pin(RequestId r, const Request& q) {
 // unpin), which must refuse too. Drops stale list entries only (order unchanged).
 void ManagerCore::check_refusal(RequestId r, std::uint32_t s, Request& q, std::uint32_t num_new_tokens,
                                 std::uint64_t target) {
-  if (!admit(r, s, q)) return;  // allocate's own path raises for a lost hit
+  if (!admit(r, s, q)) return;  // allocate's own path answers kHitLost
   const bool fits = !compute_need(s, q, num_new_tokens, target) || alloc_.feasible(s, need_);
   release_unpinned_hit(s, q);
   if (fits) fail("debug check: request {} refused before pinning its hit, but the pinned need fits", r);
@@ -429,15 +429,16 @@ void ManagerCore::begin_backing(std::uint32_t s) {
     log(LogLevel::kInfo, "{} of {} large pages could be backed", got, want);
 }
 
-bool ManagerCore::refused(RequestId r, const Request& q, std::uint32_t num_new_tokens) {
+AllocateResult ManagerCore::refused(RequestId r, const Request& q, std::uint32_t num_new_tokens) {
   ++counts_.refused_allocations;
   if (!q.admitted) ++counts_.refused_admissions;
   log(LogLevel::kDebug, "request {}: allocate of {} tokens refused ({})", r, num_new_tokens,
       q.admitted ? "running" : "admission");
-  return false;
+  return {AllocateStatus::kNoMemory};
 }
 
-bool ManagerCore::allocate_at(RequestId r, std::uint32_t s, std::uint32_t num_new_tokens, std::uint32_t lookahead) {
+AllocateResult ManagerCore::allocate_at(RequestId r, std::uint32_t s, std::uint32_t num_new_tokens,
+                                        std::uint32_t lookahead) {
   Request& q = reqs_[s];
   const std::uint64_t target = q.computed + num_new_tokens + lookahead;  // < 2^32 + 2^33: no wrap
   if (target > KVCacheManager::kMaxTokens)
@@ -463,10 +464,7 @@ bool ManagerCore::allocate_at(RequestId r, std::uint32_t s, std::uint32_t num_ne
     if (!admit(r, s, q)) {
       ++counts_.lost_hits;
       log(LogLevel::kWarning, "request {}: its {}-token prefix hit was evicted before its allocate", r, q.hit);
-      fail(
-          "request = {}: pages of its {}-token prefix hit were evicted since lookup_prefix (other requests "
-          "allocated in between); reset(r) and look it up again",
-          r, q.hit);
+      return {AllocateStatus::kHitLost};  // nothing changed: the engine resets r and looks it up again
     }
   }
   // A first allocate with images: each image cached whole comes from the cache, whatever
@@ -514,7 +512,7 @@ bool ManagerCore::allocate_at(RequestId r, std::uint32_t s, std::uint32_t num_ne
   }
   if (q.tier_pending) start_loads(r, s, q);
   expensive_check();
-  return true;
+  return {};
 }
 
 }  // namespace kvmm::detail

@@ -47,12 +47,12 @@ class ManagerCore {
   void append_tokens(RequestId r, std::span<const std::uint32_t> tokens);
   void set_priority(RequestId r, std::uint32_t priority);
   std::uint64_t lookup_prefix(RequestId r);
-  bool allocate(RequestId r, std::uint32_t num_new_tokens, std::uint32_t lookahead) {
+  AllocateResult allocate(RequestId r, std::uint32_t num_new_tokens, std::uint32_t lookahead) {
     return allocate_at(r, running(r), num_new_tokens, lookahead);
   }
   void commit(RequestId r, std::uint64_t num_computed_tokens) { commit_at(r, running(r), num_computed_tokens); }
   // allocate and commit of r at its row s = running(r) (decode_step resolves rows once).
-  bool allocate_at(RequestId r, std::uint32_t s, std::uint32_t num_new_tokens, std::uint32_t lookahead);
+  AllocateResult allocate_at(RequestId r, std::uint32_t s, std::uint32_t num_new_tokens, std::uint32_t lookahead);
   void commit_at(RequestId r, std::uint32_t s, std::uint64_t num_computed_tokens);
   RequestId fork(RequestId parent);
   void free(RequestId r);
@@ -141,7 +141,7 @@ class ManagerCore {
   bool admit(RequestId r, std::uint32_t s, Request& q);
   void release_unpinned_hit(std::uint32_t s, Request& q);
   void release_admission_pins(std::uint32_t s, Request& q);
-  bool refused(RequestId r, const Request& q, std::uint32_t num_new_tokens);  // counts, logs; false
+  AllocateResult refused(RequestId r, const Request& q, std::uint32_t num_new_tokens);  // counts, logs; kNoMemory
   bool refused_before_pin(RequestId r, const Request& q);
   void begin_backing(std::uint32_t s);  // with a large-page source: backs what the step may take
   void check_refusal(RequestId r, std::uint32_t s, Request& q, std::uint32_t num_new_tokens, std::uint64_t target);
