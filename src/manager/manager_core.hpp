@@ -9,7 +9,8 @@
 //   event_log.hpp      page events and a router's KV events
 //   retention.hpp      cache boundaries: pages held for later hits, learned branch points
 // Its calls are split by concept over core.cpp (requests: add, lookup, allocate, commit,
-// fork, free, reset, pins), tier_hits.cpp (hits from a shared tier), host_tier.cpp
+// fork, free, reset, pins), tier_hits.cpp (hits from a shared tier, called by
+// TierAdmission in tier_admission.cpp), host_tier.cpp
 // (swap), step.cpp (a step's batch: the several-group incremental export, decode_step),
 // stats.cpp and invariants.cpp.
 #pragma once
