@@ -306,19 +306,21 @@ std::size_t allocate_batch(Manager& m, const py::object& ids_arg, const py::obje
   MaybeRelease release(ids.size() >= kReleaseGilAt);
   std::size_t done = 0;
   for (; done < ids.size(); ++done) {
+    AllocateResult res;
     if (done == 0) {  // raising here leaves the manager as it was
-      if (!kv->allocate(ids[0], n[0], la[0])) break;
-      continue;
+      res = kv->allocate(ids[0], n[0], la[0]);
+    } else {
+      // What validation cannot see: a prefix hit the batch's earlier allocations evicted
+      // (kHitLost), or a page source that raised. That allocate changed nothing: the batch
+      // stops there as at a refusal (the manager logs it; last_allocate_result says why).
+      try {
+        res = kv->allocate(ids[done], n[done], la[done]);
+      } catch (const std::exception&) {
+        break;
+      }
     }
-    // What validation cannot see: a prefix hit the batch's earlier allocations evicted (or a
-    // page source that raised). That allocate changed nothing: the batch stops there as at
-    // a refusal (the manager logs it), and the next allocate of the request raises with the
-    // reason.
-    try {
-      if (!kv->allocate(ids[done], n[done], la[done])) break;
-    } catch (const std::exception&) {
-      break;
-    }
+    m.last_allocate() = res.kind;
+    if (!res) break;
   }
   return done;
 }

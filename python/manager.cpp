@@ -272,9 +272,16 @@ void bind_requests(py::class_<Manager>& c) {
           [](Manager& m, Int<RequestId> r, Int<std::uint32_t> n, Int<std::uint32_t> lookahead) {
             auto kv = m.use();
             MaybeRelease release(n >= kReleaseGilAt);
-            return kv->allocate(r, n, lookahead);
+            const AllocateResult res = kv->allocate(r, n, lookahead);
+            m.last_allocate() = res.kind;
+            return static_cast<bool>(res);
           },
           py::arg("r"), py::arg("num_new_tokens"), py::arg("lookahead") = 0)
+      .def_property_readonly(
+          "last_allocate_result", [](Manager& m) { return std::string(to_string(m.last_allocate())); },
+          "Why the last allocate() answered as it did: 'ok', 'no_memory' (refused, nothing changed) or "
+          "'hit_lost' (pages of the looked-up hit were evicted since lookup_prefix: nothing changed; reset "
+          "the request and look it up again)")
       .def(
           "would_allocate",
           [](Manager& m, Int<RequestId> r, Int<std::uint32_t> n, Int<std::uint32_t> lookahead) {

@@ -85,6 +85,8 @@ class Manager {
   std::vector<Py_buffer>& step_views() { return step_views_; }
   std::vector<BlockTableOut>& step_tables() { return step_tables_; }
   bool prefix_caching() const { return prefix_caching_; }
+  // Why the last allocate() from Python answered as it did (last_allocate_result).
+  AllocateStatus& last_allocate() { return last_allocate_; }
   // The table each group's last incremental export went into, referenced until the next
   // one: while it is, no other array can be allocated at its address, so the C++ side's
   // address check tells another table from it exactly.
@@ -127,6 +129,7 @@ class Manager {
   KvEventBatch kv_events_;
   std::vector<Py_buffer> step_views_;
   std::vector<BlockTableOut> step_tables_;
+  AllocateStatus last_allocate_ = AllocateStatus::kOk;
   bool prefix_caching_ = false;
   std::vector<py::object> last_tables_;
   BatchScratch scratch_;

@@ -7,6 +7,7 @@
 // Throughput counters are decimal GB/s (1e9 B/s).
 #include "kvmm/dist/redis_tier.hpp"
 #include "kvmm/manager/kv_cache_manager.hpp"
+#include "kvmm/manager/tier_admission.hpp"
 #include "redis_harness.hpp"
 
 #include <benchmark/benchmark.h>
@@ -251,6 +252,7 @@ void BM_ManagerTierAdmission(benchmark::State& state) {
   o.notify_when_armed = stepping;
   auto t = make_redis_tier(one, scope(), o);
   KVCacheManager kv(one, {.num_large_pages = 256, .max_requests = 4});
+  TierAdmission adm(kv);
   std::vector<std::uint32_t> prompt(1025);
   for (std::uint32_t i = 0; i < prompt.size(); ++i) prompt[i] = 3 * i + 1;
   std::vector<TierKey> keys;
@@ -258,7 +260,7 @@ void BM_ManagerTierAdmission(benchmark::State& state) {
   {  // the tier holds the prompt's pages
     const RequestId q = kv.add_request(prompt);
     kv.lookup_prefix(q);
-    kv.tier_candidates(q, keys);
+    adm.tier_candidates(q, keys);
     std::vector<std::vector<std::byte>> bytes(keys.size(), std::vector<std::byte>(one.small_page_bytes(0)));
     std::vector<TierPage> pages;
     for (std::size_t i = 0; i < keys.size(); ++i) pages.push_back(TierPage{keys[i], bytes[i].data()});
@@ -287,7 +289,7 @@ void BM_ManagerTierAdmission(benchmark::State& state) {
     const double t1 = now_us();
     const Wall::time_point w1 = Wall::now();
     keys.clear();
-    kv.tier_candidates(q, keys);
+    adm.tier_candidates(q, keys);
     const TierTicket ticket = t->contains(keys);
     double w = us(Wall::now() - w1);
     submit_wall.push_back(w);
@@ -307,7 +309,7 @@ void BM_ManagerTierAdmission(benchmark::State& state) {
       t->poll(r);
       for (const TierCompletion& c : r.completions)
         if (c.ticket == ticket) {
-          hit = kv.extend_prefix(q, r.status_of(c));
+          hit = adm.extend_prefix(q, r.status_of(c));
           done = true;
         }
       w += us(Wall::now() - w3);

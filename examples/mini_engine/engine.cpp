@@ -259,7 +259,7 @@ void Engine::run_copies(std::span<const kvmm::PageCopy> copies) {
 bool Engine::admit(std::uint32_t seq) {
   Seq& q = seqs_[seq];
   if (opt_.tier) {  // registered and looked up by tier_probe; the contains answered
-    q.computed = kv_.extend_prefix(q.rid, q.tier_status);
+    q.computed = tier_adm_.extend_prefix(q.rid, q.tier_status);
     q.tier_hit = q.computed;
   } else {
     q.rid = kv_.add_request(q.tokens, {.max_tokens = std::uint64_t{q.prompt_len} + q.max_new});
@@ -306,7 +306,7 @@ bool Engine::schedule_step() {
     const std::uint32_t s = running_[i];
     const auto n =
         static_cast<std::uint32_t>(std::min<std::uint64_t>(seqs_[s].tokens.size() - seqs_[s].computed, budget));
-    bool ok = kv_.allocate(seqs_[s].rid, n);
+    bool ok = static_cast<bool>(kv_.allocate(seqs_[s].rid, n));
     while (!ok) {
       if (running_.size() == 1 && batch_.empty() && loading_.empty())  // alone, all else evictable
         kvmm::fail("request {}: {} tokens do not fit in {} large pages", seqs_[s].request, seqs_[s].computed + n,
@@ -315,7 +315,7 @@ bool Engine::schedule_step() {
       running_.pop_back();
       preempt(victim);
       if (victim == s) break;
-      ok = kv_.allocate(seqs_[s].rid, n);
+      ok = static_cast<bool>(kv_.allocate(seqs_[s].rid, n));
     }
     if (!ok) break;
     batch_.push_back({seqs_[s].rid, static_cast<std::uint32_t>(seqs_[s].computed), n});

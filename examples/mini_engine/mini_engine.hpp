@@ -11,6 +11,7 @@
 #include "kvmm/kernels/attention.hpp"
 #include "kvmm/kernels/cache_ops.hpp"
 #include "kvmm/manager/kv_cache_manager.hpp"
+#include "kvmm/manager/tier_admission.hpp"
 #include "kvmm/memory/arena_page_pool.hpp"
 #include "kvmm/memory/chunk_pool.hpp"
 #include "kvmm/memory/host_memory.hpp"
@@ -281,6 +282,7 @@ class Engine {
   kvmm::KVArena arena_;
   std::unique_ptr<kvmm::ArenaPagePool> source_;  // elastic_arena: the manager's page source
   kvmm::KVCacheManager kv_;
+  kvmm::TierAdmission tier_adm_{kv_};  // the shared tier's calls on kv_
   std::unique_ptr<std::byte[]> host_;
   std::unique_ptr<PagedStore> store_;
 

@@ -99,7 +99,7 @@ void Engine::tier_probe(std::uint32_t seq) {
   q.computed = kv_.lookup_prefix(q.rid);
   q.tier_keys.clear();
   q.tier_status.clear();
-  if (kv_.tier_candidates(q.rid, q.tier_keys) == 0) {  // nothing past the local hit to ask for
+  if (tier_adm_.tier_candidates(q.rid, q.tier_keys) == 0) {  // nothing past the local hit to ask for
     q.tier = Seq::TierPhase::kProbed;
     return;
   }
@@ -113,7 +113,7 @@ void Engine::tier_probe(std::uint32_t seq) {
 // unread until the completion). False when the whole hit was local.
 bool Engine::tier_start_loads(std::uint32_t seq) {
   Seq& q = seqs_[seq];
-  const std::span<const kvmm::TierLoad> loads = kv_.tier_loads(q.rid);
+  const std::span<const kvmm::TierLoad> loads = tier_adm_.tier_loads(q.rid);
   q.tier_keys.clear();
   q.tier_status.clear();
   if (loads.empty()) {
@@ -136,7 +136,7 @@ bool Engine::tier_start_loads(std::uint32_t seq) {
 // page cuts the hit there; the rest is recomputed) and the request runs from there.
 void Engine::tier_finish_loads(std::uint32_t seq, std::span<const kvmm::TierStatus> statuses) {
   Seq& q = seqs_[seq];
-  const std::span<const kvmm::TierLoad> loads = kv_.tier_loads(q.rid);
+  const std::span<const kvmm::TierLoad> loads = tier_adm_.tier_loads(q.rid);
   if (loads.size() != statuses.size())
     kvmm::fail("tier get of request {}: {} statuses for {} loads", q.request, statuses.size(), loads.size());
   for (std::size_t i = 0; i < loads.size(); ++i) {
@@ -151,7 +151,7 @@ void Engine::tier_finish_loads(std::uint32_t seq, std::span<const kvmm::TierStat
       opt_.tier_page(loads[i].key, {arena_.data() + std::uint64_t{loads[i].page} * bytes, bytes}, false);
     }
   }
-  q.computed = kv_.finish_loads(q.rid, statuses);
+  q.computed = tier_adm_.finish_loads(q.rid, statuses);
   stats_.tier_cut_tokens += q.tier_hit - q.computed;
   q.tier = Seq::TierPhase::kNone;
   std::erase(loading_, seq);

@@ -368,6 +368,25 @@ void ManagerCore::release_unpinned_hit(std::uint32_t s, Request& q) {
   q.hit_pending = true;
 }
 
+// A first allocate with images: each image cached whole comes from the cache, whatever the
+// text hit (issue 29: cached_image said "cached" where fresh pages were mapped). Whether
+// this is such an allocate. O(pages of the images).
+bool ManagerCore::pin_cached_images(std::uint32_t s, Request& q) {
+  if (q.enc_ready || q.ids.items().empty()) return false;
+  build_encoder_rows(s, q);
+  if (options_.prefix_caching) lookup_.pin_cached_images(s, q, q.item_cached);
+  return true;
+}
+
+// What an allocate that is refused (or only asked: would_allocate) pinned goes back: the
+// hit (pinning) or the images it took from the cache.
+void ManagerCore::give_back_admission(std::uint32_t s, Request& q, bool pinning, bool images) {
+  if (pinning)
+    release_unpinned_hit(s, q);
+  else if (images)
+    release_admission_pins(s, q);
+}
+
 // What a refused first allocate pinned (the hit, images from the cache) goes back, the
 // rows empty again.
 void ManagerCore::release_admission_pins(std::uint32_t s, Request& q) {
@@ -405,7 +424,7 @@ bool ManagerCore::refused_before_pin(RequestId r, const Request& q) {
 // unpin), which must refuse too. Drops stale list entries only (order unchanged).
 void ManagerCore::check_refusal(RequestId r, std::uint32_t s, Request& q, std::uint32_t num_new_tokens,
                                 std::uint64_t target) {
-  if (!admit(r, s, q)) return;  // allocate's own path raises for a lost hit
+  if (!admit(r, s, q)) return;  // allocate's own path answers kHitLost
   const bool fits = !compute_need(s, q, num_new_tokens, target) || alloc_.feasible(s, need_);
   release_unpinned_hit(s, q);
   if (fits) fail("debug check: request {} refused before pinning its hit, but the pinned need fits", r);
@@ -429,15 +448,16 @@ void ManagerCore::begin_backing(std::uint32_t s) {
     log(LogLevel::kInfo, "{} of {} large pages could be backed", got, want);
 }
 
-bool ManagerCore::refused(RequestId r, const Request& q, std::uint32_t num_new_tokens) {
+AllocateResult ManagerCore::refused(RequestId r, const Request& q, std::uint32_t num_new_tokens) {
   ++counts_.refused_allocations;
   if (!q.admitted) ++counts_.refused_admissions;
   log(LogLevel::kDebug, "request {}: allocate of {} tokens refused ({})", r, num_new_tokens,
       q.admitted ? "running" : "admission");
-  return false;
+  return {AllocateStatus::kNoMemory};
 }
 
-bool ManagerCore::allocate_at(RequestId r, std::uint32_t s, std::uint32_t num_new_tokens, std::uint32_t lookahead) {
+AllocateResult ManagerCore::allocate_at(RequestId r, std::uint32_t s, std::uint32_t num_new_tokens,
+                                        std::uint32_t lookahead) {
   Request& q = reqs_[s];
   const std::uint64_t target = q.computed + num_new_tokens + lookahead;  // < 2^32 + 2^33: no wrap
   if (target > KVCacheManager::kMaxTokens)
@@ -463,25 +483,11 @@ bool ManagerCore::allocate_at(RequestId r, std::uint32_t s, std::uint32_t num_ne
     if (!admit(r, s, q)) {
       ++counts_.lost_hits;
       log(LogLevel::kWarning, "request {}: its {}-token prefix hit was evicted before its allocate", r, q.hit);
-      fail(
-          "request = {}: pages of its {}-token prefix hit were evicted since lookup_prefix (other requests "
-          "allocated in between); reset(r) and look it up again",
-          r, q.hit);
+      return {AllocateStatus::kHitLost};  // nothing changed: the engine resets r and looks it up again
     }
   }
-  // A first allocate with images: each image cached whole comes from the cache, whatever
-  // the text hit (issue 29: cached_image said "cached" where fresh pages were mapped).
-  const bool images = !q.enc_ready && !q.ids.items().empty();
-  if (images) {
-    build_encoder_rows(s, q);
-    if (options_.prefix_caching) lookup_.pin_cached_images(s, q, q.item_cached);
-  }
-  auto give_back = [&] {
-    if (pinning)
-      release_unpinned_hit(s, q);
-    else if (images)
-      release_admission_pins(s, q);
-  };
+  const bool images = pin_cached_images(s, q);
+  auto give_back = [&] { give_back_admission(s, q, pinning, images); };
   if (compute_need(s, q, num_new_tokens, target)) {
     try {
       begin_backing(s);
@@ -514,7 +520,7 @@ bool ManagerCore::allocate_at(RequestId r, std::uint32_t s, std::uint32_t num_ne
   }
   if (q.tier_pending) start_loads(r, s, q);
   expensive_check();
-  return true;
+  return {};
 }
 
 }  // namespace kvmm::detail

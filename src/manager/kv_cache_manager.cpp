@@ -35,22 +35,19 @@ void KVCacheManager::append_tokens(RequestId r, std::span<const std::uint32_t> t
   core_->append_tokens(r, tokens);
 }
 std::uint64_t KVCacheManager::lookup_prefix(RequestId r) { return core_->lookup_prefix(r); }
-std::size_t KVCacheManager::tier_candidates(RequestId r, std::vector<TierKey>& out) {
-  return core_->tier_candidates(r, out);
-}
-std::uint64_t KVCacheManager::extend_prefix(RequestId r, std::span<const TierStatus> present) {
-  return core_->extend_prefix(r, present);
-}
-std::span<const TierLoad> KVCacheManager::tier_loads(RequestId r) const { return core_->req(r).loads; }
-bool KVCacheManager::is_loading(RequestId r) const { return core_->req(r).loading; }
-std::uint64_t KVCacheManager::finish_loads(RequestId r, std::span<const TierStatus> statuses) {
-  return core_->finish_loads(r, statuses);
-}
-std::span<const BlockHash> KVCacheManager::block_hashes(RequestId r, GroupId g) const {
-  return core_->block_hashes(r, g);
-}
-bool KVCacheManager::allocate(RequestId r, std::uint32_t num_new_tokens, std::uint32_t lookahead) {
+AllocateResult KVCacheManager::allocate(RequestId r, std::uint32_t num_new_tokens, std::uint32_t lookahead) {
   return core_->allocate(r, num_new_tokens, lookahead);
+}
+std::string_view to_string(AllocateStatus status) {
+  switch (status) {
+    case AllocateStatus::kOk:
+      return "ok";
+    case AllocateStatus::kNoMemory:
+      return "no_memory";
+    case AllocateStatus::kHitLost:
+      return "hit_lost";
+  }
+  return "unknown";
 }
 void KVCacheManager::commit(RequestId r, std::uint64_t num_computed_tokens) { core_->commit(r, num_computed_tokens); }
 void KVCacheManager::check_commit(RequestId r, std::uint64_t num_computed_tokens) const {

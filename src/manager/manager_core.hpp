@@ -9,7 +9,8 @@
 //   event_log.hpp      page events and a router's KV events
 //   retention.hpp      cache boundaries: pages held for later hits, learned branch points
 // Its calls are split by concept over core.cpp (requests: add, lookup, allocate, commit,
-// fork, free, reset, pins), tier_hits.cpp (hits from a shared tier), host_tier.cpp
+// fork, free, reset, pins), tier_hits.cpp (hits from a shared tier, called by
+// TierAdmission in tier_admission.cpp), host_tier.cpp
 // (swap), step.cpp (a step's batch: the several-group incremental export, decode_step),
 // stats.cpp and invariants.cpp.
 #pragma once
@@ -47,13 +48,13 @@ class ManagerCore {
   void append_tokens(RequestId r, std::span<const std::uint32_t> tokens);
   void set_priority(RequestId r, std::uint32_t priority);
   std::uint64_t lookup_prefix(RequestId r);
-  bool allocate(RequestId r, std::uint32_t num_new_tokens, std::uint32_t lookahead) {
+  AllocateResult allocate(RequestId r, std::uint32_t num_new_tokens, std::uint32_t lookahead) {
     return allocate_at(r, running(r), num_new_tokens, lookahead);
   }
   void commit(RequestId r, std::uint64_t num_computed_tokens) { commit_at(r, running(r), num_computed_tokens); }
   bool would_allocate(RequestId r, std::uint32_t num_new_tokens, std::uint32_t lookahead);  // would_allocate.cpp
   // allocate and commit of r at its row s = running(r) (decode_step resolves rows once).
-  bool allocate_at(RequestId r, std::uint32_t s, std::uint32_t num_new_tokens, std::uint32_t lookahead);
+  AllocateResult allocate_at(RequestId r, std::uint32_t s, std::uint32_t num_new_tokens, std::uint32_t lookahead);
   void commit_at(RequestId r, std::uint32_t s, std::uint64_t num_computed_tokens);
   void check_commit_at(RequestId r, std::uint32_t s, std::uint64_t num_computed_tokens) const;
   void check_commit(RequestId r, std::uint64_t n) const { check_commit_at(r, running(r), n); }
@@ -144,7 +145,9 @@ class ManagerCore {
   bool admit(RequestId r, std::uint32_t s, Request& q);
   void release_unpinned_hit(std::uint32_t s, Request& q);
   void release_admission_pins(std::uint32_t s, Request& q);
-  bool refused(RequestId r, const Request& q, std::uint32_t num_new_tokens);  // counts, logs; false
+  bool pin_cached_images(std::uint32_t s, Request& q);
+  void give_back_admission(std::uint32_t s, Request& q, bool pinning, bool images);
+  AllocateResult refused(RequestId r, const Request& q, std::uint32_t num_new_tokens);  // counts, logs; kNoMemory
   bool refused_before_pin(RequestId r, const Request& q);
   void begin_backing(std::uint32_t s);  // with a large-page source: backs what the step may take
   void check_refusal(RequestId r, std::uint32_t s, Request& q, std::uint32_t num_new_tokens, std::uint64_t target);

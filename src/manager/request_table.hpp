@@ -8,6 +8,7 @@
 #include "kvmm/caching/request_hashes.hpp"
 #include "kvmm/error.hpp"
 #include "kvmm/manager/kv_cache_manager.hpp"
+#include "kvmm/manager/tier_admission.hpp"
 #include "kvmm/types.hpp"
 #include "retention.hpp"
 

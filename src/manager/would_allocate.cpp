@@ -21,9 +21,10 @@ bool ManagerCore::would_allocate(RequestId r, std::uint32_t num_new_tokens, std:
   if (q.tier_pending) fail("request = {}: would_allocate of a pending tier hit is not supported", r);
   if (pool_.has_source()) fail("would_allocate: not supported with a large_page_source (allocate decides the backing)");
   const bool pinning = q.hit_pending;
-  if (pinning && !admit(r, s, q)) return false;  // the hit was evicted: allocate would raise
+  if (pinning && !admit(r, s, q)) return false;  // the hit was evicted: allocate returns kHitLost
+  const bool images = pin_cached_images(s, q);   // as allocate: cached images count as had
   const bool fits = !compute_need(s, q, num_new_tokens, target) || alloc_.feasible(s, need_);
-  if (pinning) release_unpinned_hit(s, q);
+  give_back_admission(s, q, pinning, images);
   expensive_check();
   return fits;
 }

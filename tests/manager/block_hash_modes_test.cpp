@@ -6,6 +6,7 @@
 // bad key material fails the constructor with a kvmm::Error naming the option.
 #include "kvmm/caching/block_hasher.hpp"
 #include "kvmm/manager/kv_cache_manager.hpp"
+#include "kvmm/manager/tier_admission.hpp"
 #include "support/error_of.hpp"
 #include "support/kv_traffic.hpp"
 
@@ -74,13 +75,14 @@ TEST_CASE("block_hashes and tier keys are the chosen function's chain", "[manage
       INFO(to_string(o.function) << " salted_only " << o.salted_only << " salted " << salted);
       const BlockHasher hasher(o);
       KVCacheManager kv(layout, {.num_large_pages = 40, .block_hash = o});
+      TierAdmission adm(kv);
       RequestExtras ex;
       ex.lora_id = 5;
       if (salted) ex.cache_salt = "tenant-a";
       const RequestId r = kv.add_request(tokens, ex);
       kv.lookup_prefix(r);
       std::vector<TierKey> keys;
-      kv.tier_candidates(r, keys);
+      adm.tier_candidates(r, keys);
       std::size_t k = 0;
       for (GroupId g = 0; g < 3; ++g) {  // the decoder groups
         const std::uint32_t P = layout.group(g).tokens_per_page;
@@ -92,7 +94,7 @@ TEST_CASE("block_hashes and tier keys are the chosen function's chain", "[manage
           expect.push_back(hasher.hash_page(salted, i ? expect.back() : BlockHash{},
                                             std::span<const std::uint32_t>(tokens).subspan(i * P, P), pk));
         }
-        const auto got = kv.block_hashes(r, g);
+        const auto got = adm.block_hashes(r, g);
         CHECK(std::vector<BlockHash>(got.begin(), got.end()) == expect);
         const bool xxh3 = o.salted_only && !salted;
         std::vector<BlockHash> plain(expect.size());

@@ -85,7 +85,7 @@ TEST_CASE("decode_step equals the separate calls after every step of a random ru
       const std::uint64_t hit = plain.lookup_prefix(r);
       REQUIRE(fused.lookup_prefix(r) == hit);
       const auto todo = static_cast<std::uint32_t>(plain.num_tokens(r) - hit);
-      const bool ok = plain.allocate(r, todo);
+      const AllocateResult ok = plain.allocate(r, todo);
       REQUIRE(fused.allocate(r, todo) == ok);
       if (!ok) {
         plain.reset(r);

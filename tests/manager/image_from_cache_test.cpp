@@ -121,6 +121,10 @@ TEST_CASE("a refused first allocate gives back the images it took from the cache
   // A long text after the image: more text pages than the pool has.
   const RequestId b = kv.add_request(text(50, 400), {.items = std::span(&img, 1)});
   kv.lookup_prefix(b);
+  CHECK_FALSE(kv.would_allocate(b, 400));  // asked: the same answer, the pins given back
+  CHECK(kv.num_evictable_pages(1) == evictable);
+  CHECK(kv.would_allocate(b, 8));
+  CHECK(kv.num_evictable_pages(1) == evictable);
   CHECK_FALSE(kv.allocate(b, 400));
   CHECK(kv.num_evictable_pages(1) == evictable);  // the pins went back
   CHECK(kv.page_table(b, 1).empty());

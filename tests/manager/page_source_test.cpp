@@ -107,7 +107,7 @@ TEST_CASE("manager over an arena whose backend fails at every call position in t
       bool ok = false;
       bool raised = false;
       try {
-        ok = kv.allocate(b, 96);
+        ok = static_cast<bool>(kv.allocate(b, 96));
       } catch (const Error&) {
         raised = true;
       }

@@ -361,7 +361,7 @@ class Model {
     }
     const bool must_fit = large_needed <= kv_.large_pages().num_free() + reclaimable;
     const Snap s = snap();
-    const bool ok = kv_.allocate(r, n, lookahead);
+    const bool ok = static_cast<bool>(kv_.allocate(r, n, lookahead));
     take_events();
     if (!ok) {
       ++failures;

@@ -3,6 +3,7 @@
 // before its allocate, left its row with a pending tier hit that the next fork's first
 // allocate then "admitted", making the running child a loading request).
 #include "kvmm/manager/kv_cache_manager.hpp"
+#include "kvmm/manager/tier_admission.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -14,6 +15,7 @@ using namespace kvmm;
 TEST_CASE("fork: the child's row carries no tier state of the row's previous request") {
   KVCacheManager kv(KVLayout::plan({LayerGroup::full_attention("full", 1, 1, 8, 2, 4)}),
                     {.num_large_pages = 64, .max_requests = 4});
+  TierAdmission adm(kv);
   std::vector<std::uint32_t> prompt(13);
   std::iota(prompt.begin(), prompt.end(), 1u);
   std::vector<std::uint32_t> other(prompt.size(), 7);
@@ -22,9 +24,9 @@ TEST_CASE("fork: the child's row carries no tier state of the row's previous req
   const RequestId a = kv.add_request(prompt);
   REQUIRE(kv.lookup_prefix(a) == 0);
   std::vector<TierKey> keys;
-  REQUIRE(kv.tier_candidates(a, keys) == 3);
+  REQUIRE(adm.tier_candidates(a, keys) == 3);
   const std::vector<TierStatus> present(keys.size(), TierStatus::kOk);
-  REQUIRE(kv.extend_prefix(a, present) == 12);
+  REQUIRE(adm.extend_prefix(a, present) == 12);
   kv.free(a);
   // B: computed from scratch, then forked: the child takes A's old row.
   REQUIRE(kv.lookup_prefix(b) == 0);
@@ -33,8 +35,8 @@ TEST_CASE("fork: the child's row carries no tier state of the row's previous req
   kv.append_token(b, 5);
   const RequestId c = kv.fork(b);
   REQUIRE(kv.allocate(c, 1));
-  CHECK_FALSE(kv.is_loading(c));
-  CHECK(kv.tier_loads(c).empty());
+  CHECK_FALSE(adm.is_loading(c));
+  CHECK(adm.tier_loads(c).empty());
   CHECK(kv.num_computed(c) == 13);
   kv.commit(c, 14);
   kv.check_invariants();

@@ -7,6 +7,7 @@
 // that fail at random, requests freed while loading, eviction under a small pool). Exact
 // cases: a worked example, bad input, and the calls a loading request refuses.
 #include "kvmm/manager/kv_cache_manager.hpp"
+#include "kvmm/manager/tier_admission.hpp"
 #include "support/cached_blocks.hpp"
 #include "support/error_of.hpp"
 
@@ -68,14 +69,15 @@ struct TierModel {
 // ~0 when the admission was refused (the request was reset).
 std::uint64_t admit_through_tier(KVCacheManager& kv, RequestId r, TierModel& tier, std::mt19937_64& rng,
                                  std::uint64_t* loads_failed = nullptr) {
+  TierAdmission adm(kv);
   const std::uint64_t limit = kv.num_tokens(r) > 0 ? kv.num_tokens(r) - 1 : 0;
   const std::set<CachedBlock> cached = cached_blocks(kv);
-  auto hash = [&](GroupId g, std::uint64_t i) { return kv.block_hashes(r, g)[i]; };
+  auto hash = [&](GroupId g, std::uint64_t i) { return adm.block_hashes(r, g)[i]; };
   auto local = [&](GroupId g, std::uint64_t i) { return cached.count(block_of(g, hash(g, i))) > 0; };
   const std::uint64_t first = kv.lookup_prefix(r);
   REQUIRE(first == model_hit(kv, limit, local));
   std::vector<TierKey> keys;
-  const std::size_t n = kv.tier_candidates(r, keys);
+  const std::size_t n = adm.tier_candidates(r, keys);
   REQUIRE(n == keys.size());
   // The candidates: every decoder group's pages [hit / P, limit / P), in order.
   std::size_t k = 0;
@@ -109,12 +111,12 @@ std::uint64_t admit_through_tier(KVCacheManager& kv, RequestId r, TierModel& tie
     }
     return st[off + i - first / P] == TierStatus::kOk;
   };
-  const std::uint64_t e = kv.extend_prefix(r, st);
+  const std::uint64_t e = adm.extend_prefix(r, st);
   REQUIRE(e == model_hit(kv, limit, [&](GroupId g, std::uint64_t i) { return local(g, i) || in_tier(g, i); }));
   REQUIRE(e >= first);
   const auto extra = static_cast<std::uint32_t>(rng() % 3 == 0 ? rng() % 9 : 0);
   if (!kv.allocate(r, std::min<std::uint64_t>(extra, kv.num_tokens(r) - e))) {
-    REQUIRE_FALSE(kv.is_loading(r));
+    REQUIRE_FALSE(adm.is_loading(r));
     kv.check_invariants();
     kv.reset(r);
     kv.check_invariants();
@@ -129,19 +131,19 @@ std::uint64_t admit_through_tier(KVCacheManager& kv, RequestId r, TierModel& tie
       if (!local(g, i)) want.insert({g, i});
   }
   if (want.empty()) {
-    REQUIRE_FALSE(kv.is_loading(r));
+    REQUIRE_FALSE(adm.is_loading(r));
     REQUIRE(kv.num_computed(r) == e);
     return e;
   }
-  REQUIRE(kv.is_loading(r));
+  REQUIRE(adm.is_loading(r));
   REQUIRE(kv.num_computed(r) < e);
-  const std::span<const TierLoad> loads = kv.tier_loads(r);
+  const std::span<const TierLoad> loads = adm.tier_loads(r);
   REQUIRE(loads.size() == want.size());
   std::set<std::pair<GroupId, std::uint64_t>> got, failed;
   std::vector<TierStatus> out(loads.size(), TierStatus::kOk);
   for (std::size_t j = 0; j < loads.size(); ++j) {
     const GroupId g = loads[j].key.group;
-    const auto& chain = kv.block_hashes(r, g);
+    const auto& chain = adm.block_hashes(r, g);
     const auto idx =
         static_cast<std::uint64_t>(std::find(chain.begin(), chain.end(), loads[j].key.hash) - chain.begin());
     REQUIRE(idx < chain.size());
@@ -159,15 +161,15 @@ std::uint64_t admit_through_tier(KVCacheManager& kv, RequestId r, TierModel& tie
   REQUIRE_THROWS_AS(kv.commit(r, kv.num_computed(r)), Error);
   REQUIRE_THROWS_AS(kv.allocate(r, 1), Error);
   REQUIRE_THROWS_AS(kv.fork(r), Error);
-  REQUIRE_THROWS_AS(kv.finish_loads(r, std::span<const TierStatus>(out).first(out.size() - 1)), Error);
-  REQUIRE(kv.is_loading(r));
+  REQUIRE_THROWS_AS(adm.finish_loads(r, std::span<const TierStatus>(out).first(out.size() - 1)), Error);
+  REQUIRE(adm.is_loading(r));
   if (rng() % 20 == 0) {  // given up while loading (its copies are done)
     kv.free(r);
     kv.check_invariants();
     return ~std::uint64_t{0} - 1;
   }
   const std::uint64_t before = kv.num_allocated(r);
-  const std::uint64_t h = kv.finish_loads(r, out);
+  const std::uint64_t h = adm.finish_loads(r, out);
   const std::uint64_t expect = model_hit(kv, e, [&](GroupId g, std::uint64_t i) {
     const std::uint32_t P = kv.layout().group(g).tokens_per_page;
     if (i < first / P) return local(g, i);
@@ -177,7 +179,7 @@ std::uint64_t admit_through_tier(KVCacheManager& kv, RequestId r, TierModel& tie
   REQUIRE(h == expect);
   REQUIRE(kv.num_computed(r) == h);
   REQUIRE(kv.num_allocated(r) == (h < e ? h : before));
-  REQUIRE_FALSE(kv.is_loading(r));
+  REQUIRE_FALSE(adm.is_loading(r));
   kv.check_invariants();
   // No failed page is cached; every loaded page the hit kept is.
   const std::set<CachedBlock> after = cached_blocks(kv);
@@ -211,23 +213,24 @@ bool run_request(KVCacheManager& kv, RequestId r, std::uint32_t decode, std::uin
 
 TEST_CASE("tier hits: worked example on full + sliding window + Mamba", "[manager][tier]") {
   KVCacheManager kv(tier_layout(), {.num_large_pages = 64, .max_requests = 8});
+  TierAdmission adm(kv);
   // 41 tokens: limit 40; pages of 4 (full, sw), checkpoints every 8 (Mamba).
   std::vector<std::uint32_t> prompt(41);
   for (std::uint32_t i = 0; i < prompt.size(); ++i) prompt[i] = 1000 + i;
   const RequestId r = kv.add_request(prompt);
   REQUIRE(kv.lookup_prefix(r) == 0);
   std::vector<TierKey> keys;
-  REQUIRE(kv.tier_candidates(r, keys) == 10 + 10 + 5);
+  REQUIRE(adm.tier_candidates(r, keys) == 10 + 10 + 5);
   // The tier holds everything: the hit is 40 tokens; the loads are what 40 needs: all 10
   // full pages, the sliding window's pages covering tokens [28, 40) (7..9: first_required
   // 40 - 12 = 28 -> page 7), Mamba's checkpoint after token 39 (page 4).
   std::vector<TierStatus> all(keys.size(), TierStatus::kOk);
-  REQUIRE(kv.extend_prefix(r, all) == 40);
+  REQUIRE(adm.extend_prefix(r, all) == 40);
   REQUIRE(kv.num_computed(r) == 40);
   REQUIRE(kv.allocate(r, 0));
-  REQUIRE(kv.is_loading(r));
+  REQUIRE(adm.is_loading(r));
   REQUIRE(kv.num_computed(r) == 0);
-  const auto loads = kv.tier_loads(r);
+  const auto loads = adm.tier_loads(r);
   std::vector<std::uint32_t> per_group(3, 0);
   for (const TierLoad& l : loads) ++per_group[l.key.group];
   REQUIRE(per_group == std::vector<std::uint32_t>{10, 3, 1});
@@ -238,7 +241,7 @@ TEST_CASE("tier hits: worked example on full + sliding window + Mamba", "[manage
   // longest prefix every group has: 0. Mamba's only checkpoint is at 40 as well.
   std::vector<TierStatus> st(loads.size(), TierStatus::kOk);
   st[6] = TierStatus::kCorrupt;
-  REQUIRE(kv.finish_loads(r, st) == 0);
+  REQUIRE(adm.finish_loads(r, st) == 0);
   REQUIRE(kv.num_allocated(r) == 0);
   REQUIRE(kv.counters().tier_failed_pages == 1);
   REQUIRE(kv.counters().tier_loaded_pages == 13);
@@ -251,26 +254,27 @@ TEST_CASE("tier hits: worked example on full + sliding window + Mamba", "[manage
   const RequestId r2 = kv.add_request(prompt);
   REQUIRE(kv.lookup_prefix(r2) == 40);
   keys.clear();
-  REQUIRE(kv.tier_candidates(r2, keys) == 0);
-  REQUIRE(kv.extend_prefix(r2, {}) == 40);
+  REQUIRE(adm.tier_candidates(r2, keys) == 0);
+  REQUIRE(adm.extend_prefix(r2, {}) == 40);
   REQUIRE(kv.allocate(r2, 1));
-  REQUIRE_FALSE(kv.is_loading(r2));
+  REQUIRE_FALSE(adm.is_loading(r2));
   REQUIRE(kv.num_computed(r2) == 40);
   kv.check_invariants();
 }
 
 TEST_CASE("tier hits: all loads verified, then the pages are cached", "[manager][tier]") {
   KVCacheManager kv(tier_layout(), {.num_large_pages = 64, .max_requests = 8, .record_kv_events = true});
+  TierAdmission adm(kv);
   std::vector<std::uint32_t> prompt(41);
   for (std::uint32_t i = 0; i < prompt.size(); ++i) prompt[i] = 7 + i;
   const RequestId r = kv.add_request(prompt);
   kv.lookup_prefix(r);
   std::vector<TierKey> keys;
-  kv.tier_candidates(r, keys);
-  REQUIRE(kv.extend_prefix(r, std::vector<TierStatus>(keys.size(), TierStatus::kOk)) == 40);
+  adm.tier_candidates(r, keys);
+  REQUIRE(adm.extend_prefix(r, std::vector<TierStatus>(keys.size(), TierStatus::kOk)) == 40);
   REQUIRE(kv.allocate(r, 1));
-  std::vector<TierStatus> ok(kv.tier_loads(r).size(), TierStatus::kOk);
-  REQUIRE(kv.finish_loads(r, ok) == 40);
+  std::vector<TierStatus> ok(adm.tier_loads(r).size(), TierStatus::kOk);
+  REQUIRE(adm.finish_loads(r, ok) == 40);
   REQUIRE(kv.num_allocated(r) == 41);  // the token allocate scheduled past the hit stays
   REQUIRE(kv.counters().tier_hit_tokens == 40);
   kv.check_invariants();
@@ -289,21 +293,22 @@ TEST_CASE("tier hits: all loads verified, then the pages are cached", "[manager]
 
 TEST_CASE("tier hits: bad input and misuse raise, state unchanged", "[manager][tier]") {
   KVCacheManager kv(tier_layout(), {.num_large_pages = 64, .max_requests = 8});
+  TierAdmission adm(kv);
   std::vector<std::uint32_t> prompt(41, 5);
   const RequestId r = kv.add_request(prompt);
   std::vector<TierKey> keys;
-  REQUIRE_THAT(error_of([&] { kv.tier_candidates(r, keys); }), Catch::Contains("after lookup_prefix"));
-  REQUIRE_THAT(error_of([&] { kv.extend_prefix(r, {}); }), Catch::Contains("must follow its tier_candidates"));
+  REQUIRE_THAT(error_of([&] { adm.tier_candidates(r, keys); }), Catch::Contains("after lookup_prefix"));
+  REQUIRE_THAT(error_of([&] { adm.extend_prefix(r, {}); }), Catch::Contains("must follow its tier_candidates"));
   kv.lookup_prefix(r);
-  kv.tier_candidates(r, keys);
+  adm.tier_candidates(r, keys);
   const std::vector<TierStatus> few(keys.size() - 1, TierStatus::kOk);
-  REQUIRE_THAT(error_of([&] { kv.extend_prefix(r, few); }), Catch::Contains("present.size() = 24"));
-  REQUIRE_THAT(error_of([&] { kv.finish_loads(r, {}); }), Catch::Contains("not loading"));
-  REQUIRE_THAT(error_of([&] { (void)kv.block_hashes(r, 7); }), Catch::Contains("group = 7"));
-  REQUIRE(kv.extend_prefix(r, std::vector<TierStatus>(keys.size(), TierStatus::kMiss)) == 0);
+  REQUIRE_THAT(error_of([&] { adm.extend_prefix(r, few); }), Catch::Contains("present.size() = 24"));
+  REQUIRE_THAT(error_of([&] { adm.finish_loads(r, {}); }), Catch::Contains("not loading"));
+  REQUIRE_THAT(error_of([&] { (void)adm.block_hashes(r, 7); }), Catch::Contains("group = 7"));
+  REQUIRE(adm.extend_prefix(r, std::vector<TierStatus>(keys.size(), TierStatus::kMiss)) == 0);
   REQUIRE(kv.allocate(r, 8));
-  REQUIRE_FALSE(kv.is_loading(r));
-  REQUIRE(kv.tier_loads(r).empty());
+  REQUIRE_FALSE(adm.is_loading(r));
+  REQUIRE(adm.tier_loads(r).empty());
   kv.check_invariants();
 }
 

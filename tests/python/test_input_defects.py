@@ -98,7 +98,8 @@ def test_is_swapped_of_a_stale_handle_raises():
 def test_allocate_batch_stops_at_a_hit_its_own_allocations_evicted():
     """Item 5, the case no check can see ahead: y's allocation evicts the cached pages of
     x's prefix hit. The batch stops at x as at a refusal (x unchanged, y allocated; before,
-    it raised with y's pages taken), the manager logs why, and x's next allocate raises."""
+    it raised with y's pages taken), the manager logs why, last_allocate_result says
+    "hit_lost", and x's next allocate answers False for the same reason."""
     logs = []
     kv = kvmm.KVCacheManager(small_layout(), num_large_pages=10, max_requests=8, log=lambda lvl, m: logs.append(m))
     kv.begin_step()
@@ -119,10 +120,16 @@ def test_allocate_batch_stops_at_a_hit_its_own_allocations_evicted():
     assert kv.num_allocated(y) == 8
     assert (kv.num_allocated(x), kv.num_computed(x), [list(kv.page_table(x, g)) for g in range(2)]) == x_before
     assert any("evicted" in m for m in logs)
-    with pytest.raises(kvmm.Error, match="evicted"):
-        kv.allocate(x, 17 - hit)
+    assert kv.last_allocate_result == "hit_lost"
+    lost = kv.counters().lost_hits
+    assert kv.allocate(x, 17 - hit) is False
+    assert kv.last_allocate_result == "hit_lost"
+    assert kv.counters().lost_hits == lost + 1
     kv.reset(x)
     kv.lookup_prefix(x)
     kv.free(y)
     assert kv.allocate(x, 17 - kv.num_computed(x))
+    assert kv.last_allocate_result == "ok"
+    assert kv.allocate(x, 10_000) is False  # more than the pool holds: refused
+    assert kv.last_allocate_result == "no_memory"
     kv.check_invariants()

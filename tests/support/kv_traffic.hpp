@@ -165,10 +165,8 @@ class KvTraffic {
       kv_.append_token(l.id, t);
       l.tokens.push_back(t);
     }
-    bool ok = false;
-    try {
-      ok = kv_.allocate(l.id, n);
-    } catch (const Error&) {  // a hit lost since lookup_prefix (documented): start over
+    const AllocateResult ok = kv_.allocate(l.id, n);
+    if (ok.kind == AllocateStatus::kHitLost) {  // a hit lost since lookup_prefix (documented): start over
       kv_.reset(l.id);
       return;
     }

@@ -8,6 +8,7 @@
 #pragma once
 
 #include "kvmm/caching/block_hash.hpp"
+#include "kvmm/caching/tier_key.hpp"
 #include "kvmm/spec/kv_layout.hpp"
 #include "kvmm/types.hpp"
 
@@ -20,11 +21,7 @@
 
 namespace kvmm {
 
-struct TierKey {  // one page of one group
-  GroupId group = 0;
-  BlockHash hash;
-  friend bool operator==(const TierKey&, const TierKey&) = default;
-};
+// TierKey and TierStatus: kvmm/caching/tier_key.hpp.
 
 // A page and its host bytes (small_page_bytes(group) of them): the destination of a get,
 // the source of a put (not modified). The bytes must stay valid until the ticket completes.
@@ -33,13 +30,6 @@ struct TierPage {
   std::byte* data = nullptr;
 };
 
-enum class TierStatus : std::uint8_t {
-  kOk,           // contains: present; get: verified bytes copied; put: stored (or already was); remove: deleted
-  kMiss,         // not in the tier (never stored, evicted, removed)
-  kCorrupt,      // get: the value failed verification; it was deleted and the page left untouched
-  kTimeout,      // no answer within the command timeout
-  kUnavailable,  // no usable server: connection failed or lost, circuit breaker open, server error
-};
 std::string_view to_string(TierStatus status);
 
 enum class TierOp : std::uint8_t { kContains, kGet, kPut, kRemove };

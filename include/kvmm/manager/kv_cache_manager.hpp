@@ -9,7 +9,6 @@
 #include "kvmm/caching/block_hash.hpp"
 #include "kvmm/caching/block_hasher.hpp"
 #include "kvmm/caching/layer_policy.hpp"
-#include "kvmm/dist/kv_tier.hpp"
 #include "kvmm/manager/kv_events.hpp"
 #include "kvmm/paging/large_page_pool.hpp"
 #include "kvmm/paging/page_table.hpp"
@@ -33,6 +32,7 @@ class ManagerCore;
 namespace testing {
 class ManagerInspector;
 }
+class TierAdmission;
 
 enum class LogLevel : std::uint8_t { kDebug, kInfo, kWarning };
 
@@ -179,11 +179,18 @@ struct ManagerCounters {
 
 using PinId = std::uint32_t;
 
-// A page a tier hit loads: the key it is stored under and the device page allocate took
-// for it (small_page_bytes(key.group) bytes).
-struct TierLoad {
-  TierKey key;
-  PageId page = kNullPage;
+// What allocate did. kOk: the pages are there. kNoMemory: refused, nothing changed (free,
+// preempt or wait). kHitLost: the first allocate found pages of its lookup's hit evicted
+// by other requests' allocations since lookup_prefix; nothing changed, and the engine
+// resets the request and looks it up again (a normal path, counted as lost_hits).
+enum class AllocateStatus : std::uint8_t { kOk, kNoMemory, kHitLost };
+std::string_view to_string(AllocateStatus status);  // "ok", "no_memory", "hit_lost"
+
+// allocate's result: `if (!kv.allocate(r, n))` tests for kOk; `kind` says why not.
+struct AllocateResult {
+  AllocateStatus kind = AllocateStatus::kOk;
+  constexpr explicit operator bool() const { return kind == AllocateStatus::kOk; }
+  friend constexpr bool operator==(AllocateResult, AllocateResult) = default;
 };
 
 // How the kernel-facing exports write a batch's rows (see PageTableSet's ExportOptions).
@@ -240,56 +247,23 @@ class KVCacheManager {
   // continues from there. Pure: no page changes hands until allocate(r) pins the hit (a
   // refused admission therefore changes nothing). Once, before the first allocate (and
   // again after reset). If pages of the hit are evicted before that allocate (by other
-  // requests' allocations in between), the allocate raises kvmm::Error and changes nothing:
-  // look the request up again.
+  // requests' allocations in between), the allocate answers AllocateStatus::kHitLost and
+  // changes nothing: reset the request and look it up again.
   std::uint64_t lookup_prefix(RequestId r);
-  // ---- A shared KV tier (KVTier, docs/tier.md): hits past the local prefix cache.
-  // The engine asks the tier once per admission, then admits and loads:
-  //   lookup_prefix(r); tier_candidates(r, keys); tier.contains(keys)   (step t)
-  //   ... when the contains completes (step t' >= t):
-  //   extend_prefix(r, statuses); allocate(r, n); tier.get(pages of tier_loads(r))
-  //   ... when the get completes: finish_loads(r, statuses)
-  // Between the allocate and finish_loads the request is loading: its tier pages are
-  // allocated, not computed (num_computed is the local part), and every call but
-  // finish_loads, free, reset and the queries raises kvmm::Error for it. The engine must
-  // not free or reset a request while copies into its pages are in flight.
-  //
-  // After lookup_prefix(r), before its first allocate: appends the keys of r's full prompt
-  // pages past the local hit that a longer hit could need, every decoder group's in page
-  // order, group after group (encoder-token groups: none; their pages come from the local
-  // cache only). Returns how many; r remembers the range for extend_prefix. O(pages past
-  // the hit x groups).
-  std::size_t tier_candidates(RequestId r, std::vector<TierKey>& out);
-  // With the tier's contains() statuses for exactly those keys (kOk: present; any other:
-  // absent): looks r up again (pages may have left the local cache since) and extends the
-  // hit with the tier's pages, every group's policy deciding which pages a hit needs; each
-  // page comes from the local cache when it holds it, else from the tier. Returns the new
-  // hit (>= the local one). Call it instead of a second lookup_prefix, in the step of the
-  // allocate that admits r (as lookup_prefix). O(pages probed).
-  std::uint64_t extend_prefix(RequestId r, std::span<const TierStatus> present);
-  // After the allocate that admitted a tier hit: the pages to fetch, each a fresh device
-  // page of small_page_bytes(group) bytes, in group order; empty when nothing is loading.
-  std::span<const TierLoad> tier_loads(RequestId r) const;
-  bool is_loading(RequestId r) const;
-  // The loads' outcomes, one per tier_loads(r) entry in that order. The hit becomes the
-  // longest prefix every group serves from its local pages and its kOk loads (all of it
-  // when every load is kOk); those pages are committed as computed (cached, KV events as
-  // for a commit) and every page past it is released: allocated shrinks to it, so after a
-  // failure the engine calls allocate again for the tokens to recompute. No failed page
-  // is ever cached. Returns num_computed(r). O(pages of the hit).
-  std::uint64_t finish_loads(RequestId r, std::span<const TierStatus> statuses);
-  // The block hashes of r's full pages known so far in decoder group g (its hash class's
-  // chain): hashes[i] keys page i in a KVTier. O(1).
-  std::span<const BlockHash> block_hashes(RequestId r, GroupId g) const;
+  // Hits from a shared KV tier (KVTier): kvmm/manager/tier_admission.hpp, a companion
+  // over this manager.
 
-  // Pages for tokens [computed, computed + num_new_tokens + lookahead) in every group, or
-  // false with nothing changed. Pins the lookup's hit first (an admission). May evict
-  // (Jenga §5.4) and add copy-on-write copies.
-  bool allocate(RequestId r, std::uint32_t num_new_tokens, std::uint32_t lookahead = 0);
+  // Pages for tokens [computed, computed + num_new_tokens + lookahead) in every group
+  // (kOk), or nothing changed: kNoMemory, or kHitLost when pages of the looked-up hit were
+  // evicted since lookup_prefix (counted in counters().lost_hits; reset(r) and look it up
+  // again). Pins the lookup's hit first (an admission). May evict (Jenga §5.4) and add
+  // copy-on-write copies. The result converts to bool: true exactly for kOk.
+  AllocateResult allocate(RequestId r, std::uint32_t num_new_tokens, std::uint32_t lookahead = 0);
   // Whether allocate(r, num_new_tokens, lookahead) would succeed now; changes nothing a later
   // call sees (a pending hit is pinned and given back as a refused allocate gives it back).
-  // false also where the hit was evicted since lookup_prefix (allocate would raise). Not for
-  // a pending tier hit nor with a large_page_source. Cost: allocate's check (+ O(hit pages)).
+  // false also where the hit was evicted since lookup_prefix (allocate would return
+  // kHitLost). Not for a pending tier hit nor with a large_page_source. Cost: allocate's
+  // check (+ O(hit pages)).
   bool would_allocate(RequestId r, std::uint32_t num_new_tokens, std::uint32_t lookahead = 0);
   // Tokens [0, num_computed_tokens) now hold KV: full pages become cached, pages out of
   // every policy's need are released. Raises kvmm::Error past the allocated tokens, and for
@@ -419,6 +393,7 @@ class KVCacheManager {
 
  private:
   friend class testing::ManagerInspector;
+  friend class TierAdmission;  // the tier calls reach the core through it alone
   std::unique_ptr<detail::ManagerCore> core_;
 };
 
