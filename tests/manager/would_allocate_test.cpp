@@ -74,9 +74,9 @@ void run(const KVLayout& layout, std::uint32_t large_pages, std::uint32_t seed) 
       const std::uint32_t lookahead = rng() % 4 == 0 ? rng() % 6 : 0;
       const bool answer = asked.would_allocate(s.id, n, lookahead);
       asked.check_invariants();
-      const bool ok = asked.allocate(s.id, n, lookahead);
+      const bool ok = static_cast<bool>(asked.allocate(s.id, n, lookahead));
       REQUIRE(answer == ok);
-      REQUIRE(twin.allocate(s.id, n, lookahead) == ok);
+      REQUIRE(static_cast<bool>(twin.allocate(s.id, n, lookahead)) == ok);
       if (!ok) {
         ++refused;
         asked.reset(s.id);
