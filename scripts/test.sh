@@ -14,6 +14,12 @@ scripts/format.sh --check
 
 jobs=$(nproc)
 build=$(realpath -m "${KVMM_BUILD_ROOT:-build}")
+# Compiles through ccache where the machine has it (CMake takes these at a build folder's
+# first configure): a machine that built kvmm before, in any checkout, recompiles only what
+# changed (paths are hashed relative to the checkout).
+if command -v ccache >/dev/null 2>&1; then
+  export CMAKE_CXX_COMPILER_LAUNCHER=ccache CMAKE_CUDA_COMPILER_LAUNCHER=ccache CCACHE_BASEDIR=$PWD
+fi
 
 echo "== CUDA binary tools for the kernel static checks (cuobjdump/nvdisasm, pinned, /opt/kvmm-venvs/cuobjdump)"
 scripts/kernel_tools.sh
