@@ -13,6 +13,8 @@ import random
 import tempfile
 from dataclasses import dataclass, field
 
+import block_tables
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
@@ -185,23 +187,7 @@ class Worker:
         self.seed = seed
 
     def execute(self, out) -> tuple[ModelRunnerOutput, DraftTokenIds | None]:
-        for rid in out.finished_req_ids:
-            self.tables.pop(rid, None)
-        starts = {}
-        for nr in out.scheduled_new_reqs:
-            self.tables[nr.req_id] = [list(g) for g in nr.block_ids]
-            if nr.req_id not in self.tokens:
-                self.tokens[nr.req_id] = list(nr.prompt_token_ids)
-            starts[nr.req_id] = nr.num_computed_tokens
-        c = out.scheduled_cached_reqs
-        for i, rid in enumerate(c.req_ids):
-            new = c.new_block_ids[i]
-            if rid in c.resumed_req_ids:
-                self.tables[rid] = [list(g) for g in new]
-            elif new is not None:
-                for g in range(self.num_groups):
-                    self.tables[rid][g].extend(new[g])
-            starts[rid] = c.num_computed_tokens[i]
+        starts = block_tables.follow(out, self.tables, self.tokens, self.num_groups)
         req_ids = list(out.num_scheduled_tokens)
         sampled, drafted = [], []
         for rid in req_ids:

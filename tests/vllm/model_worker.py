@@ -9,6 +9,8 @@ may hit blocks another request computes in the same step (vLLM's eager caching).
 
 from __future__ import annotations
 
+import block_tables
+
 import torch
 from transformers.cache_utils import Cache
 from vllm.v1.outputs import ModelRunnerOutput
@@ -57,22 +59,7 @@ class ModelWorker:
 
     @torch.no_grad()
     def execute(self, out):
-        for rid in out.finished_req_ids:
-            self.tables.pop(rid, None)
-        starts = {}
-        for nr in out.scheduled_new_reqs:
-            self.tables[nr.req_id] = [list(g) for g in nr.block_ids]
-            self.tokens.setdefault(nr.req_id, list(nr.prompt_token_ids))
-            starts[nr.req_id] = nr.num_computed_tokens
-        c = out.scheduled_cached_reqs
-        for i, rid in enumerate(c.req_ids):
-            new = c.new_block_ids[i]
-            if rid in c.resumed_req_ids:
-                self.tables[rid] = [list(g) for g in new]
-            elif new is not None:
-                for g in range(self.num_groups):
-                    self.tables[rid][g].extend(new[g])
-            starts[rid] = c.num_computed_tokens[i]
+        starts = block_tables.follow(out, self.tables, self.tokens, self.num_groups)
         req_ids = list(out.num_scheduled_tokens)
         m = self.model.model
         state = {}
