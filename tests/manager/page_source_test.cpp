@@ -50,6 +50,15 @@ std::vector<std::uint32_t> ids(std::uint32_t n, std::uint32_t salt) {
   return t;
 }
 
+// 16 large pages in an elastic arena whose backend fails where a test arms it.
+struct FailingArena {
+  HostMemory host{{.chunk_bytes = 16384, .max_chunks = 64}};
+  FaultyMemory faulty{host};
+  ChunkPool chunks{faulty, {.max_chunks = 64}};
+  KVArena arena{chunks, layout(), {.num_large_pages = 16, .backing = ArenaBacking::kElastic}};
+  ArenaPagePool source{arena};
+};
+
 }  // namespace
 
 TEST_CASE("manager over an elastic arena: pages that cannot be backed refuse the allocate, nothing changed",
@@ -89,11 +98,10 @@ TEST_CASE("manager over an elastic arena: pages that cannot be backed refuse the
 TEST_CASE("manager over an arena whose backend fails at every call position in turn", "[manager][source]") {
   for (std::uint64_t position = 1; position <= 12; ++position) {
     for (const FaultMode mode : {FaultMode::kReturnFalse, FaultMode::kThrow}) {
-      HostMemory host({.chunk_bytes = 16384, .max_chunks = 64});
-      FaultyMemory faulty(host);
-      ChunkPool chunks(faulty, {.max_chunks = 64});
-      KVArena arena(chunks, layout(), {.num_large_pages = 16, .backing = ArenaBacking::kElastic});
-      ArenaPagePool source(arena);
+      FailingArena env;
+      FaultyMemory& faulty = env.faulty;
+      KVArena& arena = env.arena;
+      ArenaPagePool& source = env.source;
       KVCacheManager kv(layout(), {.num_large_pages = 16, .max_requests = 4, .large_page_source = &source});
       kv.begin_step();
       const RequestId a = kv.add_request(ids(40, 1));
@@ -201,11 +209,10 @@ TEST_CASE("PagedKVAllocator over an arena whose backend fails at every call posi
   std::uint64_t fired = 0;
   for (std::uint64_t position = 1; position <= 40; ++position) {
     for (const FaultMode mode : {FaultMode::kReturnFalse, FaultMode::kThrow}) {
-      HostMemory host({.chunk_bytes = 16384, .max_chunks = 64});
-      FaultyMemory faulty(host);
-      ChunkPool chunks(faulty, {.max_chunks = 64});
-      KVArena arena(chunks, layout(), {.num_large_pages = 16, .backing = ArenaBacking::kElastic});
-      ArenaPagePool source(arena);
+      FailingArena env;
+      FaultyMemory& faulty = env.faulty;
+      KVArena& arena = env.arena;
+      ArenaPagePool& source = env.source;
       PagedKVAllocator kv(layout(), {.num_large_pages = 16, .max_requests = 4, .large_page_source = &source});
       const RequestId a = kv.add_request();
       REQUIRE(kv.append_tokens(a, 20));
