@@ -125,12 +125,21 @@ class Scanner {
   std::string path() const {
     std::string p;
     for (const Frame& f : frames_) {
-      if (f.object && f.has_key)
-        p += (p.empty() ? "" : ".") + printable(f.key, kMaxKeyBytes);
-      else if (!f.object && &f != &frames_.front())
+      if (f.object && f.has_key) {
+        // Appended in two steps: GCC 12 at -O3 flags `"." + std::string&&` with a false
+        // -Wrestrict (the FetchContent consumer builds kvmm that way).
+        if (!p.empty()) p += '.';
+        p += printable(f.key, kMaxKeyBytes);
+      } else if (!f.object && &f != &frames_.front()) {
         p += fmt::format("[{}]", f.index);
+      }
     }
-    if (p.size() > kMaxPathBytes) p = p.substr(0, kMaxPathBytes / 2) + "..." + p.substr(p.size() - kMaxPathBytes / 2);
+    if (p.size() > kMaxPathBytes) {
+      std::string cut = p.substr(0, kMaxPathBytes / 2);
+      cut += "...";
+      cut.append(p, p.size() - kMaxPathBytes / 2);
+      p = std::move(cut);
+    }
     return p;
   }
 
