@@ -33,13 +33,13 @@ void BM_SmallPageAllocFree(benchmark::State& state) {
   LargePagePool pool(4096);
   SmallPageAllocator alloc(0, 16, pool, 1024);
   const auto per_request = static_cast<int>(state.range(0));
-  for (int i = 0; i < per_request * 1024; ++i) (void)alloc.allocate(static_cast<RequestId>(i % 1024));
-  RequestId r = 0;
+  for (int i = 0; i < per_request * 1024; ++i) (void)alloc.allocate(Row{static_cast<std::uint32_t>(i % 1024)});
+  Row r{0};
   for (auto _ : state) {
     const PageId p = *alloc.allocate(r);
     benchmark::DoNotOptimize(p);
     alloc.free(p);
-    r = (r + 1) & 1023;
+    r.index = (r.index + 1) & 1023;
   }
 }
 BENCHMARK(BM_SmallPageAllocFree)->Arg(8)->Arg(16);
@@ -87,10 +87,10 @@ BENCHMARK(BM_DecodeStep)->ArgsProduct({{256, 1024}, {0, 1}})->Unit(benchmark::kM
 struct ExportFixture {
   static constexpr std::uint32_t kBatch = 256, kPages = 2048;
   PageTableSet tables{kBatch, 16};
-  std::vector<RequestId> batch;
+  std::vector<Row> batch;
   ExportFixture() {
     std::mt19937 rng(3);
-    for (RequestId r = 0; r < kBatch; ++r) {
+    for (Row r{0}; r.index < kBatch; ++r.index) {
       batch.push_back(r);
       for (std::uint32_t i = 0; i < kPages - 1; ++i) tables.append(r, rng() % 1000000);
       tables.set_num_tokens(r, std::uint64_t{kPages - 1} * 16);
@@ -130,7 +130,7 @@ void BM_ExportDenseIncremental(benchmark::State& state) {
   std::size_t written = 0;
   for (auto _ : state) {
     state.PauseTiming();
-    for (RequestId r : f.batch) {
+    for (Row r : f.batch) {
       f.tables.pop_back(r);
       f.tables.append(r, 7);
     }

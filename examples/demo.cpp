@@ -56,8 +56,10 @@ void walk_through(kvmm::Placement placement) {
     must(kv.append_tokens(b, 1));
   }
   show("64 decode steps of A and B, interleaved");
-  fmt::print("  A's first cross-attention pages: {}\n", fmt::join(kv.page_tables(1).pages(a).subspan(0, 8), " "));
-  fmt::print("  B's first cross-attention pages: {}\n", fmt::join(kv.page_tables(1).pages(b).subspan(0, 8), " "));
+  fmt::print("  A's first cross-attention pages: {}\n",
+             fmt::join(kv.page_tables(1).pages(kv.row(a)).subspan(0, 8), " "));
+  fmt::print("  B's first cross-attention pages: {}\n",
+             fmt::join(kv.page_tables(1).pages(kv.row(b)).subspan(0, 8), " "));
   fmt::print("  (a cross-attention small page id s lives at arena byte s * {})\n", l.small_page_bytes(1));
   const std::uint32_t before = kv.large_pages().num_free();
   kv.free_request(a);

@@ -280,7 +280,7 @@ void append_batch(Manager& m, const py::object& ids_arg, const py::object& token
     Manager::BatchScratch& k = m.scratch();
     k.begin();
     for (std::size_t i = 0; i < ids.size(); ++i) {
-      std::uint64_t& n = k.at(kv->row(ids[i]), kv->num_tokens(ids[i]));
+      std::uint64_t& n = k.at(kv->row(ids[i]).index, kv->num_tokens(ids[i]));
       if (n == kMax) fail("ids[{}]: request = {} would have {} tokens, at most {}", i, ids[i], n + 1, kMax);
       ++n;
     }
@@ -336,7 +336,7 @@ void commit_batch(Manager& m, const py::object& ids_arg, const py::object& num_c
   k.element.resize(ids.size());
   for (std::size_t i = 0; i < ids.size(); ++i) {
     const RequestId r = ids[i];
-    const std::uint32_t s = named(i, [&] { return kv->row(r); });
+    const std::uint32_t s = named(i, [&] { return kv->row(r); }).index;
     check_not_swapped(*kv, ids.span, i);
     const std::uint64_t c = upto ? (*upto)[i] : kv->kv_len(r, dg);
     const std::uint64_t computed = kv->num_computed(r), allocated = kv->num_allocated(r);

@@ -3,6 +3,8 @@
 // false / std::nullopt instead. A raising call leaves the object's state unchanged.
 #pragma once
 
+#include "kvmm/types.hpp"
+
 #include <fmt/format.h>
 
 #include <stdexcept>
@@ -23,3 +25,9 @@ template <typename... Args>
 }
 
 }  // namespace kvmm
+
+// A row formats as its index (messages say "row 3").
+template <>
+struct fmt::formatter<kvmm::Row> : fmt::formatter<std::uint32_t> {
+  auto format(kvmm::Row r, format_context& ctx) const { return fmt::formatter<std::uint32_t>::format(r.index, ctx); }
+};

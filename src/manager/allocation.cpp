@@ -30,7 +30,7 @@ PageAllocation::PageAllocation(std::vector<Group>& groups, LargePagePool& pool, 
 // The steps on the real allocator: each takes (and evicts) for real; `page` is the result.
 class RealSteps {
  public:
-  RealSteps(PageAllocation& a, std::uint32_t r) : a_(a), r_(r) {}
+  RealSteps(PageAllocation& a, Row r) : a_(a), r_(r) {}
   PageId page = kNullPage;
 
   bool associated(GroupId g) { return got(a_.groups_[g].alloc.try_associated(r_)); }
@@ -71,10 +71,10 @@ class RealSteps {
     return p != kNullPage;
   }
   PageAllocation& a_;
-  std::uint32_t r_;
+  Row r_;
 };
 
-PageId PageAllocation::take_page(GroupId g, std::uint32_t r) {
+PageId PageAllocation::take_page(GroupId g, Row r) {
   RealSteps steps(*this, r);
   take_one(steps, g);
   return steps.page;
@@ -84,7 +84,7 @@ PageId PageAllocation::take_page(GroupId g, std::uint32_t r) {
 // associated large pages, sim_f_ free small pages, sim_e_ evictable pages.
 class ReplaySteps {
  public:
-  ReplaySteps(PageAllocation& a, std::uint32_t r, std::uint64_t pool) : a_(a), r_(r), pool_(pool) {}
+  ReplaySteps(PageAllocation& a, Row r, std::uint64_t pool) : a_(a), r_(r), pool_(pool) {}
 
   // Step 1 serves first, from r's associated large pages; a mixed one it takes a free small page
   // of is no longer step 6's to reclaim.
@@ -144,7 +144,7 @@ class ReplaySteps {
     const std::uint32_t empty = a_.pool_.free_small_unchecked(mcursor_);
     a_.sim_e_[h] -= a_.store_.evictable_in(mcursor_);
     a_.sim_f_[h] -= empty;
-    if (h > g && a_.sim_a_[h] > 0 && a_.groups_[h].alloc.associated_request(mcursor_) == r_) a_.sim_a_[h] -= empty;
+    if (h > g && a_.sim_a_[h] > 0 && a_.groups_[h].alloc.associated_row(mcursor_) == r_) a_.sim_a_[h] -= empty;
     a_.store_.replay_mark(mcursor_);
     mcursor_ = a_.store_.replay_mixed_next(a_.store_.mixed_after(mcursor_));
     opened(g);
@@ -164,7 +164,7 @@ class ReplaySteps {
   }
 
   PageAllocation& a_;
-  std::uint32_t r_;
+  Row r_;
   std::uint64_t pool_;
   std::uint32_t src3_ = 0;
   PageId mcursor_ = kNullPage;
@@ -198,7 +198,7 @@ int PageAllocation::quick_feasible(std::span<const std::uint64_t> need) const {
   return -1;
 }
 
-bool PageAllocation::feasible(std::uint32_t r, std::span<const std::uint64_t> need) {
+bool PageAllocation::feasible(Row r, std::span<const std::uint64_t> need) {
   const int quick = quick_feasible(need);
   if constexpr (kCheckInternal) {
     if (quick >= 0) {
@@ -216,7 +216,7 @@ bool PageAllocation::feasible(std::uint32_t r, std::span<const std::uint64_t> ne
 // request's and the group's large pages in list order, and replay_spoil walks those lists
 // the same way, so a mixed page that loses a free small page to them is not counted for step
 // 6, and a mixed page step 6 reclaims takes its free small pages away from the groups after it.
-bool PageAllocation::replay_feasible(std::uint32_t r, std::span<const std::uint64_t> need) {
+bool PageAllocation::replay_feasible(Row r, std::span<const std::uint64_t> need) {
   store_.replay_begin();
   for (GroupId g = 0; g < groups_.size(); ++g) {
     const Group& grp = groups_[g];
@@ -239,11 +239,11 @@ bool PageAllocation::replay_feasible(std::uint32_t r, std::span<const std::uint6
 // Marks the mixed large pages that `takes` small-page takes of group g fill, walking the list the
 // allocator takes them from (r's associated pages for step 1, the group's pages for step
 // 4, where r's own are already full) in its order, each until full.
-void PageAllocation::replay_spoil(GroupId g, std::uint32_t r, PageId first, bool by_request, std::uint64_t takes) {
+void PageAllocation::replay_spoil(GroupId g, Row r, PageId first, bool by_request, std::uint64_t takes) {
   const SmallPageAllocator& alloc = groups_[g].alloc;
   for (PageId lp = first; lp != kNullPage && takes > 0;) {
     const PageId next = by_request ? alloc.next_associated(lp) : alloc.next_with_free(lp);
-    if (!store_.replay_skips(lp) && (by_request || alloc.associated_request(lp) != r)) {
+    if (!store_.replay_skips(lp) && (by_request || alloc.associated_row(lp) != r)) {
       takes -= std::min<std::uint64_t>(takes, pool_.free_small_unchecked(lp));
       if (store_.mixed(lp)) store_.replay_mark(lp);
     }

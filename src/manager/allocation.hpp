@@ -36,11 +36,11 @@ class PageAllocation {
 
   // One page of group g for request row r, kNullPage when the steps find none (never
   // after feasible() said yes for the pages being taken).
-  PageId take_page(GroupId g, std::uint32_t r);
+  PageId take_page(GroupId g, Row r);
   // Whether need[g] pages of every group g can be had, taken in group order as allocate()
   // and swap_in() take them. Exact (allocation has no rollback). Changes nothing but
   // dropping stale list entries.
-  bool feasible(std::uint32_t r, std::span<const std::uint64_t> need);
+  bool feasible(Row r, std::span<const std::uint64_t> need);
   // Necessary, O(groups): more pages than every free small page, evictable page and free large
   // page together cannot be had. Holds whatever is pinned later, so allocate asks it before
   // pinning a hit.
@@ -51,8 +51,8 @@ class PageAllocation {
   friend class RealSteps;
   friend class ReplaySteps;
   int quick_feasible(std::span<const std::uint64_t> need) const;  // 1, 0, or -1: undecided
-  bool replay_feasible(std::uint32_t r, std::span<const std::uint64_t> need);
-  void replay_spoil(GroupId g, std::uint32_t r, PageId first, bool by_request, std::uint64_t takes);
+  bool replay_feasible(Row r, std::span<const std::uint64_t> need);
+  void replay_spoil(GroupId g, Row r, PageId first, bool by_request, std::uint64_t takes);
 
   std::vector<Group>& groups_;
   LargePagePool& pool_;

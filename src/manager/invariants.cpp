@@ -15,38 +15,40 @@ void ManagerCore::check_tables(GroupId g, std::vector<std::uint32_t>& refs) cons
   // NOLINTEND(readability-function-cognitive-complexity)
   const Group& grp = groups_[g];
   std::uint64_t host_used = 0;
-  for (std::uint32_t s = 0; s < reqs_.capacity(); ++s) {
+  for (Row s{0}; s.index < reqs_.capacity(); ++s.index) {
     const Request& q = reqs_[s];
-    if (!q.active) {
+    if (!q.active()) {
       if (grp.table.num_pages(s) || grp.host_table.num_pages(s))
         fail("invariant: inactive row {} holds pages in group {}", s, g);
       continue;
     }
     for (PageId h : grp.host_table.pages(s)) host_used += h != kNullPage;
     const std::span<const PageId> pages = grp.table.pages(s);
-    if (q.swapped || q.hit_pending) {
-      if (!pages.empty() || !q.held.empty())
-        fail("invariant: row {} (swapped {}, hit pending {}) holds device pages", s, q.swapped, q.hit_pending);
+    if (q.swapped() || q.hit.pending) {
+      if (!pages.empty() || !q.keep.held.empty())
+        fail("invariant: row {} (swapped {}, hit pending {}) holds device pages", s, q.swapped(), q.hit.pending);
       continue;
     }
     std::uint32_t num_held = 0;
-    for (const HeldPage& h : q.held) {
+    for (const HeldPage& h : q.keep.held) {
       if (h.group != g) continue;
       ++num_held;
       if (!grp.alloc.is_allocated(h.page)) fail("invariant: row {} group {} holds empty page {}", s, g, h.page);
       ++refs[h.page];
     }
-    if (num_held != q.held_in[g])
-      fail("invariant: row {} group {} holds {} pages, counted {}", s, g, num_held, q.held_in[g]);
+    if (num_held != q.keep.held_in[g])
+      fail("invariant: row {} group {} holds {} pages, counted {}", s, g, num_held, q.keep.held_in[g]);
     if (grp.decoder) {
-      if (pages.size() != pages_for(q.allocated, grp.P))
-        fail("invariant: row {} group {} has {} pages for {} allocated tokens", s, g, pages.size(), q.allocated);
+      if (pages.size() != pages_for(q.progress.allocated, grp.P))
+        fail("invariant: row {} group {} has {} pages for {} allocated tokens", s, g, pages.size(),
+             q.progress.allocated);
       // A tier hit loading: no page between its local part and what the whole hit needs.
-      const std::uint64_t gap_lo = q.loading ? q.tier_local / grp.P : 0;
-      const std::uint64_t gap_hi = q.loading ? std::min(grp.policy->first_required_page(q.hit), q.hit / grp.P) : 0;
+      const std::uint64_t gap_lo = q.loading() ? q.tier.local / grp.P : 0;
+      const std::uint64_t gap_hi =
+          q.loading() ? std::min(grp.policy->first_required_page(q.hit.tokens), q.hit.tokens / grp.P) : 0;
       for (std::size_t i = 0; i < pages.size(); ++i)
-        if ((pages[i] == kNullPage) != (i < q.lo[g] || (i >= gap_lo && i < gap_hi)))
-          fail("invariant: row {} group {} entry {} is {} (first held page {})", s, g, i, pages[i], q.lo[g]);
+        if ((pages[i] == kNullPage) != (i < q.progress.lo[g] || (i >= gap_lo && i < gap_hi)))
+          fail("invariant: row {} group {} entry {} is {} (first held page {})", s, g, i, pages[i], q.progress.lo[g]);
     }
     for (PageId p : pages) {
       if (p == kNullPage) continue;
@@ -71,7 +73,7 @@ void ManagerCore::check_invariants() const {
   }
   store_.check_invariants(refs);
   std::uint32_t active = 0;
-  for (std::uint32_t s = 0; s < reqs_.capacity(); ++s) active += reqs_[s].active;
+  for (Row s{0}; s.index < reqs_.capacity(); ++s.index) active += reqs_[s].active();
   if (active != reqs_.num_active()) fail("invariant: {} active request rows, {} counted", active, reqs_.num_active());
 }
 

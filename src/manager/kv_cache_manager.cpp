@@ -29,14 +29,14 @@ std::uint64_t KVCacheManager::begin_step() { return core_->begin_step(); }
 std::uint64_t KVCacheManager::step() const { return core_->step(); }
 
 RequestId KVCacheManager::add_request(std::span<const std::uint32_t> tokens, const RequestExtras& extras) {
-  return core_->add_request(tokens, extras);
+  return core_->lifecycle.add_request(tokens, extras);
 }
 void KVCacheManager::append_tokens(RequestId r, std::span<const std::uint32_t> tokens) {
-  core_->append_tokens(r, tokens);
+  core_->lifecycle.append_tokens(r, tokens);
 }
-std::uint64_t KVCacheManager::lookup_prefix(RequestId r) { return core_->lookup_prefix(r); }
+std::uint64_t KVCacheManager::lookup_prefix(RequestId r) { return core_->admission.lookup_prefix(r); }
 AllocateResult KVCacheManager::allocate(RequestId r, std::uint32_t num_new_tokens, std::uint32_t lookahead) {
-  return core_->allocate(r, num_new_tokens, lookahead);
+  return core_->admission.allocate(r, num_new_tokens, lookahead);
 }
 std::string_view to_string(AllocateStatus status) {
   switch (status) {
@@ -49,36 +49,38 @@ std::string_view to_string(AllocateStatus status) {
   }
   return "unknown";
 }
-void KVCacheManager::commit(RequestId r, std::uint64_t num_computed_tokens) { core_->commit(r, num_computed_tokens); }
-void KVCacheManager::check_commit(RequestId r, std::uint64_t num_computed_tokens) const {
-  core_->check_commit(r, num_computed_tokens);
+void KVCacheManager::commit(RequestId r, std::uint64_t num_computed_tokens) {
+  core_->lifecycle.commit(r, num_computed_tokens);
 }
-RequestId KVCacheManager::fork(RequestId parent) { return core_->fork(parent); }
-void KVCacheManager::free(RequestId r) { core_->free(r); }
-void KVCacheManager::reset(RequestId r) { core_->reset(r); }
-std::optional<std::span<const PageCopy>> KVCacheManager::swap_out(RequestId r) { return core_->swap_out(r); }
-std::optional<std::span<const PageCopy>> KVCacheManager::swap_in(RequestId r) { return core_->swap_in(r); }
+void KVCacheManager::check_commit(RequestId r, std::uint64_t num_computed_tokens) const {
+  core_->lifecycle.check_commit(r, num_computed_tokens);
+}
+RequestId KVCacheManager::fork(RequestId parent) { return core_->lifecycle.fork(parent); }
+void KVCacheManager::free(RequestId r) { core_->lifecycle.free(r); }
+void KVCacheManager::reset(RequestId r) { core_->lifecycle.reset(r); }
+std::optional<std::span<const PageCopy>> KVCacheManager::swap_out(RequestId r) { return core_->swap.swap_out(r); }
+std::optional<std::span<const PageCopy>> KVCacheManager::swap_in(RequestId r) { return core_->swap.swap_in(r); }
 std::span<const PageCopy> KVCacheManager::copies() const { return core_->copies(); }
-void KVCacheManager::reset_prefix_cache() { core_->reset_prefix_cache(); }
-PinId KVCacheManager::pin_prefix(RequestId r) { return core_->pin_prefix(r); }
-void KVCacheManager::unpin(PinId pin) { core_->unpin(pin); }
-void KVCacheManager::set_priority(RequestId r, std::uint32_t priority) { core_->set_priority(r, priority); }
+void KVCacheManager::reset_prefix_cache() { core_->lifecycle.reset_prefix_cache(); }
+PinId KVCacheManager::pin_prefix(RequestId r) { return core_->lifecycle.pin_prefix(r); }
+void KVCacheManager::unpin(PinId pin) { core_->lifecycle.unpin(pin); }
+void KVCacheManager::set_priority(RequestId r, std::uint32_t priority) { core_->lifecycle.set_priority(r, priority); }
 CacheStats KVCacheManager::stats() const { return core_->stats(); }
 bool KVCacheManager::cached_image(const MultimodalItem& item, std::uint32_t lora_id) const {
-  return core_->cached_image(item, lora_id);
+  return core_->images.cached_image(item, lora_id);
 }
 bool KVCacheManager::image_from_cache(RequestId r, std::uint32_t item) const {
-  return core_->image_from_cache(r, item);
+  return core_->images.image_from_cache(r, item);
 }
 ManagerCounters KVCacheManager::counters() const { return core_->counters(); }
 void KVCacheManager::take_events(std::vector<CacheEvent>& out) { core_->take_events(out); }
 void KVCacheManager::take_events(KvEventBatch& out) { core_->take_events(out); }
 
 bool KVCacheManager::is_active(RequestId r) const { return core_->requests().is_active(r); }
-bool KVCacheManager::is_swapped(RequestId r) const { return core_->req(r).swapped; }  // raises for a stale handle
+bool KVCacheManager::is_swapped(RequestId r) const { return core_->req(r).swapped(); }  // raises for a stale handle
 std::uint32_t KVCacheManager::num_active() const { return core_->requests().num_active(); }
-std::uint64_t KVCacheManager::num_computed(RequestId r) const { return core_->req(r).computed; }
-std::uint64_t KVCacheManager::num_allocated(RequestId r) const { return core_->req(r).allocated; }
+std::uint64_t KVCacheManager::num_computed(RequestId r) const { return core_->req(r).progress.computed; }
+std::uint64_t KVCacheManager::num_allocated(RequestId r) const { return core_->req(r).progress.allocated; }
 std::uint64_t KVCacheManager::num_tokens(RequestId r) const { return core_->req(r).ids.num_tokens(); }
 std::span<const PageId> KVCacheManager::page_table(RequestId r, GroupId g) const {
   return core_->group(g).table.pages(row(r));
@@ -87,35 +89,35 @@ std::span<const PageId> KVCacheManager::host_page_table(RequestId r, GroupId g) 
   return core_->group(g).host_table.pages(row(r));
 }
 const PageTableSet& KVCacheManager::page_tables(GroupId g) const { return core_->group(g).table; }
-std::uint64_t KVCacheManager::kv_len(RequestId r, GroupId g) const { return core_->kv_len(r, g); }
+std::uint64_t KVCacheManager::kv_len(RequestId r, GroupId g) const { return core_->exports.kv_len(r, g); }
 std::size_t KVCacheManager::export_csr(GroupId g, std::span<const RequestId> batch, std::span<std::int32_t> indptr,
                                        std::span<std::int32_t> indices, std::span<std::int32_t> last_page_len,
                                        const KernelExportOptions& o, std::span<std::int32_t> first_page) const {
-  const ExportOptions eo = core_->export_options(g, batch, o);
-  return core_->group(g).table.export_csr(core_->export_rows(), indptr, indices, last_page_len, eo, first_page);
+  const ExportOptions eo = core_->exports.export_options(g, batch, o);
+  return core_->group(g).table.export_csr(core_->exports.export_rows(), indptr, indices, last_page_len, eo, first_page);
 }
 std::size_t KVCacheManager::export_dense_incremental(GroupId g, std::span<const RequestId> batch,
                                                      std::span<std::int32_t> block_table, std::uint32_t max_pages,
                                                      const KernelExportOptions& o) {
   const BlockTableOut t{.group = g, .table = block_table};
-  return core_->export_incremental(batch, {&t, 1}, max_pages, o);
+  return core_->exports.export_incremental(batch, {&t, 1}, max_pages, o);
 }
 std::size_t KVCacheManager::export_dense_incremental(std::span<const RequestId> batch,
                                                      std::span<const BlockTableOut> tables, std::uint32_t max_pages,
                                                      const KernelExportOptions& o) {
-  return core_->export_incremental(batch, tables, max_pages, o);
+  return core_->exports.export_incremental(batch, tables, max_pages, o);
 }
 std::size_t KVCacheManager::decode_step(std::span<const RequestId> batch, std::span<const std::uint32_t> tokens,
                                         std::span<const BlockTableOut> tables, std::uint32_t max_pages,
                                         const KernelExportOptions& o) {
-  return core_->decode_step(batch, tokens, tables, max_pages, o);
+  return core_->exports.decode_step(batch, tokens, tables, max_pages, o);
 }
 void KVCacheManager::export_dense(GroupId g, std::span<const RequestId> batch, std::span<std::int32_t> block_table,
                                   std::uint32_t max_pages, const KernelExportOptions& o) const {
-  const ExportOptions eo = core_->export_options(g, batch, o);
-  core_->group(g).table.export_dense(core_->export_rows(), block_table, max_pages, eo);
+  const ExportOptions eo = core_->exports.export_options(g, batch, o);
+  core_->group(g).table.export_dense(core_->exports.export_rows(), block_table, max_pages, eo);
 }
-std::uint32_t KVCacheManager::row(RequestId r) const { return core_->requests().row(r); }
+Row KVCacheManager::row(RequestId r) const { return core_->requests().row(r); }
 const LargePagePool& KVCacheManager::large_pages() const { return core_->large_pages(); }
 const SmallPageAllocator& KVCacheManager::small_pages(GroupId g) const { return core_->group(g).alloc; }
 std::uint32_t KVCacheManager::num_used_pages(GroupId g) const {
@@ -123,7 +125,7 @@ std::uint32_t KVCacheManager::num_used_pages(GroupId g) const {
   return grp.alloc.num_used_small() - grp.evictable;
 }
 std::uint32_t KVCacheManager::num_held_pages(RequestId r, GroupId g) const {
-  return core_->req(r).held_in[core_->check_group(g)];
+  return core_->req(r).keep.held_in[core_->check_group(g)];
 }
 std::uint32_t KVCacheManager::num_evictable_pages(GroupId g) const { return core_->group(g).evictable; }
 std::uint64_t KVCacheManager::num_evicted_pages(GroupId g) const { return core_->group(g).evicted; }
@@ -159,20 +161,28 @@ PageId ManagerInspector::next_small_victim(GroupId g) const {
 }
 std::vector<std::pair<GroupId, PageId>> ManagerInspector::held_pages(RequestId r) const {
   std::vector<std::pair<GroupId, PageId>> out;
-  for (const detail::HeldPage& h : kv_.core_->req(r).held) out.emplace_back(h.group, h.page);
+  for (const detail::HeldPage& h : kv_.core_->req(r).keep.held) out.emplace_back(h.group, h.page);
   return out;
 }
 std::vector<std::uint64_t> ManagerInspector::cache_boundaries(RequestId r) const {
-  const auto v = kv_.core_->req(r).bounds.values();
+  const auto v = kv_.core_->req(r).keep.bounds.values();
   return {v.begin(), v.end()};
 }
 std::pair<std::uint64_t, std::uint64_t> ManagerInspector::prompt_tail(RequestId r) const {
-  const detail::CacheBoundaries& b = kv_.core_->req(r).bounds;
+  const detail::CacheBoundaries& b = kv_.core_->req(r).keep.bounds;
   return {b.tail_lo(), b.tail_hi()};  // (0, 0) once dropped
 }
 PageId ManagerInspector::next_large_victim() const { return kv_.core_->store().large_front(); }
 PageId ManagerInspector::next_mixed_victim() const { return kv_.core_->store().mixed_front(); }
 
 }  // namespace testing
+
+}  // namespace kvmm
+
+namespace kvmm {
+
+bool KVCacheManager::would_allocate(RequestId r, std::uint32_t num_new_tokens, std::uint32_t lookahead) {
+  return core_->admission.would_allocate(r, num_new_tokens, lookahead);
+}
 
 }  // namespace kvmm

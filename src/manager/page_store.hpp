@@ -17,6 +17,7 @@
 
 #include "group.hpp"
 #include "kvmm/caching/prefix_index.hpp"
+#include "kvmm/detail/debug_checks.hpp"
 #include "kvmm/error.hpp"
 
 #include <cstdint>
@@ -65,6 +66,12 @@ class PageStore {
       --grp.evictable;
     }
     ++grp.pg[p].ref;
+  }
+  // One more reference to a page in use (a fork's child, a pin): no list or count moves. O(1).
+  void share(GroupId g, PageId p) {
+    PageRec& rec = groups_[g].pg[p];
+    KVMM_ASSERT(rec.ref > 0);
+    ++rec.ref;
   }
   // acquire() for a hit's run of pages in group g, each first checked to be still cached
   // under hashes[i] (lookup_prefix found it; a call since may have evicted it): returns

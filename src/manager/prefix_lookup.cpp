@@ -136,7 +136,7 @@ std::uint64_t PrefixLookup::image_hit(const Request& q, GroupId g, std::uint64_t
   for (std::uint32_t k = 0; k < items.size(); ++k) {
     const MultimodalItem& m = items[k];
     if (!grp.image.needs(m.offset, m.length, v)) continue;
-    const std::uint64_t pages = q.item_page[g][k + 1] - q.item_page[g][k];
+    const std::uint64_t pages = q.images.page[g][k + 1] - q.images.page[g][k];
     for (std::uint64_t j = 0; j < pages; ++j) {
       if (index_.find(g, q.ids.item_page_hash(k, j), in_group) == kNullPage) {
         v = m.offset;
@@ -196,18 +196,19 @@ PageId PrefixLookup::page_of(const Request& q, GroupId g, std::uint64_t i) {
   return probe.page(i);
 }
 
-bool PrefixLookup::pin_decoder(std::uint32_t r, const Request& q, GroupId g, std::uint64_t p, bool memo_valid) {
+bool PrefixLookup::hit_pages(const Request& q, GroupId g, std::uint64_t p, bool mine, const PageId** out,
+                             const BlockHash** check) {
   Group& grp = groups_[g];
   const std::uint64_t pages = p / grp.P;
   const std::uint64_t lo = std::min(grp.policy->first_required_page(p), pages);
   const BlockHash* hv = q.ids.chain(grp.hash_class).data();
   const PageId* hit;
-  if (memo_valid && grp.whole_prefix) {
+  if (mine && grp.whole_prefix) {
     if (pages > first_miss_[g]) return false;  // cannot be: the lookup accepted p
     hit = memo_[g].data();
   } else {
     // Pages the memo knows (another group's lookup since: none), else the index.
-    if (!memo_valid) memo_[g].assign(pages, kUnknown);
+    if (!mine) memo_[g].assign(pages, kUnknown);
     run_.resize(pages);
     for (std::uint64_t i = lo; i < pages; ++i) {
       run_[i] = page_of(q, g, i);
@@ -217,75 +218,18 @@ bool PrefixLookup::pin_decoder(std::uint32_t r, const Request& q, GroupId g, std
   }
   // The memo's pages need no hash check when no page left the cache since the lookup
   // (debug tier 2 checks them all the same).
-  const bool unchanged = memo_valid && store_.uncached() == memo_uncached_;
+  const bool unchanged = mine && store_.uncached() == memo_uncached_;
   if constexpr (kCheckInternal) {
     for (std::uint64_t i = lo; unchanged && i < pages; ++i)
       if (!store_.rec(g, hit[i]).hashed || !(store_.rec(g, hit[i]).hash == hv[i]))
         fail("debug check: group {} page {} of a hit left the cache with no eviction counted", g, i);
   }
-  const std::size_t pinned = store_.acquire_run(g, hit + lo, unchanged ? nullptr : hv + lo, pages - lo);
-  if (pinned != pages - lo) {  // a page was evicted since the lookup: undo this group's
-    for (std::size_t i = pinned; i-- > 0;) store_.release(g, hit[lo + i], 0, store_.rec(g, hit[lo + i]).prio);
-    return false;
-  }
-  grp.table.append(r, lo, kNullPage);
-  grp.table.append(r, std::span<const PageId>(hit + lo, hit + pages));
-  grp.table.set_num_tokens(r, p);
+  *check = unchanged ? nullptr : hv;
+  *out = hit;
   return true;
 }
 
-bool PrefixLookup::pin_images(std::uint32_t r, const Request& q, GroupId g, std::uint64_t p) {
-  Group& grp = groups_[g];
-  const Cached in_group{&grp};
-  const std::span<const MultimodalItem> items = q.ids.items();
-  for (std::uint32_t k = 0; k < items.size(); ++k) {
-    if (!grp.image.needs(items[k].offset, items[k].length, p)) continue;
-    for (std::uint64_t j = 0; j < q.item_page[g][k + 1] - q.item_page[g][k]; ++j) {
-      const PageId page = index_.find(g, q.ids.item_page_hash(k, j), in_group);
-      if (page == kNullPage) return false;
-      store_.acquire(g, page);
-      grp.table.set(r, static_cast<std::uint32_t>(q.item_page[g][k] + j), page);
-    }
-  }
-  return true;
-}
-
-// Releases what pin() mapped in groups [0, upto] and empties their rows: the pins were
-// lazy and nothing listed moved, so each page goes back in place (released at time 0, at
-// its own level).
-void PrefixLookup::unpin_rows(std::uint32_t r, GroupId upto) {
-  for (GroupId g = 0; g <= upto && g < groups_.size(); ++g) {
-    Group& grp = groups_[g];
-    const std::span<const PageId> row = grp.table.pages(r);
-    for (std::size_t i = row.size(); i-- > 0;)
-      if (row[i] != kNullPage) store_.release(g, row[i], 0, store_.rec(g, row[i]).prio);
-    grp.table.clear(r);
-  }
-}
-
-bool PrefixLookup::pin(RequestId handle, std::uint32_t r, const Request& q, std::uint64_t p, std::uint64_t enc_p) {
-  if (enc_p == 0) enc_p = p;
-  const bool memo_valid = memo_owner_ == handle;
-  // Pinning another request's hit rewrites the memo with its pages: the memo's owner must
-  // not trust it afterwards (it would pin this request's pages unchecked).
-  if (!memo_valid) memo_owner_ = kNoRequest;
-  for (GroupId g = 0; g < groups_.size(); ++g) {
-    Group& grp = groups_[g];
-    bool ok = true;
-    if (grp.decoder) {
-      ok = pin_decoder(r, q, g, p, memo_valid);
-    } else if (!q.ids.items().empty()) {
-      for (std::uint64_t i = 0; i < q.item_page[g].back(); ++i) grp.table.append(r, kNullPage);
-      grp.table.set_num_tokens(r, q.item_page[g].back() * grp.P);
-      ok = pin_images(r, q, g, enc_p);
-    }
-    if (!ok) {
-      unpin_rows(r, g);
-      return false;
-    }
-  }
-  return true;
-}
+PageId PrefixLookup::image_page(GroupId g, const BlockHash& h) const { return index_.find(g, h, Cached{&groups_[g]}); }
 
 // A page serves the combined hit when cached here or held by the tier. A whole-prefix
 // group: its first page neither cached (in order up to longest_hit's first miss, then the
@@ -367,37 +311,6 @@ bool PrefixLookup::image_cached(const MultimodalItem& m, std::uint32_t lora, con
   return any;
 }
 
-void PrefixLookup::pin_cached_images(std::uint32_t r, const Request& q, std::vector<std::uint8_t>& from_cache) {
-  const std::span<const MultimodalItem> items = q.ids.items();
-  from_cache.assign(items.size(), 0);
-  // Each pass over an image's pages: check (all there or cached?), then pin the missing.
-  auto each_missing = [&](std::uint32_t k, auto&& visit) {
-    for (GroupId g = 0; g < groups_.size(); ++g) {
-      Group& grp = groups_[g];
-      if (grp.decoder || (grp.image.release_when_consumed && k < q.items_consumed)) continue;
-      const std::span<const PageId> row = grp.table.pages(r);
-      for (std::uint64_t i = q.item_page[g][k]; i < q.item_page[g][k + 1]; ++i)
-        if (row[i] == kNullPage && !visit(g, i, q.ids.item_page_hash(k, i - q.item_page[g][k]))) return false;
-    }
-    return true;
-  };
-  for (std::uint32_t k = 0; k < items.size(); ++k) {
-    const bool cached = each_missing(k, [&](GroupId g, std::uint64_t, const BlockHash& h) {
-      return index_.find(g, h, Cached{&groups_[g]}) != kNullPage;
-    });
-    if (!cached) continue;
-    each_missing(k, [&](GroupId g, std::uint64_t i, const BlockHash& h) {
-      Group& grp = groups_[g];
-      const PageId page = index_.find(g, h, Cached{&grp});
-      store_.acquire(g, page);
-      grp.table.set(r, static_cast<std::uint32_t>(i), page);
-      ++grp.hit_pages;
-      return true;
-    });
-    from_cache[k] = 1;
-  }
-}
-
 void PrefixLookup::count_hit(const Request& q, std::uint64_t p) {
   for (GroupId g = 0; g < groups_.size(); ++g) {
     Group& grp = groups_[g];
@@ -409,7 +322,7 @@ void PrefixLookup::count_hit(const Request& q, std::uint64_t p) {
     const std::span<const MultimodalItem> items = q.ids.items();
     for (std::uint32_t k = 0; k < items.size(); ++k)
       if (grp.image.needs(items[k].offset, items[k].length, p))
-        grp.hit_pages += q.item_page[g][k + 1] - q.item_page[g][k];
+        grp.hit_pages += q.images.page[g][k + 1] - q.images.page[g][k];
   }
 }
 

@@ -1,9 +1,9 @@
 // PrefixLookup (private to src/manager/): the longest prefix of a request valid in every
 // group (Jenga §5.2: each group's policy decides which of its pages a hit needs), found
-// without changing any page, and the pinning of that hit when allocate admits the request.
+// without changing any page or row (hit_pins.hpp adopts the pages it returns).
 // A lookup costs O(pages probed): a whole-prefix group (full attention) is probed once in
 // page order up to its first miss, other groups through their policy's
-// longest_valid_prefix over a memoized probe. Pinning costs O(hit pages).
+// longest_valid_prefix over a memoized probe; a hit's pages again cost O(hit pages).
 #pragma once
 
 #include "group.hpp"
@@ -44,20 +44,22 @@ class PrefixLookup {
   std::uint64_t longest_hit_with(const Request& q, std::uint64_t limit, const TierPresence& tier);
   // Page i of q's prefix in decoder group g if cached here (the index), else null. O(1).
   PageId cached(const Request& q, GroupId g, std::uint64_t i) const;
-  // Maps the pages a hit of p tokens needs in every group into request row r's rows
-  // (references +1, lazy pins; kNullPage below what a group needs), each page checked to
-  // be still cached under its hash. false when one was evicted since the lookup: then
-  // nothing is pinned and the rows are as they were. O(hit pages).
-  // enc_p: the hit encoder-token groups pin (a tier hit pins decoder groups' local part p
-  // and images up to the whole hit); p when 0.
-  bool pin(RequestId handle, std::uint32_t r, const Request& q, std::uint64_t p, std::uint64_t enc_p = 0);
-  // At admission, after pin(): every image of q that some encoder-token group still lacks
-  // in row r (rows built) and whose pages every group needing it holds cached is pinned
-  // from the cache there (references +1): an image's pages are keyed by the image alone,
-  // so they serve whatever text comes before it. from_cache[k] is set for each image whose
-  // needed pages all come from the cache (the engine may skip its encoder). A vision
-  // embedding group does not need the images q's hit consumed. O(pages of q's images).
-  void pin_cached_images(std::uint32_t r, const Request& q, std::vector<std::uint8_t>& from_cache);
+  // Whether the probes at hand are handle's (its lookup was the last); if not, they stop
+  // being anyone's: adopting another request's hit rewrites them with its pages, so their
+  // owner must not trust them afterwards. O(1).
+  bool claim(RequestId handle) {
+    const bool mine = memo_owner_ == handle;
+    if (!mine) memo_owner_ = kNoRequest;
+    return mine;
+  }
+  // The pages a hit of p tokens needs in decoder group g: entries [lo, p / P) of the
+  // result, lo = the policy's first required page; from the probes when `mine` (claim()),
+  // else the index, into *hit; false when one is not cached. *check receives the hashes to check
+  // each page against when pages may have left the cache since the probes (nullptr: none
+  // did, debug tier 2 checks them all the same). Writes no page. O(hit pages).
+  bool hit_pages(const Request& q, GroupId g, std::uint64_t p, bool mine, const PageId** hit, const BlockHash** check);
+  // The cached page of encoder-token group g under h (an image's page), or null. O(1).
+  PageId image_page(GroupId g, const BlockHash& h) const;
   // Whether every page of image m (under LoRA lora) is cached in every encoder-token group:
   // the engine may skip the encoder for it. false without such groups. O(pages of m).
   bool image_cached(const MultimodalItem& m, std::uint32_t lora, const BlockHasher& hasher) const;
@@ -80,9 +82,6 @@ class PrefixLookup {
   std::uint64_t tier_group_hit(const Request& q, GroupId g, std::uint64_t p, const TierPresence& tier);
   // The page of group g holding page i of q's prefix (memo, else the index), or null.
   PageId page_of(const Request& q, GroupId g, std::uint64_t i);
-  bool pin_decoder(std::uint32_t r, const Request& q, GroupId g, std::uint64_t p, bool memo_valid);
-  bool pin_images(std::uint32_t r, const Request& q, GroupId g, std::uint64_t p);
-  void unpin_rows(std::uint32_t r, GroupId upto);
 
   std::vector<Group>& groups_;
   PageStore& store_;
@@ -90,7 +89,7 @@ class PrefixLookup {
   std::vector<std::vector<PageId>> memo_;  // per group: page ids found (or unknown / null)
   std::vector<std::uint64_t> first_miss_;  // per whole-prefix group: its first missing page
   std::vector<std::uint64_t> accepted_;    // per group: its last valid prefix
-  std::vector<PageId> run_;                // scratch: a group's pages to pin
+  std::vector<PageId> run_;                // scratch: a group's hit pages from the index
   RequestId memo_owner_ = kNoRequest;      // whose probes memo_ holds
   std::uint64_t memo_uncached_ = 0;        // store_.uncached() when memo_ was filled
 };

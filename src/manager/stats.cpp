@@ -28,16 +28,16 @@ CacheStats ManagerCore::stats() const {
     gs.hit_pages = grp.hit_pages;
     gs.evicted_pages = grp.evicted;
     std::vector<std::uint32_t> held(grp.pg.size(), 0);
-    for (std::uint32_t r = 0; r < reqs_.capacity(); ++r) {
+    for (Row r{0}; r.index < reqs_.capacity(); ++r.index) {
       const Request& q = reqs_[r];
-      if (!q.active || q.swapped) continue;
+      if (!q.active() || q.swapped()) continue;
       const std::span<const PageId> pages = grp.table.pages(r);
       for (std::size_t i = 0; i < pages.size(); ++i) {
         if (pages[i] == kNullPage) continue;
         std::uint64_t tok = grp.P;
         if (grp.decoder) {
           const std::uint64_t start = i * std::uint64_t{grp.P};
-          tok = q.computed > start ? std::min<std::uint64_t>(grp.P, q.computed - start) : 0;
+          tok = q.progress.computed > start ? std::min<std::uint64_t>(grp.P, q.progress.computed - start) : 0;
         }
         held[pages[i]] = std::max<std::uint32_t>(held[pages[i]], static_cast<std::uint32_t>(tok));
       }
@@ -45,9 +45,9 @@ CacheStats ManagerCore::stats() const {
     for (const auto& pin : pins_)
       for (const auto& [pg, p] : pin)
         if (pg == g) held[p] = grp.P;
-    for (std::uint32_t r = 0; r < reqs_.capacity(); ++r)  // pages held for a cache boundary: full
-      if (reqs_[r].active)
-        for (const HeldPage& h : reqs_[r].held)
+    for (Row r{0}; r.index < reqs_.capacity(); ++r.index)  // pages held for a cache boundary: full
+      if (reqs_[r].active())
+        for (const HeldPage& h : reqs_[r].keep.held)
           if (h.group == g) held[h.page] = grp.P;
     for (PageId p = 0; p < held.size(); ++p) {
       if (held[p] == 0) continue;
@@ -75,33 +75,6 @@ ManagerCounters ManagerCore::counters() const {
     c.evictable_pages.push_back(grp.evictable);
   }
   return c;
-}
-
-std::uint64_t ManagerCore::kv_len(RequestId r, GroupId g) const {
-  const std::uint32_t s = reqs_.row(r);
-  return kv_len_at(s, check_group(g));
-}
-
-std::uint64_t ManagerCore::kv_len_at(std::uint32_t s, GroupId g) const {
-  const Request& q = reqs_[s];
-  const Group& grp = groups_[g];
-  if (grp.decoder) return std::max(q.computed, q.step_end);
-  const std::span<const MultimodalItem> items = q.ids.items();
-  if (items.empty()) return 0;
-  const auto k = items.size() - 1;
-  return q.item_page[g][k] * grp.P + items[k].length;
-}
-
-ExportOptions ManagerCore::export_options(GroupId g, std::span<const RequestId> batch,
-                                          const KernelExportOptions& o) const {
-  check_group(g);
-  export_rows_.resize(batch.size());
-  export_lens_.resize(batch.size());
-  for (std::size_t i = 0; i < batch.size(); ++i) {
-    export_rows_[i] = reqs_.row(batch[i]);
-    export_lens_[i] = kv_len_at(export_rows_[i], g);
-  }
-  return ExportOptions{.kv_lens = export_lens_, .null_page = o.null_page, .trim = o.trim};
 }
 
 }  // namespace kvmm::detail

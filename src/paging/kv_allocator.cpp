@@ -110,9 +110,10 @@ bool PagedKVAllocator::grow(RequestId r, const std::vector<GroupId>& groups, std
   std::size_t i = 0;  // groups[i] is the group being filled, k its pages taken so far
   std::uint64_t k = 0;
   auto give_back = [&] {
-    for (std::uint64_t j = 0; j < k; ++j) allocators_[groups[i]].free(tables_[groups[i]].pop_back(r));
+    for (std::uint64_t j = 0; j < k; ++j) allocators_[groups[i]].free(tables_[groups[i]].pop_back(Row{r}));
     for (std::size_t h = 0; h < i; ++h)
-      for (std::uint64_t j = 0; j < need_[groups[h]]; ++j) allocators_[groups[h]].free(tables_[groups[h]].pop_back(r));
+      for (std::uint64_t j = 0; j < need_[groups[h]]; ++j)
+        allocators_[groups[h]].free(tables_[groups[h]].pop_back(Row{r}));
   };
   std::uint64_t reserve = large_needed;
   try {
@@ -124,13 +125,13 @@ bool PagedKVAllocator::grow(RequestId r, const std::vector<GroupId>& groups, std
         reserve -= (need_[g] - a.num_free_small() + n - 1) / n;
       }
       for (k = 0; k < need_[g]; ++k) {
-        const std::optional<PageId> p = a.allocate(r, static_cast<std::uint32_t>(reserve));
+        const std::optional<PageId> p = a.allocate(Row{r}, static_cast<std::uint32_t>(reserve));
         if (!p) {
           give_back();
           return false;
         }
         try {
-          tables_[g].append(r, *p);
+          tables_[g].append(Row{r}, *p);
         } catch (...) {  // the table could not grow: the page is not in it yet
           a.free(*p);
           throw;
@@ -144,7 +145,7 @@ bool PagedKVAllocator::grow(RequestId r, const std::vector<GroupId>& groups, std
   }
   const std::uint64_t after = counter + num_tokens;  // checked by the caller
   for (GroupId g : groups) {
-    tables_[g].set_num_tokens(r, after);
+    tables_[g].set_num_tokens(Row{r}, after);
     if (layout_.groups()[g].is_state()) {
       slack[g] = kUnboundedSlack;  // one state page, whatever the length
     } else {                       // < tokens_per_page: fits 32 bits
@@ -158,10 +159,10 @@ bool PagedKVAllocator::grow(RequestId r, const std::vector<GroupId>& groups, std
 void PagedKVAllocator::free_request(RequestId r) {
   check_active(r);
   for (GroupId g = 0; g < allocators_.size(); ++g) {
-    allocators_[g].release_request(r);
-    for (PageId p : tables_[g].pages(r))
+    allocators_[g].release_request(Row{r});
+    for (PageId p : tables_[g].pages(Row{r}))
       if (p != kNullPage) allocators_[g].free(p);
-    tables_[g].clear(r);
+    tables_[g].clear(Row{r});
   }
   active_[r] = 0;
   --num_active_;
@@ -171,11 +172,12 @@ void PagedKVAllocator::free_request(RequestId r) {
 void PagedKVAllocator::free_page(RequestId r, GroupId g, std::uint32_t index) {
   check_active(r);
   PageTableSet& t = tables_[group(g)];
-  if (index >= t.num_pages(r)) fail("index = {}: request {} holds {} pages in group {}", index, r, t.num_pages(r), g);
-  const PageId p = t.pages(r)[index];
+  if (index >= t.num_pages(Row{r}))
+    fail("index = {}: request {} holds {} pages in group {}", index, r, t.num_pages(Row{r}), g);
+  const PageId p = t.pages(Row{r})[index];
   if (p == kNullPage) fail("index = {}: entry of request {} in group {} is already the null page", index, r, g);
   allocators_[g].free(p);
-  t.set(r, index, kNullPage);
+  t.set(Row{r}, index, kNullPage);
 }
 
 void PagedKVAllocator::check_invariants() const {
@@ -188,14 +190,14 @@ void PagedKVAllocator::check_invariants() const {
     std::uint64_t in_tables = 0;
     for (RequestId r = 0; r < active_.size(); ++r) {
       if (!active_[r]) {
-        if (tables_[g].num_pages(r) != 0) fail("invariant: inactive request {} holds pages", r);
+        if (tables_[g].num_pages(Row{r}) != 0) fail("invariant: inactive request {} holds pages", r);
         continue;
       }
       const LayerGroup& grp = layout_.group(g);
       const std::uint64_t tok = grp.is_decoder() ? tokens_[r] : encoder_tokens_[r];
-      if (tables_[g].num_pages(r) != grp.pages_for_tokens(tok))
-        fail("invariant: request {} group {} holds {} pages for {} tokens", r, g, tables_[g].num_pages(r), tok);
-      for (PageId p : tables_[g].pages(r)) {
+      if (tables_[g].num_pages(Row{r}) != grp.pages_for_tokens(tok))
+        fail("invariant: request {} group {} holds {} pages for {} tokens", r, g, tables_[g].num_pages(Row{r}), tok);
+      for (PageId p : tables_[g].pages(Row{r})) {
         if (p == kNullPage) continue;
         if (!a.is_allocated(p)) fail("invariant: request {} group {} maps free page {}", r, g, p);
         if (seen[p]++) fail("invariant: small page {} of group {} in two page tables", p, g);

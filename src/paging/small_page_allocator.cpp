@@ -29,7 +29,7 @@ SmallPageAllocator::SmallPageAllocator(GroupId group, std::uint32_t pages_per_la
   req_epoch_.assign(max_requests, 0);
 }
 
-PageId SmallPageAllocator::take_fresh(RequestId r) {
+PageId SmallPageAllocator::take_fresh(Row r) {
   const PageId lp = pool_.try_allocate(group_);
   if (lp == kNullPage) return kNullPage;
   LargeRecord& L = pool_.record(lp);
@@ -37,7 +37,7 @@ PageId SmallPageAllocator::take_fresh(RequestId r) {
   L.free_count = n_ - 1;
   L.bump = 1;
   L.assoc = r;
-  L.assoc_epoch = r == kNoRequest ? 0 : req_epoch_[r];
+  L.assoc_epoch = r == kNoRow ? 0 : req_epoch_[r.index];
   L.rprev = L.rnext = L.gprev = L.gnext = kNone;
   const PageId s = lp * n_;
   entry_[s] = kAllocated;
@@ -54,9 +54,9 @@ void SmallPageAllocator::link(std::uint32_t lp) {
   L.gnext = group_head_;
   if (group_head_ != kNone) pool_.record(group_head_).gprev = lp;
   group_head_ = lp;
-  if (L.assoc != kNoRequest && L.assoc_epoch != req_epoch_[L.assoc]) L.assoc = kNoRequest;
-  if (L.assoc != kNoRequest) {
-    std::uint32_t& head = req_head_[L.assoc];
+  if (L.assoc != kNoRow && L.assoc_epoch != req_epoch_[L.assoc.index]) L.assoc = kNoRow;
+  if (L.assoc != kNoRow) {
+    std::uint32_t& head = req_head_[L.assoc.index];
     L.rprev = kNone;
     L.rnext = head;
     if (head != kNone) pool_.record(head).rprev = lp;
@@ -72,35 +72,35 @@ void SmallPageAllocator::unlink(std::uint32_t lp) {
     group_head_ = L.gnext;
   if (L.gnext != kNone) pool_.record(L.gnext).gprev = L.gprev;
   L.gprev = L.gnext = kNone;
-  if (L.assoc != kNoRequest && L.assoc_epoch == req_epoch_[L.assoc]) {
+  if (L.assoc != kNoRow && L.assoc_epoch == req_epoch_[L.assoc.index]) {
     if (L.rprev != kNone)
       pool_.record(L.rprev).rnext = L.rnext;
     else
-      req_head_[L.assoc] = L.rnext;
+      req_head_[L.assoc.index] = L.rnext;
     if (L.rnext != kNone) pool_.record(L.rnext).rprev = L.rprev;
   }
   L.rprev = L.rnext = kNone;
 }
 
-void SmallPageAllocator::release_request(RequestId r) {
-  if (r >= req_head_.size()) bad_request(r);
-  for (std::uint32_t lp = req_head_[r]; lp != kNone;) {
+void SmallPageAllocator::release_request(Row r) {
+  if (r.index >= req_head_.size()) bad_request(r);
+  for (std::uint32_t lp = req_head_[r.index]; lp != kNone;) {
     LargeRecord& L = pool_.record(lp);
     const std::uint32_t next = L.rnext;
     L.rprev = L.rnext = kNone;
-    L.assoc = kNoRequest;
+    L.assoc = kNoRow;
     lp = next;
   }
-  req_head_[r] = kNone;
+  req_head_[r.index] = kNone;
   // Full large pages still name r; the new epoch makes them forget it when they relink.
-  ++req_epoch_[r];
+  ++req_epoch_[r.index];
 }
 
-RequestId SmallPageAllocator::associated_request(PageId large) const {
+Row SmallPageAllocator::associated_row(PageId large) const {
   if (large >= pool_.capacity()) fail("large page id = {}: pool capacity is {}", large, pool_.capacity());
-  if (pool_.owner(large) != group_) return kNoRequest;
+  if (pool_.owner(large) != group_) return kNoRow;
   const LargeRecord& L = pool_.record(large);
-  if (L.assoc == kNoRequest || L.assoc_epoch != req_epoch_[L.assoc]) return kNoRequest;
+  if (L.assoc == kNoRow || L.assoc_epoch != req_epoch_[L.assoc.index]) return kNoRow;
   return L.assoc;
 }
 
@@ -109,7 +109,7 @@ std::uint32_t SmallPageAllocator::free_in_large(PageId large) const {
   return pool_.owner(large) == group_ ? pool_.record(large).free_count : 0;
 }
 
-void SmallPageAllocator::bad_request(RequestId r) const {
+void SmallPageAllocator::bad_request(Row r) const {
   fail("request = {}: out of range, max_requests is {}", r, req_head_.size());
 }
 
@@ -159,10 +159,10 @@ void SmallPageAllocator::check_invariants() const {
     with_free += pool_.owner(lp) == group_ && pool_.record(lp).free_count > 0;
   if (with_free != in_group_list)
     fail("invariant: group {} lists {} large pages with free slots, has {}", group_, in_group_list, with_free);
-  for (RequestId r = 0; r < req_head_.size(); ++r) {
+  for (Row r{0}; r.index < req_head_.size(); ++r.index) {
     std::uint32_t steps = 0;
-    for (std::uint32_t lp = req_head_[r]; lp != kNone; lp = pool_.record(lp).rnext) {
-      if (associated_request(lp) != r || pool_.record(lp).free_count == 0)
+    for (std::uint32_t lp = req_head_[r.index]; lp != kNone; lp = pool_.record(lp).rnext) {
+      if (associated_row(lp) != r || pool_.record(lp).free_count == 0)
         fail("invariant: request {}'s list in group {} holds large page {} wrongly", r, group_, lp);
       if (++steps > pool_.capacity()) fail("invariant: request {}'s list has a cycle", r);
     }

@@ -26,6 +26,8 @@ TEST_CASE("prefill then decode steps over PagedKVAllocator pages match naive att
   const std::uint32_t batch = 3;
   std::vector<RequestId> ids(batch);
   for (auto& r : ids) r = kv.add_request();
+  std::vector<Row> id_rows(batch);
+  for (std::uint32_t b = 0; b < batch; ++b) id_rows[b] = kv.row(ids[b]);
 
   std::vector<EngineGroup> groups = {
       {0, 1, AttentionOptions{}, 8, {}, {}},
@@ -58,12 +60,13 @@ TEST_CASE("prefill then decode steps over PagedKVAllocator pages match naive att
                                dt};
       const PageTableSet& tables = kv.page_tables(g.id);
       // Slot mapping of the new tokens and their K/V.
-      write_step_kv(g, cache, q_indptr, lens, rng,
-                    [&](std::uint32_t b, std::uint32_t pos) { return tables.pages(ids[b])[pos / lg.tokens_per_page]; });
+      write_step_kv(g, cache, q_indptr, lens, rng, [&](std::uint32_t b, std::uint32_t pos) {
+        return tables.pages(id_rows[b])[pos / lg.tokens_per_page];
+      });
       // Tables as the engine ships them: CSR, out-of-window pages freed to the null page.
       std::vector<std::uint32_t> indptr(batch + 1), last(batch), kv_lens(batch);
       std::vector<PageId> indices(256);
-      tables.export_csr(ids, indptr, indices, last);
+      tables.export_csr(id_rows, indptr, indices, last);
       std::vector<std::vector<bool>> token_null(batch);
       for (std::uint32_t b = 0; b < batch; ++b) {
         kv_lens[b] = lens[b] + q_indptr[b + 1] - q_indptr[b];

@@ -209,11 +209,11 @@ struct Scenario {
     }
     // Tables through kvmm's PageTableSet exports.
     PageTableSet tables(c.batch, c.tokens_per_page);
-    std::vector<RequestId> ids(c.batch);
+    std::vector<Row> ids(c.batch);
     for (std::uint32_t b = 0; b < c.batch; ++b) {
-      ids[b] = b;
-      for (PageId pg : rows_pages[b]) tables.append(b, pg);
-      tables.set_num_tokens(b, kv_lens[b]);
+      ids[b] = Row{b};
+      for (PageId pg : rows_pages[b]) tables.append(ids[b], pg);
+      tables.set_num_tokens(ids[b], kv_lens[b]);
     }
     csr_indptr.resize(c.batch + 1);
     csr_indices.resize(total);

@@ -37,7 +37,7 @@ inline Snapshot snapshot(const KVCacheManager& kv, std::uint32_t max_requests) {
     s.refs.emplace_back();
     s.states.emplace_back();
     for (RequestId r = 0; r < max_requests; ++r) {
-      const auto t = kv.page_tables(g).pages(r);
+      const auto t = kv.page_tables(g).pages(Row{r});
       s.tables.back().emplace_back(t.begin(), t.end());
     }
     const std::uint64_t pages = std::uint64_t{kv.large_pages().capacity()} * kv.small_pages(g).pages_per_large();

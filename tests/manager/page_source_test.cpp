@@ -221,7 +221,7 @@ TEST_CASE("PagedKVAllocator over an arena whose backend fails at every call posi
         State s{kv.large_pages().num_free(), {}, kv.num_tokens(a) + kv.num_tokens(b), arena.num_backed_chunks()};
         for (GroupId g = 0; g < 2; ++g)
           for (RequestId r : {a, b})
-            s.rows.emplace_back(kv.page_tables(g).pages(r).begin(), kv.page_tables(g).pages(r).end());
+            s.rows.emplace_back(kv.page_tables(g).pages(Row{r}).begin(), kv.page_tables(g).pages(Row{r}).end());
         return s;
       };
       const State before = state();

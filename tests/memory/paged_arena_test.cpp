@@ -36,7 +36,7 @@ TEST_CASE("PagedKVAllocator over an elastic arena backs and releases chunks") {
   CHECK(arena.num_backed_chunks() == 2);
   // The pages are real memory: write through the small page addresses.
   for (GroupId g = 0; g < 2; ++g)
-    for (PageId p : kv.page_tables(g).pages(a))
+    for (PageId p : kv.page_tables(g).pages(Row{a}))
       std::memset(reinterpret_cast<void*>(static_cast<std::uintptr_t>(arena.small_page_address(g, p))), 0x5a,
                   kv.layout().small_page_bytes(g));
 
@@ -44,8 +44,8 @@ TEST_CASE("PagedKVAllocator over an elastic arena backs and releases chunks") {
   const RequestId b = kv.add_request();
   const std::uint32_t free_before = kv.large_pages().num_free();
   CHECK_FALSE(kv.append_tokens(b, 16 * 8));
-  CHECK(kv.page_tables(0).num_pages(b) == 0);
-  CHECK(kv.page_tables(1).num_pages(b) == 0);
+  CHECK(kv.page_tables(0).num_pages(Row{b}) == 0);
+  CHECK(kv.page_tables(1).num_pages(Row{b}) == 0);
   CHECK(kv.large_pages().num_free() == free_before);
   kv.check_invariants();
   source.check_invariants();

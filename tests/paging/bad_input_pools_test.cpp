@@ -54,7 +54,7 @@ std::vector<GroupId> owners(const LargePagePool& p) {
 // Everything observable of one group's allocator and its pool.
 struct SmallState {
   std::vector<std::uint8_t> allocated;
-  std::vector<RequestId> assoc;
+  std::vector<Row> assoc;
   std::vector<GroupId> owner;
   std::vector<PageId> first;
   std::uint32_t used = 0, free = 0, large = 0, pool_free = 0;
@@ -64,8 +64,8 @@ struct SmallState {
 SmallState state_of(const SmallPageAllocator& a, const LargePagePool& p, std::uint32_t max_requests) {
   SmallState s;
   for (PageId x = 0; x < p.capacity() * a.pages_per_large(); ++x) s.allocated.push_back(a.is_allocated(x));
-  for (PageId lp = 0; lp < p.capacity(); ++lp) s.assoc.push_back(a.associated_request(lp));
-  for (RequestId r = 0; r < max_requests; ++r) s.first.push_back(a.first_associated(r));
+  for (PageId lp = 0; lp < p.capacity(); ++lp) s.assoc.push_back(a.associated_row(lp));
+  for (RequestId r = 0; r < max_requests; ++r) s.first.push_back(a.first_associated(Row{r}));
   s.owner = owners(p);
   s.used = a.num_used_small();
   s.free = a.num_free_small();
@@ -176,7 +176,7 @@ TEST_CASE("SmallPageAllocator: constructors validate before they allocate", "[pa
   LargePagePool small_pool(4);
   SmallPageAllocator ok(0, 5, small_pool, 4);
   ok.check_invariants();
-  CHECK(ok.allocate(3).has_value());
+  CHECK(ok.allocate(Row{3}).has_value());
   CHECK(small_pool.num_free() == 3);
 }
 
@@ -185,7 +185,7 @@ TEST_CASE("SmallPageAllocator: a second allocator for a group of the same pool i
   // "large page 1 of group 0 is empty but held" (issue 29 item 9).
   LargePagePool pool(8);
   SmallPageAllocator a(0, 4, pool, 4);
-  const std::optional<PageId> p = a.allocate(0);
+  const std::optional<PageId> p = a.allocate(Row{0});
   REQUIRE(p);
   CHECK_THAT(error_of([&] { SmallPageAllocator twin(0, 2, pool, 4); }),
              Catch::Contains("group = 0") && Catch::Contains("already serves"));
@@ -193,12 +193,12 @@ TEST_CASE("SmallPageAllocator: a second allocator for a group of the same pool i
   a.check_invariants();
   {
     SmallPageAllocator other(1, 2, pool, 4);  // another group of the same pool is fine
-    CHECK(other.allocate(1).has_value());
-    other.free(*other.allocate(1));
+    CHECK(other.allocate(Row{1}).has_value());
+    other.free(*other.allocate(Row{1}));
   }
   LargePagePool pool2(8);
   SmallPageAllocator same_group_other_pool(0, 4, pool2, 4);  // another pool is fine
-  CHECK(same_group_other_pool.allocate(0).has_value());
+  CHECK(same_group_other_pool.allocate(Row{0}).has_value());
   // The claim goes with the allocator: moved, it still holds; destroyed, the group is free.
   std::vector<SmallPageAllocator> moved;
   moved.emplace_back(2, 1, pool, 4);
@@ -206,7 +206,7 @@ TEST_CASE("SmallPageAllocator: a second allocator for a group of the same pool i
   CHECK_THAT(error_of([&] { SmallPageAllocator twin(2, 1, pool, 4); }), Catch::Contains("group = 2"));
   moved.clear();
   SmallPageAllocator again(2, 1, pool, 4);
-  CHECK(again.allocate(0).has_value());
+  CHECK(again.allocate(Row{0}).has_value());
 }
 
 TEST_CASE("SmallPageAllocator: hostile calls raise, change nothing, and the allocator serves", "[paging][bad-input]") {
@@ -214,25 +214,25 @@ TEST_CASE("SmallPageAllocator: hostile calls raise, change nothing, and the allo
   LargePagePool pool(6);
   SmallPageAllocator a(0, 3, pool, kReq);
   SmallPageAllocator other(1, 2, pool, kReq);
-  const PageId p0 = *a.allocate(0);
-  const PageId p1 = *a.allocate(1);
-  const PageId q0 = *other.allocate(0);
+  const PageId p0 = *a.allocate(Row{0});
+  const PageId p1 = *a.allocate(Row{1});
+  const PageId q0 = *other.allocate(Row{0});
   const std::uint32_t ids = pool.capacity() * a.pages_per_large();
   const std::vector<std::pair<std::function<void()>, std::string>> calls{
-      {[&] { (void)a.allocate(kReq); }, "request = 4"},
-      {[&] { (void)a.allocate(kNoRequest); }, "request = 4294967295"},
-      {[&] { (void)a.try_associated(kReq); }, "request = 4"},
-      {[&] { (void)a.try_associated(kReq); }, "request = 4"},
-      {[&] { (void)a.try_fresh(kReq); }, "request = 4"},
+      {[&] { (void)a.allocate(Row{kReq}); }, "request = 4"},
+      {[&] { (void)a.allocate(Row{kNoRequest}); }, "request = 4294967295"},
+      {[&] { (void)a.try_associated(Row{kReq}); }, "request = 4"},
+      {[&] { (void)a.try_associated(Row{kReq}); }, "request = 4"},
+      {[&] { (void)a.try_fresh(Row{kReq}); }, "request = 4"},
       {[&] { a.free(ids); }, "small page id = 18"},
       {[&] { a.free(kNullPage); }, "small page id = 4294967295"},
       {[&] { a.free(p0 + 1); }, "never allocated"},  // a free slot of a held page
       {[&] { a.free(q0); }, "never allocated"},      // another group's page id
-      {[&] { a.release_request(kReq); }, "request = 4"},
-      {[&] { (void)a.associated_request(6); }, "large page id = 6"},
+      {[&] { a.release_request(Row{kReq}); }, "request = 4"},
+      {[&] { (void)a.associated_row(6); }, "large page id = 6"},
       {[&] { (void)a.free_in_large(kNullPage); }, "large page id = 4294967295"},
-      {[&] { (void)a.first_associated(kReq); }, "request = 4"},
-      {[&] { (void)a.associated_free_small(kNoRequest); }, "request = 4294967295"},
+      {[&] { (void)a.first_associated(Row{kReq}); }, "request = 4"},
+      {[&] { (void)a.associated_free_small(Row{kNoRequest}); }, "request = 4294967295"},
   };
   const SmallState before = state_of(a, pool, kReq);
   for (const auto& [call, message] : calls) {
@@ -246,7 +246,7 @@ TEST_CASE("SmallPageAllocator: hostile calls raise, change nothing, and the allo
   CHECK_THAT(error_of([&] { a.free(p0); }), Catch::Contains("double free"));
   // Still serves: fill the pool, then return everything.
   std::vector<PageId> got{p1};
-  while (const auto p = a.allocate(2)) got.push_back(*p);
+  while (const auto p = a.allocate(Row{2})) got.push_back(*p);
   CHECK(pool.num_free() == 0);
   for (PageId p : got) a.free(p);
   other.free(q0);
@@ -268,14 +268,14 @@ TEST_CASE("SmallPageAllocator: random operations with hostile ones mixed in", "[
     auto& h = held[g];
     const int kind = static_cast<int>(rng() % 12);
     if (kind < 4) {
-      if (const auto p = s.allocate(rng() % kReq, rng() % 2)) h.push_back(*p);
+      if (const auto p = s.allocate(Row{static_cast<std::uint32_t>(rng() % kReq)}, rng() % 2)) h.push_back(*p);
     } else if (kind < 7 && !h.empty()) {
       const std::size_t i = rng() % h.size();
       s.free(h[i]);
       h[i] = h.back();
       h.pop_back();
     } else if (kind < 8) {
-      s.release_request(rng() % kReq);
+      s.release_request(Row{static_cast<std::uint32_t>(rng() % kReq)});
     } else {
       ++hostile;
       const SmallState before = state_of(s, pool, kReq);
@@ -284,16 +284,16 @@ TEST_CASE("SmallPageAllocator: random operations with hostile ones mixed in", "[
       while (s.is_allocated(bad_p)) ++bad_p;
       switch (kind) {
         case 8:
-          CHECK_THROWS_AS(s.allocate(bad_r), Error);
+          CHECK_THROWS_AS(s.allocate(Row{bad_r}), Error);
           break;
         case 9:
           CHECK_THROWS_AS(s.free(bad_p), Error);
           break;
         case 10:
-          CHECK_THROWS_AS(s.release_request(bad_r), Error);
+          CHECK_THROWS_AS(s.release_request(Row{bad_r}), Error);
           break;
         default:
-          CHECK_THROWS_AS(s.associated_request(pool.capacity() + rng() % 4), Error);
+          CHECK_THROWS_AS(s.associated_row(pool.capacity() + rng() % 4), Error);
           break;
       }
       REQUIRE(state_of(s, pool, kReq) == before);

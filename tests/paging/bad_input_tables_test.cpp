@@ -33,8 +33,8 @@ struct TableState {
 TableState state_of(const PageTableSet& t) {
   TableState s;
   for (RequestId r = 0; r < t.max_requests(); ++r) {
-    s.rows.emplace_back(t.pages(r).begin(), t.pages(r).end());
-    s.tokens.push_back(t.num_tokens(r));
+    s.rows.emplace_back(t.pages(Row{r}).begin(), t.pages(Row{r}).end());
+    s.tokens.push_back(t.num_tokens(Row{r}));
   }
   return s;
 }
@@ -85,37 +85,37 @@ TEST_CASE("PageTableSet: constructors validate before they allocate", "[paging][
 
 TEST_CASE("PageTableSet: hostile calls raise and change nothing", "[paging][bad-input]") {
   PageTableSet t(4, 16);
-  t.append(0, std::vector<PageId>{3, 4, 5});
-  t.set_num_tokens(0, 40);
-  t.append(2, 9);
-  t.set_num_tokens(2, 1);
-  const std::vector<RequestId> batch{0, 2};
+  t.append(Row{0}, std::vector<PageId>{3, 4, 5});
+  t.set_num_tokens(Row{0}, 40);
+  t.append(Row{2}, 9);
+  t.set_num_tokens(Row{2}, 1);
+  const std::vector<Row> batch{Row{0}, Row{2}};
   std::vector<std::uint32_t> indptr(3), last(2);
   std::vector<PageId> indices(4), dense(8);
   const std::vector<std::pair<std::function<void()>, std::string>> calls{
-      {[&] { t.append(4, 1); }, "request = 4"},
-      {[&] { t.append(kNoRequest, std::vector<PageId>{1}); }, "request = 4294967295"},
-      {[&] { t.append(1, std::uint64_t{1} << 31, 7); }, "count = 2147483648"},
-      {[&] { t.append(0, std::uint64_t{kMax32}, 7); }, "count = 4294967295"},
-      {[&] { t.append(0, ~std::uint64_t{0}, 7); }, "count = 18446744073709551615"},
-      {[&] { t.set(0, 3, 1); }, "index = 3"},
-      {[&] { t.set(5, 0, 1); }, "request = 5"},
-      {[&] { (void)t.pop_back(1); }, "pop_back on an empty"},
-      {[&] { t.set_num_tokens(4, 1); }, "request = 4"},
-      {[&] { t.clear(9); }, "request = 9"},
-      {[&] { (void)t.last_page_len(4); }, "request = 4"},
-      {[&] { (void)t.pages(4); }, "request = 4"},
+      {[&] { t.append(Row{4}, 1); }, "request = 4"},
+      {[&] { t.append(Row{kNoRequest}, std::vector<PageId>{1}); }, "request = 4294967295"},
+      {[&] { t.append(Row{1}, std::uint64_t{1} << 31, 7); }, "count = 2147483648"},
+      {[&] { t.append(Row{0}, std::uint64_t{kMax32}, 7); }, "count = 4294967295"},
+      {[&] { t.append(Row{0}, ~std::uint64_t{0}, 7); }, "count = 18446744073709551615"},
+      {[&] { t.set(Row{0}, 3, 1); }, "index = 3"},
+      {[&] { t.set(Row{5}, 0, 1); }, "request = 5"},
+      {[&] { (void)t.pop_back(Row{1}); }, "pop_back on an empty"},
+      {[&] { t.set_num_tokens(Row{4}, 1); }, "request = 4"},
+      {[&] { t.clear(Row{9}); }, "request = 9"},
+      {[&] { (void)t.last_page_len(Row{4}); }, "request = 4"},
+      {[&] { (void)t.pages(Row{4}); }, "request = 4"},
       {[&] {
-         t.export_csr(std::vector<RequestId>{0, 7}, indptr, indices, last);
+         t.export_csr(std::vector<Row>{Row{0}, Row{7}}, indptr, indices, last);
        },
        "request = 7"},
       {[&] { t.export_dense(batch, dense, 2); }, "max_pages = 2"},
       {[&] {
-         t.export_dense_incremental(std::vector<RequestId>{0, 8}, dense, 4);
+         t.export_dense_incremental(std::vector<Row>{Row{0}, Row{8}}, dense, 4);
        },
        "request = 8"},
       {[&] {
-         t.export_dense_incremental(std::vector<RequestId>{0, 1, 2, 3, 0}, dense, 1);
+         t.export_dense_incremental(std::vector<Row>{Row{0}, Row{1}, Row{2}, Row{3}, Row{0}}, dense, 1);
        },
        "batch: size 5"},
   };
@@ -136,32 +136,32 @@ TEST_CASE("PageTableSet: a request twice in an incremental batch gets both rows 
   // entries.
   PageTableSet t(4, 16);
   constexpr std::uint32_t kMax = 6;
-  const std::vector<RequestId> batch{1, 1, 2};
+  const std::vector<Row> batch{Row{1}, Row{1}, Row{2}};
   std::vector<PageId> inc(batch.size() * kMax, 0), full(inc.size(), 0);
-  t.append(1, 10);
-  t.append(2, 20);
+  t.append(Row{1}, 10);
+  t.append(Row{2}, 20);
   t.export_dense_incremental(batch, inc, kMax);
-  t.append(1, 11);
-  t.set(1, 0, 12);
+  t.append(Row{1}, 11);
+  t.set(Row{1}, 0, 12);
   t.export_dense_incremental(batch, inc, kMax);
   t.export_dense(batch, full, kMax);
   CHECK(inc == full);
   // And under random edits with duplicates in every batch.
   std::mt19937 rng(15);
-  std::vector<RequestId> b;
+  std::vector<Row> b;
   for (int step = 0; step < 2000; ++step) {
     if (step % 40 == 0) {
       b.clear();
-      for (int i = 0; i < 4; ++i) b.push_back(rng() % 4);  // at most max_requests rows
+      for (int i = 0; i < 4; ++i) b.push_back(Row{static_cast<std::uint32_t>(rng() % 4)});  // at most max_requests rows
     }
     for (int k = 0; k < 3; ++k) {
       const RequestId r = rng() % 4;
-      if (t.num_pages(r) < kMax && rng() % 3)
-        t.append(r, rng() % 100);
-      else if (t.num_pages(r) > 0 && rng() % 2)
-        t.set(r, rng() % t.num_pages(r), kNullPage);
-      else if (t.num_pages(r) > 0)
-        t.pop_back(r);
+      if (t.num_pages(Row{r}) < kMax && rng() % 3)
+        t.append(Row{r}, rng() % 100);
+      else if (t.num_pages(Row{r}) > 0 && rng() % 2)
+        t.set(Row{r}, rng() % t.num_pages(Row{r}), kNullPage);
+      else if (t.num_pages(Row{r}) > 0)
+        t.pop_back(Row{r});
     }
     inc.resize(b.size() * kMax);
     full.resize(b.size() * kMax);
@@ -218,7 +218,7 @@ TEST_CASE("PagedKVAllocator: 2^32-1 tokens in one call never wrap the page count
   const RequestId s = m.add_request();
   for (int i = 0; i < 6; ++i) REQUIRE(m.append_tokens(s, kMax32));
   CHECK(m.num_tokens(s) == 6ull * kMax32);
-  CHECK(m.page_tables(0).num_pages(s) == 1);
+  CHECK(m.page_tables(0).num_pages(Row{s}) == 1);
   CHECK(m.large_pages().num_used() == 1);
   m.check_invariants();
 }

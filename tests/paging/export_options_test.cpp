@@ -24,12 +24,12 @@ using U32 = std::vector<std::uint32_t>;
 // pages, 15 tokens. Row 2: a lookahead page past its 5 tokens (3 pages, table says 12).
 PageTableSet hand_made() {
   PageTableSet t(4, 4);
-  t.append(0, std::vector<PageId>{10, 11, 12});
-  t.set_num_tokens(0, 10);
-  t.append(1, std::vector<PageId>{N, N, 7, 8});
-  t.set_num_tokens(1, 15);
-  t.append(2, std::vector<PageId>{20, 21, 22});
-  t.set_num_tokens(2, 12);
+  t.append(Row{0}, std::vector<PageId>{10, 11, 12});
+  t.set_num_tokens(Row{0}, 10);
+  t.append(Row{1}, std::vector<PageId>{N, N, 7, 8});
+  t.set_num_tokens(Row{1}, 15);
+  t.append(Row{2}, std::vector<PageId>{20, 21, 22});
+  t.set_num_tokens(Row{2}, 12);
   return t;
 }
 
@@ -39,8 +39,8 @@ struct RefRow {
   std::uint32_t first = 0, last = 0, n = 0;
 };
 
-RefRow reference(const PageTableSet& t, RequestId r, std::optional<std::uint64_t> kv, PageId null_page, bool trim) {
-  const auto pages = t.pages(r);
+RefRow reference(const PageTableSet& t, Row r, std::optional<std::uint64_t> kv, PageId null_page, bool trim) {
+  const auto pages = t.pages(Row{r});
   const std::uint64_t P = t.tokens_per_page();
   RefRow row;
   if (kv) {
@@ -48,7 +48,7 @@ RefRow reference(const PageTableSet& t, RequestId r, std::optional<std::uint64_t
     row.last = static_cast<std::uint32_t>(*kv - (row.n - 1) * P);
   } else {
     row.n = static_cast<std::uint32_t>(pages.size());
-    row.last = t.num_tokens(r) == 0 ? 0 : static_cast<std::uint32_t>((t.num_tokens(r) - 1) % P + 1);
+    row.last = t.num_tokens(Row{r}) == 0 ? 0 : static_cast<std::uint32_t>((t.num_tokens(Row{r}) - 1) % P + 1);
   }
   if (trim)
     while (row.first < row.n && pages[row.first] == kNullPage) ++row.first;
@@ -62,7 +62,7 @@ std::int64_t as_int32(std::int64_t id) { return id == kNullPage ? -1 : id; }
 
 TEST_CASE("export options: int32 CSR and the reserved null page, exactly", "[paging][export]") {
   const PageTableSet t = hand_made();
-  const std::vector<RequestId> batch{0, 1};
+  const std::vector<Row> batch{Row{0}, Row{1}};
   I32 indptr(3), indices(7), last(2);
   CHECK(t.export_csr(batch, indptr, indices, last) == 7);
   CHECK(indptr == I32{0, 3, 7});
@@ -79,7 +79,7 @@ TEST_CASE("export options: int32 CSR and the reserved null page, exactly", "[pag
 
 TEST_CASE("export options: a trimmed CSR starts each row at its first page", "[paging][export]") {
   const PageTableSet t = hand_made();
-  const std::vector<RequestId> batch{1, 0, 1};
+  const std::vector<Row> batch{Row{1}, Row{0}, Row{1}};
   I32 indptr(4), indices(10, -7), last(3), first(3);
   CHECK(t.export_csr(batch, indptr, indices, last, {.trim = true}, first) == 7);
   CHECK(indptr == I32{0, 2, 5, 7});
@@ -91,9 +91,9 @@ TEST_CASE("export options: a trimmed CSR starts each row at its first page", "[p
                     Catch::Contains("first_page: size 0 < batch size 3"));
   // A row with no page left to trim to raises, naming it.
   PageTableSet gone(2, 4);
-  gone.append(1, 2, N);
-  gone.set_num_tokens(1, 8);
-  CHECK_THROWS_WITH(gone.export_csr(std::vector<RequestId>{1}, indptr, indices, last, {.trim = true}, first),
+  gone.append(Row{1}, 2, N);
+  gone.set_num_tokens(Row{1}, 8);
+  CHECK_THROWS_WITH(gone.export_csr(std::vector<Row>{Row{1}}, indptr, indices, last, {.trim = true}, first),
                     Catch::Contains("request 1 (row 0) has only null pages"));
 }
 
@@ -101,9 +101,9 @@ TEST_CASE("export options: kv lengths of the step, not the table's tokens", "[pa
   // The issue's decode: a 20-token prompt in 16-token pages, decoding tokens 21..23 inside
   // the last page (the table still says 32, lookahead slots counted): 5, 6, 7.
   PageTableSet d(2, 16);
-  d.append(0, std::vector<PageId>{4, 9});
-  d.set_num_tokens(0, 32);
-  const std::vector<RequestId> one{0};
+  d.append(Row{0}, std::vector<PageId>{4, 9});
+  d.set_num_tokens(Row{0}, 32);
+  const std::vector<Row> one{Row{0}};
   I32 indptr(2), indices(2), last(1);
   for (const std::uint64_t kv : {21, 22, 23}) {
     const std::vector<std::uint64_t> kv_lens{kv};
@@ -112,7 +112,7 @@ TEST_CASE("export options: kv lengths of the step, not the table's tokens", "[pa
   }
   // A lookahead page past the kv length stays out: row 2 holds 3 pages, kv 5 needs 2.
   const PageTableSet t = hand_made();
-  const std::vector<RequestId> batch{2, 0, 1};
+  const std::vector<Row> batch{Row{2}, Row{0}, Row{1}};
   const std::vector<std::uint64_t> kv{5, 12, 13};
   I32 ip(4), ix(10), lp(3), fp(3);
   CHECK(t.export_csr(batch, ip, ix, lp, {.kv_lens = kv}) == 9);
@@ -133,13 +133,13 @@ TEST_CASE("export options: kv lengths of the step, not the table's tokens", "[pa
                     Catch::Contains("kv_lens[2] = 17") && Catch::Contains("must be in [1, 16]"));
   CHECK_THROWS_WITH(t.export_dense(batch, dense, 4, {.kv_lens = past}), Catch::Contains("kv_lens[2] = 17"));
   CHECK_THROWS_WITH(t.export_csr(batch, ip, ix, lp, {.kv_lens = short_kv}), Catch::Contains("kv_lens: size 2"));
-  CHECK(t.num_pages(2) == 3);
-  CHECK(t.num_tokens(2) == 12);
+  CHECK(t.num_pages(Row{2}) == 3);
+  CHECK(t.num_tokens(Row{2}) == 12);
 }
 
 TEST_CASE("export options: int32 dense tables and ids past int32", "[paging][export]") {
   PageTableSet t = hand_made();
-  const std::vector<RequestId> batch{1, 2};
+  const std::vector<Row> batch{Row{1}, Row{2}};
   I32 dense(8);
   t.export_dense(batch, dense, 4);
   CHECK(dense == I32{-1, -1, 7, 8, 20, 21, 22, -1});
@@ -148,7 +148,7 @@ TEST_CASE("export options: int32 dense tables and ids past int32", "[paging][exp
   CHECK_THROWS_WITH(t.export_dense(batch, dense, 4, {.trim = true}), Catch::Contains("trim: only export_csr"));
   CHECK_THROWS_WITH(t.export_dense(batch, dense, 4, {.null_page = 1u << 31}),
                     Catch::Contains("null_page = 2147483648"));
-  t.set(2, 1, 1u << 31);
+  t.set(Row{2}, 1, 1u << 31);
   I32 indptr(3), indices(7), last(2);
   CHECK_THROWS_WITH(t.export_dense(batch, dense, 4), Catch::Contains("page id = 2147483648 (request 2)"));
   CHECK_THROWS_WITH(t.export_csr(batch, indptr, indices, last), Catch::Contains("page id = 2147483648"));
@@ -167,32 +167,32 @@ TEST_CASE("export options: random tables and options against the plain reference
     // Edit: grow rows, free a leading page (sliding window), set tokens within the pages.
     for (int k = 0; k < 3; ++k) {
       const RequestId r = rng() % kReq;
-      const std::uint32_t n = t.num_pages(r);
+      const std::uint32_t n = t.num_pages(Row{r});
       const int op = static_cast<int>(rng() % 8);
       if (op == 0 && n > 0) {
-        t.clear(r);
+        t.clear(Row{r});
       } else if (op < 5 && n < kMax) {
-        t.append(r, 1 + rng() % 5000);
+        t.append(Row{r}, 1 + rng() % 5000);
       } else if (op < 7 && n > 1) {
         std::uint32_t lead = 0;
-        while (lead + 1 < n && t.pages(r)[lead] == kNullPage) ++lead;
-        if (lead + 1 < n) t.set(r, lead, kNullPage);
+        while (lead + 1 < n && t.pages(Row{r})[lead] == kNullPage) ++lead;
+        if (lead + 1 < n) t.set(Row{r}, lead, kNullPage);
       } else if (n > 0) {
-        t.set(r, rng() % n, 1 + rng() % 5000);
+        t.set(Row{r}, rng() % n, 1 + rng() % 5000);
       }
-      const std::uint32_t m = t.num_pages(r);
-      if (m > 0) t.set_num_tokens(r, std::uint64_t{m - 1} * kP + 1 + rng() % kP);
+      const std::uint32_t m = t.num_pages(Row{r});
+      if (m > 0) t.set_num_tokens(Row{r}, std::uint64_t{m - 1} * kP + 1 + rng() % kP);
     }
     // A batch of rows that hold pages (duplicates allowed), and random options.
-    std::vector<RequestId> batch;
+    std::vector<Row> batch;
     for (std::uint32_t i = 0, want = 1 + rng() % kReq; i < want; ++i) {
       const RequestId r = rng() % kReq;
-      if (t.num_pages(r) > 0) batch.push_back(r);
+      if (t.num_pages(Row{r}) > 0) batch.push_back(Row{r});
     }
     const bool use_kv = rng() % 2, trim = rng() % 2;
     const PageId null_page = rng() % 2 ? kNullPage : 7777;
     std::vector<std::uint64_t> kv;
-    for (RequestId r : batch) {
+    for (Row r : batch) {
       std::uint32_t lead = 0;
       while (t.pages(r)[lead] == kNullPage) ++lead;  // the last page is never null here
       const std::uint64_t lo = std::uint64_t{lead} * kP + 1, hi = std::uint64_t{t.num_pages(r)} * kP;

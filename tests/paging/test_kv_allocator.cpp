@@ -24,7 +24,7 @@ Snapshot snapshot(const PagedKVAllocator& kv, std::uint32_t max_requests) {
   Snapshot s;
   for (GroupId g = 0; g < kv.layout().num_groups(); ++g) {
     for (RequestId r = 0; r < max_requests; ++r) {
-      auto p = kv.page_tables(g).pages(r);
+      auto p = kv.page_tables(g).pages(Row{r});
       s.tables.emplace_back(p.begin(), p.end());
     }
     s.used.push_back(kv.small_pages(g).num_used_small());
@@ -48,8 +48,8 @@ TEST_CASE("Jenga Fig. 6: the <IMG>x4 Hello World request") {
   REQUIRE(kv.append_encoder_tokens(r, 3));  // <IMG><IMG><IMG>: fills large page 0
   REQUIRE(kv.append_tokens(r, 2));          // Hello World: large page 1
   REQUIRE(kv.append_encoder_tokens(r, 1));  // the 4th <IMG>: large page 2
-  const auto image = kv.page_tables(0).pages(r);
-  const auto text = kv.page_tables(1).pages(r);
+  const auto image = kv.page_tables(0).pages(Row{r});
+  const auto text = kv.page_tables(1).pages(Row{r});
   CHECK(std::vector<PageId>(image.begin(), image.end()) == std::vector<PageId>{0, 1, 2, 6});
   CHECK(std::vector<PageId>(text.begin(), text.end()) == std::vector<PageId>{2, 3});
   // Byte addresses in the arena: id * small_page_bytes.
@@ -167,7 +167,7 @@ TEST_CASE("PagedKVAllocator: 100k random operations against a model, several lay
         REQUIRE(kv.num_encoder_tokens(r) == t.second);
         for (GroupId g = 0; g < kv.layout().num_groups(); ++g) {
           const LayerGroup& grp = kv.layout().group(g);
-          REQUIRE(kv.page_tables(g).num_pages(r) == grp.pages_for_tokens(grp.is_decoder() ? t.first : t.second));
+          REQUIRE(kv.page_tables(g).num_pages(Row{r}) == grp.pages_for_tokens(grp.is_decoder() ? t.first : t.second));
         }
       }
     }
@@ -187,13 +187,13 @@ TEST_CASE("PagedKVAllocator: page tables carry each group's token count") {
   REQUIRE(kv.append_encoder_tokens(a, 20));
   REQUIRE(kv.append_tokens(b, 16));
   REQUIRE(kv.append_tokens(b, 1));  // fast path: no new page, count still updated
-  const std::vector<RequestId> batch{b, a};
+  const std::vector<Row> batch{kv.row(b), kv.row(a)};
   std::vector<std::uint32_t> indptr(3), last(2);
   std::vector<PageId> indices(8);
   CHECK(kv.page_tables(0).export_csr(batch, indptr, indices, last) == 5);
   CHECK(indptr == std::vector<std::uint32_t>{0, 2, 5});
   CHECK(last == std::vector<std::uint32_t>{1, 3});
-  CHECK(indices[2] == kv.page_tables(0).pages(a)[0]);
+  CHECK(indices[2] == kv.page_tables(0).pages(kv.row(a))[0]);
   CHECK(kv.page_tables(1).export_csr(batch, indptr, indices, last) == 2);  // cross: encoder tokens
   CHECK(indptr == std::vector<std::uint32_t>{0, 0, 2});
   CHECK(last == std::vector<std::uint32_t>{0, 4});

@@ -28,10 +28,10 @@ TEST_CASE("no heap allocation on the large- and small-page paths") {
   held.reserve(4096);
   const std::uint64_t before = kvmm::test::heap_allocations();
   for (int round = 0; round < 20; ++round) {
-    for (int i = 0; i < 4096; ++i) held.push_back(*alloc.allocate(static_cast<RequestId>(i % 64)));
+    for (int i = 0; i < 4096; ++i) held.push_back(*alloc.allocate(Row{static_cast<std::uint32_t>(i % 64)}));
     for (PageId p : held) alloc.free(p);
     held.clear();
-    for (RequestId r = 0; r < 64; ++r) alloc.release_request(r);
+    for (std::uint32_t r = 0; r < 64; ++r) alloc.release_request(Row{r});
     for (int i = 0; i < 200; ++i) pool.free(*pool.allocate(1));
   }
   CHECK(kvmm::test::heap_allocations() == before);

@@ -31,7 +31,7 @@ TEST_CASE("Jenga Fig. 8: request-aware placement returns whole large pages") {
   // each. Interleaved placement mixes them in the same large pages (Fig. 8a), so when A
   // finishes no large page comes back; request-aware placement (Fig. 8b) gives each
   // request its own large page, which returns whole.
-  constexpr RequestId A = 0, B = 1;
+  constexpr Row A{0}, B{1};
   for (const Placement placement : {Placement::kInterleaved, Placement::kRequestAware}) {
     LargePagePool pool(4);
     SmallPageAllocator alloc(0, 4, pool, 2, placement);
@@ -58,42 +58,42 @@ TEST_CASE("Jenga Fig. 8: request-aware placement returns whole large pages") {
 TEST_CASE("SmallPageAllocator: steps 1-3 of Jenga §4.3 in order") {
   LargePagePool pool(2);
   SmallPageAllocator alloc(0, 3, pool, 4);
-  const PageId a0 = *alloc.allocate(0);  // step 2: fresh large page 0 for request 0
-  CHECK(alloc.associated_request(0) == 0);
-  const PageId b0 = *alloc.allocate(1);  // step 2: fresh large page 1 for request 1
+  const PageId a0 = *alloc.allocate(Row{0});  // step 2: fresh large page 0 for request 0
+  CHECK(alloc.associated_row(0) == Row{0});
+  const PageId b0 = *alloc.allocate(Row{1});  // step 2: fresh large page 1 for request 1
   CHECK(alloc.large_page_of(a0) == 0);
   CHECK(alloc.large_page_of(b0) == 1);
-  CHECK(alloc.large_page_of(*alloc.allocate(0)) == 0);  // step 1: request 0's own page
+  CHECK(alloc.large_page_of(*alloc.allocate(Row{0})) == 0);  // step 1: request 0's own page
   // Request 2 has no large page and the pool is empty: step 3 takes any free slot.
-  const PageId c0 = *alloc.allocate(2);
+  const PageId c0 = *alloc.allocate(Row{2});
   CHECK(alloc.num_free_small() == 2);
-  const PageId c1 = *alloc.allocate(2);
+  const PageId c1 = *alloc.allocate(Row{2});
   CHECK(alloc.num_free_small() == 1);
   CHECK(alloc.large_page_of(c0) == 1);  // the most recently opened page with room
   CHECK(alloc.large_page_of(c1) == 1);
-  CHECK(alloc.associated_request(1) == 1);              // step 3 does not re-associate
-  CHECK(alloc.large_page_of(*alloc.allocate(3)) == 0);  // the last free slot, in large page 0
-  CHECK_FALSE(alloc.allocate(3).has_value());           // nothing left anywhere
+  CHECK(alloc.associated_row(1) == Row{1});                  // step 3 does not re-associate
+  CHECK(alloc.large_page_of(*alloc.allocate(Row{3})) == 0);  // the last free slot, in large page 0
+  CHECK_FALSE(alloc.allocate(Row{3}).has_value());           // nothing left anywhere
   alloc.check_invariants();
   // A pool reserve makes step 2 yield to step 3.
   LargePagePool pool2(3);
   SmallPageAllocator x(0, 2, pool2, 4);
-  (void)*x.allocate(0);
-  CHECK(x.large_page_of(*x.allocate(1, /*pool_reserve=*/2)) == 0);  // reserve kept: step 3
+  (void)*x.allocate(Row{0});
+  CHECK(x.large_page_of(*x.allocate(Row{1}, /*pool_reserve=*/2)) == 0);  // reserve kept: step 3
   CHECK(pool2.num_free() == 2);
-  CHECK(x.large_page_of(*x.allocate(1, 2)) == 1);  // no free slot left: reserve ignored
+  CHECK(x.large_page_of(*x.allocate(Row{1}, 2)) == 1);  // no free slot left: reserve ignored
   x.check_invariants();
 }
 
 TEST_CASE("SmallPageAllocator: misuse raises and changes nothing") {
   LargePagePool pool(2);
   SmallPageAllocator alloc(0, 4, pool, 2);
-  const PageId p = *alloc.allocate(0);
-  CHECK_THROWS_WITH(alloc.allocate(5), Catch::Contains("request = 5"));
+  const PageId p = *alloc.allocate(Row{0});
+  CHECK_THROWS_WITH(alloc.allocate(Row{5}), Catch::Contains("request = 5"));
   alloc.free(p);
   CHECK_THROWS_WITH(alloc.free(p), Catch::Contains("small page id = 0") && Catch::Contains("double free"));
   CHECK_THROWS_WITH(alloc.free(100), Catch::Contains("small page id = 100"));
-  CHECK_THROWS_WITH(alloc.release_request(9), Catch::Contains("request = 9"));
+  CHECK_THROWS_WITH(alloc.release_request(Row{9}), Catch::Contains("request = 9"));
   CHECK(pool.num_free() == 2);
   alloc.check_invariants();
   CHECK_THROWS_WITH(SmallPageAllocator(0, 0, pool, 2), Catch::Contains("pages_per_large = 0"));
@@ -115,7 +115,7 @@ TEST_CASE("SmallPageAllocator: randomized against a reference model") {
     const int kind = static_cast<int>(rng() % 10);
     if (kind < 5) {
       const std::uint32_t used_before = a.num_used_small();
-      const std::optional<PageId> p = a.allocate(rng() % 8, rng() % 3);
+      const std::optional<PageId> p = a.allocate(Row{static_cast<std::uint32_t>(rng() % 8)}, rng() % 3);
       if (p) {
         CHECK(std::find(held[g].begin(), held[g].end(), *p) == held[g].end());
         held[g].push_back(*p);
@@ -130,7 +130,7 @@ TEST_CASE("SmallPageAllocator: randomized against a reference model") {
       held[g][i] = held[g].back();
       held[g].pop_back();
     } else {
-      a.release_request(rng() % 8);
+      a.release_request(Row{static_cast<std::uint32_t>(rng() % 8)});
     }
     std::uint32_t large_held = 0;
     for (GroupId h = 0; h < allocs.size(); ++h) {

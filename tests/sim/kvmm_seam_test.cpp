@@ -16,8 +16,8 @@ TEST_CASE("PagedKVAllocator::free_page frees one page into the null page", "[sim
   const kvmm::GroupId sliding = 1;
   const std::uint32_t free_before = a.large_pages().num_free();
   a.free_page(r, sliding, 0);
-  CHECK(a.page_tables(sliding).pages(r)[0] == kvmm::kNullPage);
-  CHECK(a.page_tables(sliding).num_pages(r) == 3);
+  CHECK(a.page_tables(sliding).pages(a.row(r))[0] == kvmm::kNullPage);
+  CHECK(a.page_tables(sliding).num_pages(a.row(r)) == 3);
   CHECK(a.large_pages().num_free() == free_before + 1);  // sliding pages fill a large page each
   a.check_invariants();
   // Misuse: already null, out of range, inactive request; nothing changes.
@@ -26,7 +26,7 @@ TEST_CASE("PagedKVAllocator::free_page frees one page into the null page", "[sim
   CHECK_THROWS_WITH(a.free_page(r, 5, 1), Catch::Contains("group = 5"));
   CHECK_THROWS_WITH(a.free_page(3, sliding, 1), Catch::Contains("request = 3"));
   CHECK(a.large_pages().num_free() == free_before + 1);
-  CHECK(a.page_tables(sliding).pages(r)[1] != kvmm::kNullPage);
+  CHECK(a.page_tables(sliding).pages(a.row(r))[1] != kvmm::kNullPage);
   a.check_invariants();
   // Growing afterwards still works and the freed slot is reused.
   REQUIRE(a.append_tokens(r, 4));

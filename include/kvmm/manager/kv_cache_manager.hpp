@@ -376,7 +376,7 @@ class KVCacheManager {
   // The rows of group g, indexed by request row (row(r)), for the batch exports of
   // paging/page_table.hpp.
   const PageTableSet& page_tables(GroupId g) const;
-  std::uint32_t row(RequestId r) const;
+  Row row(RequestId r) const;
   const LargePagePool& large_pages() const;
   const SmallPageAllocator& small_pages(GroupId g) const;
   // Distinct small pages of g held by requests or pins (reference count > 0), cached ones

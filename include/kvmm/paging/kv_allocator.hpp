@@ -50,7 +50,7 @@ class PagedKVAllocator {
     for (GroupId g : decoder_groups_) {
       // A state group's slack stays unbounded: its one page covers any length.
       if (slack[g] != kUnboundedSlack) slack[g] -= num_tokens;
-      tables_[g].set_num_tokens(r, tokens_[r]);
+      tables_[g].set_num_tokens(Row{r}, tokens_[r]);
     }
     return true;
   }
@@ -76,6 +76,11 @@ class PagedKVAllocator {
 
   const LargePagePool& large_pages() const { return pool_; }
   const SmallPageAllocator& small_pages(GroupId g) const { return allocators_[group(g)]; }
+  // An active request's row in the page tables: this allocator's ids are their rows.
+  Row row(RequestId r) const {
+    check_active(r);
+    return Row{r};
+  }
   const PageTableSet& page_tables(GroupId g) const { return tables_[group(g)]; }
   PageTableSet& page_tables(GroupId g) { return tables_[group(g)]; }
 

@@ -48,7 +48,7 @@ struct LargePageRecord {
   std::uint32_t free_head = kNone;  // intrusive list of returned small pages
   std::uint32_t free_count = 0;     // free small pages (returned + never handed out)
   std::uint32_t bump = 0;           // slots [bump, n) never handed out yet
-  RequestId assoc = kNoRequest;     // request this large page is associated with
+  Row assoc = kNoRow;               // the request row this large page is associated with
   std::uint32_t assoc_epoch = 0;
   std::uint32_t rprev = kNone, rnext = kNone;  // request's list of pages with free slots
   std::uint32_t gprev = kNone, gnext = kNone;  // group's list of pages with free slots

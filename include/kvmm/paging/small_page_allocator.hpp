@@ -35,33 +35,32 @@ class SmallPageAllocator {
   // `pool_reserve` free pages, so a multi-group allocation can keep the large pages
   // other groups need; without a free small page the reserve is ignored.
   // std::nullopt when neither a free small page nor a free large page exists.
-  std::optional<PageId> allocate(RequestId r, std::uint32_t pool_reserve = 0) {
-    if (r >= req_head_.size()) bad_request(r);
+  std::optional<PageId> allocate(Row r, std::uint32_t pool_reserve = 0) {
+    if (r.index >= req_head_.size()) bad_request(r);
     std::uint32_t lp = kNone;
     if (placement_ == Placement::kRequestAware) {
-      lp = req_head_[r];
+      lp = req_head_[r.index];
       if (lp != kNone) return take(lp);
       if (pool_.num_free() > pool_reserve)
         if (const PageId p = take_fresh(r); p != kNullPage) return p;
     }
     if (group_head_ != kNone) return take(group_head_);
     if (pool_.num_free() > 0)
-      if (const PageId p = take_fresh(placement_ == Placement::kRequestAware ? r : kNoRequest); p != kNullPage)
-        return p;
+      if (const PageId p = take_fresh(placement_ == Placement::kRequestAware ? r : kNoRow); p != kNullPage) return p;
     return std::nullopt;
   }
 
   // The three placement steps on their own, for callers that interleave other steps
   // (eviction, Jenga §5.4). Each is O(1) and returns kNullPage when it cannot serve.
   // Step 1: a free small page in a large page associated with r.
-  PageId try_associated(RequestId r) {
-    if (r >= req_head_.size()) bad_request(r);
-    if (req_head_[r] == kNone) return kNullPage;
-    return take(req_head_[r]);
+  PageId try_associated(Row r) {
+    if (r.index >= req_head_.size()) bad_request(r);
+    if (req_head_[r.index] == kNone) return kNullPage;
+    return take(req_head_[r.index]);
   }
-  // Step 2: a fresh large page from the pool, associated with r (kNoRequest: none).
-  PageId try_fresh(RequestId r) {
-    if (r != kNoRequest && r >= req_head_.size()) bad_request(r);
+  // Step 2: a fresh large page from the pool, associated with r (kNoRow: none).
+  PageId try_fresh(Row r) {
+    if (r != kNoRow && r.index >= req_head_.size()) bad_request(r);
     if (pool_.num_free() == 0) return kNullPage;
     return take_fresh(r);
   }
@@ -95,7 +94,7 @@ class SmallPageAllocator {
       if (n_ > 1) unlink(lp);
       num_free_ -= n_;
       --num_large_;
-      L.assoc = kNoRequest;
+      L.assoc = kNoRow;
       pool_.free(lp);
     } else if (L.free_count == 1) {
       link(lp);
@@ -104,7 +103,7 @@ class SmallPageAllocator {
 
   // Ends request r's association with its large pages (they stay with the group and
   // serve step 3). O(large pages of r that have free small pages).
-  void release_request(RequestId r);
+  void release_request(Row r);
 
   bool is_allocated(PageId s) const { return s < entry_.size() && entry_[s] == kAllocated; }
   // Starts loading what free(s) reads of s (a hint; s must be a page id of this group).
@@ -112,8 +111,8 @@ class SmallPageAllocator {
   GroupId group() const { return group_; }
   std::uint32_t pages_per_large() const { return n_; }
   PageId large_page_of(PageId s) const { return s / n_; }
-  // The request a large page of this group is associated with (kNoRequest if none).
-  RequestId associated_request(PageId large) const;
+  // The request a large page of this group is associated with (kNoRow if none).
+  Row associated_row(PageId large) const;
   std::uint32_t num_used_small() const { return num_used_; }
   // Free small pages inside large pages this group holds.
   std::uint32_t num_free_small() const { return num_free_; }
@@ -124,17 +123,18 @@ class SmallPageAllocator {
   // O(associated large pages that have a free slot).
   // The first large page associated with r that has a free slot (kNullPage: none); the
   // next one is next_associated(lp). Step 1 fills them in this order, each until full.
-  PageId first_associated(RequestId r) const {
-    if (r >= req_head_.size()) bad_request(r);
-    return req_head_[r] == kNone ? kNullPage : req_head_[r];
+  PageId first_associated(Row r) const {
+    if (r.index >= req_head_.size()) bad_request(r);
+    return req_head_[r.index] == kNone ? kNullPage : req_head_[r.index];
   }
   // The first large page of the group with a free slot (kNullPage: none); the next one is
   // next_with_free(lp). Step 3 (try_any) fills them in this order.
   PageId first_with_free() const { return group_head_ == kNone ? kNullPage : group_head_; }
-  std::uint32_t associated_free_small(RequestId r) const {
-    if (r >= req_head_.size()) bad_request(r);
+  std::uint32_t associated_free_small(Row r) const {
+    if (r.index >= req_head_.size()) bad_request(r);
     std::uint32_t n = 0;
-    for (std::uint32_t lp = req_head_[r]; lp != kNone; lp = pool_.record(lp).rnext) n += pool_.record(lp).free_count;
+    for (std::uint32_t lp = req_head_[r.index]; lp != kNone; lp = pool_.record(lp).rnext)
+      n += pool_.record(lp).free_count;
     return n;
   }
 
@@ -176,10 +176,10 @@ class SmallPageAllocator {
   // Opens a large page from the pool for r and hands out its first slot; it joins the
   // free lists only if slots remain (never for n = 1). kNullPage if the pool has none
   // (or its LargePageSource cannot back one).
-  PageId take_fresh(RequestId r);
+  PageId take_fresh(Row r);
   void link(std::uint32_t lp);
   void unlink(std::uint32_t lp);
-  [[noreturn, gnu::cold]] void bad_request(RequestId r) const;
+  [[noreturn, gnu::cold]] void bad_request(Row r) const;
   [[noreturn, gnu::cold]] void bad_free(PageId s) const;
 
   GroupId group_;

@@ -1,0 +1,287 @@
+// Admission's calls: see admission.hpp.
+#include "manager_core.hpp"
+
+#include "kvmm/error.hpp"
+#include "prefetch.hpp"
+
+#include <algorithm>
+
+namespace kvmm::detail {
+
+AllocateResult Admission::allocate(RequestId r, std::uint32_t num_new_tokens, std::uint32_t lookahead) {
+  return allocate_at(r, m_.running(r), num_new_tokens, lookahead);
+}
+
+std::uint64_t Admission::lookup_prefix(RequestId r) {
+  const Row s = m_.running(r);
+  Request& q = m_.reqs_[s];
+  if (q.phase != Phase::kRegistered)
+    fail("request = {}: lookup_prefix must come once, before the first allocate (or after reset)", r);
+  q.to(Phase::kLookedUp);
+  ++m_.lookups_;
+  const std::uint64_t num_tokens = q.ids.num_tokens();
+  m_.lookup_tokens_ += num_tokens;
+  q.hit.lookup_tokens = num_tokens;
+  if (!m_.options_.prefix_caching || num_tokens <= 1) return 0;
+  const std::uint64_t limit = num_tokens - 1;
+  // add_request hashed the prompt's full pages; only ids appended since need hashing.
+  for (std::uint32_t c = 0; c < m_.class_tokens_.size(); ++c) q.ids.ensure(c, limit / m_.class_tokens_[c]);
+  const std::uint64_t p = m_.lookup_.longest_hit(r, q, limit);
+  m_.lookup_.count_hit(q, p);
+  // The request continues from p; allocate pins the pages the hit needs.
+  q.hit.tokens = p;
+  q.hit.pending = p > 0;
+  q.hit.branch = m_.lookup_.whole_prefix_hit(limit);
+  const std::span<const MultimodalItem> items = q.ids.items();
+  // Embedding pages of images the hit consumed entirely are never needed.
+  while (q.images.consumed < items.size() && items[q.images.consumed].offset + items[q.images.consumed].length <= p)
+    ++q.images.consumed;
+  q.progress.computed = q.progress.allocated = p;
+  m_.hit_tokens_ += p;
+  return p;
+}
+
+// need_[g]: pages of group g the step needs (a copy-on-write copy first where cow_[g]).
+// Whether any page is needed.
+bool Admission::compute_need(Row s, const Request& q, std::uint32_t num_new_tokens, std::uint64_t target) {
+  bool any = false;
+  for (GroupId g = 0; g < m_.groups_.size(); ++g) {
+    const Group& grp = m_.groups_[g];
+    m_.need_[g] = 0;
+    m_.cow_[g] = 0;
+    if (grp.decoder) {
+      if (target > q.progress.allocated) {
+        // A pending hit will bring its pages (below the policy's first required one: null).
+        const std::uint64_t have = q.hit.pending ? q.hit.tokens / grp.P : grp.table.num_pages(s);
+        const std::uint64_t want = m_.pages_for(target, grp.P);
+        m_.need_[g] = want > have ? want - have : 0;
+      }
+      m_.need_[g] += q.tier.fill[g];  // fresh pages for a tier hit's loads (admit_tier listed them)
+      if (num_new_tokens > 0 && q.progress.computed % grp.P != 0) {
+        const std::uint64_t idx = q.progress.computed / grp.P;
+        const std::span<const PageId> pages = grp.table.pages(s);
+        if (idx < pages.size() && pages[idx] != kNullPage && grp.pg[pages[idx]].ref > 1) m_.cow_[g] = 1;
+      }
+    } else if (!q.images.ready && !q.ids.items().empty()) {
+      m_.need_[g] = m_.images.encoder_misses(s, q, g);
+    }
+    m_.need_[g] += m_.cow_[g];
+    any |= m_.need_[g] > 0;
+  }
+  return any;
+}
+
+// Takes need_[g] pages of every group (feasible() said they can be had).
+void Admission::take_pages(Row s, Request& q) {
+  const std::span<const MultimodalItem> items = q.ids.items();
+  for (GroupId g = 0; g < m_.groups_.size(); ++g) {
+    Group& grp = m_.groups_[g];
+    if (grp.decoder) {
+      if (q.tier.fill[g] > 0) m_.tier.fill_tier_pages(s, q, g);
+      if (m_.cow_[g]) {
+        m_.copies_.push_back(
+            m_.rows_.copy_on_write(g, s, q.progress.computed / grp.P, m_.step_, q.progress.last_step, q.prio));
+        ++m_.counts_.cow_copies;
+        --m_.need_[g];
+      }
+      for (std::uint64_t k = 0; k < m_.need_[g]; ++k)
+        m_.rows_.append_fresh(g, s, m_.step_, grp.policy->prefix_length(grp.table.num_pages(s)));
+      // The table's own token count follows the pages (kernel exports use kv_len instead).
+      if (m_.target_ > grp.table.num_tokens(s)) m_.rows_.set_tokens(g, s, m_.target_);
+    } else if (m_.need_[g] > 0) {
+      m_.images.build_encoder_rows(s, q);
+      for (std::uint32_t k = 0; k < items.size(); ++k) {
+        if (grp.image.release_when_consumed && k < q.images.consumed) continue;
+        for (std::uint64_t i = q.images.page[g][k]; i < q.images.page[g][k + 1]; ++i)
+          if (grp.table.pages(s)[i] == kNullPage) m_.rows_.place_fresh(g, s, i, m_.step_, q.images.rank[k]);
+      }
+    }
+  }
+}
+
+// The lookup's hit into r's rows (references +1). false, nothing changed, when a page of
+// it was evicted since the lookup.
+bool Admission::admit(RequestId r, Row s, Request& q) {
+  if (q.tier.pending) return m_.tier.admit_tier(r, s, q);
+  if (!m_.hit_pins_.pin(r, s, q, q.hit.tokens)) return false;
+  q.hit.pending = false;
+  for (GroupId g = 0; g < m_.groups_.size(); ++g) {
+    const Group& grp = m_.groups_[g];
+    if (!grp.decoder) continue;
+    const std::uint64_t pages = q.hit.tokens / grp.P;
+    q.progress.lo[g] = std::min(grp.policy->first_required_page(q.hit.tokens), pages);
+    q.progress.registered[g] = pages;
+  }
+  return true;
+}
+
+// A refused allocate gives back the hit it pinned: every page returns to the list entry
+// its lazy pin left (released at time 0 at its own level, so key and level are as the
+// lookup found them), and the request is as lookup_prefix left it.
+void Admission::release_unpinned_hit(Row s, Request& q) {
+  release_admission_pins(s, q);
+  q.hit.pending = true;
+}
+
+// What an allocate that is refused (or only asked: would_allocate) pinned goes back: the
+// hit (pinning) or the images it took from the cache.
+void Admission::give_back_admission(Row s, Request& q, bool pinning, bool images) {
+  if (pinning)
+    release_unpinned_hit(s, q);
+  else if (images)
+    release_admission_pins(s, q);
+}
+
+// What a refused first allocate pinned (the hit, images from the cache) goes back, the
+// rows empty again.
+void Admission::release_admission_pins(Row s, Request& q) {
+  q.images.cached.clear();
+  for (GroupId g = 0; g < m_.groups_.size(); ++g) {
+    m_.rows_.unadopt_row(g, s, true);
+    q.progress.lo[g] = q.progress.registered[g] = 0;
+  }
+}
+
+// The need (compute_need, as if pinned) cannot be had even before the pin: against the
+// counts as they are, then, where removing every hit page from the evictable counts would
+// refuse too (O(groups)), against the counts less the hit's evictable pages (one read
+// pass over the hit, only then: an admission that fits never pays it).
+bool Admission::refused_before_pin(RequestId r, const Request& q) {
+  if (m_.alloc_.surely_infeasible(m_.need_)) return true;
+  m_.leaving_.assign(m_.groups_.size(), 0);
+  for (GroupId g = 0; g < m_.groups_.size(); ++g) {
+    const Group& grp = m_.groups_[g];
+    if (!grp.decoder) continue;
+    const std::uint64_t pages = q.hit.tokens / grp.P;
+    m_.leaving_[g] =
+        std::min<std::uint64_t>(pages - std::min(grp.policy->first_required_page(q.hit.tokens), pages), grp.evictable);
+  }
+  if (!m_.alloc_.surely_infeasible(m_.need_, m_.leaving_)) return false;
+  return m_.lookup_.evictable_in_hit(r, q, q.hit.tokens, m_.leaving_) &&
+         m_.alloc_.surely_infeasible(m_.need_, m_.leaving_);
+}
+
+// Debug tier 2: the refusal before the pin against the full path (pin, need, replay,
+// unpin), which must refuse too. Drops stale list entries only (order unchanged).
+void Admission::check_refusal(RequestId r, Row s, Request& q, std::uint32_t num_new_tokens, std::uint64_t target) {
+  if (!admit(r, s, q)) return;  // allocate's own path answers kHitLost
+  const bool fits = !compute_need(s, q, num_new_tokens, target) || m_.alloc_.feasible(s, m_.need_);
+  release_unpinned_hit(s, q);
+  if (fits) fail("debug check: request {} refused before pinning its hit, but the pinned need fits", r);
+}
+
+// A pool over a source backs pages as they are taken, and backing may fail (an elastic
+// arena short of chunks): the fresh large pages the step may take (a group's fresh page
+// serves it by step 1 until full, after the free small pages of its associated ones) are
+// backed first, as many as can be, and the pool then offers only those: the steps and the
+// feasibility check count them, evict where they fall short, and cannot fail half way.
+// A plain pool: nothing to do.
+void Admission::begin_backing(Row s) {
+  if (!m_.pool_.has_source()) return;
+  std::uint64_t fresh = 0;
+  for (GroupId g = 0; g < m_.groups_.size(); ++g) {
+    const std::uint64_t assoc = m_.groups_[g].alloc.associated_free_small(s);
+    if (m_.need_[g] > assoc) fresh += (m_.need_[g] - assoc + m_.groups_[g].n - 1) / m_.groups_[g].n;
+  }
+  const auto want = static_cast<std::uint32_t>(std::min<std::uint64_t>(fresh, m_.pool_.num_free()));
+  if (const std::uint32_t got = m_.pool_.reserve(want); got < want)
+    m_.log(LogLevel::kInfo, "{} of {} large pages could be backed", got, want);
+}
+
+AllocateResult Admission::refused(RequestId r, const Request& q, std::uint32_t num_new_tokens) {
+  ++m_.counts_.refused_allocations;
+  if (!q.admitted()) ++m_.counts_.refused_admissions;
+  m_.log(LogLevel::kDebug, "request {}: allocate of {} tokens refused ({})", r, num_new_tokens,
+         q.admitted() ? "running" : "admission");
+  return {AllocateStatus::kNoMemory};
+}
+
+AllocateResult Admission::allocate_at(RequestId r, Row s, std::uint32_t num_new_tokens, std::uint32_t lookahead) {
+  Request& q = m_.reqs_[s];
+  const std::uint64_t target = q.progress.computed + num_new_tokens + lookahead;  // < 2^32 + 2^33: no wrap
+  if (target > KVCacheManager::kMaxTokens)
+    fail("num_new_tokens = {}, lookahead = {}: request {} would hold {} tokens, at most {}", num_new_tokens, lookahead,
+         r, target, KVCacheManager::kMaxTokens);
+  if (q.loading()) [[unlikely]]
+    m_.loading_error(r, "allocate");
+  const bool pinning = q.hit.pending;
+  if (pinning) {
+    // Refused for sure? Then the hit is not pinned at all. The need counted as if it were
+    // (the hit's pages are had) against the evictable counts before the pin takes the hit
+    // out of them (more capacity): a refusal here is a refusal after it. Image pages are
+    // counted only once the rows exist, so requests with images skip this.
+    if (q.ids.items().empty() && !q.tier.pending && compute_need(s, q, num_new_tokens, target) &&
+        refused_before_pin(r, q)) {
+      if constexpr (kCheckInternal) {
+        const bool was = m_.store_.keep_stale(true);
+        check_refusal(r, s, q, num_new_tokens, target);
+        m_.store_.keep_stale(was);
+      }
+      return refused(r, q, num_new_tokens);
+    }
+    if (!admit(r, s, q)) {
+      ++m_.counts_.lost_hits;
+      m_.log(LogLevel::kWarning, "request {}: its {}-token prefix hit was evicted before its allocate", r,
+             q.hit.tokens);
+      return {AllocateStatus::kHitLost};  // nothing changed: the engine resets r and looks it up again
+    }
+  }
+  const bool images = m_.images.pin_cached_images(s, q);
+  auto give_back = [&] { give_back_admission(s, q, pinning, images); };
+  if (compute_need(s, q, num_new_tokens, target)) {
+    try {
+      begin_backing(s);
+    } catch (...) {  // the source raised: nothing reserved, the hit given back
+      give_back();
+      throw;
+    }
+    if (!m_.alloc_.feasible(s, m_.need_)) {
+      m_.pool_.end_reservation();
+      give_back();
+      return refused(r, q, num_new_tokens);
+    }
+    m_.target_ = target;
+    take_pages(s, q);
+    m_.pool_.end_reservation();
+  }
+  if (images) {
+    if (q.images.cached.empty()) q.images.cached.assign(q.ids.items().size(), 0);  // prefix caching off
+    q.images.ready = true;
+  }
+  q.progress.allocated = std::max(q.progress.allocated, target);
+  q.progress.step_end = q.progress.computed + num_new_tokens;
+  if (!q.admitted()) {  // only now do its pages count as accessed
+    q.to(q.tier.pending ? Phase::kLoading : Phase::kRunning);
+    q.progress.last_step = m_.step_;
+    ++m_.counts_.admissions;
+    m_.counts_.admitted_lookup_tokens += q.hit.lookup_tokens;
+    m_.counts_.admitted_hit_tokens += q.hit.tokens;
+    m_.retention.learn_at_admission(q);
+  }
+  if (q.tier.pending) m_.tier.start_loads(r, s, q);
+  m_.expensive_check();
+  return {};
+}
+
+bool Admission::would_allocate(RequestId r, std::uint32_t num_new_tokens, std::uint32_t lookahead) {
+  const Row s = m_.running(r);
+  Request& q = m_.reqs_[s];
+  const std::uint64_t target = q.progress.computed + num_new_tokens + lookahead;
+  if (target > KVCacheManager::kMaxTokens)
+    fail("num_new_tokens = {}, lookahead = {}: request {} would hold {} tokens, at most {}", num_new_tokens, lookahead,
+         r, target, KVCacheManager::kMaxTokens);
+  if (q.loading()) [[unlikely]]
+    m_.loading_error(r, "would_allocate");
+  if (q.tier.pending) fail("request = {}: would_allocate of a pending tier hit is not supported", r);
+  if (m_.pool_.has_source())
+    fail("would_allocate: not supported with a large_page_source (allocate decides the backing)");
+  const bool pinning = q.hit.pending;
+  if (pinning && !admit(r, s, q)) return false;           // the hit was evicted: allocate returns kHitLost
+  const bool images = m_.images.pin_cached_images(s, q);  // as allocate: cached images count as had
+  const bool fits = !compute_need(s, q, num_new_tokens, target) || m_.alloc_.feasible(s, m_.need_);
+  give_back_admission(s, q, pinning, images);
+  m_.expensive_check();
+  return fits;
+}
+
+}  // namespace kvmm::detail

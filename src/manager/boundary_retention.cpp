@@ -1,0 +1,96 @@
+// BoundaryRetention's calls: see boundary_retention.hpp.
+#include "manager_core.hpp"
+
+#include "kvmm/error.hpp"
+#include "prefetch.hpp"
+
+#include <algorithm>
+
+namespace kvmm::detail {
+
+void BoundaryRetention::update_anchor() {
+  m_.anchor_ = kNoGroup;
+  for (GroupId g = 0; g < m_.groups_.size() && m_.anchor_ == kNoGroup; ++g)
+    if (m_.groups_[g].decoder && m_.groups_[g].whole_prefix) m_.anchor_ = g;
+}
+
+// Hinted boundaries replace the row's; the held list is reserved for them (a sliding
+// window's w / P + 1 pages per boundary), so holding them never touches the heap mid-step.
+void BoundaryRetention::set_boundaries(Request& q, std::span<const std::uint64_t> hinted, std::uint64_t prompt) {
+  q.keep.bounds.clear();
+  q.keep.held.clear();
+  std::fill(q.keep.held_in.begin(), q.keep.held_in.end(), 0);
+  for (std::uint64_t L : hinted) q.keep.bounds.add(L);
+  const std::uint64_t tail = m_.options_.prefix_caching ? m_.options_.prompt_tail_tokens : 0;
+  if (tail > 0 && prompt > 0) q.keep.bounds.set_tail(prompt > tail ? prompt - tail : 1, prompt, prompt + tail);
+  // Room for every page the boundaries may hold (a bound, not the count): no heap use
+  // when pages leave the windows.
+  std::uint64_t most = 0;
+  auto room = [&](const Group& grp, std::uint64_t lo, std::uint64_t hi) {
+    const std::uint64_t pages = hi / grp.P;
+    most += pages - std::min(pages, grp.policy->first_required_page(lo / grp.P * grp.P));
+  };
+  for (const Group& grp : m_.groups_) {
+    if (!grp.decoder) continue;
+    for (std::uint64_t L : hinted) room(grp, L, L);
+    if (q.keep.bounds.tail_hi() > 0 && !grp.spec.is_state())
+      room(grp, q.keep.bounds.tail_lo(), q.keep.bounds.tail_hi());
+  }
+  q.keep.held.reserve(most);
+}
+
+// At its first admission: a whole-prefix hit longer than the hit every group allowed is a
+// branch point (learned, and held by this request, which recomputes up to it); a hit that
+// ends at a learned point is held again, so the prefix stays findable after this request.
+void BoundaryRetention::learn_at_admission(Request& q) {
+  if (!m_.branches_.enabled() || m_.anchor_ == kNoGroup) return;
+  const Group& a = m_.groups_[m_.anchor_];
+  // A preempted request's own pages are not another request's prefix: where they part from
+  // the hit says nothing about what others share.
+  if (q.was_reset) return;
+  const std::span<const BlockHash> chain = q.ids.chain(a.hash_class);
+  if (const std::uint64_t pages = q.hit.branch / a.P;
+      q.hit.branch > q.hit.tokens && pages > 0 && pages <= chain.size()) {
+    m_.branches_.insert(chain[pages - 1]);
+    q.keep.bounds.add(pages * a.P);
+  }
+  if (const std::uint64_t pages = q.hit.tokens / a.P;
+      pages > 0 && pages <= chain.size() && m_.branches_.contains(chain[pages - 1]))
+    q.keep.bounds.add(pages * a.P);
+}
+
+// The anchor group's pages [from, full) just registered: a learned point among them is a
+// boundary of this request.
+void BoundaryRetention::learn_on_register(Request& q, const BlockHash* hv, std::uint64_t from, std::uint64_t full) {
+  for (std::uint64_t i = from; i < full; ++i)
+    if (m_.branches_.contains(hv[i])) q.keep.bounds.add((i + 1) * m_.groups_[m_.anchor_].P);
+}
+
+// Held pages go back with the request's last access time, the key its full-attention pages
+// at the same positions get in release_rows: the cached prefix ages as one unit.
+// A prompt tail is a guess: it is kept only while it stays cheap. Once the request has
+// computed prompt_tail_tokens past its prompt (a long answer: the window a hit at the
+// prompt's end needs would keep growing out of the table), the tail stops being a
+// boundary and the pages only it held are released, last held first, keyed with this
+// step: they were in use until now, so they age from now (released with their older
+// times they would be the next victims, and a question arriving after a long answer
+// would miss). O(held pages), once per request.
+void BoundaryRetention::drop_tail(Request& q) {
+  q.keep.bounds.set_tail(0, 0, 0);
+  auto tail_only = [&](const HeldPage& h) { return !q.keep.bounds.held(*m_.groups_[h.group].policy, h.index, false); };
+  for (std::size_t k = q.keep.held.size(); k-- > 0;) {
+    if (!tail_only(q.keep.held[k])) continue;
+    m_.rows_.drop(q.keep.held[k].group, q.keep.held[k].page, m_.step_, q.prio);
+    --q.keep.held_in[q.keep.held[k].group];
+  }
+  std::erase_if(q.keep.held, tail_only);
+}
+
+void BoundaryRetention::release_held(Request& q) {
+  for (auto it = q.keep.held.rbegin(); it != q.keep.held.rend(); ++it)
+    m_.rows_.drop(it->group, it->page, q.progress.last_step, q.prio);
+  q.keep.held.clear();
+  std::fill(q.keep.held_in.begin(), q.keep.held_in.end(), 0);
+}
+
+}  // namespace kvmm::detail
