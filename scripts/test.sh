@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Builds kvmm with warnings as errors and runs every test; the manager, caching and paging
-# tests at debug tier 2; then everything again under AddressSanitizer + UndefinedBehaviorSanitizer; fuzzes the config reader and the KV event
-# encoder (scripts/fuzz.sh, clang + libFuzzer); the memory tests under ThreadSanitizer;
-# then uses kvmm as engines would: installed (find_package, pkg-config) and embedded
-# (add_subdirectory, FetchContent), checking the embedding manners (tests/consumer/run.sh).
+# Checks the format and that includes point down the layers (docs/architecture.md); builds
+# kvmm with warnings as errors and runs every test; the manager, caching and paging tests at
+# debug tier 2; then everything again under AddressSanitizer + UndefinedBehaviorSanitizer;
+# fuzzes the config reader and the KV event encoder (scripts/fuzz.sh, clang + libFuzzer);
+# the memory tests under ThreadSanitizer; then uses kvmm as engines would: installed
+# (find_package, pkg-config) and embedded (add_subdirectory, FetchContent), checking the
+# embedding manners (tests/consumer/run.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/deps.sh
@@ -11,6 +13,9 @@ kvmm_install_deps clang-format
 
 echo "== format check (.clang-format over every C++/CUDA file, scripts/format.sh)"
 scripts/format.sh --check
+
+echo "== layers: every include points down the table of docs/architecture.md (scripts/check_layers.py)"
+/usr/bin/python3 scripts/check_layers.py
 
 jobs=$(nproc)
 build=$(realpath -m "${KVMM_BUILD_ROOT:-build}")
