@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Builds kvmm with warnings as errors and runs every test; then again under
-# AddressSanitizer + UndefinedBehaviorSanitizer; fuzzes the config reader and the KV event
-# encoder (scripts/fuzz.sh, clang + libFuzzer); the memory tests under ThreadSanitizer;
-# then uses kvmm as engines would: installed (find_package, pkg-config) and embedded
-# (add_subdirectory, FetchContent), checking the embedding manners (tests/consumer/run.sh).
+# Checks the format and that includes point down the layers (docs/architecture.md); builds
+# kvmm with warnings as errors and runs every test; the manager, caching and paging tests at
+# debug tier 2; then everything again under AddressSanitizer + UndefinedBehaviorSanitizer;
+# fuzzes the config reader and the KV event encoder (scripts/fuzz.sh, clang + libFuzzer);
+# the memory tests under ThreadSanitizer; then uses kvmm as engines would: installed
+# (find_package, pkg-config) and embedded (add_subdirectory, FetchContent), checking the
+# embedding manners (tests/consumer/run.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/deps.sh
@@ -11,6 +13,9 @@ kvmm_install_deps clang-format
 
 echo "== format check (.clang-format over every C++/CUDA file, scripts/format.sh)"
 scripts/format.sh --check
+
+echo "== layers: every include points down the table of docs/architecture.md (scripts/check_layers.py)"
+/usr/bin/python3 scripts/check_layers.py
 
 jobs=$(nproc)
 build=$(realpath -m "${KVMM_BUILD_ROOT:-build}")
@@ -45,6 +50,15 @@ KVMM_BUILD="$build/release" /usr/bin/python3 -m pytest -q -p no:cacheprovider te
 echo "== vLLM: vLLM's own scheduler on kvmm (pinned vLLM in a venv outside the repo, kvmm pip-installed; tests/vllm)"
 KVMM_BUILD_ROOT="$build" scripts/vllm_env.sh
 "$(scripts/vllm_env.sh --python)" -m pytest -q -p no:cacheprovider tests/vllm
+
+echo "== debug tier 2 (KVMM_DEBUG_CHECKS=2: every fast path checked against its generic path): manager, caching, paging tests"
+# Only the three test binaries and the library, -O1 without -g: the tier's own checks are
+# what this stage adds (tier 3, the full recount, runs in the sanitizer stage below).
+cmake -S . -B "$build/debug2" -DCMAKE_BUILD_TYPE=Debug -DKVMM_WERROR=ON -DKVMM_CUDA=OFF -DKVMM_DEBUG_CHECKS=2 \
+  -DKVMM_BUILD_TESTS=ON -DKVMM_BUILD_BENCH=OFF -DKVMM_BUILD_EXAMPLES=OFF -DKVMM_PYTHON=OFF \
+  -DCMAKE_CXX_FLAGS_DEBUG="-O1"
+cmake --build "$build/debug2" -j"$jobs" --target kvmm_test_manager kvmm_test_caching kvmm_test_paging
+ctest --test-dir "$build/debug2" --output-on-failure -j"$jobs" -L '^(manager|caching|paging)$'
 
 echo "== AddressSanitizer + UndefinedBehaviorSanitizer build and tests (debug tier 3; the plain path: no prefetch)"
 cmake -S . -B "$build/asan" -DCMAKE_BUILD_TYPE=Debug -DKVMM_WERROR=ON -DKVMM_CUDA=OFF \

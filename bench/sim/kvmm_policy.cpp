@@ -9,7 +9,7 @@
 
 #include "kvmm/error.hpp"
 #include "kvmm/manager/kv_cache_manager.hpp"
-#include "kvmm/manager/testing.hpp"
+#include "kvmm/testing/manager_inspector.hpp"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-#include "kvmm/dist/batch_ring.hpp"
+#include "kvmm/dist/detail/batch_ring.hpp"
 
 #include "kvmm/error.hpp"
 

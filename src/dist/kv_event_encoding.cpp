@@ -1,7 +1,7 @@
 #include "kvmm/dist/kv_event_encoding.hpp"
 
 #include "kvmm/checked.hpp"
-#include "kvmm/dist/msgpack.hpp"
+#include "kvmm/dist/detail/msgpack.hpp"
 #include "kvmm/error.hpp"
 
 #include <array>

@@ -1,7 +1,7 @@
 // BatchRing: a randomized single-threaded sequence of pushes and pops of random batches
 // against a deque model (wrap-around, full ring, max_batches), then a producer and a
 // consumer thread (run under TSan in scripts/test.sh) checking every popped batch.
-#include "kvmm/dist/batch_ring.hpp"
+#include "kvmm/dist/detail/batch_ring.hpp"
 
 #include <catch2/catch.hpp>
 

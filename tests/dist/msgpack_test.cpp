@@ -1,7 +1,7 @@
 // MsgpackWriter: every type in its shortest form against bytes written by hand from the
 // msgpack spec, the format boundaries (fix/8/16/32-bit), no allocation into a grown
 // buffer, and a mixed value decoded by python3-msgpack (an independent implementation).
-#include "kvmm/dist/msgpack.hpp"
+#include "kvmm/dist/detail/msgpack.hpp"
 #include "dist_test_util.hpp"
 
 #include <catch2/catch.hpp>

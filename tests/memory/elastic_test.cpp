@@ -2,10 +2,10 @@
 #include "kvmm/memory/activation_allocator.hpp"
 #include "kvmm/memory/arena_page_pool.hpp"
 #include "kvmm/memory/elastic_memory.hpp"
-#include "kvmm/memory/faulty_memory.hpp"
 #include "kvmm/memory/host_memory.hpp"
 #include "kvmm/memory/host_offload.hpp"
 #include "kvmm/memory/virtual_kv_cache.hpp"
+#include "kvmm/testing/faulty_memory.hpp"
 
 #include <catch2/catch.hpp>
 

@@ -1,8 +1,8 @@
 #include "kvmm/memory/kv_arena.hpp"
 #include "kvmm/error.hpp"
 #include "kvmm/memory/arena_page_pool.hpp"
-#include "kvmm/memory/faulty_memory.hpp"
 #include "kvmm/memory/host_memory.hpp"
+#include "kvmm/testing/faulty_memory.hpp"
 
 #include <catch2/catch.hpp>
 

@@ -1,7 +1,7 @@
 #include "kvmm/memory/virtual_kv_cache.hpp"
 #include "kvmm/error.hpp"
-#include "kvmm/memory/faulty_memory.hpp"
 #include "kvmm/memory/host_memory.hpp"
+#include "kvmm/testing/faulty_memory.hpp"
 
 #include <catch2/catch.hpp>
 

@@ -4,7 +4,7 @@
 #pragma once
 
 #include "kvmm/manager/kv_cache_manager.hpp"
-#include "kvmm/manager/testing.hpp"
+#include "kvmm/testing/manager_inspector.hpp"
 
 #include <cstdint>
 #include <set>

@@ -4,7 +4,7 @@
 // thread touches the sockets.
 #include "kvmm/dist/event_publisher.hpp"
 
-#include "kvmm/dist/batch_ring.hpp"
+#include "kvmm/dist/detail/batch_ring.hpp"
 #include "kvmm/error.hpp"
 
 #include <sys/eventfd.h>

@@ -6,7 +6,7 @@
 // threaded process, so the TSan stage runs the rest). Also: no heap allocation per publish on the scheduler thread, a
 // dropped batch is counted and leaves a gap, and vLLM's data-parallel endpoint rule.
 #include "event_harness.hpp"
-#include "kvmm/dist/batch_ring.hpp"
+#include "kvmm/dist/detail/batch_ring.hpp"
 #include "kvmm/dist/event_publisher.hpp"
 #include "kvmm/error.hpp"
 #include "support/count_new.hpp"

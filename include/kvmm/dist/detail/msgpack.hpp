@@ -1,3 +1,4 @@
+// Internal to the KV event encoder (dist/detail/: not public API).
 // MsgpackWriter: the small msgpack encoder the KV event stream needs (nil, bool, ints,
 // float64, str, bin, arrays, maps), appending to a caller-owned byte vector. Every value
 // is written in its shortest form, as msgpack-python and msgspec do. A reused vector makes

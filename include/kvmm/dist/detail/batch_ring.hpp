@@ -1,3 +1,4 @@
+// Internal to kvmm::events (dist/detail/: the publisher's queue, not public API).
 // BatchRing: a single-producer single-consumer queue of KvEventBatch copies in one byte
 // ring allocated at construction, so the producer (the scheduler thread) never allocates
 // and never waits: push() copies the batch's flat arrays in (a few memcpy, ~1 ns per
