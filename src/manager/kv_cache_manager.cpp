@@ -3,7 +3,6 @@
 // cost of a call is the core's plus one indirection.
 #include "kvmm/manager/kv_cache_manager.hpp"
 
-#include "kvmm/manager/testing.hpp"
 #include "manager_core.hpp"
 
 namespace kvmm {
@@ -130,52 +129,6 @@ std::uint32_t KVCacheManager::num_held_pages(RequestId r, GroupId g) const {
 std::uint32_t KVCacheManager::num_evictable_pages(GroupId g) const { return core_->group(g).evictable; }
 std::uint64_t KVCacheManager::num_evicted_pages(GroupId g) const { return core_->group(g).evicted; }
 void KVCacheManager::check_invariants() const { core_->check_invariants(); }
-
-// ---------------------------------------------------------------- testing::ManagerInspector
-
-namespace testing {
-
-PageState ManagerInspector::page_state(GroupId g, PageId p) const {
-  const detail::ManagerCore& core = *kv_.core_;
-  core.check_page(g, p);
-  if (core.store().rec(g, p).ref > 0) return PageState::kUsed;
-  return core.store().listed(g, p) ? PageState::kEvictable : PageState::kEmpty;
-}
-
-std::uint32_t ManagerInspector::ref_count(GroupId g, PageId p) const {
-  return kv_.core_->store().rec(g, kv_.core_->check_page(g, p)).ref;
-}
-
-EvictionKey ManagerInspector::eviction_key(GroupId g, PageId p) const {
-  return kv_.core_->store().rec(g, kv_.core_->check_page(g, p)).node.key;
-}
-
-std::optional<BlockHash> ManagerInspector::page_hash(GroupId g, PageId p) const {
-  const detail::PageRec& rec = kv_.core_->store().rec(g, kv_.core_->check_page(g, p));
-  if (!rec.hashed) return std::nullopt;
-  return rec.hash;
-}
-
-PageId ManagerInspector::next_small_victim(GroupId g) const {
-  return kv_.core_->store().small_front(kv_.core_->check_group(g));
-}
-std::vector<std::pair<GroupId, PageId>> ManagerInspector::held_pages(RequestId r) const {
-  std::vector<std::pair<GroupId, PageId>> out;
-  for (const detail::HeldPage& h : kv_.core_->req(r).keep.held) out.emplace_back(h.group, h.page);
-  return out;
-}
-std::vector<std::uint64_t> ManagerInspector::cache_boundaries(RequestId r) const {
-  const auto v = kv_.core_->req(r).keep.bounds.values();
-  return {v.begin(), v.end()};
-}
-std::pair<std::uint64_t, std::uint64_t> ManagerInspector::prompt_tail(RequestId r) const {
-  const detail::CacheBoundaries& b = kv_.core_->req(r).keep.bounds;
-  return {b.tail_lo(), b.tail_hi()};  // (0, 0) once dropped
-}
-PageId ManagerInspector::next_large_victim() const { return kv_.core_->store().large_front(); }
-PageId ManagerInspector::next_mixed_victim() const { return kv_.core_->store().mixed_front(); }
-
-}  // namespace testing
 
 }  // namespace kvmm
 

@@ -3,7 +3,7 @@
 // probe that tries the page after the previous hit before the index gives the index's own
 // answer whether the cached pages are consecutive ids or not.
 #include "kvmm/manager/kv_cache_manager.hpp"
-#include "kvmm/manager/testing.hpp"
+#include "kvmm/testing/manager_inspector.hpp"
 
 #include <catch2/catch.hpp>
 

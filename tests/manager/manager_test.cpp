@@ -2,7 +2,7 @@
 // swap, vision groups, pins and priorities, stats, events, and misuse.
 #include "fig10_support.hpp"
 #include "kvmm/manager/kv_cache_manager.hpp"
-#include "kvmm/manager/testing.hpp"
+#include "kvmm/testing/manager_inspector.hpp"
 
 #include <catch2/catch.hpp>
 

@@ -5,10 +5,10 @@
 // changed; randomized traffic keeps every invariant of the manager, the pool and the arena.
 #include "kvmm/manager/kv_cache_manager.hpp"
 #include "kvmm/memory/arena_page_pool.hpp"
-#include "kvmm/memory/faulty_memory.hpp"
 #include "kvmm/memory/host_memory.hpp"
 #include "kvmm/memory/kv_arena.hpp"
 #include "kvmm/paging/kv_allocator.hpp"
+#include "kvmm/testing/faulty_memory.hpp"
 
 #include <catch2/catch.hpp>
 

@@ -5,7 +5,7 @@
 // over every candidate prefix, reference counts and page states recomputed from the page
 // tables, evictions only of pages the model holds evictable, all-or-none failures.
 #include "kvmm/manager/kv_cache_manager.hpp"
-#include "kvmm/manager/testing.hpp"
+#include "kvmm/testing/manager_inspector.hpp"
 #include "random_model.hpp"
 
 #include <catch2/catch.hpp>

@@ -3,7 +3,7 @@
 // boundary is named; the held pages' keys, stats and release; learned branch points; bad
 // boundaries. The randomized model test (randomized_test.cpp) checks holds at every commit.
 #include "kvmm/manager/kv_cache_manager.hpp"
-#include "kvmm/manager/testing.hpp"
+#include "kvmm/testing/manager_inspector.hpp"
 #include "support/error_of.hpp"
 
 #include <catch2/catch.hpp>
