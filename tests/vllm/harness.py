@@ -109,6 +109,7 @@ class Setup:
     commit_after_output: bool = True  # kvmm's adapter (see KvmmKVCacheManager)
     max_loras: int = 0  # > 0: a LoRAConfig (the scheduler admits at most this many adapters per step)
     encoder_budget: int = 0  # > 0: multimodal requests (encoder compute budget and cache, in tokens)
+    hit_cap: int = 0  # > 0: every lookup capped at tokens - 1 - (a request's own 0..hit_cap-1)
 
 
 def make_scheduler(setup: Setup, kvmm: bool, check_invariants: bool = False, kcc: KVCacheConfig | None = None) -> Scheduler:
@@ -143,6 +144,21 @@ def make_scheduler(setup: Setup, kvmm: bool, check_invariants: bool = False, kcc
         sched = cls(vllm_config=vllm_config, kv_cache_config=kcc, log_stats=True,
                     structured_output_manager=StructuredOutputManager(vllm_config), block_size=setup.block_size)
     assert sched.num_lookahead_tokens == setup.lookahead
+    if setup.hit_cap:
+        # A caller's cap on the hit (vLLM's max_cache_hit_length, which its aux-output
+        # connector sets): passed to the manager's lookup as the scheduler passes it.
+        lookup = sched._get_local_prefix_cache_hit
+
+        def capped(request, max_cache_hit_length=None):
+            h = hashlib.blake2b(f"cap:{request.request_id}".encode(), digest_size=4).digest()
+            cap = max(0, request.num_tokens - 1 - int.from_bytes(h, "little") % setup.hit_cap)
+            if max_cache_hit_length is not None:
+                cap = min(cap, max_cache_hit_length)
+            out = lookup(request, cap)
+            assert out[1] <= cap, f"{request.request_id}: a hit of {out[1]} tokens past the cap of {cap}"
+            return out
+
+        sched._get_local_prefix_cache_hit = capped
     if setup.encoder_budget:
         # A text model's config gives no encoder budget; a multimodal one needs its processor
         # (a model hub). The scheduler's encoder budget and cache are set as a vision model's.

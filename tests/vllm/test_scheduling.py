@@ -50,6 +50,10 @@ CASES = [
     ("async-cache-spec3-lookahead3-swa-mm", Setup(num_blocks=64, caching=True, spec_tokens=3, lookahead=3, window=32,
                                                   async_scheduling=True, encoder_budget=256),
      FEATURES | dict(loras=0)),
+    # A caller's cap on every hit (vLLM's max_cache_hit_length): tokens - 1 - (0..63).
+    ("sync-cache-cap", Setup(num_blocks=48, caching=True, hit_cap=64), {}),
+    ("async-cache-cap-swa-lora-salt-mm", Setup(num_blocks=48, caching=True, hit_cap=64, window=32, max_loras=1,
+                                               encoder_budget=256, async_scheduling=True), FEATURES),
 ]
 
 

@@ -159,7 +159,9 @@ class KvmmKVCacheManager:
         raise AttributeError(name)
 
     # ---- requests
-    def _state(self, request: Request) -> _Req:
+    def _state(self, request: Request, num_tokens: int | None = None) -> _Req:
+        """The kvmm request of a vLLM request, registered with its first `num_tokens` token
+        ids (all by default) when new."""
         st = self._reqs.get(request.request_id)
         if st is None:
             lora = request.lora_request.lora_int_id if request.lora_request is not None else 0
@@ -168,14 +170,14 @@ class KvmmKVCacheManager:
                 pos = f.mm_position
                 items.append((_item_hash(f.identifier), pos.offset, pos.length))
             items.sort(key=lambda t: t[1])
-            tokens = list(request.all_token_ids)
+            tokens = list(request.all_token_ids[:num_tokens])
             h = self.kv.add_request(tokens, lora_id=lora, cache_salt=request.cache_salt or "", items=items)
             st = _Req(h, known=len(tokens), table_len=[0] * self.num_kv_cache_groups)
             self._reqs[request.request_id] = st
         return st
 
-    def _sync_tokens(self, request: Request, st: _Req) -> None:
-        n = request.num_tokens
+    def _sync_tokens(self, request: Request, st: _Req, upto: int | None = None) -> None:
+        n = request.num_tokens if upto is None else min(upto, request.num_tokens)
         if n > st.known:
             self.kv.append_tokens(st.handle, list(request.all_token_ids[st.known:n]))
             st.known = n
@@ -258,20 +260,35 @@ class KvmmKVCacheManager:
     def get_computed_blocks(self, request: Request, max_cache_hit_length: int | None = None):
         """(blocks, hit tokens, shared_prefix_boundary). kvmm's lookup is pure: the hit's
         pages are pinned by the allocate_slots that admits the request, so the blocks
-        returned are empty; allocate_slots takes the hit from kvmm."""
+        returned are empty; allocate_slots takes the hit from kvmm.
+
+        The hit is at most `max_cache_hit_length` tokens (default and ceiling: the request's
+        tokens - 1, as vLLM's). kvmm's lookup stops at its known tokens - 1, so a lower cap
+        is applied by giving kvmm only the first cap + 1 token ids before the lookup and the
+        rest after it; a request kvmm already holds with more ids (a preempted one) is
+        registered again (its pages are hashed again: O(tokens), on this path only)."""
         if not self.prefix_cache_lookup_enabled(request):
             return self.empty_kv_cache_blocks, 0, 0
-        st = self._state(request)
+        limit = request.num_tokens - 1
+        if max_cache_hit_length is not None:
+            if max_cache_hit_length < 0:
+                raise ValueError(f"max_cache_hit_length = {max_cache_hit_length}: must be >= 0")
+            limit = min(limit, max_cache_hit_length)
+        st = self._state(request, limit + 1)
         if st.admitted:
             raise RuntimeError(f"request {request.request_id}: get_computed_blocks of an admitted request")
-        self._sync_tokens(request, st)
+        if st.looked_up:  # looked up before but not admitted (the scheduler skipped it): again
+            self.kv.reset(st.handle)
+            st.looked_up = False
+        if st.known > limit + 1:
+            self.kv.free(st.handle)
+            del self._reqs[request.request_id]
+            st = self._state(request, limit + 1)
+        self._sync_tokens(request, st, limit + 1)
         hit = self.kv.lookup_prefix(st.handle)
+        self._sync_tokens(request, st)
         st.looked_up = True
         st.hit = hit
-        cap = request.num_tokens - 1 if max_cache_hit_length is None else max_cache_hit_length
-        if hit > cap:
-            raise NotImplementedError(f"request {request.request_id}: a lookup cap of {cap} tokens below kvmm's "
-                                      f"hit of {hit} (max_cache_hit_length, aux output connectors)")
         return self.empty_kv_cache_blocks, hit, 0
 
     def allocate_slots(self, request: Request, num_new_tokens: int, num_new_computed_tokens: int = 0,
