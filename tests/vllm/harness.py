@@ -109,6 +109,7 @@ class Setup:
     commit_after_output: bool = True  # kvmm's adapter (see KvmmKVCacheManager)
     max_loras: int = 0  # > 0: a LoRAConfig (the scheduler admits at most this many adapters per step)
     encoder_budget: int = 0  # > 0: multimodal requests (encoder compute budget and cache, in tokens)
+    watermark: float = 0.0  # vLLM's scheduler_config.watermark (blocks an admission leaves free)
     hit_cap: int = 0  # > 0: every lookup capped at tokens - 1 - (a request's own 0..hit_cap-1)
 
 
@@ -119,6 +120,7 @@ def make_scheduler(setup: Setup, kvmm: bool, check_invariants: bool = False, kcc
                                        max_num_batched_tokens=setup.max_num_batched_tokens,
                                        max_model_len=setup.max_model_len, enable_chunked_prefill=True,
                                        policy=setup.policy, async_scheduling=setup.async_scheduling,
+                                       watermark=setup.watermark,
                                        is_encoder_decoder=False)
     cache_config = CacheConfig(block_size=setup.block_size, enable_prefix_caching=setup.caching)
     speculative_config = None

@@ -111,8 +111,8 @@ class KvmmKVCacheManager:
     def __init__(self, kv_cache_config: KVCacheConfig, max_model_len: int, *, enable_caching: bool = True,
                  log_stats: bool = False, enable_kv_cache_events: bool = False, max_requests: int = 1024,
                  watermark: float = 0.0, check_invariants: bool = False, commit_after_output: bool = True) -> None:
-        if watermark > 0:
-            raise NotImplementedError("scheduler_config.watermark > 0 is not supported by kvmm's vLLM adapter")
+        if not watermark >= 0:
+            raise ValueError(f"watermark = {watermark}: must be >= 0")
         if kv_cache_config.num_blocks < 2:
             raise ValueError(f"kv_cache_config.num_blocks = {kv_cache_config.num_blocks}: vLLM needs at least 2")
         self.kv_cache_config = kv_cache_config
@@ -132,6 +132,9 @@ class KvmmKVCacheManager:
                                       max_requests=min(max_requests, kvmm.KVCacheManager.MAX_REQUESTS),
                                       prefix_caching=enable_caching, record_kv_events=enable_kv_cache_events)
         self.tokens_per_page = [spec.kv_cache_spec.block_size for spec in kv_cache_config.kv_cache_groups]
+        # vLLM's watermark: blocks an admission must leave free (free or evictable), counted
+        # over the pool as vLLM's manager does.
+        self.watermark_blocks = int(watermark * kv_cache_config.num_blocks)
         self.prefix_cache_stats = PrefixCacheStats() if log_stats else None
         self.empty_kv_cache_blocks = KVCacheBlocks(tuple(() for _ in range(self.num_kv_cache_groups)))
         self._reqs: dict[str, _Req] = {}
@@ -325,10 +328,13 @@ class KvmmKVCacheManager:
             base = st.committed
         main = min(computed + num_new_tokens, self.max_model_len)
         slots = min(main + num_lookahead_tokens, self.max_model_len)
+        keep = self._keep_free(request, has_scheduled_reqs)
         if full_sequence_must_fit:
             full = min(request.num_tokens, self.max_model_len)
-            if full > main and not h.would_allocate(st.handle, full - base, 0):
+            if full > main and not h.would_allocate(st.handle, full - base, keep):
                 return self._refuse(st)
+        if keep and not h.would_allocate(st.handle, main - base, slots - main + keep):
+            return self._refuse(st)
         if not h.allocate(st.handle, main - base, slots - main):
             return self._refuse(st)
         if not st.admitted:
@@ -348,6 +354,18 @@ class KvmmKVCacheManager:
             new.append([self._blocks[i] for i in ids])
             any_new = True
         return KVCacheBlocks(tuple(new)) if any_new else self.empty_kv_cache_blocks
+
+    def _keep_free(self, request: Request, has_scheduled_reqs: bool) -> int:
+        """vLLM's watermark as kvmm lookahead tokens: an admission (a waiting or preempted
+        request, while others are scheduled) must leave watermark_blocks blocks free. kvmm
+        checks it as the same allocation with `keep` more tokens, which need keep / tokens
+        per page more pages in every group: exact with one group, or where the watermark
+        divides by the number of groups; else up to groups - 1 blocks more than vLLM's."""
+        if not self.watermark_blocks or not has_scheduled_reqs:
+            return 0
+        if request.status not in (RequestStatus.WAITING, RequestStatus.PREEMPTED):
+            return 0
+        return -(-self.watermark_blocks // self.num_kv_cache_groups) * max(self.tokens_per_page)
 
     def _refuse(self, st: _Req):
         if not st.admitted:  # a refused admission: kvmm gave the hit back; look it up again later
