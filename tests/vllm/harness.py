@@ -25,6 +25,7 @@ import torch  # noqa: E402
 from vllm.config import (  # noqa: E402
     CacheConfig,
     DeviceConfig,
+    KVTransferConfig,
     LoRAConfig,
     ModelConfig,
     SchedulerConfig,
@@ -110,6 +111,7 @@ class Setup:
     max_loras: int = 0  # > 0: a LoRAConfig (the scheduler admits at most this many adapters per step)
     encoder_budget: int = 0  # > 0: multimodal requests (encoder compute budget and cache, in tokens)
     watermark: float = 0.0  # vLLM's scheduler_config.watermark (blocks an admission leaves free)
+    kv_transfer: dict | None = None  # a KVTransferConfig's fields (a KV connector)
     hit_cap: int = 0  # > 0: every lookup capped at tokens - 1 - (a request's own 0..hit_cap-1)
 
 
@@ -130,7 +132,8 @@ def make_scheduler(setup: Setup, kvmm: bool, check_invariants: bool = False, kcc
     lora_config = LoRAConfig(max_loras=setup.max_loras, max_lora_rank=8) if setup.max_loras else None
     vllm_config = VllmConfig(model_config=model_config, scheduler_config=scheduler_config,
                              cache_config=cache_config, speculative_config=speculative_config,
-                             device_config=DeviceConfig(device="cpu"), lora_config=lora_config)
+                             device_config=DeviceConfig(device="cpu"), lora_config=lora_config,
+                             kv_transfer_config=KVTransferConfig(**setup.kv_transfer) if setup.kv_transfer else None)
     if kcc is None:
         kcc = kv_cache_config(setup.num_blocks, setup.block_size, setup.window, chunk=setup.chunk)
     cache_config.num_gpu_blocks = setup.num_blocks

@@ -90,3 +90,19 @@ def test_vllm_manager_methods_have_the_same_parameters():
         if not (inspect.isfunction(ours) and inspect.isfunction(theirs)):
             continue
         assert list(inspect.signature(ours).parameters) == list(inspect.signature(theirs).parameters), name
+
+
+def test_a_kv_connector_is_refused_at_construction(tmp_path):
+    """vLLM binds a KV connector to the manager its __init__ made (the connector then works
+    on vLLM's BlockPool). kvmm's scheduler refuses the configuration with a clear error
+    instead of running with the connector bound to a manager nothing allocates from; vLLM's
+    own scheduler builds with the same configuration (vLLM's ExampleConnector, on the CPU)."""
+    import pytest
+
+    from harness import Setup, make_scheduler
+
+    setup = Setup(num_blocks=48, kv_transfer=dict(kv_connector="ExampleConnector", kv_role="kv_both",
+                                                  kv_connector_extra_config={"shared_storage_path": str(tmp_path)}))
+    assert make_scheduler(setup, kvmm=False).connector is not None
+    with pytest.raises(NotImplementedError, match="ExampleConnector.*BlockPool"):
+        make_scheduler(setup, kvmm=True)

@@ -486,6 +486,14 @@ class KvmmKVCacheManager:
 
 class _KvmmMixin:
     def _install_kvmm(self, **kwargs) -> None:
+        # vLLM's __init__ binds a KV connector (and the aux-output connector built on it) to
+        # the manager it made: the connector then works on vLLM's BlockPool (reference
+        # counts, cached blocks), which kvmm replaces. Refused here rather than left bound
+        # to a manager nothing allocates from.
+        if getattr(self, "connector", None) is not None:
+            raise NotImplementedError(
+                f"KV connector {type(self.connector).__name__} (kv_transfer_config): connectors bind vLLM's "
+                "BlockPool (bind_kv_cache_manager), which kvmm's vLLM adapter does not provide")
         self.kv_cache_manager = KvmmKVCacheManager.for_scheduler(self, **kwargs)
 
     def update_from_output(self, scheduler_output, model_runner_output):
