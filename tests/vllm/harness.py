@@ -15,6 +15,7 @@ from unittest import mock
 from dataclasses import dataclass, field
 
 import block_tables
+from connector_io import ConnectorStore
 from kv_content import Extras, KVContent
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -112,7 +113,20 @@ class Setup:
     encoder_budget: int = 0  # > 0: multimodal requests (encoder compute budget and cache, in tokens)
     watermark: float = 0.0  # vLLM's scheduler_config.watermark (blocks an admission leaves free)
     kv_transfer: dict | None = None  # a KVTransferConfig's fields (a KV connector)
+    chunked_prefill: bool = True
     hit_cap: int = 0  # > 0: every lookup capped at tokens - 1 - (a request's own 0..hit_cap-1)
+
+
+def kv_transfer_config(setup: Setup) -> KVTransferConfig | None:
+    """The setup's connector; vLLM's ExampleConnector gets a store of its own per scheduler
+    unless the setup names one."""
+    if not setup.kv_transfer:
+        return None
+    fields = dict(setup.kv_transfer)
+    extra = dict(fields.get("kv_connector_extra_config", {}))
+    extra.setdefault("shared_storage_path", tempfile.mkdtemp(prefix="kvmm-vllm-store-"))
+    fields["kv_connector_extra_config"] = extra
+    return KVTransferConfig(**fields)
 
 
 def make_scheduler(setup: Setup, kvmm: bool, check_invariants: bool = False, kcc: KVCacheConfig | None = None) -> Scheduler:
@@ -120,7 +134,8 @@ def make_scheduler(setup: Setup, kvmm: bool, check_invariants: bool = False, kcc
                                seed=0, max_model_len=setup.max_model_len)
     scheduler_config = SchedulerConfig(max_num_seqs=setup.max_num_seqs,
                                        max_num_batched_tokens=setup.max_num_batched_tokens,
-                                       max_model_len=setup.max_model_len, enable_chunked_prefill=True,
+                                       max_model_len=setup.max_model_len,
+                                       enable_chunked_prefill=setup.chunked_prefill,
                                        policy=setup.policy, async_scheduling=setup.async_scheduling,
                                        watermark=setup.watermark,
                                        is_encoder_decoder=False)
@@ -133,7 +148,7 @@ def make_scheduler(setup: Setup, kvmm: bool, check_invariants: bool = False, kcc
     vllm_config = VllmConfig(model_config=model_config, scheduler_config=scheduler_config,
                              cache_config=cache_config, speculative_config=speculative_config,
                              device_config=DeviceConfig(device="cpu"), lora_config=lora_config,
-                             kv_transfer_config=KVTransferConfig(**setup.kv_transfer) if setup.kv_transfer else None)
+                             kv_transfer_config=kv_transfer_config(setup))
     if kcc is None:
         kcc = kv_cache_config(setup.num_blocks, setup.block_size, setup.window, chunk=setup.chunk)
     cache_config.num_gpu_blocks = setup.num_blocks
@@ -264,6 +279,7 @@ class Worker:
         self.content = content  # what each block holds (kv_content.py), checked at admission
         self.kv_done: dict[str, int] = {}  # positions whose K/V the worker wrote, per request
         self.drafts: dict[str, list[int]] = {}  # the drafts proposed last, per request
+        self.store: ConnectorStore | None = None  # vLLM's ExampleConnector's worker side
 
     def execute(self, out) -> tuple[ModelRunnerOutput, DraftTokenIds | None]:
         starts = block_tables.follow(out, self.tables, self.tokens, self.num_groups)
@@ -308,12 +324,16 @@ class Worker:
             admitted += [r for r in out.scheduled_cached_reqs.req_ids if r in out.scheduled_cached_reqs.resumed_req_ids]
             for rid in admitted:
                 self.kv_done[rid] = starts[rid]
+            if self.store is not None:
+                self.store.before_step(out, self.tables)
             for rid in req_ids:
                 lo = min(starts[rid], self.kv_done.get(rid, starts[rid]))
                 self.content.write(rid, self.tables[rid], self.tokens[rid], lo, kv_end[rid])
                 self.kv_done[rid] = max(kv_end[rid], lo)
             for rid in admitted:
                 self.content.check_admitted(rid, self.tables[rid], self.tokens[rid], starts[rid])
+            if self.store is not None:
+                self.store.after_step(self.tokens, self.kv_done)
         mro = ModelRunnerOutput(req_ids=req_ids, req_id_to_index={r: i for i, r in enumerate(req_ids)},
                                 sampled_token_ids=sampled)
         draft_ids = None
@@ -368,6 +388,8 @@ def run(setup: Setup, trace: Trace, kvmm: bool, seed: int = 0, check: bool = Tru
     if make_worker is None:
         worker = Worker(len(sched.kv_cache_config.kv_cache_groups), setup.spec_tokens, seed,
                         KVContent(setup.block_size, trace.extras))
+        if sched.connector is not None:
+            worker.store = ConnectorStore(sched.connector, worker.content)
     else:
         worker = make_worker(sched.kv_cache_config)
     log = RunLog()

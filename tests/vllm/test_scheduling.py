@@ -17,6 +17,9 @@ from harness import Setup, expected_outputs, make_trace, run
 
 FEATURES = dict(loras=2, salts=True, images=True, num_prefixes=2)  # LoRA adapters, cache salts, images (make_trace)
 
+EXAMPLE_CONNECTOR = dict(kv_connector="ExampleConnector", kv_role="kv_both")
+UNCHUNKED = dict(chunked_prefill=False, max_num_batched_tokens=512, max_model_len=512)
+
 CASES = [
     # (name, setup, make_trace's keywords)
     ("sync-nocache-fcfs", Setup(num_blocks=48, caching=False), {}),
@@ -60,6 +63,12 @@ CASES = [
                                               watermark=0.09), {}),
     ("async-cache-spec3-watermark", Setup(num_blocks=48, caching=True, spec_tokens=3, async_scheduling=True,
                                           watermark=0.09), {}),
+    # vLLM's ExampleConnector (a KV store on disk; synchronous loads of a stored prompt's
+    # tokens beyond the local hit), its worker side in connector_io.py. It stores a prompt's
+    # blocks of its first step only, so prompts are not chunked here.
+    ("sync-nocache-connector", Setup(num_blocks=48, caching=False, kv_transfer=EXAMPLE_CONNECTOR, **UNCHUNKED), {}),
+    ("sync-cache-connector-mm", Setup(num_blocks=48, caching=True, kv_transfer=EXAMPLE_CONNECTOR, encoder_budget=256,
+                                      **UNCHUNKED), dict(images=True, num_prefixes=2)),
 ]
 
 
@@ -84,6 +93,9 @@ def test_differential(name, setup, trace_kw):
     assert theirs.preemptions > 0 or setup.watermark, "the pool was meant to force preemption"
     if setup.caching:
         assert ours.hit_tokens > 0 and theirs.hit_tokens > 0, "the trace was meant to hit"
+    if setup.kv_transfer:
+        print(f"{name}: tokens loaded by the connector: vLLM {theirs.worker.store.loads} kvmm {ours.worker.store.loads}")
+        assert ours.worker.store.loads > 0 and theirs.worker.store.loads > 0, "the trace was meant to load"
     if must_schedule_alike(setup):
         assert ours.schedule == theirs.schedule
 

@@ -46,14 +46,11 @@ VLLM_VERSION = "0.33.0"
 
 # Members of vLLM's KVCacheManager that vLLM's scheduler reaches only for these features.
 UNSUPPORTED: dict[str, str] = {
-    "block_pool": "KV connectors with deferred block frees (async loads) and copy-on-write retention",
     "coordinator": "KV connectors' async-load block reservations (_request_remaining_blocks)",
     "pop_blocks_for_free": "KV connectors with deferred block frees",
     "evict_blocks": "KV connectors' invalid-block handling",
-    "get_computed_blocks_for_connector": "KV connectors with divergent hybrid hits",
     "truncate_computed_blocks": "KV connectors (external hits)",
     "record_blocks_for_zeroing": "KV connectors' failed loads with KV cache zeroing",
-    "finalize_partial_tail_offloads": "KV connectors (producer partial tails)",
     "mamba_shared_prefix_checkpoint": "Mamba shared-prefix checkpoints",
 }
 
@@ -154,6 +151,18 @@ class KvmmKVCacheManager:
                    enable_kv_cache_events=scheduler.enable_kv_cache_events,
                    max_requests=4 * scheduler.scheduler_config.max_num_seqs + 64,
                    watermark=scheduler.scheduler_config.watermark, **kwargs)
+
+    @property
+    def block_pool(self) -> "_NoBlockPool":
+        """What vLLM's scheduler binds KV connectors to (bind_gpu_block_pool): kvmm has no
+        BlockPool; a connector that reaches into it (reference counts, cached blocks,
+        deferred frees) gets NotImplementedError naming the member."""
+        return _NoBlockPool()
+
+    def get_computed_blocks_for_connector(self, request: Request, max_cache_hit_length: int | None = None):
+        """vLLM's lookup for connectors that handle hybrid hits diverging per group: kvmm's
+        hit is valid in every group, so it never diverges."""
+        return (*self.get_computed_blocks(request, max_cache_hit_length), False)
 
     def __getattr__(self, name: str):
         if name in UNSUPPORTED:
@@ -299,8 +308,9 @@ class KvmmKVCacheManager:
                        num_external_computed_tokens: int = 0, delay_cache_blocks: bool = False,
                        num_encoder_tokens: int = 0, full_sequence_must_fit: bool = False, reserved_blocks: int = 0,
                        has_scheduled_reqs: bool = True, skip_zeroing_group_ids: tuple[int, ...] = ()):
-        if num_external_computed_tokens or delay_cache_blocks or reserved_blocks:
-            raise NotImplementedError("allocate_slots with external (KV connector) tokens is not supported by kvmm")
+        if delay_cache_blocks or (num_external_computed_tokens and num_new_tokens == 0):
+            raise NotImplementedError("asynchronous KV connector loads (delay_cache_blocks) are not supported by "
+                                      "kvmm's vLLM adapter (synchronous loads are)")
         if num_encoder_tokens:
             raise NotImplementedError("allocate_slots for encoder-decoder models is not supported by kvmm")
         if num_new_tokens == 0 and num_new_computed_tokens == 0:
@@ -321,14 +331,20 @@ class KvmmKVCacheManager:
             if num_new_computed_tokens != st.hit or request.num_computed_tokens:
                 raise NotImplementedError(f"request {request.request_id}: admitted with {num_new_computed_tokens} "
                                           f"computed tokens where kvmm's hit is {st.hit} (prefix replay, connectors)")
-            computed = base = st.hit
+            # A connector's tokens (loaded into this step's new pages, synchronously) count as
+            # computed for vLLM; kvmm allocates them with the step's tokens and commits them
+            # with the step's output, as tokens the step computed.
+            base = st.hit
+            computed = base + num_external_computed_tokens
         else:
+            if num_external_computed_tokens:
+                raise NotImplementedError(f"request {request.request_id}: KV connector tokens for a running request")
             self._commit(request, st, request.num_computed_tokens - request.num_in_flight_tokens)
             computed = request.num_computed_tokens
             base = st.committed
         main = min(computed + num_new_tokens, self.max_model_len)
         slots = min(main + num_lookahead_tokens, self.max_model_len)
-        keep = self._keep_free(request, has_scheduled_reqs)
+        keep = self._keep_free(request, has_scheduled_reqs, reserved_blocks)
         if full_sequence_must_fit:
             full = min(request.num_tokens, self.max_model_len)
             if full > main and not h.would_allocate(st.handle, full - base, keep):
@@ -355,17 +371,18 @@ class KvmmKVCacheManager:
             any_new = True
         return KVCacheBlocks(tuple(new)) if any_new else self.empty_kv_cache_blocks
 
-    def _keep_free(self, request: Request, has_scheduled_reqs: bool) -> int:
-        """vLLM's watermark as kvmm lookahead tokens: an admission (a waiting or preempted
-        request, while others are scheduled) must leave watermark_blocks blocks free. kvmm
-        checks it as the same allocation with `keep` more tokens, which need keep / tokens
-        per page more pages in every group: exact with one group, or where the watermark
-        divides by the number of groups; else up to groups - 1 blocks more than vLLM's."""
-        if not self.watermark_blocks or not has_scheduled_reqs:
-            return 0
-        if request.status not in (RequestStatus.WAITING, RequestStatus.PREEMPTED):
-            return 0
-        return -(-self.watermark_blocks // self.num_kv_cache_groups) * max(self.tokens_per_page)
+    def _keep_free(self, request: Request, has_scheduled_reqs: bool, reserved_blocks: int = 0) -> int:
+        """Blocks the allocation must leave free, as kvmm lookahead tokens: a connector's
+        `reserved_blocks`, plus vLLM's watermark for an admission (a waiting or preempted
+        request, while others are scheduled). kvmm checks it as the same allocation with
+        `keep` more tokens, which need keep / tokens per page more pages in every group:
+        exact with one group, or where the blocks divide by the number of groups; else up to
+        groups - 1 blocks more than vLLM's."""
+        blocks = reserved_blocks
+        if self.watermark_blocks and has_scheduled_reqs and request.status in (RequestStatus.WAITING,
+                                                                               RequestStatus.PREEMPTED):
+            blocks += self.watermark_blocks
+        return -(-blocks // self.num_kv_cache_groups) * max(self.tokens_per_page)
 
     def _refuse(self, st: _Req):
         if not st.admitted:  # a refused admission: kvmm gave the hit back; look it up again later
@@ -446,6 +463,11 @@ class KvmmKVCacheManager:
     def take_boundary_state_offloads(self) -> dict:
         return {}
 
+    def finalize_partial_tail_offloads(self, request: Request) -> list:
+        """A KV producer's finished request: the partial-tail state blocks of Mamba "align"
+        groups to offload; kvmm's adapter has no such group."""
+        return []
+
     def take_events(self) -> list:
         if not self.enable_kv_cache_events:
             return []
@@ -484,17 +506,27 @@ class KvmmKVCacheManager:
         self.kv.check_invariants()
 
 
+class _NoBlockPool:
+    """kvmm's stand-in for vLLM's BlockPool, bound to KV connectors: every use raises."""
+
+    def __getattr__(self, name: str):
+        raise NotImplementedError(f"kvmm's vLLM adapter: BlockPool.{name} (a KV connector reaching into vLLM's "
+                                  "block pool: reference counts, cached blocks, deferred frees) is not supported")
+
+
 class _KvmmMixin:
     def _install_kvmm(self, **kwargs) -> None:
-        # vLLM's __init__ binds a KV connector (and the aux-output connector built on it) to
-        # the manager it made: the connector then works on vLLM's BlockPool (reference
-        # counts, cached blocks), which kvmm replaces. Refused here rather than left bound
-        # to a manager nothing allocates from.
-        if getattr(self, "connector", None) is not None:
-            raise NotImplementedError(
-                f"KV connector {type(self.connector).__name__} (kv_transfer_config): connectors bind vLLM's "
-                "BlockPool (bind_kv_cache_manager), which kvmm's vLLM adapter does not provide")
+        # vLLM's __init__ binds a KV connector to the manager it made: bound again to kvmm's.
+        # What the adapter cannot follow is refused here, not midway through a run.
+        if getattr(self, "aux_output_connector", None) is not None:
+            raise NotImplementedError("the aux-output connector (aux_output_config) reads vLLM's KV cache "
+                                      "coordinator and BlockPool: not supported by kvmm's vLLM adapter")
+        if getattr(self, "defer_block_free", False):
+            raise NotImplementedError("deferred block frees (a KV consumer with several batches in flight) return "
+                                      "blocks to vLLM's BlockPool: not supported by kvmm's vLLM adapter")
         self.kv_cache_manager = KvmmKVCacheManager.for_scheduler(self, **kwargs)
+        if getattr(self, "connector", None) is not None:
+            self.connector.bind_kv_cache_manager(self.kv_cache_manager)
 
     def update_from_output(self, scheduler_output, model_runner_output):
         out = super().update_from_output(scheduler_output, model_runner_output)
