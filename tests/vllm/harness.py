@@ -52,7 +52,7 @@ from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput  # noqa: E402
 from vllm.v1.request import Request  # noqa: E402
 from vllm.v1.structured_output import StructuredOutputManager  # noqa: E402
 
-from kvmm.integrations.vllm import KvmmAsyncScheduler, KvmmScheduler  # noqa: E402
+from kvmm.integrations.vllm import KvmmAsyncScheduler, KvmmLayoutScheduler, KvmmScheduler  # noqa: E402
 
 VOCAB = 1000
 PLACEHOLDER = VOCAB - 1  # an image's placeholder token (never sampled: true_token < VOCAB - 1)
@@ -114,6 +114,7 @@ class Setup:
     watermark: float = 0.0  # vLLM's scheduler_config.watermark (blocks an admission leaves free)
     kv_transfer: dict | None = None  # a KVTransferConfig's fields (a KV connector)
     chunked_prefill: bool = True
+    kvmm_layout: bool = False  # KvmmLayoutScheduler (a worker laying memory out as kvmm's arena)
     hit_cap: int = 0  # > 0: every lookup capped at tokens - 1 - (a request's own 0..hit_cap-1)
 
 
@@ -154,6 +155,9 @@ def make_scheduler(setup: Setup, kvmm: bool, check_invariants: bool = False, kcc
     cache_config.num_gpu_blocks = setup.num_blocks
     if kvmm:
         cls = KvmmAsyncScheduler if setup.async_scheduling else KvmmScheduler
+        if setup.kvmm_layout:
+            assert not setup.async_scheduling
+            cls = KvmmLayoutScheduler
     else:
         cls = AsyncScheduler if setup.async_scheduling else Scheduler
     # EAGLE / draft-model proposers reserve KV slots past the scheduled tokens (vLLM's
@@ -361,10 +365,12 @@ def check_tables(sched, worker: Worker, num_blocks: int, kvmm: bool) -> None:
                 assert a == b, (rid, g, i, mine, theirs)
                 if not kvmm:
                     continue
-                assert 1 <= b < num_blocks, (rid, g, b)
-                prev = owner.get(b)
+                per_group = mgr.kvmm_layout  # ids are per group (kvmm's small pages + 1)
+                assert 1 <= b < (len(mgr._blocks) if per_group else num_blocks), (rid, g, b)
+                key = (g, b) if per_group else b
+                prev = owner.get(key)
                 if prev is None:
-                    owner[b] = (g, rid, i)
+                    owner[key] = (g, rid, i)
                     continue
                 assert prev[0] == g, f"block {b} live in groups {prev[0]} and {g}"
                 assert prev[2] == i, f"block {b} at page {prev[2]} of {prev[1]} and page {i} of {rid}"

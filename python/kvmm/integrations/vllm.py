@@ -24,6 +24,7 @@ vLLM feature that needs each (they raise NotImplementedError). Guide: docs/vllm.
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -37,6 +38,7 @@ from vllm.v1.kv_cache_interface import (
     ChunkedLocalAttentionSpec,
     FullAttentionSpec,
     KVCacheConfig,
+    MambaSpec,
     SlidingWindowSpec,
 )
 from vllm.v1.metrics.stats import PrefixCacheStats
@@ -55,9 +57,13 @@ UNSUPPORTED: dict[str, str] = {
 }
 
 
-def layout_from_kv_cache_config(config: KVCacheConfig) -> "kvmm.KVLayout":
+def layout_from_kv_cache_config(config: KVCacheConfig, kvmm_layout: bool = False) -> "kvmm.KVLayout":
     """kvmm's layout for vLLM's KV cache groups: one layer group each, in vLLM's order (group
-    ids are the same), with one small page per large page in every group."""
+    ids are the same). For vLLM's workers (one pool of equal pages), every group must get
+    one small page per large page. With `kvmm_layout` (a worker that lays memory out as
+    kvmm's arena: KvmmLayoutScheduler) any LCM layout is taken, and Mamba / linear-attention
+    state groups (MambaSpec) become kvmm state groups whose checkpoint interval is the
+    spec's block size: page i holds the state after token (i + 1) * block_size - 1."""
     groups = []
     for i, group in enumerate(config.kv_cache_groups):
         spec = group.kv_cache_spec
@@ -65,9 +71,17 @@ def layout_from_kv_cache_config(config: KVCacheConfig) -> "kvmm.KVLayout":
         layers = len(group.layer_names)
         # kvmm never touches KV memory: only the page bytes matter (equal in every group). A
         # float64 cache (CPU tests) is described as float32 with twice the head size.
-        scale = max(1, spec.dtype.itemsize // 4)
-        common = (name, layers, spec.num_kv_heads, spec.head_size * scale, spec.dtype.itemsize // scale)
-        if isinstance(spec, SlidingWindowSpec):
+        if not isinstance(spec, MambaSpec):
+            scale = max(1, spec.dtype.itemsize // 4)
+            common = (name, layers, spec.num_kv_heads, spec.head_size * scale, spec.dtype.itemsize // scale)
+        if isinstance(spec, MambaSpec):
+            if not kvmm_layout:
+                raise NotImplementedError(
+                    f"kv_cache_groups[{i}]: MambaSpec: kvmm's state pages follow kvmm's checkpoint contract, which "
+                    "vLLM's workers do not: a worker laying memory out as kvmm's arena does (KvmmLayoutScheduler)")
+            state = sum(math.prod(shape) * dtype.itemsize for shape, dtype in zip(spec.shapes, spec.dtypes))
+            groups.append(kvmm.LayerGroup.mamba_state(name, layers, state, spec.block_size))
+        elif isinstance(spec, SlidingWindowSpec):
             groups.append(kvmm.LayerGroup.sliding_window(*common, spec.block_size, spec.sliding_window))
         elif isinstance(spec, ChunkedLocalAttentionSpec):
             groups.append(kvmm.LayerGroup.chunked_local(*common, spec.block_size, spec.attention_chunk_size))
@@ -75,14 +89,15 @@ def layout_from_kv_cache_config(config: KVCacheConfig) -> "kvmm.KVLayout":
             groups.append(kvmm.LayerGroup.full_attention(*common, spec.block_size))
         else:
             raise NotImplementedError(
-                f"kv_cache_groups[{i}]: {type(spec).__name__} is not supported by kvmm's vLLM adapter "
-                "(full attention, sliding window and chunked local attention are)")
+                f"kv_cache_groups[{i}]: {type(spec).__name__} is not supported by kvmm's vLLM adapter (full "
+                "attention, sliding window, chunked local attention and, with KvmmLayoutScheduler, Mamba state are)")
     layout = kvmm.KVLayout.plan(groups)
-    for g in range(layout.num_groups):
+    for g in range(layout.num_groups if not kvmm_layout else 0):
         if layout.small_pages_per_large_page(g) != 1:
             raise NotImplementedError(
                 f"kv_cache_groups[{g}]: {layout.small_pages_per_large_page(g)} small pages per large page; "
-                "vLLM's block ids need one (equal page bytes in every group)")
+                "vLLM's block ids need one (equal page bytes in every group); a worker laying memory out as "
+                "kvmm's arena takes any layout (KvmmLayoutScheduler)")
     return layout
 
 
@@ -107,7 +122,8 @@ class KvmmKVCacheManager:
 
     def __init__(self, kv_cache_config: KVCacheConfig, max_model_len: int, *, enable_caching: bool = True,
                  log_stats: bool = False, enable_kv_cache_events: bool = False, max_requests: int = 1024,
-                 watermark: float = 0.0, check_invariants: bool = False, commit_after_output: bool = True) -> None:
+                 watermark: float = 0.0, check_invariants: bool = False, commit_after_output: bool = True,
+                 kvmm_layout: bool = False) -> None:
         if not watermark >= 0:
             raise ValueError(f"watermark = {watermark}: must be >= 0")
         if kv_cache_config.num_blocks < 2:
@@ -122,7 +138,11 @@ class KvmmKVCacheManager:
         # out-of-window pages released at once), else only at the request's next allocation
         # or free, when vLLM's own manager releases them (remove_skipped_blocks).
         self.commit_after_output = commit_after_output
-        self.layout = layout_from_kv_cache_config(kv_cache_config)
+        # kvmm_layout: block ids are kvmm's small page ids + 1 of each group (a group's own id
+        # space), for a worker that lays memory out as kvmm's arena (large page p // n of
+        # group g's small page p, n = small_pages_per_large_page(g)).
+        self.kvmm_layout = kvmm_layout
+        self.layout = layout_from_kv_cache_config(kv_cache_config, kvmm_layout)
         self.num_kv_cache_groups = self.layout.num_groups
         self.num_pages = kv_cache_config.num_blocks - 1
         self.kv = kvmm.KVCacheManager(self.layout, num_large_pages=self.num_pages,
@@ -142,7 +162,8 @@ class KvmmKVCacheManager:
                              for g in kv_cache_config.kv_cache_groups]
         self._new_block_ids: list[int] = []
         # vLLM's blocks by id (block_id = kvmm page + 1; 0 = the null block), made once.
-        self._blocks = [KVCacheBlock(i) for i in range(kv_cache_config.num_blocks)]
+        self._per_large = [self.layout.small_pages_per_large_page(g) for g in range(self.num_kv_cache_groups)]
+        self._blocks = [KVCacheBlock(i) for i in range(self.num_pages * max(self._per_large) + 1)]
 
     @classmethod
     def for_scheduler(cls, scheduler: Scheduler, **kwargs) -> "KvmmKVCacheManager":
@@ -245,7 +266,7 @@ class KvmmKVCacheManager:
     # ---- vLLM's KVCacheManager interface
     @property
     def usage(self) -> float:
-        used = sum(self.kv.num_used_pages(g) for g in range(self.num_kv_cache_groups))
+        used = sum(self.kv.num_used_pages(g) / n for g, n in enumerate(self._per_large))
         return used / self.num_pages
 
     def new_step_starts(self) -> None:
@@ -515,6 +536,8 @@ class _NoBlockPool:
 
 
 class _KvmmMixin:
+    kvmm_layout = False  # block ids for a worker laying memory out as kvmm's arena
+
     def _install_kvmm(self, **kwargs) -> None:
         # vLLM's __init__ binds a KV connector to the manager it made: bound again to kvmm's.
         # What the adapter cannot follow is refused here, not midway through a run.
@@ -524,7 +547,7 @@ class _KvmmMixin:
         if getattr(self, "defer_block_free", False):
             raise NotImplementedError("deferred block frees (a KV consumer with several batches in flight) return "
                                       "blocks to vLLM's BlockPool: not supported by kvmm's vLLM adapter")
-        self.kv_cache_manager = KvmmKVCacheManager.for_scheduler(self, **kwargs)
+        self.kv_cache_manager = KvmmKVCacheManager.for_scheduler(self, kvmm_layout=self.kvmm_layout, **kwargs)
         if getattr(self, "connector", None) is not None:
             self.connector.bind_kv_cache_manager(self.kv_cache_manager)
 
@@ -550,3 +573,11 @@ class KvmmAsyncScheduler(_KvmmMixin, AsyncScheduler):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._install_kvmm()
+
+
+class KvmmLayoutScheduler(KvmmScheduler):
+    """KvmmScheduler for a worker that lays KV and state memory out as kvmm's arena (any LCM
+    layout, Mamba / linear-attention state groups): block ids are per group, kvmm's small
+    page ids + 1. vLLM's own workers need KvmmScheduler (one pool of equal pages)."""
+
+    kvmm_layout = True
