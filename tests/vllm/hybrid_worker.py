@@ -12,7 +12,7 @@ token (i + 1) * C - 1. A request's scheduled tokens are computed in pieces split
 multiples of C: a piece starting at s > 0 reads the state of page (s - 1) // C (the one
 kvmm keeps), one ending at e writes page (e - 1) // C. transformers' own modules compute
 every layer (its gated-DeltaNet continues a chunk from a cached state; attention reads K/V
-gathered from the pages). Costs: O(tokens x layers) per step, Python loops over positions."""
+gathered from the pages). Costs: O(context x layers) per request and piece (the gather)."""
 
 from __future__ import annotations
 
@@ -100,23 +100,28 @@ class HybridWorker:
         n = self.layout.small_pages_per_large_page(g)
         return (p // n) * self.large + (p % n) * self.layout.small_page_bytes(g)
 
-    def _kv_index(self, rid: str, layer: int, positions, v: bool) -> torch.Tensor:
+    def _kv_index(self, rid: str, layer: int, start: int, end: int, v: bool) -> torch.Tensor:
+        """Arena indices of K (or V) of `layer` at positions [start, end): [positions, width]."""
         g, slot = self.layer_group[layer], self.layer_slot[layer]
         off = (self.layout.v_offset if v else self.layout.k_offset)(g, slot)
-        p = self.tpp[g]
-        starts = [(self._page(rid, g, q // p) + off) // 8 + (q % p) * self.kv_width for q in positions]
-        return torch.tensor(starts)[:, None] + torch.arange(self.kv_width)[None, :]
+        p, n = self.tpp[g], self.layout.small_pages_per_large_page(g)
+        pos = torch.arange(start, end)
+        blocks = torch.tensor(self.tables[rid][g])[pos // p]
+        assert bool((blocks != 0).all()), f"{rid}: a position of group {g} in the null block"
+        page = blocks - 1
+        byte = (page // n) * self.large + (page % n) * self.layout.small_page_bytes(g) + off
+        first = byte // 8 + (pos % p) * self.kv_width
+        return first[:, None] + torch.arange(self.kv_width)[None, :]
 
     def write_kv(self, rid, layer, start, k, v):
         n = k.shape[2]
         for t, vv in ((k, False), (v, True)):
-            idx = self._kv_index(rid, layer, range(start, start + n), vv)
-            self.arena[idx] = t[0].transpose(0, 1).reshape(n, -1)
+            self.arena[self._kv_index(rid, layer, start, start + n, vv)] = t[0].transpose(0, 1).reshape(n, -1)
 
     def read_kv(self, rid, layer, end):
         out = []
         for vv in (False, True):
-            x = self.arena[self._kv_index(rid, layer, range(end), vv)]
+            x = self.arena[self._kv_index(rid, layer, 0, end, vv)]
             assert not torch.isnan(x).any(), f"{rid}: unwritten K/V read in layer {layer}"
             out.append(x.view(1, end, self.cfg.num_key_value_heads, self.cfg.head_dim).transpose(1, 2))
         return out[0], out[1]

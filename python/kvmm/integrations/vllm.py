@@ -8,7 +8,13 @@ vLLM feature that needs each (they raise NotImplementedError). Guide: docs/vllm.
   chunked local attention), each with one small page per large page: vLLM's block ids
   index one pool shared by every group, so kvmm page p of any group is vLLM block p + 1
   (block 0 is vLLM's null block, kvmm's null page maps to it) and ids stay unique across
-  groups as vLLM's are. kvmm gets num_blocks - 1 large pages.
+  groups as vLLM's are. kvmm gets num_blocks - 1 large pages. KvmmLayoutScheduler is for a
+  worker that lays memory out as kvmm's arena: any LCM layout, Mamba state groups, block
+  ids per group (kvmm's small page + 1).
+- Lookups: a cap (max_cache_hit_length) by registering only cap + 1 token ids before
+  kvmm's lookup. Admission: full_sequence_must_fit, the watermark and a connector's
+  reserved blocks through kvmm's pure would_allocate. KV connectors are bound to this
+  manager; their synchronous loads are allocated with the step and committed as computed.
 - num_computed_tokens is the scheduler's. kvmm caches a page at commit: the adapter commits
   the processed tokens (num_computed_tokens - num_in_flight_tokens) after each step's output
   (commit_after_output, the default), before a request's next allocation and before a free;
