@@ -115,6 +115,7 @@ class Setup:
     kv_transfer: dict | None = None  # a KVTransferConfig's fields (a KV connector)
     chunked_prefill: bool = True
     kvmm_layout: bool = False  # KvmmLayoutScheduler (a worker laying memory out as kvmm's arena)
+    mamba_cache_mode: str | None = None  # CacheConfig's ("align": vLLM splits chunks at state blocks)
     hit_cap: int = 0  # > 0: every lookup capped at tokens - 1 - (a request's own 0..hit_cap-1)
 
 
@@ -140,7 +141,8 @@ def make_scheduler(setup: Setup, kvmm: bool, check_invariants: bool = False, kcc
                                        policy=setup.policy, async_scheduling=setup.async_scheduling,
                                        watermark=setup.watermark,
                                        is_encoder_decoder=False)
-    cache_config = CacheConfig(block_size=setup.block_size, enable_prefix_caching=setup.caching)
+    cache_config = CacheConfig(block_size=setup.block_size, enable_prefix_caching=setup.caching,
+                               **({"mamba_cache_mode": setup.mamba_cache_mode} if setup.mamba_cache_mode else {}))
     speculative_config = None
     if setup.spec_tokens:
         speculative_config = SpeculativeConfig(method="ngram", num_speculative_tokens=setup.spec_tokens,

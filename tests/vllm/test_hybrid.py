@@ -11,7 +11,7 @@ import torch
 from transformers import Qwen3NextConfig, Qwen3NextForCausalLM
 from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec, MambaSpec
 
-from harness import Setup, run
+from harness import Setup, make_scheduler, run
 from hybrid_worker import HybridWorker
 from test_models import VOCAB, trace
 
@@ -47,7 +47,9 @@ def kv_config(model) -> KVCacheConfig:
 def test_qwen3_next_through_kvmm_layout():
     model = tiny_qwen3_next()
     setup = Setup(num_blocks=NUM_BLOCKS, block_size=CHECKPOINT, caching=True, max_num_seqs=8,
-                  max_num_batched_tokens=48, max_model_len=512, kvmm_layout=True)
+                  max_num_batched_tokens=48, max_model_len=512, kvmm_layout=True, mamba_cache_mode="align")
+    # vLLM's "align" mode: the scheduler ends prefill chunks at state blocks (checkpoints).
+    assert make_scheduler(setup, kvmm=True, kcc=kv_config(model)).need_mamba_block_aligned_split
     tr = trace(3, n=6, max_new=30)
     log = run(setup, tr, kvmm=True, kcc=kv_config(model), make_worker=lambda kcc: HybridWorker(model, kcc))
     layout = log.worker.layout
