@@ -90,3 +90,23 @@ def test_vllm_manager_methods_have_the_same_parameters():
         if not (inspect.isfunction(ours) and inspect.isfunction(theirs)):
             continue
         assert list(inspect.signature(ours).parameters) == list(inspect.signature(theirs).parameters), name
+
+
+def test_a_kv_connector_is_bound_to_kvmm(tmp_path):
+    """vLLM binds a KV connector to the manager its __init__ made; kvmm's scheduler binds it
+    again to kvmm's (whose block_pool raises on use: kvmm has no BlockPool). With async
+    scheduling a KV consumer defers block frees into vLLM's BlockPool: refused at
+    construction, with the feature named, rather than midway through a run."""
+    import pytest
+
+    from harness import Setup, make_scheduler
+
+    ex = dict(kv_connector="ExampleConnector", kv_role="kv_both",
+              kv_connector_extra_config={"shared_storage_path": str(tmp_path)})
+    sched = make_scheduler(Setup(num_blocks=48, kv_transfer=ex), kvmm=True)
+    assert sched.connector._kv_cache_manager is sched.kv_cache_manager
+    with pytest.raises(NotImplementedError, match="BlockPool.free_blocks"):
+        sched.kv_cache_manager.block_pool.free_blocks([])
+    assert make_scheduler(Setup(num_blocks=48, kv_transfer=ex, async_scheduling=True), kvmm=False).defer_block_free
+    with pytest.raises(NotImplementedError, match="deferred block frees"):
+        make_scheduler(Setup(num_blocks=48, kv_transfer=ex, async_scheduling=True), kvmm=True)

@@ -8,7 +8,13 @@ vLLM feature that needs each (they raise NotImplementedError). Guide: docs/vllm.
   chunked local attention), each with one small page per large page: vLLM's block ids
   index one pool shared by every group, so kvmm page p of any group is vLLM block p + 1
   (block 0 is vLLM's null block, kvmm's null page maps to it) and ids stay unique across
-  groups as vLLM's are. kvmm gets num_blocks - 1 large pages.
+  groups as vLLM's are. kvmm gets num_blocks - 1 large pages. KvmmLayoutScheduler is for a
+  worker that lays memory out as kvmm's arena: any LCM layout, Mamba state groups, block
+  ids per group (kvmm's small page + 1).
+- Lookups: a cap (max_cache_hit_length) by registering only cap + 1 token ids before
+  kvmm's lookup. Admission: full_sequence_must_fit, the watermark and a connector's
+  reserved blocks through kvmm's pure would_allocate. KV connectors are bound to this
+  manager; their synchronous loads are allocated with the step and committed as computed.
 - num_computed_tokens is the scheduler's. kvmm caches a page at commit: the adapter commits
   the processed tokens (num_computed_tokens - num_in_flight_tokens) after each step's output
   (commit_after_output, the default), before a request's next allocation and before a free;
@@ -24,6 +30,7 @@ vLLM feature that needs each (they raise NotImplementedError). Guide: docs/vllm.
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -37,6 +44,7 @@ from vllm.v1.kv_cache_interface import (
     ChunkedLocalAttentionSpec,
     FullAttentionSpec,
     KVCacheConfig,
+    MambaSpec,
     SlidingWindowSpec,
 )
 from vllm.v1.metrics.stats import PrefixCacheStats
@@ -46,21 +54,22 @@ VLLM_VERSION = "0.33.0"
 
 # Members of vLLM's KVCacheManager that vLLM's scheduler reaches only for these features.
 UNSUPPORTED: dict[str, str] = {
-    "block_pool": "KV connectors with deferred block frees (async loads) and copy-on-write retention",
     "coordinator": "KV connectors' async-load block reservations (_request_remaining_blocks)",
     "pop_blocks_for_free": "KV connectors with deferred block frees",
     "evict_blocks": "KV connectors' invalid-block handling",
-    "get_computed_blocks_for_connector": "KV connectors with divergent hybrid hits",
     "truncate_computed_blocks": "KV connectors (external hits)",
     "record_blocks_for_zeroing": "KV connectors' failed loads with KV cache zeroing",
-    "finalize_partial_tail_offloads": "KV connectors (producer partial tails)",
     "mamba_shared_prefix_checkpoint": "Mamba shared-prefix checkpoints",
 }
 
 
-def layout_from_kv_cache_config(config: KVCacheConfig) -> "kvmm.KVLayout":
+def layout_from_kv_cache_config(config: KVCacheConfig, kvmm_layout: bool = False) -> "kvmm.KVLayout":
     """kvmm's layout for vLLM's KV cache groups: one layer group each, in vLLM's order (group
-    ids are the same), with one small page per large page in every group."""
+    ids are the same). For vLLM's workers (one pool of equal pages), every group must get
+    one small page per large page. With `kvmm_layout` (a worker that lays memory out as
+    kvmm's arena: KvmmLayoutScheduler) any LCM layout is taken, and Mamba / linear-attention
+    state groups (MambaSpec) become kvmm state groups whose checkpoint interval is the
+    spec's block size: page i holds the state after token (i + 1) * block_size - 1."""
     groups = []
     for i, group in enumerate(config.kv_cache_groups):
         spec = group.kv_cache_spec
@@ -68,9 +77,17 @@ def layout_from_kv_cache_config(config: KVCacheConfig) -> "kvmm.KVLayout":
         layers = len(group.layer_names)
         # kvmm never touches KV memory: only the page bytes matter (equal in every group). A
         # float64 cache (CPU tests) is described as float32 with twice the head size.
-        scale = max(1, spec.dtype.itemsize // 4)
-        common = (name, layers, spec.num_kv_heads, spec.head_size * scale, spec.dtype.itemsize // scale)
-        if isinstance(spec, SlidingWindowSpec):
+        if not isinstance(spec, MambaSpec):
+            scale = max(1, spec.dtype.itemsize // 4)
+            common = (name, layers, spec.num_kv_heads, spec.head_size * scale, spec.dtype.itemsize // scale)
+        if isinstance(spec, MambaSpec):
+            if not kvmm_layout:
+                raise NotImplementedError(
+                    f"kv_cache_groups[{i}]: MambaSpec: kvmm's state pages follow kvmm's checkpoint contract, which "
+                    "vLLM's workers do not: a worker laying memory out as kvmm's arena does (KvmmLayoutScheduler)")
+            state = sum(math.prod(shape) * dtype.itemsize for shape, dtype in zip(spec.shapes, spec.dtypes))
+            groups.append(kvmm.LayerGroup.mamba_state(name, layers, state, spec.block_size))
+        elif isinstance(spec, SlidingWindowSpec):
             groups.append(kvmm.LayerGroup.sliding_window(*common, spec.block_size, spec.sliding_window))
         elif isinstance(spec, ChunkedLocalAttentionSpec):
             groups.append(kvmm.LayerGroup.chunked_local(*common, spec.block_size, spec.attention_chunk_size))
@@ -78,14 +95,15 @@ def layout_from_kv_cache_config(config: KVCacheConfig) -> "kvmm.KVLayout":
             groups.append(kvmm.LayerGroup.full_attention(*common, spec.block_size))
         else:
             raise NotImplementedError(
-                f"kv_cache_groups[{i}]: {type(spec).__name__} is not supported by kvmm's vLLM adapter "
-                "(full attention, sliding window and chunked local attention are)")
+                f"kv_cache_groups[{i}]: {type(spec).__name__} is not supported by kvmm's vLLM adapter (full "
+                "attention, sliding window, chunked local attention and, with KvmmLayoutScheduler, Mamba state are)")
     layout = kvmm.KVLayout.plan(groups)
-    for g in range(layout.num_groups):
+    for g in range(layout.num_groups if not kvmm_layout else 0):
         if layout.small_pages_per_large_page(g) != 1:
             raise NotImplementedError(
                 f"kv_cache_groups[{g}]: {layout.small_pages_per_large_page(g)} small pages per large page; "
-                "vLLM's block ids need one (equal page bytes in every group)")
+                "vLLM's block ids need one (equal page bytes in every group); a worker laying memory out as "
+                "kvmm's arena takes any layout (KvmmLayoutScheduler)")
     return layout
 
 
@@ -110,9 +128,10 @@ class KvmmKVCacheManager:
 
     def __init__(self, kv_cache_config: KVCacheConfig, max_model_len: int, *, enable_caching: bool = True,
                  log_stats: bool = False, enable_kv_cache_events: bool = False, max_requests: int = 1024,
-                 watermark: float = 0.0, check_invariants: bool = False, commit_after_output: bool = True) -> None:
-        if watermark > 0:
-            raise NotImplementedError("scheduler_config.watermark > 0 is not supported by kvmm's vLLM adapter")
+                 watermark: float = 0.0, check_invariants: bool = False, commit_after_output: bool = True,
+                 kvmm_layout: bool = False) -> None:
+        if not watermark >= 0:
+            raise ValueError(f"watermark = {watermark}: must be >= 0")
         if kv_cache_config.num_blocks < 2:
             raise ValueError(f"kv_cache_config.num_blocks = {kv_cache_config.num_blocks}: vLLM needs at least 2")
         self.kv_cache_config = kv_cache_config
@@ -125,13 +144,20 @@ class KvmmKVCacheManager:
         # out-of-window pages released at once), else only at the request's next allocation
         # or free, when vLLM's own manager releases them (remove_skipped_blocks).
         self.commit_after_output = commit_after_output
-        self.layout = layout_from_kv_cache_config(kv_cache_config)
+        # kvmm_layout: block ids are kvmm's small page ids + 1 of each group (a group's own id
+        # space), for a worker that lays memory out as kvmm's arena (large page p // n of
+        # group g's small page p, n = small_pages_per_large_page(g)).
+        self.kvmm_layout = kvmm_layout
+        self.layout = layout_from_kv_cache_config(kv_cache_config, kvmm_layout)
         self.num_kv_cache_groups = self.layout.num_groups
         self.num_pages = kv_cache_config.num_blocks - 1
         self.kv = kvmm.KVCacheManager(self.layout, num_large_pages=self.num_pages,
                                       max_requests=min(max_requests, kvmm.KVCacheManager.MAX_REQUESTS),
                                       prefix_caching=enable_caching, record_kv_events=enable_kv_cache_events)
         self.tokens_per_page = [spec.kv_cache_spec.block_size for spec in kv_cache_config.kv_cache_groups]
+        # vLLM's watermark: blocks an admission must leave free (free or evictable), counted
+        # over the pool as vLLM's manager does.
+        self.watermark_blocks = int(watermark * kv_cache_config.num_blocks)
         self.prefix_cache_stats = PrefixCacheStats() if log_stats else None
         self.empty_kv_cache_blocks = KVCacheBlocks(tuple(() for _ in range(self.num_kv_cache_groups)))
         self._reqs: dict[str, _Req] = {}
@@ -142,7 +168,8 @@ class KvmmKVCacheManager:
                              for g in kv_cache_config.kv_cache_groups]
         self._new_block_ids: list[int] = []
         # vLLM's blocks by id (block_id = kvmm page + 1; 0 = the null block), made once.
-        self._blocks = [KVCacheBlock(i) for i in range(kv_cache_config.num_blocks)]
+        self._per_large = [self.layout.small_pages_per_large_page(g) for g in range(self.num_kv_cache_groups)]
+        self._blocks = [KVCacheBlock(i) for i in range(self.num_pages * max(self._per_large) + 1)]
 
     @classmethod
     def for_scheduler(cls, scheduler: Scheduler, **kwargs) -> "KvmmKVCacheManager":
@@ -152,6 +179,18 @@ class KvmmKVCacheManager:
                    max_requests=4 * scheduler.scheduler_config.max_num_seqs + 64,
                    watermark=scheduler.scheduler_config.watermark, **kwargs)
 
+    @property
+    def block_pool(self) -> "_NoBlockPool":
+        """What vLLM's scheduler binds KV connectors to (bind_gpu_block_pool): kvmm has no
+        BlockPool; a connector that reaches into it (reference counts, cached blocks,
+        deferred frees) gets NotImplementedError naming the member."""
+        return _NoBlockPool()
+
+    def get_computed_blocks_for_connector(self, request: Request, max_cache_hit_length: int | None = None):
+        """vLLM's lookup for connectors that handle hybrid hits diverging per group: kvmm's
+        hit is valid in every group, so it never diverges."""
+        return (*self.get_computed_blocks(request, max_cache_hit_length), False)
+
     def __getattr__(self, name: str):
         if name in UNSUPPORTED:
             raise NotImplementedError(f"kvmm's vLLM adapter: KVCacheManager.{name} ({UNSUPPORTED[name]}) "
@@ -159,7 +198,9 @@ class KvmmKVCacheManager:
         raise AttributeError(name)
 
     # ---- requests
-    def _state(self, request: Request) -> _Req:
+    def _state(self, request: Request, num_tokens: int | None = None) -> _Req:
+        """The kvmm request of a vLLM request, registered with its first `num_tokens` token
+        ids (all by default) when new."""
         st = self._reqs.get(request.request_id)
         if st is None:
             lora = request.lora_request.lora_int_id if request.lora_request is not None else 0
@@ -168,14 +209,14 @@ class KvmmKVCacheManager:
                 pos = f.mm_position
                 items.append((_item_hash(f.identifier), pos.offset, pos.length))
             items.sort(key=lambda t: t[1])
-            tokens = list(request.all_token_ids)
+            tokens = list(request.all_token_ids[:num_tokens])
             h = self.kv.add_request(tokens, lora_id=lora, cache_salt=request.cache_salt or "", items=items)
             st = _Req(h, known=len(tokens), table_len=[0] * self.num_kv_cache_groups)
             self._reqs[request.request_id] = st
         return st
 
-    def _sync_tokens(self, request: Request, st: _Req) -> None:
-        n = request.num_tokens
+    def _sync_tokens(self, request: Request, st: _Req, upto: int | None = None) -> None:
+        n = request.num_tokens if upto is None else min(upto, request.num_tokens)
         if n > st.known:
             self.kv.append_tokens(st.handle, list(request.all_token_ids[st.known:n]))
             st.known = n
@@ -231,7 +272,7 @@ class KvmmKVCacheManager:
     # ---- vLLM's KVCacheManager interface
     @property
     def usage(self) -> float:
-        used = sum(self.kv.num_used_pages(g) for g in range(self.num_kv_cache_groups))
+        used = sum(self.kv.num_used_pages(g) / n for g, n in enumerate(self._per_large))
         return used / self.num_pages
 
     def new_step_starts(self) -> None:
@@ -258,20 +299,35 @@ class KvmmKVCacheManager:
     def get_computed_blocks(self, request: Request, max_cache_hit_length: int | None = None):
         """(blocks, hit tokens, shared_prefix_boundary). kvmm's lookup is pure: the hit's
         pages are pinned by the allocate_slots that admits the request, so the blocks
-        returned are empty; allocate_slots takes the hit from kvmm."""
+        returned are empty; allocate_slots takes the hit from kvmm.
+
+        The hit is at most `max_cache_hit_length` tokens (default and ceiling: the request's
+        tokens - 1, as vLLM's). kvmm's lookup stops at its known tokens - 1, so a lower cap
+        is applied by giving kvmm only the first cap + 1 token ids before the lookup and the
+        rest after it; a request kvmm already holds with more ids (a preempted one) is
+        registered again (its pages are hashed again: O(tokens), on this path only)."""
         if not self.prefix_cache_lookup_enabled(request):
             return self.empty_kv_cache_blocks, 0, 0
-        st = self._state(request)
+        limit = request.num_tokens - 1
+        if max_cache_hit_length is not None:
+            if max_cache_hit_length < 0:
+                raise ValueError(f"max_cache_hit_length = {max_cache_hit_length}: must be >= 0")
+            limit = min(limit, max_cache_hit_length)
+        st = self._state(request, limit + 1)
         if st.admitted:
             raise RuntimeError(f"request {request.request_id}: get_computed_blocks of an admitted request")
-        self._sync_tokens(request, st)
+        if st.looked_up:  # looked up before but not admitted (the scheduler skipped it): again
+            self.kv.reset(st.handle)
+            st.looked_up = False
+        if st.known > limit + 1:
+            self.kv.free(st.handle)
+            del self._reqs[request.request_id]
+            st = self._state(request, limit + 1)
+        self._sync_tokens(request, st, limit + 1)
         hit = self.kv.lookup_prefix(st.handle)
+        self._sync_tokens(request, st)
         st.looked_up = True
         st.hit = hit
-        cap = request.num_tokens - 1 if max_cache_hit_length is None else max_cache_hit_length
-        if hit > cap:
-            raise NotImplementedError(f"request {request.request_id}: a lookup cap of {cap} tokens below kvmm's "
-                                      f"hit of {hit} (max_cache_hit_length, aux output connectors)")
         return self.empty_kv_cache_blocks, hit, 0
 
     def allocate_slots(self, request: Request, num_new_tokens: int, num_new_computed_tokens: int = 0,
@@ -279,8 +335,9 @@ class KvmmKVCacheManager:
                        num_external_computed_tokens: int = 0, delay_cache_blocks: bool = False,
                        num_encoder_tokens: int = 0, full_sequence_must_fit: bool = False, reserved_blocks: int = 0,
                        has_scheduled_reqs: bool = True, skip_zeroing_group_ids: tuple[int, ...] = ()):
-        if num_external_computed_tokens or delay_cache_blocks or reserved_blocks:
-            raise NotImplementedError("allocate_slots with external (KV connector) tokens is not supported by kvmm")
+        if delay_cache_blocks or (num_external_computed_tokens and num_new_tokens == 0):
+            raise NotImplementedError("asynchronous KV connector loads (delay_cache_blocks) are not supported by "
+                                      "kvmm's vLLM adapter (synchronous loads are)")
         if num_encoder_tokens:
             raise NotImplementedError("allocate_slots for encoder-decoder models is not supported by kvmm")
         if num_new_tokens == 0 and num_new_computed_tokens == 0:
@@ -301,17 +358,26 @@ class KvmmKVCacheManager:
             if num_new_computed_tokens != st.hit or request.num_computed_tokens:
                 raise NotImplementedError(f"request {request.request_id}: admitted with {num_new_computed_tokens} "
                                           f"computed tokens where kvmm's hit is {st.hit} (prefix replay, connectors)")
-            computed = base = st.hit
+            # A connector's tokens (loaded into this step's new pages, synchronously) count as
+            # computed for vLLM; kvmm allocates them with the step's tokens and commits them
+            # with the step's output, as tokens the step computed.
+            base = st.hit
+            computed = base + num_external_computed_tokens
         else:
+            if num_external_computed_tokens:
+                raise NotImplementedError(f"request {request.request_id}: KV connector tokens for a running request")
             self._commit(request, st, request.num_computed_tokens - request.num_in_flight_tokens)
             computed = request.num_computed_tokens
             base = st.committed
         main = min(computed + num_new_tokens, self.max_model_len)
         slots = min(main + num_lookahead_tokens, self.max_model_len)
+        keep = self._keep_free(request, has_scheduled_reqs, reserved_blocks)
         if full_sequence_must_fit:
             full = min(request.num_tokens, self.max_model_len)
-            if full > main and not h.would_allocate(st.handle, full - base, 0):
+            if full > main and not h.would_allocate(st.handle, full - base, keep):
                 return self._refuse(st)
+        if keep and not h.would_allocate(st.handle, main - base, slots - main + keep):
+            return self._refuse(st)
         if not h.allocate(st.handle, main - base, slots - main):
             return self._refuse(st)
         if not st.admitted:
@@ -331,6 +397,19 @@ class KvmmKVCacheManager:
             new.append([self._blocks[i] for i in ids])
             any_new = True
         return KVCacheBlocks(tuple(new)) if any_new else self.empty_kv_cache_blocks
+
+    def _keep_free(self, request: Request, has_scheduled_reqs: bool, reserved_blocks: int = 0) -> int:
+        """Blocks the allocation must leave free, as kvmm lookahead tokens: a connector's
+        `reserved_blocks`, plus vLLM's watermark for an admission (a waiting or preempted
+        request, while others are scheduled). kvmm checks it as the same allocation with
+        `keep` more tokens, which need keep / tokens per page more pages in every group:
+        exact with one group, or where the blocks divide by the number of groups; else up to
+        groups - 1 blocks more than vLLM's."""
+        blocks = reserved_blocks
+        if self.watermark_blocks and has_scheduled_reqs and request.status in (RequestStatus.WAITING,
+                                                                               RequestStatus.PREEMPTED):
+            blocks += self.watermark_blocks
+        return -(-blocks // self.num_kv_cache_groups) * max(self.tokens_per_page)
 
     def _refuse(self, st: _Req):
         if not st.admitted:  # a refused admission: kvmm gave the hit back; look it up again later
@@ -411,6 +490,11 @@ class KvmmKVCacheManager:
     def take_boundary_state_offloads(self) -> dict:
         return {}
 
+    def finalize_partial_tail_offloads(self, request: Request) -> list:
+        """A KV producer's finished request: the partial-tail state blocks of Mamba "align"
+        groups to offload; kvmm's adapter has no such group."""
+        return []
+
     def take_events(self) -> list:
         if not self.enable_kv_cache_events:
             return []
@@ -449,9 +533,29 @@ class KvmmKVCacheManager:
         self.kv.check_invariants()
 
 
+class _NoBlockPool:
+    """kvmm's stand-in for vLLM's BlockPool, bound to KV connectors: every use raises."""
+
+    def __getattr__(self, name: str):
+        raise NotImplementedError(f"kvmm's vLLM adapter: BlockPool.{name} (a KV connector reaching into vLLM's "
+                                  "block pool: reference counts, cached blocks, deferred frees) is not supported")
+
+
 class _KvmmMixin:
+    kvmm_layout = False  # block ids for a worker laying memory out as kvmm's arena
+
     def _install_kvmm(self, **kwargs) -> None:
-        self.kv_cache_manager = KvmmKVCacheManager.for_scheduler(self, **kwargs)
+        # vLLM's __init__ binds a KV connector to the manager it made: bound again to kvmm's.
+        # What the adapter cannot follow is refused here, not midway through a run.
+        if getattr(self, "aux_output_connector", None) is not None:
+            raise NotImplementedError("the aux-output connector (aux_output_config) reads vLLM's KV cache "
+                                      "coordinator and BlockPool: not supported by kvmm's vLLM adapter")
+        if getattr(self, "defer_block_free", False):
+            raise NotImplementedError("deferred block frees (a KV consumer with several batches in flight) return "
+                                      "blocks to vLLM's BlockPool: not supported by kvmm's vLLM adapter")
+        self.kv_cache_manager = KvmmKVCacheManager.for_scheduler(self, kvmm_layout=self.kvmm_layout, **kwargs)
+        if getattr(self, "connector", None) is not None:
+            self.connector.bind_kv_cache_manager(self.kv_cache_manager)
 
     def update_from_output(self, scheduler_output, model_runner_output):
         out = super().update_from_output(scheduler_output, model_runner_output)
@@ -475,3 +579,11 @@ class KvmmAsyncScheduler(_KvmmMixin, AsyncScheduler):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._install_kvmm()
+
+
+class KvmmLayoutScheduler(KvmmScheduler):
+    """KvmmScheduler for a worker that lays KV and state memory out as kvmm's arena (any LCM
+    layout, Mamba / linear-attention state groups): block ids are per group, kvmm's small
+    page ids + 1. vLLM's own workers need KvmmScheduler (one pool of equal pages)."""
+
+    kvmm_layout = True
