@@ -178,15 +178,16 @@ std::unique_ptr<Policy> static_split(const KVLayout& layout, const PolicyOptions
   return make_engine("static-split", layout, std::move(vgs), std::move(pools), caching, d);
 }
 
-std::unique_ptr<Policy> unified_block(const KVLayout& layout, const PolicyOptions& o) {
-  // vLLM v1 hybrid KV cache manager: one block byte size per layer for every group.
-  // Attention block sizes are enlarged (tokens per block) until their per-layer page
-  // equals the largest one; with Mamba, attention blocks grow until their page is at
-  // least one layer's state, and state pages are padded to it.
+// vLLM v1's hybrid allocator layout (2025 and 0.27 alike): one block byte size per layer
+// for every group. Attention block sizes are enlarged (tokens per block) until their
+// per-layer page equals the largest one; with Mamba, attention blocks grow until their page
+// is at least one layer's state, and state pages are padded to it. Returns the vgroups (all
+// in pool 0); `page` gets the per-layer block bytes, `tpbs` their description.
+std::vector<VGroup> unified_groups(const KVLayout& layout, std::uint64_t& page, std::string& tpbs) {
   auto per_layer_token = [](const LayerGroup& g) {
     return g.kind == LayerKind::kVisionEmbedding ? g.bytes_per_token() : 2 * g.head_bytes_per_token();
   };
-  std::uint64_t page = 0;  // per-layer block bytes shared by every group
+  page = 0;  // per-layer block bytes shared by every group
   for (const LayerGroup& g : layout.groups())
     if (!g.is_state()) page = std::max(page, per_layer_token(g) * g.tokens_per_page);
   if (page == 0) fail("layout: unified-block needs at least one attention group");
@@ -194,7 +195,7 @@ std::unique_ptr<Policy> unified_block(const KVLayout& layout, const PolicyOption
   for (const LayerGroup& g : layout.groups())
     if (g.is_state()) page = std::max(page, (g.state_bytes_per_layer + step - 1) / step * step);
   std::vector<VGroup> vgs;
-  std::string tpbs;
+  tpbs.clear();
   for (GroupId gid = 0; gid < layout.num_groups(); ++gid) {
     const LayerGroup& g = layout.group(gid);
     std::uint32_t tpb = 1;
@@ -208,6 +209,14 @@ std::unique_ptr<Policy> unified_block(const KVLayout& layout, const PolicyOption
     else
       tpbs += fmt::format("{}{} {} tokens/block x {} layers", tpbs.empty() ? "" : ", ", g.name, tpb, layers);
   }
+  return vgs;
+}
+
+std::unique_ptr<Policy> unified_block(const KVLayout& layout, const PolicyOptions& o) {
+  // vLLM v1 hybrid KV cache manager of 2025 (before sparse retention and Mamba caching).
+  std::uint64_t page = 0;
+  std::string tpbs;
+  std::vector<VGroup> vgs = unified_groups(layout, page, tpbs);
   std::vector<Pool> pools{make_pool("unified", page, o.memory_bytes, true)};
   const bool caching = o.prefix_caching && !has_kind(layout, is_state) && !has_kind(layout, is_encoder);
   std::string d = fmt::format(
@@ -219,6 +228,43 @@ std::unique_ptr<Policy> unified_block(const KVLayout& layout, const PolicyOption
   return make_engine("unified-block", layout, std::move(vgs), std::move(pools), caching, d, SkipOrder::kHighFirst);
 }
 
+std::unique_ptr<Policy> vllm_027(const KVLayout& layout, const PolicyOptions& o, bool tuned) {
+  // vLLM 0.27 (docs/sim.md "vllm-0.27"): the same layout; prefix caching on with Mamba
+  // ("align"); sparse retention of window blocks and state checkpoints at the replay
+  // boundary and shared-prefix junctions (prefix_cache_retention_interval = 0, the
+  // default) or also every `retention_interval` tokens (tuned); hits at prefix_match_unit
+  // (the configured block size) inside grown blocks when a Mamba group grows them.
+  std::uint64_t page = 0;
+  std::string tpbs;
+  std::vector<VGroup> vgs = unified_groups(layout, page, tpbs);
+  std::vector<Pool> pools{make_pool("unified", page, o.memory_bytes, true)};
+  const bool caching = o.prefix_caching && !has_kind(layout, is_encoder);
+  std::uint32_t block = 1, unit = 0;  // scheduler block (the largest attention block), match unit
+  for (const VGroup& v : vgs)
+    if (v.kind != VKind::kState) block = std::max(block, v.tpb);
+  if (has_kind(layout, is_state))
+    for (const LayerGroup& g : layout.groups())
+      if (!g.is_state()) unit = unit == 0 ? g.tokens_per_page : std::min(unit, g.tokens_per_page);
+  CacheRules rules;
+  rules.sparse_retention = true;
+  rules.hit_unit = unit == 0 || unit >= block ? 0 : unit;
+  rules.state_caching = true;
+  if (tuned) rules.retention_interval = (o.retention_interval + block - 1) / block * block;  // a block multiple
+  const std::string name = tuned ? "vllm-0.27-tuned" : "vllm-0.27";
+  std::string d = fmt::format(
+      "vLLM 0.27 hybrid allocator: one pool of {} B per-layer blocks shared by every group ({}); state pages padded "
+      "to the block; prefix caching {} (hit = longest prefix valid in all groups, at {}); sparse retention: a window "
+      "block that leaves the window stays cached only if a hit at the replay boundary (prompt end), the shared-prefix "
+      "junction{} needs it, else it is dropped; Mamba state cached at those positions (\"align\"); "
+      "prefix_cache_retention_interval = {}",
+      page, tpbs, caching ? "on" : "off",
+      rules.hit_unit > 0 ? fmt::format("{}-token units inside blocks, the partial block copied", rules.hit_unit)
+                         : std::string("block boundaries"),
+      rules.retention_interval > 0 ? fmt::format(" or a multiple of {} tokens", rules.retention_interval) : "",
+      rules.retention_interval);
+  return make_engine(name, layout, std::move(vgs), std::move(pools), caching, d, SkipOrder::kHighFirst, rules);
+}
+
 }  // namespace
 
 std::unique_ptr<Policy> make_block_policy(std::string_view name, const KVLayout& layout, const PolicyOptions& o) {
@@ -226,6 +272,8 @@ std::unique_ptr<Policy> make_block_policy(std::string_view name, const KVLayout&
   if (name == "max-page") return max_page(layout, o);
   if (name == "static-split") return static_split(layout, o);
   if (name == "unified-block") return unified_block(layout, o);
+  if (name == "vllm-0.27") return vllm_027(layout, o, false);
+  if (name == "vllm-0.27-tuned") return vllm_027(layout, o, true);
   fail("policy = '{}': not a block-pool policy", name);
 }
 

@@ -20,17 +20,23 @@ namespace {
 class BlockPolicy final : public Policy {
  public:
   BlockPolicy(std::string name, const KVLayout& layout, std::vector<VGroup> vgs, std::vector<Pool> pools, bool caching,
-              std::string description, SkipOrder skip_order)
+              std::string description, SkipOrder skip_order, CacheRules rules)
       : name_(std::move(name)),
         layout_(layout),
         vgs_(std::move(vgs)),
         pools_(std::move(pools)),
         caching_(caching),
         skip_order_(skip_order),
+        rules_(rules),
         description_(std::move(description)),
         index_(vgs_.size()),
+        pindex_(vgs_.size()),
         vg_evictable_(vgs_.size(), 0),
-        vg_in_use_(vgs_.size(), 0) {}
+        vg_in_use_(vgs_.size(), 0) {
+    for (const VGroup& g : vgs_)
+      if (rules_.hit_unit > 0 && g.kind != VKind::kState && g.kind != VKind::kEncoder && g.tpb % rules_.hit_unit != 0)
+        fail("hit_unit = {}: must divide the {} tokens per block of vgroup '{}'", rules_.hit_unit, g.tpb, g.name);
+  }
 
   std::string_view name() const override { return name_; }
   std::string describe() const override { return description_; }
@@ -47,6 +53,17 @@ class BlockPolicy final : public Policy {
     q.first_live.assign(vgs_.size(), 0);
     q.committed.assign(vgs_.size(), 0);
     q.token_keys.assign(vgs_.size(), {});
+    q.unit_done.assign(vgs_.size(), 0);
+    q.unit_keys.clear();
+    q.junction = 0;
+    q.state_done = 0;
+    if (caching_ && info.token_ids && !info.token_ids->empty() && rules_.hit_unit > 0) {
+      std::uint64_t h = 0x756e6974;
+      for (std::size_t u = 0; (u + 1) * rules_.hit_unit <= info.token_ids->size(); ++u) {
+        for (std::size_t t = u * rules_.hit_unit; t < (u + 1) * rules_.hit_unit; ++t) h = mix(h ^ (*info.token_ids)[t]);
+        q.unit_keys.push_back(h);
+      }
+    }
     if (caching_ && info.token_ids && !info.token_ids->empty()) {
       for (std::size_t v = 0; v < vgs_.size(); ++v) {
         const std::uint32_t tpb = vgs_[v].tpb;
@@ -63,21 +80,40 @@ class BlockPolicy final : public Policy {
   std::uint32_t lookup_prefix(std::uint32_t id, std::uint32_t max_hit) override {
     Req& q = req(id);
     if (!caching_ || max_hit == 0) return 0;
-    std::uint64_t h = max_hit;
-    for (std::size_t v = 0; v < vgs_.size(); ++v) h -= h % vgs_[v].tpb;
+    std::uint64_t h = align(max_hit);
+    const std::uint64_t top = h;
     for (bool changed = true; changed && h > 0;) {
       changed = false;
       for (std::size_t v = 0; v < vgs_.size(); ++v) {
         const std::uint64_t before = h;
-        h = valid_hit(q, v, h);
-        for (std::size_t u = 0; u < vgs_.size(); ++u) h -= h % vgs_[u].tpb;
+        h = align(valid_hit(q, v, h));
         changed |= h != before;
       }
+    }
+    if (rules_.sparse_retention) {
+      // The shared-prefix junction: where the full-attention groups alone would hit, when a
+      // sparse group (window, state) stopped the hit before it (vLLM: num_new_computed_tokens
+      // + num_uncached_common_prefix_tokens).
+      std::uint64_t full = top;
+      bool sparse = false, any_full = false;
+      for (std::size_t v = 0; v < vgs_.size(); ++v) {
+        if (vgs_[v].kind == VKind::kFull) {
+          full = std::min(full, align(valid_hit(q, v, top)));
+          any_full = true;
+        }
+        sparse |= vgs_[v].kind == VKind::kWindow || vgs_[v].kind == VKind::kState;
+      }
+      q.junction = any_full && sparse && full > h ? static_cast<std::uint32_t>(full) : 0;
     }
     if (h == 0) return 0;
     for (std::size_t v = 0; v < vgs_.size(); ++v) {
       const VGroup& g = vgs_[v];
-      const std::uint64_t nb = h / g.tpb, first = first_needed_block(g, h);
+      q.unit_done[v] = static_cast<std::uint32_t>(h);
+      if (g.kind == VKind::kState) {  // the cached state is copied into the request's own block
+        q.state_done = static_cast<std::uint32_t>(h);
+        continue;
+      }
+      const std::uint64_t nb = h / g.tpb, first = std::min(first_needed_block(g, h), nb);
       for (std::uint64_t b = 0; b < nb; ++b) {
         if (b < first) {
           q.blocks[v].push_back(kNull);
@@ -109,7 +145,12 @@ class BlockPolicy final : public Policy {
       const std::uint64_t first = std::min<std::uint64_t>(first_needed_block(g, num_computed), q.blocks[v].size());
       for (std::uint64_t k = q.first_live[v]; k < first; ++k) {
         const std::uint64_t b = skip_order_ == SkipOrder::kHighFirst ? first - 1 - (k - q.first_live[v]) : k;
-        release(v, q.blocks[v][b]);
+        const std::uint32_t s = q.blocks[v][b];
+        release(v, s);
+        // Sparse retention: a block no retained hit needs leaves the cache at once.
+        if (rules_.sparse_retention && g.kind == VKind::kWindow && ref_[s] == 0 && cached_[s] != 0 &&
+            !retained(q, g, b))
+          evict_slot(s);
         q.blocks[v][b] = kNull;
       }
       q.first_live[v] = static_cast<std::uint32_t>(std::max<std::uint64_t>(q.first_live[v], first));
@@ -145,18 +186,23 @@ class BlockPolicy final : public Policy {
     if (!caching_) return;
     for (std::size_t v = 0; v < vgs_.size(); ++v) {
       const VGroup& g = vgs_[v];
-      if (g.kind == VKind::kState || g.kind == VKind::kEncoder) continue;
+      if (g.kind == VKind::kState) {
+        if (rules_.state_caching) checkpoint_states(q, v, num_computed);
+        continue;
+      }
+      if (g.kind == VKind::kEncoder) continue;
       const std::uint32_t full = num_computed / g.tpb;
       for (std::uint32_t b = q.committed[v]; b < full && b < q.blocks[v].size(); ++b) {
         const std::uint32_t s = q.blocks[v][b];
-        if (s == kNull || cached_[s]) continue;
+        if (s == kNull || (cached_[s] & kFullKey)) continue;
         const std::uint64_t k = key(q, v, b);
         if (index_[v].emplace(k, s).second) {
-          cached_[s] = 1;
+          cached_[s] |= kFullKey;
           key_[s] = k;
         }
       }
       q.committed[v] = std::max(q.committed[v], full);
+      if (rules_.hit_unit > 0 && rules_.hit_unit < g.tpb) register_units(q, v, num_computed);
     }
   }
 
@@ -186,13 +232,15 @@ class BlockPolicy final : public Policy {
           ++refs[s];
         }
     }
-    std::vector<std::uint64_t> in_use(vgs_.size(), 0), evictable(vgs_.size(), 0), cached(vgs_.size(), 0);
+    std::vector<std::uint64_t> in_use(vgs_.size(), 0), evictable(vgs_.size(), 0), cached(vgs_.size(), 0),
+        partial(vgs_.size(), 0);
     std::vector<std::uint8_t> free_slot(ref_.size(), 0);
     for (std::uint32_t s : free_slots_) free_slot[s] = 1;
     for (std::uint32_t s = 0; s < ref_.size(); ++s) {
       if (refs[s] != ref_[s]) fail("invariant: block {} has ref {} but {} holders", s, ref_[s], refs[s]);
       if (free_slot[s]) {
-        if (ref_[s] != 0 || cached_[s]) fail("invariant: free slot {} is referenced or cached", s);
+        if (ref_[s] != 0 || cached_[s] || !pkeys_[s].empty())
+          fail("invariant: free slot {} is referenced or cached", s);
         continue;
       }
       const std::size_t v = vg_[s];
@@ -202,12 +250,24 @@ class BlockPolicy final : public Policy {
         fail("invariant: block {} has no holder and is not cached", s);
       else
         evictable[v] += vgs_[v].units;
-      if (cached_[s]) {
+      if (cached_[s] & kFullKey) {
         ++cached[v];
         auto it = index_[v].find(key_[s]);
         if (it == index_[v].end() || it->second != s) fail("invariant: cached block {} missing from the index", s);
       }
+      if (((cached_[s] & kUnitKeys) != 0) == pkeys_[s].empty())
+        fail("invariant: block {} partial-key flag disagrees with its {} keys", s, pkeys_[s].size());
+      for (std::uint64_t k : pkeys_[s]) {
+        auto it = pindex_[v].find(k);
+        if (it == pindex_[v].end() || it->second != s)
+          fail("invariant: block {} partial key missing from the index", s);
+        ++partial[v];
+      }
     }
+    for (std::size_t v = 0; v < vgs_.size(); ++v)
+      if (partial[v] != pindex_[v].size())
+        fail("invariant: vgroup {} has {} partial keys on blocks, {} in the index", vgs_[v].name, partial[v],
+             pindex_[v].size());
     for (std::size_t v = 0; v < vgs_.size(); ++v) {
       if (in_use[v] != vg_in_use_[v] || evictable[v] != vg_evictable_[v] || cached[v] != index_[v].size())
         fail("invariant: vgroup {} counts in use {}/{}, evictable {}/{}, cached {}/{}", vgs_[v].name, in_use[v],
@@ -220,7 +280,7 @@ class BlockPolicy final : public Policy {
       for (std::uint32_t s = pools_[p].lru_head; s != kNull; s = next_[s]) {
         ++lru;
         lru_units += vgs_[vg_[s]].units;
-        if (ref_[s] != 0 || !cached_[s]) fail("invariant: LRU block {} is in use or not cached", s);
+        if (ref_[s] != 0 || cached_[s] == 0) fail("invariant: LRU block {} is in use or not cached", s);
       }
       if (used + pools_[p].free != pools_[p].capacity || lru_units != pools_[p].evictable)
         fail("invariant: pool {}: {} held + {} free != {} units, or LRU {} units != evictable {}", pools_[p].name, used,
@@ -287,7 +347,100 @@ class BlockPolicy final : public Policy {
     std::vector<std::uint32_t> first_live;               // per vgroup: first non-null block
     std::vector<std::uint32_t> committed;                // per vgroup: blocks already offered to the cache
     std::vector<std::vector<std::uint64_t>> token_keys;  // per vgroup: chained hashes of token ids
+    std::vector<std::uint64_t> unit_keys;                // chained hashes of token ids per hit unit
+    std::vector<std::uint32_t> unit_done;                // per vgroup: tokens whose unit keys are registered
+    std::uint32_t junction = 0;                          // shared-prefix junction found at lookup (0: none)
+    std::uint32_t state_done = 0;                        // tokens up to which state checkpoints were considered
   };
+
+  static constexpr std::uint8_t kFullKey = 1, kUnitKeys = 2;  // cached_ bits
+
+  // A hit length rounded down to what every vgroup can end a hit on.
+  std::uint64_t align(std::uint64_t h) const {
+    if (rules_.hit_unit > 0) return h - h % rules_.hit_unit;
+    for (const VGroup& g : vgs_) h -= h % g.tpb;
+    return h;
+  }
+
+  // Content key of the first `pos` tokens at a hit-unit boundary inside a block (partial
+  // key), or of a state checkpoint at `pos` (salted apart).
+  std::uint64_t unit_key(const Req& q, std::uint64_t pos, std::uint64_t salt) const {
+    if (!q.unit_keys.empty() && pos % rules_.hit_unit == 0 && pos / rules_.hit_unit <= q.unit_keys.size())
+      return mix(q.unit_keys[pos / rules_.hit_unit - 1] ^ salt);
+    if (q.info.token_ids && !q.info.token_ids->empty() && pos <= q.info.token_ids->size()) {
+      std::uint64_t h = 0x73746174;  // ids without unit keys: hash the prefix
+      for (std::uint64_t t = 0; t < pos; ++t) h = mix(h ^ (*q.info.token_ids)[t]);
+      return mix(h ^ salt);
+    }
+    if (pos <= q.info.prefix_len) return mix(mix(q.info.prefix_id) ^ (pos * 0x9e3779b97f4a7c15ULL + salt));
+    return mix(mix(0x7e57000000000000ULL + q.info.uid) ^ (pos * 0x9e3779b97f4a7c15ULL + salt));
+  }
+  std::uint64_t pkey(const Req& q, std::size_t v, std::uint64_t pos) const {
+    return unit_key(q, pos, 0x70000000ULL + vgs_[v].tpb);
+  }
+  std::uint64_t skey(const Req& q, std::uint64_t pos) const { return unit_key(q, pos, 0x5747e000ULL); }
+
+  // A hit ending at pos (not a block boundary) can take the tokens of its last block from
+  // a cached block: one with that partial key, or the full block itself.
+  bool present_partial(const Req& q, std::size_t v, std::uint64_t pos) const {
+    return pindex_[v].find(pkey(q, v, pos)) != pindex_[v].end() || present(q, v, pos / vgs_[v].tpb);
+  }
+
+  // Does a hit at a position the request retains need block b of window vgroup g? The
+  // retained positions: the replay boundary, the junction, multiples of the interval.
+  bool retained(const Req& q, const VGroup& g, std::uint64_t b) const {
+    auto needs = [&](std::uint64_t a) { return a > b * g.tpb && first_needed_block(g, a) <= b; };
+    if (needs(replay_boundary(q)) || (q.junction > 0 && needs(q.junction))) return true;
+    const std::uint64_t n = rules_.retention_interval;
+    return n > 0 && needs((b * g.tpb / n + 1) * n);  // the first multiple past the block's start
+  }
+  std::uint64_t replay_boundary(const Req& q) const {
+    return q.info.prompt_tokens > 0 ? align(q.info.prompt_tokens - 1) : 0;
+  }
+
+  // Registers the partial keys of the unit boundaries in (unit_done, num_computed] that
+  // fall inside a block.
+  void register_units(Req& q, std::size_t v, std::uint32_t num_computed) {
+    const VGroup& g = vgs_[v];
+    const std::uint32_t u = rules_.hit_unit;
+    for (std::uint64_t pos = (q.unit_done[v] / u + 1) * u; pos <= num_computed; pos += u) {
+      if (pos % g.tpb == 0) continue;
+      const std::uint64_t b = pos / g.tpb;
+      if (b >= q.blocks[v].size() || q.blocks[v][b] == kNull) continue;
+      const std::uint32_t s = q.blocks[v][b];
+      const std::uint64_t k = pkey(q, v, pos);
+      if (pindex_[v].emplace(k, s).second) {
+        pkeys_[s].push_back(k);
+        cached_[s] |= kUnitKeys;
+      }
+    }
+    q.unit_done[v] = std::max(q.unit_done[v], num_computed);
+  }
+
+  // Mamba "align": caches the state at each retained position in (state_done,
+  // num_computed] (vLLM ends the chunk there), as an evictable block; skipped when the
+  // pool has no room for it.
+  void checkpoint_states(Req& q, std::size_t v, std::uint32_t num_computed) {
+    const VGroup& g = vgs_[v];
+    std::vector<std::uint64_t> at{replay_boundary(q), q.junction};
+    if (rules_.retention_interval > 0)
+      for (std::uint64_t a = (q.state_done / rules_.retention_interval + 1) * rules_.retention_interval;
+           a <= num_computed; a += rules_.retention_interval)
+        at.push_back(a);
+    std::sort(at.begin(), at.end());
+    for (std::uint64_t a : at) {
+      if (a <= q.state_done || a > num_computed) continue;
+      const std::uint64_t k = skey(q, a);
+      Pool& p = pools_[g.pool];
+      if (index_[v].count(k) != 0 || p.free + p.evictable < g.units) continue;
+      const std::uint32_t s = new_block(v);
+      index_[v].emplace(k, s);
+      cached_[s] = kFullKey;
+      key_[s] = k;
+      release(v, s);
+    }
+    q.state_done = std::max(q.state_done, num_computed);
+  }
 
   static std::uint64_t mix(std::uint64_t x) {
     x ^= x >> 33;
@@ -358,7 +511,13 @@ class BlockPolicy final : public Policy {
   // Largest hit <= h (block aligned) that vgroup v can serve from the cache.
   std::uint64_t valid_hit(const Req& q, std::size_t v, std::uint64_t h) const {
     const VGroup& g = vgs_[v];
+    if (g.kind == VKind::kState && rules_.state_caching) {
+      for (h = align(h); h > 0; h = align(h - 1))
+        if (index_[v].count(skey(q, h)) != 0) return h;
+      return 0;
+    }
     if (g.kind == VKind::kState || g.kind == VKind::kEncoder) return 0;
+    if (rules_.hit_unit > 0 && rules_.hit_unit < g.tpb) return valid_unit_hit(q, v, h);
     h -= h % g.tpb;
     if (g.kind == VKind::kFull) {
       std::uint64_t b = 0;
@@ -372,6 +531,34 @@ class BlockPolicy final : public Policy {
       while (b > first && present(q, v, b - 1)) --b;
       if (b == first) return h;
       h = (b - 1) * g.tpb;  // block b-1 is missing: no hit can end after it
+    }
+    return 0;
+  }
+
+  // valid_hit at hit-unit granularity: the last block may be partly hit (copied).
+  std::uint64_t valid_unit_hit(const Req& q, std::size_t v, std::uint64_t h) const {
+    const VGroup& g = vgs_[v];
+    const std::uint64_t u = rules_.hit_unit;
+    h -= h % u;
+    if (g.kind == VKind::kFull) {
+      std::uint64_t b = 0;
+      while ((b + 1) * g.tpb <= h && present(q, v, b)) ++b;
+      if (b * g.tpb == h) return h;
+      // The hit ends inside block b: at its last unit boundary whose tokens are cached.
+      for (std::uint64_t pos = std::min(h, (b + 1) * g.tpb - u); pos > b * g.tpb; pos -= u)
+        if (present_partial(q, v, pos)) return pos;
+      return b * g.tpb;
+    }
+    while (h > 0) {
+      if (h % g.tpb != 0 && !present_partial(q, v, h)) {
+        h -= u;
+        continue;
+      }
+      const std::uint64_t first = first_needed_block(g, h);
+      std::uint64_t b = h / g.tpb;
+      while (b > first && present(q, v, b - 1)) --b;
+      if (b == first) return h;
+      h = b * g.tpb - u;  // block b-1 is missing: a hit can still end inside it
     }
     return 0;
   }
@@ -390,6 +577,7 @@ class BlockPolicy final : public Policy {
       ref_.push_back(0);
       cached_.push_back(0);
       key_.push_back(0);
+      pkeys_.emplace_back();
       vg_.push_back(0);
       prev_.push_back(kNull);
       next_.push_back(kNull);
@@ -419,9 +607,18 @@ class BlockPolicy final : public Policy {
   void evict(Pool& p) {
     const std::uint32_t s = p.lru_head;
     if (s == kNull) fail("internal: pool {} has no evictable block after a capacity check", p.name);
+    evict_slot(s);
+  }
+
+  // Drops evictable block s from the cache and frees it.
+  void evict_slot(std::uint32_t s) {
+    Pool& p = pools_[vgs_[vg_[s]].pool];
     lru_remove(s);
     const std::size_t v = vg_[s];
-    index_[v].erase(key_[s]);
+    if (cached_[s] & kFullKey) index_[v].erase(key_[s]);
+    for (std::uint64_t k : pkeys_[s])
+      if (auto it = pindex_[v].find(k); it != pindex_[v].end() && it->second == s) pindex_[v].erase(it);
+    pkeys_[s].clear();
     cached_[s] = 0;
     p.evictable -= vgs_[v].units;
     vg_evictable_[v] -= vgs_[v].units;
@@ -458,14 +655,17 @@ class BlockPolicy final : public Policy {
   std::vector<Pool> pools_;
   bool caching_;
   SkipOrder skip_order_;
+  CacheRules rules_;
   std::string description_;
-  std::vector<std::unordered_map<std::uint64_t, std::uint32_t>> index_;  // per vgroup: key -> block
+  std::vector<std::unordered_map<std::uint64_t, std::uint32_t>> index_;   // per vgroup: key -> block
+  std::vector<std::unordered_map<std::uint64_t, std::uint32_t>> pindex_;  // per vgroup: partial key -> block
   std::vector<std::uint64_t> vg_evictable_;
   std::vector<std::uint64_t> vg_in_use_;  // per vgroup: units in blocks with ref > 0
   // Block slots, structure of arrays.
   std::vector<std::uint32_t> ref_, vg_, prev_, next_;
   std::vector<std::uint8_t> cached_;
   std::vector<std::uint64_t> key_;
+  std::vector<std::vector<std::uint64_t>> pkeys_;  // partial keys registered for each block
   std::vector<std::uint32_t> free_slots_;
   std::vector<Req> reqs_;
   std::vector<std::uint32_t> active_;
@@ -477,9 +677,9 @@ class BlockPolicy final : public Policy {
 
 std::unique_ptr<Policy> make_engine(std::string name, const KVLayout& layout, std::vector<VGroup> vgs,
                                     std::vector<Pool> pools, bool caching, std::string description,
-                                    SkipOrder skip_order) {
+                                    SkipOrder skip_order, CacheRules rules) {
   return std::make_unique<BlockPolicy>(std::move(name), layout, std::move(vgs), std::move(pools), caching,
-                                       std::move(description), skip_order);
+                                       std::move(description), skip_order, rules);
 }
 
 }  // namespace kvmm::sim::block

@@ -44,9 +44,28 @@ struct Pool {
 // hit at the end of a shared prefix needs, is evicted first.
 enum class SkipOrder : std::uint8_t { kLowFirst, kHighFirst };
 
+// Prefix-cache rules of vLLM 0.27 (docs/sim.md, "vllm-0.27"). The defaults are vLLM v1 of
+// 2025 and every older model: hits end on block boundaries, a block that leaves the window
+// stays cached like any other, no state is cached.
+struct CacheRules {
+  // Sparse retention (prefix_cache_retention_interval = 0 or N): a window block that leaves
+  // the window stays cached only if a hit at a retained position needs it: the request's
+  // replay boundary (its prompt's last token, aligned down), its shared-prefix junction (the
+  // full-attention hit when a sparse group lagged it at lookup), and with an interval every
+  // multiple of it. Any other such block is dropped from the cache at once.
+  bool sparse_retention = false;
+  std::uint32_t retention_interval = 0;  // tokens; 0: semantic positions only
+  // prefix_match_unit: a hit may end at any multiple of it inside a block; the partly hit
+  // block is copied into a fresh block (copy-on-write). 0: hits end on block boundaries.
+  std::uint32_t hit_unit = 0;
+  // Mamba "align" caching: the state at each retained position is cached (one state
+  // block, evictable), and a hit copies it into the request's own state block.
+  bool state_caching = false;
+};
+
 // The engine over these vgroups and pools; block-hash prefix caching when `caching`.
 std::unique_ptr<Policy> make_engine(std::string name, const KVLayout& layout, std::vector<VGroup> vgs,
                                     std::vector<Pool> pools, bool caching, std::string description,
-                                    SkipOrder skip_order = SkipOrder::kLowFirst);
+                                    SkipOrder skip_order = SkipOrder::kLowFirst, CacheRules rules = {});
 
 }  // namespace kvmm::sim::block

@@ -1,0 +1,155 @@
+// Worked examples of each rule of vllm-0.27 (bench/sim/block_engines.cpp, docs/sim.md):
+// sparse retention at the replay boundary, the shared-prefix junction, the retention
+// interval, hits at prefix_match_unit inside a grown block with the partial block copied,
+// and Mamba "align" state checkpoints. Each case drives the policy call by call and checks
+// hit lengths and cached bytes worked by hand; unified-block (vLLM v1 of 2025) is the
+// contrast. The randomized invariant driver (randomized_test.cpp) runs these policies too.
+#include "sim_test_util.hpp"
+
+#include <catch2/catch.hpp>
+
+#include "sim/policy.hpp"
+
+using kvmm::sim::MemoryStats;
+using kvmm::sim::Policy;
+using kvmm::sim::SeqInfo;
+
+namespace {
+
+std::unique_ptr<Policy> make(const std::string& name, const kvmm::KVLayout& layout, std::uint32_t interval = 16) {
+  kvmm::sim::PolicyOptions o;
+  o.memory_bytes = 64 * 1024;  // room for everything: no eviction under pressure
+  o.max_seqs = 8;
+  o.retention_interval = interval;
+  return kvmm::sim::make_policy(name, layout, o);
+}
+
+// A request whose first `shared` tokens are stream 7 (an article) and whose prompt has
+// `prompt` tokens.
+SeqInfo article(std::uint32_t uid, std::uint32_t shared, std::uint32_t prompt) {
+  SeqInfo s;
+  s.uid = uid;
+  s.prefix_id = 7;
+  s.prefix_len = shared;
+  s.prompt_tokens = prompt;
+  return s;
+}
+
+// Runs request `id` through its prompt and `decode` decode steps, then frees it; returns
+// its hit.
+std::uint32_t serve(Policy& p, std::uint32_t id, const SeqInfo& info, std::uint32_t decode) {
+  p.add_request(id, info);
+  const std::uint32_t hit = p.lookup_prefix(id, info.prompt_tokens - 1);
+  std::uint32_t t = hit;
+  REQUIRE(p.allocate(id, t, info.prompt_tokens - t));
+  t = info.prompt_tokens;
+  p.commit(id, t);
+  for (std::uint32_t k = 0; k < decode; ++k) {
+    REQUIRE(p.allocate(id, t, 1));
+    p.commit(id, ++t);
+    p.check_invariants();
+  }
+  p.free(id);
+  p.check_invariants();
+  return hit;
+}
+
+std::uint64_t cached(const Policy& p, std::size_t group) {
+  MemoryStats m;
+  p.stats(m);
+  return m.groups.at(group).cached;
+}
+
+}  // namespace
+
+// hybrid_layout: full (1 layer) and sliding (2 layers, window 8), both 32 B per layer-token:
+// 4-token blocks of 128 B per layer; a sliding block is 2 units (256 B).
+TEST_CASE("vllm-0.27: sparse retention keeps the window of the replay boundary, drops the rest", "[sim][vllm027]") {
+  const auto layout = simtest::hybrid_layout();
+  auto v = make("vllm-0.27", layout);
+  auto u = make("unified-block", layout);
+  // Prompt 28 (article 16 + question 12), one decode: at the decode (position 28) blocks
+  // 0-4 leave the window (first needed block (29 - 8) / 4 = 5). The replay boundary is
+  // 27 aligned down to 24; a hit there needs blocks (25 - 8) / 4 = 4 and 5. So block 4 stays
+  // cached, 0-3 are dropped. At free, full blocks 5 and 6 are cached (block 7 holds 1 token).
+  for (auto* p : {v.get(), u.get()}) CHECK(serve(*p, 0, article(0, 16, 28), 1) == 0);
+  CHECK(cached(*v, 1) == 3 * 256);  // blocks 4, 5, 6
+  CHECK(cached(*u, 1) == 7 * 256);  // unified-block caches every full block: 0-6
+  CHECK(cached(*v, 0) == 7 * 128);  // full attention: the same 7 blocks in both
+  CHECK(cached(*u, 0) == 7 * 128);
+  // A second question on the article: full attention hits 16, but a hit at 16 needs sliding
+  // blocks 2 and 3 (first needed (17 - 8) / 4 = 2): gone under vllm-0.27, cached in
+  // unified-block.
+  CHECK(serve(*u, 1, article(1, 16, 28), 1) == 16);
+  CHECK(serve(*v, 1, article(1, 16, 28), 1) == 0);
+}
+
+TEST_CASE("vllm-0.27: a lagging window makes the full-attention hit a junction, retained for the next request",
+          "[sim][vllm027]") {
+  const auto layout = simtest::hybrid_layout();
+  auto v = make("vllm-0.27", layout);
+  CHECK(serve(*v, 0, article(0, 16, 28), 1) == 0);
+  // Request 1 misses (as above) but its full-attention hit, 16, becomes its junction: when
+  // blocks 0-4 leave its window, 2 and 3 (a hit at 16) and 4 (its replay boundary 24) stay.
+  CHECK(serve(*v, 1, article(1, 16, 28), 1) == 0);
+  // Cached sliding blocks: request 0's 4, 5, 6 and request 1's 2, 3, 4, 5, 6 (its blocks
+  // 0-1 dropped; blocks past the article are its own stream).
+  CHECK(cached(*v, 1) == 8 * 256);
+  // The third question hits at the junction.
+  CHECK(serve(*v, 2, article(2, 16, 28), 1) == 16);
+}
+
+TEST_CASE("vllm-0.27-tuned: the retention interval keeps the window at its multiples", "[sim][vllm027]") {
+  const auto layout = simtest::hybrid_layout();
+  // Interval 16: positions 16 (blocks 2, 3) and 24 (blocks 4, 5; also the replay boundary)
+  // are retained: of blocks 0-4 leaving the window only 0 and 1 are dropped.
+  auto t = make("vllm-0.27-tuned", layout, 16);
+  CHECK(serve(*t, 0, article(0, 16, 28), 1) == 0);
+  CHECK(cached(*t, 1) == 5 * 256);  // blocks 2-6
+  CHECK(serve(*t, 1, article(1, 16, 28), 1) == 16);
+  // Interval 12 is rounded up to the 4-token block: 12 -> 12 (blocks 1, 2), 24 (4, 5):
+  // blocks 0 and 3 dropped, so a hit at 16 (blocks 2, 3) misses; at 12 it needs blocks
+  // (13 - 8) / 4 = 1 and 2: retained, so the hit falls back to 12.
+  auto t12 = make("vllm-0.27-tuned", layout, 12);
+  CHECK(serve(*t12, 0, article(0, 16, 28), 1) == 0);
+  CHECK(cached(*t12, 1) == 5 * 256);  // blocks 1, 2, 4, 5, 6
+  CHECK(serve(*t12, 1, article(1, 16, 28), 1) == 12);
+}
+
+// Attention 32 B per layer-token (4-token pages of 128 B) next to a Mamba state of 200 B:
+// vLLM grows the attention block to hold one state, 256 B = 8 tokens; prefix_match_unit
+// stays the configured 4 tokens, so hits may end in the middle of a block.
+TEST_CASE("vllm-0.27: hits at the match unit inside a grown block copy the partial block", "[sim][vllm027]") {
+  const auto layout = kvmm::KVLayout::plan({kvmm::LayerGroup::full_attention("attention", 1, 1, 8, 2, 4),
+                                            kvmm::LayerGroup::mamba_state("mamba", 1, 200, 4)});
+  auto v = make("vllm-0.27", layout);
+  // Request 0: prompt 13 (shared prefix 12), 3 decodes. Its attention blocks: 0 (tokens
+  // 0-7, full, cached) and 1 (8-15, full after the decodes). Unit keys at 4 and 12 lie
+  // inside blocks: registered. State checkpoint at the replay boundary 12 (13 - 1 aligned to
+  // 4), taken when the prompt is computed.
+  CHECK(serve(*v, 0, article(0, 12, 13), 3) == 0);
+  // Cached: attention blocks 0 and 1 (2 x 256), one state checkpoint (256).
+  CHECK(cached(*v, 0) == 2 * 256);
+  CHECK(cached(*v, 1) == 256);
+  // Request 1 shares the first 12 tokens and asks something else (prompt 20): attention
+  // hits 12 (block 0 whole, block 1's first 4 tokens by its unit key, copied), the state at
+  // 12 is cached: the hit is 12, where vLLM v1 of 2025 (block-aligned, no state caching)
+  // has none.
+  CHECK(serve(*v, 1, article(1, 12, 20), 1) == 12);
+  auto u = make("unified-block", layout);
+  CHECK(serve(*u, 0, article(0, 12, 13), 3) == 0);
+  CHECK(serve(*u, 1, article(1, 12, 20), 1) == 0);
+}
+
+TEST_CASE("vllm-0.27: no state checkpoint where the prefix diverges before it", "[sim][vllm027]") {
+  const auto layout = kvmm::KVLayout::plan({kvmm::LayerGroup::full_attention("attention", 1, 1, 8, 2, 4),
+                                            kvmm::LayerGroup::mamba_state("mamba", 1, 200, 4)});
+  auto v = make("vllm-0.27", layout);
+  // Request 0 shares only 6 tokens: its checkpoint at 12 is its own stream. Request 1's
+  // attention can hit 4 (unit inside block 0), but no state is cached at 4 or below: no hit.
+  // Request 1's junction is 4 (attention hit, state lagging): it checkpoints there, and
+  // request 2 hits 4.
+  CHECK(serve(*v, 0, article(0, 6, 13), 1) == 0);
+  CHECK(serve(*v, 1, article(1, 6, 13), 1) == 0);
+  CHECK(serve(*v, 2, article(2, 6, 13), 1) == 4);
+}
