@@ -54,6 +54,7 @@ class BlockPolicy final : public Policy {
     q.committed.assign(vgs_.size(), 0);
     q.token_keys.assign(vgs_.size(), {});
     q.unit_done.assign(vgs_.size(), 0);
+    q.hit_blocks.assign(vgs_.size(), 0);
     q.unit_keys.clear();
     q.junction = 0;
     q.state_done = 0;
@@ -130,6 +131,7 @@ class BlockPolicy final : public Policy {
       }
       q.first_live[v] = static_cast<std::uint32_t>(first);
       q.committed[v] = static_cast<std::uint32_t>(nb);
+      q.hit_blocks[v] = static_cast<std::uint32_t>(nb);
     }
     q.tokens = static_cast<std::uint32_t>(h);
     return q.tokens;
@@ -148,9 +150,7 @@ class BlockPolicy final : public Policy {
         const std::uint32_t s = q.blocks[v][b];
         release(v, s);
         // Sparse retention: a block no retained hit needs leaves the cache at once.
-        if (rules_.sparse_retention && g.kind == VKind::kWindow && ref_[s] == 0 && cached_[s] != 0 &&
-            !retained(q, g, b))
-          evict_slot(s);
+        drop_unless_retained(q, v, b, s);
         q.blocks[v][b] = kNull;
       }
       q.first_live[v] = static_cast<std::uint32_t>(std::max<std::uint64_t>(q.first_live[v], first));
@@ -210,8 +210,12 @@ class BlockPolicy final : public Policy {
     Req& q = req(id);
     for (std::size_t v = 0; v < vgs_.size(); ++v) {
       // Reverse order: with prefix caching the tail blocks become LRU-first.
-      for (auto it = q.blocks[v].rbegin(); it != q.blocks[v].rend(); ++it)
-        if (*it != kNull) release(v, *it);
+      for (std::size_t b = q.blocks[v].size(); b-- > 0;) {
+        const std::uint32_t s = q.blocks[v][b];
+        if (s == kNull) continue;
+        release(v, s);
+        drop_unless_retained(q, v, b, s);
+      }
       q.blocks[v].clear();
     }
     q.active = false;
@@ -349,6 +353,7 @@ class BlockPolicy final : public Policy {
     std::vector<std::vector<std::uint64_t>> token_keys;  // per vgroup: chained hashes of token ids
     std::vector<std::uint64_t> unit_keys;                // chained hashes of token ids per hit unit
     std::vector<std::uint32_t> unit_done;                // per vgroup: tokens whose unit keys are registered
+    std::vector<std::uint32_t> hit_blocks;               // per vgroup: blocks taken from the cache at lookup
     std::uint32_t junction = 0;                          // shared-prefix junction found at lookup (0: none)
     std::uint32_t state_done = 0;                        // tokens up to which state checkpoints were considered
   };
@@ -396,6 +401,17 @@ class BlockPolicy final : public Policy {
   }
   std::uint64_t replay_boundary(const Req& q) const {
     return q.info.prompt_tokens > 0 ? align(q.info.prompt_tokens - 1) : 0;
+  }
+
+  // Sparse retention: window block b (slot s), just released by request q, leaves the cache
+  // unless a hit at one of q's retained positions needs it. Only blocks q computed itself:
+  // blocks it hit were cached by another request's rule (vLLM masks the blocks a request
+  // caches, cache_full_blocks' block_mask).
+  void drop_unless_retained(const Req& q, std::size_t v, std::uint64_t b, std::uint32_t s) {
+    const VGroup& g = vgs_[v];
+    if (rules_.sparse_retention && g.kind == VKind::kWindow && b >= q.hit_blocks[v] && ref_[s] == 0 &&
+        cached_[s] != 0 && !retained(q, g, b))
+      evict_slot(s);
   }
 
   // Registers the partial keys of the unit boundaries in (unit_done, num_computed] that

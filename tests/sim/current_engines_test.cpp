@@ -71,9 +71,10 @@ TEST_CASE("vllm-0.27: sparse retention keeps the window of the replay boundary, 
   // Prompt 28 (article 16 + question 12), one decode: at the decode (position 28) blocks
   // 0-4 leave the window (first needed block (29 - 8) / 4 = 5). The replay boundary is
   // 27 aligned down to 24; a hit there needs blocks (25 - 8) / 4 = 4 and 5. So block 4 stays
-  // cached, 0-3 are dropped. At free, full blocks 5 and 6 are cached (block 7 holds 1 token).
+  // cached, 0-3 are dropped. At free, block 5 stays, block 6 (no retained hit needs it) is
+  // dropped too, block 7 holds 1 token (never cached).
   for (auto* p : {v.get(), u.get()}) CHECK(serve(*p, 0, article(0, 16, 28), 1) == 0);
-  CHECK(cached(*v, 1) == 3 * 256);  // blocks 4, 5, 6
+  CHECK(cached(*v, 1) == 2 * 256);  // blocks 4, 5
   CHECK(cached(*u, 1) == 7 * 256);  // unified-block caches every full block: 0-6
   CHECK(cached(*v, 0) == 7 * 128);  // full attention: the same 7 blocks in both
   CHECK(cached(*u, 0) == 7 * 128);
@@ -92,27 +93,31 @@ TEST_CASE("vllm-0.27: a lagging window makes the full-attention hit a junction, 
   // Request 1 misses (as above) but its full-attention hit, 16, becomes its junction: when
   // blocks 0-4 leave its window, 2 and 3 (a hit at 16) and 4 (its replay boundary 24) stay.
   CHECK(serve(*v, 1, article(1, 16, 28), 1) == 0);
-  // Cached sliding blocks: request 0's 4, 5, 6 and request 1's 2, 3, 4, 5, 6 (its blocks
-  // 0-1 dropped; blocks past the article are its own stream).
-  CHECK(cached(*v, 1) == 8 * 256);
-  // The third question hits at the junction.
+  // Cached sliding blocks: request 0's 4, 5 and request 1's 2, 3, 4, 5 (its 0, 1 and 6
+  // dropped; blocks past the article are its own stream).
+  CHECK(cached(*v, 1) == 6 * 256);
+  // The third question hits at the junction; the blocks it took from the cache are not its
+  // to drop (request 1's rule cached them), so the fourth hits too.
   CHECK(serve(*v, 2, article(2, 16, 28), 1) == 16);
+  CHECK(serve(*v, 3, article(3, 16, 28), 1) == 16);
 }
 
 TEST_CASE("vllm-0.27-tuned: the retention interval keeps the window at its multiples", "[sim][vllm027]") {
   const auto layout = simtest::hybrid_layout();
   // Interval 16: positions 16 (blocks 2, 3) and 24 (blocks 4, 5; also the replay boundary)
-  // are retained: of blocks 0-4 leaving the window only 0 and 1 are dropped.
+  // are retained: of blocks 0-4 leaving the window only 0 and 1 are dropped; block 6 is
+  // the tail of the segment ending at 32 (vLLM keeps every segment's tail): kept at free.
   auto t = make("vllm-0.27-tuned", layout, 16);
   CHECK(serve(*t, 0, article(0, 16, 28), 1) == 0);
   CHECK(cached(*t, 1) == 5 * 256);  // blocks 2-6
   CHECK(serve(*t, 1, article(1, 16, 28), 1) == 16);
   // Interval 12 is rounded up to the 4-token block: 12 -> 12 (blocks 1, 2), 24 (4, 5):
   // blocks 0 and 3 dropped, so a hit at 16 (blocks 2, 3) misses; at 12 it needs blocks
-  // (13 - 8) / 4 = 1 and 2: retained, so the hit falls back to 12.
+  // (13 - 8) / 4 = 1 and 2: retained, so the hit falls back to 12. Block 6 (tokens 24-27)
+  // ends no segment of 12 (36 needs blocks 7, 8): dropped at free.
   auto t12 = make("vllm-0.27-tuned", layout, 12);
   CHECK(serve(*t12, 0, article(0, 16, 28), 1) == 0);
-  CHECK(cached(*t12, 1) == 5 * 256);  // blocks 1, 2, 4, 5, 6
+  CHECK(cached(*t12, 1) == 4 * 256);  // blocks 1, 2, 4, 5
   CHECK(serve(*t12, 1, article(1, 16, 28), 1) == 12);
 }
 
