@@ -178,7 +178,7 @@ std::unique_ptr<Policy> static_split(const KVLayout& layout, const PolicyOptions
   return make_engine("static-split", layout, std::move(vgs), std::move(pools), caching, d);
 }
 
-// vLLM v1's hybrid allocator layout (2025 and 0.27 alike): one block byte size per layer
+// vLLM v1's hybrid allocator layout (2025 and 0.33 alike): one block byte size per layer
 // for every group. Attention block sizes are enlarged (tokens per block) until their
 // per-layer page equals the largest one; with Mamba, attention blocks grow until their page
 // is at least one layer's state, and state pages are padded to it. Returns the vgroups (all
@@ -228,8 +228,8 @@ std::unique_ptr<Policy> unified_block(const KVLayout& layout, const PolicyOption
   return make_engine("unified-block", layout, std::move(vgs), std::move(pools), caching, d, SkipOrder::kHighFirst);
 }
 
-std::unique_ptr<Policy> vllm_027(const KVLayout& layout, const PolicyOptions& o, bool tuned) {
-  // vLLM 0.27 (docs/sim.md "vllm-0.27"): the same layout; prefix caching on with Mamba
+std::unique_ptr<Policy> vllm_033(const KVLayout& layout, const PolicyOptions& o, bool tuned) {
+  // vLLM 0.33 (docs/sim.md "vllm-0.33"): the same layout; prefix caching on with Mamba
   // ("align"); sparse retention of window blocks and state checkpoints at the replay
   // boundary and shared-prefix junctions (prefix_cache_retention_interval = 0, the
   // default) or also every `retention_interval` tokens (tuned); hits at prefix_match_unit
@@ -250,9 +250,9 @@ std::unique_ptr<Policy> vllm_027(const KVLayout& layout, const PolicyOptions& o,
   rules.hit_unit = unit == 0 || unit >= block ? 0 : unit;
   rules.state_caching = true;
   if (tuned) rules.retention_interval = (o.retention_interval + block - 1) / block * block;  // a block multiple
-  const std::string name = tuned ? "vllm-0.27-tuned" : "vllm-0.27";
+  const std::string name = tuned ? "vllm-0.33-tuned" : "vllm-0.33";
   std::string d = fmt::format(
-      "vLLM 0.27 hybrid allocator: one pool of {} B per-layer blocks shared by every group ({}); state pages padded "
+      "vLLM 0.33 hybrid allocator: one pool of {} B per-layer blocks shared by every group ({}); state pages padded "
       "to the block; prefix caching {} (hit = longest prefix valid in all groups, at {}); sparse retention: a window "
       "block that leaves the window stays cached only if a hit at the replay boundary (prompt end), the shared-prefix "
       "junction{} needs it, else it is dropped; Mamba state cached at those positions (\"align\"); "
@@ -272,8 +272,8 @@ std::unique_ptr<Policy> make_block_policy(std::string_view name, const KVLayout&
   if (name == "max-page") return max_page(layout, o);
   if (name == "static-split") return static_split(layout, o);
   if (name == "unified-block") return unified_block(layout, o);
-  if (name == "vllm-0.27") return vllm_027(layout, o, false);
-  if (name == "vllm-0.27-tuned") return vllm_027(layout, o, true);
+  if (name == "vllm-0.33") return vllm_033(layout, o, false);
+  if (name == "vllm-0.33-tuned") return vllm_033(layout, o, true);
   fail("policy = '{}': not a block-pool policy", name);
 }
 

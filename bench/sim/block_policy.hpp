@@ -44,7 +44,7 @@ struct Pool {
 // hit at the end of a shared prefix needs, is evicted first.
 enum class SkipOrder : std::uint8_t { kLowFirst, kHighFirst };
 
-// Prefix-cache rules of vLLM 0.27 (docs/sim.md, "vllm-0.27"). The defaults are vLLM v1 of
+// Prefix-cache rules of vLLM 0.33 (docs/sim.md, "vllm-0.33"). The defaults are vLLM v1 of
 // 2025 and every older model: hits end on block boundaries, a block that leaves the window
 // stays cached like any other, no state is cached.
 struct CacheRules {

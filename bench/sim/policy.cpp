@@ -8,7 +8,7 @@ namespace kvmm::sim {
 
 const std::vector<std::string>& policy_names() {
   static const std::vector<std::string> kNames{"kvmm",          "paged-uniform", "max-page",       "static-split",
-                                               "unified-block", "vllm-0.27",     "vllm-0.27-tuned"};
+                                               "unified-block", "vllm-0.33",     "vllm-0.33-tuned"};
   return kNames;
 }
 
@@ -17,8 +17,8 @@ std::unique_ptr<Policy> make_policy(std::string_view name, const KVLayout& layou
   if (std::find(policy_names().begin(), policy_names().end(), name) != policy_names().end())
     return make_block_policy(name, layout, o);
   fail(
-      "policy = '{}': unknown; known: kvmm, paged-uniform, max-page, static-split, unified-block, vllm-0.27, "
-      "vllm-0.27-tuned",
+      "policy = '{}': unknown; known: kvmm, paged-uniform, max-page, static-split, unified-block, vllm-0.33, "
+      "vllm-0.33-tuned",
       name);
 }
 

@@ -1,7 +1,7 @@
 // The memory-policy interface of kvmm-sim, shaped like kvmm::KVCacheManager (begin_step,
 // add_request, lookup_prefix, all-or-nothing allocate, commit, free, stats), which the
 // kvmm policy calls one for one; and its factory: kvmm, paged-uniform, max-page,
-// static-split, unified-block (the engines of 2025), vllm-0.27, vllm-0.27-tuned. allocate/free cost O(pages touched);
+// static-split, unified-block (the engines of 2025), vllm-0.33, vllm-0.33-tuned. allocate/free cost O(pages touched);
 // stats O(requests x groups) (block policies with shared prefixes: O(blocks held)).
 #pragma once
 
@@ -86,7 +86,7 @@ inline constexpr std::uint32_t kLearnedBoundaryEntries = 4096;
 // "none" | "hinted" | "learned" | "both"; raises kvmm::Error naming the value otherwise.
 BoundaryMode parse_boundary_mode(std::string_view s);
 
-// The retention interval vllm-0.27-tuned uses unless told (chosen on arXiv-QA, docs/results/sim.md).
+// The retention interval vllm-0.33-tuned uses unless told (chosen on arXiv-QA, docs/results/sim.md).
 inline constexpr std::uint32_t kTunedRetentionInterval = 16384;
 
 struct PolicyOptions {
@@ -96,7 +96,7 @@ struct PolicyOptions {
   std::uint32_t max_encoder_tokens = 6404;           // static-split sizing of encoder groups
   bool prefix_caching = true;                        // false: no policy caches (memory policy alone)
   BoundaryMode boundaries = BoundaryMode::kLearned;  // kvmm only; the manager's default
-  // vllm-0.27-tuned: prefix_cache_retention_interval (tokens; vllm-0.27 uses vLLM's default 0).
+  // vllm-0.33-tuned: prefix_cache_retention_interval (tokens; vllm-0.33 uses vLLM's default 0).
   std::uint32_t retention_interval = kTunedRetentionInterval;
 };
 

@@ -1,4 +1,4 @@
-// Worked examples of each rule of vllm-0.27 (bench/sim/block_engines.cpp, docs/sim.md):
+// Worked examples of each rule of vllm-0.33 (bench/sim/block_engines.cpp, docs/sim.md):
 // sparse retention at the replay boundary, the shared-prefix junction, the retention
 // interval, hits at prefix_match_unit inside a grown block with the partial block copied,
 // and Mamba "align" state checkpoints. Each case drives the policy call by call and checks
@@ -64,9 +64,9 @@ std::uint64_t cached(const Policy& p, std::size_t group) {
 
 // hybrid_layout: full (1 layer) and sliding (2 layers, window 8), both 32 B per layer-token:
 // 4-token blocks of 128 B per layer; a sliding block is 2 units (256 B).
-TEST_CASE("vllm-0.27: sparse retention keeps the window of the replay boundary, drops the rest", "[sim][vllm027]") {
+TEST_CASE("vllm-0.33: sparse retention keeps the window of the replay boundary, drops the rest", "[sim][vllm033]") {
   const auto layout = simtest::hybrid_layout();
-  auto v = make("vllm-0.27", layout);
+  auto v = make("vllm-0.33", layout);
   auto u = make("unified-block", layout);
   // Prompt 28 (article 16 + question 12), one decode: at the decode (position 28) blocks
   // 0-4 leave the window (first needed block (29 - 8) / 4 = 5). The replay boundary is
@@ -79,16 +79,16 @@ TEST_CASE("vllm-0.27: sparse retention keeps the window of the replay boundary, 
   CHECK(cached(*v, 0) == 7 * 128);  // full attention: the same 7 blocks in both
   CHECK(cached(*u, 0) == 7 * 128);
   // A second question on the article: full attention hits 16, but a hit at 16 needs sliding
-  // blocks 2 and 3 (first needed (17 - 8) / 4 = 2): gone under vllm-0.27, cached in
+  // blocks 2 and 3 (first needed (17 - 8) / 4 = 2): gone under vllm-0.33, cached in
   // unified-block.
   CHECK(serve(*u, 1, article(1, 16, 28), 1) == 16);
   CHECK(serve(*v, 1, article(1, 16, 28), 1) == 0);
 }
 
-TEST_CASE("vllm-0.27: a lagging window makes the full-attention hit a junction, retained for the next request",
-          "[sim][vllm027]") {
+TEST_CASE("vllm-0.33: a lagging window makes the full-attention hit a junction, retained for the next request",
+          "[sim][vllm033]") {
   const auto layout = simtest::hybrid_layout();
-  auto v = make("vllm-0.27", layout);
+  auto v = make("vllm-0.33", layout);
   CHECK(serve(*v, 0, article(0, 16, 28), 1) == 0);
   // Request 1 misses (as above) but its full-attention hit, 16, becomes its junction: when
   // blocks 0-4 leave its window, 2 and 3 (a hit at 16) and 4 (its replay boundary 24) stay.
@@ -102,12 +102,12 @@ TEST_CASE("vllm-0.27: a lagging window makes the full-attention hit a junction, 
   CHECK(serve(*v, 3, article(3, 16, 28), 1) == 16);
 }
 
-TEST_CASE("vllm-0.27-tuned: the retention interval keeps the window at its multiples", "[sim][vllm027]") {
+TEST_CASE("vllm-0.33-tuned: the retention interval keeps the window at its multiples", "[sim][vllm033]") {
   const auto layout = simtest::hybrid_layout();
   // Interval 16: positions 16 (blocks 2, 3) and 24 (blocks 4, 5; also the replay boundary)
   // are retained: of blocks 0-4 leaving the window only 0 and 1 are dropped; block 6 is
   // the tail of the segment ending at 32 (vLLM keeps every segment's tail): kept at free.
-  auto t = make("vllm-0.27-tuned", layout, 16);
+  auto t = make("vllm-0.33-tuned", layout, 16);
   CHECK(serve(*t, 0, article(0, 16, 28), 1) == 0);
   CHECK(cached(*t, 1) == 5 * 256);  // blocks 2-6
   CHECK(serve(*t, 1, article(1, 16, 28), 1) == 16);
@@ -115,7 +115,7 @@ TEST_CASE("vllm-0.27-tuned: the retention interval keeps the window at its multi
   // blocks 0 and 3 dropped, so a hit at 16 (blocks 2, 3) misses; at 12 it needs blocks
   // (13 - 8) / 4 = 1 and 2: retained, so the hit falls back to 12. Block 6 (tokens 24-27)
   // ends no segment of 12 (36 needs blocks 7, 8): dropped at free.
-  auto t12 = make("vllm-0.27-tuned", layout, 12);
+  auto t12 = make("vllm-0.33-tuned", layout, 12);
   CHECK(serve(*t12, 0, article(0, 16, 28), 1) == 0);
   CHECK(cached(*t12, 1) == 4 * 256);  // blocks 1, 2, 4, 5
   CHECK(serve(*t12, 1, article(1, 16, 28), 1) == 12);
@@ -124,10 +124,10 @@ TEST_CASE("vllm-0.27-tuned: the retention interval keeps the window at its multi
 // Attention 32 B per layer-token (4-token pages of 128 B) next to a Mamba state of 200 B:
 // vLLM grows the attention block to hold one state, 256 B = 8 tokens; prefix_match_unit
 // stays the configured 4 tokens, so hits may end in the middle of a block.
-TEST_CASE("vllm-0.27: hits at the match unit inside a grown block copy the partial block", "[sim][vllm027]") {
+TEST_CASE("vllm-0.33: hits at the match unit inside a grown block copy the partial block", "[sim][vllm033]") {
   const auto layout = kvmm::KVLayout::plan({kvmm::LayerGroup::full_attention("attention", 1, 1, 8, 2, 4),
                                             kvmm::LayerGroup::mamba_state("mamba", 1, 200, 4)});
-  auto v = make("vllm-0.27", layout);
+  auto v = make("vllm-0.33", layout);
   // Request 0: prompt 13 (shared prefix 12), 3 decodes. Its attention blocks: 0 (tokens
   // 0-7, full, cached) and 1 (8-15, full after the decodes). Unit keys at 4 and 12 lie
   // inside blocks: registered. State checkpoint at the replay boundary 12 (13 - 1 aligned to
@@ -146,10 +146,10 @@ TEST_CASE("vllm-0.27: hits at the match unit inside a grown block copy the parti
   CHECK(serve(*u, 1, article(1, 12, 20), 1) == 0);
 }
 
-TEST_CASE("vllm-0.27: no state checkpoint where the prefix diverges before it", "[sim][vllm027]") {
+TEST_CASE("vllm-0.33: no state checkpoint where the prefix diverges before it", "[sim][vllm033]") {
   const auto layout = kvmm::KVLayout::plan({kvmm::LayerGroup::full_attention("attention", 1, 1, 8, 2, 4),
                                             kvmm::LayerGroup::mamba_state("mamba", 1, 200, 4)});
-  auto v = make("vllm-0.27", layout);
+  auto v = make("vllm-0.33", layout);
   // Request 0 shares only 6 tokens: its checkpoint at 12 is its own stream. Request 1's
   // attention can hit 4 (unit inside block 0), but no state is cached at 4 or below: no hit.
   // Request 1's junction is 4 (attention hit, state lagging): it checkpoints there, and
