@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <set>
 #include <unordered_map>
 
 namespace kvmm::sim::block {
@@ -20,7 +21,7 @@ namespace {
 class BlockPolicy final : public Policy {
  public:
   BlockPolicy(std::string name, const KVLayout& layout, std::vector<VGroup> vgs, std::vector<Pool> pools, bool caching,
-              std::string description, SkipOrder skip_order, CacheRules rules)
+              std::string description, SkipOrder skip_order, CacheRules rules, Rebalance rebalance)
       : name_(std::move(name)),
         layout_(layout),
         vgs_(std::move(vgs)),
@@ -28,17 +29,28 @@ class BlockPolicy final : public Policy {
         caching_(caching),
         skip_order_(skip_order),
         rules_(rules),
+        rb_(rebalance),
         description_(std::move(description)),
         index_(vgs_.size()),
         pindex_(vgs_.size()),
+        sindex_(vgs_.size()),
         vg_evictable_(vgs_.size(), 0),
         vg_in_use_(vgs_.size(), 0) {
+    std::vector<std::uint8_t> seen(pools_.size(), 0);
+    for (const VGroup& g : vgs_) {  // a pool's one-group free memory is reported by its first vgroup
+      reports_pool_free_.push_back(seen[g.pool] == 0);
+      seen[g.pool] = 1;
+    }
+    rb_target_.assign(pools_.size(), 0.0);
     for (const VGroup& g : vgs_)
       if (rules_.hit_unit > 0 && g.kind != VKind::kState && g.kind != VKind::kEncoder && g.tpb % rules_.hit_unit != 0)
         fail("hit_unit = {}: must divide the {} tokens per block of vgroup '{}'", rules_.hit_unit, g.tpb, g.name);
   }
 
   std::string_view name() const override { return name_; }
+  void begin_step() override {
+    if (rb_.enabled) rebalance();
+  }
   std::string describe() const override { return description_; }
   bool prefix_caching() const override { return caching_; }
 
@@ -58,6 +70,7 @@ class BlockPolicy final : public Policy {
     q.unit_keys.clear();
     q.junction = 0;
     q.state_done = 0;
+    q.computed = 0;
     if (caching_ && info.token_ids && !info.token_ids->empty() && rules_.hit_unit > 0) {
       std::uint64_t h = 0x756e6974;
       for (std::size_t u = 0; (u + 1) * rules_.hit_unit <= info.token_ids->size(); ++u) {
@@ -91,7 +104,7 @@ class BlockPolicy final : public Policy {
         changed |= h != before;
       }
     }
-    if (rules_.sparse_retention) {
+    if (rules_.window.junction || rules_.state.junction) {
       // The shared-prefix junction: where the full-attention groups alone would hit, when a
       // sparse group (window, state) stopped the hit before it (vLLM: num_new_computed_tokens
       // + num_uncached_common_prefix_tokens).
@@ -183,6 +196,7 @@ class BlockPolicy final : public Policy {
 
   void commit(std::uint32_t id, std::uint32_t num_computed) override {
     Req& q = req(id);
+    q.computed = std::max(q.computed, num_computed);
     if (!caching_) return;
     for (std::size_t v = 0; v < vgs_.size(); ++v) {
       const VGroup& g = vgs_[v];
@@ -202,12 +216,17 @@ class BlockPolicy final : public Policy {
         }
       }
       q.committed[v] = std::max(q.committed[v], full);
-      if (rules_.hit_unit > 0 && rules_.hit_unit < g.tpb) register_units(q, v, num_computed);
+      if (rules_.stream_partial)
+        register_stream(q, v, num_computed);
+      else if (rules_.hit_unit > 0 && rules_.hit_unit < g.tpb)
+        register_units(q, v, num_computed);
     }
   }
 
   void free(std::uint32_t id) override {
     Req& q = req(id);
+    if (caching_ && rules_.state_caching && rules_.state.seq_end) checkpoint_at_end(q);
+    if (rb_.enabled) sample_closed(q);
     for (std::size_t v = 0; v < vgs_.size(); ++v) {
       // Reverse order: with prefix caching the tail blocks become LRU-first.
       for (std::size_t b = q.blocks[v].size(); b-- > 0;) {
@@ -263,13 +282,14 @@ class BlockPolicy final : public Policy {
         fail("invariant: block {} partial-key flag disagrees with its {} keys", s, pkeys_[s].size());
       for (std::uint64_t k : pkeys_[s]) {
         auto it = pindex_[v].find(k);
-        if (it == pindex_[v].end() || it->second != s)
+        auto st = sindex_[v].find(k);
+        if ((it == pindex_[v].end() || it->second != s) && (st == sindex_[v].end() || st->second.first != s))
           fail("invariant: block {} partial key missing from the index", s);
         ++partial[v];
       }
     }
     for (std::size_t v = 0; v < vgs_.size(); ++v)
-      if (partial[v] != pindex_[v].size())
+      if (partial[v] != pindex_[v].size() + sindex_[v].size())
         fail("invariant: vgroup {} has {} partial keys on blocks, {} in the index", vgs_[v].name, partial[v],
              pindex_[v].size());
     for (std::size_t v = 0; v < vgs_.size(); ++v) {
@@ -324,8 +344,8 @@ class BlockPolicy final : public Policy {
     }
     // Bytes in blocks with ref > 0, per vgroup: counted from the block arrays.
     for (std::size_t v = 0; v < vgs_.size(); ++v) in_use[v] = vg_in_use_[v] * pools_[vgs_[v].pool].unit_bytes;
-    out.free = 0;
-    out.capacity = 0;
+    out.free = rb_spare_bytes_;  // bytes a rebalance has not yet given to a pool
+    out.capacity = rb_spare_bytes_;
     for (const Pool& p : pools_) {
       out.capacity += p.capacity * p.unit_bytes;
       if (p.shared) out.free += p.free * p.unit_bytes;
@@ -337,7 +357,8 @@ class BlockPolicy final : public Policy {
       u.wasted = std::min(static_cast<std::uint64_t>(std::llround(std::max(0.0, waste[v]))), in_use[v]);
       u.used = in_use[v] - u.wasted;
       u.cached = vg_evictable_[v] * pools_[g.pool].unit_bytes;
-      u.group_free = pools_[g.pool].shared ? 0 : pools_[g.pool].free * pools_[g.pool].unit_bytes;
+      u.group_free =
+          pools_[g.pool].shared || !reports_pool_free_[v] ? 0 : pools_[g.pool].free * pools_[g.pool].unit_bytes;
     }
     out.evictions = evictions_;
   }
@@ -356,6 +377,7 @@ class BlockPolicy final : public Policy {
     std::vector<std::uint32_t> hit_blocks;               // per vgroup: blocks taken from the cache at lookup
     std::uint32_t junction = 0;                          // shared-prefix junction found at lookup (0: none)
     std::uint32_t state_done = 0;                        // tokens up to which state checkpoints were considered
+    std::uint32_t computed = 0;                          // tokens committed so far
   };
 
   static constexpr std::uint8_t kFullKey = 1, kUnitKeys = 2;  // cached_ bits
@@ -395,8 +417,11 @@ class BlockPolicy final : public Policy {
   // retained positions: the replay boundary, the junction, multiples of the interval.
   bool retained(const Req& q, const VGroup& g, std::uint64_t b) const {
     auto needs = [&](std::uint64_t a) { return a > b * g.tpb && first_needed_block(g, a) <= b; };
-    if (needs(replay_boundary(q)) || (q.junction > 0 && needs(q.junction))) return true;
-    const std::uint64_t n = rules_.retention_interval;
+    const Positions& w = rules_.window;
+    if (w.prompt_end && needs(replay_boundary(q))) return true;
+    if (w.seq_end && needs(align(q.computed))) return true;
+    if (w.junction && q.junction > 0 && needs(q.junction)) return true;
+    const std::uint64_t n = w.interval;
     return n > 0 && needs((b * g.tpb / n + 1) * n);  // the first multiple past the block's start
   }
   std::uint64_t replay_boundary(const Req& q) const {
@@ -438,10 +463,10 @@ class BlockPolicy final : public Policy {
   // pool has no room for it.
   void checkpoint_states(Req& q, std::size_t v, std::uint32_t num_computed) {
     const VGroup& g = vgs_[v];
-    std::vector<std::uint64_t> at{replay_boundary(q), q.junction};
-    if (rules_.retention_interval > 0)
-      for (std::uint64_t a = (q.state_done / rules_.retention_interval + 1) * rules_.retention_interval;
-           a <= num_computed; a += rules_.retention_interval)
+    const Positions& ps = rules_.state;
+    std::vector<std::uint64_t> at{ps.prompt_end ? state_prompt_end(q) : 0, ps.junction ? q.junction : 0};
+    if (ps.interval > 0)
+      for (std::uint64_t a = (q.state_done / ps.interval + 1) * ps.interval; a <= num_computed; a += ps.interval)
         at.push_back(a);
     std::sort(at.begin(), at.end());
     for (std::uint64_t a : at) {
@@ -453,9 +478,162 @@ class BlockPolicy final : public Policy {
       index_[v].emplace(k, s);
       cached_[s] = kFullKey;
       key_[s] = k;
+      note_state(q, s, a);
       release(v, s);
     }
     q.state_done = std::max(q.state_done, num_computed);
+  }
+
+  // The prompt-end state position: vLLM's replay boundary (aligned to the hit granularity);
+  // with token-granular hits (TensorRT-LLM) the prompt's end itself.
+  std::uint64_t state_prompt_end(const Req& q) const {
+    if (rules_.stream_partial) return q.info.prompt_tokens;
+    return replay_boundary(q);
+  }
+
+  // SGLang: the request's running state becomes the cached state at its sequence's end
+  // (the tree's leaf), aligned down to the hit granularity (the state tracked there).
+  void checkpoint_at_end(Req& q) {
+    for (std::size_t v = 0; v < vgs_.size(); ++v) {
+      if (vgs_[v].kind != VKind::kState || q.blocks[v].empty()) continue;
+      const std::uint64_t a = align(q.computed);
+      const std::uint32_t s = q.blocks[v][0];
+      if (a == 0 || s == kNull || cached_[s] != 0) continue;
+      const std::uint64_t k = skey(q, a);
+      if (!index_[v].emplace(k, s).second) continue;
+      cached_[s] = kFullKey;
+      key_[s] = k;
+      note_state(q, s, a);
+    }
+  }
+
+  // Cached states by content stream, so a lookup finds the deepest one below a hit length
+  // at any position (synthetic streams; traces with token ids scan a grid).
+  std::uint64_t state_stream(const Req& q, std::uint64_t pos) const {
+    return pos <= q.info.prefix_len ? mix(q.info.prefix_id ^ 0x57a7e5ULL) : mix(0x7e57000000000000ULL + q.info.uid);
+  }
+  void note_state(const Req& q, std::uint32_t s, std::uint64_t pos) {
+    if (q.info.token_ids && !q.info.token_ids->empty()) return;
+    const std::uint64_t st = state_stream(q, pos);
+    states_[st].insert(static_cast<std::uint32_t>(pos));
+    state_at_[s] = {st, static_cast<std::uint32_t>(pos)};
+  }
+  // The deepest cached state of q's streams at or below h (0: none).
+  std::uint64_t deepest_state(const Req& q, std::size_t v, std::uint64_t h) const {
+    std::uint64_t best = 0;
+    auto probe = [&](std::uint64_t stream, std::uint64_t lo, std::uint64_t hi) {  // positions in (lo, hi]
+      auto it = states_.find(stream);
+      if (it == states_.end() || hi <= lo) return;
+      auto p = it->second.upper_bound(static_cast<std::uint32_t>(hi));
+      if (p == it->second.begin()) return;
+      const std::uint64_t a = *--p;
+      if (a > lo && index_[v].count(skey(q, a)) != 0) best = std::max(best, a);
+    };
+    if (q.info.prefix_len > 0) probe(state_stream(q, 1), 0, std::min<std::uint64_t>(h, q.info.prefix_len));
+    probe(state_stream(q, q.info.prefix_len + 1), q.info.prefix_len, h);
+    return best;
+  }
+
+  // Token-granular partial reuse: the block holding the end of the request's shared stream
+  // (its prefix, up to what is computed) is registered under (stream, block) with the
+  // stream's length in it; a longer one replaces a shorter one.
+  void register_stream(Req& q, std::size_t v, std::uint32_t num_computed) {
+    const VGroup& g = vgs_[v];
+    if (q.info.prefix_len == 0 || (q.info.token_ids && !q.info.token_ids->empty())) return;
+    const std::uint64_t p = std::min<std::uint64_t>(num_computed, q.info.prefix_len);
+    if (p % g.tpb == 0) return;
+    const std::uint64_t b = p / g.tpb;
+    if (b >= q.blocks[v].size() || q.blocks[v][b] == kNull) return;
+    const std::uint32_t s = q.blocks[v][b];
+    const std::uint64_t k = stream_key(q, v, b);
+    auto [it, fresh] = sindex_[v].try_emplace(k, s, static_cast<std::uint32_t>(p));
+    if (!fresh) {
+      if (it->second.second >= p) return;
+      const std::uint32_t old = it->second.first;
+      it->second = {s, static_cast<std::uint32_t>(p)};
+      if (old != s) {  // repoint from the shorter block, which may leave the cache
+        std::vector<std::uint64_t>& keys = pkeys_[old];
+        keys.erase(std::find(keys.begin(), keys.end(), k));
+        if (keys.empty()) cached_[old] &= static_cast<std::uint8_t>(~kUnitKeys);
+        if (cached_[old] == 0 && ref_[old] == 0) free_uncached(old);
+        pkeys_[s].push_back(k);
+      }
+    } else {
+      pkeys_[s].push_back(k);
+    }
+    cached_[s] |= kUnitKeys;
+  }
+  std::uint64_t stream_key(const Req& q, std::size_t v, std::uint64_t b) const {
+    return mix(mix(q.info.prefix_id ^ 0x5157ULL) ^ (b * 0x9e3779b97f4a7c15ULL + vgs_[v].tpb));
+  }
+  // Tokens of block b a hit can take from the stream's registered block (0: none).
+  std::uint64_t stream_len(const Req& q, std::size_t v, std::uint64_t b) const {
+    if (!rules_.stream_partial || q.info.prefix_len <= b * vgs_[v].tpb) return 0;
+    auto it = sindex_[v].find(stream_key(q, v, b));
+    return it == sindex_[v].end() ? 0 : std::min<std::uint64_t>(it->second.second, q.info.prefix_len);
+  }
+
+  // Rebalance: moving averages of finished requests' lengths (squared, as the engine does:
+  // long requests also live long).
+  void sample_closed(const Req& q) {
+    const double cap = static_cast<double>(q.computed);
+    rb_sum_ = rb_.decay * rb_sum_ + cap * cap;
+    rb_weight_ = rb_.decay * rb_weight_ + 1.0;
+    if (++rb_closed_ % rb_.update_interval != 0 || rb_closed_ < rb_.min_closed) return;
+    const double len = std::sqrt(rb_sum_ / rb_weight_);
+    double total = 0;
+    for (std::size_t p = 0; p < pools_.size(); ++p) rb_target_[p] = 0;
+    for (const VGroup& g : vgs_) {
+      double blocks = std::ceil(len / g.tpb);
+      if (g.kind == VKind::kWindow) blocks = std::min(blocks, std::ceil((g.window - 1.0) / g.tpb) + 1);
+      if (g.kind == VKind::kChunked) blocks = std::min(blocks, std::ceil(static_cast<double>(g.chunk) / g.tpb) + 1);
+      if (g.kind == VKind::kState) blocks = 1;
+      if (g.kind == VKind::kEncoder) continue;
+      const double bytes = blocks * static_cast<double>(g.units * pools_[g.pool].unit_bytes);
+      rb_target_[g.pool] += bytes;
+      total += bytes;
+    }
+    for (double& t : rb_target_) t = total > 0 ? t / total : 0;
+  }
+
+  // Resizes the pools to the target shares when one is off by more than the threshold:
+  // shrinking pools give up free units (evicting cached ones first), growing pools take the
+  // bytes freed, in whole units. Called at the start of a step.
+  void rebalance() {
+    ++rb_step_;
+    if (rb_closed_ < rb_.min_closed || rb_step_ - rb_last_ < rb_.cooldown_steps) return;
+    double total = static_cast<double>(rb_spare_bytes_);
+    for (const Pool& p : pools_) total += static_cast<double>(p.capacity * p.unit_bytes);
+    bool off = false;
+    for (std::size_t p = 0; p < pools_.size(); ++p) {
+      if (rb_target_[p] <= 0) continue;
+      const double share = static_cast<double>(pools_[p].capacity * pools_[p].unit_bytes) / total;
+      off |= share <= 0 || share / rb_target_[p] > rb_.threshold || rb_target_[p] / share > rb_.threshold;
+    }
+    if (!off) return;
+    rb_last_ = rb_step_;
+    ++rebalances_;
+    for (std::size_t p = 0; p < pools_.size(); ++p) {  // shrink
+      Pool& pool = pools_[p];
+      if (rb_target_[p] <= 0) continue;
+      const auto want = static_cast<std::uint64_t>(total * rb_target_[p] / static_cast<double>(pool.unit_bytes));
+      if (want >= pool.capacity) continue;
+      const std::uint64_t give = std::min(pool.capacity - want, pool.free + pool.evictable);
+      while (pool.free < give) evict(pool);
+      pool.free -= give;
+      pool.capacity -= give;
+      rb_spare_bytes_ += give * pool.unit_bytes;
+    }
+    for (std::size_t p = 0; p < pools_.size(); ++p) {  // grow
+      Pool& pool = pools_[p];
+      if (rb_target_[p] <= 0) continue;
+      const auto want = static_cast<std::uint64_t>(total * rb_target_[p] / static_cast<double>(pool.unit_bytes));
+      if (want <= pool.capacity) continue;
+      const std::uint64_t take = std::min(want - pool.capacity, rb_spare_bytes_ / pool.unit_bytes);
+      pool.capacity += take;
+      pool.free += take;
+      rb_spare_bytes_ -= take * pool.unit_bytes;
+    }
   }
 
   static std::uint64_t mix(std::uint64_t x) {
@@ -527,12 +705,9 @@ class BlockPolicy final : public Policy {
   // Largest hit <= h (block aligned) that vgroup v can serve from the cache.
   std::uint64_t valid_hit(const Req& q, std::size_t v, std::uint64_t h) const {
     const VGroup& g = vgs_[v];
-    if (g.kind == VKind::kState && rules_.state_caching) {
-      for (h = align(h); h > 0; h = align(h - 1))
-        if (index_[v].count(skey(q, h)) != 0) return h;
-      return 0;
-    }
+    if (g.kind == VKind::kState && rules_.state_caching) return valid_state_hit(q, v, h);
     if (g.kind == VKind::kState || g.kind == VKind::kEncoder) return 0;
+    if (rules_.stream_partial) return valid_stream_hit(q, v, h);
     if (rules_.hit_unit > 0 && rules_.hit_unit < g.tpb) return valid_unit_hit(q, v, h);
     h -= h % g.tpb;
     if (g.kind == VKind::kFull) {
@@ -547,6 +722,52 @@ class BlockPolicy final : public Policy {
       while (b > first && present(q, v, b - 1)) --b;
       if (b == first) return h;
       h = (b - 1) * g.tpb;  // block b-1 is missing: no hit can end after it
+    }
+    return 0;
+  }
+
+  // A state hit: the largest position <= h with a cached state. Candidates: h, the request's
+  // own prompt end (a preempted request's snapshot), and the grid of the smallest attention
+  // block below h.
+  std::uint64_t valid_state_hit(const Req& q, std::size_t v, std::uint64_t h) const {
+    if (h == 0) return 0;
+    if (!q.info.token_ids || q.info.token_ids->empty()) return align(deepest_state(q, v, h));
+    if (index_[v].count(skey(q, h)) != 0) return h;
+    const std::uint64_t own = state_prompt_end(q);
+    std::uint64_t grid = 0;
+    for (const VGroup& g : vgs_)
+      if (g.kind != VKind::kState) grid = grid == 0 ? g.tpb : std::min<std::uint64_t>(grid, g.tpb);
+    if (rules_.hit_unit > 0) grid = rules_.hit_unit;
+    if (grid == 0) grid = 1;
+    for (std::uint64_t a = (h - 1) / grid * grid; a > 0; a -= grid) {
+      if (own > a && own < h && index_[v].count(skey(q, own)) != 0) return own;
+      if (index_[v].count(skey(q, a)) != 0) return a;
+    }
+    return own > 0 && own < h && index_[v].count(skey(q, own)) != 0 ? own : 0;
+  }
+
+  // valid_hit with token-granular partial reuse: a hit may end inside a block that the
+  // request's stream registered (copied).
+  std::uint64_t valid_stream_hit(const Req& q, std::size_t v, std::uint64_t h) const {
+    const VGroup& g = vgs_[v];
+    if (g.kind == VKind::kFull) {
+      std::uint64_t b = 0;
+      while ((b + 1) * g.tpb <= h && present(q, v, b)) ++b;
+      if (b * g.tpb == h) return h;
+      return std::max(b * g.tpb, std::min(h, stream_len(q, v, b)));
+    }
+    while (h > 0) {
+      if (h % g.tpb != 0 && !present(q, v, h / g.tpb) && stream_len(q, v, h / g.tpb) < h) {
+        const std::uint64_t l = stream_len(q, v, h / g.tpb);
+        h = l > h / g.tpb * g.tpb ? l : h / g.tpb * g.tpb;
+        continue;
+      }
+      const std::uint64_t first = first_needed_block(g, h);
+      std::uint64_t b = h / g.tpb;
+      while (b > first && present(q, v, b - 1)) --b;
+      if (b == first) return h;
+      const std::uint64_t l = stream_len(q, v, b - 1);  // block b-1 is missing: end inside it?
+      h = l > (b - 1) * g.tpb ? std::min(l, b * g.tpb - 1) : (b - 1) * g.tpb;
     }
     return 0;
   }
@@ -626,15 +847,39 @@ class BlockPolicy final : public Policy {
     evict_slot(s);
   }
 
+  void forget_state(std::uint32_t s) {
+    auto it = state_at_.find(s);
+    if (it == state_at_.end()) return;
+    auto set = states_.find(it->second.first);
+    set->second.erase(it->second.second);
+    if (set->second.empty()) states_.erase(set);
+    state_at_.erase(it);
+  }
+
+  // Frees evictable block s that just lost its last cache key.
+  void free_uncached(std::uint32_t s) {
+    const VGroup& g = vgs_[vg_[s]];
+    Pool& p = pools_[g.pool];
+    lru_remove(s);
+    p.evictable -= g.units;
+    vg_evictable_[vg_[s]] -= g.units;
+    p.free += g.units;
+    free_slots_.push_back(s);
+    ++evictions_;
+  }
+
   // Drops evictable block s from the cache and frees it.
   void evict_slot(std::uint32_t s) {
     Pool& p = pools_[vgs_[vg_[s]].pool];
     lru_remove(s);
     const std::size_t v = vg_[s];
     if (cached_[s] & kFullKey) index_[v].erase(key_[s]);
-    for (std::uint64_t k : pkeys_[s])
+    for (std::uint64_t k : pkeys_[s]) {
       if (auto it = pindex_[v].find(k); it != pindex_[v].end() && it->second == s) pindex_[v].erase(it);
+      if (auto it = sindex_[v].find(k); it != sindex_[v].end() && it->second.first == s) sindex_[v].erase(it);
+    }
     pkeys_[s].clear();
+    forget_state(s);
     cached_[s] = 0;
     p.evictable -= vgs_[v].units;
     vg_evictable_[v] -= vgs_[v].units;
@@ -672,9 +917,19 @@ class BlockPolicy final : public Policy {
   bool caching_;
   SkipOrder skip_order_;
   CacheRules rules_;
+  Rebalance rb_;
   std::string description_;
   std::vector<std::unordered_map<std::uint64_t, std::uint32_t>> index_;   // per vgroup: key -> block
   std::vector<std::unordered_map<std::uint64_t, std::uint32_t>> pindex_;  // per vgroup: partial key -> block
+  // per vgroup: stream key -> (block, stream tokens in it), for token-granular partial reuse
+  std::vector<std::unordered_map<std::uint64_t, std::pair<std::uint32_t, std::uint32_t>>> sindex_;
+  std::vector<bool> reports_pool_free_;                                // per vgroup
+  std::unordered_map<std::uint64_t, std::set<std::uint32_t>> states_;  // stream -> positions with a cached state
+  std::unordered_map<std::uint32_t, std::pair<std::uint64_t, std::uint32_t>> state_at_;  // state block -> (stream, pos)
+  // Rebalance state.
+  std::vector<double> rb_target_;  // per pool: target byte share (0: not computed)
+  double rb_sum_ = 0, rb_weight_ = 0;
+  std::uint64_t rb_closed_ = 0, rb_step_ = 0, rb_last_ = 0, rb_spare_bytes_ = 0, rebalances_ = 0;
   std::vector<std::uint64_t> vg_evictable_;
   std::vector<std::uint64_t> vg_in_use_;  // per vgroup: units in blocks with ref > 0
   // Block slots, structure of arrays.
@@ -693,9 +948,9 @@ class BlockPolicy final : public Policy {
 
 std::unique_ptr<Policy> make_engine(std::string name, const KVLayout& layout, std::vector<VGroup> vgs,
                                     std::vector<Pool> pools, bool caching, std::string description,
-                                    SkipOrder skip_order, CacheRules rules) {
+                                    SkipOrder skip_order, CacheRules rules, Rebalance rebalance) {
   return std::make_unique<BlockPolicy>(std::move(name), layout, std::move(vgs), std::move(pools), caching,
-                                       std::move(description), skip_order, rules);
+                                       std::move(description), skip_order, rules, rebalance);
 }
 
 }  // namespace kvmm::sim::block

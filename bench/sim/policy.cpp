@@ -7,8 +7,9 @@
 namespace kvmm::sim {
 
 const std::vector<std::string>& policy_names() {
-  static const std::vector<std::string> kNames{"kvmm",          "paged-uniform", "max-page",       "static-split",
-                                               "unified-block", "vllm-0.33",     "vllm-0.33-tuned"};
+  static const std::vector<std::string> kNames{"kvmm",          "paged-uniform", "max-page",        "static-split",
+                                               "unified-block", "vllm-0.33",     "vllm-0.33-tuned", "trtllm-v2",
+                                               "sglang"};
   return kNames;
 }
 
@@ -18,7 +19,7 @@ std::unique_ptr<Policy> make_policy(std::string_view name, const KVLayout& layou
     return make_block_policy(name, layout, o);
   fail(
       "policy = '{}': unknown; known: kvmm, paged-uniform, max-page, static-split, unified-block, vllm-0.33, "
-      "vllm-0.33-tuned",
+      "vllm-0.33-tuned, trtllm-v2, sglang",
       name);
 }
 

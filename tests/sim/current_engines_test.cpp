@@ -21,6 +21,7 @@ std::unique_ptr<Policy> make(const std::string& name, const kvmm::KVLayout& layo
   o.memory_bytes = 64 * 1024;  // room for everything: no eviction under pressure
   o.max_seqs = 8;
   o.retention_interval = interval;
+  o.max_model_len = 64;  // static shares (trtllm-v2's typical step) of the small traces here
   return kvmm::sim::make_policy(name, layout, o);
 }
 
@@ -157,4 +158,116 @@ TEST_CASE("vllm-0.33: no state checkpoint where the prefix diverges before it", 
   CHECK(serve(*v, 0, article(0, 6, 13), 1) == 0);
   CHECK(serve(*v, 1, article(1, 6, 13), 1) == 0);
   CHECK(serve(*v, 2, article(2, 6, 13), 1) == 4);
+}
+
+namespace {
+
+std::uint64_t group_free(const Policy& p, std::size_t group) {
+  MemoryStats m;
+  p.stats(m);
+  return m.groups.at(group).group_free;
+}
+
+std::uint64_t capacity(const Policy& p) {
+  MemoryStats m;
+  p.stats(m);
+  return m.capacity;
+}
+
+// A session's turn: its first `shared` tokens (prompt and answer) are stream 9.
+SeqInfo turn(std::uint32_t uid, std::uint32_t shared, std::uint32_t prompt) {
+  SeqInfo s = article(uid, shared, prompt);
+  s.prefix_id = 9;
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("trtllm-v2: groups with equal pages share one pool", "[sim][trtllm]") {
+  // full and sliding, 1 layer each at 32 B per token: 128 B pages, one pool of 64 KiB / 128
+  // = 512 pages; its free memory is reported once (by the first group).
+  const auto equal = kvmm::KVLayout::plan({kvmm::LayerGroup::full_attention("full", 1, 1, 8, 2, 4),
+                                           kvmm::LayerGroup::sliding_window("sliding", 1, 1, 8, 2, 4, 8)});
+  auto t = make("trtllm-v2", equal);
+  t->add_request(0, article(0, 0, 8));
+  REQUIRE(t->lookup_prefix(0, 7) == 0);
+  REQUIRE(t->allocate(0, 0, 8));  // 2 pages in each group
+  CHECK(group_free(*t, 0) == (512 - 4) * 128);
+  CHECK(group_free(*t, 1) == 0);
+  CHECK(capacity(*t) == 512 * 128);
+  // hybrid_layout's sliding pages are 256 B (2 layers): two pools, each reporting its own.
+  auto h = make("trtllm-v2", simtest::hybrid_layout());
+  CHECK(group_free(*h, 0) > 0);
+  CHECK(group_free(*h, 1) > 0);
+}
+
+TEST_CASE("trtllm-v2: partial reuse hits inside a block, copied", "[sim][trtllm]") {
+  const auto layout = simtest::full_layout();  // 4-token blocks
+  auto t = make("trtllm-v2", layout);
+  auto u = make("unified-block", layout);
+  // Request 0 shares 6 tokens (of a 10-token prompt): block 0 whole, block 1 holds the
+  // stream's tokens 4-5, registered with length 6.
+  for (auto* p : {t.get(), u.get()}) CHECK(serve(*p, 0, article(0, 6, 10), 1) == 0);
+  // Request 1 shares the same 6 tokens: 4 from block 0, 2 more copied out of block 1;
+  // block-aligned reuse stops at 4.
+  CHECK(serve(*t, 1, article(1, 6, 10), 1) == 6);
+  CHECK(serve(*u, 1, article(1, 6, 10), 1) == 4);
+  // A request sharing only 5 of those tokens takes 5 (any token inside the block).
+  CHECK(serve(*t, 2, article(2, 5, 10), 1) == 5);
+}
+
+TEST_CASE("trtllm-v2: the Mamba state is snapshotted at the prompt's end", "[sim][trtllm]") {
+  const auto layout = kvmm::KVLayout::plan({kvmm::LayerGroup::full_attention("attention", 1, 1, 8, 2, 4),
+                                            kvmm::LayerGroup::mamba_state("mamba", 1, 200, 4)});
+  auto t = make("trtllm-v2", layout);
+  // Turn 1: prompt 13, its session stream covers 20 tokens; 3 decodes compute 16 tokens.
+  // Snapshot at 13 (the prompt's end); attention caches blocks 0-3.
+  CHECK(serve(*t, 0, turn(0, 20, 13), 3) == 0);
+  // Turn 2 (prompt 18): attention could take 16 tokens, the state exists only at 13.
+  CHECK(serve(*t, 1, turn(1, 20, 18), 1) == 13);
+}
+
+TEST_CASE("sglang: pools in the engine's ratios", "[sim][sglang]") {
+  // hybrid_layout: full 32 B per token, sliding 64 B per token (2 layers). The sliding pool
+  // holds 0.8 of the full pool's tokens: full tokens = 65536 / (32 + 0.8 * 64) = 787.7, so
+  // the full pool has 25,206 B = 196 pages of 128 B and the sliding pool 40,329 B = 157
+  // pages of 256 B.
+  auto g = make("sglang", simtest::hybrid_layout());
+  CHECK(capacity(*g) == 196 * 128 + 157 * 256);
+  CHECK(group_free(*g, 0) == 196 * 128);
+  CHECK(group_free(*g, 1) == 157 * 256);
+}
+
+TEST_CASE("sglang: the window at the sequence's end and at the branching point", "[sim][sglang]") {
+  const auto layout = simtest::hybrid_layout();
+  auto g = make("sglang", layout);
+  auto v = make("vllm-0.33", layout);
+  // A chat turn: prompt 28, all of it and the answer in the session's stream; 3 decodes
+  // compute 31 tokens. SGLang keeps the window at the end (31 aligned to 28: blocks 5, 6);
+  // vLLM the window at its prompt's end (27 aligned to 24: blocks 4, 5), block 6 dropped.
+  CHECK(serve(*g, 0, turn(0, 40, 28), 3) == 0);
+  CHECK(serve(*v, 0, turn(0, 40, 28), 3) == 0);
+  CHECK(cached(*g, 1) == 2 * 256);
+  CHECK(cached(*v, 1) == 2 * 256);
+  // The next turn (prompt 36) hits at the previous turn's end under SGLang (28: full blocks
+  // 0-6, window blocks 5-6), at its prompt end under vLLM (24: block 6 is gone).
+  CHECK(serve(*g, 1, turn(1, 40, 36), 1) == 28);
+  CHECK(serve(*v, 1, turn(1, 40, 36), 1) == 24);
+  // arXiv-style: the branching point (the full-attention hit a missing window stopped)
+  // is kept by the second question, so the third hits.
+  auto a = make("sglang", layout);
+  CHECK(serve(*a, 0, article(0, 16, 28), 1) == 0);
+  CHECK(serve(*a, 1, article(1, 16, 28), 1) == 0);
+  CHECK(serve(*a, 2, article(2, 16, 28), 1) == 16);
+}
+
+TEST_CASE("sglang: the Mamba state at the sequence's end serves the next turn", "[sim][sglang]") {
+  const auto layout = kvmm::KVLayout::plan({kvmm::LayerGroup::full_attention("attention", 1, 1, 8, 2, 4),
+                                            kvmm::LayerGroup::mamba_state("mamba", 1, 200, 4)});
+  auto g = make("sglang", layout);
+  // Turn 1 (prompt 13, 2 decodes) computes 15 tokens: its state is cached at 12 (the end,
+  // page-aligned); attention caches blocks 0-2 (block 3 holds 3 tokens).
+  CHECK(serve(*g, 0, turn(0, 20, 13), 2) == 0);
+  CHECK(cached(*g, 1) == 200);
+  CHECK(serve(*g, 1, turn(1, 20, 18), 1) == 12);
 }
