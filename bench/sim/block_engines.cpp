@@ -357,10 +357,16 @@ std::unique_ptr<Policy> sglang(const KVLayout& layout, const PolicyOptions& o) {
   // sliding-window pool holding swa_full_tokens_ratio (0.8) of the full pool's tokens and
   // the Mamba pool mamba_full_memory_ratio (0.9) of the full pool's bytes.
   constexpr double kSwaRatio = 0.8, kMambaRatio = 0.9;
+  // Tokens of a group's pool per token of the full pool: windows 0.8; encoder (image)
+  // groups as many as the workload's longest image per longest sequence.
+  auto share = [&](const LayerGroup& g) {
+    if (g.kind == LayerKind::kSlidingWindow) return kSwaRatio;
+    if (!g.is_decoder()) return static_cast<double>(o.max_encoder_tokens) / static_cast<double>(o.max_model_len);
+    return 1.0;
+  };
   double per_token = 0;  // bytes of one token in every attention pool, each at its share
   for (const LayerGroup& g : layout.groups())
-    if (!g.is_state())
-      per_token += static_cast<double>(g.bytes_per_token()) * (g.kind == LayerKind::kSlidingWindow ? kSwaRatio : 1);
+    if (!g.is_state()) per_token += static_cast<double>(g.bytes_per_token()) * share(g);
   if (per_token == 0) fail("layout: sglang needs at least one attention group");
   const bool state = has_kind(layout, is_state);
   double state_page = 0;
@@ -378,8 +384,7 @@ std::unique_ptr<Policy> sglang(const KVLayout& layout, const PolicyOptions& o) {
       bytes =
           (static_cast<double>(o.memory_bytes) - attn_bytes) * static_cast<double>(g.natural_page_bytes()) / state_page;
     else
-      bytes = full_tokens * (g.kind == LayerKind::kSlidingWindow ? kSwaRatio : 1) *
-              static_cast<double>(g.bytes_per_token());
+      bytes = full_tokens * share(g) * static_cast<double>(g.bytes_per_token());
     vgs.push_back(
         own_group(layout, gid, g.is_state() ? 1 : g.tokens_per_page, 1, static_cast<std::uint32_t>(pools.size())));
     pools.push_back(make_pool(g.name, g.natural_page_bytes(), static_cast<std::uint64_t>(bytes), false));
