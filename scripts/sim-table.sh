@@ -42,7 +42,7 @@ runs=(
 )
 # The baselines of the first summary (the engines of 2025) and of the second (today's).
 historical="paged-uniform max-page static-split unified-block"
-current="vllm-0.33 vllm-0.33-tuned"
+current="vllm-0.33 vllm-0.33-tuned trtllm-v2 sglang"
 modes=(none hinted)  # kvmm's --boundaries runs besides the default (learned, the manager's)
 
 table() {  # $1 = run dir, then the dirs of kvmm's --boundaries runs as MODE=DIR

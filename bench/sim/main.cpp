@@ -32,8 +32,8 @@ constexpr const char* kUsage = R"(usage: kvmm-sim --model PRESET|config.json --w
   --workload W        sharegpt | mmmu-pro | arxiv-qa | multi-turn | arxiv-sweep |
                       chat | agentic | path.jsonl
   --policy P          kvmm | paged-uniform | max-page | static-split | unified-block |
-                      vllm-0.33 | vllm-0.33-tuned, a comma-separated list, or all
-                      (default: all)
+                      vllm-0.33 | vllm-0.33-tuned | trtllm-v2 | sglang, a comma-separated
+                      list, or all (default: all)
   --memory-gib X      KV cache memory budget in GiB (default 40)
   --seed N            workload seed (default 1)
   --requests N        requests to generate for a synthetic workload (default 1000)
@@ -43,7 +43,7 @@ constexpr const char* kUsage = R"(usage: kvmm-sim --model PRESET|config.json --w
                       arxiv-qa / arxiv-sweep: question tokens U[LO, HI] (default 16-64)
   --retention-interval N
                       vllm-0.33-tuned: prefix_cache_retention_interval in tokens
-                      (default 16384; a multiple of the block size)
+                      (default 4096; a multiple of the block size)
   --boundaries B      kvmm's retention at shared-prefix boundaries: none (Jenga's rule),
                       hinted (the trace's boundaries as RequestExtras::cache_boundaries),
                       learned (the manager's defaults: learned_boundaries = 4096 and

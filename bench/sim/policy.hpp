@@ -87,7 +87,7 @@ inline constexpr std::uint32_t kLearnedBoundaryEntries = 4096;
 BoundaryMode parse_boundary_mode(std::string_view s);
 
 // The retention interval vllm-0.33-tuned uses unless told (chosen on arXiv-QA, docs/results/sim.md).
-inline constexpr std::uint32_t kTunedRetentionInterval = 16384;
+inline constexpr std::uint32_t kTunedRetentionInterval = 4096;
 
 struct PolicyOptions {
   std::uint64_t memory_bytes = std::uint64_t{40} << 30;
