@@ -155,28 +155,9 @@ for d in sys.argv[1:]:
 PY
 
 # The same runs against today's engines (issue 34): kvmm's default and hinted first-admission
-# hits and steps against the best current baseline (most first-admission hits, then fewest
-# steps), which is named; its waste; and the ratio of steps.
+# hits and steps against the current baseline with the most hits and the one with the
+# fewest steps, each named (bench/sim/sim_summary_current.py).
 echo
 echo "#### Summary against today's engines (caching on; the same runs)"
 echo
-KVMM_LABELS="$labels" KVMM_BASELINES="$current" "$py" - "${names[@]}" <<'PY'
-import csv, json, os, sys
-labels = json.loads(os.environ["KVMM_LABELS"])
-current = os.environ["KVMM_BASELINES"].split()
-print("| model, workload | first-admission hit %: kvmm (hinted) | steps: kvmm (hinted) | best current baseline "
-      "| its first-admission hit % | its steps | kvmm steps / its steps | waste %: kvmm / it |")
-print("| --- | ---: | ---: | --- | ---: | ---: | ---: | --- |")
-for d in sys.argv[1:]:
-    name = d.rsplit("/", 1)[1][: -len("-engine")]
-    rows = {r["policy"]: r for r in csv.DictReader(open(d + "/summary.csv"))}
-    hinted = next(iter(csv.DictReader(open(f"{d}-hinted/summary.csv"))))
-    k = rows["kvmm"]
-    pct = lambda r, key, n: f"{float(r[key]) * 100:.{n}f}"
-    best = max((rows[p] for p in current if p in rows),
-               key=lambda r: (round(float(r["first_admission_hit_rate"]), 3), -int(r["steps"])))
-    print(f"| {labels.get(name, name)} | {pct(k, 'first_admission_hit_rate', 1)} ({pct(hinted, 'first_admission_hit_rate', 1)}) "
-          f"| {int(k['steps']):,} ({int(hinted['steps']):,}) | {best['policy']} | {pct(best, 'first_admission_hit_rate', 1)} "
-          f"| {int(best['steps']):,} | {int(k['steps']) / int(best['steps']):.2f} "
-          f"| {pct(k, 'mean_wasted', 3)} / {pct(best, 'mean_wasted', 3)} |")
-PY
+"$py" "$root/bench/sim/sim_summary_current.py" "$labels" "$current" "${names[@]}"
