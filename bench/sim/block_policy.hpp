@@ -1,4 +1,5 @@
-// The block-pool engine behind the policies of today's engines (block_policy.cpp) and the
+// The block-pool engine behind the policies of engines (block_engine.hpp, block_policy.cpp,
+// block_rules.cpp, block_accounting.cpp) and the
 // configurations that model each engine (block_engines.cpp): policy groups (vgroups) take
 // fixed-size blocks from pools of interchangeable units. Private to the simulator.
 #pragma once
