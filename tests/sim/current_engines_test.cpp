@@ -8,6 +8,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "sim/block_policy.hpp"
 #include "sim/policy.hpp"
 
 using kvmm::sim::MemoryStats;
@@ -270,4 +271,45 @@ TEST_CASE("sglang: the Mamba state at the sequence's end serves the next turn", 
   CHECK(serve(*g, 0, turn(0, 20, 13), 2) == 0);
   CHECK(cached(*g, 1) == 200);
   CHECK(serve(*g, 1, turn(1, 20, 18), 1) == 12);
+}
+
+TEST_CASE("trtllm-v2 rule: pool shares rebalanced to finished requests' lengths", "[sim][trtllm]") {
+  // Two pools of 10 pages of 128 B: full attention (4-token pages) and a window of 8. The
+  // engine's defaults wait for 2,000 finished requests; here 2, recomputed after each, no
+  // cooldown. Two 40-token requests finish: a 40-token request needs 10 full pages and 3
+  // window pages (the window's 7 tokens before the next position span 2 pages, plus the
+  // one being written), so the target shares are 10/13 and 3/13 against 1/2 and 1/2: off
+  // by more than 1.25x. At the next step the window pool shrinks to floor(2560 x 3/13 /
+  // 128) = 4 pages (its 6 free pages go), and the full pool takes floor(2560 x 10/13 /
+  // 128) - 10 = 5 of them; 128 B stay spare (free, counted in capacity).
+  using namespace kvmm::sim::block;
+  const auto layout = kvmm::KVLayout::plan({kvmm::LayerGroup::full_attention("full", 1, 1, 8, 2, 4),
+                                            kvmm::LayerGroup::sliding_window("sliding", 1, 1, 8, 2, 4, 8)});
+  VGroup full{"full", VKind::kFull, 4, 0, 0, 1, 0, {0}};
+  VGroup window{"sliding", VKind::kWindow, 4, 8, 0, 1, 1, {1}};
+  Pool a{"full", 128, 10, 10, 0, kNull, kNull, false};
+  Pool b{"sliding", 128, 10, 10, 0, kNull, kNull, false};
+  Rebalance rb;
+  rb.enabled = true;
+  rb.min_closed = 2;
+  rb.update_interval = 1;
+  rb.cooldown_steps = 0;
+  auto p = make_engine("rebalanced", layout, {full, window}, {a, b}, false, "test", SkipOrder::kLowFirst, {}, rb);
+  for (std::uint32_t id = 0; id < 2; ++id) {
+    p->begin_step();
+    p->add_request(id, article(id, 0, 40));
+    REQUIRE(p->allocate(id, 0, 40));  // every page of both pools
+    p->commit(id, 40);
+    p->free(id);
+  }
+  CHECK(group_free(*p, 0) == 10 * 128);  // not yet: pools change at the start of a step
+  p->begin_step();
+  p->check_invariants();
+  CHECK(group_free(*p, 0) == 15 * 128);
+  CHECK(group_free(*p, 1) == 4 * 128);
+  CHECK(capacity(*p) == 2560);
+  p->add_request(2, article(2, 0, 60));
+  CHECK_FALSE(p->allocate(2, 0, 20));  // 5 window pages: the window pool has 4 now (10 before)
+  CHECK(p->allocate(2, 0, 16));        // 4 and 4
+  p->check_invariants();
 }
