@@ -31,8 +31,7 @@ void BlockPolicy::check_invariants() const {
   for (std::uint32_t s = 0; s < ref_.size(); ++s) {
     if (refs[s] != ref_[s]) fail("invariant: block {} has ref {} but {} holders", s, ref_[s], refs[s]);
     if (free_slot[s]) {
-      if (ref_[s] != 0 || cached_[s] || !pkeys_[s].empty())
-        fail("invariant: free slot {} is referenced or cached", s);
+      if (ref_[s] != 0 || cached_[s] || !pkeys_[s].empty()) fail("invariant: free slot {} is referenced or cached", s);
       continue;
     }
     const std::size_t v = vg_[s];
@@ -97,9 +96,8 @@ void BlockPolicy::stats(MemoryStats& out) const {
       const std::uint64_t live = bl.size() - q.first_live[v];
       if (live == 0) continue;
       // The next step writes position `tokens` too: it is needed when its block exists.
-      const std::uint64_t T = g.kind == VKind::kState
-                                  ? q.tokens
-                                  : std::min<std::uint64_t>(std::uint64_t{q.tokens} + 1, bl.size() * g.tpb);
+      const std::uint64_t T =
+          g.kind == VKind::kState ? q.tokens : std::min<std::uint64_t>(std::uint64_t{q.tokens} + 1, bl.size() * g.tpb);
       // Closed form as if no block were shared, then a correction for shared blocks.
       waste[v] += static_cast<double>(live) * bytes -
                   static_cast<double>(live_need(g, q.first_live[v], T, q.info.encoder_tokens));
@@ -148,7 +146,8 @@ std::uint64_t BlockPolicy::block_need(const VGroup& g, std::uint64_t b, std::uin
   return need;
 }
 
-std::uint64_t BlockPolicy::live_need(const VGroup& g, std::uint64_t first_live, std::uint64_t T, std::uint64_t E) const {
+std::uint64_t BlockPolicy::live_need(const VGroup& g, std::uint64_t first_live, std::uint64_t T,
+                                     std::uint64_t E) const {
   if (g.kind == VKind::kState) return T > 0 ? layout_.group(g.covers[0]).natural_page_bytes() : 0;
   const std::uint64_t n = g.kind == VKind::kEncoder ? E : T;
   std::uint64_t need = 0;

@@ -53,8 +53,8 @@ std::uint64_t BlockPolicy::replay_boundary(const Req& q) const {
 
 void BlockPolicy::drop_unless_retained(const Req& q, std::size_t v, std::uint64_t b, std::uint32_t s) {
   const VGroup& g = vgs_[v];
-  if (rules_.sparse_retention && g.kind == VKind::kWindow && b >= q.hit_blocks[v] && ref_[s] == 0 &&
-      cached_[s] != 0 && !retained(q, g, b))
+  if (rules_.sparse_retention && g.kind == VKind::kWindow && b >= q.hit_blocks[v] && ref_[s] == 0 && cached_[s] != 0 &&
+      !retained(q, g, b))
     evict_slot(s);
 }
 
