@@ -3,7 +3,8 @@
 # articles, 4 questions on each asked in round robin, so a question hits only if the cache
 # kept all N articles) for N from 1 until the KV cache no longer holds them, on
 # Gemma-2-27B (80 GiB) and Ministral-8B (55 GiB): kvmm with --boundaries none, hinted and
-# learned against paged-uniform (vLLM 0.6) and unified-block (vLLM v1). Writes
+# learned against paged-uniform (vLLM 0.6) and unified-block (vLLM v1), then against today's
+# engines (vllm-0.33, vllm-0.33-tuned, trtllm-v2, sglang; a second table per model). Writes
 # OUT/sweep.csv, renders docs/results/sim/arxiv-sweep.png and prints markdown tables.
 # About a minute on 2 cores.
 #   scripts/sim-sweep.sh [BUILD_DIR] [OUT_DIR]
@@ -45,12 +46,15 @@ for spec in "${models[@]}"; do
   read -r model gib ns <<<"$spec"
   for n in $ns; do
     req=$((questions * n))
-    for mode in none hinted learned; do
+    for mode in none hinted learned current; do
       policies=kvmm
       [ "$mode" = none ] && policies=kvmm,paged-uniform,unified-block
+      [ "$mode" = current ] && policies=vllm-0.33,vllm-0.33-tuned,trtllm-v2,sglang
       dir=$out/$model-$n-$mode
+      boundaries=$mode
+      [ "$mode" = current ] && boundaries=learned  # (no kvmm run: the flag is unused)
       "$sim" --model "$model" --workload arxiv-sweep --articles "$n" --requests "$req" --memory-gib "$gib" \
-        --seed 1 --policy "$policies" --boundaries "$mode" --out "$dir" > "$dir.log"
+        --seed 1 --policy "$policies" --boundaries "$boundaries" --out "$dir" > "$dir.log"
       append "$dir" "$model" "$gib" "$n" "$req" "kvmm-$mode"
     done
   done
@@ -62,14 +66,16 @@ echo "kvmm-sim --workload arxiv-sweep --articles N --requests $questions*N --see
 import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
 engines = ["kvmm-none", "kvmm-hinted", "kvmm-learned", "paged-uniform", "unified-block"]
+current = ["kvmm-learned", "vllm-0.33", "vllm-0.33-tuned", "trtllm-v2", "sglang"]
 for model in dict.fromkeys(r["model"] for r in rows):
     mine = [r for r in rows if r["model"] == model]
-    print(f"\n#### {model}, {mine[0]['memory_gib']} GiB: first-admission hit % (steps)\n")
-    print("| articles | " + " | ".join(engines) + " |")
-    print("|---:|" + "---:|" * len(engines))
-    for n in dict.fromkeys(r["articles"] for r in mine):
-        cell = {r["engine"]: r for r in mine if r["articles"] == n}
-        print(f"| {n} | " + " | ".join(
-            f"{100 * float(cell[e]['first_admission_hit_rate']):.1f} ({cell[e]['steps']})" if e in cell else "-"
-            for e in engines) + " |")
+    for cols, what in ((engines, ""), (current, " against today's engines")):
+        print(f"\n#### {model}, {mine[0]['memory_gib']} GiB: first-admission hit % (steps){what}\n")
+        print("| articles | " + " | ".join(cols) + " |")
+        print("|---:|" + "---:|" * len(cols))
+        for n in dict.fromkeys(r["articles"] for r in mine):
+            cell = {r["engine"]: r for r in mine if r["articles"] == n}
+            print(f"| {n} | " + " | ".join(
+                f"{100 * float(cell[e]['first_admission_hit_rate']):.1f} ({cell[e]['steps']})" if e in cell else "-"
+                for e in cols) + " |")
 PY

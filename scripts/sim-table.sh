@@ -30,7 +30,19 @@ runs=(
   "jamba-sharegpt jamba-1.5-mini sharegpt 4 2000"
   "spec-sharegpt spec-70b-1b sharegpt 40 2000"
   "gemma3-chat gemma-3-27b chat 40 1000 --rate 0.2"
+  # Issue 34: arXiv-QA with longer questions (Jenga's are 16-64 tokens), and agentic
+  # tool-call loops (sessions arrive at 0.05 per step, each call after its parent).
+  "gemma2-arxiv-q65 gemma-2-27b arxiv-qa 80 300 --question-tokens 65-128"
+  "gemma2-arxiv-q100 gemma-2-27b arxiv-qa 80 300 --question-tokens 100-400"
+  "gemma2-arxiv-q400 gemma-2-27b arxiv-qa 80 300 --question-tokens 400-1000"
+  "ministral-arxiv-q65 ministral-8b arxiv-qa 55 300 --question-tokens 65-128"
+  "ministral-arxiv-q100 ministral-8b arxiv-qa 55 300 --question-tokens 100-400"
+  "ministral-arxiv-q400 ministral-8b arxiv-qa 55 300 --question-tokens 400-1000"
+  "gemma3-agentic gemma-3-27b agentic 40 1000 --rate 0.05"
 )
+# The baselines of the first summary (the engines of 2025) and of the second (today's).
+historical="paged-uniform max-page static-split unified-block"
+current="vllm-0.33 vllm-0.33-tuned trtllm-v2 sglang"
 modes=(none hinted)  # kvmm's --boundaries runs besides the default (learned, the manager's)
 
 table() {  # $1 = run dir, then the dirs of kvmm's --boundaries runs as MODE=DIR
@@ -88,20 +100,37 @@ done
 
 # The summary at the top of docs/results/sim.md, from the same runs (caching on): kvmm's
 # waste and first-admission hits (default, then --boundaries none / hinted), the baseline
-# with the least waste, paged-uniform (vLLM 0.6), and steps against the fewest of any
-# baseline.
+# of 2025 with the least waste, paged-uniform (vLLM 0.6), and steps against the fewest of
+# any baseline of 2025.
 echo
 echo "#### Summary (caching on; generated from the runs above)"
 echo
 names=()
 for spec in "${runs[@]}"; do read -r name _ <<<"$spec"; names+=("$out/$name-engine"); done
-"$py" - "${names[@]}" <<'PY'
-import csv, sys
+labels=$(cat <<'JSON'
+{"llama-vision-mmmu": "Llama-3.2-11B-Vision, MMMU-pro, 4-token cross-attention pages",
+          "llama-vision-mmmu-16": "the same, the preset's 16-token pages everywhere",
+          "gemma2-arxiv": "Gemma-2-27B, arXiv-QA", "ministral-arxiv": "Ministral-8B, arXiv-QA",
+          "jamba-sharegpt": "Jamba-1.5-Mini, ShareGPT", "spec-sharegpt": "Llama-3.1-70B + 3.2-1B draft, ShareGPT",
+          "gemma3-chat": "Gemma-3-27B, chat (rate 0.2)",
+          "gemma2-arxiv-q65": "Gemma-2-27B, arXiv-QA, 65-128-token questions",
+          "gemma2-arxiv-q100": "Gemma-2-27B, arXiv-QA, 100-400-token questions",
+          "gemma2-arxiv-q400": "Gemma-2-27B, arXiv-QA, 400-1,000-token questions",
+          "ministral-arxiv-q65": "Ministral-8B, arXiv-QA, 65-128-token questions",
+          "ministral-arxiv-q100": "Ministral-8B, arXiv-QA, 100-400-token questions",
+          "ministral-arxiv-q400": "Ministral-8B, arXiv-QA, 400-1,000-token questions",
+          "gemma3-agentic": "Gemma-3-27B, agentic tool-call loops (rate 0.05)"}
+JSON
+)
+KVMM_LABELS="$labels" KVMM_BASELINES="$historical" "$py" - "${names[@]}" <<'PY'
+import csv, json, os, sys
 labels = {"llama-vision-mmmu": "Llama-3.2-11B-Vision, MMMU-pro, 4-token cross-attention pages",
           "llama-vision-mmmu-16": "the same, the preset's 16-token pages everywhere",
           "gemma2-arxiv": "Gemma-2-27B, arXiv-QA", "ministral-arxiv": "Ministral-8B, arXiv-QA",
           "jamba-sharegpt": "Jamba-1.5-Mini, ShareGPT", "spec-sharegpt": "Llama-3.1-70B + 3.2-1B draft, ShareGPT",
           "gemma3-chat": "Gemma-3-27B, chat (rate 0.2)"}
+labels.update(json.loads(os.environ["KVMM_LABELS"]))
+historical = os.environ["KVMM_BASELINES"].split()
 print("| model, workload | kvmm waste % (peak) | first-admission hit %: kvmm (none / hinted) "
       "| least-waste baseline: waste % (first-admission hit %) | paged-uniform (vLLM 0.6): waste % (first-admission hit %) "
       "| steps: kvmm (none / hinted) / fewest baseline |")
@@ -112,7 +141,7 @@ for d in sys.argv[1:]:
     modes = [next(iter(csv.DictReader(open(f"{d}-{m}/summary.csv")))) for m in ("none", "hinted")]
     k = rows["kvmm"]
     pct = lambda r, key, n: f"{float(r[key]) * 100:.{n}f}"
-    base = [r for p, r in rows.items() if not p.startswith("kvmm")]
+    base = [r for p, r in rows.items() if p in historical]
     least = min(base, key=lambda r: float(r["mean_wasted"]))
     fewest = min(base, key=lambda r: int(r["steps"]))
     pu = rows["paged-uniform"]
@@ -124,3 +153,11 @@ for d in sys.argv[1:]:
           f"| {int(k['steps']):,} ({int(modes[0]['steps']):,} / {int(modes[1]['steps']):,}) / "
           f"{int(fewest['steps']):,} {fewest['policy']} |")
 PY
+
+# The same runs against today's engines (issue 34): kvmm's default and hinted first-admission
+# hits and steps against the current baseline with the most hits and the one with the
+# fewest steps, each named (bench/sim/sim_summary_current.py).
+echo
+echo "#### Summary against today's engines (caching on; the same runs)"
+echo
+"$py" "$root/bench/sim/sim_summary_current.py" "$labels" "$current" "${names[@]}"

@@ -1,485 +1,303 @@
-// The block-pool engine of the models of today's engines (configured per engine in
-// block_engines.cpp): "policy groups" (vgroups) allocate
-// fixed-size blocks from pools of interchangeable units; optional block-hash prefix
-// caching with an LRU of evictable blocks per pool. See docs/sim.md for each model.
-#include "sim/block_policy.hpp"
+// BlockPolicy's request lifecycle (add, lookup, allocate, commit, free) and its block
+// primitives (allocation, release, eviction, the LRU per pool); make_engine. See
+// block_engine.hpp. O(blocks touched) per call.
+#include "sim/block_engine.hpp"
 
 #include "kvmm/error.hpp"
 
-#include <fmt/format.h>
-
 #include <algorithm>
-#include <cmath>
-#include <numeric>
-#include <unordered_map>
+#include <memory>
 
 namespace kvmm::sim::block {
 
-namespace {
-
-class BlockPolicy final : public Policy {
- public:
-  BlockPolicy(std::string name, const KVLayout& layout, std::vector<VGroup> vgs, std::vector<Pool> pools, bool caching,
-              std::string description, SkipOrder skip_order)
-      : name_(std::move(name)),
-        layout_(layout),
-        vgs_(std::move(vgs)),
-        pools_(std::move(pools)),
-        caching_(caching),
-        skip_order_(skip_order),
-        description_(std::move(description)),
-        index_(vgs_.size()),
-        vg_evictable_(vgs_.size(), 0),
-        vg_in_use_(vgs_.size(), 0) {}
-
-  std::string_view name() const override { return name_; }
-  std::string describe() const override { return description_; }
-  bool prefix_caching() const override { return caching_; }
-
-  void add_request(std::uint32_t id, const SeqInfo& info) override {
-    if (id >= reqs_.size()) reqs_.resize(std::size_t{id} + 1);
-    Req& q = reqs_[id];
-    if (q.active) fail("request = {}: already added", id);
-    q.active = true;
-    q.info = info;
-    q.tokens = 0;
-    q.blocks.assign(vgs_.size(), {});
-    q.first_live.assign(vgs_.size(), 0);
-    q.committed.assign(vgs_.size(), 0);
-    q.token_keys.assign(vgs_.size(), {});
-    if (caching_ && info.token_ids && !info.token_ids->empty()) {
-      for (std::size_t v = 0; v < vgs_.size(); ++v) {
-        const std::uint32_t tpb = vgs_[v].tpb;
-        std::uint64_t h = 0x6b76606d;
-        for (std::size_t b = 0; (b + 1) * tpb <= info.token_ids->size(); ++b) {
-          for (std::size_t t = b * tpb; t < (b + 1) * tpb; ++t) h = mix(h ^ (*info.token_ids)[t]);
-          q.token_keys[v].push_back(h);
-        }
-      }
-    }
-    active_.push_back(id);
-  }
-
-  std::uint32_t lookup_prefix(std::uint32_t id, std::uint32_t max_hit) override {
-    Req& q = req(id);
-    if (!caching_ || max_hit == 0) return 0;
-    std::uint64_t h = max_hit;
-    for (std::size_t v = 0; v < vgs_.size(); ++v) h -= h % vgs_[v].tpb;
-    for (bool changed = true; changed && h > 0;) {
-      changed = false;
-      for (std::size_t v = 0; v < vgs_.size(); ++v) {
-        const std::uint64_t before = h;
-        h = valid_hit(q, v, h);
-        for (std::size_t u = 0; u < vgs_.size(); ++u) h -= h % vgs_[u].tpb;
-        changed |= h != before;
-      }
-    }
-    if (h == 0) return 0;
-    for (std::size_t v = 0; v < vgs_.size(); ++v) {
-      const VGroup& g = vgs_[v];
-      const std::uint64_t nb = h / g.tpb, first = first_needed_block(g, h);
-      for (std::uint64_t b = 0; b < nb; ++b) {
-        if (b < first) {
-          q.blocks[v].push_back(kNull);
-          continue;
-        }
-        const std::uint32_t s = index_[v].at(key(q, v, b));
-        if (ref_[s]++ == 0) {
-          lru_remove(s);
-          pools_[g.pool].evictable -= g.units;
-          vg_evictable_[v] -= g.units;
-          vg_in_use_[v] += g.units;
-        }
-        q.blocks[v].push_back(s);
-      }
-      q.first_live[v] = static_cast<std::uint32_t>(first);
-      q.committed[v] = static_cast<std::uint32_t>(nb);
-    }
-    q.tokens = static_cast<std::uint32_t>(h);
-    return q.tokens;
-  }
-
-  bool allocate(std::uint32_t id, std::uint32_t num_computed, std::uint32_t num_new) override {
-    Req& q = req(id);
-    const std::uint64_t T = std::uint64_t{num_computed} + num_new;
-    // Out-of-window blocks go first (engines that free them do so before allocating).
-    for (std::size_t v = 0; v < vgs_.size(); ++v) {
-      const VGroup& g = vgs_[v];
-      if (g.kind != VKind::kWindow && g.kind != VKind::kChunked) continue;
-      const std::uint64_t first = std::min<std::uint64_t>(first_needed_block(g, num_computed), q.blocks[v].size());
-      for (std::uint64_t k = q.first_live[v]; k < first; ++k) {
-        const std::uint64_t b = skip_order_ == SkipOrder::kHighFirst ? first - 1 - (k - q.first_live[v]) : k;
-        release(v, q.blocks[v][b]);
-        q.blocks[v][b] = kNull;
-      }
-      q.first_live[v] = static_cast<std::uint32_t>(std::max<std::uint64_t>(q.first_live[v], first));
-    }
-    need_.assign(vgs_.size(), 0);
-    pool_need_.assign(pools_.size(), 0);
-    for (std::size_t v = 0; v < vgs_.size(); ++v) {
-      const VGroup& g = vgs_[v];
-      std::uint64_t want = 0;
-      switch (g.kind) {
-        case VKind::kState:
-          want = T > 0 ? 1 : 0;
-          break;
-        case VKind::kEncoder:
-          want = (q.info.encoder_tokens + g.tpb - 1) / g.tpb;
-          break;
-        default:
-          want = (T + g.tpb - 1) / g.tpb;
-      }
-      need_[v] = want > q.blocks[v].size() ? want - q.blocks[v].size() : 0;
-      pool_need_[g.pool] += need_[v] * g.units;
-    }
-    for (std::size_t p = 0; p < pools_.size(); ++p)
-      if (pool_need_[p] > pools_[p].free + pools_[p].evictable) return false;
-    for (std::size_t v = 0; v < vgs_.size(); ++v)
-      for (std::uint64_t k = 0; k < need_[v]; ++k) q.blocks[v].push_back(new_block(v));
-    q.tokens = static_cast<std::uint32_t>(T);
-    return true;
-  }
-
-  void commit(std::uint32_t id, std::uint32_t num_computed) override {
-    Req& q = req(id);
-    if (!caching_) return;
-    for (std::size_t v = 0; v < vgs_.size(); ++v) {
-      const VGroup& g = vgs_[v];
-      if (g.kind == VKind::kState || g.kind == VKind::kEncoder) continue;
-      const std::uint32_t full = num_computed / g.tpb;
-      for (std::uint32_t b = q.committed[v]; b < full && b < q.blocks[v].size(); ++b) {
-        const std::uint32_t s = q.blocks[v][b];
-        if (s == kNull || cached_[s]) continue;
-        const std::uint64_t k = key(q, v, b);
-        if (index_[v].emplace(k, s).second) {
-          cached_[s] = 1;
-          key_[s] = k;
-        }
-      }
-      q.committed[v] = std::max(q.committed[v], full);
+void BlockPolicy::add_request(std::uint32_t id, const SeqInfo& info) {
+  if (id >= reqs_.size()) reqs_.resize(std::size_t{id} + 1);
+  Req& q = reqs_[id];
+  if (q.active) fail("request = {}: already added", id);
+  q.active = true;
+  q.info = info;
+  q.tokens = 0;
+  q.blocks.assign(vgs_.size(), {});
+  q.first_live.assign(vgs_.size(), 0);
+  q.committed.assign(vgs_.size(), 0);
+  q.token_keys.assign(vgs_.size(), {});
+  q.unit_done.assign(vgs_.size(), 0);
+  q.hit_blocks.assign(vgs_.size(), 0);
+  q.unit_keys.clear();
+  q.junction = 0;
+  q.state_done = 0;
+  q.computed = 0;
+  if (caching_ && info.token_ids && !info.token_ids->empty() && rules_.hit_unit > 0) {
+    std::uint64_t h = 0x756e6974;
+    for (std::size_t u = 0; (u + 1) * rules_.hit_unit <= info.token_ids->size(); ++u) {
+      for (std::size_t t = u * rules_.hit_unit; t < (u + 1) * rules_.hit_unit; ++t) h = mix(h ^ (*info.token_ids)[t]);
+      q.unit_keys.push_back(h);
     }
   }
-
-  void free(std::uint32_t id) override {
-    Req& q = req(id);
+  if (caching_ && info.token_ids && !info.token_ids->empty()) {
     for (std::size_t v = 0; v < vgs_.size(); ++v) {
-      // Reverse order: with prefix caching the tail blocks become LRU-first.
-      for (auto it = q.blocks[v].rbegin(); it != q.blocks[v].rend(); ++it)
-        if (*it != kNull) release(v, *it);
-      q.blocks[v].clear();
+      const std::uint32_t tpb = vgs_[v].tpb;
+      std::uint64_t h = 0x6b76606d;
+      for (std::size_t b = 0; (b + 1) * tpb <= info.token_ids->size(); ++b) {
+        for (std::size_t t = b * tpb; t < (b + 1) * tpb; ++t) h = mix(h ^ (*info.token_ids)[t]);
+        q.token_keys[v].push_back(h);
+      }
     }
-    q.active = false;
-    active_.erase(std::find(active_.begin(), active_.end(), id));
   }
+  active_.push_back(id);
+}
 
-  void check_invariants() const override {
-    std::vector<std::uint32_t> refs(ref_.size(), 0);
-    for (std::uint32_t id : active_) {
-      const Req& q = reqs_[id];
-      for (std::size_t v = 0; v < vgs_.size(); ++v)
-        for (std::size_t b = 0; b < q.blocks[v].size(); ++b) {
-          const std::uint32_t s = q.blocks[v][b];
-          if ((s == kNull) != (b < q.first_live[v]))
-            fail("invariant: request {} vgroup {} block {} null-ness disagrees with first_live", id, v, b);
-          if (s == kNull) continue;
-          if (vg_[s] != v) fail("invariant: block {} of vgroup {} held by vgroup {}", s, vg_[s], v);
-          ++refs[s];
-        }
+std::uint32_t BlockPolicy::lookup_prefix(std::uint32_t id, std::uint32_t max_hit) {
+  Req& q = req(id);
+  if (!caching_ || max_hit == 0) return 0;
+  std::uint64_t h = align(max_hit);
+  const std::uint64_t top = h;
+  for (bool changed = true; changed && h > 0;) {
+    changed = false;
+    for (std::size_t v = 0; v < vgs_.size(); ++v) {
+      const std::uint64_t before = h;
+      h = align(valid_hit(q, v, h));
+      changed |= h != before;
     }
-    std::vector<std::uint64_t> in_use(vgs_.size(), 0), evictable(vgs_.size(), 0), cached(vgs_.size(), 0);
-    std::vector<std::uint8_t> free_slot(ref_.size(), 0);
-    for (std::uint32_t s : free_slots_) free_slot[s] = 1;
-    for (std::uint32_t s = 0; s < ref_.size(); ++s) {
-      if (refs[s] != ref_[s]) fail("invariant: block {} has ref {} but {} holders", s, ref_[s], refs[s]);
-      if (free_slot[s]) {
-        if (ref_[s] != 0 || cached_[s]) fail("invariant: free slot {} is referenced or cached", s);
+  }
+  if (rules_.window.junction || rules_.state.junction) {
+    // The shared-prefix junction: where the full-attention groups alone would hit, when a
+    // sparse group (window, state) stopped the hit before it (vLLM: num_new_computed_tokens
+    // + num_uncached_common_prefix_tokens).
+    std::uint64_t full = top;
+    bool sparse = false, any_full = false;
+    for (std::size_t v = 0; v < vgs_.size(); ++v) {
+      if (vgs_[v].kind == VKind::kFull) {
+        full = std::min(full, align(valid_hit(q, v, top)));
+        any_full = true;
+      }
+      sparse |= vgs_[v].kind == VKind::kWindow || vgs_[v].kind == VKind::kState;
+    }
+    q.junction = any_full && sparse && full > h ? static_cast<std::uint32_t>(full) : 0;
+  }
+  if (h == 0) return 0;
+  for (std::size_t v = 0; v < vgs_.size(); ++v) {
+    const VGroup& g = vgs_[v];
+    q.unit_done[v] = static_cast<std::uint32_t>(h);
+    if (g.kind == VKind::kState) {  // the cached state is copied into the request's own block
+      q.state_done = static_cast<std::uint32_t>(h);
+      continue;
+    }
+    const std::uint64_t nb = h / g.tpb, first = std::min(first_needed_block(g, h), nb);
+    for (std::uint64_t b = 0; b < nb; ++b) {
+      if (b < first) {
+        q.blocks[v].push_back(kNull);
         continue;
       }
-      const std::size_t v = vg_[s];
-      if (ref_[s] > 0)
-        in_use[v] += vgs_[v].units;
-      else if (!cached_[s])
-        fail("invariant: block {} has no holder and is not cached", s);
-      else
-        evictable[v] += vgs_[v].units;
-      if (cached_[s]) {
-        ++cached[v];
-        auto it = index_[v].find(key_[s]);
-        if (it == index_[v].end() || it->second != s) fail("invariant: cached block {} missing from the index", s);
+      const std::uint32_t s = index_[v].at(key(q, v, b));
+      if (ref_[s]++ == 0) {
+        lru_remove(s);
+        pools_[g.pool].evictable -= g.units;
+        vg_evictable_[v] -= g.units;
+        vg_in_use_[v] += g.units;
+      }
+      q.blocks[v].push_back(s);
+    }
+    q.first_live[v] = static_cast<std::uint32_t>(first);
+    q.committed[v] = static_cast<std::uint32_t>(nb);
+    q.hit_blocks[v] = static_cast<std::uint32_t>(nb);
+  }
+  q.tokens = static_cast<std::uint32_t>(h);
+  return q.tokens;
+}
+
+bool BlockPolicy::allocate(std::uint32_t id, std::uint32_t num_computed, std::uint32_t num_new) {
+  Req& q = req(id);
+  const std::uint64_t T = std::uint64_t{num_computed} + num_new;
+  // Out-of-window blocks go first (engines that free them do so before allocating).
+  for (std::size_t v = 0; v < vgs_.size(); ++v) {
+    const VGroup& g = vgs_[v];
+    if (g.kind != VKind::kWindow && g.kind != VKind::kChunked) continue;
+    const std::uint64_t first = std::min<std::uint64_t>(first_needed_block(g, num_computed), q.blocks[v].size());
+    for (std::uint64_t k = q.first_live[v]; k < first; ++k) {
+      const std::uint64_t b = skip_order_ == SkipOrder::kHighFirst ? first - 1 - (k - q.first_live[v]) : k;
+      const std::uint32_t s = q.blocks[v][b];
+      release(v, s);
+      // Sparse retention: a block no retained hit needs leaves the cache at once.
+      drop_unless_retained(q, v, b, s);
+      q.blocks[v][b] = kNull;
+    }
+    q.first_live[v] = static_cast<std::uint32_t>(std::max<std::uint64_t>(q.first_live[v], first));
+  }
+  need_.assign(vgs_.size(), 0);
+  pool_need_.assign(pools_.size(), 0);
+  for (std::size_t v = 0; v < vgs_.size(); ++v) {
+    const VGroup& g = vgs_[v];
+    std::uint64_t want = 0;
+    switch (g.kind) {
+      case VKind::kState:
+        want = T > 0 ? 1 : 0;
+        break;
+      case VKind::kEncoder:
+        want = (q.info.encoder_tokens + g.tpb - 1) / g.tpb;
+        break;
+      default:
+        want = (T + g.tpb - 1) / g.tpb;
+    }
+    need_[v] = want > q.blocks[v].size() ? want - q.blocks[v].size() : 0;
+    pool_need_[g.pool] += need_[v] * g.units;
+  }
+  for (std::size_t p = 0; p < pools_.size(); ++p)
+    if (pool_need_[p] > pools_[p].free + pools_[p].evictable) return false;
+  for (std::size_t v = 0; v < vgs_.size(); ++v)
+    for (std::uint64_t k = 0; k < need_[v]; ++k) q.blocks[v].push_back(new_block(v));
+  q.tokens = static_cast<std::uint32_t>(T);
+  return true;
+}
+
+void BlockPolicy::commit(std::uint32_t id, std::uint32_t num_computed) {
+  Req& q = req(id);
+  q.computed = std::max(q.computed, num_computed);
+  if (!caching_) return;
+  for (std::size_t v = 0; v < vgs_.size(); ++v) {
+    const VGroup& g = vgs_[v];
+    if (g.kind == VKind::kState) {
+      if (rules_.state_caching) checkpoint_states(q, v, num_computed);
+      continue;
+    }
+    if (g.kind == VKind::kEncoder) continue;
+    const std::uint32_t full = num_computed / g.tpb;
+    for (std::uint32_t b = q.committed[v]; b < full && b < q.blocks[v].size(); ++b) {
+      const std::uint32_t s = q.blocks[v][b];
+      if (s == kNull || (cached_[s] & kFullKey)) continue;
+      const std::uint64_t k = key(q, v, b);
+      if (index_[v].emplace(k, s).second) {
+        cached_[s] |= kFullKey;
+        key_[s] = k;
       }
     }
-    for (std::size_t v = 0; v < vgs_.size(); ++v) {
-      if (in_use[v] != vg_in_use_[v] || evictable[v] != vg_evictable_[v] || cached[v] != index_[v].size())
-        fail("invariant: vgroup {} counts in use {}/{}, evictable {}/{}, cached {}/{}", vgs_[v].name, in_use[v],
-             vg_in_use_[v], evictable[v], vg_evictable_[v], cached[v], index_[v].size());
+    q.committed[v] = std::max(q.committed[v], full);
+    if (rules_.stream_partial)
+      register_stream(q, v, num_computed);
+    else if (rules_.hit_unit > 0 && rules_.hit_unit < g.tpb)
+      register_units(q, v, num_computed);
+  }
+}
+
+void BlockPolicy::free(std::uint32_t id) {
+  Req& q = req(id);
+  if (caching_ && rules_.state_caching && rules_.state.seq_end) checkpoint_at_end(q);
+  if (rb_.enabled) sample_closed(q);
+  for (std::size_t v = 0; v < vgs_.size(); ++v) {
+    // Reverse order: with prefix caching the tail blocks become LRU-first.
+    for (std::size_t b = q.blocks[v].size(); b-- > 0;) {
+      const std::uint32_t s = q.blocks[v][b];
+      if (s == kNull) continue;
+      release(v, s);
+      drop_unless_retained(q, v, b, s);
     }
-    for (std::size_t p = 0; p < pools_.size(); ++p) {
-      std::uint64_t used = 0, lru = 0, lru_units = 0;
-      for (std::size_t v = 0; v < vgs_.size(); ++v)
-        if (vgs_[v].pool == p) used += in_use[v] + evictable[v];
-      for (std::uint32_t s = pools_[p].lru_head; s != kNull; s = next_[s]) {
-        ++lru;
-        lru_units += vgs_[vg_[s]].units;
-        if (ref_[s] != 0 || !cached_[s]) fail("invariant: LRU block {} is in use or not cached", s);
-      }
-      if (used + pools_[p].free != pools_[p].capacity || lru_units != pools_[p].evictable)
-        fail("invariant: pool {}: {} held + {} free != {} units, or LRU {} units != evictable {}", pools_[p].name, used,
-             pools_[p].free, pools_[p].capacity, lru_units, pools_[p].evictable);
-      (void)lru;
-    }
+    q.blocks[v].clear();
   }
+  q.active = false;
+  active_.erase(std::find(active_.begin(), active_.end(), id));
+}
 
-  void stats(MemoryStats& out) const override {
-    out.groups.resize(vgs_.size());
-    std::vector<std::uint64_t> in_use(vgs_.size(), 0);
-    std::vector<double> waste(vgs_.size(), 0);
-    // A block shared by k requests counts 1/k of its waste for each of them, so the sum
-    // over requests is the waste of the distinct blocks in use.
-    for (std::uint32_t id : active_) {
-      const Req& q = reqs_[id];
-      for (std::size_t v = 0; v < vgs_.size(); ++v) {
-        const VGroup& g = vgs_[v];
-        const double bytes = static_cast<double>(g.units * pools_[g.pool].unit_bytes);
-        const std::vector<std::uint32_t>& bl = q.blocks[v];
-        const std::uint64_t live = bl.size() - q.first_live[v];
-        if (live == 0) continue;
-        // The next step writes position `tokens` too: it is needed when its block exists.
-        const std::uint64_t T = g.kind == VKind::kState
-                                    ? q.tokens
-                                    : std::min<std::uint64_t>(std::uint64_t{q.tokens} + 1, bl.size() * g.tpb);
-        // Closed form as if no block were shared, then a correction for shared blocks.
-        waste[v] += static_cast<double>(live) * bytes -
-                    static_cast<double>(live_need(g, q.first_live[v], T, q.info.encoder_tokens));
-        for (std::size_t b = q.first_live[v]; b < bl.size(); ++b) {
-          const std::uint32_t r = ref_[bl[b]];
-          if (r > 1)
-            waste[v] -= (bytes - static_cast<double>(block_need(g, b, T, q.info.encoder_tokens))) *
-                        (1.0 - 1.0 / static_cast<double>(r));
-        }
-      }
-    }
-    // Bytes in blocks with ref > 0, per vgroup: counted from the block arrays.
-    for (std::size_t v = 0; v < vgs_.size(); ++v) in_use[v] = vg_in_use_[v] * pools_[vgs_[v].pool].unit_bytes;
-    out.free = 0;
-    out.capacity = 0;
-    for (const Pool& p : pools_) {
-      out.capacity += p.capacity * p.unit_bytes;
-      if (p.shared) out.free += p.free * p.unit_bytes;
-    }
-    for (std::size_t v = 0; v < vgs_.size(); ++v) {
-      const VGroup& g = vgs_[v];
-      GroupUsage& u = out.groups[v];
-      u.name = g.name;
-      u.wasted = std::min(static_cast<std::uint64_t>(std::llround(std::max(0.0, waste[v]))), in_use[v]);
-      u.used = in_use[v] - u.wasted;
-      u.cached = vg_evictable_[v] * pools_[g.pool].unit_bytes;
-      u.group_free = pools_[g.pool].shared ? 0 : pools_[g.pool].free * pools_[g.pool].unit_bytes;
-    }
-    out.evictions = evictions_;
+std::uint64_t BlockPolicy::key(const Req& q, std::size_t v, std::uint64_t b) const {
+  const std::uint32_t tpb = vgs_[v].tpb;
+  if (b < q.token_keys[v].size()) return q.token_keys[v][b];
+  if ((b + 1) * tpb <= q.info.prefix_len) return mix(mix(q.info.prefix_id) ^ (b * 0x9e3779b97f4a7c15ULL + tpb));
+  return mix(mix(0x7e57000000000000ULL + q.info.uid) ^ (b * 0x9e3779b97f4a7c15ULL + tpb));
+}
+
+std::uint32_t BlockPolicy::new_block(std::size_t v) {
+  const VGroup& g = vgs_[v];
+  Pool& p = pools_[g.pool];
+  while (p.free < g.units) evict(p);
+  p.free -= g.units;
+  std::uint32_t s;
+  if (!free_slots_.empty()) {
+    s = free_slots_.back();
+    free_slots_.pop_back();
+  } else {
+    s = static_cast<std::uint32_t>(ref_.size());
+    ref_.push_back(0);
+    cached_.push_back(0);
+    key_.push_back(0);
+    pkeys_.emplace_back();
+    vg_.push_back(0);
+    prev_.push_back(kNull);
+    next_.push_back(kNull);
   }
+  ref_[s] = 1;
+  cached_[s] = 0;
+  vg_[s] = static_cast<std::uint32_t>(v);
+  vg_in_use_[v] += g.units;
+  return s;
+}
 
- private:
-  struct Req {
-    bool active = false;
-    SeqInfo info;
-    std::uint32_t tokens = 0;                            // decoder tokens with memory
-    std::vector<std::vector<std::uint32_t>> blocks;      // per vgroup: block slots or kNull
-    std::vector<std::uint32_t> first_live;               // per vgroup: first non-null block
-    std::vector<std::uint32_t> committed;                // per vgroup: blocks already offered to the cache
-    std::vector<std::vector<std::uint64_t>> token_keys;  // per vgroup: chained hashes of token ids
-  };
-
-  static std::uint64_t mix(std::uint64_t x) {
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdULL;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ULL;
-    return x ^ (x >> 33);
-  }
-
-  Req& req(std::uint32_t id) {
-    if (id >= reqs_.size() || !reqs_[id].active) fail("request = {}: not an active request", id);
-    return reqs_[id];
-  }
-
-  // Content key of block b of vgroup v: token ids when the trace has them, else the
-  // shared stream (prefix_id, b) inside the prefix, else the request's own stream.
-  std::uint64_t key(const Req& q, std::size_t v, std::uint64_t b) const {
-    const std::uint32_t tpb = vgs_[v].tpb;
-    if (b < q.token_keys[v].size()) return q.token_keys[v][b];
-    if ((b + 1) * tpb <= q.info.prefix_len) return mix(mix(q.info.prefix_id) ^ (b * 0x9e3779b97f4a7c15ULL + tpb));
-    return mix(mix(0x7e57000000000000ULL + q.info.uid) ^ (b * 0x9e3779b97f4a7c15ULL + tpb));
-  }
-
-  // Bytes of block b that the next position needs: per covered group, the block's
-  // tokens that group reads (all of them, those in the window, those in the chunk).
-  std::uint64_t block_need(const VGroup& g, std::uint64_t b, std::uint64_t T, std::uint64_t E) const {
-    if (g.kind == VKind::kState) return T > 0 ? layout_.group(g.covers[0]).natural_page_bytes() : 0;
-    const std::uint64_t lo = b * g.tpb, hi = (b + 1) * g.tpb;
-    const std::uint64_t n = g.kind == VKind::kEncoder ? E : T;
-    std::uint64_t need = 0;
-    for (GroupId c : g.covers) {
-      const LayerGroup& grp = layout_.group(c);
-      std::uint64_t from = 0;
-      if (grp.kind == LayerKind::kSlidingWindow) from = n > grp.window ? n - grp.window : 0;
-      if (grp.kind == LayerKind::kChunkedLocal) from = n == 0 ? 0 : (n - 1) / grp.chunk * grp.chunk;
-      const std::uint64_t a = std::max(lo, from), z = std::min(hi, n);
-      if (z > a) need += (z - a) * grp.bytes_per_token();
-    }
-    return need;
-  }
-
-  // Sum of block_need over blocks [first_live, end) of a request.
-  std::uint64_t live_need(const VGroup& g, std::uint64_t first_live, std::uint64_t T, std::uint64_t E) const {
-    if (g.kind == VKind::kState) return T > 0 ? layout_.group(g.covers[0]).natural_page_bytes() : 0;
-    const std::uint64_t n = g.kind == VKind::kEncoder ? E : T;
-    std::uint64_t need = 0;
-    for (GroupId c : g.covers) {
-      const LayerGroup& grp = layout_.group(c);
-      std::uint64_t from = first_live * g.tpb;
-      if (grp.kind == LayerKind::kSlidingWindow && n > grp.window) from = std::max(from, n - grp.window);
-      if (grp.kind == LayerKind::kChunkedLocal && n > 0) from = std::max(from, (n - 1) / grp.chunk * grp.chunk);
-      if (n > from) need += (n - from) * grp.bytes_per_token();
-    }
-    return need;
-  }
-
-  bool present(const Req& q, std::size_t v, std::uint64_t b) const {
-    return index_[v].find(key(q, v, b)) != index_[v].end();
-  }
-
-  // First block the computation of position p still reads.
-  static std::uint64_t first_needed_block(const VGroup& g, std::uint64_t p) {
-    if (g.kind == VKind::kWindow) return p + 1 > g.window ? (p + 1 - g.window) / g.tpb : 0;
-    if (g.kind == VKind::kChunked) return p / g.chunk * g.chunk / g.tpb;
-    return 0;
-  }
-
-  // Largest hit <= h (block aligned) that vgroup v can serve from the cache.
-  std::uint64_t valid_hit(const Req& q, std::size_t v, std::uint64_t h) const {
-    const VGroup& g = vgs_[v];
-    if (g.kind == VKind::kState || g.kind == VKind::kEncoder) return 0;
-    h -= h % g.tpb;
-    if (g.kind == VKind::kFull) {
-      std::uint64_t b = 0;
-      while ((b + 1) * g.tpb <= h && present(q, v, b)) ++b;
-      return b * g.tpb;
-    }
-    // Window/chunked: the blocks the next position reads must all be cached; scan down.
-    while (h > 0) {
-      const std::uint64_t first = first_needed_block(g, h);
-      std::uint64_t b = h / g.tpb;
-      while (b > first && present(q, v, b - 1)) --b;
-      if (b == first) return h;
-      h = (b - 1) * g.tpb;  // block b-1 is missing: no hit can end after it
-    }
-    return 0;
-  }
-
-  std::uint32_t new_block(std::size_t v) {
-    const VGroup& g = vgs_[v];
-    Pool& p = pools_[g.pool];
-    while (p.free < g.units) evict(p);
-    p.free -= g.units;
-    std::uint32_t s;
-    if (!free_slots_.empty()) {
-      s = free_slots_.back();
-      free_slots_.pop_back();
-    } else {
-      s = static_cast<std::uint32_t>(ref_.size());
-      ref_.push_back(0);
-      cached_.push_back(0);
-      key_.push_back(0);
-      vg_.push_back(0);
-      prev_.push_back(kNull);
-      next_.push_back(kNull);
-    }
-    ref_[s] = 1;
-    cached_[s] = 0;
-    vg_[s] = static_cast<std::uint32_t>(v);
-    vg_in_use_[v] += g.units;
-    return s;
-  }
-
-  void release(std::size_t v, std::uint32_t s) {
-    const VGroup& g = vgs_[v];
-    Pool& p = pools_[g.pool];
-    if (--ref_[s] > 0) return;
-    vg_in_use_[v] -= g.units;
-    if (cached_[s]) {
-      lru_push(p, s);
-      p.evictable += g.units;
-      vg_evictable_[v] += g.units;
-    } else {
-      p.free += g.units;
-      free_slots_.push_back(s);
-    }
-  }
-
-  void evict(Pool& p) {
-    const std::uint32_t s = p.lru_head;
-    if (s == kNull) fail("internal: pool {} has no evictable block after a capacity check", p.name);
-    lru_remove(s);
-    const std::size_t v = vg_[s];
-    index_[v].erase(key_[s]);
-    cached_[s] = 0;
-    p.evictable -= vgs_[v].units;
-    vg_evictable_[v] -= vgs_[v].units;
-    p.free += vgs_[v].units;
+void BlockPolicy::release(std::size_t v, std::uint32_t s) {
+  const VGroup& g = vgs_[v];
+  Pool& p = pools_[g.pool];
+  if (--ref_[s] > 0) return;
+  vg_in_use_[v] -= g.units;
+  if (cached_[s]) {
+    lru_push(p, s);
+    p.evictable += g.units;
+    vg_evictable_[v] += g.units;
+  } else {
+    p.free += g.units;
     free_slots_.push_back(s);
-    ++evictions_;
   }
+}
 
-  void lru_push(Pool& p, std::uint32_t s) {
-    prev_[s] = p.lru_tail;
-    next_[s] = kNull;
-    if (p.lru_tail != kNull)
-      next_[p.lru_tail] = s;
-    else
-      p.lru_head = s;
-    p.lru_tail = s;
+void BlockPolicy::evict(Pool& p) {
+  const std::uint32_t s = p.lru_head;
+  if (s == kNull) fail("internal: pool {} has no evictable block after a capacity check", p.name);
+  evict_slot(s);
+}
+
+void BlockPolicy::evict_slot(std::uint32_t s) {
+  Pool& p = pools_[vgs_[vg_[s]].pool];
+  lru_remove(s);
+  const std::size_t v = vg_[s];
+  if (cached_[s] & kFullKey) index_[v].erase(key_[s]);
+  for (std::uint64_t k : pkeys_[s]) {
+    if (auto it = pindex_[v].find(k); it != pindex_[v].end() && it->second == s) pindex_[v].erase(it);
+    if (auto it = sindex_[v].find(k); it != sindex_[v].end() && it->second.first == s) sindex_[v].erase(it);
   }
-  void lru_remove(std::uint32_t s) {
-    Pool& p = pools_[vgs_[vg_[s]].pool];
-    if (prev_[s] != kNull)
-      next_[prev_[s]] = next_[s];
-    else
-      p.lru_head = next_[s];
-    if (next_[s] != kNull)
-      prev_[next_[s]] = prev_[s];
-    else
-      p.lru_tail = prev_[s];
-    prev_[s] = next_[s] = kNull;
-  }
+  pkeys_[s].clear();
+  forget_state(s);
+  cached_[s] = 0;
+  p.evictable -= vgs_[v].units;
+  vg_evictable_[v] -= vgs_[v].units;
+  p.free += vgs_[v].units;
+  free_slots_.push_back(s);
+  ++evictions_;
+}
 
-  std::string name_;
-  KVLayout layout_;
-  std::vector<VGroup> vgs_;
-  std::vector<Pool> pools_;
-  bool caching_;
-  SkipOrder skip_order_;
-  std::string description_;
-  std::vector<std::unordered_map<std::uint64_t, std::uint32_t>> index_;  // per vgroup: key -> block
-  std::vector<std::uint64_t> vg_evictable_;
-  std::vector<std::uint64_t> vg_in_use_;  // per vgroup: units in blocks with ref > 0
-  // Block slots, structure of arrays.
-  std::vector<std::uint32_t> ref_, vg_, prev_, next_;
-  std::vector<std::uint8_t> cached_;
-  std::vector<std::uint64_t> key_;
-  std::vector<std::uint32_t> free_slots_;
-  std::vector<Req> reqs_;
-  std::vector<std::uint32_t> active_;
-  std::vector<std::uint64_t> need_, pool_need_;
-  std::uint64_t evictions_ = 0;
-};
+void BlockPolicy::lru_push(Pool& p, std::uint32_t s) {
+  prev_[s] = p.lru_tail;
+  next_[s] = kNull;
+  if (p.lru_tail != kNull)
+    next_[p.lru_tail] = s;
+  else
+    p.lru_head = s;
+  p.lru_tail = s;
+}
 
-}  // namespace
+void BlockPolicy::lru_remove(std::uint32_t s) {
+  Pool& p = pools_[vgs_[vg_[s]].pool];
+  if (prev_[s] != kNull)
+    next_[prev_[s]] = next_[s];
+  else
+    p.lru_head = next_[s];
+  if (next_[s] != kNull)
+    prev_[next_[s]] = prev_[s];
+  else
+    p.lru_tail = prev_[s];
+  prev_[s] = next_[s] = kNull;
+}
 
 std::unique_ptr<Policy> make_engine(std::string name, const KVLayout& layout, std::vector<VGroup> vgs,
                                     std::vector<Pool> pools, bool caching, std::string description,
-                                    SkipOrder skip_order) {
+                                    SkipOrder skip_order, CacheRules rules, Rebalance rebalance) {
   return std::make_unique<BlockPolicy>(std::move(name), layout, std::move(vgs), std::move(pools), caching,
-                                       std::move(description), skip_order);
+                                       std::move(description), skip_order, rules, rebalance);
 }
 
 }  // namespace kvmm::sim::block

@@ -7,6 +7,8 @@ if(NOT TARGET kvmm_sim_core)
     ${CMAKE_CURRENT_LIST_DIR}/model_config.cpp
     ${CMAKE_CURRENT_LIST_DIR}/workload.cpp
     ${CMAKE_CURRENT_LIST_DIR}/block_policy.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/block_rules.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/block_accounting.cpp
     ${CMAKE_CURRENT_LIST_DIR}/block_engines.cpp
     ${CMAKE_CURRENT_LIST_DIR}/kvmm_policy.cpp
     ${CMAKE_CURRENT_LIST_DIR}/policy.cpp

@@ -30,14 +30,20 @@ constexpr const char* kUsage = R"(usage: kvmm-sim --model PRESET|config.json --w
   --model M           preset name (see --list) or a Hugging Face config.json
                       (llama, mllama, gemma2, gemma3, mistral, jamba)
   --workload W        sharegpt | mmmu-pro | arxiv-qa | multi-turn | arxiv-sweep |
-                      chat | path.jsonl
-  --policy P          kvmm | paged-uniform | max-page | static-split | unified-block,
-                      a comma-separated list, or all (default: all)
+                      chat | agentic | path.jsonl
+  --policy P          kvmm | paged-uniform | max-page | static-split | unified-block |
+                      vllm-0.33 | vllm-0.33-tuned | trtllm-v2 | sglang, a comma-separated
+                      list, or all (default: all)
   --memory-gib X      KV cache memory budget in GiB (default 40)
   --seed N            workload seed (default 1)
   --requests N        requests to generate for a synthetic workload (default 1000)
   --rate R            Poisson arrivals, R requests per step (default 0: all at step 0)
   --articles N        arxiv-sweep: articles the questions cycle over (default 8)
+  --question-tokens LO-HI
+                      arxiv-qa / arxiv-sweep: question tokens U[LO, HI] (default 16-64)
+  --retention-interval N
+                      vllm-0.33-tuned: prefix_cache_retention_interval in tokens
+                      (default 4096; a multiple of the block size)
   --boundaries B      kvmm's retention at shared-prefix boundaries: none (Jenga's rule),
                       hinted (the trace's boundaries as RequestExtras::cache_boundaries),
                       learned (the manager's defaults: learned_boundaries = 4096 and
@@ -88,6 +94,8 @@ int run(int argc, char** argv) {
   std::uint64_t seed = 1, requests = 1000, max_steps = 0, articles = 0;  // articles 0: not given
   BoundaryMode boundaries = BoundaryMode::kLearned;
   std::uint32_t token_budget = 8192, max_seqs = 256, tpp = 16, dtype = 2, csv_every = 1;
+  std::uint32_t question_min = 16, question_max = 64, retention_interval = 0;  // interval 0: the policy's default
+  bool questions_given = false;
   std::vector<std::pair<std::string, std::uint32_t>> group_tpp;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -122,6 +130,14 @@ int run(int argc, char** argv) {
       rate = parse_double(a, v);
     else if (a == "--articles")
       articles = to_u32(a, parse_uint(a, v), 1);
+    else if (a == "--question-tokens") {
+      const std::size_t dash = v.find('-');
+      if (dash == std::string::npos) kvmm::fail("{} = '{}': expected LO-HI", a, v);
+      question_min = to_u32(a, parse_uint(a, v.substr(0, dash)), 1);
+      question_max = to_u32(a, parse_uint(a, v.substr(dash + 1)), question_min);
+      questions_given = true;
+    } else if (a == "--retention-interval")
+      retention_interval = to_u32(a, parse_uint(a, v), 1);
     else if (a == "--boundaries")
       boundaries = parse_boundary_mode(v);
     else if (a == "--token-budget")
@@ -168,6 +184,11 @@ int run(int argc, char** argv) {
   if (articles > 0 && workload != "arxiv-sweep")
     kvmm::fail("--articles = {}: only arxiv-sweep has articles (workload '{}')", articles, workload);
   if (articles > 0) wo.articles = static_cast<std::uint32_t>(articles);
+  if (questions_given && workload != "arxiv-qa" && workload != "arxiv-sweep")
+    kvmm::fail("--question-tokens = {}-{}: only arxiv-qa and arxiv-sweep have questions (workload '{}')", question_min,
+               question_max, workload);
+  wo.question_min = question_min;
+  wo.question_max = question_max;
   const Workload w = make_workload(workload, wo);
   if (!dump.empty()) {
     std::ofstream f(dump);
@@ -194,6 +215,7 @@ int run(int argc, char** argv) {
   po.max_seqs = max_seqs;
   po.prefix_caching = caching;
   po.boundaries = boundaries;
+  if (retention_interval > 0) po.retention_interval = retention_interval;
   po.max_model_len = 1;
   po.max_encoder_tokens = 1;
   for (const SimRequest& r : w.requests) {
@@ -209,7 +231,7 @@ int run(int argc, char** argv) {
 
   if (!out.empty()) std::filesystem::create_directories(out);
   fmt::print("model {}:\n{}\nworkload {}: {} requests\n", model, layout.describe(), w.name, w.requests.size());
-  fmt::print("{:<14} {:>7} {:>9} {:>8} {:>8} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>12}\n", "policy", "steps",
+  fmt::print("{:<15} {:>7} {:>9} {:>8} {:>8} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>12}\n", "policy", "steps",
              "finished", "batch", "decode", "preempt", "out/step", "hit%", "waste%", "peakw%", "gfree%", "hit1st%",
              "prefill");
   std::string csv_summary =
@@ -234,7 +256,7 @@ int run(int argc, char** argv) {
     Summary s = simulate(w, layout, *policy, so, out.empty() ? nullptr : &csv);
     s.model = model;
     fmt::print(
-        "{:<14} {:>7} {:>9} {:>8.2f} {:>8.2f} {:>9} {:>9.2f} {:>8.2f} {:>8.3f} {:>8.3f} {:>8.2f} {:>8.2f} {:>12}"
+        "{:<15} {:>7} {:>9} {:>8.2f} {:>8.2f} {:>9} {:>9.2f} {:>8.2f} {:>8.3f} {:>8.3f} {:>8.2f} {:>8.2f} {:>12}"
         "  ({:.2f} s)\n",
         s.policy, s.steps, s.finished, s.mean_running, s.mean_decode_batch, s.preemptions, s.output_tokens_per_step,
         100 * s.prefix_hit_rate, 100 * s.mean_wasted, 100 * s.peak_wasted, 100 * s.mean_group_free,

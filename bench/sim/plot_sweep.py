@@ -26,6 +26,10 @@ STYLE = {
     "kvmm-both": ("#1f77b4", "-.", "D"),
     "paged-uniform": ("#d62728", "-", "x"),
     "unified-block": ("#7f7f7f", "-", "+"),
+    "vllm-0.33": ("#ff7f0e", "-", "v"),
+    "vllm-0.33-tuned": ("#ff7f0e", "--", "<"),
+    "trtllm-v2": ("#2ca02c", "-", ">"),
+    "sglang": ("#9467bd", "-", "*"),
 }
 
 

@@ -7,7 +7,9 @@
 namespace kvmm::sim {
 
 const std::vector<std::string>& policy_names() {
-  static const std::vector<std::string> kNames{"kvmm", "paged-uniform", "max-page", "static-split", "unified-block"};
+  static const std::vector<std::string> kNames{"kvmm",          "paged-uniform", "max-page",        "static-split",
+                                               "unified-block", "vllm-0.33",     "vllm-0.33-tuned", "trtllm-v2",
+                                               "sglang"};
   return kNames;
 }
 
@@ -15,7 +17,10 @@ std::unique_ptr<Policy> make_policy(std::string_view name, const KVLayout& layou
   if (name == "kvmm") return make_kvmm_policy(layout, o);
   if (std::find(policy_names().begin(), policy_names().end(), name) != policy_names().end())
     return make_block_policy(name, layout, o);
-  fail("policy = '{}': unknown; known: kvmm, paged-uniform, max-page, static-split, unified-block", name);
+  fail(
+      "policy = '{}': unknown; known: kvmm, paged-uniform, max-page, static-split, unified-block, vllm-0.33, "
+      "vllm-0.33-tuned, trtllm-v2, sglang",
+      name);
 }
 
 BoundaryMode parse_boundary_mode(std::string_view s) {

@@ -1,8 +1,8 @@
 // The memory-policy interface of kvmm-sim, shaped like kvmm::KVCacheManager (begin_step,
 // add_request, lookup_prefix, all-or-nothing allocate, commit, free, stats), which the
 // kvmm policy calls one for one; and its factory: kvmm, paged-uniform, max-page,
-// static-split, unified-block. allocate/free cost O(pages touched); stats O(requests x
-// groups) (block policies with shared prefixes: O(blocks held)).
+// static-split, unified-block (the engines of 2025), vllm-0.33, vllm-0.33-tuned. allocate/free cost O(pages touched);
+// stats O(requests x groups) (block policies with shared prefixes: O(blocks held)).
 #pragma once
 
 #include "kvmm/spec/kv_layout.hpp"
@@ -25,6 +25,7 @@ struct SeqInfo {
   const std::vector<std::uint32_t>* token_ids = nullptr;   // optional prompt token ids
   const std::vector<ImageSpan>* images = nullptr;          // image spans (text offsets)
   const std::vector<std::uint32_t>* boundaries = nullptr;  // SimRequest::boundaries (may be null)
+  std::uint32_t prompt_tokens = 0;                         // decoder prompt tokens (0: unknown)
 };
 
 // Bytes of one policy group at one instant. used: needed to compute the next token
@@ -85,6 +86,9 @@ inline constexpr std::uint32_t kLearnedBoundaryEntries = 4096;
 // "none" | "hinted" | "learned" | "both"; raises kvmm::Error naming the value otherwise.
 BoundaryMode parse_boundary_mode(std::string_view s);
 
+// The retention interval vllm-0.33-tuned uses unless told (chosen on arXiv-QA, docs/results/sim.md).
+inline constexpr std::uint32_t kTunedRetentionInterval = 4096;
+
 struct PolicyOptions {
   std::uint64_t memory_bytes = std::uint64_t{40} << 30;
   std::uint32_t max_seqs = 256;                      // scheduler's batch limit; state slots
@@ -92,6 +96,8 @@ struct PolicyOptions {
   std::uint32_t max_encoder_tokens = 6404;           // static-split sizing of encoder groups
   bool prefix_caching = true;                        // false: no policy caches (memory policy alone)
   BoundaryMode boundaries = BoundaryMode::kLearned;  // kvmm only; the manager's default
+  // vllm-0.33-tuned: prefix_cache_retention_interval (tokens; vllm-0.33 uses vLLM's default 0).
+  std::uint32_t retention_interval = kTunedRetentionInterval;
 };
 
 const std::vector<std::string>& policy_names();

@@ -61,7 +61,8 @@ Summary simulate(const Workload& w, const KVLayout& layout, Policy& policy, cons
                       r.prefix_len,
                       r.token_ids.empty() ? nullptr : &r.token_ids,
                       r.images.empty() ? nullptr : &r.images,
-                      r.boundaries.empty() ? nullptr : &r.boundaries};
+                      r.boundaries.empty() ? nullptr : &r.boundaries,
+                      st[i].tokens};
     if (r.parent >= 0) {
       if (r.parent >= i) fail("request {}: parent = {} must be an earlier request", i, r.parent);
       children[static_cast<std::size_t>(r.parent)].push_back(i);

@@ -99,7 +99,7 @@ Workload arxiv_qa(const WorkloadOptions& o) {
     const std::uint32_t questions = rng.uniform_int(2, 6);
     for (std::uint32_t q = 0; q < questions && w.requests.size() < o.num_requests; ++q) {
       SimRequest r;
-      r.prompt_len = len + rng.uniform_int(16, 64);
+      r.prompt_len = len + rng.uniform_int(o.question_min, o.question_max);
       r.output_len = rng.uniform_int(50, 100);
       r.prefix_id = 0xa000000000000000ULL + article;
       r.prefix_len = len;
@@ -161,7 +161,7 @@ Workload arxiv_sweep(const WorkloadOptions& o) {
   for (std::uint32_t i = 0; i < o.num_requests; ++i) {
     SimRequest& r = w.requests[i];
     const std::uint32_t a = i % o.articles;
-    r.prompt_len = len[a] + rng.uniform_int(16, 64);
+    r.prompt_len = len[a] + rng.uniform_int(o.question_min, o.question_max);
     r.output_len = rng.uniform_int(50, 100);
     r.prefix_id = 0xa100000000000000ULL + a;
     r.prefix_len = len[a];
@@ -201,6 +201,41 @@ Workload chat(const WorkloadOptions& o) {
   return w;
 }
 
+// Agentic tool-call loops: sessions of U[3, 12] model calls. The first call's prompt is a
+// task with its system prompt and tool definitions (lognormal, mean 3,000 tokens); the
+// model answers with a tool call (lognormal, mean 150 tokens); each later call's prompt is
+// the whole history plus the tool's result (lognormal, mean 800 tokens, 16..16384), and it
+// arrives U[1, 5] steps after the previous call finished (the tool runs). The context grows
+// by about 1,000 tokens a call. Boundaries: where each earlier call ended (the last
+// kMaxBoundaries). The system prompt is the session's own stream (not shared across
+// sessions: a request has one shared stream).
+Workload agentic(const WorkloadOptions& o) {
+  constexpr std::size_t kMaxBoundaries = 8;  // the manager's kMaxCacheBoundaries
+  Rng rng(o.seed ^ 0x5a5a0007ULL);
+  Workload w{"agentic", {}};
+  for (std::uint64_t session = 0; w.requests.size() < o.num_requests; ++session) {
+    const std::uint32_t calls = rng.uniform_int(3, 12);
+    std::vector<std::uint32_t> ends;
+    std::int64_t parent = -1;
+    for (std::uint32_t call = 0; call < calls && w.requests.size() < o.num_requests; ++call) {
+      SimRequest r;
+      r.prompt_len =
+          ends.empty() ? rng.lognormal(3000, 0.5, 256, 16384) : ends.back() + rng.lognormal(800, 1.0, 16, 16384);
+      r.output_len = rng.lognormal(150, 0.7, 8, 2048);
+      r.prefix_id = 0xb200000000000000ULL + session;
+      r.prefix_len = r.prompt_len + r.output_len;  // the whole call is session content
+      r.boundaries.assign(ends.end() - static_cast<std::ptrdiff_t>(std::min(ends.size(), kMaxBoundaries)), ends.end());
+      r.parent = parent;
+      r.delay = parent >= 0 ? rng.uniform_int(1, 5) : 0;
+      ends.push_back(r.prompt_len + r.output_len);
+      parent = static_cast<std::int64_t>(w.requests.size());
+      w.requests.push_back(std::move(r));
+    }
+  }
+  assign_arrivals(w.requests, o.rate, rng);
+  return w;
+}
+
 std::uint64_t fnv1a(std::string_view s) {
   std::uint64_t h = 0xcbf29ce484222325ULL;
   for (char c : s) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ULL;
@@ -223,20 +258,25 @@ void parse_boundaries(const nlohmann::json& a, SimRequest& r, std::string_view f
 }  // namespace
 
 const std::vector<std::string>& workload_names() {
-  static const std::vector<std::string> kNames{"sharegpt", "mmmu-pro", "arxiv-qa", "multi-turn", "arxiv-sweep", "chat"};
+  static const std::vector<std::string> kNames{"sharegpt",    "mmmu-pro", "arxiv-qa", "multi-turn",
+                                               "arxiv-sweep", "chat",     "agentic"};
   return kNames;
 }
 
 Workload make_workload(const std::string& name_or_path, const WorkloadOptions& o) {
+  if (o.question_min == 0 || o.question_min > o.question_max)
+    fail("question tokens = {}-{}: expected 1 <= LO <= HI", o.question_min, o.question_max);
   if (name_or_path == "sharegpt") return sharegpt(o);
   if (name_or_path == "mmmu-pro") return mmmu_pro(o);
   if (name_or_path == "arxiv-qa") return arxiv_qa(o);
   if (name_or_path == "multi-turn") return multi_turn(o);
   if (name_or_path == "arxiv-sweep") return arxiv_sweep(o);
   if (name_or_path == "chat") return chat(o);
+  if (name_or_path == "agentic") return agentic(o);
   if (name_or_path.ends_with(".jsonl")) return read_trace(name_or_path);
   fail(
-      "workload = '{}': unknown; known: sharegpt, mmmu-pro, arxiv-qa, multi-turn, arxiv-sweep, chat, or a .jsonl "
+      "workload = '{}': unknown; known: sharegpt, mmmu-pro, arxiv-qa, multi-turn, arxiv-sweep, chat, agentic, or a "
+      ".jsonl "
       "trace",
       name_or_path);
 }

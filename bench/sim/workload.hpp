@@ -1,6 +1,6 @@
 // Workloads for kvmm-sim: seeded synthetic generators (ShareGPT-like chat, MMMU-pro-like
 // vision QA, arXiv long-context QA and its Jenga Fig. 17 sweep, multi-turn sessions, long
-// chats with their turn boundaries) and the JSONL trace format.
+// chats with their turn boundaries, agentic tool-call loops) and the JSONL trace format.
 // Generating n requests is O(n) plus the token-id lists a trace carries; a trace read
 // reports malformed input as kvmm::Error naming the file, the line and the field.
 #pragma once
@@ -56,6 +56,8 @@ struct WorkloadOptions {
   // Poisson arrivals at this many requests per step; 0: all arrive at step 0 (offline).
   double rate = 0;
   std::uint32_t articles = 8;  // arxiv-sweep: articles the questions cycle over
+  // arxiv-qa / arxiv-sweep: question tokens U[question_min, question_max] (Jenga: 16-64).
+  std::uint32_t question_min = 16, question_max = 64;
 };
 
 // The synthetic workload names, in a stable order.

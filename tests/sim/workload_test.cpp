@@ -91,6 +91,54 @@ TEST_CASE("sharegpt and multi-turn statistics", "[sim][workload]") {
   CHECK(follow_ups < 3000);
 }
 
+TEST_CASE("arxiv-qa: longer questions, same articles", "[sim][workload]") {
+  WorkloadOptions o = opts(300, 1);
+  o.question_min = 400;
+  o.question_max = 1000;
+  const Workload longq = make_workload("arxiv-qa", o);
+  const Workload base = make_workload("arxiv-qa", opts(300, 1));
+  REQUIRE(longq.requests.size() == base.requests.size());
+  for (std::size_t i = 0; i < longq.requests.size(); ++i) {
+    const auto& r = longq.requests[i];
+    CHECK(r.prompt_len - r.prefix_len >= 400);
+    CHECK(r.prompt_len - r.prefix_len <= 1000);
+    CHECK(r.prefix_len == base.requests[i].prefix_len);  // the same articles in the same order
+  }
+  o.question_min = 0;
+  CHECK_THROWS_WITH(make_workload("arxiv-qa", o), Catch::Contains("question tokens = 0-1000"));
+}
+
+TEST_CASE("agentic: tool-call loops with growing context", "[sim][workload]") {
+  const Workload w = make_workload("agentic", opts(3000, 1));
+  REQUIRE(w.requests.size() == 3000);
+  std::uint64_t first = 0, firsts = 0, results = 0, follow_ups = 0, out = 0;
+  for (std::size_t i = 0; i < w.requests.size(); ++i) {
+    const auto& r = w.requests[i];
+    out += r.output_len;
+    CHECK(r.prefix_len == r.prompt_len + r.output_len);
+    if (r.parent < 0) {
+      first += r.prompt_len;
+      ++firsts;
+      CHECK(r.boundaries.empty());
+      continue;
+    }
+    ++follow_ups;
+    const auto& p = w.requests[static_cast<std::size_t>(r.parent)];
+    CHECK(p.prefix_id == r.prefix_id);
+    CHECK(r.prompt_len >= p.prompt_len + p.output_len + 16);  // history plus a tool result
+    results += r.prompt_len - (p.prompt_len + p.output_len);
+    CHECK(r.boundaries.back() == p.prompt_len + p.output_len);
+    CHECK(r.delay >= 1);
+    CHECK(r.delay <= 5);
+  }
+  // 3-12 calls per session (mean 7.5): about 13% first calls; means 3,000 / 800 / 150.
+  CHECK(firsts > 300);
+  CHECK(firsts < 500);
+  CHECK(static_cast<double>(first) / static_cast<double>(firsts) == Approx(3000).epsilon(0.1));
+  CHECK(static_cast<double>(results) / static_cast<double>(follow_ups) == Approx(800).epsilon(0.15));
+  CHECK(static_cast<double>(out) / 3000.0 == Approx(150).epsilon(0.1));
+}
+
 TEST_CASE("workloads: same seed same requests, another seed others", "[sim][workload][determinism]") {
   for (const auto& name : workload_names()) {
     INFO(name);
