@@ -18,11 +18,10 @@ std::uint64_t total_small_pages(const KVLayout& layout, std::uint32_t large_page
   return total;
 }
 
-std::vector<Group> make_groups(const KVLayout& layout, LargePagePool& pool, LargePagePool& host_pool,
-                               std::uint32_t max_requests) {
+std::vector<Group> make_groups(const KVLayout& layout, LargePagePool& pool, std::uint32_t max_requests) {
   std::vector<Group> groups;
   groups.reserve(layout.num_groups());  // never reallocated: the LRUs point into each group
-  for (GroupId g = 0; g < layout.num_groups(); ++g) groups.emplace_back(layout, g, pool, host_pool, max_requests);
+  for (GroupId g = 0; g < layout.num_groups(); ++g) groups.emplace_back(layout, g, pool, max_requests);
   return groups;
 }
 
@@ -71,8 +70,7 @@ ManagerCore::ManagerCore(KVLayout layout, const KVCacheManagerOptions& options)
       options_(options),
       hasher_(options.block_hash),
       pool_(options.num_large_pages, options.large_page_source),
-      host_pool_(options.num_host_large_pages),
-      groups_(make_groups(layout_, pool_, host_pool_, options.max_requests)),
+      groups_(make_groups(layout_, pool_, options.max_requests)),
       class_tokens_(hash_classes(groups_)),
       index_(total_small_pages(layout_, options.num_large_pages),
              static_cast<std::uint32_t>(std::max<std::size_t>(layout_.num_groups(), 1))),

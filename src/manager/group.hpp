@@ -1,7 +1,7 @@
 // One layer group inside the manager (private to src/manager/): its description and hit
 // rules, its small-page allocator and page tables, and one 64-byte record per small page
 // that everything a page's allocation, commit, release, eviction and probes read shares
-// (one cache line per page touched). The host pool's copies for swap_out sit beside it.
+// (one cache line per page touched). Host pages (swap_out) are the swap unit's (swap.hpp).
 #pragma once
 
 #include "kvmm/caching/block_hash.hpp"
@@ -36,7 +36,7 @@ struct alignas(64) PageRec {
 using SmallLru = LruOrder<MemberNodes<PageRec, &PageRec::node>>;
 
 struct Group {
-  Group(const KVLayout& layout, GroupId g, LargePagePool& pool, LargePagePool& host_pool, std::uint32_t max_requests);
+  Group(const KVLayout& layout, GroupId g, LargePagePool& pool, std::uint32_t max_requests);
 
   // What the group is.
   LayerGroup spec;
@@ -58,17 +58,9 @@ struct Group {
   std::uint32_t evictable = 0;
   std::uint64_t hit_pages = 0;
   std::uint64_t evicted = 0;
-
-  // Host pages (swap_out): allocator, tables, and what each held on the device.
-  SmallPageAllocator host_alloc;
-  PageTableSet host_table;
-  std::vector<std::uint8_t> host_hashed;
-  std::vector<BlockHash> host_hash;
-  std::vector<std::uint64_t> host_len;
 };
 
-inline Group::Group(const KVLayout& layout, GroupId g, LargePagePool& pool, LargePagePool& host_pool,
-                    std::uint32_t max_requests)
+inline Group::Group(const KVLayout& layout, GroupId g, LargePagePool& pool, std::uint32_t max_requests)
     : spec(layout.group(g)),
       P(spec.tokens_per_page),
       n(layout.small_pages_per_large_page(g)),
@@ -77,12 +69,7 @@ inline Group::Group(const KVLayout& layout, GroupId g, LargePagePool& pool, Larg
       alloc(g, n, pool, max_requests),
       table(max_requests, P),
       pg(std::size_t{pool.capacity()} * n),
-      lru(pool.capacity() * n, {pg.data()}),
-      host_alloc(g, n, host_pool, max_requests),
-      host_table(max_requests, P),
-      host_hashed(std::size_t{host_pool.capacity()} * n, 0),
-      host_hash(std::size_t{host_pool.capacity()} * n),
-      host_len(std::size_t{host_pool.capacity()} * n, 0) {
+      lru(pool.capacity() * n, {pg.data()}) {
   image.release_when_consumed = spec.kind == LayerKind::kVisionEmbedding;
   whole_prefix = decoder && policy->hit_needs_whole_prefix();
 }

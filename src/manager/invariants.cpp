@@ -18,11 +18,11 @@ void ManagerCore::check_tables(GroupId g, std::vector<std::uint32_t>& refs) cons
   for (Row s{0}; s.index < reqs_.capacity(); ++s.index) {
     const Request& q = reqs_[s];
     if (!q.active()) {
-      if (grp.table.num_pages(s) || grp.host_table.num_pages(s))
+      if (grp.table.num_pages(s) || swap.host(g).table.num_pages(s))
         fail("invariant: inactive row {} holds pages in group {}", s, g);
       continue;
     }
-    for (PageId h : grp.host_table.pages(s)) host_used += h != kNullPage;
+    for (PageId h : swap.host(g).table.pages(s)) host_used += h != kNullPage;
     const std::span<const PageId> pages = grp.table.pages(s);
     if (q.swapped() || q.hit.pending) {
       if (!pages.empty() || !q.keep.held.empty())
@@ -59,15 +59,16 @@ void ManagerCore::check_tables(GroupId g, std::vector<std::uint32_t>& refs) cons
   for (const auto& pin : pins_)
     for (const auto& [pg, p] : pin)
       if (pg == g) ++refs[p];
-  if (host_used != grp.host_alloc.num_used_small())
-    fail("invariant: group {} host pages used {} but {} in host tables", g, grp.host_alloc.num_used_small(), host_used);
+  if (host_used != swap.host(g).alloc.num_used_small())
+    fail("invariant: group {} host pages used {} but {} in host tables", g, swap.host(g).alloc.num_used_small(),
+         host_used);
 }
 
 void ManagerCore::check_invariants() const {
   std::vector<std::vector<std::uint32_t>> refs(groups_.size());
   for (GroupId g = 0; g < groups_.size(); ++g) {
     groups_[g].alloc.check_invariants();
-    groups_[g].host_alloc.check_invariants();
+    swap.host(g).alloc.check_invariants();
     refs[g].assign(groups_[g].pg.size(), 0);
     check_tables(g, refs[g]);
   }

@@ -85,7 +85,7 @@ std::span<const PageId> KVCacheManager::page_table(RequestId r, GroupId g) const
   return core_->group(g).table.pages(row(r));
 }
 std::span<const PageId> KVCacheManager::host_page_table(RequestId r, GroupId g) const {
-  return core_->group(g).host_table.pages(row(r));
+  return core_->swap.host(core_->check_group(g)).table.pages(row(r));
 }
 const PageTableSet& KVCacheManager::page_tables(GroupId g) const { return core_->group(g).table; }
 std::uint64_t KVCacheManager::kv_len(RequestId r, GroupId g) const { return core_->exports.kv_len(r, g); }

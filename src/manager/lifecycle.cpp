@@ -242,12 +242,7 @@ void Lifecycle::release_rows(Row s, Request& q) {
 // Device pages, or host pages if swapped out.
 void Lifecycle::release_all(Row s, Request& q) {
   if (q.swapped()) {
-    for (Group& grp : m_.groups_) {
-      for (PageId h : grp.host_table.pages(s))
-        if (h != kNullPage) grp.host_alloc.free(h);
-      grp.host_alloc.release_request(s);
-      grp.host_table.clear(s);
-    }
+    m_.swap.release_host_rows(s);
   } else {
     release_rows(s, q);
   }
@@ -274,7 +269,7 @@ void Lifecycle::reset(RequestId r) {
 
 void Lifecycle::reset_prefix_cache() {
   // Swapped-out pages come back private: their pre-reset content is not cached again.
-  for (Group& grp : m_.groups_) std::fill(grp.host_hashed.begin(), grp.host_hashed.end(), std::uint8_t{0});
+  m_.swap.forget_hashes();
   m_.store_.forget_all();
   m_.branches_.clear();
   m_.log(LogLevel::kInfo, "reset_prefix_cache: every cached hash forgotten");

@@ -129,7 +129,6 @@ class ManagerCore {
   KVCacheManagerOptions options_;
   BlockHasher hasher_;  // options_.block_hash, checked
   LargePagePool pool_;
-  LargePagePool host_pool_;
   std::vector<Group> groups_;
   std::vector<std::uint32_t> class_tokens_;  // tokens per page of each hash class
   PrefixIndex index_;

@@ -5,7 +5,7 @@
 // So a line that writes a row is found here, and a reference can only move with its row
 // entry. Each call costs the table write plus the page store's O(1) reference change; a
 // fresh page costs the allocator's Jenga steps (which allocate checked feasible first).
-// A swapped-out request's host rows are the swap unit's (host_tier.hpp).
+// A swapped-out request's host rows are the swap unit's (swap.hpp).
 #pragma once
 
 #include "allocation.hpp"
