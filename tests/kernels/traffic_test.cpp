@@ -7,7 +7,7 @@
 // Fiber stacks switched with longjmp confuse AddressSanitizer: release CI job only.
 #else
 #define KVMM_SIMT_HOST 1
-#include "../../kernels/attention.cuh"
+#include "../../kernels/attention_dispatch.cuh"
 #include "../../kernels/tensor_core.cuh"
 
 #include <catch2/catch.hpp>
