@@ -88,7 +88,8 @@ struct LaneRecord {
   std::uint64_t pad;
 };
 
-// Per-thread hooks run at the end of each CTA (the cp.async queue of simt_warp.hpp).
+// Hooks run at the start and end of each CTA (the cp.async queue of simt_warp.hpp, the
+// mbarrier and wgmma state of simt_hopper.hpp): every registered pair runs.
 struct BlockHooks {
   void (*begin)(unsigned threads) = nullptr;
   void (*end)() = nullptr;
@@ -109,7 +110,8 @@ class Emulator {
     lanes_.assign((n + 31) / 32 * 32, LaneRecord{});  // whole warps: a partial warp's missing lanes read zeros
     order_.resize(n);
     std::iota(order_.begin(), order_.end(), 0u);
-    if (hooks_.begin != nullptr) hooks_.begin(n);
+    for (const BlockHooks& h : hooks_)
+      if (h.begin != nullptr) h.begin(n);
     for (unsigned i = 0; i < n; ++i) {
       Fiber& f = fibers_[i];
       if (!f.stack) f.stack = std::make_unique<char[]>(kStackBytes);
@@ -143,7 +145,8 @@ class Emulator {
         break;
       }
     }
-    if (hooks_.end != nullptr) hooks_.end();
+    for (const BlockHooks& h : hooks_)
+      if (h.end != nullptr) h.end();
     return ok;
   }
 
@@ -206,6 +209,15 @@ class Emulator {
       named_arrived_[id] -= named_count_[id];
       released = true;
     }
+    for (unsigned i = 0; i < n; ++i) {
+      Fiber& f = fibers_[i];
+      if (!f.done && f.wait == Wait::kPoll && !f.runnable && f.ready && f.ready()) {
+        f.ready = nullptr;
+        f.wait = Wait::kCta;  // about to run: no longer waiting at anything
+        f.runnable = true;
+        released = true;
+      }
+    }
     if (!released && at_cta == live) {
       if (cta_mismatch || any_done) return -1;
       for (unsigned i = 0; i < n; ++i) fibers_[i].runnable = !fibers_[i].done;
@@ -219,7 +231,7 @@ class Emulator {
     seed_ = seed;
     rng_.seed(seed);
   }
-  void set_hooks(BlockHooks h) { hooks_ = h; }
+  void add_hooks(BlockHooks h) { hooks_.push_back(h); }
   unsigned current() const { return current_; }
   LaneRecord& record(unsigned thread) { return lanes_[thread]; }
 
@@ -247,6 +259,14 @@ class Emulator {
     named_count_.at(id) = count;
     ++named_arrived_.at(id);
     block(Wait::kNamed, static_cast<int>(id));
+  }
+  // Blocks the running thread until `ready()` holds (an mbarrier phase, a flag another
+  // thread sets); re-evaluated after every round. Nothing else runnable and no poll
+  // ready: reported as a deadlock.
+  void wait_until(std::function<bool()> ready) {
+    if (ready()) return;
+    fibers_[current_].ready = std::move(ready);
+    block(Wait::kPoll, 0);
   }
   void named_arrive(unsigned id, unsigned count) {
     named_count_.at(id) = count;
@@ -280,7 +300,7 @@ class Emulator {
  private:
   static constexpr std::size_t kStackBytes = 128 * 1024;
   static constexpr unsigned kNamedBarriers = 16;
-  enum class Wait : std::uint8_t { kCta, kWarp, kNamed };
+  enum class Wait : std::uint8_t { kCta, kWarp, kNamed, kPoll };
   void block(Wait w, int site) {
     Fiber& f = fibers_[current_];
     f.wait = w;
@@ -296,6 +316,7 @@ class Emulator {
     bool runnable = false;
     Wait wait = Wait::kCta;
     int site = 0;
+    std::function<bool()> ready;  // kPoll: released when it returns true
   };
   static void entry() {
     Emulator& e = get();
@@ -310,7 +331,7 @@ class Emulator {
   std::array<unsigned, kNamedBarriers> named_arrived_{}, named_count_{};
   std::uint64_t seed_ = 0;
   std::mt19937_64 rng_;
-  BlockHooks hooks_;
+  std::vector<BlockHooks> hooks_;
   jmp_buf main_;
   unsigned current_ = 0;
   const std::function<void()>* body_ = nullptr;
