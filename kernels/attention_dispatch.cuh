@@ -9,6 +9,7 @@
 
 #include "attention.cuh"
 #include "launch.cuh"
+#include "tc_decode.cuh"
 
 #include <cmath>
 
@@ -44,6 +45,15 @@ inline AttnArgs make_args(const QueryBatch& q, const AttentionOptions& opt, cons
   a.scale_log2 = scale * kLog2e;
   a.scale_div_cap = a.soft_cap ? scale / opt.soft_cap : 0.0f;
   a.cap_log2 = opt.soft_cap * kLog2e;
+  return a;
+}
+
+// The tensor-core decode kernel's arguments (tc_decode.cuh): 16 q heads per CTA.
+inline AttnArgs make_tc_args(const QueryBatch& q, const AttentionOptions& opt, const SplitKV& split,
+                             std::uint32_t kv_heads, std::uint32_t head_dim) {
+  AttnArgs a = make_args(q, opt, split, kv_heads, head_dim);
+  a.head_chunks = (a.group + kTcRows - 1) / kTcRows;
+  a.rows_per_cta = 1;
   return a;
 }
 

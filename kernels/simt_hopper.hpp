@@ -36,10 +36,10 @@ namespace kvmm::simt {
 // What the emulated TMA needs of a tensor map (on the device: the driver's 128 opaque bytes).
 struct TensorMapDesc {
   const void* base = nullptr;
-  unsigned rank = 0;                  // 1..5
-  std::uint64_t dims[5] = {};         // elements per dimension, innermost first
-  std::uint64_t strides[5] = {};      // byte strides of dimensions 1..rank-1 (strides[0] unused)
-  unsigned box[5] = {};               // box extent per dimension, elements
+  unsigned rank = 0;              // 1..5
+  std::uint64_t dims[5] = {};     // elements per dimension, innermost first
+  std::uint64_t strides[5] = {};  // byte strides of dimensions 1..rank-1 (strides[0] unused)
+  unsigned box[5] = {};           // box extent per dimension, elements
   unsigned elem_bytes = 2;
   bool swizzle128 = false;
 };

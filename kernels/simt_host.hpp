@@ -28,6 +28,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <new>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -348,6 +349,21 @@ inline bool launch(dim3 grid, unsigned threads, const std::function<void()>& bod
         if (!Emulator::get().run_block(body)) return false;
       }
   return true;
+}
+
+// The running CTA's dynamic shared memory (extern __shared__ on the device): one
+// 1024-byte aligned buffer, grown to the largest size asked, shared by every CTA in turn.
+inline unsigned char* dynamic_shared(std::size_t bytes) {
+  struct Free {
+    void operator()(unsigned char* p) const { ::operator delete[](p, std::align_val_t{1024}); }
+  };
+  static std::unique_ptr<unsigned char[], Free> buf;
+  static std::size_t size = 0;
+  if (bytes > size) {
+    buf.reset(static_cast<unsigned char*>(::operator new[](bytes, std::align_val_t{1024})));
+    size = bytes;
+  }
+  return buf.get();
 }
 
 }  // namespace kvmm::simt
