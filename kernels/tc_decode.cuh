@@ -37,7 +37,8 @@ struct FastDiv {
   std::uint32_t d;
   std::uint64_t m;
   static FastDiv make(std::uint32_t d) {
-    return FastDiv{d, d > 1 ? ~std::uint64_t{0} / d + 1 : 0};  // (2^64 - 1) / d + 1 = floor(2^64 / d) + 1 unless d | 2^64
+    return FastDiv{d,
+                   d > 1 ? ~std::uint64_t{0} / d + 1 : 0};  // (2^64 - 1) / d + 1 = floor(2^64 / d) + 1 unless d | 2^64
   }
   __host__ __device__ __forceinline__ std::uint32_t div(std::uint32_t n) const {
     if (d == 1) return n;
@@ -91,9 +92,9 @@ inline constexpr std::uint32_t tc_smem_bytes() {
 template <typename T, int D, typename Addr>
 __global__ void __launch_bounds__(kTcThreads, 2) tc_decode_kernel(AttnArgs a, Addr kv) {
   static_assert(D == 64 || D == 128 || D == 256);
-  constexpr int kChunks = D / 8;                 // 16-byte chunks per K/V row
+  constexpr int kChunks = D / 8;                    // 16-byte chunks per K/V row
   constexpr int kPerLane = kTcTile * kChunks / 32;  // cp.async per lane per tile, K and V each
-  constexpr int kNd = D / 8;                     // n-tiles of O
+  constexpr int kNd = D / 8;                        // n-tiles of O
   constexpr std::uint32_t kTileBytes = kTcTile * D * 2;
 #if defined(KVMM_SIMT_HOST)
   unsigned char* smem = simt::dynamic_shared(tc_smem_bytes<D>());
@@ -155,8 +156,7 @@ __global__ void __launch_bounds__(kTcThreads, 2) tc_decode_kernel(AttnArgs a, Ad
 
   float o[kNd][4];
   KVMM_UNROLL
-  for (int n = 0; n < kNd; ++n)
-    KVMM_UNROLL
+  for (int n = 0; n < kNd; ++n) KVMM_UNROLL
   for (int i = 0; i < 4; ++i) o[n][i] = 0.0f;
   SoftmaxState<float> st[2] = {{-INFINITY, 0.0f}, {-INFINITY, 0.0f}};  // rows gid, gid + 8
 
@@ -192,13 +192,17 @@ __global__ void __launch_bounds__(kTcThreads, 2) tc_decode_kernel(AttnArgs a, Ad
     // Scale, soft cap, mask: this lane's columns are tokens 8 nt + 2 tig + (i & 1).
     float mx[2] = {st[0].m, st[1].m};
     KVMM_UNROLL
-    for (int nt = 0; nt < 2; ++nt)
-      KVMM_UNROLL
+    for (int nt = 0; nt < 2; ++nt) KVMM_UNROLL
     for (int i = 0; i < 4; ++i) {
       const std::uint32_t tok = piece.lo + t * kTcTile + 8 * nt + 2 * tig + (i & 1);
       const bool ok = tok < piece.hi && kv.offset(r, tok) >= 0;
       const float dot = s[nt][i];
-      const float logit = a.soft_cap ? a.cap_log2 * tanhf(dot * a.scale_div_cap) : dot * a.scale_log2;
+#if defined(KVMM_CENSUS_NO_SOFT_CAP)
+      constexpr bool soft_cap = false;  // census builds: the benchmarks' path, without the tanh branch
+#else
+      const bool soft_cap = a.soft_cap;
+#endif
+      const float logit = soft_cap ? a.cap_log2 * tanhf(dot * a.scale_div_cap) : dot * a.scale_log2;
       s[nt][i] = ok ? logit : -INFINITY;
       mx[i >> 1] = fmaxf(mx[i >> 1], s[nt][i]);
     }
@@ -209,8 +213,7 @@ __global__ void __launch_bounds__(kTcThreads, 2) tc_decode_kernel(AttnArgs a, Ad
       mx[h2] = fmaxf(mx[h2], __shfl_xor_sync(0xffffffffu, mx[h2], 2));
     }
     KVMM_UNROLL
-    for (int nt = 0; nt < 2; ++nt)
-      KVMM_UNROLL
+    for (int nt = 0; nt < 2; ++nt) KVMM_UNROLL
     for (int i = 0; i < 4; ++i) {
       const float m = mx[i >> 1];
       s[nt][i] = m == -INFINITY ? 0.0f : exp2f(s[nt][i] - m);
@@ -253,9 +256,9 @@ __global__ void __launch_bounds__(kTcThreads, 2) tc_decode_kernel(AttnArgs a, Ad
   __syncthreads();
 
   // Merge the warps' states: per warp and row m, l and the O row, in the freed ring.
-  float* mw = reinterpret_cast<float*>(smem);           // [warps][16]
-  float* lw = mw + kTcWarps * kTcRows;                  // [warps][16]
-  float* ow = lw + kTcWarps * kTcRows;                  // [warps][16][D]
+  float* mw = reinterpret_cast<float*>(smem);  // [warps][16]
+  float* lw = mw + kTcWarps * kTcRows;         // [warps][16]
+  float* ow = lw + kTcWarps * kTcRows;         // [warps][16][D]
   if (tig == 0) {
     mw[warp * kTcRows + gid] = st[0].m;
     mw[warp * kTcRows + gid + 8] = st[1].m;

@@ -126,9 +126,9 @@ TEST_CASE("emulated tensor-core decode matches the CPU references", "[kernels][s
         Scenario s(c);
         s.fill_host_caches();
         const std::uint32_t splits = index % 3 == 1 ? 3 : 1;
-        INFO("scenario " << index << " mask " << static_cast<int>(mask) << " group " << group << " tpp " << tpp
-                         << " d " << c.head_dim << " bf16 " << (c.dtype == DType::kBF16) << " cap "
-                         << c.options.soft_cap << " nulls " << static_cast<int>(c.nulls) << " splits " << splits);
+        INFO("scenario " << index << " mask " << static_cast<int>(mask) << " group " << group << " tpp " << tpp << " d "
+                         << c.head_dim << " bf16 " << (c.dtype == DType::kBF16) << " cap " << c.options.soft_cap
+                         << " nulls " << static_cast<int>(c.nulls) << " splits " << splits);
         std::vector<std::uint16_t> ref(s.out_elems());
         cpu::paged_decode_attention(s.paged_params(ref.data(), splits, true));
         for (std::uint64_t seed : {0ull, 7ull}) {  // two lane schedules
