@@ -25,8 +25,7 @@ void launch_tc_typed(const device::AttnArgs& a, const Addr& kv, dim3 grid, std::
     launch_tc<T, 64>(a, kv, grid, s);
   else
     launch_tc<T, 128>(a, kv, grid, s);
-  if (a.num_splits > 1)
-    device::merge_kernel<T><<<dim3(grid.x, a.q_heads), d, 0, s>>>(a, d);
+  if (a.num_splits > 1) device::merge_kernel<T><<<dim3(grid.x, a.q_heads), d, 0, s>>>(a, d);
 }
 
 template <typename Addr>
@@ -47,14 +46,15 @@ void launch(const QueryBatch& q, const AttentionOptions& opt, const SplitKV& spl
 
 void paged_decode_attention_tc(const PagedAttentionParams& p, Stream stream) {
   check_params(p, false, true);
-  const device::TcPagedAddr kv{static_cast<const char*>(p.cache.k),
-                               static_cast<const char*>(p.cache.v),
-                               p.cache.page_stride_bytes,
-                               static_cast<std::uint32_t>(token_row_bytes(p.cache.kv_heads, p.cache.head_dim, p.cache.dtype)),
-                               p.table.indptr,
-                               p.table.pages,
-                               p.table.dense_stride,
-                               device::FastDiv::make(p.cache.tokens_per_page)};
+  const device::TcPagedAddr kv{
+      static_cast<const char*>(p.cache.k),
+      static_cast<const char*>(p.cache.v),
+      p.cache.page_stride_bytes,
+      static_cast<std::uint32_t>(token_row_bytes(p.cache.kv_heads, p.cache.head_dim, p.cache.dtype)),
+      p.table.indptr,
+      p.table.pages,
+      p.table.dense_stride,
+      device::FastDiv::make(p.cache.tokens_per_page)};
   launch(p.query, p.options, p.split, p.cache.kv_heads, p.cache.head_dim, p.cache.dtype, kv, stream,
          "paged_decode_attention_tc");
 }

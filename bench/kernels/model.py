@@ -119,6 +119,48 @@ def prefill_table(rows, pf, tolerance):
     return lines, bad, eta
 
 
+def tc_facts(census, addr):
+    """The tensor-core decode (tc_decode.cuh) from its census: loop warp-instructions per
+    warp-iteration (16 tokens x K+V of one kv head = LDGSTS.128 x 16 B x 32 lanes)."""
+    k = census[f"sm_90 tc_decode<BFloat,D128,{addr}> nocap"]
+    regs = k["res"]["regs"]
+    smem = 4 * 2 * 2 * 16 * HEAD_DIM * 2 + 1024  # the ring (dynamic) + the system reserve
+    per_sm = min(REGS_PER_SM // (regs * THREADS), SMEM_PER_SM // smem, MAX_CTAS_PER_SM)
+    return dict(loop=k["loop"]["instrs"], bytes_per_iter=k["loop"]["LDGSTS.128"] * 16 * 32, ctas_per_sm=per_sm, regs=regs)
+
+
+def tc_table(rows, census, copy, eta0):
+    """Predicted times of the tensor-core decode on the checked shapes: the same issue
+    bound, with eta = eta0 x min(1, warps per scheduler / 4) x the grid's fill (eta0 was
+    fitted at 4 warps per scheduler; fewer resident warps hide less latency: an assumption,
+    which only a GPU run can replace)."""
+    facts = {a: tc_facts(census, a) for a in ("TcPagedAddr", "ContiguousAddr")}
+    lines = [f"Predicted H100 times of the tensor-core decode (model, not measured; loop "
+             f"{facts['TcPagedAddr']['loop']} paged / {facts['ContiguousAddr']['loop']} contiguous warp-instructions per "
+             f"{facts['TcPagedAddr']['bytes_per_iter']} B of K+V = "
+             f"{facts['TcPagedAddr']['loop'] / facts['TcPagedAddr']['bytes_per_iter']:.3f} / "
+             f"{facts['ContiguousAddr']['loop'] / facts['ContiguousAddr']['bytes_per_iter']:.3f} per byte; "
+             f"{facts['TcPagedAddr']['regs']} registers, {facts['TcPagedAddr']['ctas_per_sm']} CTAs/SM)",
+             "",
+             "| kernel | batch | ctx | splits | CTAs | eta | predicted us | old kernel measured us | "
+             "predicted fraction of copy |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    out = {}
+    for r in sorted(rows, key=lambda r: (r["addr"] != "PagedAddr", r["batch"], r["ctx"])):
+        addr = "TcPagedAddr" if r["addr"] == "PagedAddr" else "ContiguousAddr"
+        f = facts[addr]
+        kv_bytes = r["batch"] * r["ctx"] * KV_HEADS * HEAD_DIM * ELEM * 2
+        ctas = r["batch"] * KV_HEADS * r["splits"]
+        eta = eta0 * min(1.0, f["ctas_per_sm"] / 4) * min(1.0, ctas / (f["ctas_per_sm"] * SMS))
+        us = max(f["loop"] * kv_bytes / f["bytes_per_iter"] / (eta * R), kv_bytes / copy) * 1e6
+        frac = kv_bytes / (us * 1e-6) / copy
+        out[(addr, r["batch"], r["ctx"])] = us
+        name = "tc paged tpp 16" if addr == "TcPagedAddr" else "tc contiguous"
+        lines.append(f"| {name} | {r['batch']} | {r['ctx']} | {r['splits']} | {ctas} | {eta:.2f} | {us:.0f} | "
+                     f"{r['us']:.0f} | {frac:.2f} |")
+    return lines, out
+
+
 def predict(row, facts, copy, eta0, issue_only=False):
     f = facts[row["addr"]]
     kv_bytes = row["batch"] * row["ctx"] * KV_HEADS * HEAD_DIM * ELEM * 2
@@ -176,8 +218,11 @@ def main():
             bad.append(f"{name} b{r['batch']} ctx{r['ctx']}: predicted {us:.0f} us, measured {r['us']:.0f} us")
     p_lines, p_bad, eta_p = prefill_table(measured_prefill(args.measured), prefill_facts(census), args.tolerance)
     bad += p_bad
+    tc_lines = []
+    if any(k.startswith("sm_90 tc_decode") for k in census):
+        tc_lines, _ = tc_table(checked, census, copy, eta0)
     if args.table or not args.check:
-        print("\n".join(lines + [""] + p_lines))
+        print("\n".join(lines + [""] + p_lines + [""] + tc_lines))
     if args.check:
         for b in bad:
             print("FAIL", b)
