@@ -410,3 +410,13 @@ inline V __shfl_up_sync(unsigned int, V v, unsigned int delta) {
   return kvmm::simt::from_bits<V>(kvmm::simt::Emulator::get().shfl(
       kvmm::simt::bits_of(v), 4200, [delta](unsigned lane) { return lane >= delta ? lane - delta : 32u; }));
 }
+// Warp vote: true if any lane's predicate is true.
+inline bool __any_sync(unsigned int, bool pred) {
+  bool any = false;
+  kvmm::simt::Emulator::get().warp_collective(
+      4300, [&](kvmm::simt::LaneRecord& rec) { rec.r[0] = pred ? 1u : 0u; },
+      [&](const kvmm::simt::LaneRecord* warp, unsigned) {
+        for (unsigned l = 0; l < 32; ++l) any = any || warp[l].r[0] != 0;
+      });
+  return any;
+}

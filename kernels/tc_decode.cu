@@ -4,19 +4,29 @@
 #include "attention_dispatch.cuh"
 #include "tc_decode_api.hpp"
 
+#include <type_traits>
+
 namespace kvmm::kernels::experimental {
 namespace {
 
-template <typename T, int D, typename Addr>
-void launch_tc(const device::AttnArgs& a, const Addr& kv, dim3 grid, cudaStream_t s) {
+template <typename T, int D, typename Addr, bool kTileInPage>
+void launch_instance(const device::AttnArgs& a, const Addr& kv, dim3 grid, cudaStream_t s) {
   constexpr std::uint32_t bytes = device::tc_smem_bytes<D>();
   static const bool raised = [] {
-    cudaFuncSetAttribute(device::tc_decode_kernel<T, D, Addr>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    cudaFuncSetAttribute(device::tc_decode_kernel<T, D, Addr, kTileInPage>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                          static_cast<int>(bytes));
     return true;
   }();
   (void)raised;
-  device::tc_decode_kernel<T, D, Addr><<<grid, device::kTcThreads, bytes, s>>>(a, kv);
+  device::tc_decode_kernel<T, D, Addr, kTileInPage><<<grid, device::kTcThreads, bytes, s>>>(a, kv);
+}
+
+template <typename T, int D, typename Addr>
+void launch_tc(const device::AttnArgs& a, const Addr& kv, dim3 grid, cudaStream_t s) {
+  if (device::tc_tile_in_page(kv))
+    launch_instance<T, D, Addr, true>(a, kv, grid, s);
+  else if constexpr (!std::is_same_v<Addr, device::ContiguousAddr>)
+    launch_instance<T, D, Addr, false>(a, kv, grid, s);
 }
 
 template <typename T, typename Addr>

@@ -70,10 +70,14 @@ struct TcPagedAddr {
   }
   __device__ __forceinline__ long long offset(const Row& r, std::uint32_t tok) const {
     const std::uint32_t entry = tpp.div(tok);
-    const std::uint32_t page = __ldg(r.pages + entry);
+    const std::uint32_t page = ldg(r.pages + entry);
     return page_row_offset(page, tok - entry * tpp.d, page_stride, row_bytes);
   }
 };
+
+// Whether every 16-token tile of `kv` lies in one page (picks kTileInPage).
+inline bool tc_tile_in_page(const TcPagedAddr& kv) { return kv.tpp.d % kTcTile == 0; }
+inline bool tc_tile_in_page(const ContiguousAddr&) { return true; }
 
 // Byte offset of 16-byte chunk c of row r in a swizzled [16][D] tile (rows of D * 2 bytes):
 // within each 128-byte span of a row, chunk (c % 8) is stored at (c % 8) ^ (r % 8).
@@ -89,7 +93,10 @@ inline constexpr std::uint32_t tc_smem_bytes() {
   return ring > merge ? ring : merge;
 }
 
-template <typename T, int D, typename Addr>
+// kTileInPage: every 16-token tile (tiles start at multiples of 16) lies in one page or
+// slot (tokens_per_page a multiple of 16, or contiguous): one page entry per tile, rows at
+// base + row x row_bytes; else each row finds its page.
+template <typename T, int D, typename Addr, bool kTileInPage>
 __global__ void __launch_bounds__(kTcThreads, 2) tc_decode_kernel(AttnArgs a, Addr kv) {
   static_assert(D == 64 || D == 128 || D == 256);
   constexpr int kChunks = D / 8;                    // 16-byte chunks per K/V row
@@ -122,29 +129,52 @@ __global__ void __launch_bounds__(kTcThreads, 2) tc_decode_kernel(AttnArgs a, Ad
     for (int i = 0; i < 4; ++i) {
       const std::uint32_t row = gid + ((i & 1) ? 8u : 0u);
       const std::uint32_t col = 16 * s + 2 * tig + ((i & 2) ? 8 : 0);
-      qa[s][i] = row < hg ? __ldg(reinterpret_cast<const std::uint32_t*>(
-                                a.q + (std::uint64_t{b} * a.q_heads + qh0 + row) * D + col))
-                          : 0u;
+      // Every lane loads (rows past the group read row 0, then zero): one warp request.
+      const std::uint32_t w = ldg(reinterpret_cast<const std::uint32_t*>(
+          a.q + (std::uint64_t{b} * a.q_heads + qh0 + (row < hg ? row : 0u)) * D + col));
+      qa[s][i] = row < hg ? w : 0u;
     }
   }
 
   const typename Addr::Row r = kv.row(b);
   const std::uint64_t head_off = std::uint64_t{h} * D * 2;
-  const std::uint32_t tiles = (piece.hi - piece.lo + kTcTile - 1) / kTcTile;
+  // Tiles start at multiples of 16 from below piece.lo; rows outside the piece are copied
+  // with source size 0 (no bytes read) and masked.
+  const std::uint32_t first = piece.lo / kTcTile * kTcTile;
+  const std::uint32_t tiles = piece.hi > first ? (piece.hi - first + kTcTile - 1) / kTcTile : 0u;
   unsigned char* ring = smem + warp * kTcStages * 2 * kTileBytes;
 
   // Issues the cp.async of tile `t` (this warp's) into stage `st`; tiles past the end
-  // issue nothing but still form a group, so the wait counts stay uniform.
+  // issue nothing but still form a group, so the wait counts stay uniform. With
+  // kTileInPage the tile's page entry is read once here; bit `st` of `null_stages` says
+  // whether the tile lies in a null page (nothing copied, the tile skipped).
+  std::uint32_t null_stages = 0;
   auto issue = [&](std::uint32_t t, int st) {
     if (t < tiles) {
       unsigned char* ks = ring + st * 2 * kTileBytes;
       unsigned char* vs = ks + kTileBytes;
+      const std::uint32_t tok0 = first + t * kTcTile;
+      long long tile_off = 0;
+      if constexpr (kTileInPage) {
+        tile_off = kv.offset(r, tok0);  // one page entry per tile
+        null_stages = (null_stages & ~(1u << st)) | (tile_off < 0 ? 1u << st : 0u);
+      }
+      if (tile_off < 0) {  // a whole null tile (kTileInPage): nothing to copy
+        cp_async_commit();
+        return;
+      }
       KVMM_UNROLL
       for (int j = 0; j < kPerLane; ++j) {
         const std::uint32_t id = static_cast<std::uint32_t>(lane + 32 * j);
         const std::uint32_t row = id / kChunks, c = id % kChunks;
-        const std::uint32_t tok = piece.lo + t * kTcTile + row;
-        const long long off = tok < piece.hi ? kv.offset(r, tok) : -1;
+        const std::uint32_t tok = tok0 + row;
+        const bool in = tok >= piece.lo && tok < piece.hi;
+        long long off = -1;
+        if constexpr (kTileInPage)
+          off = in && tile_off >= 0 ? tile_off + static_cast<long long>(row) * kv.row_bytes : -1;
+        else  // every lane looks up (clamped into the piece): one warp request per row group
+          off = kv.offset(r, min(tok, piece.hi - 1));
+        if (!in) off = -1;
         const std::uint32_t src = off >= 0 ? 16u : 0u;
         const std::uint64_t g = off >= 0 ? static_cast<std::uint64_t>(off) + head_off + c * 16 : 0;
         cp_async<16>(ks + tc_swz<D>(row, c), kv.k + g, src);
@@ -170,6 +200,8 @@ __global__ void __launch_bounds__(kTcThreads, 2) tc_decode_kernel(AttnArgs a, Ad
     issue(t + (kTcStages - 1) * kTcWarps, static_cast<int>((it + kTcStages - 1) % kTcStages));
     cp_async_wait<kTcStages - 1>();
     __syncwarp();
+    const int stage = static_cast<int>(it % kTcStages);
+    if (kTileInPage && ((null_stages >> stage) & 1u) != 0) continue;  // a null tile: all masked
     const unsigned char* ks = ring + (it % kTcStages) * 2 * kTileBytes;
     const unsigned char* vs = ks + kTileBytes;
 
@@ -190,12 +222,15 @@ __global__ void __launch_bounds__(kTcThreads, 2) tc_decode_kernel(AttnArgs a, Ad
       }
     }
     // Scale, soft cap, mask: this lane's columns are tokens 8 nt + 2 tig + (i & 1).
+    const std::uint32_t tok0 = first + t * kTcTile;
+    const bool full = kTileInPage && tok0 >= piece.lo && tok0 + kTcTile <= piece.hi;  // no column masked
     float mx[2] = {st[0].m, st[1].m};
     KVMM_UNROLL
     for (int nt = 0; nt < 2; ++nt) KVMM_UNROLL
     for (int i = 0; i < 4; ++i) {
-      const std::uint32_t tok = piece.lo + t * kTcTile + 8 * nt + 2 * tig + (i & 1);
-      const bool ok = tok < piece.hi && kv.offset(r, tok) >= 0;
+      const std::uint32_t tok = tok0 + 8 * nt + 2 * tig + (i & 1);
+      bool ok = full || (tok >= piece.lo && tok < piece.hi);
+      if constexpr (!kTileInPage) ok = kv.offset(r, min(tok, piece.hi - 1)) >= 0 && ok;  // every lane looks up
       const float dot = s[nt][i];
 #if defined(KVMM_CENSUS_NO_SOFT_CAP)
       constexpr bool soft_cap = false;  // census builds: the benchmarks' path, without the tanh branch
@@ -237,12 +272,19 @@ __global__ void __launch_bounds__(kTcThreads, 2) tc_decode_kernel(AttnArgs a, Ad
       pa[j] = pack2<T>(x0, x1);
       pl[j] = pack2<T>(x0 - T::lo(pa[j]), x1 - T::hi(pa[j]));
     }
+    // Rescale O only when some row's maximum moved (corr is exactly 1 otherwise): after
+    // the first tiles it rarely does.
+    if (__any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f)) {
+      KVMM_UNROLL
+      for (int n = 0; n < kNd; ++n) {
+        o[n][0] *= corr[0];
+        o[n][1] *= corr[0];
+        o[n][2] *= corr[1];
+        o[n][3] *= corr[1];
+      }
+    }
     KVMM_UNROLL
     for (int n = 0; n < kNd; ++n) {
-      o[n][0] *= corr[0];
-      o[n][1] *= corr[0];
-      o[n][2] *= corr[1];
-      o[n][3] *= corr[1];
       // V tile rows (tokens) 0-7 from lanes 0-7, 8-15 from lanes 8-15, chunk n; transposed.
       const std::uint32_t row = static_cast<std::uint32_t>(lane & 15);
       std::uint32_t vb[2];

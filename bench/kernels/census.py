@@ -158,9 +158,9 @@ def short(fn):
     m = re.search(r"attention_kernelINS1_(\d+)(\w+?)ELi(\d+)ELi(\d+)ENS1_\d+(\w+?)EEEv", fn)
     if m:
         return f"attention<{m.group(2)},D{m.group(3)},G{m.group(4)},{m.group(5)}>"
-    m = re.search(r"tc_decode_kernelINS1_(\d+)(\w+?)ELi(\d+)ENS1_\d+(\w+?)EEEv", fn)
-    if m:
-        return f"tc_decode<{m.group(2)},D{m.group(3)},{m.group(4)}>"
+    m = re.search(r"tc_decode_kernelINS1_(\d+)(\w+?)ELi(\d+)ENS1_\d+(\w+?)ELb([01])EEEv", fn)
+    if m:  # kTileInPage: one page entry per 16-token tile ("tile") or per row ("row")
+        return f"tc_decode<{m.group(2)},D{m.group(3)},{m.group(4)},{'tile' if m.group(5) == '1' else 'row'}>"
     m = re.search(r"(merge_kernel|write_kv_kernel|copy_pages_kernel|tc_probe_kernel|hopper_probe_kernel)\w*?(BFloat|Half)?", fn)
     return (m.group(1) + (f"<{m.group(2)}>" if m.group(2) else "")) if m else fn[:60]
 

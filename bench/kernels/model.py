@@ -122,7 +122,7 @@ def prefill_table(rows, pf, tolerance):
 def tc_facts(census, addr):
     """The tensor-core decode (tc_decode.cuh) from its census: loop warp-instructions per
     warp-iteration (16 tokens x K+V of one kv head = LDGSTS.128 x 16 B x 32 lanes)."""
-    k = census[f"sm_90 tc_decode<BFloat,D128,{addr}> nocap"]
+    k = census[f"sm_90 tc_decode<BFloat,D128,{addr},tile> nocap"]  # 16-token pages: one entry per tile
     regs = k["res"]["regs"]
     smem = 4 * 2 * 2 * 16 * HEAD_DIM * 2 + 1024  # the ring (dynamic) + the system reserve
     per_sm = min(REGS_PER_SM // (regs * THREADS), SMEM_PER_SM // smem, MAX_CTAS_PER_SM)
@@ -142,9 +142,9 @@ def tc_table(rows, census, copy, eta0):
              f"{facts['ContiguousAddr']['loop'] / facts['ContiguousAddr']['bytes_per_iter']:.3f} per byte; "
              f"{facts['TcPagedAddr']['regs']} registers, {facts['TcPagedAddr']['ctas_per_sm']} CTAs/SM)",
              "",
-             "| kernel | batch | ctx | splits | CTAs | eta | predicted us | old kernel measured us | "
-             "predicted fraction of copy |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| kernel | batch | ctx | splits | CTAs | eta | issue us / DRAM us | predicted us | "
+             "old kernel measured us | predicted fraction of copy |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     out = {}
     for r in sorted(rows, key=lambda r: (r["addr"] != "PagedAddr", r["batch"], r["ctx"])):
         addr = "TcPagedAddr" if r["addr"] == "PagedAddr" else "ContiguousAddr"
@@ -152,12 +152,13 @@ def tc_table(rows, census, copy, eta0):
         kv_bytes = r["batch"] * r["ctx"] * KV_HEADS * HEAD_DIM * ELEM * 2
         ctas = r["batch"] * KV_HEADS * r["splits"]
         eta = eta0 * min(1.0, f["ctas_per_sm"] / 4) * min(1.0, ctas / (f["ctas_per_sm"] * SMS))
-        us = max(f["loop"] * kv_bytes / f["bytes_per_iter"] / (eta * R), kv_bytes / copy) * 1e6
+        t_issue, t_dram = f["loop"] * kv_bytes / f["bytes_per_iter"] / (eta * R), kv_bytes / copy
+        us = max(t_issue, t_dram) * 1e6
         frac = kv_bytes / (us * 1e-6) / copy
         out[(addr, r["batch"], r["ctx"])] = us
         name = "tc paged tpp 16" if addr == "TcPagedAddr" else "tc contiguous"
-        lines.append(f"| {name} | {r['batch']} | {r['ctx']} | {r['splits']} | {ctas} | {eta:.2f} | {us:.0f} | "
-                     f"{r['us']:.0f} | {frac:.2f} |")
+        lines.append(f"| {name} | {r['batch']} | {r['ctx']} | {r['splits']} | {ctas} | {eta:.2f} | "
+                     f"{t_issue / t_dram:.2f} | {us:.0f} | {r['us']:.0f} | {frac:.2f} |")
     return lines, out
 
 

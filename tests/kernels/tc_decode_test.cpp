@@ -21,10 +21,18 @@ namespace dev = kvmm::kernels::device;
 
 namespace {
 
+template <typename T, typename Addr, bool kTileInPage>
+bool run_tc(const dev::AttnArgs& a, const Addr& kv, dim3 grid, std::uint32_t d) {
+  if (d == 64)
+    return simt::launch(grid, dev::kTcThreads, [&] { dev::tc_decode_kernel<T, 64, Addr, kTileInPage>(a, kv); });
+  return simt::launch(grid, dev::kTcThreads, [&] { dev::tc_decode_kernel<T, 128, Addr, kTileInPage>(a, kv); });
+}
+
+// The instance the launcher picks: one page entry per tile when pages hold whole tiles.
 template <typename T, typename Addr>
 bool run_tc(const dev::AttnArgs& a, const Addr& kv, dim3 grid, std::uint32_t d) {
-  if (d == 64) return simt::launch(grid, dev::kTcThreads, [&] { dev::tc_decode_kernel<T, 64, Addr>(a, kv); });
-  return simt::launch(grid, dev::kTcThreads, [&] { dev::tc_decode_kernel<T, 128, Addr>(a, kv); });
+  if (dev::tc_tile_in_page(kv)) return run_tc<T, Addr, true>(a, kv, grid, d);
+  return run_tc<T, Addr, false>(a, kv, grid, d);
 }
 
 // The launch sequence of the tensor-core decode, emulated: the kernel, then the merge.
