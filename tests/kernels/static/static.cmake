@@ -36,3 +36,8 @@ add_test(NAME kernels_model
   COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/bench/kernels/model.py --check
     --census ${census_json} --measured ${PROJECT_SOURCE_DIR}/docs/results/kernels-h100.md)
 set_tests_properties(kernels_model PROPERTIES FIXTURES_REQUIRED kernels_census)
+
+# The GPU test of the tensor-core decode (tests/kernels/gpu) joins kvmm_test_gpu.
+if(TARGET kvmm_test_gpu)
+  target_sources(kvmm_test_gpu PRIVATE ${CMAKE_CURRENT_LIST_DIR}/../gpu/tc_decode_gpu_test.cpp)
+endif()
