@@ -97,7 +97,7 @@ inline constexpr std::uint32_t tc_smem_bytes() {
 // slot (tokens_per_page a multiple of 16, or contiguous): one page entry per tile, rows at
 // base + row x row_bytes; else each row finds its page.
 template <typename T, int D, typename Addr, bool kTileInPage>
-__global__ void __launch_bounds__(kTcThreads, 2) tc_decode_kernel(AttnArgs a, Addr kv) {
+__global__ void __launch_bounds__(kTcThreads, 3) tc_decode_kernel(AttnArgs a, Addr kv) {
   static_assert(D == 64 || D == 128 || D == 256);
   constexpr int kChunks = D / 8;                    // 16-byte chunks per K/V row
   constexpr int kPerLane = kTcTile * kChunks / 32;  // cp.async per lane per tile, K and V each

@@ -35,9 +35,13 @@ LIMITS = [
     (r"attention_kernel.*Li8E", r"sm_", dict(regs=255, stack=0, local=0, local_in_loop=0, smem=35000, kv_loads_128=True)),
     (r"merge_kernel|write_kv_kernel|copy_pages_kernel|swap_pages", r"sm_", dict(regs=64, stack=0, local=0, smem=1024)),
     # The tensor-core decode (tc_decode.cuh, issue 36): K/V through 16-byte cp.async only,
-    # HMMA and LDSM present, no local memory. Registers: 126-146 at D 64, 200-240 at D 128
-    # (nvcc 13.0): over the issue's 128 at D 128, named here until the kernel is reworked.
-    (r"tc_decode_kernel", r"sm_", dict(regs=255, stack=0, local=0, local_in_loop=0, smem=2048,
+    # HMMA and LDSM present, no local memory in the loop. __launch_bounds__(128, 3) caps
+    # it at 168 registers (3 CTAs per SM, as the 64 KiB ring allows); 128 (the issue's
+    # bound) spills 30+ LDL into the loop (nvcc 13.0). The sm_80 `row` instance keeps an
+    # 8-byte frame (1 LDL, 1 STL outside the loop): named and bounded here.
+    (r"tc_decode_kernel", r"sm_80", dict(regs=168, stack=8, local=2, local_in_loop=0, smem=2048,
+                                         need=["HMMA", "LDSM", "LDGSTS.128"], cp_async_only=True)),
+    (r"tc_decode_kernel", r"sm_9", dict(regs=168, stack=0, local=0, local_in_loop=0, smem=2048,
                                        need=["HMMA", "LDSM", "LDGSTS.128"], cp_async_only=True)),
     # The tensor-core probe of tests/gpu: every wrapper compiles to its instruction.
     (r"tc_probe_kernel", r"sm_", dict(regs=255, stack=0, local=0, smem=1536,
