@@ -21,7 +21,7 @@ set_target_properties(kvmm_census_variants PROPERTIES CUDA_ARCHITECTURES "${KVMM
 # The sm_90a probe of kernels/hopper.cuh (wgmma, TMA, mbarrier): built for sm_90a only.
 add_library(kvmm_hopper_probe STATIC ${CMAKE_CURRENT_LIST_DIR}/hopper_probe.cu)
 target_include_directories(kvmm_hopper_probe PRIVATE ${PROJECT_SOURCE_DIR}/kernels)
-target_link_libraries(kvmm_hopper_probe PRIVATE kvmm::kvmm kvmm_warnings)
+target_link_libraries(kvmm_hopper_probe PRIVATE kvmm::kvmm kvmm_warnings PUBLIC CUDA::cudart)
 target_compile_options(kvmm_hopper_probe PRIVATE --expt-relaxed-constexpr)
 set_target_properties(kvmm_hopper_probe PROPERTIES CUDA_ARCHITECTURES "90a-real")
 
@@ -38,6 +38,9 @@ add_test(NAME kernels_model
 set_tests_properties(kernels_model PROPERTIES FIXTURES_REQUIRED kernels_census)
 
 # The GPU test of the tensor-core decode (tests/kernels/gpu) joins kvmm_test_gpu.
+# So does the GPU run of the sm_90a probe (its launcher lives in kvmm_hopper_probe).
 if(TARGET kvmm_test_gpu)
-  target_sources(kvmm_test_gpu PRIVATE ${CMAKE_CURRENT_LIST_DIR}/../gpu/tc_decode_gpu_test.cpp)
+  target_sources(kvmm_test_gpu PRIVATE ${CMAKE_CURRENT_LIST_DIR}/../gpu/tc_decode_gpu_test.cpp
+                                       ${CMAKE_CURRENT_LIST_DIR}/../gpu/hopper_gpu_test.cpp)
+  target_link_libraries(kvmm_test_gpu PRIVATE kvmm_hopper_probe)
 endif()
