@@ -196,6 +196,61 @@ TEST_CASE("mbarrier phases, TMA tile loads with zero fill and swizzle, visible a
   for (int p : phases) CHECK(p == 1);  // phase 0 completed, phase 1 open, for every thread
 }
 
+TEST_CASE("the GPU probe's pipeline under the emulator: 3-D TMA boxes into wgmma's layout", "[kernels][simt][hopper]") {
+  // As tests/kernels/static/hopper_probe.cu: A [64][16] and B [16][16] bf16 row-major in
+  // global memory, viewed as {8 k, rows, 2 k-halves} (strides 32 and 16 bytes): the box
+  // lands as [k-half][row][8], i.e. core matrices of 8 rows x 16 bytes, k-halves
+  // rows x 16 bytes apart (LBO), 8-row groups 128 bytes apart (SBO).
+  std::mt19937 rng(3);
+  std::uniform_int_distribution<int> small(-6, 6);
+  std::vector<float> A(64 * 16), B(16 * 16);
+  std::vector<std::uint16_t> a(A.size()), b(B.size());
+  for (std::size_t i = 0; i < A.size(); ++i) a[i] = kernels::float_to_bf16(A[i] = float(small(rng)));
+  for (std::size_t i = 0; i < B.size(); ++i) b[i] = kernels::float_to_bf16(B[i] = float(small(rng)));
+  auto spec = [](const void* base, unsigned rows) {
+    dev::TensorMapSpec s;
+    s.base = base;
+    s.rank = 3;
+    s.dims[0] = 8;
+    s.dims[1] = rows;
+    s.dims[2] = 2;
+    s.strides[1] = 32;
+    s.strides[2] = 16;
+    s.box[0] = 8;
+    s.box[1] = rows;
+    s.box[2] = 2;
+    return s;
+  };
+  const dev::TensorMap ma = dev::host_tensor_map(spec(a.data(), 64)), mb = dev::host_tensor_map(spec(b.data(), 16));
+  alignas(1024) static std::uint16_t sa[64 * 16], sb[16 * 16];
+  static std::uint64_t bar;
+  std::vector<float> out(128 * 8, NAN);
+  REQUIRE(simt::launch(dim3(1), 128, [&] {
+    if (threadIdx.x == 0) dev::mbar_init(&bar, 1);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      dev::mbar_arrive_expect_tx(&bar, sizeof sa + sizeof sb);
+      dev::tma_load<3>(sa, ma, {0, 0, 0}, &bar);
+      dev::tma_load<3>(sb, mb, {0, 0, 0}, &bar);
+    }
+    dev::mbar_wait(&bar, 0);
+    float d[8] = {};
+    dev::wgmma_fence();
+    dev::wgmma_m64k16<dev::BFloat, 16>(d, dev::make_smem_desc(sa, 64 * 16, 128, false),
+                                       dev::make_smem_desc(sb, 16 * 16, 128, false), false);
+    dev::wgmma_commit();
+    dev::wgmma_wait<0>();
+    for (unsigned i = 0; i < 8; ++i) out[threadIdx.x * 8 + i] = d[i];
+  }));
+  for (unsigned t = 0; t < 128; ++t)
+    for (unsigned i = 0; i < 8; ++i) {
+      const RC e = ptx_wgmma_d(t, i);
+      double want = 0;
+      for (unsigned k = 0; k < 16; ++k) want += double(A[e.row * 16 + k]) * B[e.col * 16 + k];
+      REQUIRE(out[t * 8 + i] == static_cast<float>(want));
+    }
+}
+
 TEST_CASE("an mbarrier wait that nothing completes is reported", "[kernels][simt][hopper]") {
   static std::uint64_t bar;
   CHECK_FALSE(simt::launch(dim3(1), 32, [&] {
