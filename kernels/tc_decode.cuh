@@ -163,22 +163,37 @@ __global__ void __launch_bounds__(kTcThreads, 3) tc_decode_kernel(AttnArgs a, Ad
         cp_async_commit();
         return;
       }
-      KVMM_UNROLL
-      for (int j = 0; j < kPerLane; ++j) {
-        const std::uint32_t id = static_cast<std::uint32_t>(lane + 32 * j);
-        const std::uint32_t row = id / kChunks, c = id % kChunks;
-        const std::uint32_t tok = tok0 + row;
-        const bool in = tok >= piece.lo && tok < piece.hi;
-        long long off = -1;
-        if constexpr (kTileInPage)
-          off = in && tile_off >= 0 ? tile_off + static_cast<long long>(row) * kv.row_bytes : -1;
-        else  // every lane looks up (clamped into the piece): one warp request per row group
-          off = kv.offset(r, min(tok, piece.hi - 1));
-        if (!in) off = -1;
-        const std::uint32_t src = off >= 0 ? 16u : 0u;
-        const std::uint64_t g = off >= 0 ? static_cast<std::uint64_t>(off) + head_off + c * 16 : 0;
-        cp_async<16>(ks + tc_swz<D>(row, c), kv.k + g, src);
-        cp_async<16>(vs + tc_swz<D>(row, c), kv.v + g, src);
+      if constexpr (kTileInPage) {
+        // Rows r_lo .. r_hi - 1 of the tile lie in the piece; the others are copied with
+        // source size 0 from an address inside the same page (nothing is read).
+        const char* kb = kv.k + tile_off + head_off;
+        const char* vb = kv.v + tile_off + head_off;
+        const std::uint32_t r_lo = piece.lo > tok0 ? piece.lo - tok0 : 0u;
+        const std::uint32_t r_hi = min(static_cast<std::uint32_t>(kTcTile), piece.hi - tok0);
+        KVMM_UNROLL
+        for (int j = 0; j < kPerLane; ++j) {
+          const std::uint32_t id = static_cast<std::uint32_t>(lane + 32 * j);
+          const std::uint32_t row = id / kChunks, c = id % kChunks;
+          const std::uint32_t src = row >= r_lo && row < r_hi ? 16u : 0u;
+          const std::uint32_t o = row * kv.row_bytes + c * 16;  // < 16 rows x 2^27 bytes
+          cp_async<16>(ks + tc_swz<D>(row, c), kb + o, src);
+          cp_async<16>(vs + tc_swz<D>(row, c), vb + o, src);
+        }
+      } else {
+        KVMM_UNROLL
+        for (int j = 0; j < kPerLane; ++j) {
+          const std::uint32_t id = static_cast<std::uint32_t>(lane + 32 * j);
+          const std::uint32_t row = id / kChunks, c = id % kChunks;
+          const std::uint32_t tok = tok0 + row;
+          const bool in = tok >= piece.lo && tok < piece.hi;
+          // Every lane looks up (clamped into the piece): one warp request per row group.
+          long long off = kv.offset(r, min(tok, piece.hi - 1));
+          if (!in) off = -1;
+          const std::uint32_t src = off >= 0 ? 16u : 0u;
+          const std::uint64_t g = off >= 0 ? static_cast<std::uint64_t>(off) + head_off + c * 16 : 0;
+          cp_async<16>(ks + tc_swz<D>(row, c), kv.k + g, src);
+          cp_async<16>(vs + tc_swz<D>(row, c), kv.v + g, src);
+        }
       }
     }
     cp_async_commit();
