@@ -1,6 +1,6 @@
 // Launchers of the contiguous (virtual tensor) decode and prefill attention over
 // [slots, max_ctx, kv_heads, head_dim] with a slot index per request.
-#include "attention.cuh"
+#include "attention_dispatch.cuh"
 
 namespace kvmm::kernels {
 namespace {

@@ -1,6 +1,6 @@
 // Launchers of the paged decode and prefill attention (page-layer layout, CSR or dense
 // page tables, null pages skipped).
-#include "attention.cuh"
+#include "attention_dispatch.cuh"
 
 namespace kvmm::kernels {
 namespace {

@@ -2,6 +2,7 @@
 // byte movers: rows of kv_heads * head_dim * 2 bytes (a multiple of 16) are moved as
 // 16-byte vectors by grid-stride loops, so one launch covers a whole step.
 #include "cache_ops.cuh"
+#include "launch.cuh"
 
 #include <algorithm>
 

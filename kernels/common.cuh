@@ -1,6 +1,6 @@
 // Device helpers shared by the kvmm kernels: 16-byte vector loads of 8 fp16/bf16
-// elements and their conversion to float, stores of one element, and the launch
-// check. Reusable device code here never reads threadIdx itself.
+// elements and their conversion to float, stores of one element. Reusable device code here never reads threadIdx
+// itself.
 #pragma once
 
 #include "kvmm/kernels/addressing.hpp"
@@ -54,15 +54,5 @@ __device__ __forceinline__ void to_float8(const uint4& u, float (&f)[8]) {
   f[6] = T::lo(u.w);
   f[7] = T::hi(u.w);
 }
-
-#if !defined(KVMM_SIMT_HOST)
-// Raises kvmm::Error (through the host library) when the last launch failed.
-inline void check_launch(const char* kernel) {
-  const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) detail::launch_failed(kernel, cudaGetErrorString(e));
-}
-
-inline cudaStream_t to_cuda(Stream s) { return static_cast<cudaStream_t>(s); }
-#endif
 
 }  // namespace kvmm::kernels::device

@@ -3,6 +3,7 @@
 // logged for traffic accounting when a simt::TrafficLog is active):
 //   ldg16 / ldg16_if     16-byte read-only global load (LDG.E.128.CONSTANT); _if: zero
 //                        and no access when the predicate is false
+//   ldg<V>               4- or 8-byte read-only global load (page ids, Q words)
 //   lds / sts            shared loads and stores of 4, 8 or 16 bytes
 //   cp_async<B>          cp.async of B = 4, 8 or 16 bytes global -> shared, with a source
 //                        size below B zero-filling the rest (0: nothing read, a null page)
@@ -35,6 +36,16 @@ __device__ __forceinline__ uint4 ldg16(const void* p KVMM_SITE_PARAM) {
   simt::note_access(p, 16, simt::Space::kGlobal, simt::Kind::kLoad, KVMM_SITE_LINE);
 #endif
   return __ldg(static_cast<const uint4*>(p));
+}
+
+// Read-only global load of 4 or 8 bytes (page ids, kv lengths, Q words), logged like ldg16.
+template <typename V>
+__device__ __forceinline__ V ldg(const V* p KVMM_SITE_PARAM) {
+  static_assert(sizeof(V) == 4 || sizeof(V) == 8);
+#if defined(KVMM_SIMT_HOST)
+  simt::note_access(p, sizeof(V), simt::Space::kGlobal, simt::Kind::kLoad, KVMM_SITE_LINE);
+#endif
+  return __ldg(p);
 }
 
 __device__ __forceinline__ uint4 ldg16_if(const void* p, bool pred KVMM_SITE_PARAM) {

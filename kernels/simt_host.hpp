@@ -28,6 +28,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <new>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -88,7 +89,8 @@ struct LaneRecord {
   std::uint64_t pad;
 };
 
-// Per-thread hooks run at the end of each CTA (the cp.async queue of simt_warp.hpp).
+// Hooks run at the start and end of each CTA (the cp.async queue of simt_warp.hpp, the
+// mbarrier and wgmma state of simt_hopper.hpp): every registered pair runs.
 struct BlockHooks {
   void (*begin)(unsigned threads) = nullptr;
   void (*end)() = nullptr;
@@ -109,7 +111,8 @@ class Emulator {
     lanes_.assign((n + 31) / 32 * 32, LaneRecord{});  // whole warps: a partial warp's missing lanes read zeros
     order_.resize(n);
     std::iota(order_.begin(), order_.end(), 0u);
-    if (hooks_.begin != nullptr) hooks_.begin(n);
+    for (const BlockHooks& h : hooks_)
+      if (h.begin != nullptr) h.begin(n);
     for (unsigned i = 0; i < n; ++i) {
       Fiber& f = fibers_[i];
       if (!f.stack) f.stack = std::make_unique<char[]>(kStackBytes);
@@ -143,7 +146,8 @@ class Emulator {
         break;
       }
     }
-    if (hooks_.end != nullptr) hooks_.end();
+    for (const BlockHooks& h : hooks_)
+      if (h.end != nullptr) h.end();
     return ok;
   }
 
@@ -206,6 +210,15 @@ class Emulator {
       named_arrived_[id] -= named_count_[id];
       released = true;
     }
+    for (unsigned i = 0; i < n; ++i) {
+      Fiber& f = fibers_[i];
+      if (!f.done && f.wait == Wait::kPoll && !f.runnable && f.ready && f.ready()) {
+        f.ready = nullptr;
+        f.wait = Wait::kCta;  // about to run: no longer waiting at anything
+        f.runnable = true;
+        released = true;
+      }
+    }
     if (!released && at_cta == live) {
       if (cta_mismatch || any_done) return -1;
       for (unsigned i = 0; i < n; ++i) fibers_[i].runnable = !fibers_[i].done;
@@ -219,7 +232,7 @@ class Emulator {
     seed_ = seed;
     rng_.seed(seed);
   }
-  void set_hooks(BlockHooks h) { hooks_ = h; }
+  void add_hooks(BlockHooks h) { hooks_.push_back(h); }
   unsigned current() const { return current_; }
   LaneRecord& record(unsigned thread) { return lanes_[thread]; }
 
@@ -247,6 +260,14 @@ class Emulator {
     named_count_.at(id) = count;
     ++named_arrived_.at(id);
     block(Wait::kNamed, static_cast<int>(id));
+  }
+  // Blocks the running thread until `ready()` holds (an mbarrier phase, a flag another
+  // thread sets); re-evaluated after every round. Nothing else runnable and no poll
+  // ready: reported as a deadlock.
+  void wait_until(std::function<bool()> ready) {
+    if (ready()) return;
+    fibers_[current_].ready = std::move(ready);
+    block(Wait::kPoll, 0);
   }
   void named_arrive(unsigned id, unsigned count) {
     named_count_.at(id) = count;
@@ -280,7 +301,7 @@ class Emulator {
  private:
   static constexpr std::size_t kStackBytes = 128 * 1024;
   static constexpr unsigned kNamedBarriers = 16;
-  enum class Wait : std::uint8_t { kCta, kWarp, kNamed };
+  enum class Wait : std::uint8_t { kCta, kWarp, kNamed, kPoll };
   void block(Wait w, int site) {
     Fiber& f = fibers_[current_];
     f.wait = w;
@@ -296,6 +317,7 @@ class Emulator {
     bool runnable = false;
     Wait wait = Wait::kCta;
     int site = 0;
+    std::function<bool()> ready;  // kPoll: released when it returns true
   };
   static void entry() {
     Emulator& e = get();
@@ -310,7 +332,7 @@ class Emulator {
   std::array<unsigned, kNamedBarriers> named_arrived_{}, named_count_{};
   std::uint64_t seed_ = 0;
   std::mt19937_64 rng_;
-  BlockHooks hooks_;
+  std::vector<BlockHooks> hooks_;
   jmp_buf main_;
   unsigned current_ = 0;
   const std::function<void()>* body_ = nullptr;
@@ -327,6 +349,21 @@ inline bool launch(dim3 grid, unsigned threads, const std::function<void()>& bod
         if (!Emulator::get().run_block(body)) return false;
       }
   return true;
+}
+
+// The running CTA's dynamic shared memory (extern __shared__ on the device): one
+// 1024-byte aligned buffer, grown to the largest size asked, shared by every CTA in turn.
+inline unsigned char* dynamic_shared(std::size_t bytes) {
+  struct Free {
+    void operator()(unsigned char* p) const { ::operator delete[](p, std::align_val_t{1024}); }
+  };
+  static std::unique_ptr<unsigned char[], Free> buf;
+  static std::size_t size = 0;
+  if (bytes > size) {
+    buf.reset(static_cast<unsigned char*>(::operator new[](bytes, std::align_val_t{1024})));
+    size = bytes;
+  }
+  return buf.get();
 }
 
 }  // namespace kvmm::simt
@@ -372,4 +409,14 @@ template <typename V>
 inline V __shfl_up_sync(unsigned int, V v, unsigned int delta) {
   return kvmm::simt::from_bits<V>(kvmm::simt::Emulator::get().shfl(
       kvmm::simt::bits_of(v), 4200, [delta](unsigned lane) { return lane >= delta ? lane - delta : 32u; }));
+}
+// Warp vote: true if any lane's predicate is true.
+inline bool __any_sync(unsigned int, bool pred) {
+  bool any = false;
+  kvmm::simt::Emulator::get().warp_collective(
+      4300, [&](kvmm::simt::LaneRecord& rec) { rec.r[0] = pred ? 1u : 0u; },
+      [&](const kvmm::simt::LaneRecord* warp, unsigned) {
+        for (unsigned l = 0; l < 32; ++l) any = any || warp[l].r[0] != 0;
+      });
+  return any;
 }

@@ -140,7 +140,7 @@ class AsyncCopies {
     std::vector<Copy> open;
     std::deque<std::vector<Copy>> groups;
   };
-  AsyncCopies() { Emulator::get().set_hooks(BlockHooks{&AsyncCopies::begin, &AsyncCopies::end}); }
+  AsyncCopies() { Emulator::get().add_hooks(BlockHooks{&AsyncCopies::begin, &AsyncCopies::end}); }
   std::vector<Thread> threads_;
 };
 

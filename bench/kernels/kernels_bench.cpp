@@ -5,6 +5,7 @@
 // device-to-device copy measured in the same run (of_copy; the copy rate counts bytes read
 // plus written, copy_GBps); prefill throughput; copy_pages bandwidth. K/V and Q hold
 // random bf16 data (fill.cu), never a constant. Times come from CUDA events (manual time).
+#include "../../kernels/tc_decode_api.hpp"  // the tensor-core decode, selectable beside the default
 #include "fill.hpp"
 
 #include <kvmm/kernels/attention.hpp>
@@ -118,7 +119,7 @@ void report(benchmark::State& state, double bytes, std::uint32_t splits) {
   state.counters["copy_GBps"] = g_copy_gbps / 1e9;
 }
 
-void BM_decode_paged(benchmark::State& state) {
+void decode_paged(benchmark::State& state, bool tc) {  // tc: the tensor-core kernel
   const auto batch = static_cast<std::uint32_t>(state.range(0));
   const auto ctx = static_cast<std::uint32_t>(state.range(1));
   const auto tpp = static_cast<std::uint32_t>(state.range(2));
@@ -147,11 +148,16 @@ void BM_decode_paged(benchmark::State& state) {
                          DType::kBF16};
   p.table = PageTableView{nullptr, table.as<PageId>(), per_req};
   p.split = SplitKV{d.splits, d.ws.p};
-  time_loop(state, [&] { paged_decode_attention(p, nullptr); });
+  time_loop(state, [&] {
+    if (tc)
+      experimental::paged_decode_attention_tc(p, nullptr);
+    else
+      paged_decode_attention(p, nullptr);
+  });
   report(state, d.kv_bytes(), d.splits);
 }
 
-void BM_decode_contiguous(benchmark::State& state) {
+void decode_contiguous(benchmark::State& state, bool tc) {
   const auto batch = static_cast<std::uint32_t>(state.range(0));
   const auto ctx = static_cast<std::uint32_t>(state.range(1));
   if (std::uint64_t{batch} * ctx > kMaxTokens) return state.SkipWithError("over the memory budget");
@@ -170,7 +176,12 @@ void BM_decode_contiguous(benchmark::State& state) {
   p.cache = ContiguousKVCache{k.p, v.p, slot, ctx, kKvHeads, kDim, DType::kBF16};
   p.slot_idx = slots.as<std::uint32_t>();
   p.split = SplitKV{d.splits, d.ws.p};
-  time_loop(state, [&] { contiguous_decode_attention(p, nullptr); });
+  time_loop(state, [&] {
+    if (tc)
+      experimental::contiguous_decode_attention_tc(p, nullptr);
+    else
+      contiguous_decode_attention(p, nullptr);
+  });
   report(state, d.kv_bytes(), d.splits);
 }
 
@@ -261,14 +272,30 @@ int main(int argc, char** argv) {
   for (std::int64_t tpp : {1, 16, 64, 256})
     for (std::int64_t batch : {1, 16, 64, 256})
       for (std::int64_t ctx : {1024, 4096, 32768})
-        benchmark::RegisterBenchmark("decode_paged", BM_decode_paged)
+        benchmark::RegisterBenchmark("decode_paged", decode_paged, false)
             ->Args({batch, ctx, tpp})
             ->ArgNames({"batch", "ctx", "tpp"})
             ->UseManualTime()
             ->Unit(benchmark::kMicrosecond);
   for (std::int64_t batch : {1, 16, 64, 256})
     for (std::int64_t ctx : {1024, 4096, 32768})
-      benchmark::RegisterBenchmark("decode_contiguous", BM_decode_contiguous)
+      benchmark::RegisterBenchmark("decode_contiguous", decode_contiguous, false)
+          ->Args({batch, ctx})
+          ->ArgNames({"batch", "ctx"})
+          ->UseManualTime()
+          ->Unit(benchmark::kMicrosecond);
+  // The tensor-core decode (issue 36) on the same shapes: 16-token and 1-token pages, contiguous.
+  for (std::int64_t tpp : {1, 16})
+    for (std::int64_t batch : {1, 16, 64, 256})
+      for (std::int64_t ctx : {1024, 4096, 32768})
+        benchmark::RegisterBenchmark("decode_paged_tc", decode_paged, true)
+            ->Args({batch, ctx, tpp})
+            ->ArgNames({"batch", "ctx", "tpp"})
+            ->UseManualTime()
+            ->Unit(benchmark::kMicrosecond);
+  for (std::int64_t batch : {1, 16, 64, 256})
+    for (std::int64_t ctx : {1024, 4096, 32768})
+      benchmark::RegisterBenchmark("decode_contiguous_tc", decode_contiguous, true)
           ->Args({batch, ctx})
           ->ArgNames({"batch", "ctx"})
           ->UseManualTime()

@@ -17,6 +17,15 @@ eta0 is the one fitted constant (least squares on log time over the checked rows
 contiguous; batch 1 ctx 32k, batch 16 ctx 4k/32k, batch 64 ctx 1k/4k/32k, batch 256
 ctx 1k/4k) within +-15%. --table prints the comparison as markdown.
 
+Prefill (the G = 8 kernel, paged, 16-token pages, one request of `chunk` new tokens at
+the end of a `ctx`-token context: the bench's prefill_paged rows): the same issue bound,
+T_issue = sum over live CTAs of ceil(keys / 32) x 4 warps x the G8 loop's census count
+/ (eta_p x R). A CTA holds 8 / group = 2 rows of the chunk (rows i, i+1) and walks the
+union of their causal ranges, ctx - chunk + i + 2 keys, 32 per iteration (8 teams x 4
+tokens). eta_p is fitted separately (one constant over the measured prefill rows:
+the G = 8 loop runs 2 CTAs per SM, 8 warps, so its issue efficiency is its own); every
+measured prefill row must be within +-15% too.
+
   python3 bench/kernels/model.py --census kernels_census.json --measured bench.txt [--check] [--table]
 """
 import argparse
@@ -55,6 +64,102 @@ def measured_rows(path):
         rows.append(dict(addr="PagedAddr" if kind == "decode_paged" else "ContiguousAddr", batch=int(b), ctx=int(ctx),
                          us=float(us), splits=int(splits)))
     return rows, copy
+
+
+def prefill_facts(census):
+    k = census["sm_90 attention<BFloat,D128,G8,PagedAddr> nocap"]
+    regs, smem = k["res"]["regs"], k["res"]["smem"]
+    per_sm = min(REGS_PER_SM // (regs * THREADS), SMEM_PER_SM // max(smem, 1), MAX_CTAS_PER_SM)
+    return dict(loop=k["loop"]["instrs"], ctas_per_sm=per_sm)
+
+
+def measured_prefill(path):
+    txt = open(path).read()
+    return [dict(chunk=int(c), ctx=int(x), us=float(us))
+            for c, x, us in re.findall(r"^prefill_paged/chunk:(\d+)/ctx:(\d+)/manual_time\s+([\d.]+) us", txt, re.M)]
+
+
+PREFILL_GROUP, PREFILL_ROWS_PER_CTA, PREFILL_TOKENS_PER_ITER, WARPS = 4, 2, 32, 4
+
+
+def predict_prefill(row, pf, eta):
+    """Issue-bound time (us) of the bench's prefill_paged shape, warp-instructions, CTAs."""
+    chunk, ctx = row["chunk"], row["ctx"]
+    instrs, ctas = 0, 0
+    for i in range(0, chunk, PREFILL_ROWS_PER_CTA):
+        keys = ctx - chunk + i + min(PREFILL_ROWS_PER_CTA, chunk - i)
+        instrs += -(-keys // PREFILL_TOKENS_PER_ITER) * WARPS * pf["loop"] * KV_HEADS
+        ctas += KV_HEADS
+    fill = min(1.0, ctas / (pf["ctas_per_sm"] * SMS))
+    return instrs / (eta * fill * R) * 1e6, instrs, ctas
+
+
+def prefill_table(rows, pf, tolerance):
+    """(markdown lines, failures, eta_p) of the prefill rows."""
+    if not rows:
+        return [], ["no prefill_paged rows"], 0.0
+    eta = math.exp(sum(math.log(predict_prefill(r, pf, 1.0)[0] / r["us"]) for r in rows) / len(rows))
+    lines = [f"Predicted H100 prefill times (model: bench/kernels/model.py; G = 8 paged loop {pf['loop']} "
+             f"warp-instructions per warp-iteration of 8 tokens x K+V of one kv head; {pf['ctas_per_sm']} CTAs/SM; "
+             f"eta_p = {eta:.3f} fitted on the {len(rows)} rows)",
+             "",
+             "| chunk | ctx | CTAs | warp-instructions | predicted us | measured us | predicted/measured | "
+             "predicted TFLOP/s |",
+             "|---|---|---|---|---|---|---|---|"]
+    bad = []
+    for r in rows:
+        us, instrs, ctas = predict_prefill(r, pf, eta)
+        keys = r["chunk"] * (r["ctx"] - r["chunk"]) + r["chunk"] * (r["chunk"] + 1) / 2
+        tflops = 4.0 * keys * 32 * HEAD_DIM / (us * 1e-6) / 1e12
+        ratio = us / r["us"]
+        lines.append(f"| {r['chunk']} | {r['ctx']} | {ctas} | {instrs:.3g} | {us:.0f} | {r['us']:.0f} | {ratio:.2f} | "
+                     f"{tflops:.1f} |")
+        if abs(ratio - 1) > tolerance:
+            bad.append(f"prefill chunk {r['chunk']} ctx {r['ctx']}: predicted {us:.0f} us, measured {r['us']:.0f} us")
+    return lines, bad, eta
+
+
+def tc_facts(census, addr):
+    """The tensor-core decode (tc_decode.cuh) from its census: loop warp-instructions per
+    warp-iteration (16 tokens x K+V of one kv head = LDGSTS.128 x 16 B x 32 lanes)."""
+    k = census[f"sm_90 tc_decode<BFloat,D128,{addr},tile> nocap"]  # 16-token pages: one entry per tile
+    regs = k["res"]["regs"]
+    smem = 4 * 2 * 2 * 16 * HEAD_DIM * 2 + 1024  # the ring (dynamic) + the system reserve
+    per_sm = min(REGS_PER_SM // (regs * THREADS), SMEM_PER_SM // smem, MAX_CTAS_PER_SM)
+    return dict(loop=k["loop"]["instrs"], bytes_per_iter=k["loop"]["LDGSTS.128"] * 16 * 32, ctas_per_sm=per_sm, regs=regs)
+
+
+def tc_table(rows, census, copy, eta0):
+    """Predicted times of the tensor-core decode on the checked shapes: the same issue
+    bound, with eta = eta0 x min(1, warps per scheduler / 4) x the grid's fill (eta0 was
+    fitted at 4 warps per scheduler; fewer resident warps hide less latency: an assumption,
+    which only a GPU run can replace)."""
+    facts = {a: tc_facts(census, a) for a in ("TcPagedAddr", "ContiguousAddr")}
+    lines = [f"Predicted H100 times of the tensor-core decode (model, not measured; loop "
+             f"{facts['TcPagedAddr']['loop']} paged / {facts['ContiguousAddr']['loop']} contiguous warp-instructions per "
+             f"{facts['TcPagedAddr']['bytes_per_iter']} B of K+V = "
+             f"{facts['TcPagedAddr']['loop'] / facts['TcPagedAddr']['bytes_per_iter']:.3f} / "
+             f"{facts['ContiguousAddr']['loop'] / facts['ContiguousAddr']['bytes_per_iter']:.3f} per byte; "
+             f"{facts['TcPagedAddr']['regs']} registers, {facts['TcPagedAddr']['ctas_per_sm']} CTAs/SM)",
+             "",
+             "| kernel | batch | ctx | splits | CTAs | eta | issue us / DRAM us | predicted us | "
+             "old kernel measured us | predicted fraction of copy |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    out = {}
+    for r in sorted(rows, key=lambda r: (r["addr"] != "PagedAddr", r["batch"], r["ctx"])):
+        addr = "TcPagedAddr" if r["addr"] == "PagedAddr" else "ContiguousAddr"
+        f = facts[addr]
+        kv_bytes = r["batch"] * r["ctx"] * KV_HEADS * HEAD_DIM * ELEM * 2
+        ctas = r["batch"] * KV_HEADS * r["splits"]
+        eta = eta0 * min(1.0, f["ctas_per_sm"] / 4) * min(1.0, ctas / (f["ctas_per_sm"] * SMS))
+        t_issue, t_dram = f["loop"] * kv_bytes / f["bytes_per_iter"] / (eta * R), kv_bytes / copy
+        us = max(t_issue, t_dram) * 1e6
+        frac = kv_bytes / (us * 1e-6) / copy
+        out[(addr, r["batch"], r["ctx"])] = us
+        name = "tc paged tpp 16" if addr == "TcPagedAddr" else "tc contiguous"
+        lines.append(f"| {name} | {r['batch']} | {r['ctx']} | {r['splits']} | {ctas} | {eta:.2f} | "
+                     f"{t_issue / t_dram:.2f} | {us:.0f} | {r['us']:.0f} | {frac:.2f} |")
+    return lines, out
 
 
 def predict(row, facts, copy, eta0, issue_only=False):
@@ -112,14 +217,19 @@ def main():
                      f"{r['us']:.0f} | {ratio:.2f} | {frac:.2f} |")
         if abs(ratio - 1) > args.tolerance:
             bad.append(f"{name} b{r['batch']} ctx{r['ctx']}: predicted {us:.0f} us, measured {r['us']:.0f} us")
+    p_lines, p_bad, eta_p = prefill_table(measured_prefill(args.measured), prefill_facts(census), args.tolerance)
+    bad += p_bad
+    tc_lines = []
+    if any(k.startswith("sm_90 tc_decode") for k in census):
+        tc_lines, _ = tc_table(checked, census, copy, eta0)
     if args.table or not args.check:
-        print("\n".join(lines))
+        print("\n".join(lines + [""] + p_lines + [""] + tc_lines))
     if args.check:
         for b in bad:
             print("FAIL", b)
         ratios = [predict(r, facts, copy, eta0)[0] / r["us"] for r in checked]
-        print(f"model: eta0 {eta0:.3f}, 16 rows, predicted/measured {min(ratios):.2f} .. {max(ratios):.2f}, "
-              f"{len(bad)} outside +-{args.tolerance:.0%}")
+        print(f"model: eta0 {eta0:.3f}, 16 decode rows, predicted/measured {min(ratios):.2f} .. {max(ratios):.2f}; "
+              f"eta_p {eta_p:.3f} on the prefill rows; {len(bad)} outside +-{args.tolerance:.0%}")
         sys.exit(1 if bad else 0)
 
 

@@ -39,4 +39,40 @@ inline RC ptx_ldmatrix(unsigned lane, unsigned j, bool trans) {
   return trans ? RC{c, r} : RC{r, c};
 }
 
+// wgmma .m64nNk16 accumulator D (PTX ISA 9.7.15.5.1, "Register Fragments and Shared
+// Memory Matrix Layouts", D fragment): thread t of the warpgroup (t = 0..127), register
+// i = 0..N/2-1: row = 16 * warp + groupID + 8 * ((i % 4) / 2), col = 8 * (i / 4) +
+// threadID_in_group * 2 + (i % 2), warp = t / 32, groupID and threadID_in_group of t % 32.
+inline RC ptx_wgmma_d(unsigned t, unsigned i) {
+  const unsigned w = t / 32, lane = t % 32, g = lane >> 2, tig = lane % 4;
+  return RC{16 * w + g + 8 * ((i % 4) / 2), 8 * (i / 4) + tig * 2 + (i % 2)};
+}
+// The shared-memory matrix descriptor's fields (PTX ISA 9.7.15.5.1.2, "Matrix Descriptor
+// Format"): bits 0-13 start address >> 4, 16-29 leading dimension byte offset >> 4,
+// 32-45 stride dimension byte offset >> 4, 49-51 base offset, 62-63 swizzle mode
+// (0 interleave/none, 1 128-byte, 2 64-byte, 3 32-byte).
+struct DescFields {
+  unsigned start, lbo, sbo, base_offset, swizzle;
+};
+inline DescFields ptx_desc(unsigned long long d) {
+  return DescFields{static_cast<unsigned>(d & 0x3fff) << 4, static_cast<unsigned>((d >> 16) & 0x3fff) << 4,
+                    static_cast<unsigned>((d >> 32) & 0x3fff) << 4, static_cast<unsigned>((d >> 49) & 7),
+                    static_cast<unsigned>(d >> 62)};
+}
+// K-major canonical layouts of a wgmma operand (rows = M or N, k = 0..15 of one k-step),
+// byte offset from the descriptor's start. No swizzle: "core matrices" of 8 rows x 16
+// bytes stored contiguously (row r of a core matrix at 16 r); the core matrix holding
+// (row, k) is (row / 8, k / 8), SBO apart along rows and LBO apart along k.
+inline unsigned ptx_kmajor_none(unsigned row, unsigned k, unsigned lbo, unsigned sbo) {
+  const unsigned core = (row / 8) * sbo + (k / 8) * lbo;
+  return core + (row % 8) * 16 + (k % 8) * 2;
+}
+// 128-byte swizzle: each row of 64 two-byte elements is 128 bytes, 8 rows form a
+// 1024-byte atom (atoms SBO apart); within an atom the 16-byte chunk c of row r is
+// stored at chunk c XOR r. Offsets from a 1024-byte aligned base.
+inline unsigned ptx_kmajor_sw128(unsigned row, unsigned k, unsigned sbo) {
+  const unsigned r = row % 8, chunk = (k * 2) / 16;
+  return (row / 8) * sbo + r * 128 + ((chunk ^ r) * 16) + (k * 2) % 16;
+}
+
 }  // namespace kvmm::test::ptx

@@ -11,7 +11,7 @@
 #else
 #pragma GCC diagnostic ignored "-Wunknown-pragmas"
 #define KVMM_SIMT_HOST 1
-#include "../../kernels/attention.cuh"
+#include "../../kernels/attention_dispatch.cuh"
 #include "../../kernels/cache_ops.cuh"
 #include "kernels/kernel_fixture.hpp"
 

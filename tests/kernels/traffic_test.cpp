@@ -2,12 +2,15 @@
 // wavefronts of ldmatrix over a K tile with and without the 128-byte XOR swizzle, global
 // sectors per warp request for coalesced and strided patterns, and today's paged and
 // contiguous decode kernels: K/V bytes requested and unique against the shape's minimum
-// (each K/V byte once per kv head), 32-byte sectors per warp request, Q re-reads.
+// (each K/V byte once per kv head), 32-byte sectors per warp request, Q re-reads; the
+// tensor-core decode (issue 36): K/V requested = the minimum (also with a split whose
+// pieces start mid-tile), 16 sectors per request, page ids once per (page, CTA), ldmatrix
+// at the ideal wavefront count, null pages read nothing.
 #if defined(__SANITIZE_ADDRESS__)
 // Fiber stacks switched with longjmp confuse AddressSanitizer: release CI job only.
 #else
 #define KVMM_SIMT_HOST 1
-#include "../../kernels/attention.cuh"
+#include "../../kernels/attention_dispatch.cuh"
 #include "../../kernels/tensor_core.cuh"
 
 #include <catch2/catch.hpp>
@@ -197,6 +200,96 @@ TEST_CASE("today's decode kernel: K/V bytes at the minimum, 16 sectors per warp 
   // A base aligned to 16 bytes only: each 256-byte row straddles 9 sectors.
   const DecodeTraffic m = decode_traffic(true, 16);
   CHECK(m.rep.global.at("kv").sectors_per_request() == 18.0);
+}
+
+namespace {
+
+struct TcTraffic {
+  simt::TrafficReport rep;
+  long long kv_min = 0, pages_used = 0;
+  std::uint32_t ctas = 0;
+};
+
+// The tensor-core decode (bf16, D 128) on 2 requests x 256 tokens, 2 kv heads, group 4;
+// 16-token pages (permuted, page-layer layout of 2 layers), or contiguous; `splits` pieces;
+// `null_every` > 0: every such page of the tables is null.
+TcTraffic tc_traffic(bool paged, std::uint32_t splits, std::uint32_t null_every) {
+  constexpr std::uint32_t batch = 2, kv_heads = 2, group = 4, D = 128, tpp = 16, kv_len = 256, layers = 2;
+  constexpr std::uint32_t q_heads = kv_heads * group, row_bytes = kv_heads * D * 2;
+  constexpr std::uint64_t page_stride = std::uint64_t{layers} * 2 * tpp * row_bytes;
+  constexpr std::uint32_t pages_per_req = kv_len / tpp, num_pages = batch * pages_per_req + 3;
+  static std::vector<std::uint8_t> arena;
+  arena.assign(num_pages * page_stride + 512, 0);
+  std::mt19937 rng(7);
+  for (auto& b : arena) b = static_cast<std::uint8_t>(rng() & 0x3f);
+  char* base = reinterpret_cast<char*>((reinterpret_cast<std::uintptr_t>(arena.data()) + 255) & ~std::uintptr_t{255});
+  std::vector<std::uint32_t> pages(batch * pages_per_req);
+  TcTraffic t;
+  for (std::uint32_t i = 0; i < pages.size(); ++i) {
+    pages[i] = null_every > 0 && i % null_every == 0 ? kNullPageId : (i * 11 + 3) % num_pages;
+    t.pages_used += pages[i] != kNullPageId;
+  }
+  std::vector<std::uint32_t> indptr(batch + 1), lens(batch, kv_len), slots{1, 0};
+  for (std::uint32_t b = 0; b <= batch; ++b) indptr[b] = b * pages_per_req;
+  std::vector<std::uint16_t> q(batch * q_heads * D, 0x3f80), o(batch * q_heads * D);
+  std::vector<float> ws(attention_workspace_bytes(batch, q_heads, D, splits) / 4 + 4);
+  QueryBatch qb;
+  qb.q = q.data();
+  qb.o = o.data();
+  qb.rows = batch;
+  qb.batch = batch;
+  qb.q_heads = q_heads;
+  qb.kv_lens = lens.data();
+  const dev::AttnArgs a = dev::make_tc_args(qb, AttentionOptions{}, SplitKV{splits, ws.data()}, kv_heads, D);
+  const dim3 grid(batch, kv_heads * a.head_chunks, splits);
+  t.ctas = grid.x * grid.y * grid.z;
+  simt::TrafficLog log;
+  bool ok;
+  if (paged) {
+    const dev::TcPagedAddr kv{base,          base + tpp * row_bytes, page_stride, row_bytes,
+                              indptr.data(), pages.data(),           0,           dev::FastDiv::make(tpp)};
+    ok = simt::launch(grid, dev::kTcThreads,
+                      [&] { dev::tc_decode_kernel<dev::BFloat, 128, dev::TcPagedAddr, true>(a, kv); });
+  } else {
+    const std::uint64_t slot_stride = std::uint64_t{kv_len} * row_bytes;
+    const dev::ContiguousAddr kv{base, base + batch * slot_stride, slot_stride, row_bytes, slots.data()};
+    ok = simt::launch(grid, dev::kTcThreads,
+                      [&] { dev::tc_decode_kernel<dev::BFloat, 128, dev::ContiguousAddr, true>(a, kv); });
+  }
+  REQUIRE(ok);
+  t.rep = log.analyse({{"kv", arena.data(), arena.size()}, {"pages", pages.data(), pages.size() * 4}});
+  t.kv_min = std::int64_t{batch} * kv_len * kv_heads * D * 2 * 2;
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("tensor-core decode: K/V at the minimum, ideal sectors and wavefronts, page ids once per page",
+          "[kernels][simt][traffic][tc_decode]") {
+  for (bool paged : {true, false})
+    for (std::uint32_t splits : {1u, 3u}) {  // 3 pieces of 256 keys: 86, 85, 85 (mid-tile starts)
+      INFO("paged " << paged << " splits " << splits);
+      const TcTraffic t = tc_traffic(paged, splits, 0);
+      const simt::GlobalStats& kv = t.rep.global.at("kv");
+      CHECK(t.rep.misaligned == 0);
+      CHECK(kv.bytes_requested == t.kv_min);  // each K/V byte once per kv head
+      CHECK(kv.unique_bytes == t.kv_min);
+      // A cp.async request of 32 lanes: two 256-byte rows of one head: 16 sectors.
+      CHECK(kv.sectors_per_request() == 16.0);
+      CHECK(t.rep.ldmatrix.wavefronts == t.rep.ldmatrix.ideal);
+      CHECK(t.rep.ldmatrix.requests > 0);
+      if (paged) {
+        // One warp request per (16-token page, CTA), plus one per tile a split boundary cuts.
+        const simt::GlobalStats& pg = t.rep.global.at("pages");
+        const long long per_cta_pages = 2 * 16 * 2;  // requests x pages x kv heads
+        CHECK(pg.requests <= per_cta_pages + (splits - 1) * 2 * 2);
+        CHECK(pg.requests >= per_cta_pages);
+        CHECK(pg.unique_bytes == 2 * 16 * 4);
+      }
+    }
+  // Null pages: their rows are neither read nor their page ids read twice.
+  const TcTraffic n = tc_traffic(true, 1, 3);
+  CHECK(n.rep.global.at("kv").bytes_requested == n.pages_used * 16 * 2 * 128 * 2 * 2);
 }
 
 #endif

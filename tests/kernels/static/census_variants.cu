@@ -3,6 +3,7 @@
 // whose main-loop instruction counts feed the time model (bench/kernels/model.py). Built
 // as a static library for the SASS census only; nothing links it.
 #include "../../../kernels/attention.cuh"
+#include "../../../kernels/tc_decode.cuh"
 
 namespace kvmm::kernels::device {
 
@@ -10,5 +11,8 @@ template __global__ void attention_kernel<BFloat, 128, 4, PagedAddr>(AttnArgs, P
 template __global__ void attention_kernel<BFloat, 128, 4, ContiguousAddr>(AttnArgs, ContiguousAddr);
 template __global__ void attention_kernel<BFloat, 128, 8, PagedAddr>(AttnArgs, PagedAddr);
 template __global__ void attention_kernel<BFloat, 128, 8, ContiguousAddr>(AttnArgs, ContiguousAddr);
+template __global__ void tc_decode_kernel<BFloat, 128, TcPagedAddr, true>(AttnArgs, TcPagedAddr);
+template __global__ void tc_decode_kernel<BFloat, 128, TcPagedAddr, false>(AttnArgs, TcPagedAddr);
+template __global__ void tc_decode_kernel<BFloat, 128, ContiguousAddr, true>(AttnArgs, ContiguousAddr);
 
 }  // namespace kvmm::kernels::device

@@ -18,14 +18,29 @@ target_compile_definitions(kvmm_census_variants PRIVATE KVMM_CENSUS_NO_SOFT_CAP=
 target_compile_options(kvmm_census_variants PRIVATE --expt-relaxed-constexpr)
 set_target_properties(kvmm_census_variants PROPERTIES CUDA_ARCHITECTURES "${KVMM_CUDA_ARCHITECTURES}")
 
+# The sm_90a probe of kernels/hopper.cuh (wgmma, TMA, mbarrier): built for sm_90a only.
+add_library(kvmm_hopper_probe STATIC ${CMAKE_CURRENT_LIST_DIR}/hopper_probe.cu)
+target_include_directories(kvmm_hopper_probe PRIVATE ${PROJECT_SOURCE_DIR}/kernels)
+target_link_libraries(kvmm_hopper_probe PRIVATE kvmm::kvmm kvmm_warnings PUBLIC CUDA::cudart)
+target_compile_options(kvmm_hopper_probe PRIVATE --expt-relaxed-constexpr)
+set_target_properties(kvmm_hopper_probe PROPERTIES CUDA_ARCHITECTURES "90a-real")
+
 set(census_json ${CMAKE_BINARY_DIR}/kernels_census.json)
 add_test(NAME kernels_static
-  COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/bench/kernels/census.py --check
+  COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/bench/kernels/census.py --check --require-probes
     --venv ${KVMM_CUDA_TOOLS_VENV} --json ${census_json}
-    $<TARGET_FILE:kvmm_cuda> $<TARGET_FILE:kvmm_census_variants>
+    $<TARGET_FILE:kvmm_cuda> $<TARGET_FILE:kvmm_census_variants> $<TARGET_FILE:kvmm_hopper_probe>
     $<$<TARGET_EXISTS:kvmm_test_gpu>:$<TARGET_FILE:kvmm_test_gpu>@_ZN4kvmm4test15tc_probe_kernelEPKNS0_9TcProbeInEPNS0_10TcProbeOutE>)
 set_tests_properties(kernels_static PROPERTIES FIXTURES_SETUP kernels_census)
 add_test(NAME kernels_model
   COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/bench/kernels/model.py --check
     --census ${census_json} --measured ${PROJECT_SOURCE_DIR}/docs/results/kernels-h100.md)
 set_tests_properties(kernels_model PROPERTIES FIXTURES_REQUIRED kernels_census)
+
+# The GPU test of the tensor-core decode (tests/kernels/gpu) joins kvmm_test_gpu.
+# So does the GPU run of the sm_90a probe (its launcher lives in kvmm_hopper_probe).
+if(TARGET kvmm_test_gpu)
+  target_sources(kvmm_test_gpu PRIVATE ${CMAKE_CURRENT_LIST_DIR}/../gpu/tc_decode_gpu_test.cpp
+                                       ${CMAKE_CURRENT_LIST_DIR}/../gpu/hopper_gpu_test.cpp)
+  target_link_libraries(kvmm_test_gpu PRIVATE kvmm_hopper_probe)
+endif()

@@ -1,0 +1,81 @@
+// Launchers of the tensor-core decode attention (tc_decode.cuh): validation as the
+// default decode, the kernel with its dynamic shared memory (over 48 KiB: the attribute
+// is raised once per instance), then the split merge.
+#include "attention_dispatch.cuh"
+#include "tc_decode_api.hpp"
+
+#include <type_traits>
+
+namespace kvmm::kernels::experimental {
+namespace {
+
+template <typename T, int D, typename Addr, bool kTileInPage>
+void launch_instance(const device::AttnArgs& a, const Addr& kv, dim3 grid, cudaStream_t s) {
+  constexpr std::uint32_t bytes = device::tc_smem_bytes<D>();
+  static const bool raised = [] {
+    cudaFuncSetAttribute(device::tc_decode_kernel<T, D, Addr, kTileInPage>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                         static_cast<int>(bytes));
+    return true;
+  }();
+  (void)raised;
+  device::tc_decode_kernel<T, D, Addr, kTileInPage><<<grid, device::kTcThreads, bytes, s>>>(a, kv);
+}
+
+template <typename T, int D, typename Addr>
+void launch_tc(const device::AttnArgs& a, const Addr& kv, dim3 grid, cudaStream_t s) {
+  if (device::tc_tile_in_page(kv))
+    launch_instance<T, D, Addr, true>(a, kv, grid, s);
+  else if constexpr (!std::is_same_v<Addr, device::ContiguousAddr>)
+    launch_instance<T, D, Addr, false>(a, kv, grid, s);
+}
+
+template <typename T, typename Addr>
+void launch_tc_typed(const device::AttnArgs& a, const Addr& kv, dim3 grid, std::uint32_t d, cudaStream_t s) {
+  if (d == 64)
+    launch_tc<T, 64>(a, kv, grid, s);
+  else
+    launch_tc<T, 128>(a, kv, grid, s);
+  if (a.num_splits > 1) device::merge_kernel<T><<<dim3(grid.x, a.q_heads), d, 0, s>>>(a, d);
+}
+
+template <typename Addr>
+void launch(const QueryBatch& q, const AttentionOptions& opt, const SplitKV& split, std::uint32_t kv_heads,
+            std::uint32_t d, DType dtype, const Addr& kv, Stream stream, const char* name) {
+  if (d != 64 && d != 128) detail::launch_failed(name, "head_dim 256 is not supported by the tensor-core decode");
+  if (q.rows == 0) return;
+  const device::AttnArgs a = device::make_tc_args(q, opt, split, kv_heads, d);
+  const dim3 grid(q.batch, kv_heads * a.head_chunks, a.num_splits);
+  if (dtype == DType::kF16)
+    launch_tc_typed<device::Half>(a, kv, grid, d, device::to_cuda(stream));
+  else
+    launch_tc_typed<device::BFloat>(a, kv, grid, d, device::to_cuda(stream));
+  device::check_launch(name);
+}
+
+}  // namespace
+
+void paged_decode_attention_tc(const PagedAttentionParams& p, Stream stream) {
+  check_params(p, false, true);
+  const device::TcPagedAddr kv{
+      static_cast<const char*>(p.cache.k),
+      static_cast<const char*>(p.cache.v),
+      p.cache.page_stride_bytes,
+      static_cast<std::uint32_t>(token_row_bytes(p.cache.kv_heads, p.cache.head_dim, p.cache.dtype)),
+      p.table.indptr,
+      p.table.pages,
+      p.table.dense_stride,
+      device::FastDiv::make(p.cache.tokens_per_page)};
+  launch(p.query, p.options, p.split, p.cache.kv_heads, p.cache.head_dim, p.cache.dtype, kv, stream,
+         "paged_decode_attention_tc");
+}
+
+void contiguous_decode_attention_tc(const ContiguousAttentionParams& p, Stream stream) {
+  check_params(p, false, true);
+  const device::ContiguousAddr kv{
+      static_cast<const char*>(p.cache.k), static_cast<const char*>(p.cache.v), p.cache.slot_stride_bytes,
+      static_cast<std::uint32_t>(token_row_bytes(p.cache.kv_heads, p.cache.head_dim, p.cache.dtype)), p.slot_idx};
+  launch(p.query, p.options, p.split, p.cache.kv_heads, p.cache.head_dim, p.cache.dtype, kv, stream,
+         "contiguous_decode_attention_tc");
+}
+
+}  // namespace kvmm::kernels::experimental

@@ -1,0 +1,169 @@
+// The tensor-core decode (kernels/tc_decode.cuh) on a GPU: against the CPU references on
+// random inputs with NaN-poisoned outputs (masks, GQA 1/4/8/16, page sizes 1/16/17/64,
+// null pages, CSR and dense tables, splits, soft cap, both dtypes, D 64/128), the
+// contiguous form equal to the paged one bit for bit, and a launch captured in a CUDA
+// graph replayed with new context lengths equal to an eager launch bit for bit. Part of
+// kvmm_test_gpu (skipped without a device); the same checks run through the emulator in
+// tests/kernels/tc_decode_test.cpp.
+#include "../../../kernels/tc_decode_api.hpp"
+#include "kernels/kernel_fixture.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <cuda_runtime.h>
+
+using namespace kvmm;
+using namespace kvmm::kernels;
+using namespace kvmm::test;
+
+namespace {
+
+#define TC_CUDA_OK(x) REQUIRE((x) == cudaSuccess)
+
+struct Dev {
+  void* p = nullptr;
+  std::size_t n = 0;
+  explicit Dev(std::size_t bytes) : n(std::max<std::size_t>(bytes, 16)) { TC_CUDA_OK(cudaMalloc(&p, n)); }
+  template <typename T>
+  explicit Dev(const std::vector<T>& v) : Dev(v.size() * sizeof(T)) {
+    TC_CUDA_OK(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  Dev(const Dev&) = delete;
+  Dev& operator=(const Dev&) = delete;
+  ~Dev() { cudaFree(p); }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(p);
+  }
+  template <typename T>
+  std::vector<T> get(std::size_t count) const {
+    std::vector<T> out(count);
+    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+    TC_CUDA_OK(cudaMemcpy(out.data(), p, count * sizeof(T), cudaMemcpyDeviceToHost));
+    return out;
+  }
+};
+
+std::vector<double> widen(DType t, const std::vector<std::uint16_t>& x) {
+  std::vector<double> out(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) out[i] = to_float(t, x[i]);
+  return out;
+}
+
+// A decode scenario's inputs on the device (caches copied from the host-filled ones).
+struct TcDevice {
+  Scenario& s;
+  Dev q, lens, indptr, indices, dense, slots, arena, ck, cv, out, ws;
+  explicit TcDevice(Scenario& sc)
+      : s(sc),
+        q(sc.q),
+        lens(sc.kv_lens),
+        indptr(sc.csr_indptr),
+        indices(sc.csr_indices),
+        dense(sc.dense),
+        slots(sc.slot_idx),
+        arena(sc.arena.blocks),
+        ck(sc.cont_k.blocks),
+        cv(sc.cont_v.blocks),
+        out(sc.out_elems() * 2),
+        ws(attention_workspace_bytes(sc.rows, sc.q_heads, sc.cfg.head_dim, 64)) {}
+  PagedAttentionParams paged(std::uint32_t splits, bool csr) {
+    PagedAttentionParams p;
+    p.query = s.query(q.p, out.p, lens.as<std::uint32_t>(), nullptr);
+    p.cache = s.paged_cache(arena.p);
+    p.table = csr ? PageTableView{indptr.as<std::uint32_t>(), indices.as<PageId>(), 0}
+                  : PageTableView{nullptr, dense.as<PageId>(), s.dense_stride};
+    p.options = s.cfg.options;
+    p.split = SplitKV{splits, ws.p};
+    return p;
+  }
+  std::vector<std::uint16_t> run_paged(std::uint32_t splits, bool csr, cudaStream_t st = nullptr) {
+    TC_CUDA_OK(cudaMemset(out.p, 0xff, out.n));
+    experimental::paged_decode_attention_tc(paged(splits, csr), st);
+    return out.get<std::uint16_t>(s.out_elems());
+  }
+  std::vector<std::uint16_t> run_contiguous(std::uint32_t splits) {
+    TC_CUDA_OK(cudaMemset(out.p, 0xff, out.n));
+    ContiguousAttentionParams p;
+    p.query = s.query(q.p, out.p, lens.as<std::uint32_t>(), nullptr);
+    p.cache = s.contiguous_cache(ck.p, cv.p);
+    p.slot_idx = slots.as<std::uint32_t>();
+    p.options = s.cfg.options;
+    p.split = SplitKV{splits, ws.p};
+    experimental::contiguous_decode_attention_tc(p, nullptr);
+    return out.get<std::uint16_t>(s.out_elems());
+  }
+};
+
+}  // namespace
+
+TEST_CASE("tensor-core decode matches the CPU references on the GPU", "[gpu][attention][tc_decode]") {
+  const MaskKind masks[] = {MaskKind::kCausal, MaskKind::kSlidingWindow, MaskKind::kChunkedLocal};
+  std::uint32_t index = 0;
+  for (MaskKind mask : masks)
+    for (std::uint32_t group : {1u, 4u, 8u, 16u})
+      for (std::uint32_t tpp : {1u, 16u, 17u, 64u}) {
+        ++index;
+        std::mt19937_64 rng(8000 + index);
+        ScenarioConfig c;
+        c.options.mask = mask;
+        c.options.window = std::uniform_int_distribution<std::uint32_t>(1, 300)(rng);
+        c.options.chunk = std::uniform_int_distribution<std::uint32_t>(1, 300)(rng);
+        c.group = group;
+        c.tokens_per_page = tpp;
+        c.head_dim = index % 3 == 0 ? 64 : 128;
+        c.dtype = index % 4 < 2 ? DType::kBF16 : DType::kF16;
+        c.options.soft_cap = index % 5 == 1 ? 1.5f : 0.0f;
+        c.kv_heads = group >= 8 ? 1 : 2;
+        c.batch = 5;
+        c.max_kv_len = 700;
+        c.nulls = static_cast<NullMode>(index % 3);
+        c.seed = 8100 + index;
+        Scenario s(c);
+        s.fill_host_caches();
+        TcDevice d(s);
+        const std::uint32_t splits = index % 3 == 1 ? 4 : 1;
+        INFO("scenario " << index << " group " << group << " tpp " << tpp << " d " << c.head_dim);
+        std::vector<std::uint16_t> ref(s.out_elems());
+        cpu::paged_decode_attention(s.paged_params(ref.data(), splits, true));
+        const auto got = d.run_paged(splits, index % 2 == 0);
+        CHECK(max_rel_error(c.dtype, got, widen(c.dtype, ref), 1e-2) <= 4.0 * unit_roundoff(c.dtype));
+        if (!s.any_null) CHECK(d.run_contiguous(splits) == got);
+      }
+}
+
+TEST_CASE("a captured tensor-core decode replays with new lengths as an eager launch", "[gpu][attention][tc_decode]") {
+  ScenarioConfig c;
+  c.dtype = DType::kBF16;
+  c.head_dim = 128;
+  c.group = 4;
+  c.tokens_per_page = 16;
+  c.batch = 4;
+  c.max_kv_len = 900;
+  c.seed = 77;
+  Scenario s(c);
+  s.fill_host_caches();
+  TcDevice d(s);
+  cudaStream_t st;
+  TC_CUDA_OK(cudaStreamCreate(&st));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  TC_CUDA_OK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+  experimental::paged_decode_attention_tc(d.paged(4, true), st);
+  TC_CUDA_OK(cudaStreamEndCapture(st, &graph));
+  TC_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+  std::vector<std::uint32_t> lens = s.kv_lens;
+  for (int step = 0; step < 3; ++step) {
+    for (auto& l : lens) l = l > 37 ? l - 37 : l;  // shorter contexts, same tables
+    TC_CUDA_OK(cudaMemcpy(d.lens.p, lens.data(), lens.size() * 4, cudaMemcpyHostToDevice));
+    TC_CUDA_OK(cudaMemset(d.out.p, 0xff, d.out.n));
+    TC_CUDA_OK(cudaGraphLaunch(exec, st));
+    TC_CUDA_OK(cudaStreamSynchronize(st));
+    const auto replayed = d.out.get<std::uint16_t>(s.out_elems());
+    const auto eager = d.run_paged(4, true);
+    CHECK(replayed == eager);
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(st);
+}
