@@ -12,7 +12,7 @@ AllocateResult Admission::allocate(RequestId r, std::uint32_t num_new_tokens, st
   return allocate_at(r, m_.running(r), num_new_tokens, lookahead);
 }
 
-std::uint64_t Admission::lookup_prefix(RequestId r) {
+std::uint64_t Admission::lookup_prefix(RequestId r, std::uint64_t cap) {
   const Row s = m_.running(r);
   Request& q = m_.reqs_[s];
   if (q.phase != Phase::kRegistered)
@@ -22,8 +22,10 @@ std::uint64_t Admission::lookup_prefix(RequestId r) {
   const std::uint64_t num_tokens = q.ids.num_tokens();
   m_.lookup_tokens_ += num_tokens;
   q.hit.lookup_tokens = num_tokens;
-  if (!m_.options_.prefix_caching || num_tokens <= 1) return 0;
-  const std::uint64_t limit = num_tokens - 1;
+  // At most prompt - 1 tokens (the last one is computed for its logits), and the cap.
+  q.hit.limit = m_.options_.prefix_caching && num_tokens > 1 ? std::min(num_tokens - 1, cap) : 0;
+  if (q.hit.limit == 0) return 0;
+  const std::uint64_t limit = q.hit.limit;
   // add_request hashed the prompt's full pages; only ids appended since need hashing.
   for (std::uint32_t c = 0; c < m_.class_tokens_.size(); ++c) q.ids.ensure(c, limit / m_.class_tokens_[c]);
   const std::uint64_t p = m_.lookup_.longest_hit(r, q, limit);

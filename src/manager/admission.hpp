@@ -22,7 +22,7 @@ class Admission {
   Admission(const Admission&) = delete;
   Admission& operator=(const Admission&) = delete;
 
-  std::uint64_t lookup_prefix(RequestId r);
+  std::uint64_t lookup_prefix(RequestId r, std::uint64_t limit);
   AllocateResult allocate(RequestId r, std::uint32_t num_new_tokens, std::uint32_t lookahead);
   // allocate of r at its row s = running(r) (decode_step resolves rows once).
   bool compute_need(Row s, const Request& q, std::uint32_t num_new_tokens, std::uint64_t target);

@@ -33,7 +33,9 @@ RequestId KVCacheManager::add_request(std::span<const std::uint32_t> tokens, con
 void KVCacheManager::append_tokens(RequestId r, std::span<const std::uint32_t> tokens) {
   core_->lifecycle.append_tokens(r, tokens);
 }
-std::uint64_t KVCacheManager::lookup_prefix(RequestId r) { return core_->admission.lookup_prefix(r); }
+std::uint64_t KVCacheManager::lookup_prefix(RequestId r, std::uint64_t limit) {
+  return core_->admission.lookup_prefix(r, limit);
+}
 AllocateResult KVCacheManager::allocate(RequestId r, std::uint32_t num_new_tokens, std::uint32_t lookahead) {
   return core_->admission.allocate(r, num_new_tokens, lookahead);
 }

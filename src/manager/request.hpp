@@ -77,6 +77,7 @@ struct Hit {
   bool pending = false;
   std::uint64_t tokens = 0;
   std::uint64_t lookup_tokens = 0;  // tokens its lookup_prefix looked up (admission counts)
+  std::uint64_t limit = 0;          // the longest hit its lookup allowed (prompt - 1, or the caller's cap)
   std::uint64_t branch = 0;         // its lookup's whole-prefix hit (>= tokens): a branch point if more
 
   void reset() { *this = Hit{}; }

@@ -13,7 +13,7 @@ std::size_t TierHits::tier_candidates(RequestId r, std::vector<TierKey>& out) {
   Request& q = m_.reqs_[s];
   if (!q.looked_up() || q.admitted() || q.progress.allocated != q.hit.tokens)
     fail("request = {}: tier_candidates must come after lookup_prefix and before the first allocate", r);
-  const std::uint64_t limit = q.hit.lookup_tokens > 1 && m_.options_.prefix_caching ? q.hit.lookup_tokens - 1 : 0;
+  const std::uint64_t limit = q.hit.limit;
   std::uint64_t off = 0;
   for (GroupId g = 0; g < m_.groups_.size(); ++g) {
     const Group& grp = m_.groups_[g];
@@ -38,7 +38,7 @@ std::uint64_t TierHits::extend_prefix(RequestId r, std::span<const TierStatus> p
     fail("request = {}: extend_prefix must follow its tier_candidates, before the first allocate", r);
   if (present.size() != q.tier.keys)
     fail("present.size() = {}: request {} listed {} tier candidates", present.size(), r, q.tier.keys);
-  const std::uint64_t limit = q.hit.lookup_tokens > 1 && m_.options_.prefix_caching ? q.hit.lookup_tokens - 1 : 0;
+  const std::uint64_t limit = q.hit.limit;
   if (limit == 0) {
     q.to(q.tier.pending ? Phase::kAdmitting : Phase::kLookedUp);
     return q.hit.tokens;

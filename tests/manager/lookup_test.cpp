@@ -167,3 +167,38 @@ TEST_CASE("lookup_prefix over consecutive pages stops where the next page holds 
     kv.free(r);
   }
 }
+
+// A capped lookup is the lookup of the prompt cut to cap + 1 tokens (whose own limit is
+// cap): the longest prefix of at most cap tokens valid in every group, a sliding window's
+// rule included (a hit ending earlier needs other window pages), and allocate pins it.
+TEST_CASE("lookup_prefix with a limit equals the lookup of the prompt cut at limit + 1", "[manager][lookup]") {
+  const KVLayout layout = KVLayout::plan(
+      {LayerGroup::full_attention("full", 1, 1, 8, 2, 16), LayerGroup::sliding_window("swa", 1, 1, 8, 2, 16, 40)});
+  std::mt19937 rng(11);
+  const auto prompt = random_tokens(rng, 16 * 12 + 3);
+  for (int trial = 0; trial < 60; ++trial) {
+    KVCacheManager kv(layout, {.num_large_pages = 256, .max_requests = 4});
+    // Cache the prompt, then evict nothing: every cap's answer comes from the same pages.
+    const RequestId w = kv.add_request(prompt);
+    kv.lookup_prefix(w);
+    REQUIRE(kv.allocate(w, static_cast<std::uint32_t>(prompt.size())));
+    kv.commit(w, prompt.size());
+    kv.free(w);
+    const std::uint64_t cap = rng() % (prompt.size() + 8);
+    const RequestId capped = kv.add_request(prompt);
+    const std::uint64_t hit = kv.lookup_prefix(capped, cap);
+    const std::vector<std::uint32_t> cut(
+        prompt.begin(), prompt.begin() + static_cast<long>(std::min<std::uint64_t>(cap + 1, prompt.size())));
+    const RequestId ref = kv.add_request(cut);
+    INFO("cap " << cap);
+    CHECK(hit <= cap);
+    CHECK(hit == kv.lookup_prefix(ref));
+    REQUIRE(kv.allocate(capped, static_cast<std::uint32_t>(prompt.size() - hit)));
+    CHECK(kv.num_computed(capped) == hit);
+    kv.check_invariants();
+  }
+  KVCacheManager kv(layout, {.num_large_pages = 16, .max_requests = 2});
+  const RequestId r = kv.add_request(prompt);
+  CHECK(kv.lookup_prefix(r, 0) == 0);  // a zero cap: no hit, and the lookup is spent
+  CHECK_THROWS_WITH(kv.lookup_prefix(r, 5), Catch::Contains("lookup_prefix must come once"));
+}

@@ -248,8 +248,11 @@ class KVCacheManager {
   // refused admission therefore changes nothing). Once, before the first allocate (and
   // again after reset). If pages of the hit are evicted before that allocate (by other
   // requests' allocations in between), the allocate answers AllocateStatus::kHitLost and
-  // changes nothing: reset the request and look it up again.
-  std::uint64_t lookup_prefix(RequestId r);
+  // changes nothing: reset the request and look it up again. `limit` caps the hit (at most
+  // limit tokens, e.g. vLLM's max_cache_hit_length or EAGLE's last-block rule): the
+  // longest prefix valid in every group among those of at most limit tokens; a shared
+  // tier's candidates stop there too.
+  std::uint64_t lookup_prefix(RequestId r, std::uint64_t limit = kMaxTokens);
   // Hits from a shared KV tier (KVTier): kvmm/manager/tier_admission.hpp, a companion
   // over this manager.
 

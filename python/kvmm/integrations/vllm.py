@@ -11,9 +11,9 @@ vLLM feature that needs each (they raise NotImplementedError). Guide: docs/vllm.
   groups as vLLM's are. kvmm gets num_blocks - 1 large pages. KvmmLayoutScheduler is for a
   worker that lays memory out as kvmm's arena: any LCM layout, Mamba state groups, block
   ids per group (kvmm's small page + 1).
-- Lookups: a cap (max_cache_hit_length) by registering only cap + 1 token ids before
-  kvmm's lookup. Admission: full_sequence_must_fit, the watermark and a connector's
-  reserved blocks through kvmm's pure would_allocate. KV connectors are bound to this
+- Lookups: a cap (max_cache_hit_length) is kvmm's lookup_prefix(r, limit). Admission:
+  full_sequence_must_fit, the watermark and a connector's reserved blocks through kvmm's
+  pure would_allocate. KV connectors are bound to this
   manager; their synchronous loads are allocated with the step and committed as computed.
 - num_computed_tokens is the scheduler's. kvmm caches a page at commit: the adapter commits
   the processed tokens (num_computed_tokens - num_in_flight_tokens) after each step's output
@@ -302,10 +302,7 @@ class KvmmKVCacheManager:
         returned are empty; allocate_slots takes the hit from kvmm.
 
         The hit is at most `max_cache_hit_length` tokens (default and ceiling: the request's
-        tokens - 1, as vLLM's). kvmm's lookup stops at its known tokens - 1, so a lower cap
-        is applied by giving kvmm only the first cap + 1 token ids before the lookup and the
-        rest after it; a request kvmm already holds with more ids (a preempted one) is
-        registered again (its pages are hashed again: O(tokens), on this path only)."""
+        tokens - 1, as vLLM's): kvmm's lookup_prefix(r, limit) caps it."""
         if not self.prefix_cache_lookup_enabled(request):
             return self.empty_kv_cache_blocks, 0, 0
         limit = request.num_tokens - 1
@@ -313,19 +310,14 @@ class KvmmKVCacheManager:
             if max_cache_hit_length < 0:
                 raise ValueError(f"max_cache_hit_length = {max_cache_hit_length}: must be >= 0")
             limit = min(limit, max_cache_hit_length)
-        st = self._state(request, limit + 1)
+        st = self._state(request)
         if st.admitted:
             raise RuntimeError(f"request {request.request_id}: get_computed_blocks of an admitted request")
         if st.looked_up:  # looked up before but not admitted (the scheduler skipped it): again
             self.kv.reset(st.handle)
             st.looked_up = False
-        if st.known > limit + 1:
-            self.kv.free(st.handle)
-            del self._reqs[request.request_id]
-            st = self._state(request, limit + 1)
-        self._sync_tokens(request, st, limit + 1)
-        hit = self.kv.lookup_prefix(st.handle)
         self._sync_tokens(request, st)
+        hit = self.kv.lookup_prefix(st.handle, limit)
         st.looked_up = True
         st.hit = hit
         return self.empty_kv_cache_blocks, hit, 0
