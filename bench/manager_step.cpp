@@ -74,7 +74,7 @@ void BM_DecodeStep(benchmark::State& state) {
     ++step;
   }
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()) * kBatch);
-  state.counters["evicted_pages"] = static_cast<double>(kv.num_evicted_pages(0) + kv.num_evicted_pages(1));
+  state.counters["evicted_pages"] = static_cast<double>(kv.page_counts(0).evicted + kv.page_counts(1).evicted);
   state.counters["ns_per_request"] = benchmark::Counter(static_cast<double>(state.iterations()) * kBatch,
                                                         benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
   state.counters["heap_allocs_per_step"] = static_cast<double>(allocs) / static_cast<double>(steps ? steps : 1);

@@ -71,8 +71,9 @@ py::object export_csr_of(Manager& m, Int<GroupId> g, std::span<const RequestId> 
     std::optional<Int32Out> f;
     if (!first_page.is_none()) f.emplace(int32_out(first_page, "first_page"));
     MaybeRelease release(i.size >= kReleaseGilAt);
-    return py::int_(kv->export_csr(g, batch, {p.data, p.size}, {i.data, i.size}, {l.data, l.size}, o,
-                                   f ? std::span<std::int32_t>(f->data, f->size) : std::span<std::int32_t>()));
+    return py::int_(
+        KernelExports(*kv).export_csr(g, batch, {p.data, p.size}, {i.data, i.size}, {l.data, l.size}, o,
+                                      f ? std::span<std::int32_t>(f->data, f->size) : std::span<std::int32_t>()));
   }
   if (given != 0) fail("export_csr: give indptr, indices and last_page_len together, or none of them");
   if (!first_page.is_none()) fail("export_csr: first_page goes with caller-given arrays");
@@ -86,8 +87,9 @@ py::object export_csr_of(Manager& m, Int<GroupId> g, std::span<const RequestId> 
   std::size_t nnz = 0;
   {
     MaybeRelease release(bound >= kReleaseGilAt);
-    nnz = kv->export_csr(g, batch, bp.data, bi.data, bl.data, o,
-                         trim ? std::span<std::int32_t>(f.cast<Buffer&>().data) : std::span<std::int32_t>());
+    nnz = KernelExports(*kv).export_csr(
+        g, batch, bp.data, bi.data, bl.data, o,
+        trim ? std::span<std::int32_t>(f.cast<Buffer&>().data) : std::span<std::int32_t>());
   }
   return py::make_tuple(view_of(p), view_prefix(i, static_cast<py::ssize_t>(nnz)), view_of(l),
                         trim ? py::object(view_of(f)) : py::object(py::none()));
@@ -102,7 +104,7 @@ py::object export_dense_of(Manager& m, Int<GroupId> g, std::span<const RequestId
     const Int32Out t = int32_out(block_table, "block_table");
     const std::uint32_t width = table_width(max_pages, t.info.ndim, t.info.shape.data(), "export_dense: block_table");
     MaybeRelease release(t.size >= kReleaseGilAt);
-    kv->export_dense(g, batch, {t.data, t.size}, width, o);
+    KernelExports(*kv).export_dense(g, batch, {t.data, t.size}, width, o);
     return py::none();
   }
   std::uint32_t width = 0;
@@ -116,7 +118,7 @@ py::object export_dense_of(Manager& m, Int<GroupId> g, std::span<const RequestId
   Buffer& bt = t.cast<Buffer&>();
   {
     MaybeRelease release(bt.data.size() >= kReleaseGilAt);
-    kv->export_dense(g, batch, bt.data, width, o);
+    KernelExports(*kv).export_dense(g, batch, bt.data, width, o);
   }
   return view_of(t);
 }
@@ -141,7 +143,7 @@ py::int_ export_dense_incremental(Manager& m, Int<GroupId> g, const py::object& 
   {
     MaybeRelease release(batch.size() >= kReleaseGilAt);
     written = indexed(batch, "batch", [&] {
-      return kv->export_dense_incremental(g, batch, {t.data, t.size}, width, {.null_page = null_page});
+      return KernelExports(*kv).export_dense_incremental(g, batch, {t.data, t.size}, width, {.null_page = null_page});
     });
   }
   m.last_tables()[g] = block_table;  // a valid group: the export checked it
@@ -220,7 +222,7 @@ void check_step_widths(KVCacheManager& kv, GroupId dg, std::span<const RequestId
   for (std::size_t i = 0; i < ids.size(); ++i) {
     std::uint64_t len = 0;
     try {
-      len = kv.kv_len(ids[i], dg) + 1;
+      len = KernelExports(kv).kv_len(ids[i], dg) + 1;
     } catch (const Error& e) {
       fail("ids[{}]: {}", i, e.what());
     }
@@ -242,7 +244,7 @@ std::size_t decode_step(Manager& m, const py::object& ids_arg, const py::object&
     MaybeRelease release(ids.size() >= kReleaseGilAt);
     check_step_widths(*kv, m.decoder_group(), ids.span, st.outs(), st.width());
     done = indexed(ids.span, "ids", [&] {
-      return kv->decode_step(ids.span, tokens.span, st.outs(), st.width(), {.null_page = null_page});
+      return KernelExports(*kv).decode_step(ids.span, tokens.span, st.outs(), st.width(), {.null_page = null_page});
     });
   }
   if (done == ids.size())  // the tables were written
@@ -280,7 +282,7 @@ void append_batch(Manager& m, const py::object& ids_arg, const py::object& token
     Manager::BatchScratch& k = m.scratch();
     k.begin();
     for (std::size_t i = 0; i < ids.size(); ++i) {
-      std::uint64_t& n = k.at(kv->row(ids[i]).index, kv->num_tokens(ids[i]));
+      std::uint64_t& n = k.at(KernelExports(*kv).row(ids[i]).index, kv->num_tokens(ids[i]));
       if (n == kMax) fail("ids[{}]: request = {} would have {} tokens, at most {}", i, ids[i], n + 1, kMax);
       ++n;
     }
@@ -336,9 +338,9 @@ void commit_batch(Manager& m, const py::object& ids_arg, const py::object& num_c
   k.element.resize(ids.size());
   for (std::size_t i = 0; i < ids.size(); ++i) {
     const RequestId r = ids[i];
-    const std::uint32_t s = named(i, [&] { return kv->row(r); }).index;
+    const std::uint32_t s = named(i, [&] { return KernelExports(*kv).row(r); }).index;
     check_not_swapped(*kv, ids.span, i);
-    const std::uint64_t c = upto ? (*upto)[i] : kv->kv_len(r, dg);
+    const std::uint64_t c = upto ? (*upto)[i] : KernelExports(*kv).kv_len(r, dg);
     const std::uint64_t computed = kv->num_computed(r), allocated = kv->num_allocated(r);
     const auto name = [&] { return upto ? fmt::format("num_computed[{}]", i) : fmt::format("ids[{}]: kv_len", i); };
     // A prefix hit not pinned yet counts as computed and allocated, with no pages in the rows

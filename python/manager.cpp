@@ -399,21 +399,23 @@ void bind_queries(py::class_<Manager>& c) {
           "A copy of r's page ids in group g from index start (uint32; NULL_PAGE for freed ones): O(pages copied)")
       .def(
           "host_page_table",
-          [](Manager& m, Int<RequestId> r, Int<GroupId> g) { return ids_array(m.use()->host_page_table(r, g)); },
+          [](Manager& m, Int<RequestId> r, Int<GroupId> g) {
+            return ids_array(testing::ManagerInspector(*m.use()).host_page_table(r, g));
+          },
           py::arg("r"), py::arg("group"))
       .def(
-          "kv_len", [](Manager& m, Int<RequestId> r, Int<GroupId> g) { return m.use()->kv_len(r, g); }, py::arg("r"),
-          py::arg("group"))
+          "kv_len", [](Manager& m, Int<RequestId> r, Int<GroupId> g) { return KernelExports(*m.use()).kv_len(r, g); },
+          py::arg("r"), py::arg("group"))
       .def(
-          "row", [](Manager& m, Int<RequestId> r) { return m.use()->row(r); }, py::arg("r"))
+          "row", [](Manager& m, Int<RequestId> r) { return KernelExports(*m.use()).row(r).index; }, py::arg("r"))
       .def_property_readonly("free_large_pages", [](Manager& m) { return m.use()->large_pages().num_free(); })
       .def(
-          "num_used_pages", [](Manager& m, Int<GroupId> g) { return m.use()->num_used_pages(g); }, py::arg("group"))
+          "num_used_pages", [](Manager& m, Int<GroupId> g) { return m.use()->page_counts(g).used; }, py::arg("group"))
       .def(
-          "num_evictable_pages", [](Manager& m, Int<GroupId> g) { return m.use()->num_evictable_pages(g); },
+          "num_evictable_pages", [](Manager& m, Int<GroupId> g) { return m.use()->page_counts(g).evictable; },
           py::arg("group"))
       .def(
-          "num_evicted_pages", [](Manager& m, Int<GroupId> g) { return m.use()->num_evicted_pages(g); },
+          "num_evicted_pages", [](Manager& m, Int<GroupId> g) { return m.use()->page_counts(g).evicted; },
           py::arg("group"))
       .def("check_invariants", [](Manager& m) {
         auto kv = m.use();

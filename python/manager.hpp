@@ -9,7 +9,9 @@
 #include "bindings.hpp"
 
 #include "kvmm/error.hpp"
+#include "kvmm/manager/kernel_exports.hpp"
 #include "kvmm/manager/kv_cache_manager.hpp"
+#include "kvmm/testing/manager_inspector.hpp"
 
 #include <atomic>
 #include <optional>

@@ -5,6 +5,7 @@
 // dense export (FlashAttention's block table, O(batch + changed)); 3: the same step as one
 // decode_step call (commit of the previous step + append + allocate + export). Reported
 // as ns per request.
+#include "kvmm/manager/kernel_exports.hpp"
 #include "kvmm/manager/kv_cache_manager.hpp"
 
 #include <benchmark/benchmark.h>
@@ -48,17 +49,17 @@ void BM_DecodeStepExport(benchmark::State& state) {
     kv.begin_step();
     if (mode == 3) {
       std::fill(tokens.begin(), tokens.end(), s);
-      return kv.decode_step(ids, tokens, tables, kMaxPages, {.null_page = 0}) == kBatch;
+      return KernelExports(kv).decode_step(ids, tokens, tables, kMaxPages, {.null_page = 0}) == kBatch;
     }
     for (RequestId r : ids) {
       kv.append_token(r, s);
       if (!kv.allocate(r, 1)) return false;
     }
     for (GroupId g = 0; g < 2; ++g) {
-      if (mode == 1) kv.export_csr(g, ids, indptr, indices, last);
-      if (mode == 2) kv.export_dense_incremental(g, ids, dense[g], kMaxPages, {.null_page = 0});
+      if (mode == 1) KernelExports(kv).export_csr(g, ids, indptr, indices, last);
+      if (mode == 2) KernelExports(kv).export_dense_incremental(g, ids, dense[g], kMaxPages, {.null_page = 0});
     }
-    for (RequestId r : ids) kv.commit(r, kv.kv_len(r, 0));  // as commit_batch(ids) does
+    for (RequestId r : ids) kv.commit(r, KernelExports(kv).kv_len(r, 0));  // as commit_batch(ids) does
     return true;
   };
   start_wave();  // an untimed wave to full length sizes every row (steady state)

@@ -197,7 +197,7 @@ class KvmmPolicy final : public Policy {
     out.free = std::uint64_t{kv_.large_pages().num_free()} * l.large_page_bytes();
     out.capacity = std::uint64_t{kv_.large_pages().capacity()} * l.large_page_bytes();
     out.evictions = 0;
-    for (GroupId g = 0; g < l.num_groups(); ++g) out.evictions += kv_.num_evicted_pages(g);
+    for (GroupId g = 0; g < l.num_groups(); ++g) out.evictions += kv_.page_counts(g).evicted;
   }
 
  private:
@@ -234,9 +234,10 @@ class KvmmPolicy final : public Policy {
       for (std::uint32_t id : active_) {
         if (reqs_[id].handle == kNoRequest) continue;  // added, not looked up yet: holds nothing
         const std::uint64_t n = kv_.page_table(reqs_[id].handle, g).size();
-        dup += n - std::min<std::uint64_t>(n, reqs_[id].lo[g]) + kv_.num_held_pages(reqs_[id].handle, g);
+        dup += n - std::min<std::uint64_t>(n, reqs_[id].lo[g]) +
+               kvmm::testing::ManagerInspector(kv_).num_held_pages(reqs_[id].handle, g);
       }
-      dup -= kv_.num_used_pages(g);
+      dup -= kv_.page_counts(g).used;
     }
     for (std::uint32_t id : active_) {
       const Req& q = reqs_[id];
@@ -251,7 +252,7 @@ class KvmmPolicy final : public Policy {
         continue;
       }
       // Pages held for a cache boundary (out of the table): needed whole, as stats() counts.
-      const std::uint64_t held = kv_.num_held_pages(q.handle, g);
+      const std::uint64_t held = kvmm::testing::ManagerInspector(kv_).num_held_pages(q.handle, g);
       u.distinct += held;
       u.need += held * (grp.is_state() ? grp.natural_page_bytes() : P * bpt);
       // A held page another request maps too (a later hit at the boundary): its need is the
@@ -363,7 +364,7 @@ class KvmmPolicy final : public Policy {
       const Req& q = reqs_[id];
       if (q.handle == kNoRequest) continue;
       const std::span<const PageId> pages = kv_.page_table(q.handle, g);
-      if (kv_.num_held_pages(q.handle, g) > 0)
+      if (kvmm::testing::ManagerInspector(kv_).num_held_pages(q.handle, g) > 0)
         for (const auto& [hg, hp] : kvmm::testing::ManagerInspector(kv_).held_pages(q.handle))
           if (hg == g) credit(hp, grp.is_state() ? grp.natural_page_bytes() : P * bpt);
       if (!grp.is_decoder()) {

@@ -84,52 +84,14 @@ std::uint64_t KVCacheManager::num_computed(RequestId r) const { return core_->re
 std::uint64_t KVCacheManager::num_allocated(RequestId r) const { return core_->req(r).progress.allocated; }
 std::uint64_t KVCacheManager::num_tokens(RequestId r) const { return core_->req(r).ids.num_tokens(); }
 std::span<const PageId> KVCacheManager::page_table(RequestId r, GroupId g) const {
-  return core_->group(g).table.pages(row(r));
+  return core_->group(g).table.pages(core_->requests().row(r));
 }
-std::span<const PageId> KVCacheManager::host_page_table(RequestId r, GroupId g) const {
-  return core_->swap.host(core_->check_group(g)).table.pages(row(r));
-}
-const PageTableSet& KVCacheManager::page_tables(GroupId g) const { return core_->group(g).table; }
-std::uint64_t KVCacheManager::kv_len(RequestId r, GroupId g) const { return core_->exports.kv_len(r, g); }
-std::size_t KVCacheManager::export_csr(GroupId g, std::span<const RequestId> batch, std::span<std::int32_t> indptr,
-                                       std::span<std::int32_t> indices, std::span<std::int32_t> last_page_len,
-                                       const KernelExportOptions& o, std::span<std::int32_t> first_page) const {
-  const ExportOptions eo = core_->exports.export_options(g, batch, o);
-  return core_->group(g).table.export_csr(core_->exports.export_rows(), indptr, indices, last_page_len, eo, first_page);
-}
-std::size_t KVCacheManager::export_dense_incremental(GroupId g, std::span<const RequestId> batch,
-                                                     std::span<std::int32_t> block_table, std::uint32_t max_pages,
-                                                     const KernelExportOptions& o) {
-  const BlockTableOut t{.group = g, .table = block_table};
-  return core_->exports.export_incremental(batch, {&t, 1}, max_pages, o);
-}
-std::size_t KVCacheManager::export_dense_incremental(std::span<const RequestId> batch,
-                                                     std::span<const BlockTableOut> tables, std::uint32_t max_pages,
-                                                     const KernelExportOptions& o) {
-  return core_->exports.export_incremental(batch, tables, max_pages, o);
-}
-std::size_t KVCacheManager::decode_step(std::span<const RequestId> batch, std::span<const std::uint32_t> tokens,
-                                        std::span<const BlockTableOut> tables, std::uint32_t max_pages,
-                                        const KernelExportOptions& o) {
-  return core_->exports.decode_step(batch, tokens, tables, max_pages, o);
-}
-void KVCacheManager::export_dense(GroupId g, std::span<const RequestId> batch, std::span<std::int32_t> block_table,
-                                  std::uint32_t max_pages, const KernelExportOptions& o) const {
-  const ExportOptions eo = core_->exports.export_options(g, batch, o);
-  core_->group(g).table.export_dense(core_->exports.export_rows(), block_table, max_pages, eo);
-}
-Row KVCacheManager::row(RequestId r) const { return core_->requests().row(r); }
 const LargePagePool& KVCacheManager::large_pages() const { return core_->large_pages(); }
 const SmallPageAllocator& KVCacheManager::small_pages(GroupId g) const { return core_->group(g).alloc; }
-std::uint32_t KVCacheManager::num_used_pages(GroupId g) const {
+PageCounts KVCacheManager::page_counts(GroupId g) const {
   const detail::Group& grp = core_->group(g);
-  return grp.alloc.num_used_small() - grp.evictable;
+  return {.used = grp.alloc.num_used_small() - grp.evictable, .evictable = grp.evictable, .evicted = grp.evicted};
 }
-std::uint32_t KVCacheManager::num_held_pages(RequestId r, GroupId g) const {
-  return core_->req(r).keep.held_in[core_->check_group(g)];
-}
-std::uint32_t KVCacheManager::num_evictable_pages(GroupId g) const { return core_->group(g).evictable; }
-std::uint64_t KVCacheManager::num_evicted_pages(GroupId g) const { return core_->group(g).evicted; }
 void KVCacheManager::check_invariants() const { core_->check_invariants(); }
 
 }  // namespace kvmm

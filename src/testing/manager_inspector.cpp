@@ -47,6 +47,13 @@ std::pair<std::uint64_t, std::uint64_t> ManagerInspector::prompt_tail(RequestId 
   const detail::CacheBoundaries& b = kv_.core_->req(r).keep.bounds;
   return {b.tail_lo(), b.tail_hi()};  // (0, 0) once dropped
 }
+std::uint32_t ManagerInspector::num_held_pages(RequestId r, GroupId g) const {
+  return kv_.core_->req(r).keep.held_in[kv_.core_->check_group(g)];
+}
+std::span<const PageId> ManagerInspector::host_page_table(RequestId r, GroupId g) const {
+  const detail::ManagerCore& core = *kv_.core_;
+  return core.swap.host(core.check_group(g)).table.pages(core.requests().row(r));
+}
 PageId ManagerInspector::next_large_victim() const { return kv_.core_->store().large_front(); }
 PageId ManagerInspector::next_mixed_victim() const { return kv_.core_->store().mixed_front(); }
 

@@ -8,6 +8,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <kvmm/manager/kernel_exports.hpp>
 #include <kvmm/manager/kv_cache_manager.hpp>
 
 using namespace kvmm;
@@ -70,7 +71,7 @@ TEST_CASE("manager exports read back through the CPU kernels equal contiguous at
       // The export as FlashInfer takes it, with the reserved zero page for freed pages.
       const PageId zero_page = num_large * layout.small_pages_per_large_page(g.id);
       std::vector<std::int32_t> indptr(batch + 1), indices(512), last(batch);
-      kv.export_csr(g.id, ids, indptr, indices, last, {.null_page = zero_page});
+      KernelExports(kv).export_csr(g.id, ids, indptr, indices, last, {.null_page = zero_page});
       std::vector<std::uint32_t> uindptr(batch + 1), kv_lens(batch);
       std::vector<PageId> pages(indices.size());
       std::vector<std::vector<bool>> token_null(batch);

@@ -5,6 +5,7 @@
 // request end to end.
 #include "kvmm/error.hpp"
 #include "kvmm/manager/kv_cache_manager.hpp"
+#include "kvmm/testing/manager_inspector.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -32,12 +33,13 @@ Snapshot snap(const KVCacheManager& kv, const std::vector<RequestId>& live) {
   s.active = kv.num_active();
   s.free_large = kv.large_pages().num_free();
   for (GroupId g = 0; g < kv.layout().num_groups(); ++g)
-    s.counts.insert(s.counts.end(), {kv.num_used_pages(g), kv.num_evictable_pages(g), kv.num_evicted_pages(g)});
+    s.counts.insert(s.counts.end(), {kv.page_counts(g).used, kv.page_counts(g).evictable, kv.page_counts(g).evicted});
   for (RequestId r : live) {
     s.reqs.insert(s.reqs.end(), {kv.num_computed(r), kv.num_allocated(r), kv.num_tokens(r), kv.is_swapped(r)});
     for (GroupId g = 0; g < kv.layout().num_groups(); ++g) {
       s.rows.emplace_back(kv.page_table(r, g).begin(), kv.page_table(r, g).end());
-      s.rows.emplace_back(kv.host_page_table(r, g).begin(), kv.host_page_table(r, g).end());
+      s.rows.emplace_back(kvmm::testing::ManagerInspector(kv).host_page_table(r, g).begin(),
+                          kvmm::testing::ManagerInspector(kv).host_page_table(r, g).end());
     }
   }
   return s;

@@ -2,6 +2,7 @@
 // (Python's commit_batch, decode_step) is checked whole before any is made (issue 29 item
 // 5: a write into a page shared since fork raised part-way through a batch, after earlier
 // requests of the batch were committed).
+#include "kvmm/manager/kernel_exports.hpp"
 #include "kvmm/manager/kv_cache_manager.hpp"
 
 #include <catch2/catch.hpp>
@@ -63,7 +64,7 @@ TEST_CASE("decode_step checks every commit before it makes one", "[manager][comm
   std::vector<std::int32_t> table(2 * 8, -1);
   const std::array<BlockTableOut, 1> tables{BlockTableOut{0, table}};
   const std::vector<PageId> x_row(kv.page_table(x, 0).begin(), kv.page_table(x, 0).end());
-  CHECK_THROWS_WITH(kv.decode_step(batch, tokens, tables, 8), Catch::Contains("shared since fork"));
+  CHECK_THROWS_WITH(KernelExports(kv).decode_step(batch, tokens, tables, 8), Catch::Contains("shared since fork"));
   CHECK(kv.num_computed(x) == 4);  // x was not committed: the step changed nothing
   CHECK(kv.num_tokens(x) == 5);
   CHECK(std::vector<PageId>(kv.page_table(x, 0).begin(), kv.page_table(x, 0).end()) == x_row);

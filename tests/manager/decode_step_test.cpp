@@ -3,6 +3,7 @@
 // allocate, full export_dense) must give the same refusals, page tables, block tables and
 // counters after every step; bad input raises before anything changes; steady-state steps
 // make no heap allocation.
+#include "kvmm/manager/kernel_exports.hpp"
 #include "kvmm/manager/kv_cache_manager.hpp"
 #include "manager_fixture.hpp"
 #include "support/count_new.hpp"
@@ -27,14 +28,14 @@ KVLayout two_groups() {
 // What decode_step is defined as: the separate calls, then the full (not incremental) export.
 std::size_t separate_calls(KVCacheManager& kv, const std::vector<RequestId>& batch,
                            const std::vector<std::uint32_t>& tokens, std::vector<std::int32_t> (&full)[2]) {
-  for (RequestId r : batch) kv.commit(r, kv.kv_len(r, 0));
+  for (RequestId r : batch) kv.commit(r, KernelExports(kv).kv_len(r, 0));
   for (std::size_t i = 0; i < batch.size(); ++i) {
     kv.append_token(batch[i], tokens[i]);
     if (!kv.allocate(batch[i], 1)) return i;
   }
   for (GroupId g = 0; g < 2; ++g) {
     full[g].assign(batch.size() * kMaxPages, -7);
-    kv.export_dense(g, batch, full[g], kMaxPages, {.null_page = 0});
+    KernelExports(kv).export_dense(g, batch, full[g], kMaxPages, {.null_page = 0});
   }
   return batch.size();
 }
@@ -50,9 +51,9 @@ void same_state(const KVCacheManager& a, const KVCacheManager& b, const std::vec
     }
   }
   for (GroupId g = 0; g < 2; ++g) {
-    REQUIRE(a.num_used_pages(g) == b.num_used_pages(g));
-    REQUIRE(a.num_evictable_pages(g) == b.num_evictable_pages(g));
-    REQUIRE(a.num_evicted_pages(g) == b.num_evicted_pages(g));
+    REQUIRE(a.page_counts(g).used == b.page_counts(g).used);
+    REQUIRE(a.page_counts(g).evictable == b.page_counts(g).evictable);
+    REQUIRE(a.page_counts(g).evicted == b.page_counts(g).evicted);
   }
   REQUIRE(a.counters().refused_allocations == b.counters().refused_allocations);
 }
@@ -95,8 +96,8 @@ TEST_CASE("decode_step equals the separate calls after every step of a random ru
       // A prefilled request joins the next decode batch; decode_step commits its prompt
       // where the engine did not.
       if (rng() % 2 == 0) {
-        plain.commit(r, plain.kv_len(r, 0));
-        fused.commit(r, fused.kv_len(r, 0));
+        plain.commit(r, KernelExports(plain).kv_len(r, 0));
+        fused.commit(r, KernelExports(fused).kv_len(r, 0));
       }
       waiting.erase(waiting.begin() + static_cast<std::ptrdiff_t>(k));
       running.push_back(r);
@@ -119,7 +120,7 @@ TEST_CASE("decode_step equals the separate calls after every step of a random ru
     const BlockTableOut tables[2] = {{.group = 0, .table = inc[0]}, {.group = 1, .table = inc[1]}};
     INFO("step " << step);
     const std::size_t n = separate_calls(plain, batch, tokens, full);
-    REQUIRE(fused.decode_step(batch, tokens, tables, kMaxPages, {.null_page = 0}) == n);
+    REQUIRE(KernelExports(fused).decode_step(batch, tokens, tables, kMaxPages, {.null_page = 0}) == n);
     if (n == batch.size()) {
       for (GroupId g = 0; g < 2; ++g) {
         const std::vector<std::int32_t> got(inc[g].begin(), inc[g].begin() + std::ptrdiff_t(n * kMaxPages));
@@ -137,17 +138,17 @@ TEST_CASE("decode_step equals the separate calls after every step of a random ru
         waiting.push_back(batch[k]);
       }
       batch.resize(n);
-      written += fused.export_dense_incremental(batch, tables, kMaxPages, {.null_page = 0});
+      written += KernelExports(fused).export_dense_incremental(batch, tables, kMaxPages, {.null_page = 0});
       for (GroupId g = 0; g < 2; ++g) {
         full[g].assign(batch.size() * kMaxPages, -7);
-        plain.export_dense(g, batch, full[g], kMaxPages, {.null_page = 0});
+        KernelExports(plain).export_dense(g, batch, full[g], kMaxPages, {.null_page = 0});
         const std::vector<std::int32_t> got(inc[g].begin(), inc[g].begin() + std::ptrdiff_t(n * kMaxPages));
         REQUIRE(got == full[g]);
       }
     }
     same_state(plain, fused, running);
     if (step % 100 == 0) fused.check_invariants();
-    REQUIRE(fused.export_dense_incremental(batch, std::span<const BlockTableOut>{}, kMaxPages) == 0);
+    REQUIRE(KernelExports(fused).export_dense_incremental(batch, std::span<const BlockTableOut>{}, kMaxPages) == 0);
   }
   WARN("refused " << refused << " decoded " << decoded << " written " << written);
   CHECK(refused > 20);  // the run did refuse, preempt and export the smaller batch
@@ -173,34 +174,39 @@ TEST_CASE("decode_step checks its input before anything changes", "[manager][exp
       CHECK(kv.num_allocated(r) == 9);
     }
   };
-  CHECK_THROWS_WITH(kv.decode_step(batch, {tokens.data(), 1}, tables, kMaxPages),
+  CHECK_THROWS_WITH(KernelExports(kv).decode_step(batch, {tokens.data(), 1}, tables, kMaxPages),
                     Catch::Contains("tokens: 1 tokens for a batch of 2"));
   const BlockTableOut twice[2] = {tables[0], {.group = 0, .table = t1}};
-  CHECK_THROWS_WITH(kv.decode_step(batch, tokens, twice, kMaxPages), Catch::Contains("tables[1].group = 0"));
+  CHECK_THROWS_WITH(KernelExports(kv).decode_step(batch, tokens, twice, kMaxPages),
+                    Catch::Contains("tables[1].group = 0"));
   const BlockTableOut bad_group[1] = {{.group = 2, .table = t0}};
-  CHECK_THROWS_WITH(kv.decode_step(batch, tokens, bad_group, kMaxPages), Catch::Contains("group = 2"));
+  CHECK_THROWS_WITH(KernelExports(kv).decode_step(batch, tokens, bad_group, kMaxPages), Catch::Contains("group = 2"));
   const BlockTableOut small[1] = {{.group = 1, .table = {t1.data(), kMaxPages}}};
-  CHECK_THROWS_WITH(kv.decode_step(batch, tokens, small, kMaxPages), Catch::Contains("tables[0]: size 48 < batch 2"));
-  CHECK_THROWS_WITH(kv.decode_step(batch, tokens, tables, kMaxPages, {.trim = true}), Catch::Contains("trim"));
+  CHECK_THROWS_WITH(KernelExports(kv).decode_step(batch, tokens, small, kMaxPages),
+                    Catch::Contains("tables[0]: size 48 < batch 2"));
+  CHECK_THROWS_WITH(KernelExports(kv).decode_step(batch, tokens, tables, kMaxPages, {.trim = true}),
+                    Catch::Contains("trim"));
   // A request not admitted yet, then a stale handle, each after a good one.
   const RequestId c = kv.add_request(test::salted_ids(9, 3));
   kv.lookup_prefix(c);
   const std::vector<RequestId> pending{a, c}, stale{a, 12345};
-  CHECK_THROWS_WITH(kv.decode_step(pending, tokens, tables, kMaxPages), Catch::Contains("before its first allocate"));
-  CHECK_THROWS(kv.decode_step(stale, tokens, tables, kMaxPages));
+  CHECK_THROWS_WITH(KernelExports(kv).decode_step(pending, tokens, tables, kMaxPages),
+                    Catch::Contains("before its first allocate"));
+  CHECK_THROWS(KernelExports(kv).decode_step(stale, tokens, tables, kMaxPages));
   // Swapped out: no host pool here, so a request allocated past its ids stands in for the
   // other per-request check (its commit would need ids it does not have).
   REQUIRE(kv.allocate(c, 9 + 3));
   const std::vector<RequestId> ahead{a, c};
-  CHECK_THROWS_WITH(kv.decode_step(ahead, tokens, tables, kMaxPages), Catch::Contains("12 tokens, it has 9"));
+  CHECK_THROWS_WITH(KernelExports(kv).decode_step(ahead, tokens, tables, kMaxPages),
+                    Catch::Contains("12 tokens, it has 9"));
   unchanged();
   kv.check_invariants();
   // And the good call works on the same state.
-  REQUIRE(kv.decode_step(batch, tokens, tables, kMaxPages, {.null_page = 0}) == 2);
+  REQUIRE(KernelExports(kv).decode_step(batch, tokens, tables, kMaxPages, {.null_page = 0}) == 2);
   CHECK(kv.num_computed(a) == 9);
   CHECK(kv.num_tokens(a) == 10);
   CHECK(kv.num_allocated(a) == 10);
-  CHECK(kv.kv_len(a, 0) == 10);
+  CHECK(KernelExports(kv).kv_len(a, 0) == 10);
   CHECK(t0[2] == static_cast<std::int32_t>(kv.page_table(a, 0)[2]));  // 10 tokens: pages 0-2
   CHECK(t0[3] == 0);
 }
@@ -223,7 +229,8 @@ TEST_CASE("decode_step makes no heap allocation in steady state", "[manager][all
       REQUIRE(kv.allocate(batch[i], 20));
     }
     const std::uint64_t before = test::heap_allocations();
-    for (std::uint32_t s = 0; s < 150; ++s) REQUIRE(kv.decode_step(batch, tokens, tables, kMaxPages) == 8);
+    for (std::uint32_t s = 0; s < 150; ++s)
+      REQUIRE(KernelExports(kv).decode_step(batch, tokens, tables, kMaxPages) == 8);
     const std::uint64_t n = test::heap_allocations() - before;
     for (RequestId r : batch) kv.free(r);
     return n;

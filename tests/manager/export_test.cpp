@@ -2,6 +2,7 @@
 // step will have computed, so FlashInfer's last_page_len is exact inside the last page,
 // lookahead pages stay out, an image row counts its image tokens, and a reserved null page
 // replaces kNullPage. Exact cases from the issue, by hand.
+#include "kvmm/manager/kernel_exports.hpp"
 #include "kvmm/manager/kv_cache_manager.hpp"
 #include "manager_fixture.hpp"
 
@@ -34,7 +35,7 @@ TEST_CASE("decode inside the last page: last_page_len follows the step, lookahea
   REQUIRE(kv.allocate(r, 20));
   const std::vector<RequestId> batch{r};
   Csr c(1);
-  kv.export_csr(0, batch, c.indptr, c.indices, c.last);
+  KernelExports(kv).export_csr(0, batch, c.indptr, c.indices, c.last);
   CHECK(c.pages(0) == 2);
   CHECK(c.last[0] == 4);
   kv.commit(r, 20);
@@ -43,8 +44,8 @@ TEST_CASE("decode inside the last page: last_page_len follows the step, lookahea
     kv.begin_step();
     kv.append_token(r, 7);
     REQUIRE(kv.allocate(r, 1, step == 2 ? 16 : 0));  // the last step with 16 lookahead tokens
-    CHECK(kv.kv_len(r, 0) == 21 + step);
-    kv.export_csr(0, batch, c.indptr, c.indices, c.last);
+    CHECK(KernelExports(kv).kv_len(r, 0) == 21 + step);
+    KernelExports(kv).export_csr(0, batch, c.indptr, c.indices, c.last);
     CHECK(c.pages(0) == 2);  // the lookahead page is not exported
     CHECK(c.last[0] == static_cast<std::int32_t>(5 + step));
     CHECK(c.indices[1] == static_cast<std::int32_t>(kv.page_table(r, 0)[1]));
@@ -52,9 +53,9 @@ TEST_CASE("decode inside the last page: last_page_len follows the step, lookahea
   }
   CHECK(kv.page_table(r, 0).size() == 3);  // the lookahead page is held
   // After the commit and before the next allocate the row still exports what is computed.
-  CHECK(kv.kv_len(r, 0) == 23);
+  CHECK(KernelExports(kv).kv_len(r, 0) == 23);
   std::vector<std::int32_t> dense(4, -7);
-  kv.export_dense(0, batch, dense, 4, {.null_page = 15});
+  KernelExports(kv).export_dense(0, batch, dense, 4, {.null_page = 15});
   CHECK(dense[0] == static_cast<std::int32_t>(kv.page_table(r, 0)[0]));
   CHECK(dense[2] == 15);  // padding: the reserved page, never kNullPage
   CHECK(dense[3] == 15);
@@ -73,11 +74,11 @@ TEST_CASE("a cross-attention row exports its image tokens: 4,803 tokens end 3 in
   REQUIRE(kv.allocate(r, 64));
   const std::vector<RequestId> batch{r};
   Csr c(1);
-  kv.export_csr(1, batch, c.indptr, c.indices, c.last);
-  CHECK(kv.kv_len(r, 1) == 4803);
+  KernelExports(kv).export_csr(1, batch, c.indptr, c.indices, c.last);
+  CHECK(KernelExports(kv).kv_len(r, 1) == 4803);
   CHECK(c.pages(0) == 301);
   CHECK(c.last[0] == 3);
-  kv.export_csr(0, batch, c.indptr, c.indices, c.last);
+  KernelExports(kv).export_csr(0, batch, c.indptr, c.indices, c.last);
   CHECK(c.pages(0) == 4);  // text: the 64 tokens scheduled
   CHECK(c.last[0] == 16);
 }
@@ -103,21 +104,23 @@ TEST_CASE("sliding-window rows: the reserved null page replaces freed pages, or 
   const std::vector<RequestId> batch{r};
   Csr c(1);
   const PageId reserved = 63 * layout.small_pages_per_large_page(1);
-  kv.export_csr(1, batch, c.indptr, c.indices, c.last, {.null_page = reserved});
+  KernelExports(kv).export_csr(1, batch, c.indptr, c.indices, c.last, {.null_page = reserved});
   CHECK(c.pages(0) == 8);
   for (std::size_t i = 0; i < 8; ++i) CHECK(c.indices[i] == static_cast<std::int32_t>(i < nulls ? reserved : row[i]));
   CHECK(c.last[0] == 3);  // 31 tokens, 4 per page
-  kv.export_csr(1, batch, c.indptr, c.indices, c.last, {.trim = true}, c.first);
+  KernelExports(kv).export_csr(1, batch, c.indptr, c.indices, c.last, {.trim = true}, c.first);
   CHECK(c.first[0] == static_cast<std::int32_t>(nulls));
   CHECK(c.pages(0) == static_cast<std::int32_t>(8 - nulls));
   CHECK(c.indices[0] == static_cast<std::int32_t>(row[nulls]));
   // A request with nothing scheduled or computed has no row to export.
   const RequestId idle = kv.add_request(ids(5, 4));
   const std::vector<RequestId> bad{idle};
-  CHECK_THROWS_WITH(kv.export_csr(1, bad, c.indptr, c.indices, c.last), Catch::Contains("kv_lens[0] = 0"));
+  CHECK_THROWS_WITH(KernelExports(kv).export_csr(1, bad, c.indptr, c.indices, c.last),
+                    Catch::Contains("kv_lens[0] = 0"));
   kv.free(idle);
   kv.free(r);
-  CHECK_THROWS_WITH(kv.export_csr(1, batch, c.indptr, c.indices, c.last), Catch::Contains("not an active request"));
+  CHECK_THROWS_WITH(KernelExports(kv).export_csr(1, batch, c.indptr, c.indices, c.last),
+                    Catch::Contains("not an active request"));
 }
 
 TEST_CASE("the incremental dense export equals the full one after every step of a random run",
@@ -165,8 +168,8 @@ TEST_CASE("the incremental dense export equals the full one after every step of 
       const KernelExportOptions o{.null_page = 0};
       full.assign(batch.size() * kMaxPages, -7);
       inc[g].resize(batch.size() * kMaxPages, -9);
-      kv.export_dense(g, batch, full, kMaxPages, o);
-      const std::size_t w = kv.export_dense_incremental(g, batch, inc[g], kMaxPages, o);
+      KernelExports(kv).export_dense(g, batch, full, kMaxPages, o);
+      const std::size_t w = KernelExports(kv).export_dense_incremental(g, batch, inc[g], kMaxPages, o);
       if (batch == prev) {
         same_rows += batch.size();
         same_written += w;
@@ -176,7 +179,7 @@ TEST_CASE("the incremental dense export equals the full one after every step of 
     }
     same_steps += batch == prev;
     prev = batch;
-    for (RequestId r : batch) kv.commit(r, kv.kv_len(r, 0));
+    for (RequestId r : batch) kv.commit(r, KernelExports(kv).kv_len(r, 0));
   }
   // With the batch unchanged, a row gets only its new pages and the window's newly freed
   // ones (a step adds at most 9 tokens: 3 pages each way with 4-token pages), not 48.

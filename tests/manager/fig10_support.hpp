@@ -2,6 +2,7 @@
 // names, and a snapshot of everything a call may change (tables, counts, states).
 #pragma once
 
+#include "kvmm/manager/kernel_exports.hpp"
 #include "kvmm/manager/kv_cache_manager.hpp"
 #include "kvmm/testing/manager_inspector.hpp"
 
@@ -29,7 +30,7 @@ struct Snapshot {
   bool operator==(const Snapshot&) const = default;
 };
 
-inline Snapshot snapshot(const KVCacheManager& kv, std::uint32_t max_requests) {
+inline Snapshot snapshot(KVCacheManager& kv, std::uint32_t max_requests) {
   Snapshot s;
   s.free_large = kv.large_pages().num_free();
   for (GroupId g = 0; g < kv.layout().num_groups(); ++g) {
@@ -37,7 +38,7 @@ inline Snapshot snapshot(const KVCacheManager& kv, std::uint32_t max_requests) {
     s.refs.emplace_back();
     s.states.emplace_back();
     for (RequestId r = 0; r < max_requests; ++r) {
-      const auto t = kv.page_tables(g).pages(Row{r});
+      const auto t = KernelExports(kv).page_tables(g).pages(Row{r});
       s.tables.back().emplace_back(t.begin(), t.end());
     }
     const std::uint64_t pages = std::uint64_t{kv.large_pages().capacity()} * kv.small_pages(g).pages_per_large();

@@ -80,12 +80,12 @@ TEST_CASE("a cached image serves a request whose text before it differs", "[mana
   // Other text before the same image: the text hit is 0, the image's pages are A's.
   const RequestId b = kv.add_request(text(500, 16), {.items = std::span(&img, 1)});
   CHECK(kv.lookup_prefix(b) == 0);
-  const std::uint32_t used_before = kv.num_used_pages(1);
+  const std::uint32_t used_before = kv.page_counts(1).used;
   REQUIRE(kv.allocate(b, 16));
   CHECK(kv.image_from_cache(b, 0));
   const std::vector<PageId> b_cross(kv.page_table(b, 1).begin(), kv.page_table(b, 1).end());
   CHECK(b_cross == cross);
-  CHECK(kv.num_used_pages(1) == used_before + 3);              // the cached pages are in use again, none fresh
+  CHECK(kv.page_counts(1).used == used_before + 3);            // the cached pages are in use again, none fresh
   for (PageId p : kv.page_table(b, 2)) CHECK(p != kNullPage);  // vision rows: pinned from the cache too
   kv.check_invariants();
   CHECK_THROWS_WITH(kv.image_from_cache(b, 1), Catch::Contains("item = 1") && Catch::Contains("1 images"));
@@ -117,16 +117,16 @@ TEST_CASE("a refused first allocate gives back the images it took from the cache
   kv.commit(a, 8);
   kv.free(a);
   REQUIRE(kv.cached_image(img));
-  const std::uint32_t evictable = kv.num_evictable_pages(1);
+  const std::uint32_t evictable = kv.page_counts(1).evictable;
   // A long text after the image: more text pages than the pool has.
   const RequestId b = kv.add_request(text(50, 400), {.items = std::span(&img, 1)});
   kv.lookup_prefix(b);
   CHECK_FALSE(kv.would_allocate(b, 400));  // asked: the same answer, the pins given back
-  CHECK(kv.num_evictable_pages(1) == evictable);
+  CHECK(kv.page_counts(1).evictable == evictable);
   CHECK(kv.would_allocate(b, 8));
-  CHECK(kv.num_evictable_pages(1) == evictable);
+  CHECK(kv.page_counts(1).evictable == evictable);
   CHECK_FALSE(kv.allocate(b, 400));
-  CHECK(kv.num_evictable_pages(1) == evictable);  // the pins went back
+  CHECK(kv.page_counts(1).evictable == evictable);  // the pins went back
   CHECK(kv.page_table(b, 1).empty());
   CHECK_FALSE(kv.image_from_cache(b, 0));
   kv.check_invariants();

@@ -191,7 +191,7 @@ TEST_CASE("a refused admission then reset leaves the manager as it found it", "[
         running = serve(y, true);  // hits 1 2 3, keeps them used
         serve(z, false);
         kv->begin_step();
-        REQUIRE(kv->num_evicted_pages(kFull) + kv->num_evicted_pages(kSw) == 0);
+        REQUIRE(kv->page_counts(kFull).evicted + kv->page_counts(kSw).evicted == 0);
       }
       std::vector<std::uint32_t> big(x);
       big.resize(200, 7);
@@ -256,7 +256,7 @@ TEST_CASE("reset releases every page and keeps ids and hashes for a new lookup",
   CHECK(kv.page_table(r, kFull).empty());
   CHECK(kv.page_table(r, kSw).empty());
   for (PageId p : full) CHECK(kvmm::testing::ManagerInspector(kv).page_state(kFull, p) == PageState::kEvictable);
-  CHECK(kv.num_used_pages(kFull) == 0);
+  CHECK(kv.page_counts(kFull).used == 0);
   kv.check_invariants();
 
   // The new lookup (ids kept, hashes not recomputed) hits what a new request with the
@@ -280,7 +280,7 @@ TEST_CASE("reset releases every page and keeps ids and hashes for a new lookup",
   CHECK(kv.is_swapped(r));
   kv.reset(r);
   CHECK_FALSE(kv.is_swapped(r));
-  CHECK(kv.host_page_table(r, kFull).empty());
+  CHECK(kvmm::testing::ManagerInspector(kv).host_page_table(r, kFull).empty());
   CHECK(kv.num_computed(r) == 0);
   kv.check_invariants();
 

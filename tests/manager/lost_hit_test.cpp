@@ -40,7 +40,7 @@ TEST_CASE("allocate answers kHitLost, changing nothing, when the looked-up hit w
   CHECK(kv.counters().lost_hits == before.lost_hits + 1);
   CHECK(kv.counters().refused_allocations == before.refused_allocations);
   CHECK(kv.num_allocated(b) == 12);  // as lookup_prefix left it
-  CHECK(kv.num_used_pages(0) == 0);
+  CHECK(kv.page_counts(0).used == 0);
   kv.check_invariants();
   // The engine resets and looks up again: nothing is cached now, the allocate admits.
   kv.reset(b);

@@ -36,8 +36,8 @@ struct Snap {
 Snap snap(const KVCacheManager& kv, const std::vector<RequestId>& live) {
   Snap s{kv.large_pages().num_free(), {}, {}, {}, 0};
   for (GroupId g = 0; g < 2; ++g) {
-    s.used.push_back(kv.num_used_pages(g));
-    s.evictable.push_back(kv.num_evictable_pages(g));
+    s.used.push_back(kv.page_counts(g).used);
+    s.evictable.push_back(kv.page_counts(g).evictable);
     for (RequestId r : live) s.rows.emplace_back(kv.page_table(r, g).begin(), kv.page_table(r, g).end());
   }
   for (RequestId r : live) s.allocated += kv.num_allocated(r);
@@ -191,7 +191,7 @@ TEST_CASE("manager over an elastic arena: random traffic with caching and evicti
   }
   CHECK(refused > 10);
   CHECK(served > 100);
-  CHECK(kv.num_evicted_pages(0) > 0);
+  CHECK(kv.page_counts(0).evicted > 0);
 }
 
 // PagedKVAllocator (the allocation core without caching) over the same failing arena: an

@@ -285,13 +285,13 @@ TEST_CASE("a prefix computed twice stays findable from its newest copy", "[manag
     const auto pa = kv.page_table(a, 0);
     const std::vector<PageId> a_pages(pa.begin(), pa.end());
     kv.free(a);
-    CHECK(kv.num_evictable_pages(0) == 8);
+    CHECK(kv.page_counts(0).evictable == 8);
     const RequestId b = kv.add_request(ids);  // no lookup: computes the prefix again
     REQUIRE(kv.allocate(b, 8));
     kv.commit(b, 8);
     kv.check_invariants();
-    CHECK(kv.num_evictable_pages(0) == 0);
-    CHECK(kv.num_used_pages(0) == 8);
+    CHECK(kv.page_counts(0).evictable == 0);
+    CHECK(kv.page_counts(0).used == 8);
     for (PageId p : a_pages) CHECK(in.page_state(0, p) == PageState::kEmpty);
     for (PageId p : kv.page_table(b, 0)) CHECK(in.page_hash(0, p).has_value());
   }

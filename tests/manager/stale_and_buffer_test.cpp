@@ -2,6 +2,7 @@
 // every other query does (it answered false), and export_dense_incremental into another
 // buffer than the previous export's writes every row (it wrote only the changes, leaving the
 // new buffer's zeros: page 0 for a kernel).
+#include "kvmm/manager/kernel_exports.hpp"
 #include "kvmm/manager/kv_cache_manager.hpp"
 
 #include <catch2/catch.hpp>
@@ -65,36 +66,36 @@ TEST_CASE("export_dense_incremental into another buffer writes every row", "[man
   for (GroupId g = 0; g < 2; ++g) {
     INFO("group " << g);
     std::vector<std::int32_t> full(batch.size() * kMaxPages, -1);
-    kv.export_dense(g, batch, full, kMaxPages, o);
+    KernelExports(kv).export_dense(g, batch, full, kMaxPages, o);
     std::vector<std::int32_t>&first = bufs[g][0], &second = bufs[g][1];
     first.assign(batch.size() * kMaxPages, 0);
     second.assign(batch.size() * kMaxPages, 0);
-    CHECK(kv.export_dense_incremental(g, batch, first, kMaxPages, o) == full.size());
+    CHECK(KernelExports(kv).export_dense_incremental(g, batch, first, kMaxPages, o) == full.size());
     CHECK(first == full);
     // Nothing changed since: the same buffer gets nothing, another one everything.
-    CHECK(kv.export_dense_incremental(g, batch, first, kMaxPages, o) == 0);
-    CHECK(kv.export_dense_incremental(g, batch, second, kMaxPages, o) == full.size());
+    CHECK(KernelExports(kv).export_dense_incremental(g, batch, first, kMaxPages, o) == 0);
+    CHECK(KernelExports(kv).export_dense_incremental(g, batch, second, kMaxPages, o) == full.size());
     CHECK(second == full);
     // Back to the first: it is another buffer than the previous export's again.
     std::fill(first.begin(), first.end(), 0);
-    CHECK(kv.export_dense_incremental(g, batch, first, kMaxPages, o) == full.size());
+    CHECK(KernelExports(kv).export_dense_incremental(g, batch, first, kMaxPages, o) == full.size());
     CHECK(first == full);
     // A prefix of the same buffer (the batch's first row) keeps its rows.
-    CHECK(kv.export_dense_incremental(g, std::span(batch).first(1), std::span(first).first(kMaxPages), kMaxPages, o) ==
-          0);
+    CHECK(KernelExports(kv).export_dense_incremental(g, std::span(batch).first(1), std::span(first).first(kMaxPages),
+                                                     kMaxPages, o) == 0);
   }
   // The several-group export and decode_step decide per table.
   std::vector<std::int32_t> t0(batch.size() * kMaxPages, 0), t1(batch.size() * kMaxPages, 0);
   const BlockTableOut tables[] = {{.group = 0, .table = t0}, {.group = 1, .table = t1}};
-  CHECK(kv.export_dense_incremental(batch, tables, kMaxPages, o) == 2 * batch.size() * kMaxPages);
+  CHECK(KernelExports(kv).export_dense_incremental(batch, tables, kMaxPages, o) == 2 * batch.size() * kMaxPages);
   kv.begin_step();
   const std::vector<std::uint32_t> tokens{7, 8};
   std::vector<std::int32_t> u0(t0.size(), 0), u1(t1.size(), 0);
   const BlockTableOut fresh[] = {{.group = 0, .table = u0}, {.group = 1, .table = u1}};
-  REQUIRE(kv.decode_step(batch, tokens, fresh, kMaxPages, o) == batch.size());
+  REQUIRE(KernelExports(kv).decode_step(batch, tokens, fresh, kMaxPages, o) == batch.size());
   for (GroupId g = 0; g < 2; ++g) {
     std::vector<std::int32_t> full(batch.size() * kMaxPages, -1);
-    kv.export_dense(g, batch, full, kMaxPages, o);
+    KernelExports(kv).export_dense(g, batch, full, kMaxPages, o);
     CHECK((g == 0 ? u0 : u1) == full);
   }
   kv.check_invariants();

@@ -25,9 +25,9 @@ struct Seq {
 
 void same_state(KVCacheManager& a, KVCacheManager& b, const std::vector<Seq>& seqs, GroupId groups) {
   for (GroupId g = 0; g < groups; ++g) {
-    REQUIRE(a.num_used_pages(g) == b.num_used_pages(g));
-    REQUIRE(a.num_evictable_pages(g) == b.num_evictable_pages(g));
-    REQUIRE(a.num_evicted_pages(g) == b.num_evicted_pages(g));
+    REQUIRE(a.page_counts(g).used == b.page_counts(g).used);
+    REQUIRE(a.page_counts(g).evictable == b.page_counts(g).evictable);
+    REQUIRE(a.page_counts(g).evicted == b.page_counts(g).evicted);
     for (const Seq& s : seqs) {
       const auto ta = a.page_table(s.id, g);
       const auto tb = b.page_table(s.id, g);

@@ -5,6 +5,7 @@
 // and checks the manager's invariants and what the loop reported. Cost: milliseconds.
 #pragma once
 
+#include <kvmm/manager/kernel_exports.hpp>
 #include <kvmm/manager/kv_cache_manager.hpp>
 #include <kvmm/manager/kv_events.hpp>
 #include <kvmm/spec/presets.hpp>
@@ -50,7 +51,7 @@ struct Seq {
     return static_cast<std::uint32_t>(std::min<std::uint64_t>(prompt - kv.num_computed(id), kChunk));
   }
   std::uint64_t computed_after_step() {
-    after = kv.kv_len(id, 0);
+    after = kvmm::KernelExports(kv).kv_len(id, 0);
     return after;
   }
   bool sampled() const { return after >= prompt; }  // the step reached the prompt's end

@@ -194,6 +194,13 @@ struct AllocateResult {
 };
 
 // How the kernel-facing exports write a batch's rows (see PageTableSet's ExportOptions).
+// A group's pages right now (KVCacheManager::page_counts).
+struct PageCounts {
+  std::uint32_t used = 0;       // distinct small pages held by requests or pins (reference count > 0)
+  std::uint32_t evictable = 0;  // cached, held by none: the evictor's
+  std::uint64_t evicted = 0;    // pages evicted so far
+};
+
 struct KernelExportOptions {
   // Written for every kNullPage entry (out-of-window pages, images not needed) and as the
   // dense padding: a zero-filled page the engine reserves, so FlashInfer and FlashAttention
@@ -332,64 +339,12 @@ class KVCacheManager {
   std::uint64_t num_allocated(RequestId r) const;
   std::uint64_t num_tokens(RequestId r) const;
   std::span<const PageId> page_table(RequestId r, GroupId g) const;
-  std::span<const PageId> host_page_table(RequestId r, GroupId g) const;
-  // Kernel inputs of group g for the step's batch (after its allocate calls), as FlashInfer
-  // and FlashAttention take them (int32): each row holds the pages of the tokens its request
-  // will have computed after the step (kv_len(r, g)), so last_page_len is exact and
-  // lookahead pages stay out. O(batch + pages written). kvmm::Error for a stale handle, a
-  // request with nothing scheduled or computed, or buffers too small.
-  std::size_t export_csr(GroupId g, std::span<const RequestId> batch, std::span<std::int32_t> indptr,
-                         std::span<std::int32_t> indices, std::span<std::int32_t> last_page_len,
-                         const KernelExportOptions& o = {}, std::span<std::int32_t> first_page = {}) const;
-  void export_dense(GroupId g, std::span<const RequestId> batch, std::span<std::int32_t> block_table,
-                    std::uint32_t max_pages, const KernelExportOptions& o = {}) const;
-  // export_dense into a buffer that holds this manager's previous incremental export of
-  // group g (the same buffer, max_pages and options; the first call, and a call with a buffer
-  // at another address or other max_pages or options, writes everything): a
-  // row whose request row is unchanged since gets only the entries changed since rewritten,
-  // O(batch + changed entries) instead of O(batch * max_pages): a decode step writes about
-  // one entry per request. Returns the number of entries written.
-  std::size_t export_dense_incremental(GroupId g, std::span<const RequestId> batch, std::span<std::int32_t> block_table,
-                                       std::uint32_t max_pages, const KernelExportOptions& o = {});
-  // export_dense_incremental of each table's group into it, every request's row and kv
-  // length resolved once for all groups: O(batch * tables + changed entries). Groups must
-  // differ (kvmm::Error naming the repeated one). Returns the entries written in all.
-  std::size_t export_dense_incremental(std::span<const RequestId> batch, std::span<const BlockTableOut> tables,
-                                       std::uint32_t max_pages, const KernelExportOptions& o = {});
-  // A decode step of a running batch in one call, as an engine makes it once the previous
-  // step's kernels ran and sampled tokens[i] for batch[i]: exactly the separate calls
-  //   commit(r, kv_len(r)) for each r (what each request's last allocate scheduled is now
-  //   computed), append_token(batch[i], tokens[i]), allocate(batch[i], 1) in order up to the
-  //   first refusal, then, if none was refused, export_dense_incremental(batch, tables, ...).
-  // Returns how many requests got their page: batch.size() when the tables were written;
-  // fewer: the refused request and those after it are committed and have their token, not
-  // their page, and the tables are untouched (preempt, then export the smaller batch). The
-  // handles (active, not swapped out, past their first allocate, their token ids there), the
-  // tokens' count, the groups and the tables' sizes are checked before anything changes; a
-  // row longer than max_pages raises at the export, after the allocations (as the separate
-  // calls would). O(batch * groups + changed entries), no heap allocation in steady state.
-  std::size_t decode_step(std::span<const RequestId> batch, std::span<const std::uint32_t> tokens,
-                          std::span<const BlockTableOut> tables, std::uint32_t max_pages,
-                          const KernelExportOptions& o = {});
-  // The tokens row r of group g exports: for a decoder group what the request will have
-  // computed after this step (computed + the tokens its last allocate scheduled); for an
-  // encoder-token group its image tokens (each image starts on a page boundary: the pages
-  // before the last image count whole, plus the last image's length). O(1).
-  std::uint64_t kv_len(RequestId r, GroupId g) const;
-  // The rows of group g, indexed by request row (row(r)), for the batch exports of
-  // paging/page_table.hpp.
-  const PageTableSet& page_tables(GroupId g) const;
-  Row row(RequestId r) const;
+  // The kernels' inputs (block tables, kv lengths, the fused decode step):
+  // kvmm/manager/kernel_exports.hpp, a companion over this manager.
   const LargePagePool& large_pages() const;
   const SmallPageAllocator& small_pages(GroupId g) const;
-  // Distinct small pages of g held by requests or pins (reference count > 0), cached ones
-  // with none, and pages evicted so far: O(1), unlike stats().
-  std::uint32_t num_used_pages(GroupId g) const;
-  // Pages of g request r holds for its cache boundaries (out of its page table, counted in
-  // num_used_pages): O(1).
-  std::uint32_t num_held_pages(RequestId r, GroupId g) const;
-  std::uint32_t num_evictable_pages(GroupId g) const;
-  std::uint64_t num_evicted_pages(GroupId g) const;
+  // Group g's page counts: O(1), unlike stats().
+  PageCounts page_counts(GroupId g) const;
   // Recomputes every count, list and reference from scratch; raises kvmm::Error naming the
   // first mismatch. O(memory); for tests and debug builds.
   void check_invariants() const;
@@ -397,6 +352,7 @@ class KVCacheManager {
  private:
   friend class testing::ManagerInspector;
   friend class TierAdmission;  // the tier calls reach the core through it alone
+  friend class KernelExports;  // so do the kernel exports
   std::unique_ptr<detail::ManagerCore> core_;
 };
 

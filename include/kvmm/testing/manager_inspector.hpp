@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -34,6 +35,11 @@ class ManagerInspector {
   // Request r's pages held for its cache boundaries (out of its page tables), as (group,
   // page) in the order they left the window; and its boundaries, hinted and learned.
   std::vector<std::pair<GroupId, PageId>> held_pages(RequestId r) const;
+  // Pages of g request r holds for its cache boundaries (out of its page table, counted in
+  // page_counts(g).used): O(1).
+  std::uint32_t num_held_pages(RequestId r, GroupId g) const;
+  // A swapped-out request's host page ids (the swap plans' sources and destinations).
+  std::span<const PageId> host_page_table(RequestId r, GroupId g) const;
   std::vector<std::uint64_t> cache_boundaries(RequestId r) const;
   // Its prompt-tail boundaries (KVCacheManagerOptions::prompt_tail_tokens): every length in
   // [first, second] is one; (0, 0) when none.

@@ -3,7 +3,9 @@
 // side prints for the same script through the bindings; the test compares the two.
 // Usage: kvmm_py_driver SCRIPT. O(script) manager calls; output O(pages) per `tables`.
 #include "kvmm/error.hpp"
+#include "kvmm/manager/kernel_exports.hpp"
 #include "kvmm/manager/kv_cache_manager.hpp"
+#include "kvmm/testing/manager_inspector.hpp"
 
 #include <fmt/format.h>
 
@@ -52,8 +54,9 @@ struct Driver {
       std::cout << fmt::format("req {} computed={} allocated={} tokens={} swapped={}\n", slot, kv->num_computed(r),
                                kv->num_allocated(r), kv->num_tokens(r), kv->is_swapped(r) ? 1 : 0);
       for (GroupId g = 0; g < groups.size(); ++g)
-        std::cout << fmt::format("  g{}:{}\n", g,
-                                 join(kv->is_swapped(r) ? kv->host_page_table(r, g) : kv->page_table(r, g)));
+        std::cout << fmt::format(
+            "  g{}:{}\n", g,
+            join(kv->is_swapped(r) ? testing::ManagerInspector(*kv).host_page_table(r, g) : kv->page_table(r, g)));
     }
     const CacheStats st = kv->stats();
     std::cout << fmt::format("stats free={} lookups={} lookup_tokens={} hit_tokens={}\n", st.free_large_pages,
@@ -68,7 +71,7 @@ struct Driver {
     std::uint64_t bound = 0;
     for (RequestId r : batch) bound += kv->page_table(r, g).size();
     std::vector<std::int32_t> indptr(batch.size() + 1), indices(bound), last(batch.size());
-    const std::size_t nnz = kv->export_csr(g, batch, indptr, indices, last);
+    const std::size_t nnz = KernelExports(*kv).export_csr(g, batch, indptr, indices, last);
     return fmt::format("csr{} |{} |{}", join32(indptr, indptr.size()), join32(indices, nnz), join32(last, last.size()));
   }
 
