@@ -105,8 +105,8 @@ void ElementFormat::validate(std::string_view field, std::uint32_t elems) const 
     fail("{}.scale.placement = {}: not a ScalePlacement", field, static_cast<unsigned>(scale.placement));
   if (scale.granularity == ScaleGranularity::kNone) return;
   const ElementType st = scale.type;
-  if (st != ElementType::kFp32 && st != ElementType::kFp16 && st != ElementType::kBf16 &&
-      st != ElementType::kFp8E4M3 && st != ElementType::kE8M0)
+  if (st != ElementType::kFp32 && st != ElementType::kFp16 && st != ElementType::kBf16 && st != ElementType::kFp8E4M3 &&
+      st != ElementType::kE8M0)
     fail("{}.scale.type = {}: a scale is fp32, fp16, bf16, fp8_e4m3 or e8m0", field, to_string(st));
   if (scale.granularity == ScaleGranularity::kPerBlock) {
     if (scale.block == 0) fail("{}.scale.block = 0: a per-block scale needs block >= 1", field);

@@ -87,8 +87,8 @@ TEST_CASE("element formats: kv_cache_dtype names, bits and scale bytes", "[spec]
 TEST_CASE("element formats: fp8 K with per-token-head scales, nvfp4 V, inline and separate", "[spec][formats]") {
   const std::uint32_t layers = 4, heads = 8, hd = 128, tpp = 16;
   // K: 16 x 8 x 128 fp8 = 16384 B + 16 x 8 fp32 scales = 512 B; V: 8192 B + 1024 B of e4m3 scales.
-  const KVLayout inl = KVLayout::plan(
-      {kv_group("g", layers, heads, hd, fmt_of("fp8_e4m3_per_token_head"), fmt_of("nvfp4"), tpp)});
+  const KVLayout inl =
+      KVLayout::plan({kv_group("g", layers, heads, hd, fmt_of("fp8_e4m3_per_token_head"), fmt_of("nvfp4"), tpp)});
   const std::uint64_t layer = 16384 + 512 + 8192 + 1024;
   CHECK(inl.group(0).layer_stride_bytes() == layer);
   CHECK(inl.natural_page_bytes(0) == layers * layer);
@@ -137,8 +137,8 @@ TEST_CASE("element formats: unformatted groups keep the page-layer layout exactl
 TEST_CASE("MLA: one latent per token, K and V views of it", "[spec][mla]") {
   // DeepSeek-V3: kv_lora_rank 512 + qk_rope_head_dim 64 = 576 bf16 elements per token and
   // layer (vLLM's MLAAttentionSpec: head_size 576, one KV head, no factor 2).
-  const KVLayout bf = KVLayout::plan(
-      {LayerGroup::mla("mla", 61, 512, 64, ElementFormat::of(ElementType::kBf16), std::nullopt, 64)});
+  const KVLayout bf =
+      KVLayout::plan({LayerGroup::mla("mla", 61, 512, 64, ElementFormat::of(ElementType::kBf16), std::nullopt, 64)});
   CHECK(bf.natural_page_bytes(0) == std::uint64_t{61} * 64 * 576 * 2);
   CHECK(bf.group(0).bytes_per_token() == std::uint64_t{61} * 576 * 2);
   CHECK(bf.k_offset(0, 5) == std::uint64_t{5} * 64 * 576 * 2);
@@ -151,8 +151,8 @@ TEST_CASE("MLA: one latent per token, K and V views of it", "[spec][mla]") {
   // = 656 bytes per token and layer.
   ElementFormat nope = ElementFormat::of(ElementType::kFp8E4M3);
   nope.scale = ScaleLayout{ScaleGranularity::kPerBlock, 128, ElementType::kFp32, ScalePlacement::kInline};
-  const KVLayout ds = KVLayout::plan(
-      {LayerGroup::mla("mla", 61, 512, 64, nope, ElementFormat::of(ElementType::kBf16), 64)});
+  const KVLayout ds =
+      KVLayout::plan({LayerGroup::mla("mla", 61, 512, 64, nope, ElementFormat::of(ElementType::kBf16), 64)});
   CHECK(ds.group(0).bytes_per_token() == std::uint64_t{61} * 656);
   CHECK(ds.natural_page_bytes(0) == std::uint64_t{61} * 64 * 656);
   check_parts(ds, 0);
@@ -160,8 +160,7 @@ TEST_CASE("MLA: one latent per token, K and V views of it", "[spec][mla]") {
 
 TEST_CASE("indexer: a key-only group tied to its attention group", "[spec][indexer]") {
   // DeepSeek-V3.2's indexer key: 128 fp8 elements + one fp32 scale = 132 B per token and layer.
-  const LayerGroup mla =
-      LayerGroup::mla("mla", 61, 512, 64, ElementFormat::of(ElementType::kBf16), std::nullopt, 64);
+  const LayerGroup mla = LayerGroup::mla("mla", 61, 512, 64, ElementFormat::of(ElementType::kBf16), std::nullopt, 64);
   const LayerGroup idx = LayerGroup::indexer("indexer", 61, 1, 128, fmt_of("fp8_per_token_head"), 64, "mla");
   const KVLayout l = KVLayout::plan({mla, idx});
   CHECK(l.group(1).bytes_per_token() == std::uint64_t{61} * 132);
@@ -187,7 +186,9 @@ TEST_CASE("indexer: a key-only group tied to its attention group", "[spec][index
              Catch::Contains("tied_to = 'm': a mamba_state key_value group, not a decoder attention group"));
   LayerGroup untied = idx;
   untied.tied_to.clear();
-  CHECK_THAT(error_of([&] { KVLayout::plan({mla, untied}); }),
+  CHECK_THAT(error_of([&] {
+               KVLayout::plan({mla, untied});
+             }),
              Catch::Contains("LayerGroup 'indexer': tied_to is empty"));
 }
 
@@ -205,13 +206,14 @@ TEST_CASE("recurrent state: a state described by its tensors", "[spec][state]") 
   CHECK(l.large_page_bytes() == jamba.large_page_bytes());
   CHECK(l.state_tensor_offset(1, 2, 1) == 2 * g.state_bytes_per_layer + 8192 * 3 * 2);
   CHECK_THAT(l.describe(), Catch::Contains("conv [8192, 3] bf16, ssm [8192, 16] bf16"));
-  CHECK_THAT(error_of([&] { (void)l.state_tensor_offset(1, 0, 2); }), Catch::Contains("tensor = 2: group 'mamba' has 2"));
+  CHECK_THAT(error_of([&] { (void)l.state_tensor_offset(1, 0, 2); }),
+             Catch::Contains("tensor = 2: group 'mamba' has 2"));
 
   // A gated-DeltaNet state (Qwen3-Next): fp32 recurrent state beside a bf16 conv state.
-  const LayerGroup gdn = LayerGroup::recurrent_state(
-      "linear", 36,
-      {{"conv", {8192, 3}, ElementFormat::of(ElementType::kBf16)},
-       {"recurrent", {32, 128, 128}, ElementFormat::of(ElementType::kFp32)}});
+  const LayerGroup gdn =
+      LayerGroup::recurrent_state("linear", 36,
+                                  {{"conv", {8192, 3}, ElementFormat::of(ElementType::kBf16)},
+                                   {"recurrent", {32, 128, 128}, ElementFormat::of(ElementType::kFp32)}});
   CHECK(gdn.state_bytes_per_layer == 8192 * 3 * 2 + 32 * 128 * 128 * 4);
 
   LayerGroup wrong = g;
@@ -258,8 +260,8 @@ TEST_CASE("layer kinds: bad storage fields name the field", "[spec][formats][err
 TEST_CASE("layer kinds: random formatted groups plan without padding, parts disjoint and aligned",
           "[spec][formats][random]") {
   std::mt19937 rng(32);
-  const std::vector<std::string> names{"bf16", "fp16", "fp8",  "fp8_e5m2", "fp8_per_token_head", "int8",
-                                       "int4", "nvfp4", "mxfp8", "mxfp4",   "nvfp4:separate",     "int8:separate"};
+  const std::vector<std::string> names{"bf16", "fp16",  "fp8",   "fp8_e5m2", "fp8_per_token_head", "int8",
+                                       "int4", "nvfp4", "mxfp8", "mxfp4",    "nvfp4:separate",     "int8:separate"};
   auto pick = [&] { return fmt_of(names[rng() % names.size()]); };
   for (int iter = 0; iter < 300; ++iter) {
     INFO("iteration " << iter);
