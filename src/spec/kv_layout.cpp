@@ -267,9 +267,7 @@ std::uint64_t KVLayout::k_offset(GroupId g, std::uint32_t layer) const {
 std::uint64_t KVLayout::v_offset(GroupId g, std::uint32_t layer) const {
   const LayerGroup& grp = group(g);
   if (!grp.is_plain()) {
-    if (grp.storage == KvStorage::kKeyOnly)
-      fail("group = {} ('{}'): an indexer (key_only) group has no V", g, grp.name);
-    if (grp.storage == KvStorage::kLatent) return k_offset(g, layer);
+    if (grp.storage != KvStorage::kKeyValue) return k_offset(g, layer);
     (void)k_offset(g, layer);  // the kind and layer checks
     return grp.part(KvPart::kV, layer).offset;
   }

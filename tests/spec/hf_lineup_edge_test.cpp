@@ -172,19 +172,23 @@ TEST_CASE("hf lineup edge: the layer map's checks", "[spec][hf_config][lineup][e
   CHECK_THAT(error_of([&] { validate_layers(m); }), Catch::Contains("differ from its kv_owner 3's"));
   m = good;
   m.layers[1].index = 0;
-  CHECK_THAT(error_of([&] { validate_layers(m); }), Catch::Contains("layers[1]: slot 0 of group 'local' is already taken"));
+  CHECK_THAT(error_of([&] { validate_layers(m); }),
+             Catch::Contains("layers[1]: slot 0 of group 'local' is already taken"));
   m = good;
   m.layers[0].role = LayerRole::kNoCache;
-  CHECK_THAT(error_of([&] { validate_layers(m); }), Catch::Contains("group 'local': layer slot 0 is used by no decoder"));
+  CHECK_THAT(error_of([&] { validate_layers(m); }),
+             Catch::Contains("group 'local': layer slot 0 is used by no decoder"));
 
-  CHECK_THAT(error_of([] {
-               read(R"({"model_type": "gemma3n", "text_config": {"num_hidden_layers": 10, "num_kv_shared_layers": 10}})");
-             }),
-             Catch::Contains("field 'text_config.num_kv_shared_layers': 10: at least one of the 10 layers must own"));
-  CHECK_THAT(error_of([] {
-               read(R"({"model_type": "gemma3n", "text_config": {"num_hidden_layers": 10, "num_kv_shared_layers": 7}})");
-             }),
-             Catch::Contains("shared layer 4 (full) has no earlier full layer to read"));
+  CHECK_THAT(
+      error_of([] {
+        read(R"({"model_type": "gemma3n", "text_config": {"num_hidden_layers": 10, "num_kv_shared_layers": 10}})");
+      }),
+      Catch::Contains("field 'text_config.num_kv_shared_layers': 10: at least one of the 10 layers must own"));
+  CHECK_THAT(
+      error_of([] {
+        read(R"({"model_type": "gemma3n", "text_config": {"num_hidden_layers": 10, "num_kv_shared_layers": 7}})");
+      }),
+      Catch::Contains("shared layer 4 (full) has no earlier full layer to read"));
 }
 
 TEST_CASE("hf lineup edge: bad fields name the field", "[spec][hf_config][lineup][errors]") {
@@ -251,12 +255,13 @@ TEST_CASE("hf lineup edge: hybrid layer rules against a plain reference over ran
     HfConfigOptions o;
     o.layout.max_large_page_bytes = LayoutOptions::kMaxLargePageBytes;
     // Qwen3-Next: full where (i + 1) % interval == 0.
-    const ModelSpec q = read(fmt::format(R"({{"model_type": "qwen3_next", "num_hidden_layers": {}, "num_attention_heads": 4,
+    const ModelSpec q =
+        read(fmt::format(R"({{"model_type": "qwen3_next", "num_hidden_layers": {}, "num_attention_heads": 4,
         "num_key_value_heads": 2, "head_dim": 64, "full_attention_interval": {}, "linear_num_key_heads": 2,
         "linear_key_head_dim": 32, "linear_num_value_heads": 4, "linear_value_head_dim": 32,
         "linear_conv_kernel_dim": 4}})",
-                                         layers, every),
-                             o);
+                         layers, every),
+             o);
     std::uint32_t full = 0;
     for (std::uint32_t i = 0; i < layers; ++i)
       if ((i + 1) % every == 0) ++full;

@@ -145,7 +145,8 @@ TEST_CASE("hf lineup: Gemma-3n's last 15 layers read the KV of earlier layers", 
   CHECK(m.layout.group(1).num_layers == 16);
   CHECK(m.layout.group(1).window == 512);
   std::uint32_t full = 0, local = 0;
-  for (std::uint32_t i = 0; i < 20; ++i) same_group_for(m, i, (i + 1) % 5 == 0 ? 0 : 1, (i + 1) % 5 == 0 ? full++ : local++);
+  for (std::uint32_t i = 0; i < 20; ++i)
+    same_group_for(m, i, (i + 1) % 5 == 0 ? 0 : 1, (i + 1) % 5 == 0 ? full++ : local++);
   for (std::uint32_t i = 20; i < 35; ++i) {
     INFO("layer " << i);
     const bool is_full = (i + 1) % 5 == 0;

@@ -57,7 +57,8 @@ class KVLayout {
 
   // Byte offsets inside a small page of group g (attention-like groups). A latent (MLA)
   // group's V is a view of its latent: v_offset equals k_offset. An indexer (key-only)
-  // group has no V: v_offset raises kvmm::Error.
+  // group has no values; its v_offset is k_offset too, so code that walks every group's K
+  // and V rows reads its keys and never past its page.
   std::uint64_t k_offset(GroupId g, std::uint32_t layer) const;
   std::uint64_t v_offset(GroupId g, std::uint32_t layer) const;
   // Offset and bytes of any part of a layer (data, rope, scales; LayerGroup::part).
