@@ -92,11 +92,11 @@ LayerGroup state_group(const std::string& name, std::uint32_t layers, const Read
   if (r.state_tensors.empty()) return LayerGroup::mamba_state(name, layers, r.state_bytes, o.mamba_checkpoint_interval);
   std::vector<StateTensor> t = r.state_tensors;
   const std::uint32_t ssm = o.ssm_state_dtype_bytes != 0 ? o.ssm_state_dtype_bytes
-                            : r.ssm_dtype_bytes != 0  ? r.ssm_dtype_bytes
-                                                      : o.state_dtype_bytes;
+                            : r.ssm_dtype_bytes != 0     ? r.ssm_dtype_bytes
+                                                         : o.state_dtype_bytes;
   for (std::size_t i = 0; i < t.size(); ++i)
-    t[i].format = ElementFormat::raw_bytes(i < r.state_tensor_role.size() && r.state_tensor_role[i] == 1 ? ssm
-                                                                                                          : o.state_dtype_bytes);
+    t[i].format = ElementFormat::raw_bytes(
+        i < r.state_tensor_role.size() && r.state_tensor_role[i] == 1 ? ssm : o.state_dtype_bytes);
   return LayerGroup::recurrent_state(name, layers, std::move(t), o.mamba_checkpoint_interval);
 }
 
@@ -195,16 +195,17 @@ ModelSpec assemble(std::string model_type, const Reading& r, const HfConfigOptio
   GroupId indexer = kNoGroup;
   if (r.indexer) {
     if (formats_in_slot[kFull] != 1)
-      fail("HfConfigOptions.layer_kv_cache_dtype: splits the MLA layers of an indexed (DSA) model into {} groups; its "
-           "indexer is tied to one group",
-           formats_in_slot[kFull]);
+      fail(
+          "HfConfigOptions.layer_kv_cache_dtype: splits the MLA layers of an indexed (DSA) model into {} groups; its "
+          "indexer is tied to one group",
+          formats_in_slot[kFull]);
     const GroupId mla = group_of.begin()->first.first == kFull ? group_of.begin()->second : kNoGroup;
     if (mla == kNoGroup) fail("{}: an indexer needs full-attention layers", m.model_type);
     indexer = static_cast<GroupId>(groups.size());
-    groups.push_back(LayerGroup::indexer("indexer", groups[mla].num_layers, r.indexer_attn.num_kv_heads,
-                                         r.indexer_attn.head_dim,
-                                         parse_kv_cache_dtype(o.indexer_cache_dtype, "HfConfigOptions.indexer_cache_dtype"),
-                                         o.tokens_per_page, groups[mla].name));
+    groups.push_back(
+        LayerGroup::indexer("indexer", groups[mla].num_layers, r.indexer_attn.num_kv_heads, r.indexer_attn.head_dim,
+                            parse_kv_cache_dtype(o.indexer_cache_dtype, "HfConfigOptions.indexer_cache_dtype"),
+                            o.tokens_per_page, groups[mla].name));
     m.attention.push_back(r.indexer_attn);
   }
 
@@ -272,8 +273,7 @@ void validate_layers(const ModelSpec& spec) {
     if (p.kv_owner >= spec.layers.size())
       fail("layers[{}].kv_owner = {}: no such layer (the model has {})", i, p.kv_owner, spec.layers.size());
     const LayerPlacement& o = spec.layers[p.kv_owner];
-    if (o.role != LayerRole::kOwn)
-      fail("layers[{}].kv_owner = {}: that layer does not own its KV", i, p.kv_owner);
+    if (o.role != LayerRole::kOwn) fail("layers[{}].kv_owner = {}: that layer does not own its KV", i, p.kv_owner);
     if (o.group != p.group || o.index != p.index)
       fail("layers[{}]: group {} index {} differ from its kv_owner {}'s group {} index {}", i, p.group, p.index,
            p.kv_owner, o.group, o.index);

@@ -25,7 +25,8 @@ std::optional<std::vector<bool>> typed_layers(const Cfg& c, std::uint32_t layers
     if (lt[i] == yes)
       out[i] = true;
     else if (lt[i] != no)
-      c.bad(fmt::format("layer_types[{}]", i), fmt::format("expected \"{}\" or \"{}\", got {}", no, yes, describe(lt[i])));
+      c.bad(fmt::format("layer_types[{}]", i),
+            fmt::format("expected \"{}\" or \"{}\", got {}", no, yes, describe(lt[i])));
   }
   return out;
 }
@@ -175,8 +176,8 @@ Reading read_llama4(const Cfg& root) {
 // Gemma3nTextConfig's defaults (transformers models/gemma3n/configuration_gemma3n.py, the
 // google/gemma-3n-E4B checkpoint) for the keys kvmm reads.
 const json& gemma3n_defaults() {
-  static const json d = {{"num_hidden_layers", 35}, {"num_attention_heads", 8}, {"num_key_value_heads", 2},
-                         {"head_dim", 256},         {"hidden_size", 2048},      {"sliding_window", 512},
+  static const json d = {{"num_hidden_layers", 35},   {"num_attention_heads", 8}, {"num_key_value_heads", 2},
+                         {"head_dim", 256},           {"hidden_size", 2048},      {"sliding_window", 512},
                          {"num_kv_shared_layers", 15}};
   return d;
 }
@@ -218,8 +219,7 @@ Reading read_nemotron_h(const Cfg& c) {
   const std::uint32_t layers = c.num_layers();
   const std::string pattern = c.str("hybrid_override_pattern");
   if (pattern.size() != layers)
-    c.bad("hybrid_override_pattern",
-          fmt::format("{} characters for num_hidden_layers = {}", pattern.size(), layers));
+    c.bad("hybrid_override_pattern", fmt::format("{} characters for num_hidden_layers = {}", pattern.size(), layers));
   Reading r;
   r.no_cache.assign(layers, false);
   for (std::uint32_t i = 0; i < layers; ++i) {
@@ -317,10 +317,10 @@ Reading read_minimax(const Cfg& c) {
 
 const std::vector<std::string>& lineup_model_types() {
   static const std::vector<std::string> kTypes{
-      "qwen3_next", "qwen3_5",     "qwen3_5_text", "qwen3_5_moe",  "qwen3_5_moe_text", "deepseek_v3", "deepseek_v32",
-      "kimi_k2",    "glm4_moe",    "minimax_m2",   "gpt_oss",      "llama4",           "llama4_text", "gemma3n",
-      "gemma3n_text", "nemotron_h", "falcon_h1",   "minimax",      "phi3",             "mistral3",    "ministral3",
-      "qwen2_5_vl", "qwen3_vl"};
+      "qwen3_next",   "qwen3_5",  "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text", "deepseek_v3",
+      "deepseek_v32", "kimi_k2",  "glm4_moe",     "minimax_m2",  "gpt_oss",          "llama4",
+      "llama4_text",  "gemma3n",  "gemma3n_text", "nemotron_h",  "falcon_h1",        "minimax",
+      "phi3",         "mistral3", "ministral3",   "qwen2_5_vl",  "qwen3_vl"};
   return kTypes;
 }
 

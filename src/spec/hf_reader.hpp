@@ -142,12 +142,12 @@ struct Reading {
   std::array<const char*, 4> names{"full", "sliding", "cross", "mamba"};
 
   // The lineup's additions (empty / false for the families above).
-  const char* chunked_name = "chunked";      // kChunkedLocal layers' group (llama4)
-  std::vector<std::int64_t> kv_owner;        // per layer: -1, or the layer whose KV it reads
-  std::vector<bool> no_cache;                // per layer: caches nothing (kinds[i] unused)
-  std::vector<bool> aux_state;               // per layer: also holds a recurrent state
+  const char* chunked_name = "chunked";  // kChunkedLocal layers' group (llama4)
+  std::vector<std::int64_t> kv_owner;    // per layer: -1, or the layer whose KV it reads
+  std::vector<bool> no_cache;            // per layer: caches nothing (kinds[i] unused)
+  std::vector<bool> aux_state;           // per layer: also holds a recurrent state
   // A recurrent state described by its tensors (formats set by the assembler from the
-  // options); state_bytes is their sum. kind_of_tensor: 0 = conv (state_dtype_bytes),
+  // options); state_bytes is their sum. state_tensor_role: 0 = conv (state_dtype_bytes),
   // 1 = SSM / recurrent (ssm_state_dtype_bytes).
   std::vector<StateTensor> state_tensors;
   std::vector<int> state_tensor_role;
@@ -183,7 +183,8 @@ inline AttentionParams attention(const Cfg& c, std::optional<double> qpas, std::
 }
 
 // Full layers where `sliding` is false, sliding (window `window`) where it is true.
-inline Reading full_or_sliding(const Cfg& c, const std::vector<bool>& sliding, std::uint32_t window, AttentionParams a) {
+inline Reading full_or_sliding(const Cfg& c, const std::vector<bool>& sliding, std::uint32_t window,
+                               AttentionParams a) {
   Reading r;
   for (bool s : sliding) r.kinds.push_back(s ? LayerKind::kSlidingWindow : LayerKind::kFullAttention);
   a.sliding_window = window;
