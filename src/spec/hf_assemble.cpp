@@ -192,15 +192,15 @@ ModelSpec assemble(std::string model_type, const Reading& r, const HfConfigOptio
     m.attention.push_back(a);
   }
   // DSA: one indexer group over the MLA layers, tied to their group.
-  GroupId indexer = kNoGroup;
+  GroupId indexer = kNoAuxGroup;
   if (r.indexer) {
     if (formats_in_slot[kFull] != 1)
       fail(
           "HfConfigOptions.layer_kv_cache_dtype: splits the MLA layers of an indexed (DSA) model into {} groups; its "
           "indexer is tied to one group",
           formats_in_slot[kFull]);
-    const GroupId mla = group_of.begin()->first.first == kFull ? group_of.begin()->second : kNoGroup;
-    if (mla == kNoGroup) fail("{}: an indexer needs full-attention layers", m.model_type);
+    const GroupId mla = group_of.begin()->first.first == kFull ? group_of.begin()->second : kNoAuxGroup;
+    if (mla == kNoAuxGroup) fail("{}: an indexer needs full-attention layers", m.model_type);
     indexer = static_cast<GroupId>(groups.size());
     groups.push_back(
         LayerGroup::indexer("indexer", groups[mla].num_layers, r.indexer_attn.num_kv_heads, r.indexer_attn.head_dim,
@@ -221,7 +221,7 @@ ModelSpec assemble(std::string model_type, const Reading& r, const HfConfigOptio
     if (owner(i) >= 0) continue;
     p.group = group_of.at(key_of(i));
     p.index = next[p.group]++;
-    if (indexer != kNoGroup && slot_of(r.kinds[i]) == kFull) {
+    if (indexer != kNoAuxGroup && slot_of(r.kinds[i]) == kFull) {
       p.aux_group = indexer;
       p.aux_index = next[indexer]++;
     }
@@ -268,7 +268,7 @@ void validate_layers(const ModelSpec& spec) {
     if (static_cast<unsigned>(p.role) > static_cast<unsigned>(LayerRole::kNoCache))
       fail("layers[{}].role = {}: not a LayerRole", i, static_cast<unsigned>(p.role));
     if (p.role == LayerRole::kOwn) claim(i, p.group, p.index, "group");
-    if (p.role == LayerRole::kOwn && p.aux_group != kNoGroup) claim(i, p.aux_group, p.aux_index, "aux_group");
+    if (p.role == LayerRole::kOwn && p.aux_group != kNoAuxGroup) claim(i, p.aux_group, p.aux_index, "aux_group");
     if (p.role != LayerRole::kSharedKv) continue;
     if (p.kv_owner >= spec.layers.size())
       fail("layers[{}].kv_owner = {}: no such layer (the model has {})", i, p.kv_owner, spec.layers.size());

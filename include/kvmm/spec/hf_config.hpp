@@ -83,7 +83,8 @@ struct AttentionParams {
 // What a decoder layer caches: its own pages, another layer's (shared KV: Gemma-3n's last
 // layers), or nothing (an MLP-only layer of Nemotron-H's pattern).
 enum class LayerRole : std::uint8_t { kOwn, kSharedKv, kNoCache };
-inline constexpr GroupId kNoGroup = ~GroupId{0};
+// LayerPlacement::aux_group of a layer without a second cache (the value of paging's kNoGroup).
+inline constexpr GroupId kNoAuxGroup = ~GroupId{0};
 
 // Where one decoder layer's KV lives: its group, and its layer index inside that group's
 // page-layer layout (the `layer` of KVLayout::k_offset / v_offset / state_offset).
@@ -94,8 +95,8 @@ struct LayerPlacement {
   // kSharedKv: the decoder layer whose KV this layer reads; group and index are that layer's.
   std::uint32_t kv_owner = 0;
   // A second cache of the layer: DeepSeek-V3.2's indexer keys, Falcon-H1's Mamba state
-  // (its attention and SSM run side by side); kNoGroup when none.
-  GroupId aux_group = kNoGroup;
+  // (its attention and SSM run side by side); kNoAuxGroup when none.
+  GroupId aux_group = kNoAuxGroup;
   std::uint32_t aux_index = 0;
 };
 
