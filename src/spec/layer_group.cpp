@@ -165,7 +165,7 @@ ElementFormat LayerGroup::v_element() const { return v_format ? *v_format : Elem
 ElementFormat LayerGroup::rope_element() const {
   if (rope_format) return *rope_format;
   ElementFormat f = k_element();
-  f.scale = {};
+  if (f.scale.in_pages()) f.scale = {};  // a per-tensor scale covers the whole latent
   return f;
 }
 

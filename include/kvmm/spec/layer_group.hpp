@@ -87,7 +87,7 @@ struct LayerGroup {
   std::uint32_t rope_dim = 0;                // kLatent: elements of the rope part
   std::optional<ElementFormat> k_format;     // K (kLatent: the latent's first head_dim elements)
   std::optional<ElementFormat> v_format;     // V (kKeyValue only)
-  std::optional<ElementFormat> rope_format;  // kLatent: the rope part; absent: k_format unscaled
+  std::optional<ElementFormat> rope_format;  // kLatent: the rope part; absent: k_format without in-page scales
   std::string tied_to;                       // kKeyOnly: name of the attention group it indexes
   // kMambaState: the tensors one layer's state is made of (their bytes sum to
   // state_bytes_per_layer); empty when the state was given as a byte count.
