@@ -105,8 +105,7 @@ std::byte* page_of(const FormattedPages& p, std::uint32_t token, std::uint32_t h
   const LayerGroup& g = p.layout->group(p.group);
   if (head >= g.kv_heads) fail("head = {}: group '{}' has {} KV heads", head, g.name, g.kv_heads);
   const std::uint32_t idx = token / g.tokens_per_page;
-  if (idx >= p.pages.size())
-    fail("token = {}: page {} of a table of {} pages", token, idx, p.pages.size());
+  if (idx >= p.pages.size()) fail("token = {}: page {} of a table of {} pages", token, idx, p.pages.size());
   const PageId id = p.pages[idx];
   if (id == kNullPage) fail("token = {}: its page is the null page", token);
   row = std::uint64_t{token % g.tokens_per_page} * g.kv_heads + head;

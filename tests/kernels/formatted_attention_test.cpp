@@ -97,8 +97,8 @@ TEST_CASE("formatted: element codes", "[kernels][formats]") {
 
 TEST_CASE("formatted: rows round-trip and decode attention matches a dense recompute", "[kernels][formats][random]") {
   std::mt19937 rng(532);
-  const std::vector<std::string> formats{"bf16",  "fp16",       "fp8_e4m3",          "fp8_e5m2",     "fp8_per_token_head",
-                                         "int8",  "int4",       "nvfp4",             "mxfp8",        "mxfp4",
+  const std::vector<std::string> formats{"bf16", "fp16",           "fp8_e4m3",      "fp8_e5m2",  "fp8_per_token_head",
+                                         "int8", "int4",           "nvfp4",         "mxfp8",     "mxfp4",
                                          "fp32", "nvfp4:separate", "int8:separate", "fp8_ds_mla"};
   std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
   for (int iter = 0; iter < 60; ++iter) {
@@ -110,11 +110,11 @@ TEST_CASE("formatted: rows round-trip and decode attention matches a dense recom
     const std::uint32_t rope = mla ? 32u * (rng() % 3) : 0u;
     const std::uint32_t kv_heads = mla ? 1 : 1 + rng() % 4;
     INFO("iteration " << iter << " K " << kf.describe() << " V " << vf.describe() << " mla " << mla << " tpp " << tpp);
-    LayerGroup g = mla ? LayerGroup::mla("g", layers, hd, rope, kf,
-                                         kf.scale.in_pages() ? std::optional(ElementFormat::of(ElementType::kBf16))
-                                                             : std::nullopt,
-                                         tpp)
-                       : LayerGroup::full_attention("g", layers, kv_heads, hd, 2, tpp);
+    LayerGroup g =
+        mla ? LayerGroup::mla("g", layers, hd, rope, kf,
+                              kf.scale.in_pages() ? std::optional(ElementFormat::of(ElementType::kBf16)) : std::nullopt,
+                              tpp)
+            : LayerGroup::full_attention("g", layers, kv_heads, hd, 2, tpp);
     if (!mla) {
       g.k_format = kf;
       g.v_format = vf;
@@ -202,9 +202,9 @@ TEST_CASE("formatted: bad calls name what is wrong", "[kernels][formats][errors]
              Catch::Contains("token = 4: page 1 of a table of 1 pages"));
   CHECK_THAT(error_of([&] { cpu::read_row(p, 0, 1, false, row.data()); }),
              Catch::Contains("head = 1: group 'p' has 1 KV heads"));
-  const KVLayout idx = KVLayout::plan(
-      {LayerGroup::full_attention("a", 1, 1, 64, 2, 4),
-       LayerGroup::indexer("i", 1, 1, 64, parse_kv_cache_dtype("fp8_per_token_head"), 4, "a")});
+  const KVLayout idx =
+      KVLayout::plan({LayerGroup::full_attention("a", 1, 1, 64, 2, 4),
+                      LayerGroup::indexer("i", 1, 1, 64, parse_kv_cache_dtype("fp8_per_token_head"), 4, "a")});
   std::vector<std::byte> arena2(idx.small_page_bytes(1));
   const FormattedPages q{&idx, 1, 0, arena2.data(), table};
   CHECK_THAT(error_of([&] { cpu::read_row(q, 0, 0, true, row.data()); }),

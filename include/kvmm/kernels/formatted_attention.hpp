@@ -29,9 +29,9 @@ struct FormattedPages {
   const KVLayout* layout = nullptr;
   GroupId group = 0;
   std::uint32_t layer = 0;
-  std::byte* arena = nullptr;     // small page p at arena + p * small_page_bytes(group)
-  std::span<const PageId> pages;  // the request's page table, in token order
-  float k_tensor_scale = 1.0f;    // per-tensor scales (ScaleGranularity::kPerTensor)
+  std::byte* arena = nullptr;          // small page p at arena + p * small_page_bytes(group)
+  std::span<const PageId> pages = {};  // the request's page table, in token order
+  float k_tensor_scale = 1.0f;         // per-tensor scales (ScaleGranularity::kPerTensor)
   float v_tensor_scale = 1.0f;
 };
 

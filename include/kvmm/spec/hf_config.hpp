@@ -42,13 +42,13 @@ struct HfConfigOptions {
   // latent takes the K format. layer_kv_cache_dtype overrides single decoder layers: their
   // layers form a group of their own, named "<group>.<dtype>".
   std::string kv_cache_dtype = "auto";
-  std::string k_cache_dtype;
-  std::string v_cache_dtype;
+  std::string k_cache_dtype = {};
+  std::string v_cache_dtype = {};
   struct LayerDtype {
     std::uint32_t layer = 0;
-    std::string kv_cache_dtype;
+    std::string kv_cache_dtype = {};
   };
-  std::vector<LayerDtype> layer_kv_cache_dtype;
+  std::vector<LayerDtype> layer_kv_cache_dtype = {};
   // DeepSeek-V3.2's indexer keys: vLLM keeps them fp8 with one fp32 scale per 128 elements.
   std::string indexer_cache_dtype = "fp8_ds_mla";
   // Element size of a recurrent state's SSM / recurrent tensor (1, 2 or 4); 0 = the

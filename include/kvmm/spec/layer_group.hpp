@@ -56,8 +56,8 @@ inline constexpr std::uint64_t kScaleRegionAlignment = 16;
 // One tensor of a recurrent state, per layer and request: e.g. Mamba2's conv state
 // [conv_dim, d_conv - 1] and SSM state [heads, head_dim, d_state].
 struct StateTensor {
-  std::string name;
-  std::vector<std::uint64_t> shape;
+  std::string name = {};
+  std::vector<std::uint64_t> shape = {};
   ElementFormat format = ElementFormat::of(ElementType::kBf16);
   // prod(shape) x bits / 8; kvmm::Error naming the tensor when it overflows or is sub-byte.
   std::uint64_t bytes() const;
@@ -84,14 +84,14 @@ struct LayerGroup {
   // dtype_bytes per element, unscaled: the layout of a group that sets none of these is
   // exactly the K/V page-layer layout above.
   KvStorage storage = KvStorage::kKeyValue;
-  std::uint32_t rope_dim = 0;                // kLatent: elements of the rope part
-  std::optional<ElementFormat> k_format;     // K (kLatent: the latent's first head_dim elements)
-  std::optional<ElementFormat> v_format;     // V (kKeyValue only)
-  std::optional<ElementFormat> rope_format;  // kLatent: the rope part; absent: k_format without in-page scales
-  std::string tied_to;                       // kKeyOnly: name of the attention group it indexes
+  std::uint32_t rope_dim = 0;                     // kLatent: elements of the rope part
+  std::optional<ElementFormat> k_format = {};     // K (kLatent: the latent's first head_dim elements)
+  std::optional<ElementFormat> v_format = {};     // V (kKeyValue only)
+  std::optional<ElementFormat> rope_format = {};  // kLatent: the rope part; absent: k_format without in-page scales
+  std::string tied_to = {};                       // kKeyOnly: name of the attention group it indexes
   // kMambaState: the tensors one layer's state is made of (their bytes sum to
   // state_bytes_per_layer); empty when the state was given as a byte count.
-  std::vector<StateTensor> state_tensors;
+  std::vector<StateTensor> state_tensors = {};
 
   static LayerGroup full_attention(std::string name, std::uint32_t layers, std::uint32_t kv_heads,
                                    std::uint32_t head_dim, std::uint32_t dtype_bytes, std::uint32_t tokens_per_page);
