@@ -130,7 +130,7 @@ std::uint32_t scale_code(const ElementFormat& f, double amax) {
     return static_cast<std::uint32_t>(std::clamp(static_cast<int>(std::ceil(std::log2(s))) + 127, 0, 254));
   std::uint32_t code = encode_element(f.scale.type, static_cast<float>(s));
   // A rounded-down scale would saturate the largest element: step up while it does.
-  const std::uint32_t last = (1u << bits_of(f.scale.type)) - 1;
+  const std::uint64_t last = (std::uint64_t{1} << bits_of(f.scale.type)) - 1;  // fp32: 2^32 - 1
   while (decode_element(f.scale.type, code) * max_finite(f.type) < amax && code < last) ++code;
   return code;
 }
