@@ -38,11 +38,12 @@ TEST_CASE("lineup exports: MLA latents, indexer keys and a recurrent state throu
           "[kernels][export][lineup]") {
   const std::uint32_t P = 16;
   ElementFormat latent = parse_kv_cache_dtype("fp8_ds_mla");
-  const KVLayout layout = KVLayout::plan(
-      {LayerGroup::mla("mla", 2, 128, 32, latent, ElementFormat::of(ElementType::kBf16), P),
-       LayerGroup::indexer("indexer", 2, 1, 64, parse_kv_cache_dtype("fp8_per_token_head"), P, "mla"),
-       LayerGroup::recurrent_state("state", 2, {{"conv", {64, 3}, ElementFormat::of(ElementType::kBf16)},
-                                                {"ssm", {4, 16, 16}, ElementFormat::of(ElementType::kFp32)}})});
+  const KVLayout layout =
+      KVLayout::plan({LayerGroup::mla("mla", 2, 128, 32, latent, ElementFormat::of(ElementType::kBf16), P),
+                      LayerGroup::indexer("indexer", 2, 1, 64, parse_kv_cache_dtype("fp8_per_token_head"), P, "mla"),
+                      LayerGroup::recurrent_state("state", 2,
+                                                  {{"conv", {64, 3}, ElementFormat::of(ElementType::kBf16)},
+                                                   {"ssm", {4, 16, 16}, ElementFormat::of(ElementType::kFp32)}})});
   const std::uint32_t num_large = 48;
   KVCacheManager kv(layout, {.num_large_pages = num_large, .max_requests = 8});
   std::vector<std::byte> arena(std::uint64_t{num_large} * layout.large_page_bytes());
