@@ -1,4 +1,5 @@
-// kvmm demo: the layouts of the preset models (page sizes, LCM large pages) and a
+// kvmm demo: the layouts of the preset models (page sizes, LCM large pages), the 2026
+// lineup's hybrid and MLA layouts with fp8 caches, and a
 // walk-through of the two-level allocator on a vision model: request-aware placement
 // keeps each request in its own large pages, so a finished request returns them whole.
 #include <kvmm/paging/kv_allocator.hpp>
@@ -17,6 +18,38 @@ void print_layouts() {
   for (const std::string& name : kvmm::presets::names()) {
     const kvmm::KVLayout l = kvmm::presets::by_name(name, {.vision_embedding = true});
     fmt::print("{}\n{}\n", name, l.describe());
+  }
+}
+
+// The 2026 lineup's two shapes: a gated-DeltaNet hybrid (Qwen3-Next) and MLA with a DSA
+// indexer (DeepSeek-V3.2), in bf16 and with an fp8 KV cache. For the hybrid, the attention
+// block vLLM would grow to so that one attention page of a layer matches one layer's state
+// page (its HybridAttentionMambaModelConfig, 16-token kernel alignment); kvmm keeps 16.
+// Their LCMs (75 and 84 MiB) pass the default 64 MiB limit, so the demo plans under 128 MiB:
+// no padding.
+void print_lineup() {
+  fmt::print(
+      "== The 2026 lineup: a Qwen3-Next-like hybrid and a DeepSeek-like MLA + indexer (large pages up to 128 MiB)\n\n");
+  for (const char* dtype : {"auto", "fp8"}) {
+    kvmm::presets::PresetOptions o;
+    o.kv_cache_dtype = dtype;
+    o.layout.max_large_page_bytes = std::uint64_t{128} << 20;
+    const kvmm::KVLayout q = kvmm::presets::qwen3_next_80b_a3b(o);
+    fmt::print("qwen3-next-80b-a3b, kv_cache_dtype {}\n{}", dtype, q.describe());
+    const kvmm::LayerGroup& attn = q.group(0);
+    const std::uint64_t per_token_layer = attn.bytes_per_token() / attn.num_layers;
+    const std::uint64_t state = q.group(1).state_bytes_per_layer;
+    const std::uint64_t grown = 16 * ((state + 16 * per_token_layer - 1) / (16 * per_token_layer));
+    fmt::print("  one pool of equal pages (vLLM) grows attention blocks to {} tokens; kvmm keeps {}\n\n", grown,
+               attn.tokens_per_page);
+  }
+  for (const char* dtype : {"auto", "fp8_ds_mla"}) {
+    kvmm::presets::PresetOptions o;
+    o.kv_cache_dtype = dtype;
+    o.tokens_per_page = 64;
+    o.layout.max_large_page_bytes = std::uint64_t{128} << 20;
+    fmt::print("deepseek-v3.2 (64 tokens per page), kv_cache_dtype {}\n{}\n", dtype,
+               kvmm::presets::deepseek_v3_2(o).describe());
   }
 }
 
@@ -80,6 +113,7 @@ void walk_through(kvmm::Placement placement) {
 
 int main() {
   print_layouts();
+  print_lineup();
   walk_through(kvmm::Placement::kRequestAware);
   walk_through(kvmm::Placement::kInterleaved);
   return 0;

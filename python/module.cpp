@@ -200,6 +200,10 @@ void bind_layer_group(py::module_& m) {
       .value("MAMBA_STATE", LayerKind::kMambaState)
       .value("CROSS_ATTENTION", LayerKind::kCrossAttention)
       .value("VISION_EMBEDDING", LayerKind::kVisionEmbedding);
+  py::enum_<KvStorage>(m, "KvStorage")
+      .value("KEY_VALUE", KvStorage::kKeyValue)
+      .value("LATENT", KvStorage::kLatent)
+      .value("KEY_ONLY", KvStorage::kKeyOnly);
   py::class_<LayerGroup>(m, "LayerGroup", "Layers sharing one per-token shape and one dependency rule")
       .def(py::init<>())
       .def_readwrite("name", &LayerGroup::name)
@@ -213,6 +217,20 @@ void bind_layer_group(py::module_& m) {
       .def_readwrite("chunk", &LayerGroup::chunk)
       .def_readwrite("state_bytes_per_layer", &LayerGroup::state_bytes_per_layer)
       .def_readwrite("embedding_bytes_per_token", &LayerGroup::embedding_bytes_per_token)
+      .def_readonly("storage", &LayerGroup::storage)
+      .def_readonly("rope_dim", &LayerGroup::rope_dim)
+      .def_readonly("tied_to", &LayerGroup::tied_to)
+      .def_property_readonly("k_format", [](const LayerGroup& g) { return g.k_element().describe(); })
+      .def_property_readonly("v_format",
+                             [](const LayerGroup& g) { return g.has_v() ? g.v_element().describe() : std::string(); })
+      .def_property_readonly("state_tensors",
+                             [](const LayerGroup& g) {
+                               py::list out;
+                               for (const StateTensor& t : g.state_tensors)
+                                 out.append(py::make_tuple(t.name, t.shape, t.format.describe(), t.bytes()));
+                               return out;
+                             })
+      .def("is_plain", &LayerGroup::is_plain)
       .def_static("full_attention", &LayerGroup::full_attention, py::arg("name"), py::arg("layers"),
                   py::arg("kv_heads"), py::arg("head_dim"), py::arg("dtype_bytes") = 2, py::arg("tokens_per_page") = 16)
       .def_static("sliding_window", &LayerGroup::sliding_window, py::arg("name"), py::arg("layers"),
@@ -265,6 +283,9 @@ void bind_layout(py::module_& m) {
       .def("k_offset", &KVLayout::k_offset, py::arg("g"), py::arg("layer"))
       .def("v_offset", &KVLayout::v_offset, py::arg("g"), py::arg("layer"))
       .def("state_offset", &KVLayout::state_offset, py::arg("g"), py::arg("layer"))
+      .def("state_tensor_offset", &KVLayout::state_tensor_offset, py::arg("g"), py::arg("layer"), py::arg("tensor"))
+      .def("layer_stride_bytes", &KVLayout::layer_stride_bytes, py::arg("g"))
+      .def("alignment_bytes", &KVLayout::alignment_bytes, py::arg("g"))
       .def("describe", &KVLayout::describe)
       .def("__str__", &KVLayout::describe)
       .def("__repr__", [](const KVLayout& l) {
@@ -276,26 +297,30 @@ void bind_presets(py::module_& m) {
   py::module_ p = m.def_submodule("presets", "Layouts of published models");
   const presets::PresetOptions d;
   auto opts = [](std::uint32_t tpp, std::uint32_t dtype, std::uint32_t state_dtype, std::uint32_t interval, bool vision,
-                 std::uint64_t max_large, std::uint64_t align) {
+                 std::uint64_t max_large, std::uint64_t align, std::string kv_cache_dtype) {
     return presets::PresetOptions{.tokens_per_page = tpp,
                                   .dtype_bytes = dtype,
                                   .state_dtype_bytes = state_dtype,
                                   .mamba_checkpoint_interval = interval,
                                   .vision_embedding = vision,
-                                  .layout = layout_options(max_large, align)};
+                                  .layout = layout_options(max_large, align),
+                                  .kv_cache_dtype = std::move(kv_cache_dtype)};
   };
   p.def("names", &presets::names);
+  p.def("state_heavy_names", &presets::state_heavy_names);
   p.def(
       "by_name",
       [opts](std::string_view name, std::uint32_t tpp, std::uint32_t dtype, std::uint32_t state_dtype,
-             std::uint32_t interval, bool vision, std::uint64_t max_large, std::uint64_t align) {
-        return presets::by_name(name, opts(tpp, dtype, state_dtype, interval, vision, max_large, align));
+             std::uint32_t interval, bool vision, std::uint64_t max_large, std::uint64_t align,
+             std::string kv_cache_dtype) {
+        return presets::by_name(
+            name, opts(tpp, dtype, state_dtype, interval, vision, max_large, align, std::move(kv_cache_dtype)));
       },
       py::arg("name"), py::kw_only(), py::arg("tokens_per_page") = d.tokens_per_page,
       py::arg("dtype_bytes") = d.dtype_bytes, py::arg("state_dtype_bytes") = d.state_dtype_bytes,
       py::arg("mamba_checkpoint_interval") = d.mamba_checkpoint_interval,
       py::arg("vision_embedding") = d.vision_embedding, py::arg("max_large_page_bytes") = d.layout.max_large_page_bytes,
-      py::arg("padded_page_alignment") = d.layout.padded_page_alignment);
+      py::arg("padded_page_alignment") = d.layout.padded_page_alignment, py::arg("kv_cache_dtype") = d.kv_cache_dtype);
 }
 
 void bind_hf_config(py::module_& m) {
@@ -306,10 +331,27 @@ void bind_hf_config(py::module_& m) {
       .def_readonly("sliding_window", &AttentionParams::sliding_window)
       .def_readonly("softcap", &AttentionParams::softcap)
       .def_readonly("query_pre_attn_scalar", &AttentionParams::query_pre_attn_scalar)
-      .def_readonly("scale", &AttentionParams::scale);
+      .def_readonly("scale", &AttentionParams::scale)
+      .def_readonly("attention_chunk", &AttentionParams::attention_chunk)
+      .def_readonly("learned_sinks", &AttentionParams::learned_sinks)
+      .def_readonly("kv_lora_rank", &AttentionParams::kv_lora_rank)
+      .def_readonly("qk_rope_head_dim", &AttentionParams::qk_rope_head_dim)
+      .def_readonly("v_head_dim", &AttentionParams::v_head_dim);
+  py::enum_<LayerRole>(m, "LayerRole")
+      .value("OWN", LayerRole::kOwn)
+      .value("SHARED_KV", LayerRole::kSharedKv)
+      .value("NO_CACHE", LayerRole::kNoCache);
   py::class_<LayerPlacement>(m, "LayerPlacement")
       .def_readonly("group", &LayerPlacement::group)
-      .def_readonly("index", &LayerPlacement::index);
+      .def_readonly("index", &LayerPlacement::index)
+      .def_readonly("role", &LayerPlacement::role)
+      .def_readonly("kv_owner", &LayerPlacement::kv_owner)
+      .def_property_readonly("aux_group",
+                             [](const LayerPlacement& p) -> std::optional<GroupId> {
+                               if (p.aux_group == kNoAuxGroup) return std::nullopt;
+                               return p.aux_group;
+                             })
+      .def_readonly("aux_index", &LayerPlacement::aux_index);
   py::class_<ModelSpec>(m, "ModelSpec", "A Hugging Face config.json read into a KVLayout and per-layer placement")
       .def_readonly("model_type", &ModelSpec::model_type)
       .def_readonly("layout", &ModelSpec::layout)
@@ -317,36 +359,46 @@ void bind_hf_config(py::module_& m) {
       .def_readonly("attention", &ModelSpec::attention);
   const HfConfigOptions d;
   auto opts = [](std::uint32_t tpp, std::uint32_t dtype, std::uint32_t state_dtype, std::uint32_t interval,
-                 std::uint64_t max_large, std::uint64_t align) {
-    return HfConfigOptions{.tokens_per_page = tpp,
-                           .dtype_bytes = dtype,
-                           .state_dtype_bytes = state_dtype,
-                           .mamba_checkpoint_interval = interval,
-                           .layout = layout_options(max_large, align)};
+                 std::uint64_t max_large, std::uint64_t align, std::string kv_cache_dtype, bool python_literals) {
+    HfConfigOptions o{.tokens_per_page = tpp,
+                      .dtype_bytes = dtype,
+                      .state_dtype_bytes = state_dtype,
+                      .mamba_checkpoint_interval = interval,
+                      .layout = layout_options(max_large, align)};
+    o.kv_cache_dtype = std::move(kv_cache_dtype);
+    o.python_literals = python_literals;
+    return o;
   };
   m.def(
       "read_hf_config",
       [opts](std::string_view text, std::string_view source, std::uint32_t tpp, std::uint32_t dtype,
-             std::uint32_t state_dtype, std::uint32_t interval, std::uint64_t max_large, std::uint64_t align) {
-        return read_hf_config(text, source, opts(tpp, dtype, state_dtype, interval, max_large, align));
+             std::uint32_t state_dtype, std::uint32_t interval, std::uint64_t max_large, std::uint64_t align,
+             std::string kv_cache_dtype, bool python_literals) {
+        return read_hf_config(
+            text, source,
+            opts(tpp, dtype, state_dtype, interval, max_large, align, std::move(kv_cache_dtype), python_literals));
       },
       py::arg("json_text"), py::arg("source") = "<memory>", py::kw_only(),
       py::arg("tokens_per_page") = d.tokens_per_page, py::arg("dtype_bytes") = d.dtype_bytes,
       py::arg("state_dtype_bytes") = d.state_dtype_bytes,
       py::arg("mamba_checkpoint_interval") = d.mamba_checkpoint_interval,
       py::arg("max_large_page_bytes") = d.layout.max_large_page_bytes,
-      py::arg("padded_page_alignment") = d.layout.padded_page_alignment);
+      py::arg("padded_page_alignment") = d.layout.padded_page_alignment, py::arg("kv_cache_dtype") = d.kv_cache_dtype,
+      py::arg("python_literals") = d.python_literals);
   m.def(
       "read_hf_config_file",
       [opts](const std::string& path, std::uint32_t tpp, std::uint32_t dtype, std::uint32_t state_dtype,
-             std::uint32_t interval, std::uint64_t max_large, std::uint64_t align) {
-        return read_hf_config_file(path, opts(tpp, dtype, state_dtype, interval, max_large, align));
+             std::uint32_t interval, std::uint64_t max_large, std::uint64_t align, std::string kv_cache_dtype,
+             bool python_literals) {
+        return read_hf_config_file(path, opts(tpp, dtype, state_dtype, interval, max_large, align,
+                                              std::move(kv_cache_dtype), python_literals));
       },
       py::arg("path"), py::kw_only(), py::arg("tokens_per_page") = d.tokens_per_page,
       py::arg("dtype_bytes") = d.dtype_bytes, py::arg("state_dtype_bytes") = d.state_dtype_bytes,
       py::arg("mamba_checkpoint_interval") = d.mamba_checkpoint_interval,
       py::arg("max_large_page_bytes") = d.layout.max_large_page_bytes,
-      py::arg("padded_page_alignment") = d.layout.padded_page_alignment);
+      py::arg("padded_page_alignment") = d.layout.padded_page_alignment, py::arg("kv_cache_dtype") = d.kv_cache_dtype,
+      py::arg("python_literals") = d.python_literals);
   m.def("hf_config_model_types", &hf_config_model_types);
 }
 

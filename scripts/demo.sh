@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds kvmm and runs the demos: the mini engine (a hybrid model served on kvmm; its
 # report: requests, tokens/s, prefix hit rate, preemptions, peak KV memory and waste per
-# group, and the KV events it published as vLLM's stream for a KV-aware router), then the layout printout and allocation walk-through of examples/demo.cpp, then
+# group, and the KV events it published as vLLM's stream for a KV-aware router), then the layout printout (with the 2026 lineup: a Qwen3-Next-like hybrid and a DeepSeek-like MLA + DSA indexer) and allocation walk-through of examples/demo.cpp, then
 # the Python engine on the bindings (examples/python/engine.py, checked against a recompute).
 # With redis-server installed (scripts/deps.sh installs it), the mini engine also runs twice
 # against one server (a unix socket in a temporary directory): engine A stores its KV pages,
@@ -33,7 +33,7 @@ if command -v redis-server >/dev/null &&
   "$build/examples/mini_engine/mini_engine" --tier "redis:unix:$tier_dir/redis.sock" --suffix-seed 8 | grep -E "^(prefix hit|tier|vAttention)"
 fi
 echo
-echo "== layouts and allocation walk-through (examples/demo.cpp)"
+echo "== layouts (the presets; a Qwen3-Next-like hybrid and a DeepSeek-like MLA + indexer, bf16 and fp8) and allocation walk-through (examples/demo.cpp)"
 "$build/examples/kvmm_demo"
 echo
 echo "== Python engine on the bindings (examples/python/engine.py)"

@@ -7,6 +7,7 @@
 // cut to a few dozen bytes of printable ASCII.
 #include "kvmm/spec/hf_config.hpp"
 
+#include "hf_reader.hpp"
 #include "json_scan.hpp"
 
 #include "kvmm/checked.hpp"
@@ -29,158 +30,8 @@ namespace kvmm {
 
 namespace {
 
+using namespace hf;  // NOLINT(google-build-using-namespace): the private reader toolkit
 using nlohmann::json;
-
-// More decoder layers than any published model has by far; bounds what a config can make
-// the reader allocate.
-constexpr std::uint32_t kMaxLayers = 1u << 16;
-
-using json_scan::printable;
-
-// A value for an error message: scalars as JSON, strings cut to 64 bytes, containers by
-// their size only (never dumped: a dump recurses as deep as the value).
-std::string describe(const json& v) {
-  switch (v.type()) {
-    case json::value_t::object:
-      return fmt::format("an object of {} keys", v.size());
-    case json::value_t::array:
-      return fmt::format("an array of {} elements", v.size());
-    case json::value_t::string:
-      return fmt::format("\"{}\"", printable(v.get_ref<const std::string&>()));  // not "\"" + s: GCC 12 -O3 -Wrestrict
-    default:
-      return v.dump();  // null, boolean, number: a few bytes
-  }
-}
-
-// One config object, the path prefix used in error messages ("text_config.") and, for
-// the families whose published configs rely on them, the Hugging Face class defaults
-// that stand in for absent keys (an explicit null is kept: it means "none").
-struct Cfg {
-  const json& j;
-  std::string_view source;
-  std::string prefix;
-  const json* defaults = nullptr;
-
-  [[noreturn]] void bad(std::string_view field, std::string_view why) const {
-    fail("{}: field '{}{}': {}", source, prefix, field, why);
-  }
-  const json* find(std::string_view field) const {
-    if (auto it = j.find(field); it != j.end()) return &*it;
-    if (defaults != nullptr) {
-      if (auto it = defaults->find(field); it != defaults->end()) return &*it;
-    }
-    return nullptr;
-  }
-  bool has(std::string_view field) const {
-    const json* v = find(field);
-    return v != nullptr && !v->is_null();
-  }
-  std::uint32_t to_u32(std::string_view field, const json& v, std::int64_t min) const {
-    if (!v.is_number_integer() || v.get<std::int64_t>() < min || v.get<std::int64_t>() > (std::int64_t{1} << 31))
-      bad(field, fmt::format("expected {} integer, got {}", min > 0 ? "a positive" : "a non-negative", describe(v)));
-    return static_cast<std::uint32_t>(v.get<std::int64_t>());
-  }
-  // A positive integer (below 2^31); kvmm::Error when missing, null or anything else.
-  std::uint32_t u32(std::string_view field) const {
-    if (!has(field)) bad(field, "missing");
-    return to_u32(field, *find(field), 1);
-  }
-  std::uint32_t u32_or(std::string_view field, std::uint32_t fallback) const {
-    return has(field) ? u32(field) : fallback;
-  }
-  // A non-negative integer (offsets and thresholds that may be 0).
-  std::uint32_t index(std::string_view field) const {
-    if (!has(field)) bad(field, "missing");
-    return to_u32(field, *find(field), 0);
-  }
-  std::uint32_t num_layers() const {
-    const std::uint32_t n = u32("num_hidden_layers");
-    if (n > kMaxLayers) bad("num_hidden_layers", fmt::format("{} is more than {} layers", n, kMaxLayers));
-    return n;
-  }
-  // A positive finite number, std::nullopt when null or absent.
-  std::optional<double> positive(std::string_view field) const {
-    if (!has(field)) return std::nullopt;
-    const json& v = *find(field);
-    if (!v.is_number() || !std::isfinite(v.get<double>()) || !(v.get<double>() > 0))
-      bad(field, fmt::format("expected a positive number or null, got {}", describe(v)));
-    return v.get<double>();
-  }
-  bool flag_or(std::string_view field, bool fallback) const {
-    if (!has(field)) return fallback;
-    if (!find(field)->is_boolean()) bad(field, fmt::format("expected true or false, got {}", describe(*find(field))));
-    return find(field)->get<bool>();
-  }
-  std::string str(std::string_view field) const {
-    if (!has(field)) bad(field, "missing");
-    if (!find(field)->is_string()) bad(field, fmt::format("expected a string, got {}", describe(*find(field))));
-    return find(field)->get<std::string>();
-  }
-  Cfg sub(std::string_view field, const json* sub_defaults) const {
-    auto it = j.find(field);
-    if (it == j.end() || !it->is_object()) bad(field, "missing or not an object");
-    return Cfg{*it, source, prefix + std::string(field) + ".", sub_defaults};
-  }
-  // Per-layer "is sliding" from layer_types, std::nullopt when the config has none.
-  std::optional<std::vector<bool>> layer_types(std::uint32_t layers) const {
-    if (!has("layer_types")) return std::nullopt;
-    const json& lt = *find("layer_types");
-    if (!lt.is_array() || lt.size() != layers)
-      bad("layer_types", fmt::format("expected an array of num_hidden_layers = {} strings", layers));
-    std::vector<bool> sliding(layers);
-    for (std::uint32_t i = 0; i < layers; ++i) {
-      if (lt[i] == "sliding_attention")
-        sliding[i] = true;
-      else if (lt[i] != "full_attention")
-        bad(fmt::format("layer_types[{}]", i),
-            fmt::format("expected \"full_attention\" or \"sliding_attention\", got {}", describe(lt[i])));
-    }
-    return sliding;
-  }
-};
-
-// What a family reader extracts: one kind per decoder layer, the attention parameters the
-// attention layers share (sliding_window applies to the sliding ones only), the bytes of
-// one Mamba layer's state, and the group names (full, sliding, cross, state).
-struct Reading {
-  std::vector<LayerKind> kinds;
-  AttentionParams attn;
-  std::uint64_t state_bytes = 0;
-  std::array<const char*, 4> names{"full", "sliding", "cross", "mamba"};
-};
-
-// Heads, head_dim and the softmax scale; `qpas` is gemma's query_pre_attn_scalar.
-AttentionParams attention(const Cfg& c, std::optional<double> qpas, std::optional<double> softcap) {
-  AttentionParams a;
-  a.num_q_heads = c.u32("num_attention_heads");
-  a.num_kv_heads = c.u32_or("num_key_value_heads", a.num_q_heads);
-  if (a.num_q_heads % a.num_kv_heads != 0)
-    c.bad("num_key_value_heads",
-          fmt::format("{} does not divide num_attention_heads = {}", a.num_kv_heads, a.num_q_heads));
-  if (c.has("head_dim")) {
-    a.head_dim = c.u32("head_dim");
-  } else {
-    const std::uint32_t hidden = c.u32("hidden_size");
-    if (hidden % a.num_q_heads != 0)
-      c.bad("hidden_size", fmt::format("{} is not a multiple of num_attention_heads = {}", hidden, a.num_q_heads));
-    a.head_dim = hidden / a.num_q_heads;
-  }
-  a.query_pre_attn_scalar = qpas.value_or(a.head_dim);
-  a.scale = 1.0 / std::sqrt(a.query_pre_attn_scalar);
-  a.softcap = softcap.value_or(0.0);
-  return a;
-}
-
-// Full layers where `sliding` is false, sliding (window `window`) where it is true.
-Reading full_or_sliding(const Cfg& c, const std::vector<bool>& sliding, std::uint32_t window, AttentionParams a) {
-  Reading r;
-  for (bool s : sliding) r.kinds.push_back(s ? LayerKind::kSlidingWindow : LayerKind::kFullAttention);
-  a.sliding_window = window;
-  r.attn = a;
-  for (bool s : sliding)
-    if (s && window == 0) c.bad("sliding_window", "missing or null but some layers slide");
-  return r;
-}
 
 Reading read_llama(const Cfg& c) {
   const std::uint32_t layers = c.num_layers();  // first: errors name fields in config order
@@ -317,70 +168,19 @@ Reading read_family(const Cfg& root, const std::string& type, const HfConfigOpti
   }
   if (type == "mllama") return read_mllama(root);
   if (type == "jamba") return read_jamba(root, o);
+  // Lineup families whose caches follow the rules above: GLM-4.5 (models/glm4_moe) and
+  // MiniMax-M2 are GQA on every layer (head_dim stated; their MTP layers are a draft
+  // model's); Phi-3 slides every layer when sliding_window is set (models/phi3, as
+  // mistral); Mistral-Small-3.x and Ministral-3 nest a mistral text_config; the Qwen VLMs
+  // nest (qwen3_vl) or flatten (qwen2_5_vl) a qwen text model (their M-RoPE changes no cache).
+  if (type == "glm4_moe" || type == "minimax_m2") return read_llama(root);
+  if (type == "phi3") return read_mistral(root);
+  if (type == "mistral3" || type == "ministral3") return read_mistral(root.sub("text_config", nullptr));
+  if (type == "qwen2_5_vl" || type == "qwen3_vl")
+    return read_qwen(root.j.contains("text_config") ? root.sub("text_config", nullptr) : root);
+  if (auto r = read_lineup(root, type, o)) return *std::move(r);
   root.bad("model_type", fmt::format("'{}' is not supported; supported: {}", printable(type),
                                      fmt::join(hf_config_model_types(), ", ")));
-}
-
-constexpr std::array<LayerKind, 4> kGroupOrder{LayerKind::kFullAttention, LayerKind::kSlidingWindow,
-                                               LayerKind::kCrossAttention, LayerKind::kMambaState};
-
-std::size_t slot_of(LayerKind k) {
-  for (std::size_t s = 0; s < kGroupOrder.size(); ++s)
-    if (kGroupOrder[s] == k) return s;
-  fail("LayerKind {} has no group slot", to_string(k));
-}
-
-LayerGroup make_group(std::size_t slot, const Reading& r, std::uint32_t layers, const HfConfigOptions& o) {
-  const AttentionParams& a = r.attn;
-  switch (kGroupOrder[slot]) {
-    case LayerKind::kSlidingWindow:
-      return LayerGroup::sliding_window(r.names[slot], layers, a.num_kv_heads, a.head_dim, o.dtype_bytes,
-                                        o.tokens_per_page, a.sliding_window);
-    case LayerKind::kCrossAttention:
-      return LayerGroup::cross_attention(r.names[slot], layers, a.num_kv_heads, a.head_dim, o.dtype_bytes,
-                                         o.tokens_per_page);
-    case LayerKind::kMambaState:
-      return LayerGroup::mamba_state(r.names[slot], layers, r.state_bytes, o.mamba_checkpoint_interval);
-    default:
-      return LayerGroup::full_attention(r.names[slot], layers, a.num_kv_heads, a.head_dim, o.dtype_bytes,
-                                        o.tokens_per_page);
-  }
-}
-
-// Groups in kGroupOrder (those with layers), each layer's placement, and the layout.
-ModelSpec assemble(std::string model_type, const Reading& r, const HfConfigOptions& o) {
-  std::array<std::uint32_t, 4> count{};
-  for (LayerKind k : r.kinds) ++count[slot_of(k)];
-  ModelSpec m;
-  m.model_type = std::move(model_type);
-  std::vector<LayerGroup> groups;
-  std::array<GroupId, 4> group_of{};
-  for (std::size_t s = 0; s < kGroupOrder.size(); ++s) {
-    if (count[s] == 0) continue;
-    group_of[s] = static_cast<GroupId>(groups.size());
-    groups.push_back(make_group(s, r, count[s], o));
-    AttentionParams a = kGroupOrder[s] == LayerKind::kMambaState ? AttentionParams{} : r.attn;
-    if (kGroupOrder[s] != LayerKind::kSlidingWindow) a.sliding_window = 0;
-    m.attention.push_back(a);
-  }
-  std::array<std::uint32_t, 4> next{};
-  m.layers.reserve(r.kinds.size());
-  for (LayerKind k : r.kinds) {
-    const std::size_t s = slot_of(k);
-    m.layers.push_back(LayerPlacement{group_of[s], next[s]++});
-  }
-  m.layout = KVLayout::plan(std::move(groups), o.layout);
-  return m;
-}
-
-bool is_element_size(std::uint32_t bytes) { return bytes == 1 || bytes == 2 || bytes == 4; }
-
-void check_options(const HfConfigOptions& o) {
-  if (o.tokens_per_page == 0) fail("HfConfigOptions.tokens_per_page = 0: must be >= 1");
-  if (!is_element_size(o.dtype_bytes)) fail("HfConfigOptions.dtype_bytes = {}: must be 1, 2 or 4", o.dtype_bytes);
-  if (!is_element_size(o.state_dtype_bytes))
-    fail("HfConfigOptions.state_dtype_bytes = {}: must be 1, 2 or 4", o.state_dtype_bytes);
-  if (o.mamba_checkpoint_interval == 0) fail("HfConfigOptions.mamba_checkpoint_interval = 0: must be >= 1");
 }
 
 // "line:column" of byte `at` (0-based) of `text`.
@@ -402,11 +202,53 @@ std::string field_at(std::string_view text, std::size_t at) {
   return path.empty() ? std::string() : fmt::format(" (field '{}')", path);
 }
 
+// Python's json module writes float("inf") and float("nan") as the bare words Infinity,
+// -Infinity and NaN, and published configs carry them (Nemotron-H's time_step_limit is
+// [0.0, Infinity]). Outside strings they become null (padded with spaces, so positions in
+// later error messages stay right; NaN's null is one byte longer). kvmm reads none of
+// those fields as a number.
+std::string python_literals_as_null(std::string_view text) {
+  std::string out;
+  out.reserve(text.size() + 8);
+  bool in_string = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      out += c;
+      if (c == '\\' && i + 1 < text.size()) {
+        out += text[++i];
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    if (c == '"') in_string = true;
+    const std::string_view tail = text.substr(i);
+    std::size_t word = 0;
+    if (tail.starts_with("-Infinity"))
+      word = 9;
+    else if (tail.starts_with("Infinity"))
+      word = 8;
+    else if (tail.starts_with("NaN"))
+      word = 3;
+    if (word != 0) {
+      out += "null";
+      if (word > 4) out.append(word - 4, ' ');
+      i += word - 1;
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+
 // Size, depth and number range first (json_scan), then nlohmann; every failure is a
 // kvmm::Error with the source, line:column and the field.
-json parse(std::string_view text, std::string_view source) {
-  if (text.size() > kMaxHfConfigBytes)
-    fail("{}: {} bytes, over the limit of {} bytes (kMaxHfConfigBytes)", source, text.size(), kMaxHfConfigBytes);
+json parse(std::string_view raw_text, std::string_view source, bool python_literals) {
+  if (raw_text.size() > kMaxHfConfigBytes)
+    fail("{}: {} bytes, over the limit of {} bytes (kMaxHfConfigBytes)", source, raw_text.size(), kMaxHfConfigBytes);
+  const std::string converted = python_literals ? python_literals_as_null(raw_text) : std::string();
+  const std::string_view text = python_literals ? std::string_view(converted) : raw_text;
   if (auto p = json_scan::find_problem(text, kMaxHfConfigDepth))
     fail("{}:{}: {}: {}", source, line_col(text, p->offset),
          p->path.empty() ? std::string("top level") : fmt::format("field '{}'", p->path), p->what);
@@ -415,7 +257,10 @@ json parse(std::string_view text, std::string_view source) {
   } catch (const json::parse_error& e) {
     // nlohmann reports the 1-based byte it stopped at.
     const std::size_t at = std::min<std::size_t>(e.byte > 0 ? e.byte - 1 : 0, text.size());
-    fail("{}:{}: malformed JSON{}: {}", source, line_col(text, at), field_at(text, at), printable(e.what(), 200));
+    const std::string_view here = text.substr(at);
+    const bool literal = here.starts_with("Infinity") || here.starts_with("-Infinity") || here.starts_with("NaN");
+    fail("{}:{}: malformed JSON{}: {}{}", source, line_col(text, at), field_at(text, at), printable(e.what(), 200),
+         literal ? " (HfConfigOptions.python_literals reads Python's Infinity and NaN as null)" : "");
   } catch (const json::exception& e) {
     fail("{}: malformed JSON: {}", source, printable(e.what(), 200));
   }
@@ -424,19 +269,23 @@ json parse(std::string_view text, std::string_view source) {
 }  // namespace
 
 const std::vector<std::string>& hf_config_model_types() {
-  static const std::vector<std::string> kTypes{"llama",  "qwen2",  "qwen3",       "mistral", "ministral",
-                                               "gemma2", "gemma3", "gemma3_text", "mllama",  "jamba"};
+  static const std::vector<std::string> kTypes = [] {
+    std::vector<std::string> t{"llama",  "qwen2",  "qwen3",       "mistral", "ministral",
+                               "gemma2", "gemma3", "gemma3_text", "mllama",  "jamba"};
+    t.insert(t.end(), hf::lineup_model_types().begin(), hf::lineup_model_types().end());
+    return t;
+  }();
   return kTypes;
 }
 
 ModelSpec read_hf_config(std::string_view json_text, std::string_view source, const HfConfigOptions& options) {
-  check_options(options);
-  const json j = parse(json_text, source);
+  hf::check_options(options);
+  const json j = parse(json_text, source, options.python_literals);
   if (!j.is_object()) fail("{}: expected a JSON object at the top level", source);
   const Cfg root{j, source, "", nullptr};
   try {
     const std::string type = root.str("model_type");
-    return assemble(type, read_family(root, type, options), options);
+    return hf::assemble(type, read_family(root, type, options), options);
   } catch (const json::exception& e) {
     fail("{}: {}", source, printable(e.what(), 200));
   }

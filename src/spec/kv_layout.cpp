@@ -4,6 +4,7 @@
 #include "kvmm/error.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <limits>
@@ -115,6 +116,26 @@ bool evaluate(std::uint64_t large, const Factors& f, const std::vector<std::uint
   return true;
 }
 
+// The line describe() adds under a group that is not plain K/V in whole bytes.
+std::string describe_storage(const LayerGroup& g) {
+  if (g.is_state()) {
+    std::string t;
+    for (const StateTensor& s : g.state_tensors)
+      t += fmt::format("{}{} [{}] {}", t.empty() ? "" : ", ", s.name, fmt::join(s.shape, ", "), s.format.describe());
+    return fmt::format("    state per layer {} B: {}\n", g.state_bytes_per_layer, t);
+  }
+  switch (g.storage) {
+    case KvStorage::kLatent:
+      return fmt::format("    latent {} + rope {} per token: {} + {}\n", g.head_dim, g.rope_dim,
+                         g.k_element().describe(), g.rope_element().describe());
+    case KvStorage::kKeyOnly:
+      return fmt::format("    indexer of '{}': {} x {} keys {}\n", g.tied_to, g.kv_heads, g.head_dim,
+                         g.k_element().describe());
+    default:
+      return fmt::format("    K {}  V {}\n", g.k_element().describe(), g.v_element().describe());
+  }
+}
+
 }  // namespace
 
 GroupId KVLayout::check(GroupId g) const {
@@ -137,6 +158,23 @@ KVLayout KVLayout::plan(std::vector<LayerGroup> groups, const LayoutOptions& opt
   for (const LayerGroup& g : groups) {
     g.validate();
     if (!names.insert(g.name).second) fail("LayerGroup.name = '{}': duplicate group name", g.name);
+  }
+  for (const LayerGroup& g : groups) {
+    if (g.storage != KvStorage::kKeyOnly) continue;
+    const auto owner =
+        std::find_if(groups.begin(), groups.end(), [&](const LayerGroup& o) { return o.name == g.tied_to; });
+    if (owner == groups.end()) fail("LayerGroup '{}': tied_to = '{}': no group of that name", g.name, g.tied_to);
+    if (owner->storage == KvStorage::kKeyOnly || owner->is_state() || !owner->is_decoder() ||
+        owner->kind == LayerKind::kVisionEmbedding)
+      fail("LayerGroup '{}': tied_to = '{}': a {} {} group, not a decoder attention group", g.name, g.tied_to,
+           to_string(owner->kind), to_string(owner->storage));
+    if (owner->kind != g.kind || owner->window != g.window || owner->chunk != g.chunk ||
+        owner->num_layers != g.num_layers)
+      fail(
+          "LayerGroup '{}': tied_to = '{}': the indexer ({}, window {}, chunk {}, {} layers) must match its "
+          "attention group ({}, window {}, chunk {}, {} layers)",
+          g.name, g.tied_to, to_string(g.kind), g.window, g.chunk, g.num_layers, to_string(owner->kind), owner->window,
+          owner->chunk, owner->num_layers);
   }
 
   KVLayout layout;
@@ -222,12 +260,47 @@ std::uint64_t KVLayout::k_offset(GroupId g, std::uint32_t layer) const {
   if (grp.is_state() || grp.kind == LayerKind::kVisionEmbedding)
     fail("group = {} ('{}'): kind {} has no K/V layout", g, grp.name, to_string(grp.kind));
   if (layer >= grp.num_layers) fail("layer = {}: group '{}' has {} layers", layer, grp.name, grp.num_layers);
+  if (!grp.is_plain()) return grp.part(KvPart::kK, layer).offset;
   return std::uint64_t{layer} * 2 * grp.tokens_per_page * grp.head_bytes_per_token();
 }
 
 std::uint64_t KVLayout::v_offset(GroupId g, std::uint32_t layer) const {
   const LayerGroup& grp = group(g);
+  if (!grp.is_plain()) {
+    if (grp.storage != KvStorage::kKeyValue) return k_offset(g, layer);
+    (void)k_offset(g, layer);  // the kind and layer checks
+    return grp.part(KvPart::kV, layer).offset;
+  }
   return k_offset(g, layer) + std::uint64_t{grp.tokens_per_page} * grp.head_bytes_per_token();
+}
+
+LayerGroup::Span KVLayout::part(GroupId g, std::uint32_t layer, KvPart which) const {
+  return group(g).part(which, layer);
+}
+
+std::uint64_t KVLayout::layer_stride_bytes(GroupId g) const {
+  const LayerGroup& grp = group(g);
+  if (grp.is_plain() && !grp.is_state() && grp.kind != LayerKind::kVisionEmbedding)
+    return std::uint64_t{2} * grp.tokens_per_page * grp.head_bytes_per_token();
+  return grp.layer_stride_bytes();
+}
+
+std::uint64_t KVLayout::state_tensor_offset(GroupId g, std::uint32_t layer, std::size_t tensor) const {
+  const LayerGroup& grp = group(g);
+  std::uint64_t off = state_offset(g, layer);
+  if (tensor >= grp.state_tensors.size())
+    fail("tensor = {}: group '{}' has {} state tensors", tensor, grp.name, grp.state_tensors.size());
+  for (std::size_t t = 0; t < tensor; ++t) off += grp.state_tensors[t].bytes();
+  return off;
+}
+
+std::uint64_t KVLayout::alignment_bytes(GroupId g) const {
+  const LayerGroup& grp = group(g);
+  if (grp.is_plain() || grp.is_state() || grp.kind == LayerKind::kVisionEmbedding) return 0;
+  std::uint64_t parts = 0;
+  for (std::uint32_t l = 0; l < grp.num_layers; ++l)
+    for (std::size_t p = 0; p < kNumKvParts; ++p) parts += grp.part(static_cast<KvPart>(p), l).bytes;
+  return natural_page_bytes(g) - parts;
 }
 
 std::uint64_t KVLayout::state_offset(GroupId g, std::uint32_t layer) const {
@@ -248,6 +321,7 @@ std::string KVLayout::describe() const {
         "x{:<5} padding {:.2f}%\n",
         grp.name, to_string(grp.kind), grp.num_layers, grp.tokens_per_page, sizes_[g].padded, sizes_[g].per_large,
         100.0 * padding_fraction(g));
+    if (!grp.is_plain()) out += describe_storage(grp);
   }
   return out;
 }

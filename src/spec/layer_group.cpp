@@ -3,10 +3,32 @@
 #include "kvmm/checked.hpp"
 #include "kvmm/error.hpp"
 
+#include <fmt/format.h>
+
+#include <numeric>
 #include <optional>
 #include <utility>
 
 namespace kvmm {
+
+std::string_view to_string(KvStorage storage) {
+  switch (storage) {
+    case KvStorage::kKeyValue:
+      return "key_value";
+    case KvStorage::kLatent:
+      return "latent";
+    case KvStorage::kKeyOnly:
+      return "key_only";
+  }
+  return "unknown";
+}
+
+std::uint64_t StateTensor::bytes() const {
+  const std::string what = "state tensor '" + name + "'";
+  std::uint64_t elems = 1;
+  for (std::uint64_t d : shape) elems = checked_mul(elems, d, what);
+  return format.data_bytes(1, elems, what);
+}
 
 std::string_view to_string(LayerKind kind) {
   switch (kind) {
@@ -98,12 +120,149 @@ LayerGroup LayerGroup::vision_embedding(std::string name, std::uint64_t bytes_pe
   return g;
 }
 
+LayerGroup LayerGroup::recurrent_state(std::string name, std::uint32_t layers, std::vector<StateTensor> tensors,
+                                       std::uint32_t checkpoint_interval) {
+  std::uint64_t bytes = 0;
+  for (const StateTensor& t : tensors) bytes = checked_add(bytes, t.bytes(), "state_bytes_per_layer");
+  LayerGroup g = mamba_state(std::move(name), layers, bytes, checkpoint_interval);
+  g.state_tensors = std::move(tensors);
+  return g;
+}
+
+namespace {
+// dtype_bytes of a group described by a format: its element size where whole, else 1.
+std::uint32_t element_bytes(const ElementFormat& f) { return f.bits() >= 8 ? f.bits() / 8 : 1; }
+}  // namespace
+
+LayerGroup LayerGroup::mla(std::string name, std::uint32_t layers, std::uint32_t kv_lora_rank, std::uint32_t rope_dim,
+                           ElementFormat latent, std::optional<ElementFormat> rope, std::uint32_t tokens_per_page) {
+  LayerGroup g = attention_like(std::move(name), LayerKind::kFullAttention, layers, 1, kv_lora_rank,
+                                element_bytes(latent), tokens_per_page);
+  g.storage = KvStorage::kLatent;
+  g.rope_dim = rope_dim;
+  g.k_format = latent;
+  g.rope_format = rope;
+  return g;
+}
+
+LayerGroup LayerGroup::indexer(std::string name, std::uint32_t layers, std::uint32_t heads, std::uint32_t head_dim,
+                               ElementFormat keys, std::uint32_t tokens_per_page, std::string attention) {
+  LayerGroup g = attention_like(std::move(name), LayerKind::kFullAttention, layers, heads, head_dim,
+                                element_bytes(keys), tokens_per_page);
+  g.storage = KvStorage::kKeyOnly;
+  g.k_format = keys;
+  g.tied_to = std::move(attention);
+  return g;
+}
+
+bool LayerGroup::is_plain() const {
+  return storage == KvStorage::kKeyValue && !k_format && !v_format && !rope_format && rope_dim == 0 &&
+         tied_to.empty() && state_tensors.empty();
+}
+
+ElementFormat LayerGroup::k_element() const { return k_format ? *k_format : ElementFormat::raw_bytes(dtype_bytes); }
+ElementFormat LayerGroup::v_element() const { return v_format ? *v_format : ElementFormat::raw_bytes(dtype_bytes); }
+ElementFormat LayerGroup::rope_element() const {
+  if (rope_format) return *rope_format;
+  ElementFormat f = k_element();
+  if (f.scale.in_pages()) f.scale = {};  // a per-tensor scale covers the whole latent
+  return f;
+}
+
+namespace {
+
+struct PartSize {
+  std::uint64_t bytes = 0;
+  bool separate = false;
+};
+
+// Bytes of each part of one layer for tokens_per_page tokens (attention-like groups).
+std::array<PartSize, kNumKvParts> part_sizes(const LayerGroup& g) {
+  std::array<PartSize, kNumKvParts> p{};
+  const std::uint64_t rows = std::uint64_t{g.tokens_per_page} * g.kv_heads;
+  auto put = [&](KvPart data, KvPart scale, const ElementFormat& f, std::uint32_t elems, std::string_view what) {
+    p[static_cast<std::size_t>(data)].bytes = f.data_bytes(rows, elems, what);
+    p[static_cast<std::size_t>(scale)].bytes = f.scale_bytes(rows, elems, what);
+    p[static_cast<std::size_t>(scale)].separate = f.scale.placement == ScalePlacement::kSeparate;
+  };
+  const std::string n = "LayerGroup '" + g.name + "'";
+  put(KvPart::kK, KvPart::kKScale, g.k_element(), g.head_dim, n + " K");
+  if (g.storage == KvStorage::kLatent && g.rope_dim > 0)
+    put(KvPart::kRope, KvPart::kRopeScale, g.rope_element(), g.rope_dim, n + " rope");
+  if (g.storage == KvStorage::kKeyValue) put(KvPart::kV, KvPart::kVScale, g.v_element(), g.head_dim, n + " V");
+  return p;
+}
+
+bool has_scales(const std::array<PartSize, kNumKvParts>& p) {
+  for (KvPart s : {KvPart::kKScale, KvPart::kRopeScale, KvPart::kVScale})
+    if (p[static_cast<std::size_t>(s)].bytes > 0) return true;
+  return false;
+}
+
+struct LayerLayout {
+  std::array<std::uint64_t, kNumKvParts> offset{};  // inline: from the layer's start; separate: from its scale slot
+  std::uint64_t stride = 0;                         // inline bytes per layer
+  std::uint64_t separate = 0;                       // separate-scale bytes per layer
+};
+
+LayerLayout layer_layout(const LayerGroup& g) {
+  const auto p = part_sizes(g);
+  const std::uint64_t align = has_scales(p) ? kScaleRegionAlignment : 1;
+  const std::string what = "LayerGroup '" + g.name + "' page";
+  LayerLayout l;
+  for (std::size_t i = 0; i < kNumKvParts; ++i) {
+    if (p[i].bytes == 0) continue;
+    std::uint64_t& cur = p[i].separate ? l.separate : l.stride;
+    cur = checked_round_up(cur, align, what);
+    l.offset[i] = cur;
+    cur = checked_add(cur, p[i].bytes, what);
+  }
+  l.stride = checked_round_up(l.stride, align, what);
+  l.separate = checked_round_up(l.separate, align, what);
+  return l;
+}
+
+}  // namespace
+
+std::uint64_t LayerGroup::layer_stride_bytes() const {
+  if (is_state() || kind == LayerKind::kVisionEmbedding)
+    fail("LayerGroup '{}': kind {} has no K/V layers", name, to_string(kind));
+  return layer_layout(*this).stride;
+}
+
+std::uint64_t LayerGroup::separate_scale_bytes_per_layer() const {
+  if (is_state() || kind == LayerKind::kVisionEmbedding)
+    fail("LayerGroup '{}': kind {} has no K/V layers", name, to_string(kind));
+  return layer_layout(*this).separate;
+}
+
+LayerGroup::Span LayerGroup::part(KvPart which, std::uint32_t layer) const {
+  if (is_state() || kind == LayerKind::kVisionEmbedding)
+    fail("LayerGroup '{}': kind {} has no K/V layout", name, to_string(kind));
+  if (layer >= num_layers) fail("layer = {}: group '{}' has {} layers", layer, name, num_layers);
+  const auto i = static_cast<std::size_t>(which);
+  if (i >= kNumKvParts) fail("part = {}: not a KvPart", i);
+  const auto p = part_sizes(*this);
+  if (p[i].bytes == 0) return Span{};
+  const LayerLayout l = layer_layout(*this);
+  if (!p[i].separate) return Span{std::uint64_t{layer} * l.stride + l.offset[i], p[i].bytes};
+  const std::uint64_t base = std::uint64_t{num_layers} * l.stride;
+  return Span{base + std::uint64_t{layer} * l.separate + l.offset[i], p[i].bytes};
+}
+
 std::uint64_t LayerGroup::head_bytes_per_token() const {
+  if (!is_plain() && !is_state() && kind != LayerKind::kVisionEmbedding)
+    return k_element().data_bytes(kv_heads, head_dim, "head_bytes_per_token");
   // kv_heads * head_dim fits 64 bits (two 32-bit factors); the dtype factor may not.
   return checked_mul(std::uint64_t{kv_heads} * head_dim, dtype_bytes, "head_bytes_per_token");
 }
 
 std::uint64_t LayerGroup::bytes_per_token() const {
+  if (!is_plain() && !is_state() && kind != LayerKind::kVisionEmbedding) {
+    std::uint64_t sum = 0;
+    for (const PartSize& p : part_sizes(*this)) sum = checked_add(sum, p.bytes, "bytes_per_token");
+    return ceil_div(checked_mul(sum, num_layers, "bytes_per_token"), tokens_per_page);
+  }
   switch (kind) {
     case LayerKind::kMambaState:
       return 0;
@@ -115,6 +274,10 @@ std::uint64_t LayerGroup::bytes_per_token() const {
 }
 
 std::uint64_t LayerGroup::natural_page_bytes() const {
+  if (!is_plain() && !is_state() && kind != LayerKind::kVisionEmbedding) {
+    const LayerLayout l = layer_layout(*this);
+    return checked_mul(checked_add(l.stride, l.separate, "natural_page_bytes"), num_layers, "natural_page_bytes");
+  }
   if (kind == LayerKind::kMambaState)
     return checked_mul(state_bytes_per_layer, num_layers, "natural_page_bytes (state_bytes_per_layer x num_layers)");
   return checked_mul(bytes_per_token(), tokens_per_page, "natural_page_bytes (bytes_per_token x tokens_per_page)");
@@ -161,6 +324,54 @@ std::optional<std::uint64_t> try_page_bytes(const LayerGroup& g) {
   }
 }
 
+void validate_state_tensors(const LayerGroup& g) {
+  if (g.state_tensors.empty()) return;
+  if (!g.is_state())
+    fail("LayerGroup '{}': state_tensors: {} tensors on a {} group, only a state group has them", g.name,
+         g.state_tensors.size(), to_string(g.kind));
+  std::uint64_t sum = 0;
+  for (std::size_t i = 0; i < g.state_tensors.size(); ++i) {
+    const StateTensor& t = g.state_tensors[i];
+    const std::string field = fmt::format("LayerGroup '{}': state_tensors[{}] ('{}')", g.name, i, t.name);
+    if (t.shape.empty()) fail("{}: shape is empty", field);
+    for (std::size_t d = 0; d < t.shape.size(); ++d)
+      if (t.shape[d] == 0) fail("{}: shape[{}] = 0, must be >= 1", field, d);
+    t.format.validate(field + ".format", 0);
+    if (t.format.scale.granularity != ScaleGranularity::kNone)
+      fail("{}.format: scales on a state tensor are not supported", field);
+    sum = checked_add(sum, t.bytes(), field);
+  }
+  if (sum != g.state_bytes_per_layer)
+    fail("LayerGroup '{}': state_bytes_per_layer = {}, but its state_tensors hold {} bytes", g.name,
+         g.state_bytes_per_layer, sum);
+}
+
+void validate_storage(const LayerGroup& g) {
+  const auto& n = g.name;
+  if (static_cast<unsigned>(g.storage) > static_cast<unsigned>(KvStorage::kKeyOnly))
+    fail("LayerGroup '{}': storage = {}: not a KvStorage", n, static_cast<unsigned>(g.storage));
+  if (!g.state_tensors.empty()) fail("LayerGroup '{}': state_tensors set on a {} group", n, to_string(g.kind));
+  if (g.storage != KvStorage::kLatent && (g.rope_dim != 0 || g.rope_format))
+    fail("LayerGroup '{}': rope_dim = {}{}: only a latent (MLA) group has a rope part", n, g.rope_dim,
+         g.rope_format ? " and a rope_format" : "");
+  if (g.storage != KvStorage::kKeyValue && g.v_format)
+    fail("LayerGroup '{}': v_format set on a {} group, which has no separate V", n, to_string(g.storage));
+  if (g.storage != KvStorage::kKeyOnly && !g.tied_to.empty())
+    fail("LayerGroup '{}': tied_to = '{}': only an indexer (key_only) group is tied to another", n, g.tied_to);
+  if (g.storage == KvStorage::kLatent && g.kv_heads != 1)
+    fail("LayerGroup '{}': kv_heads = {}: a latent (MLA) group stores one latent per token, kv_heads must be 1", n,
+         g.kv_heads);
+  if (g.storage == KvStorage::kKeyOnly && g.tied_to.empty())
+    fail("LayerGroup '{}': tied_to is empty: an indexer (key_only) group names the attention group it indexes", n);
+  if (g.storage == KvStorage::kKeyOnly && g.tied_to == g.name)
+    fail("LayerGroup '{}': tied_to = '{}': an indexer cannot be tied to itself", n, g.tied_to);
+  g.k_element().validate(fmt::format("LayerGroup '{}': k_format", n), g.head_dim);
+  if (g.storage == KvStorage::kKeyValue)
+    g.v_element().validate(fmt::format("LayerGroup '{}': v_format", n), g.head_dim);
+  if (g.storage == KvStorage::kLatent)
+    g.rope_element().validate(fmt::format("LayerGroup '{}': rope_format", n), g.rope_dim);
+}
+
 }  // namespace
 
 void LayerGroup::validate() const {
@@ -187,7 +398,13 @@ void LayerGroup::validate() const {
       if (kind == LayerKind::kChunkedLocal && chunk == 0)
         fail("LayerGroup '{}': chunk = 0, a chunked-local group needs chunk >= 1", n);
   }
-  if (!try_page_bytes(*this)) page_overflow(*this);
+  if (is_plain() || is_state() || kind == LayerKind::kVisionEmbedding) {
+    validate_state_tensors(*this);
+    if (!try_page_bytes(*this)) page_overflow(*this);
+    return;
+  }
+  validate_storage(*this);
+  (void)natural_page_bytes();  // kvmm::Error naming the group when a size overflows or is sub-byte
 }
 
 }  // namespace kvmm

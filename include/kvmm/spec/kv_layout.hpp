@@ -4,7 +4,9 @@
 // for the model: large_page_bytes = LCM of the small page sizes. When that LCM is over
 // LayoutOptions::max_large_page_bytes the planner pads small pages (never tokens_per_page)
 // to sizes whose LCM fits, picking the padding that wastes least. Planning is a one-off
-// search (milliseconds); every accessor afterwards is O(1).
+// search (milliseconds); every accessor afterwards is O(1). Groups with element formats,
+// latents (MLA), indexers and recurrent-state tensors are sized by LayerGroup; an indexer's
+// tied_to must name an attention group with the same kind, window, chunk and layers.
 #pragma once
 
 #include "kvmm/spec/layer_group.hpp"
@@ -53,11 +55,23 @@ class KVLayout {
   // 2^64-1 when it does not fit 64 bits).
   std::uint64_t natural_lcm_bytes() const { return natural_lcm_; }
 
-  // Byte offsets inside a small page of group g (attention-like groups).
+  // Byte offsets inside a small page of group g (attention-like groups). A latent (MLA)
+  // group's V is a view of its latent: v_offset equals k_offset. An indexer (key-only)
+  // group has no values; its v_offset is k_offset too, so code that walks every group's K
+  // and V rows reads its keys and never past its page.
   std::uint64_t k_offset(GroupId g, std::uint32_t layer) const;
   std::uint64_t v_offset(GroupId g, std::uint32_t layer) const;
+  // Offset and bytes of any part of a layer (data, rope, scales; LayerGroup::part).
+  LayerGroup::Span part(GroupId g, std::uint32_t layer, KvPart part) const;
+  // The distance between two layers' K in a page (what a kernel adds per layer).
+  std::uint64_t layer_stride_bytes(GroupId g) const;
   // Byte offset of one layer's state inside a state (Mamba) page.
   std::uint64_t state_offset(GroupId g, std::uint32_t layer) const;
+  // Byte offset of tensor `tensor` of one layer's state (a group with state_tensors).
+  std::uint64_t state_tensor_offset(GroupId g, std::uint32_t layer, std::size_t tensor) const;
+  // Bytes a page holds beyond its parts' data and scales: the 16-byte alignment of
+  // scale regions (0 for a group without in-page scales). Never LCM padding.
+  std::uint64_t alignment_bytes(GroupId g) const;
 
   // Multi-line human-readable summary (sizes, pages per large page, padding).
   std::string describe() const;
