@@ -5,6 +5,7 @@
 // the export alone, the latents give the same decode attention as the rows kept aside, and
 // the indexer keys read back as written.
 #include <kvmm/kernels/formatted_attention.hpp>
+#include <kvmm/manager/kernel_exports.hpp>
 #include <kvmm/manager/kv_cache_manager.hpp>
 
 #include <catch2/catch.hpp>
@@ -28,7 +29,7 @@ Export export_group(KVCacheManager& kv, GroupId g, const std::vector<RequestId>&
   e.indptr.resize(ids.size() + 1);
   e.indices.resize(4096);
   e.last.resize(ids.size());
-  kv.export_csr(g, ids, e.indptr, e.indices, e.last, {});
+  KernelExports(kv).export_csr(g, ids, e.indptr, e.indices, e.last, {});
   return e;
 }
 
