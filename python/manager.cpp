@@ -261,12 +261,12 @@ void bind_requests(py::class_<Manager>& c) {
           py::arg("r"), py::arg("token"))
       .def(
           "lookup_prefix",
-          [](Manager& m, Int<RequestId> r, std::optional<Int<std::uint64_t>> limit) {
+          [](Manager& m, Int<RequestId> r, Int<std::uint64_t> limit) {
             auto kv = m.use();
             MaybeRelease release(kv->num_tokens(r) >= kReleaseGilAt);
-            return kv->lookup_prefix(r, limit ? std::uint64_t{*limit} : KVCacheManager::kMaxTokens);
+            return kv->lookup_prefix(r, limit);
           },
-          py::arg("r"), py::arg("limit") = py::none())
+          py::arg("r"), py::arg("limit") = KVCacheManager::kMaxTokens)
       .def(
           "allocate",
           [](Manager& m, Int<RequestId> r, Int<std::uint32_t> n, Int<std::uint32_t> lookahead) {
