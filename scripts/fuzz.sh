@@ -2,7 +2,7 @@
 # CI stage (scripts/test.sh): builds the libFuzzer targets of tests/fuzz with clang,
 # AddressSanitizer and UndefinedBehaviorSanitizer (only the kvmm sources they reach), and
 # fuzzes each for KVMM_FUZZ_SECONDS (default 60) from its seed corpus: read_hf_config from
-# the real configs in tests/data, the KV event validator and encoder from tests/dist/golden
+# the real configs in tests/data, the KV event validator and encoder from tests/distributed/golden
 # and tests/fuzz/regressions. A finding fails the stage and leaves its input under
 # <build>/fuzz/findings/<target>/: fix it and add the input to tests/fuzz/regressions/<target>/,
 # which every ordinary build replays under ctest. Cost: ~1 min build + 1 min per target.
@@ -35,5 +35,5 @@ run() {
   grep -E '^#[0-9]+[[:space:]]+(INITED|DONE)|^stat::(number_of_executed_units|peak_rss_mb)' "$build/$target.log" || true
 }
 run hf_config 16384 tests/data tests/fuzz/regressions/hf_config
-run kv_events 1024 tests/dist/golden tests/fuzz/regressions/kv_events
+run kv_events 1024 tests/distributed/golden tests/fuzz/regressions/kv_events
 echo "== fuzz: no findings"

@@ -80,14 +80,14 @@ scripts/fuzz.sh
 echo "== ThreadSanitizer: memory tests (the background mapper thread), dist tests (publisher thread, Redis tier I/O threads)"
 cmake -S . -B "$build/tsan" -DCMAKE_BUILD_TYPE=Debug -DKVMM_WERROR=ON -DKVMM_CUDA=OFF -DKVMM_SANITIZE=thread \
   -DKVMM_BUILD_TESTS=ON -DKVMM_BUILD_BENCH=OFF -DKVMM_BUILD_EXAMPLES=OFF -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g"
-cmake --build "$build/tsan" -j"$jobs" --target kvmm_test_memory kvmm_test_dist kvmm_test_dist_events kvmm_test_dist_redis
+cmake --build "$build/tsan" -j"$jobs" --target kvmm_test_memory kvmm_test_distributed kvmm_test_distributed_events kvmm_test_distributed_redis
 TSAN_OPTIONS=halt_on_error=1 "$build/tsan/tests/kvmm_test_memory"
-TSAN_OPTIONS=halt_on_error=1 "$build/tsan/tests/kvmm_test_dist"
+TSAN_OPTIONS=halt_on_error=1 "$build/tsan/tests/kvmm_test_distributed"
 # libzmq's own threads are invisible to TSan (tsan.supp); the [python] cases fork a
 # consumer, which TSan does not support in a threaded process: they run in the stages above.
-TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/tests/dist/tsan.supp" "$build/tsan/tests/kvmm_test_dist_events" "~[python]"
+TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/tests/distributed/tsan.supp" "$build/tsan/tests/kvmm_test_distributed_events" "~[python]"
 # The Redis tier against a real redis-server (spawned with posix_spawn, no fork).
-TSAN_OPTIONS=halt_on_error=1 "$build/tsan/tests/kvmm_test_dist_redis"
+TSAN_OPTIONS=halt_on_error=1 "$build/tsan/tests/kvmm_test_distributed_redis"
 
 echo "== consumer: find_package (static, shared, kvmm::cuda), pkg-config, add_subdirectory, FetchContent"
 tests/consumer/run.sh "$build/release" "$build/consumer"

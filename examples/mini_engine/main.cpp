@@ -11,10 +11,10 @@
 
 #include "kvmm/error.hpp"
 #ifdef KVMM_MINI_EVENTS
-#include "kvmm/dist/event_publisher.hpp"
+#include "kvmm/distributed/event_publisher.hpp"
 #endif
 #ifdef KVMM_MINI_REDIS
-#include "kvmm/dist/redis_tier.hpp"
+#include "kvmm/distributed/redis_tier.hpp"
 #endif
 
 #include <fmt/format.h>

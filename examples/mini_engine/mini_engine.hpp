@@ -7,7 +7,7 @@
 // the tier (the tier's own threads do its I/O).
 #pragma once
 
-#include "kvmm/dist/kv_tier.hpp"
+#include "kvmm/distributed/kv_tier.hpp"
 #include "kvmm/kernels/attention.hpp"
 #include "kvmm/kernels/cache_ops.hpp"
 #include "kvmm/manager/kv_cache_manager.hpp"

@@ -8,7 +8,7 @@
 // and leave the output untouched.
 #include "fuzz/fuzz_check.hpp"
 #include "fuzz/msgpack_walk.hpp"
-#include "kvmm/dist/kv_event_encoding.hpp"
+#include "kvmm/distributed/kv_event_encoding.hpp"
 #include "kvmm/error.hpp"
 
 #include <cstddef>

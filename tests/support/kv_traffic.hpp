@@ -1,6 +1,6 @@
 // Seeded random serving traffic on a KVCacheManager with record_kv_events on, for the KV
 // event tests (tests/manager/kv_events_test.cpp checks the batches in C++,
-// tests/dist/events/manager_stream_test.cpp through the wire): a hybrid layout (full
+// tests/distributed/events/manager_stream_test.cpp through the wire): a hybrid layout (full
 // attention, sliding window, Mamba, cross attention), prompts sharing a few documents,
 // LoRA ids, cache salts, images, cache boundaries; chunked prefill, decode, preemption,
 // fork, swap, free, evictions under a small pool, and reset_prefix_cache now and then.

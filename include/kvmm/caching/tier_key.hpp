@@ -1,4 +1,4 @@
-// TierKey and TierStatus: the words the prefix cache and a shared KV tier (dist/kv_tier.hpp)
+// TierKey and TierStatus: the words the prefix cache and a shared KV tier (distributed/kv_tier.hpp)
 // share. A key names one page of one group by its block hash; a status is what the tier
 // answered for it. Plain values, no cost.
 #pragma once

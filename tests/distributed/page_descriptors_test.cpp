@@ -1,0 +1,165 @@
+// Page descriptors: a request's page table row as coalesced (address, bytes, device) runs
+// over a KVArena, checked against an independent count of runs; KV moved between two
+// KVArenas on HostMemory through paired runs (split to common lengths) with the bytes
+// compared page by page; bad input; and the layout fingerprint (what changes it, what not).
+#include "kvmm/distributed/page_descriptors.hpp"
+#include "kvmm/error.hpp"
+#include "kvmm/memory/chunk_pool.hpp"
+#include "kvmm/memory/host_memory.hpp"
+#include "kvmm/memory/kv_arena.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+using namespace kvmm;
+
+namespace {
+
+KVLayout layout_a() {
+  return KVLayout::plan(
+      {LayerGroup::full_attention("full", 2, 1, 64, 2, 16), LayerGroup::sliding_window("swa", 1, 1, 32, 2, 16, 64)});
+}
+
+std::byte* ptr(std::uint64_t a) { return reinterpret_cast<std::byte*>(static_cast<std::uintptr_t>(a)); }
+
+// A row of `n` distinct page ids below `limit`, in runs of random length, with some null
+// pages (at the same positions in every row built from the same `nulls`).
+std::vector<PageId> random_row(std::mt19937_64& rng, std::uint32_t n, std::uint32_t limit,
+                               const std::vector<bool>& nulls) {
+  std::vector<PageId> ids(limit);
+  for (std::uint32_t i = 0; i < limit; ++i) ids[i] = i;
+  std::vector<PageId> row;
+  // Pick run starts at random; take consecutive ids while unused.
+  std::vector<bool> used(limit, false);
+  while (row.size() < n) {
+    PageId p = static_cast<PageId>(rng() % limit);
+    const std::uint32_t len = 1 + static_cast<std::uint32_t>(rng() % 6);
+    for (std::uint32_t k = 0; k < len && row.size() < n && p < limit && !used[p]; ++k, ++p) {
+      used[p] = true;
+      row.push_back(nulls[row.size()] ? kNullPage : p);
+    }
+  }
+  return row;
+}
+
+std::size_t expected_runs(const std::vector<PageId>& row) {
+  std::size_t runs = 0;
+  PageId prev = kNullPage;
+  for (const PageId p : row) {
+    if (p == kNullPage) continue;
+    if (prev == kNullPage || p != prev + 1) ++runs;
+    prev = p;
+  }
+  return runs;
+}
+
+}  // namespace
+
+TEST_CASE("page descriptors: consecutive page ids merge, null pages are skipped") {
+  HostMemory host({.chunk_bytes = 8192});
+  ChunkPool pool(host, {.max_chunks = 64});
+  const KVLayout layout = layout_a();
+  KVArena arena(pool, layout, {.num_large_pages = 8, .backing = ArenaBacking::kFull});
+  const std::uint64_t size0 = layout.small_page_bytes(0);
+  std::vector<PageRun> runs;
+  const std::vector<PageId> row{3, 4, 5, kNullPage, 7, 1, 2};
+  CHECK(page_runs(arena, 0, row, 0, runs) == 3);
+  REQUIRE(runs.size() == 3);
+  CHECK(runs[0] == PageRun{arena.small_page_address(0, 3), 3 * size0, 0});
+  CHECK(runs[1] == PageRun{arena.small_page_address(0, 7), size0, 0});
+  CHECK(runs[2] == PageRun{arena.small_page_address(0, 1), 2 * size0, 0});
+  // Group 1's pages are smaller; the same ids give other addresses.
+  runs.clear();
+  CHECK(page_runs(arena, 1, std::vector<PageId>{0, 1, 2}, 5, runs) == 1);
+  CHECK(runs[0] == PageRun{arena.small_page_address(1, 0), 3 * layout.small_page_bytes(1), 5});
+  // A page outside the arena: an error naming it, nothing appended.
+  runs.clear();
+  const PageId limit = 8 * layout.small_pages_per_large_page(0);
+  CHECK_THROWS_WITH(page_runs(arena, 0, std::vector<PageId>{1, limit}, 0, runs),
+                    Catch::Contains("pages[1] = " + std::to_string(limit)));
+  CHECK(runs.empty());
+}
+
+TEST_CASE("page descriptors: pair_runs splits to common lengths and rejects unequal sizes") {
+  std::vector<TransferSpan> spans;
+  const std::vector<PageRun> src{{1000, 300, 0}, {5000, 100, 0}};
+  const std::vector<PageRun> dst{{0, 100, 1}, {200, 250, 1}, {900, 50, 1}};
+  CHECK(pair_runs(src, dst, spans) == 4);
+  const std::vector<TransferSpan> want{{1000, 0, 100}, {1100, 200, 200}, {5000, 400, 50}, {5050, 900, 50}};
+  CHECK(spans == want);
+  CHECK_THROWS_WITH(pair_runs(src, std::vector<PageRun>{{0, 10, 0}}, spans),
+                    Catch::Contains("source runs cover 400 bytes, destination runs 10"));
+}
+
+TEST_CASE("page descriptors: a request's KV moves between two arenas through the descriptors") {
+  HostMemory host({.chunk_bytes = 8192});
+  ChunkPool pool(host, {.max_chunks = 256});
+  const KVLayout layout = layout_a();
+  KVArena src(pool, layout, {.num_large_pages = 32, .backing = ArenaBacking::kFull});
+  KVArena dst(pool, layout, {.num_large_pages = 32, .backing = ArenaBacking::kFull});
+  std::mt19937_64 rng(42);
+  std::vector<PageRun> src_runs, dst_runs;
+  std::vector<TransferSpan> spans;
+  for (int round = 0; round < 200; ++round) {
+    const GroupId g = static_cast<GroupId>(round % 2);
+    const std::uint32_t limit = 32 * layout.small_pages_per_large_page(g);
+    const std::uint64_t size = layout.small_page_bytes(g);
+    const std::uint32_t n = 1 + static_cast<std::uint32_t>(rng() % (limit / 2));
+    std::vector<bool> nulls(n);
+    for (std::uint32_t i = 0; i < n; ++i) nulls[i] = g == 1 && rng() % 5 == 0;
+    const auto src_row = random_row(rng, n, limit, nulls);
+    const auto dst_row = random_row(rng, n, limit, nulls);
+    for (const PageId p : src_row) {
+      if (p == kNullPage) continue;
+      std::byte* page = ptr(src.small_page_address(g, p));
+      for (std::uint64_t b = 0; b < size; ++b) page[b] = static_cast<std::byte>(rng());
+    }
+    std::memset(dst.data(), 0, dst.bytes());
+    src_runs.clear();
+    dst_runs.clear();
+    spans.clear();
+    CHECK(page_runs(src, g, src_row, 0, src_runs) == expected_runs(src_row));
+    CHECK(page_runs(dst, g, dst_row, 0, dst_runs) == expected_runs(dst_row));
+    pair_runs(src_runs, dst_runs, spans);
+    for (const TransferSpan& s : spans) std::memcpy(ptr(s.dst), ptr(s.src), s.bytes);
+    for (std::uint32_t i = 0; i < n; ++i) {
+      if (src_row[i] == kNullPage) continue;
+      REQUIRE(std::memcmp(ptr(dst.small_page_address(g, dst_row[i])), ptr(src.small_page_address(g, src_row[i])),
+                          size) == 0);
+    }
+  }
+}
+
+TEST_CASE("page descriptors: the layout fingerprint changes with everything that changes bytes") {
+  const std::uint64_t base = layout_fingerprint(layout_a());
+  CHECK(layout_fingerprint(layout_a()) == base);
+  // Names do not change bytes.
+  CHECK(layout_fingerprint(KVLayout::plan({LayerGroup::full_attention("f", 2, 1, 64, 2, 16),
+                                           LayerGroup::sliding_window("s", 1, 1, 32, 2, 16, 64)})) == base);
+  const std::vector<KVLayout> others{
+      KVLayout::plan({LayerGroup::full_attention("full", 3, 1, 64, 2, 16),
+                      LayerGroup::sliding_window("swa", 1, 1, 32, 2, 16, 64)}),
+      KVLayout::plan({LayerGroup::full_attention("full", 2, 2, 64, 2, 16),
+                      LayerGroup::sliding_window("swa", 1, 1, 32, 2, 16, 64)}),
+      KVLayout::plan({LayerGroup::full_attention("full", 2, 1, 128, 2, 16),
+                      LayerGroup::sliding_window("swa", 1, 1, 32, 2, 16, 64)}),
+      KVLayout::plan({LayerGroup::full_attention("full", 2, 1, 64, 1, 16),
+                      LayerGroup::sliding_window("swa", 1, 1, 32, 2, 16, 64)}),
+      KVLayout::plan({LayerGroup::full_attention("full", 2, 1, 64, 2, 32),
+                      LayerGroup::sliding_window("swa", 1, 1, 32, 2, 16, 64)}),
+      KVLayout::plan({LayerGroup::full_attention("full", 2, 1, 64, 2, 16),
+                      LayerGroup::sliding_window("swa", 1, 1, 32, 2, 16, 128)}),
+      KVLayout::plan(
+          {LayerGroup::full_attention("full", 2, 1, 64, 2, 16), LayerGroup::full_attention("swa", 1, 1, 32, 2, 16)}),
+      KVLayout::plan({LayerGroup::sliding_window("swa", 1, 1, 32, 2, 16, 64),
+                      LayerGroup::full_attention("full", 2, 1, 64, 2, 16)}),
+      KVLayout::plan({LayerGroup::full_attention("full", 2, 1, 64, 2, 16)}),
+  };
+  for (std::size_t i = 0; i < others.size(); ++i) {
+    INFO("variant " << i);
+    CHECK(layout_fingerprint(others[i]) != base);
+  }
+}
