@@ -13,6 +13,8 @@
 #include "kernels/kernel_fixture.hpp"
 
 #include <catch2/catch.hpp>
+#include <set>
+#include <type_traits>
 
 using namespace kvmm;
 using namespace kvmm::kernels;
@@ -149,6 +151,70 @@ TEST_CASE("emulated tensor-core decode matches the CPU references", "[kernels][s
         }
         simt::Emulator::get().set_schedule_seed(0);
       }
+}
+
+TEST_CASE("the tensor-core decode's lane map lands on the swizzled chunks", "[kernels][tc_decode]") {
+  // tc_lane_offset (q = j % 4) + 128 (j / 4) is chunk 2 j + hb of the row: every row, chunk
+  // half and k-step of head dims 64, 128 and 256; and a warp's 32 lanes of one j cover 32
+  // distinct 16-byte slots.
+  auto check = [](auto dim) {
+    constexpr int D = decltype(dim)::value;
+    for (int j = 0; j < D / 16; ++j) {
+      std::set<std::uint32_t> slots;
+      for (std::uint32_t lane = 0; lane < 32; ++lane) {
+        const std::uint32_t row = lane & 15, hb = lane >> 4;
+        const std::uint32_t at = dev::tc_lane_offset<D>(row, hb, j & 3) + 128 * static_cast<std::uint32_t>(j >> 2);
+        REQUIRE(at == dev::tc_swz<D>(row, static_cast<std::uint32_t>(2 * j) + hb));
+        slots.insert(at / 16);
+      }
+      REQUIRE(slots.size() == 32);
+    }
+  };
+  check(std::integral_constant<int, 64>{});
+  check(std::integral_constant<int, 128>{});
+  check(std::integral_constant<int, 256>{});
+}
+
+TEST_CASE("emulated tensor-core decode: page sizes up to 512, more group sizes and split counts",
+          "[kernels][simt][tc_decode]") {
+  // Page sizes of both instances (2: `row`; 32, 48, 128, 512: `tile`, 48 not a power of
+  // two), groups 2-16, splits 1-7 (pieces starting mid-tile and mid-page), every mask.
+  const std::uint32_t page_sizes[] = {2, 32, 48, 128, 512};
+  const std::uint32_t groups[] = {2, 5, 7, 12, 16};
+  const std::uint32_t split_counts[] = {1, 2, 4, 7};
+  const MaskKind masks[] = {MaskKind::kCausal, MaskKind::kSlidingWindow, MaskKind::kChunkedLocal};
+  for (std::uint32_t index = 0; index < 10; ++index) {
+    std::mt19937_64 rng(9000 + index);
+    ScenarioConfig c;
+    c.options.mask = masks[index % 3];
+    c.options.window = std::uniform_int_distribution<std::uint32_t>(1, 200)(rng);
+    c.options.chunk = std::uniform_int_distribution<std::uint32_t>(1, 200)(rng);
+    c.group = groups[(index * 3) % 5];
+    c.tokens_per_page = page_sizes[index % 5];
+    c.head_dim = index % 2 == 0 ? 128 : 64;
+    c.dtype = index % 4 < 2 ? DType::kBF16 : DType::kF16;
+    c.options.soft_cap = index % 3 == 2 ? 2.5f : 0.0f;
+    c.kv_heads = c.group >= 8 ? 1 : 2;
+    c.batch = 3;
+    c.max_kv_len = 600;
+    c.nulls = static_cast<NullMode>(index % 3);
+    c.seed = 9100 + index;
+    Scenario s(c);
+    s.fill_host_caches();
+    const std::uint32_t splits = split_counts[index % 4];
+    INFO("scenario " << index << " mask " << static_cast<int>(c.options.mask) << " group " << c.group << " tpp "
+                     << c.tokens_per_page << " d " << c.head_dim << " nulls " << static_cast<int>(c.nulls) << " splits "
+                     << splits);
+    std::vector<std::uint16_t> ref(s.out_elems());
+    cpu::paged_decode_attention(s.paged_params(ref.data(), splits, true));
+    for (std::uint64_t seed : {0ull, 3ull}) {  // two lane schedules
+      simt::Emulator::get().set_schedule_seed(seed);
+      const auto got = tc_paged(s, splits, index % 2 == 0);
+      CHECK(max_rel_error(c.dtype, got, widen(c.dtype, ref), 1e-2) <= 4.0 * unit_roundoff(c.dtype));
+      if (!s.any_null) CHECK(tc_contiguous(s, splits) == got);
+    }
+    simt::Emulator::get().set_schedule_seed(0);
+  }
 }
 
 #endif
