@@ -33,15 +33,16 @@ template <typename T, typename Addr>
 void launch_tc_typed(const device::AttnArgs& a, const Addr& kv, dim3 grid, std::uint32_t d, cudaStream_t s) {
   if (d == 64)
     launch_tc<T, 64>(a, kv, grid, s);
-  else
+  else if (d == 128)
     launch_tc<T, 128>(a, kv, grid, s);
+  else
+    launch_tc<T, 256>(a, kv, grid, s);
   if (a.num_splits > 1) device::merge_kernel<T><<<dim3(grid.x, a.q_heads), d, 0, s>>>(a, d);
 }
 
 template <typename Addr>
 void launch(const QueryBatch& q, const AttentionOptions& opt, const SplitKV& split, std::uint32_t kv_heads,
             std::uint32_t d, DType dtype, const Addr& kv, Stream stream, const char* name) {
-  if (d != 64 && d != 128) detail::launch_failed(name, "head_dim 256 is not supported by the tensor-core decode");
   if (q.rows == 0) return;
   const device::AttnArgs a = device::make_tc_args(q, opt, split, kv_heads, d);
   const dim3 grid(q.batch, kv_heads * a.head_chunks, a.num_splits);

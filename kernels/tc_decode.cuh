@@ -136,11 +136,14 @@ inline constexpr std::uint32_t tc_smem_bytes() {
   return ring > merge ? ring : merge;
 }
 
+// Registers: at most 128 at D 64 and 128 (4 CTAs' worth; the ring allows 3 per SM); at
+// D 256 O alone is 128 per lane, so up to 255 (one CTA per SM, as its 136 KiB of shared
+// memory allows anyway).
 // kTileInPage: every 16-token tile (tiles start at multiples of 16) lies in one
 // page or slot (tokens_per_page a multiple of 16, or contiguous): one page
 // entry per tile, rows at base + row x row_bytes; else each row finds its page.
 template <typename T, int D, typename Addr, bool kTileInPage>
-__global__ void __launch_bounds__(kTcThreads, 4) tc_decode_kernel(AttnArgs a, Addr kv) {
+__global__ void __launch_bounds__(kTcThreads, D == 256 ? 1 : 4) tc_decode_kernel(AttnArgs a, Addr kv) {
   static_assert(D == 64 || D == 128 || D == 256);
   constexpr int kNd = D / 8;  // n-tiles of O
   constexpr std::uint32_t kTileBytes = kTcTile * D * 2;

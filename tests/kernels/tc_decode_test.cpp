@@ -1,9 +1,9 @@
 // The tensor-core decode kernel (kernels/tc_decode.cuh, issue 36) through the host
 // emulation against the CPU references: masks, GQA 1..16 and 24 (two head chunks), head
-// dims 64/128, page sizes 1/16/17/64, null pages, CSR and dense tables, variable lengths,
-// splits with the merge kernel, soft cap, both dtypes, under two lane schedules; its
-// contiguous form bit-equal to the paged one; the multiply-shift division; its traffic
-// (K/V requested = the minimum, 16 sectors per 512-byte request, ideal ldmatrix wavefronts).
+// dims 64/128/256, page sizes 1-512 (17 and 48 included), null pages, CSR and dense
+// tables, variable lengths, splits with the merge kernel, soft cap, both dtypes, under
+// two lane schedules; its contiguous form bit-equal to the paged one; the multiply-shift
+// division; the lane map against the swizzle. Its traffic: tests/kernels/traffic_test.cpp.
 #if defined(__SANITIZE_ADDRESS__)
 // Fiber stacks switched with longjmp confuse AddressSanitizer: release CI job only.
 #else
@@ -27,7 +27,9 @@ template <typename T, typename Addr, bool kTileInPage>
 bool run_tc(const dev::AttnArgs& a, const Addr& kv, dim3 grid, std::uint32_t d) {
   if (d == 64)
     return simt::launch(grid, dev::kTcThreads, [&] { dev::tc_decode_kernel<T, 64, Addr, kTileInPage>(a, kv); });
-  return simt::launch(grid, dev::kTcThreads, [&] { dev::tc_decode_kernel<T, 128, Addr, kTileInPage>(a, kv); });
+  if (d == 128)
+    return simt::launch(grid, dev::kTcThreads, [&] { dev::tc_decode_kernel<T, 128, Addr, kTileInPage>(a, kv); });
+  return simt::launch(grid, dev::kTcThreads, [&] { dev::tc_decode_kernel<T, 256, Addr, kTileInPage>(a, kv); });
 }
 
 // The instance the launcher picks: one page entry per tile when pages hold whole tiles.
@@ -178,7 +180,8 @@ TEST_CASE("the tensor-core decode's lane map lands on the swizzled chunks", "[ke
 TEST_CASE("emulated tensor-core decode: page sizes up to 512, more group sizes and split counts",
           "[kernels][simt][tc_decode]") {
   // Page sizes of both instances (2: `row`; 32, 48, 128, 512: `tile`, 48 not a power of
-  // two), groups 2-16, splits 1-7 (pieces starting mid-tile and mid-page), every mask.
+  // two), groups 2-16, head dims 64/128/256, splits 1-7 (pieces starting mid-tile and
+  // mid-page), every mask.
   const std::uint32_t page_sizes[] = {2, 32, 48, 128, 512};
   const std::uint32_t groups[] = {2, 5, 7, 12, 16};
   const std::uint32_t split_counts[] = {1, 2, 4, 7};
@@ -191,7 +194,7 @@ TEST_CASE("emulated tensor-core decode: page sizes up to 512, more group sizes a
     c.options.chunk = std::uniform_int_distribution<std::uint32_t>(1, 200)(rng);
     c.group = groups[(index * 3) % 5];
     c.tokens_per_page = page_sizes[index % 5];
-    c.head_dim = index % 2 == 0 ? 128 : 64;
+    c.head_dim = index % 3 == 0 ? 128 : index % 3 == 1 ? 64 : 256;
     c.dtype = index % 4 < 2 ? DType::kBF16 : DType::kF16;
     c.options.soft_cap = index % 3 == 2 ? 2.5f : 0.0f;
     c.kv_heads = c.group >= 8 ? 1 : 2;
