@@ -89,6 +89,27 @@ struct TcPagedAddr {
 inline bool tc_tile_in_page(const TcPagedAddr& kv) { return kv.tpp.d % kTcTile == 0; }
 inline bool tc_tile_in_page(const ContiguousAddr&) { return true; }
 
+// A row's page entry read ahead of its use (tc_pre), and the row's byte offset from it
+// (tc_off, -1 for a null page): the page id of the next tile a warp copies is loaded one
+// tile early, so the copy never waits on it. Contiguous caches read nothing ahead.
+struct TcPre {
+  std::uint32_t page;  // paged: the page id; contiguous: unused
+  std::uint32_t row;   // paged: the row in the page; contiguous: the position
+};
+__device__ __forceinline__ TcPre tc_pre(const TcPagedAddr& kv, const TcPagedAddr::Row& r, std::uint32_t tok) {
+  const std::uint32_t entry = kv.tpp.div(tok);
+  return TcPre{ldg(r.pages + entry), tok - entry * kv.tpp.d};
+}
+__device__ __forceinline__ long long tc_off(const TcPagedAddr& kv, const TcPagedAddr::Row&, TcPre p) {
+  return page_row_offset(p.page, p.row, kv.page_stride, kv.row_bytes);
+}
+__device__ __forceinline__ TcPre tc_pre(const ContiguousAddr&, const ContiguousAddr::Row&, std::uint32_t tok) {
+  return TcPre{0u, tok};
+}
+__device__ __forceinline__ long long tc_off(const ContiguousAddr& kv, const ContiguousAddr::Row& r, TcPre p) {
+  return kv.offset(r, p.row);
+}
+
 // Byte offset of 16-byte chunk c of row r in a swizzled [16][D] tile (rows of D
 // * 2 bytes): within each 128-byte span of a row, chunk (c % 8) is stored at (c
 // % 8) ^ (r % 8).
@@ -136,11 +157,10 @@ inline constexpr std::uint32_t tc_smem_bytes() {
   return ring > merge ? ring : merge;
 }
 
-// Registers: at most 128 at D 64 and 128 (4 CTAs' worth; the ring allows 3 per SM); at
-// D 256 O alone is 128 per lane, so up to 255 (one CTA per SM, as its 136 KiB of shared
-// memory allows anyway).
-// kTileInPage: every 16-token tile (tiles start at multiples of 16) lies in one
-// page or slot (tokens_per_page a multiple of 16, or contiguous): one page
+// Registers: at most 128 at D 64 and 128 (4 CTAs' worth; the ring allows 3 per SM); at D
+// 256 O alone is 128 per lane, so up to 255 (one CTA per SM, as its 136 KiB of shared
+// memory allows anyway). kTileInPage: every 16-token tile (tiles start at multiples of 16)
+// lies in one page or slot (tokens_per_page a multiple of 16, or contiguous): one page
 // entry per tile, rows at base + row x row_bytes; else each row finds its page.
 template <typename T, int D, typename Addr, bool kTileInPage>
 __global__ void __launch_bounds__(kTcThreads, D == 256 ? 1 : 4) tc_decode_kernel(AttnArgs a, Addr kv) {
@@ -165,10 +185,10 @@ __global__ void __launch_bounds__(kTcThreads, D == 256 ? 1 : 4) tc_decode_kernel
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int gid = lane / 4, tig = lane % 4;
 
-  // Q (16 rows: the group's q heads, zero past the group) into shared memory
-  // once, in the stages' swizzled layout; each k-step reads it as the A operand
-  // by one ldmatrix.x4 with the stages' lane map (rows 0-7 / 8-15 at chunk 2 j,
-  // then at 2 j + 1: a0 .. a3), so Q holds no registers in the loop.
+  // Q (16 rows: the group's q heads, zero past the group) into shared memory once, in the
+  // stages' swizzled layout; each k-step reads it as the A operand by one ldmatrix.x4 with
+  // the stages' lane map (rows 0-7 / 8-15 at chunk 2 j, then at 2 j + 1: a0 .. a3), so Q
+  // holds no registers in the loop.
   unsigned char* qs = smem + kTcWarps * kTcStages * 2 * kTileBytes;
   for (int idx = static_cast<int>(threadIdx.x); idx < kTcRows * D / 2; idx += kTcThreads) {
     const std::uint32_t row = static_cast<std::uint32_t>(idx / (D / 2)), w = static_cast<std::uint32_t>(idx % (D / 2));
@@ -181,40 +201,46 @@ __global__ void __launch_bounds__(kTcThreads, D == 256 ? 1 : 4) tc_decode_kernel
 
   const typename Addr::Row r = kv.row(b);
   const std::uint64_t head_off = std::uint64_t{h} * D * 2;
-  // Tiles start at multiples of 16 from below piece.lo; rows outside the piece
-  // are copied with source size 0 (no bytes read) and masked.
+  // Tiles start at multiples of 16 from below piece.lo; rows outside the piece are copied
+  // with source size 0 (no bytes read) and masked.
   const std::uint32_t first = piece.lo / kTcTile * kTcTile;
   const std::uint32_t tiles = piece.hi > first ? (piece.hi - first + kTcTile - 1) / kTcTile : 0u;
   unsigned char* ring = smem + warp * kTcStages * 2 * kTileBytes;
 
-  // One lane map for every access to a stage: lane l serves row l % 16 and
-  // chunk 2 j + l / 16 for j = 0 .. D / 16 - 1, in the cp.async of K and V, in
-  // the K ldmatrix.x4 of k-step j (both n-tiles) and in the V ldmatrix.x4.trans
-  // of n-tiles 2 j, 2 j + 1. Under the swizzle those chunks lie at four
-  // per-lane offsets plus immediates (tc_at). A lane copies one V row (one page
-  // lookup, one mask bit) at immediate global offsets 32 j. K is stored with
-  // bit 3 of the row and bit 0 of the chunk exchanged (slot (r, c) holds K row
-  // (r % 8) + 8 (c % 2), chunk c - c % 2 + r / 8), so that the ldmatrix.x4 of
-  // a k-step returns each n-tile's two B registers side by side (what HMMA
-  // reads): lane l copies K row krow = l % 8 + 8 (l / 16), chunk 2 j + (l / 8)
-  // % 2.
+  // One lane map for every access to a stage: lane l serves row l % 16 and chunk 2 j + l /
+  // 16 for j = 0 .. D / 16 - 1, in the cp.async of K and V, in the K ldmatrix.x4 of k-step
+  // j (both n-tiles) and in the V ldmatrix.x4.trans of n-tiles 2 j, 2 j + 1. Under the
+  // swizzle those chunks lie at four per-lane offsets plus immediates (tc_at). A lane
+  // copies one V row (one page lookup, one mask bit) at immediate global offsets 32 j. K is
+  // stored with bit 3 of the row and bit 0 of the chunk exchanged (slot (r, c) holds K row
+  // (r % 8) + 8 (c % 2), chunk c - c % 2 + r / 8), so that the ldmatrix.x4 of a k-step
+  // returns each n-tile's two B registers side by side (what HMMA reads): lane l copies K
+  // row krow = l % 8 + 8 (l / 16), chunk 2 j + (l / 8) % 2.
   const std::uint32_t lrow = static_cast<std::uint32_t>(lane & 15), hb = static_cast<std::uint32_t>(lane >> 4);
   const std::uint32_t krow = static_cast<std::uint32_t>((lane & 7) | ((lane >> 4) << 3));
   const std::uint32_t khb = static_cast<std::uint32_t>((lane >> 3) & 1);
   std::uint32_t soff[4];
   KVMM_UNROLL
   for (int q = 0; q < 4; ++q) soff[q] = tc_lane_offset<D>(lrow, hb, q);
-  // < 16 rows x 2^27 bytes
+  // Global offsets of this lane's V and K rows in a tile (< 16 rows x 2^27 bytes).
   const std::uint32_t goff_v = lrow * kv.row_bytes + hb * 16, goff_k = krow * kv.row_bytes + khb * 16;
 
-  // Issues the cp.async of tile `t` (this warp's) into stage `st`; tiles past
-  // the end issue nothing but still form a group, so the wait counts stay
-  // uniform. Bits 16 st .. 16 st + 15 of `masks` say which rows of the stage
-  // hold keys of the piece (a warp ballot of the lanes' rows); a tile without
-  // any (a null page) is neither copied nor computed. With kTileInPage the
-  // tile's page entry is read once.
+  // Issues the cp.async of tile `t` (this warp's) into stage `st`; tiles past the end issue
+  // nothing but still form a group, so the wait counts stay uniform. Bits 16 st .. 16 st +
+  // 15 of `masks` say which rows of the stage hold keys of the piece (a warp ballot of the
+  // lanes' rows); a tile without any (a null page) is neither copied nor computed. With
+  // kTileInPage the tile's page entry is read once.
   std::uint64_t masks = 0;
+  // The page entry of tile t (kTileInPage: the tile's first row; else this lane's row,
+  // clamped into the piece); nothing is read for tiles past the end.
+  auto lookup = [&](std::uint32_t t) {
+    const std::uint32_t tok = first + t * kTcTile + (kTileInPage ? 0u : lrow);
+    return t < tiles ? tc_pre(kv, r, min(tok, piece.hi - 1)) : TcPre{0u, 0u};
+  };
+  TcPre ahead = lookup(static_cast<std::uint32_t>(warp));  // the next tile issue() copies
   auto issue = [&](std::uint32_t t, int st) {
+    const TcPre pre = ahead;
+    ahead = lookup(t + kTcWarps);  // this warp's next tile: in flight while this one computes
     if (t < tiles) {
       unsigned char* ks = ring + st * 2 * kTileBytes;
       unsigned char* vs = ks + kTileBytes;
@@ -223,18 +249,16 @@ __global__ void __launch_bounds__(kTcThreads, D == 256 ? 1 : 4) tc_decode_kernel
       bool valid = tok >= piece.lo && tok < piece.hi;
       std::uint64_t k_off, v_off;
       if constexpr (kTileInPage) {
-        // One page entry per tile; rows outside the piece copy nothing from
-        // inside the page.
-        const long long tile_off = kv.offset(r, tok0);
+        // One page entry per tile; rows outside the piece copy nothing from inside the page.
+        const long long tile_off = tc_off(kv, r, pre);
         valid = valid && tile_off >= 0;
         const std::uint64_t base = tile_off >= 0 ? static_cast<std::uint64_t>(tile_off) + head_off : 0u;
         k_off = base + goff_k;
         v_off = base + goff_v;
       } else {
-        // Every lane looks up its row (clamped into the piece): one warp
-        // request per tile; the K row's offset comes from the lane that looked
-        // it up.
-        const long long off = kv.offset(r, min(tok, piece.hi - 1));
+        // Every lane looked up its row (one warp request per tile); the K row's offset
+        // comes from the lane that looked it up.
+        const long long off = tc_off(kv, r, pre);
         valid = valid && off >= 0;
         const std::uint64_t row_off = valid ? static_cast<std::uint64_t>(off) + head_off : 0u;
         const std::uint32_t lo = __shfl_sync(0xffffffffu, static_cast<std::uint32_t>(row_off), static_cast<int>(krow));
@@ -273,9 +297,8 @@ __global__ void __launch_bounds__(kTcThreads, D == 256 ? 1 : 4) tc_decode_kernel
 #else
   const bool soft_cap = a.soft_cap;
 #endif
-  // Logits are compared unscaled (the scale is positive) and scaled inside the
-  // exponent: p = exp2(x f - m) with m the running maximum of x f (x = the dot,
-  // or the capped logit).
+  // Logits are compared unscaled (the scale is positive) and scaled inside the exponent: p
+  // = exp2(x f - m) with m the running maximum of x f (x = the dot, or the capped logit).
   const float f = soft_cap ? 1.0f : a.scale_log2;
   KVMM_UNROLL
   for (int p = 0; p < kTcStages - 1; ++p) issue(static_cast<std::uint32_t>(warp + p * kTcWarps), p);
@@ -290,9 +313,8 @@ __global__ void __launch_bounds__(kTcThreads, D == 256 ? 1 : 4) tc_decode_kernel
     const unsigned char* ks = ring + stage * 2 * kTileBytes;
     const unsigned char* vs = ks + kTileBytes;
 
-    // S = Q K^T over two n-tiles of 8 tokens: per k-step one ldmatrix.x4 gives
-    // K rows 0-7 at chunks 2 j, 2 j + 1 (regs 0, 1) and rows 8-15 at the same
-    // chunks (regs 2, 3).
+    // S = Q K^T over two n-tiles of 8 tokens: per k-step one ldmatrix.x4 gives K rows 0-7
+    // at chunks 2 j, 2 j + 1 (regs 0, 1) and rows 8-15 at the same chunks (regs 2, 3).
     float s[2][4];
     KVMM_UNROLL
     for (int nt = 0; nt < 2; ++nt) KVMM_UNROLL
@@ -338,11 +360,10 @@ __global__ void __launch_bounds__(kTcThreads, D == 256 ? 1 : 4) tc_decode_kernel
       sum[h2] += __shfl_xor_sync(0xffffffffu, sum[h2], 2);
       corr[h2] = m_new[h2] == -INFINITY ? 1.0f : softmax_absorb(st[h2], m_new[h2], sum[h2], TcExp2{});
     }
-    // P (16 x 16 tokens) as the A operand: C tile nt holds k = 8 nt .. 8 nt
-    // + 7. P is split into its T-rounded part and the T-rounded remainder (two
-    // products), so the weights carry about 16 bits, not T's 8 or 11: the
-    // output stays within a few units of roundoff of the exact softmax (one
-    // rounded P alone gives 10-15).
+    // P (16 x 16 tokens) as the A operand: C tile nt holds k = 8 nt .. 8 nt + 7. P is split
+    // into its T-rounded part and the T-rounded remainder (two products), so the weights
+    // carry about 16 bits, not T's 8 or 11: the output stays within a few units of roundoff
+    // of the exact softmax (one rounded P alone gives 10-15).
     std::uint32_t pa[4], pl[4];
     KVMM_UNROLL
     for (int j = 0; j < 4; ++j) {
@@ -350,8 +371,8 @@ __global__ void __launch_bounds__(kTcThreads, D == 256 ? 1 : 4) tc_decode_kernel
       pa[j] = pack2<T>(x0, x1);
       pl[j] = pack2<T>(x0 - T::lo(pa[j]), x1 - T::hi(pa[j]));
     }
-    // Rescale O only when some row's maximum moved (corr is exactly 1
-    // otherwise): after the first tiles it rarely does.
+    // Rescale O only when some row's maximum moved (corr is exactly 1 otherwise): after the
+    // first tiles it rarely does.
     if (__any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f)) {
       KVMM_UNROLL
       for (int n = 0; n < kNd; ++n) {
@@ -361,8 +382,8 @@ __global__ void __launch_bounds__(kTcThreads, D == 256 ? 1 : 4) tc_decode_kernel
         o[n][3] *= corr[1];
       }
     }
-    // O += P V: one ldmatrix.x4.trans per two n-tiles: V rows 0-7 / 8-15 (regs
-    // 0, 1) at chunk 2 j, then at chunk 2 j + 1 (regs 2, 3).
+    // O += P V: one ldmatrix.x4.trans per two n-tiles: V rows 0-7 / 8-15 (regs 0, 1) at
+    // chunk 2 j, then at chunk 2 j + 1 (regs 2, 3).
     KVMM_UNROLL
     for (int j = 0; j < kNd / 2; ++j) {
       std::uint32_t v4[4];
@@ -378,8 +399,7 @@ __global__ void __launch_bounds__(kTcThreads, D == 256 ? 1 : 4) tc_decode_kernel
   cp_async_wait<0>();
   __syncthreads();
 
-  // Merge the warps' states: per warp and row m, l and the O row, in the freed
-  // ring.
+  // Merge the warps' states: per warp and row m, l and the O row, in the freed ring.
   float* mw = reinterpret_cast<float*>(smem);  // [warps][16]
   float* lw = mw + kTcWarps * kTcRows;         // [warps][16]
   float* ow = lw + kTcWarps * kTcRows;         // [warps][16][D]
