@@ -150,25 +150,28 @@ struct TcExp2 {
   __device__ __forceinline__ float operator()(float x) const { return tc_exp2(x); }
 };
 
-template <int D>
+template <int D, int kStages = kTcStages>
 inline constexpr std::uint32_t tc_smem_bytes() {
-  const std::uint32_t ring = kTcWarps * kTcStages * 2 * kTcTile * D * 2 + kTcRows * D * 2;  // + Q
+  const std::uint32_t ring = kTcWarps * kStages * 2 * kTcTile * D * 2 + kTcRows * D * 2;  // + Q
   const std::uint32_t merge = kTcWarps * kTcRows * (D + 2) * 4;
   return ring > merge ? ring : merge;
 }
 
+// kStages: the ring's depth per warp (2: 3 CTAs per SM at D 128; 3 and 4 keep more
+// bytes in flight at 2 and 1 CTAs per SM; the same arithmetic in the same order).
 // Registers: at most 128 at D 64 and 128 (4 CTAs' worth; the ring allows 3 per SM); at D
 // 256 O alone is 128 per lane, so up to 255 (one CTA per SM, as its 136 KiB of shared
 // memory allows anyway). kTileInPage: every 16-token tile (tiles start at multiples of 16)
 // lies in one page or slot (tokens_per_page a multiple of 16, or contiguous): one page
 // entry per tile, rows at base + row x row_bytes; else each row finds its page.
-template <typename T, int D, typename Addr, bool kTileInPage>
+template <typename T, int D, typename Addr, bool kTileInPage, int kStages = kTcStages>
 __global__ void __launch_bounds__(kTcThreads, D == 256 ? 1 : 4) tc_decode_kernel(AttnArgs a, Addr kv) {
   static_assert(D == 64 || D == 128 || D == 256);
+  static_assert(kStages >= 2 && kStages <= 4, "a ring of 2-4 stages (16 mask bits each in 64)");
   constexpr int kNd = D / 8;  // n-tiles of O
   constexpr std::uint32_t kTileBytes = kTcTile * D * 2;
 #if defined(KVMM_SIMT_HOST)
-  unsigned char* smem = simt::dynamic_shared(tc_smem_bytes<D>());
+  unsigned char* smem = simt::dynamic_shared(tc_smem_bytes<D, kStages>());
 #else
   extern __shared__ __align__(128) unsigned char tc_smem[];
   unsigned char* smem = tc_smem;
@@ -189,7 +192,7 @@ __global__ void __launch_bounds__(kTcThreads, D == 256 ? 1 : 4) tc_decode_kernel
   // stages' swizzled layout; each k-step reads it as the A operand by one ldmatrix.x4 with
   // the stages' lane map (rows 0-7 / 8-15 at chunk 2 j, then at 2 j + 1: a0 .. a3), so Q
   // holds no registers in the loop.
-  unsigned char* qs = smem + kTcWarps * kTcStages * 2 * kTileBytes;
+  unsigned char* qs = smem + kTcWarps * kStages * 2 * kTileBytes;
   for (int idx = static_cast<int>(threadIdx.x); idx < kTcRows * D / 2; idx += kTcThreads) {
     const std::uint32_t row = static_cast<std::uint32_t>(idx / (D / 2)), w = static_cast<std::uint32_t>(idx % (D / 2));
     std::uint32_t v = 0;
@@ -205,7 +208,7 @@ __global__ void __launch_bounds__(kTcThreads, D == 256 ? 1 : 4) tc_decode_kernel
   // with source size 0 (no bytes read) and masked.
   const std::uint32_t first = piece.lo / kTcTile * kTcTile;
   const std::uint32_t tiles = piece.hi > first ? (piece.hi - first + kTcTile - 1) / kTcTile : 0u;
-  unsigned char* ring = smem + warp * kTcStages * 2 * kTileBytes;
+  unsigned char* ring = smem + warp * kStages * 2 * kTileBytes;
 
   // One lane map for every access to a stage: lane l serves row l % 16 and chunk 2 j + l /
   // 16 for j = 0 .. D / 16 - 1, in the cp.async of K and V, in the K ldmatrix.x4 of k-step
@@ -301,13 +304,13 @@ __global__ void __launch_bounds__(kTcThreads, D == 256 ? 1 : 4) tc_decode_kernel
   // = exp2(x f - m) with m the running maximum of x f (x = the dot, or the capped logit).
   const float f = soft_cap ? 1.0f : a.scale_log2;
   KVMM_UNROLL
-  for (int p = 0; p < kTcStages - 1; ++p) issue(static_cast<std::uint32_t>(warp + p * kTcWarps), p);
+  for (int p = 0; p < kStages - 1; ++p) issue(static_cast<std::uint32_t>(warp + p * kTcWarps), p);
   for (std::uint32_t it = 0; it < my_tiles; ++it) {
     const std::uint32_t t = static_cast<std::uint32_t>(warp) + it * kTcWarps;
-    issue(t + (kTcStages - 1) * kTcWarps, static_cast<int>((it + kTcStages - 1) % kTcStages));
-    cp_async_wait<kTcStages - 1>();
+    issue(t + (kStages - 1) * kTcWarps, static_cast<int>((it + kStages - 1) % kStages));
+    cp_async_wait<kStages - 1>();
     __syncwarp();
-    const int stage = static_cast<int>(it % kTcStages);
+    const int stage = static_cast<int>(it % kStages);
     const std::uint32_t tm = static_cast<std::uint32_t>(masks >> (16 * stage)) & 0xffffu;
     if (tm == 0) continue;  // a null tile: nothing was copied
     const unsigned char* ks = ring + stage * 2 * kTileBytes;

@@ -43,6 +43,10 @@ LIMITS = [
     # 13.0): named and bounded here.
     (r"tc_decode_kernel.*Li256E", r"sm_", dict(regs=255, stack=16, local=5, local_in_loop=0, smem=2048,
                                                need=["HMMA", "LDSM", "LDGSTS.128"], cp_async_only=True)),
+    # The 3-stage ring's sm_90 instances keep an 8-byte frame (1 LDL, 1 STL, outside the
+    # loop, nvcc 13.0): named and bounded here.
+    (r"tc_decode_kernel.*ELi3EEEv", r"sm_9", dict(regs=128, stack=8, local=2, local_in_loop=0, smem=2048,
+                                                  need=["HMMA", "LDSM", "LDGSTS.128"], cp_async_only=True)),
     (r"tc_decode_kernel", r"sm_", dict(regs=128, stack=0, local=0, local_in_loop=0, smem=2048,
                                        need=["HMMA", "LDSM", "LDGSTS.128"], cp_async_only=True)),
     # The tensor-core probe of tests/gpu: every wrapper compiles to its instruction.
@@ -167,9 +171,10 @@ def short(fn):
     m = re.search(r"attention_kernelINS1_(\d+)(\w+?)ELi(\d+)ELi(\d+)ENS1_\d+(\w+?)EEEv", fn)
     if m:
         return f"attention<{m.group(2)},D{m.group(3)},G{m.group(4)},{m.group(5)}>"
-    m = re.search(r"tc_decode_kernelINS1_(\d+)(\w+?)ELi(\d+)ENS1_\d+(\w+?)ELb([01])EEEv", fn)
-    if m:  # kTileInPage: one page entry per 16-token tile ("tile") or per row ("row")
-        return f"tc_decode<{m.group(2)},D{m.group(3)},{m.group(4)},{'tile' if m.group(5) == '1' else 'row'}>"
+    m = re.search(r"tc_decode_kernelINS1_(\d+)(\w+?)ELi(\d+)ENS1_\d+(\w+?)ELb([01])E(?:Li(\d+)E)?EEv", fn)
+    if m:  # kTileInPage: one page entry per 16-token tile ("tile") or per row ("row"); ring stages if not 2
+        stages = f",S{m.group(6)}" if m.group(6) and m.group(6) != "2" else ""
+        return f"tc_decode<{m.group(2)},D{m.group(3)},{m.group(4)},{'tile' if m.group(5) == '1' else 'row'}{stages}>"
     m = re.search(r"(merge_kernel|write_kv_kernel|copy_pages_kernel|tc_probe_kernel|hopper_probe_kernel)\w*?(BFloat|Half)?", fn)
     return (m.group(1) + (f"<{m.group(2)}>" if m.group(2) else "")) if m else fn[:60]
 

@@ -23,29 +23,34 @@ namespace dev = kvmm::kernels::device;
 
 namespace {
 
-template <typename T, typename Addr, bool kTileInPage>
+template <typename T, typename Addr, bool kTileInPage, int kStages = dev::kTcStages>
 bool run_tc(const dev::AttnArgs& a, const Addr& kv, dim3 grid, std::uint32_t d) {
   if (d == 64)
     return simt::launch(grid, dev::kTcThreads, [&] { dev::tc_decode_kernel<T, 64, Addr, kTileInPage>(a, kv); });
   if (d == 128)
-    return simt::launch(grid, dev::kTcThreads, [&] { dev::tc_decode_kernel<T, 128, Addr, kTileInPage>(a, kv); });
+    return simt::launch(grid, dev::kTcThreads,
+                        [&] { dev::tc_decode_kernel<T, 128, Addr, kTileInPage, kStages>(a, kv); });
   return simt::launch(grid, dev::kTcThreads, [&] { dev::tc_decode_kernel<T, 256, Addr, kTileInPage>(a, kv); });
 }
 
-// The instance the launcher picks: one page entry per tile when pages hold whole tiles.
+// The instance the launcher picks: one page entry per tile when pages hold whole tiles;
+// `stages` (2-4) the ring's depth at head dim 128.
 template <typename T, typename Addr>
-bool run_tc(const dev::AttnArgs& a, const Addr& kv, dim3 grid, std::uint32_t d) {
-  if (dev::tc_tile_in_page(kv)) return run_tc<T, Addr, true>(a, kv, grid, d);
-  return run_tc<T, Addr, false>(a, kv, grid, d);
+bool run_tc(const dev::AttnArgs& a, const Addr& kv, dim3 grid, std::uint32_t d, int stages = 2) {
+  const bool tile = dev::tc_tile_in_page(kv);
+  if (stages == 3) return tile ? run_tc<T, Addr, true, 3>(a, kv, grid, d) : run_tc<T, Addr, false, 3>(a, kv, grid, d);
+  if (stages == 4) return tile ? run_tc<T, Addr, true, 4>(a, kv, grid, d) : run_tc<T, Addr, false, 4>(a, kv, grid, d);
+  return tile ? run_tc<T, Addr, true>(a, kv, grid, d) : run_tc<T, Addr, false>(a, kv, grid, d);
 }
 
 // The launch sequence of the tensor-core decode, emulated: the kernel, then the merge.
 template <typename Addr>
 bool emulate_tc(const QueryBatch& q, const AttentionOptions& opt, const SplitKV& split, std::uint32_t kv_heads,
-                std::uint32_t d, DType dtype, const Addr& kv) {
+                std::uint32_t d, DType dtype, const Addr& kv, int stages = 2) {
   const dev::AttnArgs a = dev::make_tc_args(q, opt, split, kv_heads, d);
   const dim3 grid(q.batch, kv_heads * a.head_chunks, a.num_splits);
-  bool ok = dtype == DType::kF16 ? run_tc<dev::Half>(a, kv, grid, d) : run_tc<dev::BFloat>(a, kv, grid, d);
+  bool ok =
+      dtype == DType::kF16 ? run_tc<dev::Half>(a, kv, grid, d, stages) : run_tc<dev::BFloat>(a, kv, grid, d, stages);
   if (ok && split.num_splits > 1) {
     ok = simt::launch(dim3(q.rows, q.q_heads), d, [&] {
       if (dtype == DType::kF16)
@@ -57,7 +62,7 @@ bool emulate_tc(const QueryBatch& q, const AttentionOptions& opt, const SplitKV&
   return ok;
 }
 
-std::vector<std::uint16_t> tc_paged(Scenario& s, std::uint32_t splits, bool csr) {
+std::vector<std::uint16_t> tc_paged(Scenario& s, std::uint32_t splits, bool csr, int stages = 2) {
   std::vector<std::uint16_t> o(s.out_elems(), 0xffff);
   PagedAttentionParams p = s.paged_params(o.data(), splits, csr);
   std::vector<float> ws(attention_workspace_bytes(s.rows, s.q_heads, s.cfg.head_dim, splits) / 4 + 4);
@@ -71,7 +76,7 @@ std::vector<std::uint16_t> tc_paged(Scenario& s, std::uint32_t splits, bool csr)
                             p.table.pages,
                             p.table.dense_stride,
                             dev::FastDiv::make(p.cache.tokens_per_page)};
-  REQUIRE(emulate_tc(p.query, p.options, p.split, s.cfg.kv_heads, s.cfg.head_dim, s.cfg.dtype, kv));
+  REQUIRE(emulate_tc(p.query, p.options, p.split, s.cfg.kv_heads, s.cfg.head_dim, s.cfg.dtype, kv, stages));
   return o;
 }
 
@@ -218,6 +223,38 @@ TEST_CASE("emulated tensor-core decode: page sizes up to 512, more group sizes a
     }
     simt::Emulator::get().set_schedule_seed(0);
   }
+}
+
+TEST_CASE("emulated tensor-core decode: rings of 3 and 4 stages give the 2-stage bits", "[kernels][simt][tc_decode]") {
+  // The ring's depth changes when a tile is copied, never what is computed or in which
+  // order: outputs equal bit for bit, over both instances, null pages, splits and masks.
+  const std::uint32_t page_sizes[] = {16, 17, 64, 1};
+  for (std::uint32_t index = 0; index < 4; ++index) {
+    ScenarioConfig c;
+    c.options.mask = index % 2 == 0 ? MaskKind::kCausal : MaskKind::kSlidingWindow;
+    c.options.window = 150;
+    c.group = index < 2 ? 4 : 16;
+    c.tokens_per_page = page_sizes[index];
+    c.head_dim = 128;
+    c.dtype = index % 2 == 0 ? DType::kBF16 : DType::kF16;
+    c.kv_heads = c.group >= 8 ? 1 : 2;
+    c.batch = 3;
+    c.max_kv_len = 500;
+    c.nulls = static_cast<NullMode>(index % 3);
+    c.seed = 9300 + index;
+    Scenario s(c);
+    s.fill_host_caches();
+    const std::uint32_t splits = index % 2 == 0 ? 1 : 3;
+    INFO("scenario " << index << " tpp " << c.tokens_per_page << " splits " << splits);
+    simt::Emulator::get().set_schedule_seed(index);
+    const auto two = tc_paged(s, splits, true, 2);
+    std::vector<std::uint16_t> ref(s.out_elems());
+    cpu::paged_decode_attention(s.paged_params(ref.data(), splits, true));
+    CHECK(max_rel_error(c.dtype, two, widen(c.dtype, ref), 1e-2) <= 4.0 * unit_roundoff(c.dtype));
+    CHECK(tc_paged(s, splits, true, 3) == two);
+    CHECK(tc_paged(s, splits, false, 4) == two);
+  }
+  simt::Emulator::get().set_schedule_seed(0);
 }
 
 #endif
