@@ -10,6 +10,7 @@
 #pragma GCC diagnostic ignored "-Wunknown-pragmas"
 #define KVMM_SIMT_HOST 1
 #include "../../kernels/attention_dispatch.cuh"
+#include "../../kernels/tc_decode_api.hpp"
 #include "kernels/kernel_fixture.hpp"
 
 #include <catch2/catch.hpp>
@@ -255,6 +256,23 @@ TEST_CASE("emulated tensor-core decode: rings of 3 and 4 stages give the 2-stage
     CHECK(tc_paged(s, splits, false, 4) == two);
   }
   simt::Emulator::get().set_schedule_seed(0);
+}
+
+TEST_CASE("the tensor-core decode's launchers reject ring depths they do not build", "[kernels][tc_decode]") {
+  for (std::uint32_t d : {64u, 128u, 256u}) experimental::check_tc_stages("k", 2, d);
+  experimental::check_tc_stages("k", 3, 128);
+  experimental::check_tc_stages("k", 4, 128);
+  for (auto [stages, d] : {std::pair{0u, 128u}, {1u, 128u}, {5u, 128u}, {3u, 64u}, {4u, 256u}}) {
+    INFO("stages " << stages << " head_dim " << d);
+    try {
+      experimental::check_tc_stages("paged_decode_attention_tc", stages, d);
+      FAIL("no error");
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      CHECK(what.find("paged_decode_attention_tc: stages = " + std::to_string(stages)) != std::string::npos);
+      CHECK(what.find("head_dim " + std::to_string(d)) != std::string::npos);
+    }
+  }
 }
 
 #endif
