@@ -420,3 +420,13 @@ inline bool __any_sync(unsigned int, bool pred) {
       });
   return any;
 }
+// Warp vote: bit l set if lane l's predicate is true.
+inline unsigned int __ballot_sync(unsigned int, bool pred) {
+  unsigned int bits = 0;
+  kvmm::simt::Emulator::get().warp_collective(
+      4310, [&](kvmm::simt::LaneRecord& rec) { rec.r[0] = pred ? 1u : 0u; },
+      [&](const kvmm::simt::LaneRecord* warp, unsigned) {
+        for (unsigned l = 0; l < 32; ++l) bits |= (warp[l].r[0] != 0 ? 1u : 0u) << l;
+      });
+  return bits;
+}

@@ -9,52 +9,59 @@
 namespace kvmm::kernels::experimental {
 namespace {
 
-template <typename T, int D, typename Addr, bool kTileInPage>
+template <typename T, int D, typename Addr, bool kTileInPage, int kStages>
 void launch_instance(const device::AttnArgs& a, const Addr& kv, dim3 grid, cudaStream_t s) {
-  constexpr std::uint32_t bytes = device::tc_smem_bytes<D>();
+  constexpr std::uint32_t bytes = device::tc_smem_bytes<D, kStages>();
   static const bool raised = [] {
-    cudaFuncSetAttribute(device::tc_decode_kernel<T, D, Addr, kTileInPage>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                         static_cast<int>(bytes));
+    cudaFuncSetAttribute(device::tc_decode_kernel<T, D, Addr, kTileInPage, kStages>,
+                         cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
     return true;
   }();
   (void)raised;
-  device::tc_decode_kernel<T, D, Addr, kTileInPage><<<grid, device::kTcThreads, bytes, s>>>(a, kv);
+  device::tc_decode_kernel<T, D, Addr, kTileInPage, kStages><<<grid, device::kTcThreads, bytes, s>>>(a, kv);
 }
 
-template <typename T, int D, typename Addr>
+template <typename T, int D, typename Addr, int kStages = device::kTcStages>
 void launch_tc(const device::AttnArgs& a, const Addr& kv, dim3 grid, cudaStream_t s) {
   if (device::tc_tile_in_page(kv))
-    launch_instance<T, D, Addr, true>(a, kv, grid, s);
+    launch_instance<T, D, Addr, true, kStages>(a, kv, grid, s);
   else if constexpr (!std::is_same_v<Addr, device::ContiguousAddr>)
-    launch_instance<T, D, Addr, false>(a, kv, grid, s);
+    launch_instance<T, D, Addr, false, kStages>(a, kv, grid, s);
 }
 
 template <typename T, typename Addr>
-void launch_tc_typed(const device::AttnArgs& a, const Addr& kv, dim3 grid, std::uint32_t d, cudaStream_t s) {
+void launch_tc_typed(const device::AttnArgs& a, const Addr& kv, dim3 grid, std::uint32_t d, std::uint32_t stages,
+                     cudaStream_t s) {
   if (d == 64)
     launch_tc<T, 64>(a, kv, grid, s);
-  else
+  else if (d == 128 && stages == 3)
+    launch_tc<T, 128, Addr, 3>(a, kv, grid, s);
+  else if (d == 128 && stages == 4)
+    launch_tc<T, 128, Addr, 4>(a, kv, grid, s);
+  else if (d == 128)
     launch_tc<T, 128>(a, kv, grid, s);
+  else
+    launch_tc<T, 256>(a, kv, grid, s);
   if (a.num_splits > 1) device::merge_kernel<T><<<dim3(grid.x, a.q_heads), d, 0, s>>>(a, d);
 }
 
 template <typename Addr>
 void launch(const QueryBatch& q, const AttentionOptions& opt, const SplitKV& split, std::uint32_t kv_heads,
-            std::uint32_t d, DType dtype, const Addr& kv, Stream stream, const char* name) {
-  if (d != 64 && d != 128) detail::launch_failed(name, "head_dim 256 is not supported by the tensor-core decode");
+            std::uint32_t d, DType dtype, const Addr& kv, std::uint32_t stages, Stream stream, const char* name) {
+  check_tc_stages(name, stages, d);
   if (q.rows == 0) return;
   const device::AttnArgs a = device::make_tc_args(q, opt, split, kv_heads, d);
   const dim3 grid(q.batch, kv_heads * a.head_chunks, a.num_splits);
   if (dtype == DType::kF16)
-    launch_tc_typed<device::Half>(a, kv, grid, d, device::to_cuda(stream));
+    launch_tc_typed<device::Half>(a, kv, grid, d, stages, device::to_cuda(stream));
   else
-    launch_tc_typed<device::BFloat>(a, kv, grid, d, device::to_cuda(stream));
+    launch_tc_typed<device::BFloat>(a, kv, grid, d, stages, device::to_cuda(stream));
   device::check_launch(name);
 }
 
 }  // namespace
 
-void paged_decode_attention_tc(const PagedAttentionParams& p, Stream stream) {
+void paged_decode_attention_tc(const PagedAttentionParams& p, Stream stream, std::uint32_t stages) {
   check_params(p, false, true);
   const device::TcPagedAddr kv{
       static_cast<const char*>(p.cache.k),
@@ -65,16 +72,16 @@ void paged_decode_attention_tc(const PagedAttentionParams& p, Stream stream) {
       p.table.pages,
       p.table.dense_stride,
       device::FastDiv::make(p.cache.tokens_per_page)};
-  launch(p.query, p.options, p.split, p.cache.kv_heads, p.cache.head_dim, p.cache.dtype, kv, stream,
+  launch(p.query, p.options, p.split, p.cache.kv_heads, p.cache.head_dim, p.cache.dtype, kv, stages, stream,
          "paged_decode_attention_tc");
 }
 
-void contiguous_decode_attention_tc(const ContiguousAttentionParams& p, Stream stream) {
+void contiguous_decode_attention_tc(const ContiguousAttentionParams& p, Stream stream, std::uint32_t stages) {
   check_params(p, false, true);
   const device::ContiguousAddr kv{
       static_cast<const char*>(p.cache.k), static_cast<const char*>(p.cache.v), p.cache.slot_stride_bytes,
       static_cast<std::uint32_t>(token_row_bytes(p.cache.kv_heads, p.cache.head_dim, p.cache.dtype)), p.slot_idx};
-  launch(p.query, p.options, p.split, p.cache.kv_heads, p.cache.head_dim, p.cache.dtype, kv, stream,
+  launch(p.query, p.options, p.split, p.cache.kv_heads, p.cache.head_dim, p.cache.dtype, kv, stages, stream,
          "contiguous_decode_attention_tc");
 }
 

@@ -1,21 +1,29 @@
-// Paged (and contiguous) decode attention on tensor cores (issue 36), one source for sm_80
-// and sm_90. One CTA = (request, kv head, up to 16 q heads of its group, split piece), 4
-// warps. The q heads of the group are the 16 rows of mma.m16n8k16 (rows past the group
-// are zero); each warp takes every 4th 16-token tile of the piece:
-//   K and V rows of the tile -> shared memory by 16-byte cp.async (zero fill for null
-//   pages and tokens past the piece), a ring of kStages stages per warp, rows swizzled
-//   by the 128-byte XOR rule so that ldmatrix reads them conflict-free;
-//   S = Q K^T: A = Q (registers, loaded once), B = K through ldmatrix (K rows [token][d]
-//   are B's column-major layout), 2 n-tiles x D/16 k-steps;
-//   the online softmax on the C fragments (a lane holds rows g and g+8, 4 tokens each;
-//   row max and sum over the quad by two xor shuffles), base 2, masked tokens at -inf;
-//   O += P V: P re-packed to T in registers as the A operand (two 16x8 C tiles are one
-//   16x16 A tile), V through ldmatrix.trans, D/8 n-tiles.
-// The warps' states merge through shared memory (reusing the ring) at the end; split
-// pieces are written as today's kernel writes them (merge_kernel combines them).
-// Page rows are addressed with a multiply-shift division by tokens_per_page (FastDiv),
-// never a hardware division. Costs per 16 tokens and warp at D 128: 48 HMMA, 32 LDSM,
-// 16 LDGSTS.128 and the softmax; shared memory kWarps x kStages x 2 x 16 x D x 2 bytes.
+// Paged (and contiguous) decode attention on tensor cores (issue 36), one
+// source for sm_80 and sm_90. One CTA = (request, kv head, up to 16 q heads of
+// its group, split piece), 4 warps. The q heads of the group are the 16 rows of
+// mma.m16n8k16 (rows past the group are zero); Q is staged once in shared
+// memory and each warp takes every 4th 16-token tile of the piece:
+//   K and V rows of the tile -> shared memory by 16-byte cp.async (zero fill
+//   for null pages and tokens past the piece), a ring of kTcStages stages per
+//   warp, rows swizzled by the 128-byte XOR rule so that ldmatrix reads them
+//   conflict-free; one lane map for every stage access (lane l: row l % 16,
+//   chunks 2 j + l / 16), so a lane copies one row (one page lookup, one mask
+//   bit: a warp ballot gives the tile's row mask) at immediate global offsets
+//   and four per-lane shared offsets serve all of it; S = Q K^T: A = Q and B =
+//   K through ldmatrix.x4 (K rows [token][d] are B's column-major layout; one
+//   x4 per k-step covers both 8-token n-tiles), D/16 k-steps; the online
+//   softmax on the C fragments (a lane holds rows g and g+8, 4 tokens each; row
+//   max and sum over the quad by two xor shuffles), base 2 with the scale
+//   inside the exponent's FMA, ex2.approx.ftz, masked tokens at -inf; O += P V:
+//   P re-packed to T in registers as the A operand (two 16x8 C tiles are one
+//   16x16 A tile), V through ldmatrix.x4.trans (two n-tiles each), D/8 n-tiles.
+// The warps' states merge through shared memory (reusing the ring) at the end;
+// split pieces are written as today's kernel writes them (merge_kernel combines
+// them). Page rows are addressed with a multiply-shift division by
+// tokens_per_page (FastDiv), never a hardware division. Costs per 16 tokens and
+// warp at D 128: 48 HMMA, 24 LDSM (x4: 8 Q, 8 K, 8 V), 16 LDGSTS.128 and the
+// softmax; at most 128 registers; shared memory kWarps x kTcStages x 2 x 16 x D
+// x 2 bytes of ring plus 16 x D x 2 of Q.
 #pragma once
 
 #include "attention.cuh"
@@ -31,8 +39,9 @@ inline constexpr int kTcTile = 16;   // tokens per warp tile (the mma's K of P.V
 inline constexpr int kTcStages = 2;  // cp.async ring depth per warp
 inline constexpr int kTcRows = 16;   // q heads per CTA (the mma's M)
 
-// n / d for n < 2^32 and 1 <= d < 2^32 by one 64-bit high multiply: m = floor(2^64 / d) + 1
-// (d > 1); the error n (m - 2^64/d) / 2^64 < 2^-32 <= 1/d never crosses an integer.
+// n / d for n < 2^32 and 1 <= d < 2^32 by one 64-bit high multiply: m =
+// floor(2^64 / d) + 1 (d > 1); the error n (m - 2^64/d) / 2^64 < 2^-32 <= 1/d
+// never crosses an integer.
 struct FastDiv {
   std::uint32_t d;
   std::uint64_t m;
@@ -51,7 +60,8 @@ struct FastDiv {
   }
 };
 
-// Paged addressing for the tensor-core kernel: as PagedAddr, the page entry by FastDiv.
+// Paged addressing for the tensor-core kernel: as PagedAddr, the page entry by
+// FastDiv.
 struct TcPagedAddr {
   const char* k;
   const char* v;
@@ -79,32 +89,89 @@ struct TcPagedAddr {
 inline bool tc_tile_in_page(const TcPagedAddr& kv) { return kv.tpp.d % kTcTile == 0; }
 inline bool tc_tile_in_page(const ContiguousAddr&) { return true; }
 
-// Byte offset of 16-byte chunk c of row r in a swizzled [16][D] tile (rows of D * 2 bytes):
-// within each 128-byte span of a row, chunk (c % 8) is stored at (c % 8) ^ (r % 8).
+// A row's page entry read ahead of its use (tc_pre), and the row's byte offset from it
+// (tc_off, -1 for a null page): the page id of the next tile a warp copies is loaded one
+// tile early, so the copy never waits on it. Contiguous caches read nothing ahead.
+struct TcPre {
+  std::uint32_t page;  // paged: the page id; contiguous: unused
+  std::uint32_t row;   // paged: the row in the page; contiguous: the position
+};
+__device__ __forceinline__ TcPre tc_pre(const TcPagedAddr& kv, const TcPagedAddr::Row& r, std::uint32_t tok) {
+  const std::uint32_t entry = kv.tpp.div(tok);
+  return TcPre{ldg(r.pages + entry), tok - entry * kv.tpp.d};
+}
+__device__ __forceinline__ long long tc_off(const TcPagedAddr& kv, const TcPagedAddr::Row&, TcPre p) {
+  return page_row_offset(p.page, p.row, kv.page_stride, kv.row_bytes);
+}
+__device__ __forceinline__ TcPre tc_pre(const ContiguousAddr&, const ContiguousAddr::Row&, std::uint32_t tok) {
+  return TcPre{0u, tok};
+}
+__device__ __forceinline__ long long tc_off(const ContiguousAddr& kv, const ContiguousAddr::Row& r, TcPre p) {
+  return kv.offset(r, p.row);
+}
+
+// Byte offset of 16-byte chunk c of row r in a swizzled [16][D] tile (rows of D
+// * 2 bytes): within each 128-byte span of a row, chunk (c % 8) is stored at (c
+// % 8) ^ (r % 8).
 template <int D>
 __device__ __forceinline__ std::uint32_t tc_swz(std::uint32_t r, std::uint32_t c) {
   return r * (D * 2) + (((c & ~7u) | ((c & 7u) ^ (r & 7u))) * 16);
 }
 
+// The per-lane offset q (0-3) of the stage lane map: row `row` (0-15), chunk 2
+// j + hb for every j with j % 4 == q, at tc_swz<D>(row, 2 j + hb) = (offset q)
+// + 128 (j / 4): the XOR of (2 j + hb) % 8 with row % 8 is (hb ^ row % 8) ^ 2
+// (j % 4), and a row's span starts at a multiple of 128 bytes.
 template <int D>
+__host__ __device__ __forceinline__ std::uint32_t tc_lane_offset(std::uint32_t row, std::uint32_t hb, int q) {
+  return (row * (D * 2) + ((hb ^ (row & 7u)) << 4)) ^ (static_cast<std::uint32_t>(q) << 5);
+}
+
+// Chunk 2 j + hb of this lane's row in a stage at `base` (j a compile-time
+// constant after unrolling: one register plus an immediate).
+template <typename P>
+__device__ __forceinline__ P* tc_at(P* base, const std::uint32_t (&soff)[4], int j) {
+  return base + soff[j & 3] + 128 * (j >> 2);
+}
+
+// 2^x for the softmax weights: ex2.approx.ftz on the device (results below
+// 2^-126 flush to 0, weights that small vanish beside the row maximum's 1),
+// exp2f in the emulation.
+__device__ __forceinline__ float tc_exp2(float x) {
+#if defined(KVMM_SIMT_HOST) || !defined(__CUDA_ARCH__)
+  return exp2f(x);
+#else
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+#endif
+}
+struct TcExp2 {
+  __device__ __forceinline__ float operator()(float x) const { return tc_exp2(x); }
+};
+
+template <int D, int kStages = kTcStages>
 inline constexpr std::uint32_t tc_smem_bytes() {
-  const std::uint32_t ring = kTcWarps * kTcStages * 2 * kTcTile * D * 2;
+  const std::uint32_t ring = kTcWarps * kStages * 2 * kTcTile * D * 2 + kTcRows * D * 2;  // + Q
   const std::uint32_t merge = kTcWarps * kTcRows * (D + 2) * 4;
   return ring > merge ? ring : merge;
 }
 
-// kTileInPage: every 16-token tile (tiles start at multiples of 16) lies in one page or
-// slot (tokens_per_page a multiple of 16, or contiguous): one page entry per tile, rows at
-// base + row x row_bytes; else each row finds its page.
-template <typename T, int D, typename Addr, bool kTileInPage>
-__global__ void __launch_bounds__(kTcThreads, 3) tc_decode_kernel(AttnArgs a, Addr kv) {
+// kStages: the ring's depth per warp (2: 3 CTAs per SM at D 128; 3 and 4 keep more
+// bytes in flight at 2 and 1 CTAs per SM; the same arithmetic in the same order).
+// Registers: at most 128 at D 64 and 128 (4 CTAs' worth; the ring allows 3 per SM); at D
+// 256 O alone is 128 per lane, so up to 255 (one CTA per SM, as its 136 KiB of shared
+// memory allows anyway). kTileInPage: every 16-token tile (tiles start at multiples of 16)
+// lies in one page or slot (tokens_per_page a multiple of 16, or contiguous): one page
+// entry per tile, rows at base + row x row_bytes; else each row finds its page.
+template <typename T, int D, typename Addr, bool kTileInPage, int kStages = kTcStages>
+__global__ void __launch_bounds__(kTcThreads, D == 256 ? 1 : 4) tc_decode_kernel(AttnArgs a, Addr kv) {
   static_assert(D == 64 || D == 128 || D == 256);
-  constexpr int kChunks = D / 8;                    // 16-byte chunks per K/V row
-  constexpr int kPerLane = kTcTile * kChunks / 32;  // cp.async per lane per tile, K and V each
-  constexpr int kNd = D / 8;                        // n-tiles of O
+  static_assert(kStages >= 2 && kStages <= 4, "a ring of 2-4 stages (16 mask bits each in 64)");
+  constexpr int kNd = D / 8;  // n-tiles of O
   constexpr std::uint32_t kTileBytes = kTcTile * D * 2;
 #if defined(KVMM_SIMT_HOST)
-  unsigned char* smem = simt::dynamic_shared(tc_smem_bytes<D>());
+  unsigned char* smem = simt::dynamic_shared(tc_smem_bytes<D, kStages>());
 #else
   extern __shared__ __align__(128) unsigned char tc_smem[];
   unsigned char* smem = tc_smem;
@@ -121,20 +188,19 @@ __global__ void __launch_bounds__(kTcThreads, 3) tc_decode_kernel(AttnArgs a, Ad
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int gid = lane / 4, tig = lane % 4;
 
-  // Q as the A operand of each k-step: rows gid and gid + 8 (q heads), columns 16 s + 2 tig.
-  std::uint32_t qa[D / 16][4];
-  KVMM_UNROLL
-  for (int s = 0; s < D / 16; ++s) {
-    KVMM_UNROLL
-    for (int i = 0; i < 4; ++i) {
-      const std::uint32_t row = gid + ((i & 1) ? 8u : 0u);
-      const std::uint32_t col = 16 * s + 2 * tig + ((i & 2) ? 8 : 0);
-      // Every lane loads (rows past the group read row 0, then zero): one warp request.
-      const std::uint32_t w = ldg(reinterpret_cast<const std::uint32_t*>(
-          a.q + (std::uint64_t{b} * a.q_heads + qh0 + (row < hg ? row : 0u)) * D + col));
-      qa[s][i] = row < hg ? w : 0u;
-    }
+  // Q (16 rows: the group's q heads, zero past the group) into shared memory once, in the
+  // stages' swizzled layout; each k-step reads it as the A operand by one ldmatrix.x4 with
+  // the stages' lane map (rows 0-7 / 8-15 at chunk 2 j, then at 2 j + 1: a0 .. a3), so Q
+  // holds no registers in the loop.
+  unsigned char* qs = smem + kTcWarps * kStages * 2 * kTileBytes;
+  for (int idx = static_cast<int>(threadIdx.x); idx < kTcRows * D / 2; idx += kTcThreads) {
+    const std::uint32_t row = static_cast<std::uint32_t>(idx / (D / 2)), w = static_cast<std::uint32_t>(idx % (D / 2));
+    std::uint32_t v = 0;
+    if (row < hg)
+      v = ldg(reinterpret_cast<const std::uint32_t*>(a.q + (std::uint64_t{b} * a.q_heads + qh0 + row) * D) + w);
+    sts(reinterpret_cast<std::uint32_t*>(qs + tc_swz<D>(row, w / 4) + (w % 4) * 4), v);
   }
+  __syncthreads();
 
   const typename Addr::Row r = kv.row(b);
   const std::uint64_t head_off = std::uint64_t{h} * D * 2;
@@ -142,57 +208,78 @@ __global__ void __launch_bounds__(kTcThreads, 3) tc_decode_kernel(AttnArgs a, Ad
   // with source size 0 (no bytes read) and masked.
   const std::uint32_t first = piece.lo / kTcTile * kTcTile;
   const std::uint32_t tiles = piece.hi > first ? (piece.hi - first + kTcTile - 1) / kTcTile : 0u;
-  unsigned char* ring = smem + warp * kTcStages * 2 * kTileBytes;
+  unsigned char* ring = smem + warp * kStages * 2 * kTileBytes;
 
-  // Issues the cp.async of tile `t` (this warp's) into stage `st`; tiles past the end
-  // issue nothing but still form a group, so the wait counts stay uniform. With
-  // kTileInPage the tile's page entry is read once here; bit `st` of `null_stages` says
-  // whether the tile lies in a null page (nothing copied, the tile skipped).
-  std::uint32_t null_stages = 0;
+  // One lane map for every access to a stage: lane l serves row l % 16 and chunk 2 j + l /
+  // 16 for j = 0 .. D / 16 - 1, in the cp.async of K and V, in the K ldmatrix.x4 of k-step
+  // j (both n-tiles) and in the V ldmatrix.x4.trans of n-tiles 2 j, 2 j + 1. Under the
+  // swizzle those chunks lie at four per-lane offsets plus immediates (tc_at). A lane
+  // copies one V row (one page lookup, one mask bit) at immediate global offsets 32 j. K is
+  // stored with bit 3 of the row and bit 0 of the chunk exchanged (slot (r, c) holds K row
+  // (r % 8) + 8 (c % 2), chunk c - c % 2 + r / 8), so that the ldmatrix.x4 of a k-step
+  // returns each n-tile's two B registers side by side (what HMMA reads): lane l copies K
+  // row krow = l % 8 + 8 (l / 16), chunk 2 j + (l / 8) % 2.
+  const std::uint32_t lrow = static_cast<std::uint32_t>(lane & 15), hb = static_cast<std::uint32_t>(lane >> 4);
+  const std::uint32_t krow = static_cast<std::uint32_t>((lane & 7) | ((lane >> 4) << 3));
+  const std::uint32_t khb = static_cast<std::uint32_t>((lane >> 3) & 1);
+  std::uint32_t soff[4];
+  KVMM_UNROLL
+  for (int q = 0; q < 4; ++q) soff[q] = tc_lane_offset<D>(lrow, hb, q);
+  // Global offsets of this lane's V and K rows in a tile (< 16 rows x 2^27 bytes).
+  const std::uint32_t goff_v = lrow * kv.row_bytes + hb * 16, goff_k = krow * kv.row_bytes + khb * 16;
+
+  // Issues the cp.async of tile `t` (this warp's) into stage `st`; tiles past the end issue
+  // nothing but still form a group, so the wait counts stay uniform. Bits 16 st .. 16 st +
+  // 15 of `masks` say which rows of the stage hold keys of the piece (a warp ballot of the
+  // lanes' rows); a tile without any (a null page) is neither copied nor computed. With
+  // kTileInPage the tile's page entry is read once.
+  std::uint64_t masks = 0;
+  // The page entry of tile t (kTileInPage: the tile's first row; else this lane's row,
+  // clamped into the piece); nothing is read for tiles past the end.
+  auto lookup = [&](std::uint32_t t) {
+    const std::uint32_t tok = first + t * kTcTile + (kTileInPage ? 0u : lrow);
+    return t < tiles ? tc_pre(kv, r, min(tok, piece.hi - 1)) : TcPre{0u, 0u};
+  };
+  TcPre ahead = lookup(static_cast<std::uint32_t>(warp));  // the next tile issue() copies
   auto issue = [&](std::uint32_t t, int st) {
+    const TcPre pre = ahead;
+    ahead = lookup(t + kTcWarps);  // this warp's next tile: in flight while this one computes
     if (t < tiles) {
       unsigned char* ks = ring + st * 2 * kTileBytes;
       unsigned char* vs = ks + kTileBytes;
       const std::uint32_t tok0 = first + t * kTcTile;
-      long long tile_off = 0;
+      const std::uint32_t tok = tok0 + lrow;
+      bool valid = tok >= piece.lo && tok < piece.hi;
+      std::uint64_t k_off, v_off;
       if constexpr (kTileInPage) {
-        tile_off = kv.offset(r, tok0);  // one page entry per tile
-        null_stages = (null_stages & ~(1u << st)) | (tile_off < 0 ? 1u << st : 0u);
-      }
-      if (tile_off < 0) {  // a whole null tile (kTileInPage): nothing to copy
-        cp_async_commit();
-        return;
-      }
-      if constexpr (kTileInPage) {
-        // Rows r_lo .. r_hi - 1 of the tile lie in the piece; the others are copied with
-        // source size 0 from an address inside the same page (nothing is read).
-        const char* kb = kv.k + tile_off + head_off;
-        const char* vb = kv.v + tile_off + head_off;
-        const std::uint32_t r_lo = piece.lo > tok0 ? piece.lo - tok0 : 0u;
-        const std::uint32_t r_hi = min(static_cast<std::uint32_t>(kTcTile), piece.hi - tok0);
-        KVMM_UNROLL
-        for (int j = 0; j < kPerLane; ++j) {
-          const std::uint32_t id = static_cast<std::uint32_t>(lane + 32 * j);
-          const std::uint32_t row = id / kChunks, c = id % kChunks;
-          const std::uint32_t src = row >= r_lo && row < r_hi ? 16u : 0u;
-          const std::uint32_t o = row * kv.row_bytes + c * 16;  // < 16 rows x 2^27 bytes
-          cp_async<16>(ks + tc_swz<D>(row, c), kb + o, src);
-          cp_async<16>(vs + tc_swz<D>(row, c), vb + o, src);
-        }
+        // One page entry per tile; rows outside the piece copy nothing from inside the page.
+        const long long tile_off = tc_off(kv, r, pre);
+        valid = valid && tile_off >= 0;
+        const std::uint64_t base = tile_off >= 0 ? static_cast<std::uint64_t>(tile_off) + head_off : 0u;
+        k_off = base + goff_k;
+        v_off = base + goff_v;
       } else {
+        // Every lane looked up its row (one warp request per tile); the K row's offset
+        // comes from the lane that looked it up.
+        const long long off = tc_off(kv, r, pre);
+        valid = valid && off >= 0;
+        const std::uint64_t row_off = valid ? static_cast<std::uint64_t>(off) + head_off : 0u;
+        const std::uint32_t lo = __shfl_sync(0xffffffffu, static_cast<std::uint32_t>(row_off), static_cast<int>(krow));
+        const std::uint32_t hi =
+            __shfl_sync(0xffffffffu, static_cast<std::uint32_t>(row_off >> 32), static_cast<int>(krow));
+        k_off = (std::uint64_t{hi} << 32 | lo) + khb * 16;
+        v_off = row_off + hb * 16;
+      }
+      const std::uint32_t m = __ballot_sync(0xffffffffu, valid) & 0xffffu;
+      masks = (masks & ~(std::uint64_t{0xffffu} << (16 * st))) | (std::uint64_t{m} << (16 * st));
+      if (m != 0) {
+        const char* kp = kv.k + k_off;
+        const char* vp = kv.v + v_off;
+        const std::uint32_t k_src = ((m >> krow) & 1u) != 0 ? 16u : 0u, v_src = valid ? 16u : 0u;
         KVMM_UNROLL
-        for (int j = 0; j < kPerLane; ++j) {
-          const std::uint32_t id = static_cast<std::uint32_t>(lane + 32 * j);
-          const std::uint32_t row = id / kChunks, c = id % kChunks;
-          const std::uint32_t tok = tok0 + row;
-          const bool in = tok >= piece.lo && tok < piece.hi;
-          // Every lane looks up (clamped into the piece): one warp request per row group.
-          long long off = kv.offset(r, min(tok, piece.hi - 1));
-          if (!in) off = -1;
-          const std::uint32_t src = off >= 0 ? 16u : 0u;
-          const std::uint64_t g = off >= 0 ? static_cast<std::uint64_t>(off) + head_off + c * 16 : 0;
-          cp_async<16>(ks + tc_swz<D>(row, c), kv.k + g, src);
-          cp_async<16>(vs + tc_swz<D>(row, c), kv.v + g, src);
+        for (int j = 0; j < D / 16; ++j) {
+          cp_async<16>(tc_at(ks, soff, j), kp + 32 * j, k_src);
+          cp_async<16>(tc_at(vs, soff, j), vp + 32 * j, v_src);
         }
       }
     }
@@ -208,65 +295,65 @@ __global__ void __launch_bounds__(kTcThreads, 3) tc_decode_kernel(AttnArgs a, Ad
   const std::uint32_t my_tiles = tiles > static_cast<std::uint32_t>(warp)
                                      ? (tiles - static_cast<std::uint32_t>(warp) + kTcWarps - 1) / kTcWarps
                                      : 0u;
+#if defined(KVMM_CENSUS_NO_SOFT_CAP)
+  constexpr bool soft_cap = false;  // census builds: the benchmarks' path, without the tanh branch
+#else
+  const bool soft_cap = a.soft_cap;
+#endif
+  // Logits are compared unscaled (the scale is positive) and scaled inside the exponent: p
+  // = exp2(x f - m) with m the running maximum of x f (x = the dot, or the capped logit).
+  const float f = soft_cap ? 1.0f : a.scale_log2;
   KVMM_UNROLL
-  for (int p = 0; p < kTcStages - 1; ++p) issue(static_cast<std::uint32_t>(warp + p * kTcWarps), p);
+  for (int p = 0; p < kStages - 1; ++p) issue(static_cast<std::uint32_t>(warp + p * kTcWarps), p);
   for (std::uint32_t it = 0; it < my_tiles; ++it) {
     const std::uint32_t t = static_cast<std::uint32_t>(warp) + it * kTcWarps;
-    issue(t + (kTcStages - 1) * kTcWarps, static_cast<int>((it + kTcStages - 1) % kTcStages));
-    cp_async_wait<kTcStages - 1>();
+    issue(t + (kStages - 1) * kTcWarps, static_cast<int>((it + kStages - 1) % kStages));
+    cp_async_wait<kStages - 1>();
     __syncwarp();
-    const int stage = static_cast<int>(it % kTcStages);
-    if (kTileInPage && ((null_stages >> stage) & 1u) != 0) continue;  // a null tile: all masked
-    const unsigned char* ks = ring + (it % kTcStages) * 2 * kTileBytes;
+    const int stage = static_cast<int>(it % kStages);
+    const std::uint32_t tm = static_cast<std::uint32_t>(masks >> (16 * stage)) & 0xffffu;
+    if (tm == 0) continue;  // a null tile: nothing was copied
+    const unsigned char* ks = ring + stage * 2 * kTileBytes;
     const unsigned char* vs = ks + kTileBytes;
 
-    // S = Q K^T over two n-tiles of 8 tokens.
+    // S = Q K^T over two n-tiles of 8 tokens: per k-step one ldmatrix.x4 gives K rows 0-7
+    // at chunks 2 j, 2 j + 1 (regs 0, 1) and rows 8-15 at the same chunks (regs 2, 3).
     float s[2][4];
     KVMM_UNROLL
-    for (int nt = 0; nt < 2; ++nt) {
-      KVMM_UNROLL
-      for (int i = 0; i < 4; ++i) s[nt][i] = 0.0f;
-      KVMM_UNROLL
-      for (int ks2 = 0; ks2 < D / 16; ++ks2) {
-        // Lanes 0-7: rows (tokens) 8 nt + 0..7 at chunk 2 ks2; lanes 8-15: chunk 2 ks2 + 1.
-        const std::uint32_t row = static_cast<std::uint32_t>(8 * nt + (lane & 7));
-        const std::uint32_t c = static_cast<std::uint32_t>(2 * ks2 + ((lane >> 3) & 1));
-        std::uint32_t kb[2];
-        ldmatrix<2, false>(kb, ks + tc_swz<D>(row, c));
-        mma_16816<T>(s[nt], qa[ks2], kb, s[nt]);
-      }
+    for (int nt = 0; nt < 2; ++nt) KVMM_UNROLL
+    for (int i = 0; i < 4; ++i) s[nt][i] = 0.0f;
+    KVMM_UNROLL
+    for (int j = 0; j < D / 16; ++j) {
+      std::uint32_t qa[4], k4[4];
+      ldmatrix<4, false>(qa, tc_at(qs, soff, j));
+      ldmatrix<4, false>(k4, tc_at(ks, soff, j));
+      const std::uint32_t b0[2] = {k4[0], k4[1]}, b1[2] = {k4[2], k4[3]};
+      mma_16816<T>(s[0], qa, b0, s[0]);
+      mma_16816<T>(s[1], qa, b1, s[1]);
     }
-    // Scale, soft cap, mask: this lane's columns are tokens 8 nt + 2 tig + (i & 1).
-    const std::uint32_t tok0 = first + t * kTcTile;
-    const bool full = kTileInPage && tok0 >= piece.lo && tok0 + kTcTile <= piece.hi;  // no column masked
-    float mx[2] = {st[0].m, st[1].m};
+    // Soft cap and mask: this lane's columns are tokens 8 nt + 2 tig + (i & 1).
+    const std::uint32_t lm = tm >> (2 * tig);
+    float mx[2] = {-INFINITY, -INFINITY};
     KVMM_UNROLL
     for (int nt = 0; nt < 2; ++nt) KVMM_UNROLL
     for (int i = 0; i < 4; ++i) {
-      const std::uint32_t tok = tok0 + 8 * nt + 2 * tig + (i & 1);
-      bool ok = full || (tok >= piece.lo && tok < piece.hi);
-      if constexpr (!kTileInPage) ok = kv.offset(r, min(tok, piece.hi - 1)) >= 0 && ok;  // every lane looks up
-      const float dot = s[nt][i];
-#if defined(KVMM_CENSUS_NO_SOFT_CAP)
-      constexpr bool soft_cap = false;  // census builds: the benchmarks' path, without the tanh branch
-#else
-      const bool soft_cap = a.soft_cap;
-#endif
-      const float logit = soft_cap ? a.cap_log2 * tanhf(dot * a.scale_div_cap) : dot * a.scale_log2;
-      s[nt][i] = ok ? logit : -INFINITY;
+      const bool ok = ((lm >> (8 * nt + (i & 1))) & 1u) != 0;
+      const float x = soft_cap ? a.cap_log2 * tanhf(s[nt][i] * a.scale_div_cap) : s[nt][i];
+      s[nt][i] = ok ? x : -INFINITY;
       mx[i >> 1] = fmaxf(mx[i >> 1], s[nt][i]);
     }
-    float sum[2] = {0.0f, 0.0f};
+    float m_new[2], m_sub[2], sum[2] = {0.0f, 0.0f};
     KVMM_UNROLL
     for (int h2 = 0; h2 < 2; ++h2) {
       mx[h2] = fmaxf(mx[h2], __shfl_xor_sync(0xffffffffu, mx[h2], 1));
       mx[h2] = fmaxf(mx[h2], __shfl_xor_sync(0xffffffffu, mx[h2], 2));
+      m_new[h2] = fmaxf(st[h2].m, mx[h2] * f);
+      m_sub[h2] = m_new[h2] == -INFINITY ? 0.0f : m_new[h2];  // masked logits stay -inf: weight 0
     }
     KVMM_UNROLL
     for (int nt = 0; nt < 2; ++nt) KVMM_UNROLL
     for (int i = 0; i < 4; ++i) {
-      const float m = mx[i >> 1];
-      s[nt][i] = m == -INFINITY ? 0.0f : exp2f(s[nt][i] - m);
+      s[nt][i] = tc_exp2(fmaf(s[nt][i], f, -m_sub[i >> 1]));
       sum[i >> 1] += s[nt][i];
     }
     float corr[2];
@@ -274,12 +361,12 @@ __global__ void __launch_bounds__(kTcThreads, 3) tc_decode_kernel(AttnArgs a, Ad
     for (int h2 = 0; h2 < 2; ++h2) {
       sum[h2] += __shfl_xor_sync(0xffffffffu, sum[h2], 1);
       sum[h2] += __shfl_xor_sync(0xffffffffu, sum[h2], 2);
-      corr[h2] = mx[h2] == -INFINITY ? 1.0f : softmax_absorb(st[h2], mx[h2], sum[h2], Exp2{});
+      corr[h2] = m_new[h2] == -INFINITY ? 1.0f : softmax_absorb(st[h2], m_new[h2], sum[h2], TcExp2{});
     }
-    // P (16 x 16 tokens) as the A operand: C tile nt holds k = 8 nt .. 8 nt + 7. P is
-    // split into its T-rounded part and the T-rounded remainder (two products), so the
-    // weights carry about 16 bits, not T's 8 or 11: the output stays within a few units
-    // of roundoff of the exact softmax (one rounded P alone gives 10-15).
+    // P (16 x 16 tokens) as the A operand: C tile nt holds k = 8 nt .. 8 nt + 7. P is split
+    // into its T-rounded part and the T-rounded remainder (two products), so the weights
+    // carry about 16 bits, not T's 8 or 11: the output stays within a few units of roundoff
+    // of the exact softmax (one rounded P alone gives 10-15).
     std::uint32_t pa[4], pl[4];
     KVMM_UNROLL
     for (int j = 0; j < 4; ++j) {
@@ -287,8 +374,8 @@ __global__ void __launch_bounds__(kTcThreads, 3) tc_decode_kernel(AttnArgs a, Ad
       pa[j] = pack2<T>(x0, x1);
       pl[j] = pack2<T>(x0 - T::lo(pa[j]), x1 - T::hi(pa[j]));
     }
-    // Rescale O only when some row's maximum moved (corr is exactly 1 otherwise): after
-    // the first tiles it rarely does.
+    // Rescale O only when some row's maximum moved (corr is exactly 1 otherwise): after the
+    // first tiles it rarely does.
     if (__any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f)) {
       KVMM_UNROLL
       for (int n = 0; n < kNd; ++n) {
@@ -298,14 +385,17 @@ __global__ void __launch_bounds__(kTcThreads, 3) tc_decode_kernel(AttnArgs a, Ad
         o[n][3] *= corr[1];
       }
     }
+    // O += P V: one ldmatrix.x4.trans per two n-tiles: V rows 0-7 / 8-15 (regs 0, 1) at
+    // chunk 2 j, then at chunk 2 j + 1 (regs 2, 3).
     KVMM_UNROLL
-    for (int n = 0; n < kNd; ++n) {
-      // V tile rows (tokens) 0-7 from lanes 0-7, 8-15 from lanes 8-15, chunk n; transposed.
-      const std::uint32_t row = static_cast<std::uint32_t>(lane & 15);
-      std::uint32_t vb[2];
-      ldmatrix<2, true>(vb, vs + tc_swz<D>(row, static_cast<std::uint32_t>(n)));
-      mma_16816<T>(o[n], pa, vb, o[n]);
-      mma_16816<T>(o[n], pl, vb, o[n]);
+    for (int j = 0; j < kNd / 2; ++j) {
+      std::uint32_t v4[4];
+      ldmatrix<4, true>(v4, tc_at(vs, soff, j));
+      const std::uint32_t v0[2] = {v4[0], v4[1]}, v1[2] = {v4[2], v4[3]};
+      mma_16816<T>(o[2 * j], pa, v0, o[2 * j]);
+      mma_16816<T>(o[2 * j], pl, v0, o[2 * j]);
+      mma_16816<T>(o[2 * j + 1], pa, v1, o[2 * j + 1]);
+      mma_16816<T>(o[2 * j + 1], pl, v1, o[2 * j + 1]);
     }
     __syncwarp();  // every lane read this stage before it is refilled
   }

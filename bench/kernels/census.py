@@ -5,8 +5,9 @@ Reads `cuobjdump -res-usage` (registers, stack frame, shared memory: what ptxas 
 reports) and `cuobjdump -sass` of the given objects, libraries or executables, and per
 kernel and architecture counts instructions by class: global loads by width, HMMA, LDSM,
 LDGSTS, SHFL, MUFU, local memory (LDL/STL: spills), in the whole kernel and in its main
-loop (the span of the widest backward branch). --check asserts the per-kernel limits of
-LIMITS below; --json writes the census for the time model (model.py). Costs one
+loop (the span of the widest backward branch before the last EXIT). --check asserts the
+per-kernel limits of LIMITS below; --json writes the census for the time model
+(model.py). Costs one
 cuobjdump pass per file (seconds); nothing is compiled.
 
   python3 bench/kernels/census.py [--check] [--json out.json] [--venv DIR] FILE...
@@ -35,13 +36,18 @@ LIMITS = [
     (r"attention_kernel.*Li8E", r"sm_", dict(regs=255, stack=0, local=0, local_in_loop=0, smem=35000, kv_loads_128=True)),
     (r"merge_kernel|write_kv_kernel|copy_pages_kernel|swap_pages", r"sm_", dict(regs=64, stack=0, local=0, smem=1024)),
     # The tensor-core decode (tc_decode.cuh, issue 36): K/V through 16-byte cp.async only,
-    # HMMA and LDSM present, no local memory in the loop. __launch_bounds__(128, 3) caps
-    # it at 168 registers (3 CTAs per SM, as the 64 KiB ring allows); 128 (the issue's
-    # bound) spills 30+ LDL into the loop (nvcc 13.0). The sm_80 `row` instance keeps an
-    # 8-byte frame (1 LDL, 1 STL outside the loop): named and bounded here.
-    (r"tc_decode_kernel", r"sm_80", dict(regs=168, stack=8, local=2, local_in_loop=0, smem=2048,
-                                         need=["HMMA", "LDSM", "LDGSTS.128"], cp_async_only=True)),
-    (r"tc_decode_kernel", r"sm_9", dict(regs=168, stack=0, local=0, local_in_loop=0, smem=2048,
+    # HMMA and LDSM present, no local memory, at most 128 registers (__launch_bounds__(128,
+    # 4); Q is read from shared memory by ldmatrix, not held in registers).
+    # At D 256 O alone takes 128 registers per lane: up to 255 (one CTA per SM). The bf16
+    # instances keep frames of 8-16 bytes (up to 2 LDL and 3 STL, outside the loop, nvcc
+    # 13.0): named and bounded here.
+    (r"tc_decode_kernel.*Li256E", r"sm_", dict(regs=255, stack=16, local=5, local_in_loop=0, smem=2048,
+                                               need=["HMMA", "LDSM", "LDGSTS.128"], cp_async_only=True)),
+    # The 3-stage ring's sm_90 instances keep an 8-byte frame (1 LDL, 1 STL, outside the
+    # loop, nvcc 13.0): named and bounded here.
+    (r"tc_decode_kernel.*ELi3EEEv", r"sm_9", dict(regs=128, stack=8, local=2, local_in_loop=0, smem=2048,
+                                                  need=["HMMA", "LDSM", "LDGSTS.128"], cp_async_only=True)),
+    (r"tc_decode_kernel", r"sm_", dict(regs=128, stack=0, local=0, local_in_loop=0, smem=2048,
                                        need=["HMMA", "LDSM", "LDGSTS.128"], cp_async_only=True)),
     # The tensor-core probe of tests/gpu: every wrapper compiles to its instruction.
     (r"tc_probe_kernel", r"sm_", dict(regs=255, stack=0, local=0, smem=1536,
@@ -122,13 +128,16 @@ def parse_text(res_txt, sass):
             return
         allc, loopc = Counter(), Counter()
         span = (0, -1)
-        for addr, op, rest in instrs:
-            if op.split(".")[0] == "BRA":
+        # Code after the last unconditional EXIT is out of line (divergence fallbacks of
+        # warp votes, called routines): its branches back into the body are no loop.
+        end = max((a for a, op, rest, pred in instrs if op == "EXIT" and not pred), default=1 << 62)
+        for addr, op, rest, _ in instrs:
+            if op.split(".")[0] == "BRA" and addr < end:
                 m = re.search(r"0x([0-9a-f]+)", rest)
                 if m and int(m.group(1), 16) < addr and addr - int(m.group(1), 16) > span[1] - span[0]:
                     span = (int(m.group(1), 16), addr)
         n_loop = 0
-        for addr, op, rest in instrs:
+        for addr, op, rest, _ in instrs:
             cl = classes(op, rest)
             allc.update(cl)
             allc["instrs"] += 1
@@ -152,7 +161,7 @@ def parse_text(res_txt, sass):
             continue
         m = INSTR.search(line)
         if m and fn:
-            instrs.append((int(m.group(1), 16), m.group(3), m.group(4)))
+            instrs.append((int(m.group(1), 16), m.group(3), m.group(4), m.group(2)))
     flush()
     return kernels
 
@@ -162,9 +171,10 @@ def short(fn):
     m = re.search(r"attention_kernelINS1_(\d+)(\w+?)ELi(\d+)ELi(\d+)ENS1_\d+(\w+?)EEEv", fn)
     if m:
         return f"attention<{m.group(2)},D{m.group(3)},G{m.group(4)},{m.group(5)}>"
-    m = re.search(r"tc_decode_kernelINS1_(\d+)(\w+?)ELi(\d+)ENS1_\d+(\w+?)ELb([01])EEEv", fn)
-    if m:  # kTileInPage: one page entry per 16-token tile ("tile") or per row ("row")
-        return f"tc_decode<{m.group(2)},D{m.group(3)},{m.group(4)},{'tile' if m.group(5) == '1' else 'row'}>"
+    m = re.search(r"tc_decode_kernelINS1_(\d+)(\w+?)ELi(\d+)ENS1_\d+(\w+?)ELb([01])E(?:Li(\d+)E)?EEv", fn)
+    if m:  # kTileInPage: one page entry per 16-token tile ("tile") or per row ("row"); ring stages if not 2
+        stages = f",S{m.group(6)}" if m.group(6) and m.group(6) != "2" else ""
+        return f"tc_decode<{m.group(2)},D{m.group(3)},{m.group(4)},{'tile' if m.group(5) == '1' else 'row'}{stages}>"
     m = re.search(r"(merge_kernel|write_kv_kernel|copy_pages_kernel|tc_probe_kernel|hopper_probe_kernel)\w*?(BFloat|Half)?", fn)
     return (m.group(1) + (f"<{m.group(2)}>" if m.group(2) else "")) if m else fn[:60]
 
@@ -253,7 +263,14 @@ def self_test():
                                listing(g4, loop(kv))), require_probes=True)
     print(f"self-test probes missing: {'flagged' if missing else 'passed'} {missing[:1]}")
     bad += not missing
-    print(f"census self-test: {len(cases) + 1 - bad} of {len(cases) + 1} as expected")
+    # An out-of-line block after EXIT (a vote's divergence fallback) branching back to the
+    # kernel's start is no loop: the main loop stays the 13-instruction one.
+    body = loop(kv) + ["EXIT", "VOTE.ANY R1, PT, P0", "BRA 0x0000"]
+    k = parse_text(f"arch = sm_90\n Function {g4}:\n  REG:128 STACK:0 SHARED:0 LOCAL:0", listing(g4, body))
+    n_loop = next(iter(k.values()))["loop"]["instrs"]
+    print(f"self-test out-of-line branch: main loop {n_loop} instructions (13 expected)")
+    bad += n_loop != 13
+    print(f"census self-test: {len(cases) + 2 - bad} of {len(cases) + 2} as expected")
     return bad == 0
 
 

@@ -119,7 +119,8 @@ void report(benchmark::State& state, double bytes, std::uint32_t splits) {
   state.counters["copy_GBps"] = g_copy_gbps / 1e9;
 }
 
-void decode_paged(benchmark::State& state, bool tc) {  // tc: the tensor-core kernel
+// tc: 0 the default kernel, else the tensor-core kernel with a ring of `tc` stages per warp.
+void decode_paged(benchmark::State& state, int tc) {
   const auto batch = static_cast<std::uint32_t>(state.range(0));
   const auto ctx = static_cast<std::uint32_t>(state.range(1));
   const auto tpp = static_cast<std::uint32_t>(state.range(2));
@@ -149,8 +150,8 @@ void decode_paged(benchmark::State& state, bool tc) {  // tc: the tensor-core ke
   p.table = PageTableView{nullptr, table.as<PageId>(), per_req};
   p.split = SplitKV{d.splits, d.ws.p};
   time_loop(state, [&] {
-    if (tc)
-      experimental::paged_decode_attention_tc(p, nullptr);
+    if (tc != 0)
+      experimental::paged_decode_attention_tc(p, nullptr, static_cast<std::uint32_t>(tc));
     else
       paged_decode_attention(p, nullptr);
   });
@@ -272,7 +273,7 @@ int main(int argc, char** argv) {
   for (std::int64_t tpp : {1, 16, 64, 256})
     for (std::int64_t batch : {1, 16, 64, 256})
       for (std::int64_t ctx : {1024, 4096, 32768})
-        benchmark::RegisterBenchmark("decode_paged", decode_paged, false)
+        benchmark::RegisterBenchmark("decode_paged", decode_paged, 0)
             ->Args({batch, ctx, tpp})
             ->ArgNames({"batch", "ctx", "tpp"})
             ->UseManualTime()
@@ -288,8 +289,17 @@ int main(int argc, char** argv) {
   for (std::int64_t tpp : {1, 16})
     for (std::int64_t batch : {1, 16, 64, 256})
       for (std::int64_t ctx : {1024, 4096, 32768})
-        benchmark::RegisterBenchmark("decode_paged_tc", decode_paged, true)
+        benchmark::RegisterBenchmark("decode_paged_tc", decode_paged, 2)
             ->Args({batch, ctx, tpp})
+            ->ArgNames({"batch", "ctx", "tpp"})
+            ->UseManualTime()
+            ->Unit(benchmark::kMicrosecond);
+  // Its deeper rings (3 and 4 stages per warp: 2 and 1 CTAs per SM at head dim 128).
+  for (int stages : {3, 4})
+    for (std::int64_t batch : {1, 16, 64, 256})
+      for (std::int64_t ctx : {1024, 4096, 32768})
+        benchmark::RegisterBenchmark(stages == 3 ? "decode_paged_tc3" : "decode_paged_tc4", decode_paged, stages)
+            ->Args({batch, ctx, 16})
             ->ArgNames({"batch", "ctx", "tpp"})
             ->UseManualTime()
             ->Unit(benchmark::kMicrosecond);

@@ -124,7 +124,8 @@ def tc_facts(census, addr):
     warp-iteration (16 tokens x K+V of one kv head = LDGSTS.128 x 16 B x 32 lanes)."""
     k = census[f"sm_90 tc_decode<BFloat,D128,{addr},tile> nocap"]  # 16-token pages: one entry per tile
     regs = k["res"]["regs"]
-    smem = 4 * 2 * 2 * 16 * HEAD_DIM * 2 + 1024  # the ring (dynamic) + the system reserve
+    # the ring (4 warps x 2 stages x K+V x 16 rows) and Q (16 rows), dynamic, + the system reserve
+    smem = 4 * 2 * 2 * 16 * HEAD_DIM * 2 + 16 * HEAD_DIM * 2 + 1024
     per_sm = min(REGS_PER_SM // (regs * THREADS), SMEM_PER_SM // smem, MAX_CTAS_PER_SM)
     return dict(loop=k["loop"]["instrs"], bytes_per_iter=k["loop"]["LDGSTS.128"] * 16 * 32, ctas_per_sm=per_sm, regs=regs)
 

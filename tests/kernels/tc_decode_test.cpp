@@ -1,18 +1,21 @@
 // The tensor-core decode kernel (kernels/tc_decode.cuh, issue 36) through the host
 // emulation against the CPU references: masks, GQA 1..16 and 24 (two head chunks), head
-// dims 64/128, page sizes 1/16/17/64, null pages, CSR and dense tables, variable lengths,
-// splits with the merge kernel, soft cap, both dtypes, under two lane schedules; its
-// contiguous form bit-equal to the paged one; the multiply-shift division; its traffic
-// (K/V requested = the minimum, 16 sectors per 512-byte request, ideal ldmatrix wavefronts).
+// dims 64/128/256, page sizes 1-512 (17 and 48 included), null pages, CSR and dense
+// tables, variable lengths, splits with the merge kernel, soft cap, both dtypes, under
+// two lane schedules; its contiguous form bit-equal to the paged one; the multiply-shift
+// division; the lane map against the swizzle. Its traffic: tests/kernels/traffic_test.cpp.
 #if defined(__SANITIZE_ADDRESS__)
 // Fiber stacks switched with longjmp confuse AddressSanitizer: release CI job only.
 #else
 #pragma GCC diagnostic ignored "-Wunknown-pragmas"
 #define KVMM_SIMT_HOST 1
 #include "../../kernels/attention_dispatch.cuh"
+#include "../../kernels/tc_decode_api.hpp"
 #include "kernels/kernel_fixture.hpp"
 
 #include <catch2/catch.hpp>
+#include <set>
+#include <type_traits>
 
 using namespace kvmm;
 using namespace kvmm::kernels;
@@ -21,27 +24,34 @@ namespace dev = kvmm::kernels::device;
 
 namespace {
 
-template <typename T, typename Addr, bool kTileInPage>
+template <typename T, typename Addr, bool kTileInPage, int kStages = dev::kTcStages>
 bool run_tc(const dev::AttnArgs& a, const Addr& kv, dim3 grid, std::uint32_t d) {
   if (d == 64)
     return simt::launch(grid, dev::kTcThreads, [&] { dev::tc_decode_kernel<T, 64, Addr, kTileInPage>(a, kv); });
-  return simt::launch(grid, dev::kTcThreads, [&] { dev::tc_decode_kernel<T, 128, Addr, kTileInPage>(a, kv); });
+  if (d == 128)
+    return simt::launch(grid, dev::kTcThreads,
+                        [&] { dev::tc_decode_kernel<T, 128, Addr, kTileInPage, kStages>(a, kv); });
+  return simt::launch(grid, dev::kTcThreads, [&] { dev::tc_decode_kernel<T, 256, Addr, kTileInPage>(a, kv); });
 }
 
-// The instance the launcher picks: one page entry per tile when pages hold whole tiles.
+// The instance the launcher picks: one page entry per tile when pages hold whole tiles;
+// `stages` (2-4) the ring's depth at head dim 128.
 template <typename T, typename Addr>
-bool run_tc(const dev::AttnArgs& a, const Addr& kv, dim3 grid, std::uint32_t d) {
-  if (dev::tc_tile_in_page(kv)) return run_tc<T, Addr, true>(a, kv, grid, d);
-  return run_tc<T, Addr, false>(a, kv, grid, d);
+bool run_tc(const dev::AttnArgs& a, const Addr& kv, dim3 grid, std::uint32_t d, int stages = 2) {
+  const bool tile = dev::tc_tile_in_page(kv);
+  if (stages == 3) return tile ? run_tc<T, Addr, true, 3>(a, kv, grid, d) : run_tc<T, Addr, false, 3>(a, kv, grid, d);
+  if (stages == 4) return tile ? run_tc<T, Addr, true, 4>(a, kv, grid, d) : run_tc<T, Addr, false, 4>(a, kv, grid, d);
+  return tile ? run_tc<T, Addr, true>(a, kv, grid, d) : run_tc<T, Addr, false>(a, kv, grid, d);
 }
 
 // The launch sequence of the tensor-core decode, emulated: the kernel, then the merge.
 template <typename Addr>
 bool emulate_tc(const QueryBatch& q, const AttentionOptions& opt, const SplitKV& split, std::uint32_t kv_heads,
-                std::uint32_t d, DType dtype, const Addr& kv) {
+                std::uint32_t d, DType dtype, const Addr& kv, int stages = 2) {
   const dev::AttnArgs a = dev::make_tc_args(q, opt, split, kv_heads, d);
   const dim3 grid(q.batch, kv_heads * a.head_chunks, a.num_splits);
-  bool ok = dtype == DType::kF16 ? run_tc<dev::Half>(a, kv, grid, d) : run_tc<dev::BFloat>(a, kv, grid, d);
+  bool ok =
+      dtype == DType::kF16 ? run_tc<dev::Half>(a, kv, grid, d, stages) : run_tc<dev::BFloat>(a, kv, grid, d, stages);
   if (ok && split.num_splits > 1) {
     ok = simt::launch(dim3(q.rows, q.q_heads), d, [&] {
       if (dtype == DType::kF16)
@@ -53,7 +63,7 @@ bool emulate_tc(const QueryBatch& q, const AttentionOptions& opt, const SplitKV&
   return ok;
 }
 
-std::vector<std::uint16_t> tc_paged(Scenario& s, std::uint32_t splits, bool csr) {
+std::vector<std::uint16_t> tc_paged(Scenario& s, std::uint32_t splits, bool csr, int stages = 2) {
   std::vector<std::uint16_t> o(s.out_elems(), 0xffff);
   PagedAttentionParams p = s.paged_params(o.data(), splits, csr);
   std::vector<float> ws(attention_workspace_bytes(s.rows, s.q_heads, s.cfg.head_dim, splits) / 4 + 4);
@@ -67,7 +77,7 @@ std::vector<std::uint16_t> tc_paged(Scenario& s, std::uint32_t splits, bool csr)
                             p.table.pages,
                             p.table.dense_stride,
                             dev::FastDiv::make(p.cache.tokens_per_page)};
-  REQUIRE(emulate_tc(p.query, p.options, p.split, s.cfg.kv_heads, s.cfg.head_dim, s.cfg.dtype, kv));
+  REQUIRE(emulate_tc(p.query, p.options, p.split, s.cfg.kv_heads, s.cfg.head_dim, s.cfg.dtype, kv, stages));
   return o;
 }
 
@@ -149,6 +159,120 @@ TEST_CASE("emulated tensor-core decode matches the CPU references", "[kernels][s
         }
         simt::Emulator::get().set_schedule_seed(0);
       }
+}
+
+TEST_CASE("the tensor-core decode's lane map lands on the swizzled chunks", "[kernels][tc_decode]") {
+  // tc_lane_offset (q = j % 4) + 128 (j / 4) is chunk 2 j + hb of the row: every row, chunk
+  // half and k-step of head dims 64, 128 and 256; and a warp's 32 lanes of one j cover 32
+  // distinct 16-byte slots.
+  auto check = [](auto dim) {
+    constexpr int D = decltype(dim)::value;
+    for (int j = 0; j < D / 16; ++j) {
+      std::set<std::uint32_t> slots;
+      for (std::uint32_t lane = 0; lane < 32; ++lane) {
+        const std::uint32_t row = lane & 15, hb = lane >> 4;
+        const std::uint32_t at = dev::tc_lane_offset<D>(row, hb, j & 3) + 128 * static_cast<std::uint32_t>(j >> 2);
+        REQUIRE(at == dev::tc_swz<D>(row, static_cast<std::uint32_t>(2 * j) + hb));
+        slots.insert(at / 16);
+      }
+      REQUIRE(slots.size() == 32);
+    }
+  };
+  check(std::integral_constant<int, 64>{});
+  check(std::integral_constant<int, 128>{});
+  check(std::integral_constant<int, 256>{});
+}
+
+TEST_CASE("emulated tensor-core decode: page sizes up to 512, more group sizes and split counts",
+          "[kernels][simt][tc_decode]") {
+  // Page sizes of both instances (2: `row`; 32, 48, 128, 512: `tile`, 48 not a power of
+  // two), groups 2-16, head dims 64/128/256, splits 1-7 (pieces starting mid-tile and
+  // mid-page), every mask.
+  const std::uint32_t page_sizes[] = {2, 32, 48, 128, 512};
+  const std::uint32_t groups[] = {2, 5, 7, 12, 16};
+  const std::uint32_t split_counts[] = {1, 2, 4, 7};
+  const MaskKind masks[] = {MaskKind::kCausal, MaskKind::kSlidingWindow, MaskKind::kChunkedLocal};
+  for (std::uint32_t index = 0; index < 10; ++index) {
+    std::mt19937_64 rng(9000 + index);
+    ScenarioConfig c;
+    c.options.mask = masks[index % 3];
+    c.options.window = std::uniform_int_distribution<std::uint32_t>(1, 200)(rng);
+    c.options.chunk = std::uniform_int_distribution<std::uint32_t>(1, 200)(rng);
+    c.group = groups[(index * 3) % 5];
+    c.tokens_per_page = page_sizes[index % 5];
+    c.head_dim = index % 3 == 0 ? 128 : index % 3 == 1 ? 64 : 256;
+    c.dtype = index % 4 < 2 ? DType::kBF16 : DType::kF16;
+    c.options.soft_cap = index % 3 == 2 ? 2.5f : 0.0f;
+    c.kv_heads = c.group >= 8 ? 1 : 2;
+    c.batch = 3;
+    c.max_kv_len = 600;
+    c.nulls = static_cast<NullMode>(index % 3);
+    c.seed = 9100 + index;
+    Scenario s(c);
+    s.fill_host_caches();
+    const std::uint32_t splits = split_counts[index % 4];
+    INFO("scenario " << index << " mask " << static_cast<int>(c.options.mask) << " group " << c.group << " tpp "
+                     << c.tokens_per_page << " d " << c.head_dim << " nulls " << static_cast<int>(c.nulls) << " splits "
+                     << splits);
+    std::vector<std::uint16_t> ref(s.out_elems());
+    cpu::paged_decode_attention(s.paged_params(ref.data(), splits, true));
+    for (std::uint64_t seed : {0ull, 3ull}) {  // two lane schedules
+      simt::Emulator::get().set_schedule_seed(seed);
+      const auto got = tc_paged(s, splits, index % 2 == 0);
+      CHECK(max_rel_error(c.dtype, got, widen(c.dtype, ref), 1e-2) <= 4.0 * unit_roundoff(c.dtype));
+      if (!s.any_null) CHECK(tc_contiguous(s, splits) == got);
+    }
+    simt::Emulator::get().set_schedule_seed(0);
+  }
+}
+
+TEST_CASE("emulated tensor-core decode: rings of 3 and 4 stages give the 2-stage bits", "[kernels][simt][tc_decode]") {
+  // The ring's depth changes when a tile is copied, never what is computed or in which
+  // order: outputs equal bit for bit, over both instances, null pages, splits and masks.
+  const std::uint32_t page_sizes[] = {16, 17, 64, 1};
+  for (std::uint32_t index = 0; index < 4; ++index) {
+    ScenarioConfig c;
+    c.options.mask = index % 2 == 0 ? MaskKind::kCausal : MaskKind::kSlidingWindow;
+    c.options.window = 150;
+    c.group = index < 2 ? 4 : 16;
+    c.tokens_per_page = page_sizes[index];
+    c.head_dim = 128;
+    c.dtype = index % 2 == 0 ? DType::kBF16 : DType::kF16;
+    c.kv_heads = c.group >= 8 ? 1 : 2;
+    c.batch = 3;
+    c.max_kv_len = 500;
+    c.nulls = static_cast<NullMode>(index % 3);
+    c.seed = 9300 + index;
+    Scenario s(c);
+    s.fill_host_caches();
+    const std::uint32_t splits = index % 2 == 0 ? 1 : 3;
+    INFO("scenario " << index << " tpp " << c.tokens_per_page << " splits " << splits);
+    simt::Emulator::get().set_schedule_seed(index);
+    const auto two = tc_paged(s, splits, true, 2);
+    std::vector<std::uint16_t> ref(s.out_elems());
+    cpu::paged_decode_attention(s.paged_params(ref.data(), splits, true));
+    CHECK(max_rel_error(c.dtype, two, widen(c.dtype, ref), 1e-2) <= 4.0 * unit_roundoff(c.dtype));
+    CHECK(tc_paged(s, splits, true, 3) == two);
+    CHECK(tc_paged(s, splits, false, 4) == two);
+  }
+  simt::Emulator::get().set_schedule_seed(0);
+}
+
+TEST_CASE("the tensor-core decode's launchers reject ring depths they do not build", "[kernels][tc_decode]") {
+  for (std::uint32_t d : {64u, 128u, 256u}) experimental::check_tc_stages("k", 2, d);
+  experimental::check_tc_stages("k", 3, 128);
+  experimental::check_tc_stages("k", 4, 128);
+  for (auto [stages, d] : {std::pair{0u, 128u}, {1u, 128u}, {5u, 128u}, {3u, 64u}, {4u, 256u}}) {
+    INFO("stages " << stages << " head_dim " << d);
+    try {
+      experimental::check_tc_stages("paged_decode_attention_tc", stages, d);
+      FAIL("no error");
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      CHECK(what.find("paged_decode_attention_tc: stages = " + std::to_string(stages)) != std::string::npos);
+      CHECK(what.find("head_dim " + std::to_string(d)) != std::string::npos);
+    }
+  }
 }
 
 #endif

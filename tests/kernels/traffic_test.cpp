@@ -213,11 +213,11 @@ struct TcTraffic {
 // The tensor-core decode (bf16, D 128) on 2 requests x 256 tokens, 2 kv heads, group 4;
 // 16-token pages (permuted, page-layer layout of 2 layers), or contiguous; `splits` pieces;
 // `null_every` > 0: every such page of the tables is null.
-TcTraffic tc_traffic(bool paged, std::uint32_t splits, std::uint32_t null_every) {
-  constexpr std::uint32_t batch = 2, kv_heads = 2, group = 4, D = 128, tpp = 16, kv_len = 256, layers = 2;
+TcTraffic tc_traffic(bool paged, std::uint32_t splits, std::uint32_t null_every, std::uint32_t tpp = 16) {
+  constexpr std::uint32_t batch = 2, kv_heads = 2, group = 4, D = 128, kv_len = 256, layers = 2;
   constexpr std::uint32_t q_heads = kv_heads * group, row_bytes = kv_heads * D * 2;
-  constexpr std::uint64_t page_stride = std::uint64_t{layers} * 2 * tpp * row_bytes;
-  constexpr std::uint32_t pages_per_req = kv_len / tpp, num_pages = batch * pages_per_req + 3;
+  const std::uint64_t page_stride = std::uint64_t{layers} * 2 * tpp * row_bytes;
+  const std::uint32_t pages_per_req = (kv_len + tpp - 1) / tpp, num_pages = batch * pages_per_req + 3;
   static std::vector<std::uint8_t> arena;
   arena.assign(num_pages * page_stride + 512, 0);
   std::mt19937 rng(7);
@@ -248,8 +248,12 @@ TcTraffic tc_traffic(bool paged, std::uint32_t splits, std::uint32_t null_every)
   if (paged) {
     const dev::TcPagedAddr kv{base,          base + tpp * row_bytes, page_stride, row_bytes,
                               indptr.data(), pages.data(),           0,           dev::FastDiv::make(tpp)};
-    ok = simt::launch(grid, dev::kTcThreads,
-                      [&] { dev::tc_decode_kernel<dev::BFloat, 128, dev::TcPagedAddr, true>(a, kv); });
+    if (dev::tc_tile_in_page(kv))
+      ok = simt::launch(grid, dev::kTcThreads,
+                        [&] { dev::tc_decode_kernel<dev::BFloat, 128, dev::TcPagedAddr, true>(a, kv); });
+    else
+      ok = simt::launch(grid, dev::kTcThreads,
+                        [&] { dev::tc_decode_kernel<dev::BFloat, 128, dev::TcPagedAddr, false>(a, kv); });
   } else {
     const std::uint64_t slot_stride = std::uint64_t{kv_len} * row_bytes;
     const dev::ContiguousAddr kv{base, base + batch * slot_stride, slot_stride, row_bytes, slots.data()};
@@ -274,8 +278,11 @@ TEST_CASE("tensor-core decode: K/V at the minimum, ideal sectors and wavefronts,
       CHECK(t.rep.misaligned == 0);
       CHECK(kv.bytes_requested == t.kv_min);  // each K/V byte once per kv head
       CHECK(kv.unique_bytes == t.kv_min);
-      // A cp.async request of 32 lanes: two 256-byte rows of one head: 16 sectors.
-      CHECK(kv.sectors_per_request() == 16.0);
+      // A cp.async request of 32 lanes: 32 bytes of each of the tile's 16 rows of one head,
+      // 16 sectors; a tile a split boundary cuts has fewer rows per request. Either way no
+      // sector is read in part: sectors x 32 = bytes.
+      CHECK(kv.sectors * 32 == kv.bytes_requested);
+      if (splits == 1) CHECK(kv.sectors_per_request() == 16.0);
       CHECK(t.rep.ldmatrix.wavefronts == t.rep.ldmatrix.ideal);
       CHECK(t.rep.ldmatrix.requests > 0);
       if (paged) {
@@ -290,6 +297,36 @@ TEST_CASE("tensor-core decode: K/V at the minimum, ideal sectors and wavefronts,
   // Null pages: their rows are neither read nor their page ids read twice.
   const TcTraffic n = tc_traffic(true, 1, 3);
   CHECK(n.rep.global.at("kv").bytes_requested == n.pages_used * 16 * 2 * 128 * 2 * 2);
+}
+
+TEST_CASE("tensor-core decode, pages of 17 tokens (each row finds its page): K/V at the minimum, whole sectors",
+          "[kernels][simt][traffic][tc_decode]") {
+  for (std::uint32_t splits : {1u, 3u}) {
+    INFO("splits " << splits);
+    const TcTraffic t = tc_traffic(true, splits, 0, 17);
+    const simt::GlobalStats& kv = t.rep.global.at("kv");
+    CHECK(t.rep.misaligned == 0);
+    CHECK(kv.bytes_requested == t.kv_min);
+    CHECK(kv.unique_bytes == t.kv_min);
+    CHECK(kv.sectors * 32 == kv.bytes_requested);  // a row's 32 bytes per request: one sector
+    CHECK(t.rep.ldmatrix.wavefronts == t.rep.ldmatrix.ideal);
+    // One warp request of page ids per 16-token tile a CTA copies (its lanes' rows): 256
+    // keys in 16 tiles per (request, kv head), plus one per tile a split boundary cuts.
+    const simt::GlobalStats& pg = t.rep.global.at("pages");
+    CHECK(pg.requests >= 2 * 16 * 2);
+    CHECK(pg.requests <= 2 * 16 * 2 + (splits - 1) * 2 * 2);
+    CHECK(pg.unique_bytes == 2 * 16 * 4);  // ceil(256 / 17) = 16 pages per request
+  }
+  // Null pages (every third): their rows are not read.
+  const TcTraffic n = tc_traffic(true, 1, 3, 17);
+  long long rows = 0;  // rows of the 256 that lie in used pages
+  for (std::uint32_t i = 0; i < 16; ++i)
+    if (i % 3 != 0) rows += std::min(17u, 256u - 17u * i);
+  // Pages are numbered over both requests: page i of request 1 is entry 16 + i.
+  long long rows1 = 0;
+  for (std::uint32_t i = 0; i < 16; ++i)
+    if ((16 + i) % 3 != 0) rows1 += std::min(17u, 256u - 17u * i);
+  CHECK(n.rep.global.at("kv").bytes_requested == (rows + rows1) * 2 * 128 * 2 * 2);
 }
 
 #endif

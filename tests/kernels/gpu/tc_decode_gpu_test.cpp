@@ -77,9 +77,10 @@ struct TcDevice {
     p.split = SplitKV{splits, ws.p};
     return p;
   }
-  std::vector<std::uint16_t> run_paged(std::uint32_t splits, bool csr, cudaStream_t st = nullptr) {
+  std::vector<std::uint16_t> run_paged(std::uint32_t splits, bool csr, cudaStream_t st = nullptr,
+                                       std::uint32_t stages = 2) {
     TC_CUDA_OK(cudaMemset(out.p, 0xff, out.n));
-    experimental::paged_decode_attention_tc(paged(splits, csr), st);
+    experimental::paged_decode_attention_tc(paged(splits, csr), st, stages);
     return out.get<std::uint16_t>(s.out_elems());
   }
   std::vector<std::uint16_t> run_contiguous(std::uint32_t splits) {
@@ -130,6 +131,41 @@ TEST_CASE("tensor-core decode matches the CPU references on the GPU", "[gpu][att
         CHECK(max_rel_error(c.dtype, got, widen(c.dtype, ref), 1e-2) <= 4.0 * unit_roundoff(c.dtype));
         if (!s.any_null) CHECK(d.run_contiguous(splits) == got);
       }
+}
+
+TEST_CASE("tensor-core decode on the GPU: head dim 256, rings of 3 and 4 stages, bad stage counts",
+          "[gpu][attention][tc_decode]") {
+  for (std::uint32_t index = 0; index < 6; ++index) {
+    ScenarioConfig c;
+    c.options.mask = index % 2 == 0 ? MaskKind::kCausal : MaskKind::kSlidingWindow;
+    c.options.window = 200;
+    c.group = index < 3 ? 4 : 16;
+    c.tokens_per_page = index % 3 == 0 ? 16 : index % 3 == 1 ? 17 : 128;
+    c.head_dim = index < 4 ? 128 : 256;
+    c.dtype = index % 2 == 0 ? DType::kBF16 : DType::kF16;
+    c.kv_heads = c.group >= 8 ? 1 : 2;
+    c.batch = 5;
+    c.max_kv_len = 700;
+    c.nulls = static_cast<NullMode>(index % 3);
+    c.seed = 8500 + index;
+    Scenario s(c);
+    s.fill_host_caches();
+    TcDevice d(s);
+    const std::uint32_t splits = index % 2 == 0 ? 1 : 4;
+    INFO("scenario " << index << " tpp " << c.tokens_per_page << " d " << c.head_dim);
+    std::vector<std::uint16_t> ref(s.out_elems());
+    cpu::paged_decode_attention(s.paged_params(ref.data(), splits, true));
+    const auto two = d.run_paged(splits, true);
+    CHECK(max_rel_error(c.dtype, two, widen(c.dtype, ref), 1e-2) <= 4.0 * unit_roundoff(c.dtype));
+    if (c.head_dim == 128) {
+      CHECK(d.run_paged(splits, true, nullptr, 3) == two);
+      CHECK(d.run_paged(splits, false, nullptr, 4) == two);
+    } else {
+      CHECK_THROWS_AS(d.run_paged(splits, true, nullptr, 3), Error);
+    }
+    CHECK_THROWS_AS(d.run_paged(splits, true, nullptr, 5), Error);
+    CHECK_THROWS_AS(d.run_paged(splits, true, nullptr, 1), Error);
+  }
 }
 
 TEST_CASE("a captured tensor-core decode replays with new lengths as an eager launch", "[gpu][attention][tc_decode]") {
