@@ -55,15 +55,16 @@ inline AttnArgs pf_args(AttnArgs a) {
 
 template <int D>
 inline constexpr std::uint32_t pf_smem_bytes() {
-  return kPfStages * 2 * kPfTile * D * 2 + kPfStages * kPfTile;  // K/V stages, then per-row null flags
+  // K/V stages, the row offsets of the next two tiles (8 bytes each), per-row null flags
+  return kPfStages * 2 * kPfTile * D * 2 + kPfStages * kPfTile * 8 + kPfStages * kPfTile + kPfWarps * 16;
 }
 
 template <typename T, int D, typename Addr, bool kTileInPage, bool kSplitP>
 __global__ void __launch_bounds__(kPfThreads, 2) tc_prefill_kernel(AttnArgs a, Addr kv) {
   static_assert(D == 64 || D == 128);
-  constexpr int kChunks = D / 8;                          // 16-byte chunks per K/V row
+  constexpr int kChunks = D / 8;                              // 16-byte chunks per K/V row
   constexpr int kPerThread = kPfTile * kChunks / kPfThreads;  // cp.async per thread per tile, K and V each
-  constexpr int kNd = D / 8;                              // n-tiles of O
+  constexpr int kNd = D / 8;                                  // n-tiles of O
   constexpr std::uint32_t kTileBytes = kPfTile * D * 2;
 #if defined(KVMM_SIMT_HOST)
   unsigned char* smem = simt::dynamic_shared(pf_smem_bytes<D>());
@@ -71,7 +72,9 @@ __global__ void __launch_bounds__(kPfThreads, 2) tc_prefill_kernel(AttnArgs a, A
   extern __shared__ __align__(128) unsigned char pf_smem[];
   unsigned char* smem = pf_smem;
 #endif
-  unsigned char* flags = smem + kPfStages * 2 * kTileBytes;  // [stage][row]: 1 = row in a null page
+  // [slot][row]: byte offset of a tile's row (head 0), -1 in a null page, -2 outside the piece
+  long long* rowoff = reinterpret_cast<long long*>(smem + kPfStages * 2 * kTileBytes);
+  unsigned char* flags = reinterpret_cast<unsigned char*>(rowoff + kPfStages * kPfTile);  // [stage][row]: null page
 
   // The request and Q tile of this CTA: the largest b with q_indptr[b] / tq + b <= x.
   const std::uint32_t tq = a.rows_per_cta;
@@ -96,7 +99,7 @@ __global__ void __launch_bounds__(kPfThreads, 2) tc_prefill_kernel(AttnArgs a, A
   const std::uint32_t g0 = (blockIdx.y % a.head_chunks) * hc;
   const std::uint32_t hg = min(hc, a.group - g0);
   const std::uint32_t qh0 = h * a.group + g0;
-  const bool fits = q_len <= kv_len;  // else no row sees a key (outputs 0, as the references)
+  const bool fits = q_len <= kv_len;             // else no row sees a key (outputs 0, as the references)
   const std::uint32_t p0 = kv_len - q_len + t0;  // position of the tile's first token
   const KeyRange all = fits ? KeyRange{key_range(a.mask, a.window, a.chunk, p0).lo,
                                        key_range(a.mask, a.window, a.chunk, p0 + ntok - 1).hi}
@@ -136,6 +139,15 @@ __global__ void __launch_bounds__(kPfThreads, 2) tc_prefill_kernel(AttnArgs a, A
     flo = max(flo, __shfl_xor_sync(0xffffffffu, flo, off));
     fhi = min(fhi, __shfl_xor_sync(0xffffffffu, fhi, off));
   }
+  // Kept in shared memory, read once per tile: four fewer registers live through the loop.
+  std::uint32_t* wr = reinterpret_cast<std::uint32_t*>(flags + kPfStages * kPfTile) + 4 * warp;
+  if (lane == 0) {
+    wr[0] = wlo;
+    wr[1] = whi;
+    wr[2] = flo;
+    wr[3] = fhi;
+  }
+  __syncwarp();
 
   // Q as the A operand of each k-step: rows gid and gid + 8, columns 16 s + 2 tig (+8).
   std::uint32_t qa[D / 16][4];
@@ -145,8 +157,8 @@ __global__ void __launch_bounds__(kPfThreads, 2) tc_prefill_kernel(AttnArgs a, A
     for (int i = 0; i < 4; ++i) {
       const int k = i & 1;
       const std::uint32_t col = 16 * s + 2 * tig + ((i & 2) ? 8 : 0);
-      const std::uint64_t head = std::uint64_t{q_begin + t0 + (rvalid[k] ? rtok[k] : 0u)} * a.q_heads + qh0 +
-                                 (rvalid[k] ? rhead[k] : 0u);
+      const std::uint64_t head =
+          std::uint64_t{q_begin + t0 + (rvalid[k] ? rtok[k] : 0u)} * a.q_heads + qh0 + (rvalid[k] ? rhead[k] : 0u);
       const std::uint32_t w = ldg(reinterpret_cast<const std::uint32_t*>(a.q + head * D + col));
       qa[s][i] = rvalid[k] ? w : 0u;
     }
@@ -157,6 +169,18 @@ __global__ void __launch_bounds__(kPfThreads, 2) tc_prefill_kernel(AttnArgs a, A
   const std::uint32_t first = piece.lo / kPfTile * kPfTile;
   const std::uint32_t tiles = piece.hi > first ? (piece.hi - first + kPfTile - 1) / kPfTile : 0u;
 
+  // Without kTileInPage the page entries of tile t are looked up a tile ahead, one row per
+  // thread of warps 0-1, into rowoff slot t % 2 (read by issue(t) after a barrier).
+  auto lookup = [&](std::uint32_t t) {
+    if constexpr (!kTileInPage) {
+      if (t < tiles && threadIdx.x < static_cast<unsigned>(kPfTile)) {
+        const std::uint32_t tok = first + t * kPfTile + threadIdx.x;
+        const bool in = tok >= piece.lo && tok < piece.hi;
+        const long long off = kv.offset(r, min(tok, piece.hi - 1));  // every lane looks up: one warp request
+        rowoff[(t % kPfStages) * kPfTile + threadIdx.x] = in ? off : -2;
+      }
+    }
+  };
   // Issues the cp.async of KV tile `t` into stage `st` (all threads) and writes its rows'
   // null flags; a tile past the end issues nothing but still forms a group.
   auto issue = [&](std::uint32_t t, int st) {
@@ -166,22 +190,31 @@ __global__ void __launch_bounds__(kPfThreads, 2) tc_prefill_kernel(AttnArgs a, A
       const std::uint32_t tok0 = first + t * kPfTile;
       long long tile_off = 0;
       if constexpr (kTileInPage) tile_off = kv.offset(r, tok0);  // one page entry per tile
-      KVMM_UNROLL
+      // This thread copies chunk c of rows r0 + kStep j: the swizzle term is the same for
+      // every j (kStep is a multiple of 8), so the addresses advance by constant strides.
+      constexpr std::uint32_t kStep = kPfThreads / kChunks;
+      const std::uint32_t r0 = threadIdx.x / kChunks, c = threadIdx.x % kChunks;
+      const std::uint32_t s0 = tc_swz<D>(r0, c);
+#if !defined(KVMM_SIMT_HOST)
+#pragma unroll 2  // not fully: hoisted per-row addresses would cost registers the mma fragments need
+#endif
       for (int j = 0; j < kPerThread; ++j) {
-        const std::uint32_t id = threadIdx.x + kPfThreads * j;
-        const std::uint32_t row = id / kChunks, c = id % kChunks;
-        const std::uint32_t tok = tok0 + row;
-        const bool in = tok >= piece.lo && tok < piece.hi;
+        const std::uint32_t row = r0 + kStep * j;
         long long off;
-        if constexpr (kTileInPage)
-          off = tile_off < 0 ? -1 : tile_off + static_cast<long long>(row) * kv.row_bytes;
-        else
-          off = kv.offset(r, min(tok, piece.hi - 1));  // clamped into the piece: always a valid entry
-        const bool copy = in && off >= 0;
+        if constexpr (kTileInPage) {
+          const std::uint32_t tok = tok0 + row;
+          off = tok < piece.lo || tok >= piece.hi ? -2
+                : tile_off < 0                    ? -1
+                                                  : tile_off + static_cast<long long>(row) * kv.row_bytes;
+        } else {
+          off = rowoff[(t % kPfStages) * kPfTile + row];
+        }
+        const bool copy = off >= 0;
         const std::uint64_t g = copy ? static_cast<std::uint64_t>(off) + head_off + c * 16 : 0;
-        cp_async<16>(ks + tc_swz<D>(row, c), kv.k + g, copy ? 16u : 0u);
-        cp_async<16>(vs + tc_swz<D>(row, c), kv.v + g, copy ? 16u : 0u);
-        if (c == 0) flags[st * kPfTile + row] = in && off < 0 ? 1 : 0;
+        const std::uint32_t so = s0 + kStep * j * D * 2;
+        cp_async<16>(ks + so, kv.k + g, copy ? 16u : 0u);
+        cp_async<16>(vs + so, kv.v + g, copy ? 16u : 0u);
+        if (c == 0) flags[st * kPfTile + row] = off == -1 ? 1 : 0;
       }
     }
     cp_async_commit();
@@ -191,15 +224,26 @@ __global__ void __launch_bounds__(kPfThreads, 2) tc_prefill_kernel(AttnArgs a, A
   KVMM_UNROLL
   for (int n = 0; n < kNd; ++n) KVMM_UNROLL
   for (int i = 0; i < 4; ++i) o[n][i] = 0.0f;
-  SoftmaxState<float> st[2] = {{-INFINITY, 0.0f}, {-INFINITY, 0.0f}};  // rows gid, gid + 8
+  SoftmaxState<float> st[2] = {{-INFINITY, 0.0f}, {-INFINITY, 0.0f}};  // rows gid, gid + 8 (log2 units)
+  float mraw[2] = {-INFINITY, -INFINITY};                              // their maxima before scaling
+#if defined(KVMM_CENSUS_NO_SOFT_CAP)
+  constexpr bool soft_cap = false;  // census builds: the benchmarks' path, without the tanh branch
+#else
+  const bool soft_cap = a.soft_cap;
+#endif
+  const float sc = soft_cap ? 1.0f : a.scale_log2;  // raw logit -> log2 units
 
+  lookup(0);
+  if constexpr (!kTileInPage) __syncthreads();
   issue(0, 0);
+  lookup(1);
   for (std::uint32_t it = 0; it < tiles; ++it) {
     cp_async_wait<0>();
     __syncthreads();  // tile `it` landed for every thread; every warp is done with tile it - 1
     issue(it + 1, static_cast<int>((it + 1) % kPfStages));
+    lookup(it + 2);  // its slot was last read by issue(it), before the barrier
     const std::uint32_t tok0 = first + it * kPfTile;
-    if (tok0 >= whi || tok0 + kPfTile <= wlo) continue;  // none of this warp's rows sees the tile
+    if (tok0 >= wr[1] || tok0 + kPfTile <= wr[0]) continue;  // none of this warp's rows sees the tile
     const int stage = static_cast<int>(it % kPfStages);
     const unsigned char* ks = smem + stage * 2 * kTileBytes;
     const unsigned char* vs = ks + kTileBytes;
@@ -207,7 +251,7 @@ __global__ void __launch_bounds__(kPfThreads, 2) tc_prefill_kernel(AttnArgs a, A
     const bool n0 = fl[lane] != 0, n1 = fl[lane + 32] != 0;
     if (!__any_sync(0xffffffffu, !(n0 && n1))) continue;  // a whole null tile
     const bool nulls = __any_sync(0xffffffffu, n0 || n1);
-    const bool full = !nulls && tok0 >= flo && tok0 + kPfTile <= fhi;  // no element masked
+    const bool full = !nulls && tok0 >= wr[2] && tok0 + kPfTile <= wr[3];  // no element masked
 
     // S = Q K^T: 8 n-tiles of 8 tokens; ldmatrix.x4 gives two n-tiles' B fragments.
     float s[8][4];
@@ -228,46 +272,49 @@ __global__ void __launch_bounds__(kPfThreads, 2) tc_prefill_kernel(AttnArgs a, A
         mma_16816<T>(s[2 * np + 1], qa[kst], b1, s[2 * np + 1]);
       }
     }
-    // Scale, soft cap, mask: this lane's columns are tokens 8 nt + 2 tig + (i & 1), rows i >> 1.
-#if defined(KVMM_CENSUS_NO_SOFT_CAP)
-    constexpr bool soft_cap = false;  // census builds: the benchmarks' path, without the tanh branch
-#else
-    const bool soft_cap = a.soft_cap;
-#endif
-    float mx[2] = {st[0].m, st[1].m};
-    KVMM_UNROLL
-    for (int nt = 0; nt < 8; ++nt) KVMM_UNROLL
-    for (int i = 0; i < 4; ++i) {
-      const float dot = s[nt][i];
-      float logit = soft_cap ? a.cap_log2 * tanhf(dot * a.scale_div_cap) : dot * a.scale_log2;
-      if (!full) {
+    // Soft cap and mask: this lane's columns are tokens 8 nt + 2 tig + (i & 1), rows i >> 1.
+    // Without a soft cap the scale is applied inside the exponent (one FFMA, FA2's trick):
+    // the maximum is taken over raw dots (scale > 0 keeps the order).
+    float mx[2] = {mraw[0], mraw[1]};
+    if (soft_cap) {
+      KVMM_UNROLL
+      for (int nt = 0; nt < 8; ++nt) KVMM_UNROLL
+      for (int i = 0; i < 4; ++i) s[nt][i] = a.cap_log2 * tanhf(s[nt][i] * a.scale_div_cap);
+    }
+    if (!full) {  // a boundary tile (its own block, so full tiles run none of it)
+      KVMM_UNROLL
+      for (int nt = 0; nt < 8; ++nt) KVMM_UNROLL
+      for (int i = 0; i < 4; ++i) {
         const std::uint32_t col = static_cast<std::uint32_t>(8 * nt + 2 * tig + (i & 1));
         const std::uint32_t tok = tok0 + col;
         const KeyRange& kr = rk[i >> 1];
-        if (tok < kr.lo || tok >= kr.hi || fl[col] != 0) logit = -INFINITY;
+        if (tok < kr.lo || tok >= kr.hi || fl[col] != 0) s[nt][i] = -INFINITY;
       }
-      s[nt][i] = logit;
-      mx[i >> 1] = fmaxf(mx[i >> 1], logit);
     }
+    KVMM_UNROLL
+    for (int nt = 0; nt < 8; ++nt) KVMM_UNROLL
+    for (int i = 0; i < 4; ++i) mx[i >> 1] = fmaxf(mx[i >> 1], s[nt][i]);
     KVMM_UNROLL
     for (int k = 0; k < 2; ++k) {
       mx[k] = fmaxf(mx[k], __shfl_xor_sync(0xffffffffu, mx[k], 1));
       mx[k] = fmaxf(mx[k], __shfl_xor_sync(0xffffffffu, mx[k], 2));
     }
+    const float msc[2] = {mx[0] * sc, mx[1] * sc};  // the maxima in log2 units
     float sum[2] = {0.0f, 0.0f};
     KVMM_UNROLL
     for (int nt = 0; nt < 8; ++nt) KVMM_UNROLL
     for (int i = 0; i < 4; ++i) {
-      const float m = mx[i >> 1];
-      s[nt][i] = m == -INFINITY ? 0.0f : exp2f(s[nt][i] - m);
-      sum[i >> 1] += s[nt][i];
+      const int k = i >> 1;
+      s[nt][i] = mx[k] == -INFINITY ? 0.0f : exp2f(fmaf(s[nt][i], sc, -msc[k]));
+      sum[k] += s[nt][i];
     }
     float corr[2];
     KVMM_UNROLL
     for (int k = 0; k < 2; ++k) {
       sum[k] += __shfl_xor_sync(0xffffffffu, sum[k], 1);
       sum[k] += __shfl_xor_sync(0xffffffffu, sum[k], 2);
-      corr[k] = mx[k] == -INFINITY ? 1.0f : softmax_absorb(st[k], mx[k], sum[k], Exp2{});
+      corr[k] = mx[k] == -INFINITY ? 1.0f : softmax_absorb(st[k], msc[k], sum[k], Exp2{});
+      mraw[k] = mx[k];
     }
     if (__any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f)) {
       KVMM_UNROLL
@@ -310,8 +357,11 @@ __global__ void __launch_bounds__(kPfThreads, 2) tc_prefill_kernel(AttnArgs a, A
   // O normalised once; each lane writes its two rows' columns 8 n + 2 tig, + 1.
   KVMM_UNROLL
   for (int k = 0; k < 2; ++k) {
-    if (!rvalid[k]) continue;
-    const std::uint64_t head = std::uint64_t{q_begin + t0 + rtok[k]} * a.q_heads + qh0 + rhead[k];
+    // The row's token and head, recomputed (fewer registers live through the loop).
+    const std::uint32_t m = static_cast<std::uint32_t>(16 * warp + gid + 8 * k);
+    const std::uint32_t tk = m / hc, hd = m % hc;
+    if (tk >= ntok || hd >= hg) continue;
+    const std::uint64_t head = std::uint64_t{q_begin + t0 + tk} * a.q_heads + qh0 + hd;
     const float inv = st[k].l > 0.0f ? 1.0f / st[k].l : 0.0f;
     if (a.num_splits == 1) {
       KVMM_UNROLL
@@ -327,8 +377,7 @@ __global__ void __launch_bounds__(kPfThreads, 2) tc_prefill_kernel(AttnArgs a, A
         wo[col] = o[n][2 * k] * inv;
         wo[col + 1] = o[n][2 * k + 1] * inv;
       }
-      if (tig == 0)
-        a.ws_lse[head * a.num_splits + blockIdx.z] = st[k].l > 0.0f ? st[k].m + log2f(st[k].l) : -INFINITY;
+      if (tig == 0) a.ws_lse[head * a.num_splits + blockIdx.z] = st[k].l > 0.0f ? st[k].m + log2f(st[k].l) : -INFINITY;
     }
   }
 }

@@ -9,8 +9,8 @@
 #else
 #pragma GCC diagnostic ignored "-Wunknown-pragmas"
 #define KVMM_SIMT_HOST 1
-#include "../../kernels/attention_dispatch.cuh"
 #include "../../kernels/tc_prefill.cuh"
+#include "../../kernels/attention_dispatch.cuh"
 #include "kernels/kernel_fixture.hpp"
 
 #include <catch2/catch.hpp>
@@ -126,7 +126,8 @@ TEST_CASE("Q tiles pack a group's heads and cover ragged batches", "[kernels][tc
     const std::uint32_t tq = std::uniform_int_distribution<std::uint32_t>(1, 64)(rng);
     const std::uint32_t batch = std::uniform_int_distribution<std::uint32_t>(1, 9)(rng);
     std::vector<std::uint32_t> ind(batch + 1, 0);
-    for (std::uint32_t b = 0; b < batch; ++b) ind[b + 1] = ind[b] + std::uniform_int_distribution<std::uint32_t>(0, 300)(rng);
+    for (std::uint32_t b = 0; b < batch; ++b)
+      ind[b + 1] = ind[b] + std::uniform_int_distribution<std::uint32_t>(0, 300)(rng);
     const std::uint32_t grid = ind[batch] / tq + batch;
     std::vector<int> seen(grid, 0);
     for (std::uint32_t b = 0; b < batch; ++b)
@@ -141,14 +142,14 @@ TEST_CASE("Q tiles pack a group's heads and cover ragged batches", "[kernels][tc
 
 TEST_CASE("emulated tensor-core prefill matches the CPU references", "[kernels][simt][tc_prefill]") {
   const Case cases[] = {
-      {MaskKind::kCausal, 1, 16, 300, 340, 2},       {MaskKind::kCausal, 4, 17, 90, 200, 3},
-      {MaskKind::kCausal, 8, 1, 40, 150, 3},         {MaskKind::kCausal, 4, 512, 120, 700, 2},
+      {MaskKind::kCausal, 1, 16, 300, 340, 2},        {MaskKind::kCausal, 4, 17, 90, 200, 3},
+      {MaskKind::kCausal, 8, 1, 40, 150, 3},          {MaskKind::kCausal, 4, 512, 120, 700, 2},
       {MaskKind::kSlidingWindow, 1, 17, 150, 260, 3}, {MaskKind::kSlidingWindow, 4, 16, 60, 220, 3},
       {MaskKind::kSlidingWindow, 8, 64, 30, 300, 2},  {MaskKind::kSlidingWindow, 3, 1, 50, 120, 3},
       {MaskKind::kChunkedLocal, 1, 1, 200, 230, 2},   {MaskKind::kChunkedLocal, 4, 512, 100, 300, 3},
       {MaskKind::kChunkedLocal, 8, 17, 24, 160, 3},   {MaskKind::kChunkedLocal, 24, 16, 6, 100, 2},
       {MaskKind::kCausal, 1, 17, 1, 90, 4},  // chunk size 1: decode-like rows
-      {MaskKind::kCausal, 8, 16, 300, 320, 2},       {MaskKind::kSlidingWindow, 1, 512, 300, 600, 3},
+      {MaskKind::kCausal, 8, 16, 300, 320, 2},        {MaskKind::kSlidingWindow, 1, 512, 300, 600, 3},
   };
   std::uint32_t index = 0;
   for (const Case& k : cases) {

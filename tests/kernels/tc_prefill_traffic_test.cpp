@@ -2,7 +2,7 @@
 // log: every Q tile reads exactly its visible K/V range once (bytes requested = the sum
 // over Q tiles of their key ranges), the chunk's DRAM-unique K/V bytes equal its visible
 // K/V, 16 sectors per cp.async request, ideal ldmatrix wavefronts (the 128-byte swizzle),
-// Q read once, page ids read only for the pages a tile touches.
+// Q read once, page entries looked up once per KV-tile row (one warp request per 32 rows).
 #if defined(__SANITIZE_ADDRESS__)
 // Fiber stacks switched with longjmp confuse AddressSanitizer: release CI job only.
 #else
@@ -23,7 +23,7 @@ namespace {
 
 struct PfTraffic {
   simt::TrafficReport rep;
-  long long kv_requested_min = 0, kv_unique_min = 0, q_bytes = 0, pages_touched = 0;
+  long long kv_requested_min = 0, kv_unique_min = 0, q_bytes = 0, pages_touched = 0, kv_tiles = 0;
 };
 
 // One request: a chunk of q_len tokens at the end of a 256-token context, 2 kv heads,
@@ -76,6 +76,7 @@ PfTraffic pf_traffic(bool paged, MaskKind mask, std::uint32_t q_len) {
     const std::uint32_t lo = key_range(mask, window, 0, first).lo, hi = key_range(mask, window, 0, last).hi;
     t.kv_requested_min += std::int64_t{hi - lo} * kv_heads * D * 2 * 2;
     for (std::uint32_t p = lo / tpp * tpp; p < hi; p += tpp) ++t.pages_touched;
+    t.kv_tiles += kv_heads * ((hi - lo / 64 * 64 + 63) / 64);
     lo_all = std::min(lo_all, lo);
   }
   t.kv_unique_min = std::int64_t{kv_len - lo_all} * kv_heads * D * 2 * 2;
@@ -105,7 +106,11 @@ TEST_CASE("tensor-core prefill: each Q tile reads its visible K/V once, ideal se
         const simt::GlobalStats& q = t.rep.global.at("q");
         CHECK(q.unique_bytes == t.q_bytes);
         CHECK(t.rep.global.count("other") == 0);
-        if (paged) CHECK(t.rep.global.at("pages").unique_bytes <= t.pages_touched * 4);
+        if (paged) {
+          // Page entries: one warp request per 32 rows of a KV tile (warps 0-1, a tile ahead).
+          CHECK(t.rep.global.at("pages").requests == 2 * t.kv_tiles);
+          CHECK(t.rep.global.at("pages").unique_bytes <= t.pages_touched * 4);
+        }
       }
 }
 
