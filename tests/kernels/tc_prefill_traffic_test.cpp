@@ -103,6 +103,7 @@ TEST_CASE("tensor-core prefill: each Q tile reads its visible K/V once, ideal se
         CHECK(kv.sectors_per_request() > 14.0);
         CHECK(t.rep.ldmatrix.requests > 0);
         CHECK(t.rep.ldmatrix.wavefronts == t.rep.ldmatrix.ideal);
+        CHECK(t.rep.shared.wavefronts == t.rep.shared.ideal);  // the cp.async stores too
         const simt::GlobalStats& q = t.rep.global.at("q");
         CHECK(q.unique_bytes == t.q_bytes);
         CHECK(t.rep.global.count("other") == 0);
