@@ -61,8 +61,7 @@ TEST_CASE("the group tensor map covers every layer, K/V and page within the TMA 
 
 TEST_CASE("groups the tensor map cannot describe are refused", "[kernels][tc_prefill][tma]") {
   alignas(16) static char arena[16];
-  const KVLayout mla = KVLayout::plan(
-      {LayerGroup::mla("mla", 4, 512, 64, ElementFormat{}, std::nullopt, 64)});
+  const KVLayout mla = KVLayout::plan({LayerGroup::mla("mla", 4, 512, 64, ElementFormat{}, std::nullopt, 64)});
   CHECK_THROWS_AS(dev::group_tensor_map_spec(mla, 0, arena, 10), kvmm::Error);
   const KVLayout state = KVLayout::plan({LayerGroup::mamba_state("m", 2, 4096)});
   CHECK_THROWS_AS(dev::group_tensor_map_spec(state, 0, arena, 10), kvmm::Error);
@@ -110,10 +109,9 @@ TEST_CASE("the emulated box copy gathers exactly the reference's rows", "[kernel
                     const std::uint32_t tok = tok0 + t;
                     std::uint16_t want = 0;
                     if (tok < tpp) {
-                      const std::uint64_t off = static_cast<std::uint64_t>(
-                                                    kernels::page_row_offset(page, tok, page_bytes, row)) +
-                                                (v ? layout.v_offset(0, layer) : layout.k_offset(0, layer)) +
-                                                head * d * 2 + (d0 + j) * 2;
+                      const std::uint64_t off =
+                          static_cast<std::uint64_t>(kernels::page_row_offset(page, tok, page_bytes, row)) +
+                          (v ? layout.v_offset(0, layer) : layout.k_offset(0, layer)) + head * d * 2 + (d0 + j) * 2;
                       want = arena[off / 2];
                     }
                     const unsigned lin = t * 128 + j * 2;
