@@ -21,8 +21,8 @@
 namespace kvmm::kernels {
 
 struct CudnnPagedTensor {
-  std::uint64_t offset = 0;   // bytes from the arena base (small page 0)
-  std::int64_t dims[4] = {};  // pages, kv_heads, page_size, head_dim
+  std::uint64_t offset = 0;      // bytes from the arena base (small page 0)
+  std::int64_t dims[4] = {};     // pages, kv_heads, page_size, head_dim
   std::int64_t strides[4] = {};  // elements
 };
 
@@ -41,15 +41,15 @@ inline CudnnPagedKV cudnn_paged_kv(const KVLayout& layout, GroupId g, std::uint3
     fail("group = {} ('{}'): layer {}'s V is not the {} bytes after its K: not a plain page-layer group", g, grp.name,
          layer, slab);
   if (e != 2) fail("group = {} ('{}'): dtype_bytes = {}: cuDNN's paged SDPA takes fp16/bf16", g, grp.name, e);
-  if (grp.head_dim > 256) fail("group = {} ('{}'): head_dim = {}: cuDNN's SDPA takes <= 256", g, grp.name, grp.head_dim);
+  if (grp.head_dim > 256)
+    fail("group = {} ('{}'): head_dim = {}: cuDNN's SDPA takes <= 256", g, grp.name, grp.head_dim);
   const std::uint64_t page_bytes = layout.small_page_bytes(g);
   if (page_bytes % e != 0) fail("small_page_bytes = {}: not a whole number of {}-byte elements", page_bytes, e);
   if (num_pages == 0 || num_pages > 0x7fffffffu)
     fail("num_pages = {}: cuDNN's int32 page table holds ids 0 .. 2^31 - 2", num_pages);
   if (batch == 0 || pages_per_seq == 0) fail("batch = {}, pages_per_seq = {}: both must be >= 1", batch, pages_per_seq);
   CudnnPagedKV out;
-  const std::int64_t dims[4] = {static_cast<std::int64_t>(num_pages), grp.kv_heads, grp.tokens_per_page,
-                                grp.head_dim};
+  const std::int64_t dims[4] = {static_cast<std::int64_t>(num_pages), grp.kv_heads, grp.tokens_per_page, grp.head_dim};
   const std::int64_t strides[4] = {static_cast<std::int64_t>(page_bytes / e), grp.head_dim,
                                    static_cast<std::int64_t>(grp.kv_heads) * grp.head_dim, 1};
   for (int i = 0; i < 4; ++i) {

@@ -187,8 +187,9 @@ void decode_contiguous(benchmark::State& state, bool tc) {
 }
 
 // One request: a chunk of `chunk` new tokens at the end of a `ctx`-token context, 16-token pages.
-// tc: the tensor-core prefill (issue 37) instead of the default kernel.
-void BM_prefill_paged(benchmark::State& state, bool tc) {
+// tc: the tensor-core prefill (issue 37) instead of the default kernel; round_p_once: its
+// FA2-numerics variant (P rounded once).
+void BM_prefill_paged(benchmark::State& state, bool tc, bool round_p_once) {
   const auto chunk = static_cast<std::uint32_t>(state.range(0));
   const auto ctx = static_cast<std::uint32_t>(state.range(1));
   const std::uint32_t tpp = 16, pages = (ctx + tpp - 1) / tpp;
@@ -209,7 +210,7 @@ void BM_prefill_paged(benchmark::State& state, bool tc) {
   p.table = PageTableView{nullptr, table.as<PageId>(), pages};
   time_loop(state, [&] {
     if (tc)
-      experimental::paged_prefill_attention_tc(p, nullptr);
+      experimental::paged_prefill_attention_tc(p, nullptr, round_p_once);
     else
       paged_prefill_attention(p, nullptr);
   });
@@ -309,8 +310,11 @@ int main(int argc, char** argv) {
           ->Unit(benchmark::kMicrosecond);
   for (std::int64_t chunk : {512, 2048})
     for (std::int64_t ctx : {2048, 8192})
-      for (bool tc : {false, true})
-        benchmark::RegisterBenchmark(tc ? "prefill_paged_tc" : "prefill_paged", BM_prefill_paged, tc)
+      for (int kind = 0; kind < 3; ++kind)  // default, tensor-core, tensor-core with P rounded once
+        benchmark::RegisterBenchmark(kind == 0   ? "prefill_paged"
+                                     : kind == 1 ? "prefill_paged_tc"
+                                                 : "prefill_paged_tc1",
+                                     BM_prefill_paged, kind > 0, kind == 2)
             ->Args({chunk, ctx})
             ->ArgNames({"chunk", "ctx"})
             ->UseManualTime()
