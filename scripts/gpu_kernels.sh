@@ -89,7 +89,7 @@ census() { # the real disassembly of this machine's build, against the limits; J
 }
 
 bench() {
-  local filter='copy_d2d|decode_paged/batch:(1|16|64|256)/ctx:(1024|4096|32768)/tpp:16/|decode_paged/batch:64/ctx:4096/tpp:(1|256)/|decode_contiguous/batch:(1|16|64|256)/ctx:(1024|4096|32768)/|decode_paged_tc/batch:(1|16|64|256)/ctx:(1024|4096|32768)/tpp:16/|decode_paged_tc/batch:64/ctx:4096/tpp:1/|decode_contiguous_tc/batch:(1|16|64|256)/ctx:(1024|4096|32768)/|decode_paged_tc(3|4)/batch:(16|64)/ctx:(4096|32768)/tpp:16/|prefill_paged/chunk:(512|2048)/ctx:(2048|8192)/'
+  local filter='copy_d2d|decode_paged/batch:(1|16|64|256)/ctx:(1024|4096|32768)/tpp:16/|decode_paged/batch:64/ctx:4096/tpp:(1|256)/|decode_contiguous/batch:(1|16|64|256)/ctx:(1024|4096|32768)/|decode_paged_tc/batch:(1|16|64|256)/ctx:(1024|4096|32768)/tpp:16/|decode_paged_tc/batch:64/ctx:4096/tpp:1/|decode_contiguous_tc/batch:(1|16|64|256)/ctx:(1024|4096|32768)/|decode_paged_tc(3|4)/batch:(16|64)/ctx:(4096|32768)/tpp:16/|prefill_paged(_tc|_tc1)?/chunk:(512|2048)/ctx:(2048|8192)/'
   step bench 150 "$out/bench.txt" "$B/bench/kernels/bench_kernels" --benchmark_filter="$filter" --benchmark_min_time=0.2
   python3 bench/kernels/bench_table.py "$out/bench.txt" | tee -a "$sum"
 }
@@ -97,12 +97,12 @@ bench() {
 profile_ncu() {
   local metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__throughput.avg.pct_of_peak_sustained_elapsed,smsp__inst_executed.sum,smsp__warps_eligible.avg.per_cycle_active,sm__warps_active.avg.pct_of_peak_sustained_active,launch__registers_per_thread,launch__occupancy_limit_registers,l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum,l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum,smsp__sass_inst_executed_op_ldsm.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,lts__t_sectors_srcunit_tex_op_read.sum
   local f
-  for f in 'decode_paged/batch:64/ctx:4096/tpp:16/' 'decode_paged_tc/batch:64/ctx:4096/tpp:16/' 'prefill_paged/chunk:2048/ctx:8192/'; do
-    step "ncu $f" 100 "$out/ncu.txt" ncu --clock-control none --metrics "$metrics" -k regex:'attention_kernel|tc_decode_kernel' \
+  for f in 'decode_paged/batch:64/ctx:4096/tpp:16/' 'decode_paged_tc/batch:64/ctx:4096/tpp:16/' 'prefill_paged/chunk:2048/ctx:8192/' 'prefill_paged_tc/chunk:2048/ctx:8192/'; do
+    step "ncu $f" 100 "$out/ncu.txt" ncu --clock-control none --metrics "$metrics" -k regex:'attention_kernel|tc_decode_kernel|tc_prefill_kernel' \
       --launch-skip 2 --launch-count 1 "$B/bench/kernels/bench_kernels" --benchmark_filter="$f" \
       --benchmark_min_time=0.01 || break
   done
-  grep -E 'attention_kernel|tc_decode_kernel|dram__throughput|dram__bytes_read|smsp__inst_executed.sum|warps_eligible|hmma|bank_conflicts|gpu__time' \
+  grep -E 'attention_kernel|tc_decode_kernel|tc_prefill_kernel|dram__throughput|dram__bytes_read|smsp__inst_executed.sum|warps_eligible|hmma|bank_conflicts|gpu__time' \
     "$out/ncu.txt" | head -60 >>"$sum"
 }
 

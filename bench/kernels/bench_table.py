@@ -22,7 +22,7 @@ def main():
     print("| benchmark | us | KV TB/s or TFLOP/s | fraction of copy |")
     print("|---|---|---|---|")
     n = 0
-    for m in re.finditer(r"^(decode_\w+|prefill_paged)/(\S+?)/manual_time\s+([\d.]+) us", txt, re.M):
+    for m in re.finditer(r"^(decode_\w+|prefill_paged\w*)/(\S+?)/manual_time\s+([\d.]+) us", txt, re.M):
         kind, args, us = m.group(1), dict(kv.split(":") for kv in m.group(2).split("/")), float(m.group(3))
         n += 1
         if kind.startswith("decode"):

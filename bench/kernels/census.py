@@ -49,6 +49,25 @@ LIMITS = [
                                                   need=["HMMA", "LDSM", "LDGSTS.128"], cp_async_only=True)),
     (r"tc_decode_kernel", r"sm_", dict(regs=128, stack=0, local=0, local_in_loop=0, smem=2048,
                                        need=["HMMA", "LDSM", "LDGSTS.128"], cp_async_only=True)),
+    # The tensor-core prefill (tc_prefill.cuh, issue 37): K/V through 16-byte cp.async only,
+    # HMMA, LDSM.x4 and LDSM.x4.T present; <= 255 registers (2 CTAs per SM) and no local
+    # memory at all. loop_exact: the main loop's tensor-core and shared-memory instructions
+    # per 64-token KV tile and warp as designed (D 128: S 8 n-tiles x 8 k-steps = 64 HMMA,
+    # P.V 16 n-tiles x 4 k-steps = 64, twice with the split P; LDSM.x4 32 for K, 32 for V;
+    # D 64: half of S's and of the LDSM, the same P.V per n-tile; the copy loop, unrolled by
+    # 2, holds 4 LDGSTS.128: rows j and j + 1, K and V, D / 16 iterations = 16 per thread at D 128).
+    (r"tc_prefill_kernel.*Li128E.*Lb1EEEv", r"sm_", dict(regs=255, stack=0, local=0, local_in_loop=0, smem=2048,
+                                                        need=["HMMA", "LDSM.x4", "LDSM.x4.T", "LDGSTS.128"],
+                                                        cp_async_only=True,
+                                                        loop_exact={"HMMA": 192, "LDSM": 64, "LDGSTS.128": 4})),
+    (r"tc_prefill_kernel.*Li128E.*Lb0EEEv", r"sm_", dict(regs=255, stack=0, local=0, local_in_loop=0, smem=2048,
+                                                        need=["HMMA", "LDSM.x4", "LDSM.x4.T", "LDGSTS.128"],
+                                                        cp_async_only=True,
+                                                        loop_exact={"HMMA": 128, "LDSM": 64, "LDGSTS.128": 4})),
+    (r"tc_prefill_kernel.*Li64E.*Lb1EEEv", r"sm_", dict(regs=255, stack=0, local=0, local_in_loop=0, smem=2048,
+                                                       need=["HMMA", "LDSM.x4", "LDSM.x4.T", "LDGSTS.128"],
+                                                       cp_async_only=True,
+                                                       loop_exact={"HMMA": 96, "LDSM": 32, "LDGSTS.128": 4})),
     # The tensor-core probe of tests/gpu: every wrapper compiles to its instruction.
     (r"tc_probe_kernel", r"sm_", dict(regs=255, stack=0, local=0, smem=1536,
                                       need=["HMMA.BF16", "HMMA.F16", "LDSM.x1", "LDSM.x2", "LDSM.x4", "LDSM.x1.T",
@@ -175,6 +194,10 @@ def short(fn):
     if m:  # kTileInPage: one page entry per 16-token tile ("tile") or per row ("row"); ring stages if not 2
         stages = f",S{m.group(6)}" if m.group(6) and m.group(6) != "2" else ""
         return f"tc_decode<{m.group(2)},D{m.group(3)},{m.group(4)},{'tile' if m.group(5) == '1' else 'row'}{stages}>"
+    m = re.search(r"tc_prefill_kernelINS1_(\d+)(\w+?)ELi(\d+)ENS1_\d+(\w+?)ELb([01])ELb([01])EEEv", fn)
+    if m:  # kTileInPage ("tile": one page entry per 64-token tile, "row"), kSplitP ("splitP" or "P")
+        return (f"tc_prefill<{m.group(2)},D{m.group(3)},{m.group(4)},{'tile' if m.group(5) == '1' else 'row'},"
+                f"{'splitP' if m.group(6) == '1' else 'P'}>")
     m = re.search(r"(merge_kernel|write_kv_kernel|copy_pages_kernel|tc_probe_kernel|hopper_probe_kernel)\w*?(BFloat|Half)?", fn)
     return (m.group(1) + (f"<{m.group(2)}>" if m.group(2) else "")) if m else fn[:60]
 
@@ -204,6 +227,9 @@ def check(kernels, require_probes=False):
         if lim.get("cp_async_only") and (lp["LDG.128"] > 0 or a["LDGSTS"] != a["LDGSTS.128"]):
             errors.append(f"{name}: K/V not only by 16-byte cp.async ({lp['LDG.128']} LDG.128 in the loop, "
                           f"{a['LDGSTS'] - a['LDGSTS.128']} narrower LDGSTS)")
+        for cls, n in lim.get("loop_exact", {}).items():
+            if lp[cls] != n:
+                errors.append(f"{name}: {lp[cls]} {cls} in the main loop, designed {n}")
         if lim.get("kv_loads_128"):
             if lp["LDG.128"] < 8 or lp["LDG.32"] + lp["LDG.64"] + lp["LDG.16"] > 4:
                 errors.append(f"{name}: main loop loads {lp['LDG.128']} x 16 B, "

@@ -5,7 +5,8 @@
 // device-to-device copy measured in the same run (of_copy; the copy rate counts bytes read
 // plus written, copy_GBps); prefill throughput; copy_pages bandwidth. K/V and Q hold
 // random bf16 data (fill.cu), never a constant. Times come from CUDA events (manual time).
-#include "../../kernels/tc_decode_api.hpp"  // the tensor-core decode, selectable beside the default
+#include "../../kernels/tc_decode_api.hpp"   // the tensor-core decode, selectable beside the default
+#include "../../kernels/tc_prefill_api.hpp"  // the tensor-core prefill, likewise
 #include "fill.hpp"
 
 #include <kvmm/kernels/attention.hpp>
@@ -187,7 +188,9 @@ void decode_contiguous(benchmark::State& state, bool tc) {
 }
 
 // One request: a chunk of `chunk` new tokens at the end of a `ctx`-token context, 16-token pages.
-void BM_prefill_paged(benchmark::State& state) {
+// tc: the tensor-core prefill (issue 37) instead of the default kernel; round_p_once: its
+// FA2-numerics variant (P rounded once).
+void BM_prefill_paged(benchmark::State& state, bool tc, bool round_p_once) {
   const auto chunk = static_cast<std::uint32_t>(state.range(0));
   const auto ctx = static_cast<std::uint32_t>(state.range(1));
   const std::uint32_t tpp = 16, pages = (ctx + tpp - 1) / tpp;
@@ -206,7 +209,12 @@ void BM_prefill_paged(benchmark::State& state) {
   p.query = QueryBatch{q.p, o.p, chunk, 1, kQHeads, lens.as<std::uint32_t>(), indptr.as<std::uint32_t>()};
   p.cache = PagedKVCache{arena.p, arena.as<char>() + tpp * kRowBytes, stride, tpp, kKvHeads, kDim, DType::kBF16};
   p.table = PageTableView{nullptr, table.as<PageId>(), pages};
-  time_loop(state, [&] { paged_prefill_attention(p, nullptr); });
+  time_loop(state, [&] {
+    if (tc)
+      experimental::paged_prefill_attention_tc(p, nullptr, round_p_once);
+    else
+      paged_prefill_attention(p, nullptr);
+  });
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()) * chunk);  // query tokens per second
   // Causal chunk: query i sees ctx - chunk + i + 1 keys; 4 flops per (query head, key, dim).
   const double keys = double(chunk) * (ctx - chunk) + double(chunk) * (chunk + 1) / 2;
@@ -312,11 +320,15 @@ int main(int argc, char** argv) {
           ->Unit(benchmark::kMicrosecond);
   for (std::int64_t chunk : {512, 2048})
     for (std::int64_t ctx : {2048, 8192})
-      benchmark::RegisterBenchmark("prefill_paged", BM_prefill_paged)
-          ->Args({chunk, ctx})
-          ->ArgNames({"chunk", "ctx"})
-          ->UseManualTime()
-          ->Unit(benchmark::kMicrosecond);
+      for (int kind = 0; kind < 3; ++kind)  // default, tensor-core, tensor-core with P rounded once
+        benchmark::RegisterBenchmark(kind == 0   ? "prefill_paged"
+                                     : kind == 1 ? "prefill_paged_tc"
+                                                 : "prefill_paged_tc1",
+                                     BM_prefill_paged, kind > 0, kind == 2)
+            ->Args({chunk, ctx})
+            ->ArgNames({"chunk", "ctx"})
+            ->UseManualTime()
+            ->Unit(benchmark::kMicrosecond);
   for (std::int64_t n : {1, 16, 64})
     benchmark::RegisterBenchmark("copy_pages", BM_copy_pages)->Arg(n)->UseManualTime()->Unit(benchmark::kMicrosecond);
   benchmark::Initialize(&argc, argv);

@@ -163,6 +163,74 @@ def tc_table(rows, census, copy, eta0):
     return lines, out
 
 
+# The tensor-core prefill (tc_prefill.cuh, issue 37): 64-row Q tiles (16 tokens x the 4 q
+# heads of a Llama group), 4 warps of 16 rows, 64-token KV tiles. HMMA_CYCLES: issue
+# interval of one mma.sync.m16n8k16 per scheduler on an H100 -- an assumption (2/3 of the
+# 1,024 dense FLOP/clk of a Hopper tensor core for the legacy mma path, as published
+# microbenchmarks report), never measured here; only a GPU run replaces it.
+PF_TOKENS, PF_ROWS_PER_WARP, PF_TILE, HMMA_CYCLES = 16, 16, 64, 6
+
+
+def tc_prefill_facts(census, variant):
+    """Loop warp-instructions and HMMA per 64-token KV tile and warp (16-token pages: the
+    `row` instance), registers and CTAs per SM of the tensor-core prefill."""
+    k = census[f"sm_90 tc_prefill<BFloat,D128,TcPagedAddr,row,{variant}> nocap"]
+    regs = k["res"]["regs"]
+    smem = 2 * 2 * PF_TILE * HEAD_DIM * 2 + 2 * PF_TILE * 9 + 64 + 1024  # dynamic + the system reserve
+    per_sm = min(REGS_PER_SM // (regs * THREADS), SMEM_PER_SM // smem, MAX_CTAS_PER_SM)
+    return dict(loop=k["loop"]["instrs"], hmma=k["loop"]["HMMA"], ctas_per_sm=per_sm, regs=regs)
+
+
+def predict_tc_prefill(row, f, eta):
+    """(us, warp-tiles, CTAs, issue us, tensor us) of the bench's prefill_paged shape: every
+    warp walks the KV tiles up to its last row's causal end (tile skipping), T = max(issue
+    at eta, the tensor pipe at HMMA_CYCLES per HMMA) over the machine's schedulers."""
+    chunk, ctx = row["chunk"], row["ctx"]
+    warp_tiles, ctas = 0, 0
+    tokens_per_warp = PF_ROWS_PER_WARP // PREFILL_GROUP
+    for t0 in range(0, chunk, PF_TOKENS):
+        ntok = min(PF_TOKENS, chunk - t0)
+        for w in range(WARPS):
+            last = min(ntok, (w + 1) * tokens_per_warp) - 1
+            if last < w * tokens_per_warp:
+                continue  # a warp without rows skips every tile
+            warp_tiles += -(-(ctx - chunk + t0 + last + 1) // PF_TILE)
+        ctas += 1
+    warp_tiles *= KV_HEADS
+    ctas *= KV_HEADS
+    fill = min(1.0, ctas / (f["ctas_per_sm"] * SMS))
+    t_issue = warp_tiles * f["loop"] / (eta * fill * R)
+    t_tensor = warp_tiles * f["hmma"] * HMMA_CYCLES / (fill * SMS * SCHEDULERS * CLOCK)
+    return max(t_issue, t_tensor) * 1e6, warp_tiles, ctas, t_issue * 1e6, t_tensor * 1e6
+
+
+def tc_prefill_table(rows, census, eta_p, eta0):
+    """Predicted times of the tensor-core prefill on the measured prefill shapes, at eta_p
+    (fitted on today's prefill kernel, which runs the same 2 CTAs = 8 warps per SM) and,
+    for sensitivity, at eta0 (fitted on the decode rows, 4 warps per scheduler)."""
+    lines = []
+    for variant in ("splitP", "P"):
+        key = f"sm_90 tc_prefill<BFloat,D128,TcPagedAddr,row,{variant}> nocap"
+        if key not in census:
+            continue
+        f = tc_prefill_facts(census, variant)
+        lines += [f"Predicted H100 times of the tensor-core prefill, {variant} (model, not measured; loop {f['loop']} "
+                  f"warp-instructions with {f['hmma']} HMMA per 64-token KV tile and warp; {f['regs']} registers, "
+                  f"{f['ctas_per_sm']} CTAs/SM; HMMA every {HMMA_CYCLES} cycles per scheduler, assumed)",
+                  "",
+                  "| chunk | ctx | CTAs | warp-tiles | issue us at eta_p / tensor us | predicted us (eta_p) | "
+                  "predicted TFLOP/s (eta_p) | TFLOP/s at eta0 | old kernel measured us |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for r in rows:
+            us, tiles, ctas, t_issue, t_tensor = predict_tc_prefill(r, f, eta_p)
+            us0 = predict_tc_prefill(r, f, eta0)[0]
+            flop = 4.0 * (r["chunk"] * (r["ctx"] - r["chunk"]) + r["chunk"] * (r["chunk"] + 1) / 2) * 32 * HEAD_DIM
+            lines.append(f"| {r['chunk']} | {r['ctx']} | {ctas} | {tiles} | {t_issue:.0f} / {t_tensor:.0f} | {us:.0f} | "
+                         f"{flop / (us * 1e-6) / 1e12:.0f} | {flop / (us0 * 1e-6) / 1e12:.0f} | {r['us']:.0f} |")
+        lines.append("")
+    return lines
+
+
 def predict(row, facts, copy, eta0, issue_only=False):
     f = facts[row["addr"]]
     kv_bytes = row["batch"] * row["ctx"] * KV_HEADS * HEAD_DIM * ELEM * 2
@@ -223,8 +291,9 @@ def main():
     tc_lines = []
     if any(k.startswith("sm_90 tc_decode") for k in census):
         tc_lines, _ = tc_table(checked, census, copy, eta0)
+    pf_lines = tc_prefill_table(measured_prefill(args.measured), census, eta_p, eta0)
     if args.table or not args.check:
-        print("\n".join(lines + [""] + p_lines + [""] + tc_lines))
+        print("\n".join(lines + [""] + p_lines + [""] + tc_lines + [""] + pf_lines))
     if args.check:
         for b in bad:
             print("FAIL", b)

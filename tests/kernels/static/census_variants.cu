@@ -1,9 +1,10 @@
-// Census-only instantiations of today's attention kernel (bf16, head dim 128) with the
+// Census-only instantiations of the attention kernels (bf16, head dim 128) with the
 // soft-cap branch compiled out (KVMM_CENSUS_NO_SOFT_CAP): the path the benchmarks run,
 // whose main-loop instruction counts feed the time model (bench/kernels/model.py). Built
 // as a static library for the SASS census only; nothing links it.
 #include "../../../kernels/attention.cuh"
 #include "../../../kernels/tc_decode.cuh"
+#include "../../../kernels/tc_prefill.cuh"
 
 namespace kvmm::kernels::device {
 
@@ -14,5 +15,8 @@ template __global__ void attention_kernel<BFloat, 128, 8, ContiguousAddr>(AttnAr
 template __global__ void tc_decode_kernel<BFloat, 128, TcPagedAddr, true>(AttnArgs, TcPagedAddr);
 template __global__ void tc_decode_kernel<BFloat, 128, TcPagedAddr, false>(AttnArgs, TcPagedAddr);
 template __global__ void tc_decode_kernel<BFloat, 128, ContiguousAddr, true>(AttnArgs, ContiguousAddr);
+// The tensor-core prefill (issue 37): 16-token pages (row lookups), and both P numerics.
+template __global__ void tc_prefill_kernel<BFloat, 128, TcPagedAddr, false, true>(AttnArgs, TcPagedAddr);
+template __global__ void tc_prefill_kernel<BFloat, 128, TcPagedAddr, false, false>(AttnArgs, TcPagedAddr);
 
 }  // namespace kvmm::kernels::device

@@ -37,10 +37,11 @@ add_test(NAME kernels_model
     --census ${census_json} --measured ${PROJECT_SOURCE_DIR}/docs/results/kernels-h100.md)
 set_tests_properties(kernels_model PROPERTIES FIXTURES_REQUIRED kernels_census)
 
-# The GPU test of the tensor-core decode (tests/kernels/gpu) joins kvmm_test_gpu.
+# The GPU tests of the tensor-core decode and prefill (tests/kernels/gpu) join kvmm_test_gpu.
 # So does the GPU run of the sm_90a probe (its launcher lives in kvmm_hopper_probe).
 if(TARGET kvmm_test_gpu)
   target_sources(kvmm_test_gpu PRIVATE ${CMAKE_CURRENT_LIST_DIR}/../gpu/tc_decode_gpu_test.cpp
+                                       ${CMAKE_CURRENT_LIST_DIR}/../gpu/tc_prefill_gpu_test.cpp
                                        ${CMAKE_CURRENT_LIST_DIR}/../gpu/hopper_gpu_test.cpp)
   target_link_libraries(kvmm_test_gpu PRIVATE kvmm_hopper_probe)
 endif()

@@ -1,0 +1,62 @@
+// The cuDNN paged-SDPA tensors over kvmm's page-layer layout (kernels/cudnn_paged.hpp,
+// issue 37 item 3, host part): every (page, head, token, element) the strides address is
+// the byte the CPU reference reads for that token, for K and V, every layer, the page
+// sizes kvmm plans; groups and sizes cuDNN cannot take are refused with kvmm::Error.
+#include "../../kernels/cudnn_paged.hpp"
+
+#include <catch2/catch.hpp>
+#include <kvmm/kernels/addressing.hpp>
+
+using namespace kvmm;
+using namespace kvmm::kernels;
+
+TEST_CASE("cuDNN's paged K/V containers address the reference's rows", "[kernels][tc_prefill][cudnn]") {
+  for (std::uint32_t tpp : {1u, 16u, 17u, 64u, 512u})
+    for (std::uint32_t d : {64u, 128u, 256u}) {
+      constexpr std::uint32_t layers = 4, kv_heads = 2, pages = 9;
+      const KVLayout layout = KVLayout::plan({LayerGroup::full_attention("g", layers, kv_heads, d, 2, tpp)});
+      const std::uint64_t page_bytes = layout.small_page_bytes(0), row = kv_heads * d * 2;
+      int bad = 0;
+      for (std::uint32_t layer = 0; layer < layers; ++layer) {
+        const CudnnPagedKV c = cudnn_paged_kv(layout, 0, layer, pages, 3, 7);
+        CHECK(c.k.dims[0] == pages);
+        CHECK(c.k.dims[1] == kv_heads);
+        CHECK(c.k.dims[2] == tpp);
+        CHECK(c.k.dims[3] == d);
+        CHECK(c.page_table_dims[0] == 3);
+        CHECK(c.page_table_dims[2] == 7);
+        for (std::uint32_t page : {0u, 4u, 8u})
+          for (std::uint32_t t : {0u, tpp / 2, tpp - 1})
+            for (std::uint32_t h = 0; h < kv_heads; ++h)
+              for (std::uint32_t j : {0u, 1u, d - 1})
+                for (const CudnnPagedTensor* x : {&c.k, &c.v}) {
+                  const std::uint64_t got =
+                      x->offset + 2 * static_cast<std::uint64_t>(page * x->strides[0] + h * x->strides[1] +
+                                                                 t * x->strides[2] + j * x->strides[3]);
+                  const std::uint64_t want = static_cast<std::uint64_t>(page_row_offset(page, t, page_bytes, row)) +
+                                             (x == &c.k ? layout.k_offset(0, layer) : layout.v_offset(0, layer)) +
+                                             h * d * 2 + j * 2;
+                  bad += got != want;
+                }
+      }
+      INFO("tpp " << tpp << " d " << d);
+      CHECK(bad == 0);
+    }
+}
+
+TEST_CASE("groups and sizes cuDNN's paged SDPA cannot take are refused", "[kernels][tc_prefill][cudnn]") {
+  const KVLayout ok = KVLayout::plan({LayerGroup::full_attention("g", 2, 2, 128, 2, 16)});
+  CHECK_NOTHROW(cudnn_paged_kv(ok, 0, 1, 100, 1, 1));
+  CHECK_THROWS_WITH(cudnn_paged_kv(ok, 0, 2, 100, 1, 1), Catch::Contains("layer = 2"));
+  CHECK_THROWS_WITH(cudnn_paged_kv(ok, 0, 0, 0, 1, 1), Catch::Contains("num_pages = 0"));
+  CHECK_THROWS_WITH(cudnn_paged_kv(ok, 0, 0, std::uint64_t{1} << 31, 1, 1), Catch::Contains("num_pages = 2147483648"));
+  CHECK_THROWS_WITH(cudnn_paged_kv(ok, 0, 0, 10, 0, 1), Catch::Contains("batch = 0"));
+  const KVLayout fp32 = KVLayout::plan({LayerGroup::full_attention("g", 2, 2, 128, 4, 16)});
+  CHECK_THROWS_WITH(cudnn_paged_kv(fp32, 0, 0, 10, 1, 1), Catch::Contains("dtype_bytes = 4"));
+  const KVLayout wide = KVLayout::plan({LayerGroup::full_attention("g", 2, 1, 512, 2, 16)});
+  CHECK_THROWS_WITH(cudnn_paged_kv(wide, 0, 0, 10, 1, 1), Catch::Contains("head_dim = 512"));
+  const KVLayout mla = KVLayout::plan({LayerGroup::mla("mla", 2, 512, 64, ElementFormat{}, std::nullopt, 64)});
+  CHECK_THROWS_AS(cudnn_paged_kv(mla, 0, 0, 10, 1, 1), kvmm::Error);
+  const KVLayout state = KVLayout::plan({LayerGroup::mamba_state("m", 2, 4096)});
+  CHECK_THROWS_AS(cudnn_paged_kv(state, 0, 0, 10, 1, 1), kvmm::Error);
+}
