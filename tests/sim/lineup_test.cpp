@@ -20,9 +20,9 @@ namespace {
 // indexer (16 fp8 keys + one fp32 scale per token: 20 B per token, 80 B pages).
 KVLayout mla_indexer() {
   const ElementFormat bf16 = ElementFormat::of(ElementType::kBf16);
-  return KVLayout::plan({LayerGroup::mla("mla", 1, 16, 8, bf16, std::nullopt, 4),
-                         LayerGroup::indexer("indexer", 1, 1, 16, kvmm::parse_kv_cache_dtype("fp8_per_token_head"),
-                                             4, "mla")});
+  return KVLayout::plan(
+      {LayerGroup::mla("mla", 1, 16, 8, bf16, std::nullopt, 4),
+       LayerGroup::indexer("indexer", 1, 1, 16, kvmm::parse_kv_cache_dtype("fp8_per_token_head"), 4, "mla")});
 }
 
 kvmm::sim::Workload one_request(std::uint32_t prompt, std::uint32_t output) {
