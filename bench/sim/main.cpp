@@ -54,6 +54,12 @@ constexpr const char* kUsage = R"(usage: kvmm-sim --model PRESET|config.json --w
   --group-tokens-per-page G=N[,G=N...]
                       tokens per page of the named groups only (e.g. self=8)
   --kv-dtype-bytes N  KV element size in bytes (default 2)
+  --kv-cache-dtype D  KV element format of the attention groups, vLLM's names (fp8,
+                      fp8_e5m2, fp8_ds_mla, nvfp4, mxfp8, int8, ...; default auto:
+                      --kv-dtype-bytes, unscaled)
+  --max-large-page-mib X
+                      the planner's large-page limit in MiB (default: the library's,
+                      64 MiB; past it small pages are padded)
   --max-steps N       stop after N steps (default: run to completion)
   --csv-every N       write every N-th step to the CSV (default 1)
   --out DIR           write DIR/<policy>.steps.csv, DIR/<policy>.summary.json,
@@ -94,6 +100,8 @@ int run(int argc, char** argv) {
   std::uint64_t seed = 1, requests = 1000, max_steps = 0, articles = 0;  // articles 0: not given
   BoundaryMode boundaries = BoundaryMode::kLearned;
   std::uint32_t token_budget = 8192, max_seqs = 256, tpp = 16, dtype = 2, csv_every = 1;
+  std::string kv_cache_dtype = "auto";
+  std::uint64_t max_large_page_bytes = 0;                                      // 0: the library's default
   std::uint32_t question_min = 16, question_max = 64, retention_interval = 0;  // interval 0: the policy's default
   bool questions_given = false;
   std::vector<std::pair<std::string, std::uint32_t>> group_tpp;
@@ -157,7 +165,13 @@ int run(int argc, char** argv) {
       }
     } else if (a == "--kv-dtype-bytes")
       dtype = to_u32(a, parse_uint(a, v), 1);
-    else if (a == "--max-steps")
+    else if (a == "--kv-cache-dtype")
+      kv_cache_dtype = v;
+    else if (a == "--max-large-page-mib") {
+      const double mib = parse_double(a, v);
+      if (!(mib > 0) || mib > 1048576) kvmm::fail("{} = '{}': expected a number of MiB in (0, 1048576]", a, v);
+      max_large_page_bytes = static_cast<std::uint64_t>(mib * 1048576.0);
+    } else if (a == "--max-steps")
       max_steps = parse_uint(a, v);
     else if (a == "--csv-every")
       csv_every = to_u32(a, parse_uint(a, v), 1);
@@ -176,6 +190,8 @@ int run(int argc, char** argv) {
   mo.tokens_per_page = tpp;
   mo.group_tokens_per_page = group_tpp;
   mo.dtype_bytes = dtype;
+  mo.kv_cache_dtype = kv_cache_dtype;
+  mo.max_large_page_bytes = max_large_page_bytes;
   const kvmm::KVLayout layout = load_model(model, mo);
   WorkloadOptions wo;
   wo.num_requests = to_u32("--requests", requests, 1);
