@@ -82,16 +82,16 @@ and partly filled 16-token pages; vLLM's is the unused tail of 544-token blocks)
 its first-admission hits are close to vllm-0.33's and far below sglang's, which keeps each
 sequence's final state (a later turn resumes there; kvmm keeps states at its 512-token
 checkpoints and learned boundaries). On Qwen3-Next it takes more steps than vLLM's grown
-blocks where memory binds; the summary's last column shows why. A
-38.3 MiB large page holds one request's state or 100 attention pages (1,600 tokens), and
-request-aware placement (Jenga §4.3) gives each running request a large page of its own
-for its attention pages: the free attention slots inside those large pages (one-group
-free) cannot take a state page, while the same memory in vLLM's pool is whole 544-token
-blocks any group can take. Where memory does not bind (16 GiB chat) the runs tie on steps.
+blocks where memory binds. The summary's last column shows where kvmm's memory goes
+instead: free small pages of the attention group inside its large pages (one-group free),
+memory no state can take, since with the default limit a state page fills a whole 38.3
+MiB large page (100 attention pages). Request-aware placement (Jenga §4.3) opens a fresh
+large page for a request while the pool has one, and a large page returns to the pool
+only when all its small pages are free; how much each contributes was not analysed. Where memory does not bind (16 GiB chat) the runs tie on steps.
 The padding case (the natural LCM, 75.4 MiB, over the default 64 MiB limit) costs more
 than its 1.5-2% of bytes: with the limit raised past the LCM (the unpadded column: large
 pages of two states or 201 attention pages) kvmm's waste falls to about 0.1%, its
-one-group free to a fraction, and its steps come closer to vLLM's (not level on
+one-group free falls, and its steps come closer to vLLM's (not level on
 ShareGPT), but its first-admission hits on chat fall too (not analysed here). Which limit
 serves a hybrid better is workload-dependent; the planner's default does not decide it.
 The MLA and gpt-oss rows are about waste: one MLA group (DeepSeek-V3) pages exactly like
