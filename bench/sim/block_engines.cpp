@@ -284,6 +284,11 @@ std::unique_ptr<Policy> vllm_033(const KVLayout& layout, const PolicyOptions& o,
   rules.sparse_retention = true;
   rules.window.prompt_end = rules.window.junction = true;
   if (tuned) rules.window.interval = (o.retention_interval + block - 1) / block * block;  // a block multiple
+  if (o.prefix_match_unit > 0) {
+    if (block % o.prefix_match_unit != 0)
+      fail("prefix_match_unit = {}: must divide the {}-token blocks", o.prefix_match_unit, block);
+    unit = o.prefix_match_unit;
+  }
   rules.hit_unit = unit == 0 || unit >= block ? 0 : unit;
   rules.state_caching = true;
   rules.state = rules.window;

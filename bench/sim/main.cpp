@@ -44,6 +44,10 @@ constexpr const char* kUsage = R"(usage: kvmm-sim --model PRESET|config.json --w
   --retention-interval N
                       vllm-0.33-tuned: prefix_cache_retention_interval in tokens
                       (default 4096; a multiple of the block size)
+  --prefix-match-unit N
+                      vllm-0.33: vLLM's prefix_match_unit, the finest boundary a hit may
+                      end on (default: the configured block size; the grown block size
+                      gives hits at block boundaries only)
   --boundaries B      kvmm's retention at shared-prefix boundaries: none (Jenga's rule),
                       hinted (the trace's boundaries as RequestExtras::cache_boundaries),
                       learned (the manager's defaults: learned_boundaries = 4096 and
@@ -102,6 +106,7 @@ int run(int argc, char** argv) {
   std::uint32_t token_budget = 8192, max_seqs = 256, tpp = 16, dtype = 2, csv_every = 1;
   std::string kv_cache_dtype = "auto";
   std::uint64_t max_large_page_bytes = 0;                                      // 0: the library's default
+  std::uint32_t prefix_match_unit = 0;                                         // 0: the policy's default
   std::uint32_t question_min = 16, question_max = 64, retention_interval = 0;  // interval 0: the policy's default
   bool questions_given = false;
   std::vector<std::pair<std::string, std::uint32_t>> group_tpp;
@@ -146,6 +151,8 @@ int run(int argc, char** argv) {
       questions_given = true;
     } else if (a == "--retention-interval")
       retention_interval = to_u32(a, parse_uint(a, v), 1);
+    else if (a == "--prefix-match-unit")
+      prefix_match_unit = to_u32(a, parse_uint(a, v), 1);
     else if (a == "--boundaries")
       boundaries = parse_boundary_mode(v);
     else if (a == "--token-budget")
@@ -232,6 +239,7 @@ int run(int argc, char** argv) {
   po.prefix_caching = caching;
   po.boundaries = boundaries;
   if (retention_interval > 0) po.retention_interval = retention_interval;
+  po.prefix_match_unit = prefix_match_unit;
   po.max_model_len = 1;
   po.max_encoder_tokens = 1;
   for (const SimRequest& r : w.requests) {

@@ -89,3 +89,39 @@ TEST_CASE("DeepSeek-V3 (one MLA group): vLLM's block is kvmm's page, the same ru
     CHECK(total > 0);
   }
 }
+
+TEST_CASE("vllm-0.33: prefix_match_unit sets where hits inside grown blocks may end", "[sim][lineup]") {
+  // A 128 B attention page (4 tokens x 32 B) grows to 256 B to hold a 200 B state: blocks of
+  // 8 tokens. vLLM's default unit is the configured block (4 tokens); the grown block's
+  // size gives hits at block boundaries only; a unit that does not divide it is refused.
+  const KVLayout l =
+      KVLayout::plan({LayerGroup::full_attention("full", 1, 1, 8, 2, 4), LayerGroup::mamba_state("mamba", 1, 200, 4)});
+  kvmm::sim::PolicyOptions po;
+  po.memory_bytes = 1 << 16;
+  po.max_model_len = 64;
+  CHECK_THAT(kvmm::sim::make_policy("vllm-0.33", l, po)->describe(),
+             Catch::Contains("full 8 tokens/block") && Catch::Contains("at 4-token units inside blocks"));
+  po.prefix_match_unit = 8;
+  CHECK_THAT(kvmm::sim::make_policy("vllm-0.33", l, po)->describe(), Catch::Contains("at block boundaries"));
+  po.prefix_match_unit = 3;
+  CHECK_THROWS_WITH(kvmm::sim::make_policy("vllm-0.33", l, po),
+                    Catch::Contains("prefix_match_unit = 3: must divide the 8-token blocks"));
+  // A shared 12-token prefix: the second request hits 8 tokens at block boundaries, 12 at
+  // 4-token units (the partial block copied).
+  kvmm::sim::Workload w{"two", {simtest::req(14, 1), simtest::req(14, 1, 5)}};
+  for (auto& r : w.requests) {
+    r.prefix_id = 1;
+    r.prefix_len = 12;
+  }
+  std::uint64_t first_hits[2] = {0, 0};
+  for (std::uint32_t unit : {0u, 8u}) {
+    kvmm::sim::PolicyOptions o = po;
+    o.prefix_match_unit = unit;
+    auto p = kvmm::sim::make_policy("vllm-0.33", l, o);
+    kvmm::sim::SchedulerOptions so;
+    so.check_invariants = true;
+    first_hits[unit == 8] = kvmm::sim::simulate(w, l, *p, so, nullptr).first_hit_tokens;
+  }
+  CHECK(first_hits[0] == 12);
+  CHECK(first_hits[1] == 8);
+}
