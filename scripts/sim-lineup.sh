@@ -54,7 +54,7 @@ item 4): every policy of [\`../sim.md\`](../sim.md) on the same trace and schedu
   the DSA indexer (128 fp8 keys + one fp32 scale, 132 B per layer and token). gpt-oss-20b
   is 12 full + 12 sliding-window (128 tokens) layers; its sinks cache nothing.
 - **Budgets**: Qwen3-Next 11 and 16 GiB: the policies that reserve 256 state slots up front
-  (paged-uniform, static-split: 10.1 GB) keep 0.9 and 5.9 GiB for attention; at 24 GiB
+  (paged-uniform, static-split: 10.1 GB = 9.4 GiB) keep 1.6 and 6.6 GiB for attention; at 24 GiB
   ShareGPT no longer presses on memory and every policy ties. DeepSeek 10 GiB and gpt-oss
   2 GiB make memory the bottleneck for their 2,000 ShareGPT requests.
 
@@ -77,8 +77,11 @@ MD
 
 cat <<'MD'
 
-**Reading the hybrid rows.** kvmm wastes least (its waste is the planner's 1.5-2% padding
-and partly filled 16-token pages; vLLM's is the unused tail of 544-token blocks). On chat
+**Reading the hybrid rows.** kvmm wastes less than vLLM's rule (kvmm's waste is the
+planner's 1.5-2% padding and partly filled 16-token pages; vLLM's the unused tail of
+544-token blocks and the state page padded to the block); paged-uniform, static-split and
+sglang waste less still, as they keep attention in 16-token pages and count their idle
+state slots or pools as one-group free, not waste. On chat
 its first-admission hits are close to vllm-0.33's and far below sglang's, which keeps each
 sequence's final state (a later turn resumes there; kvmm keeps states at its 512-token
 checkpoints and learned boundaries). Restricting vLLM's hits to its 544-token block
