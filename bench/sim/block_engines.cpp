@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <optional>
 
 namespace kvmm::sim {
 
@@ -43,6 +44,24 @@ VGroup own_group(const KVLayout& layout, GroupId gid, std::uint32_t tpb, std::ui
   v.pool = pool;
   v.covers = {gid};
   return v;
+}
+
+// Bytes of one layer and one token in an engine's block: K and V of the layer's heads for a
+// group without formats (every layout before issue 32), else the group's own page bytes per
+// layer and token (an MLA latent read as K and V, an indexer's keys, formatted K and V with
+// their in-page scales), as vLLM's MLAAttentionSpec and quantized specs size a block.
+std::uint64_t layer_token_bytes(const LayerGroup& g) {
+  if (g.kind == LayerKind::kVisionEmbedding) return g.bytes_per_token();
+  if (g.is_plain()) return 2 * g.head_bytes_per_token();
+  const std::uint64_t per = std::uint64_t{g.tokens_per_page} * g.num_layers;
+  return (g.natural_page_bytes() + per - 1) / per;
+}
+
+// The attention group an indexer (key-only) group is tied to, if gid is one.
+std::optional<GroupId> indexed_group(const KVLayout& layout, GroupId gid) {
+  const LayerGroup& g = layout.group(gid);
+  if (g.storage != KvStorage::kKeyOnly) return std::nullopt;
+  return layout.find_group(g.tied_to);
 }
 
 bool has_kind(const KVLayout& layout, bool (*pred)(const LayerGroup&)) {
@@ -100,7 +119,7 @@ std::unique_ptr<Policy> paged_uniform(const KVLayout& layout, const PolicyOption
     if (g.is_state() || g.kind == LayerKind::kVisionEmbedding) continue;
     u.tpb = x.tpb = g.tokens_per_page;
     layers += g.num_layers;
-    per_layer = std::max(per_layer, 2 * g.head_bytes_per_token());
+    per_layer = std::max(per_layer, layer_token_bytes(g));
     (g.is_decoder() ? u : x).covers.push_back(gid);
   }
   if (layers == 0) fail("layout: paged-uniform needs at least one attention group");
@@ -183,13 +202,22 @@ std::unique_ptr<Policy> static_split(const KVLayout& layout, const PolicyOptions
 // per-layer page equals the largest one; with Mamba, attention blocks grow until their page
 // is at least one layer's state, and state pages are padded to it. Returns the vgroups (all
 // in pool 0); `page` gets the per-layer block bytes, `tpbs` their description.
+// An indexer (DeepSeek-V3.2's DSA keys) is no group of its own there: vLLM registers its
+// cache beside the attention layers it indexes, the same kind and block size, so both sit
+// in one KV cache group (UniformTypeKVCacheSpecs) whose block holds the latent and the
+// keys of a layer; here its vgroup covers both and its per-layer bytes are their sum.
 std::vector<VGroup> unified_groups(const KVLayout& layout, std::uint64_t& page, std::string& tpbs) {
-  auto per_layer_token = [](const LayerGroup& g) {
-    return g.kind == LayerKind::kVisionEmbedding ? g.bytes_per_token() : 2 * g.head_bytes_per_token();
-  };
+  std::vector<std::uint64_t> per_layer_token(layout.num_groups(), 0);
+  for (GroupId gid = 0; gid < layout.num_groups(); ++gid) {
+    const LayerGroup& g = layout.group(gid);
+    if (g.is_state()) continue;
+    const auto owner = indexed_group(layout, gid);
+    per_layer_token[owner.value_or(gid)] += layer_token_bytes(g);
+  }
   page = 0;  // per-layer block bytes shared by every group
-  for (const LayerGroup& g : layout.groups())
-    if (!g.is_state()) page = std::max(page, per_layer_token(g) * g.tokens_per_page);
+  for (GroupId gid = 0; gid < layout.num_groups(); ++gid)
+    if (!layout.group(gid).is_state() && !indexed_group(layout, gid))
+      page = std::max(page, per_layer_token[gid] * layout.group(gid).tokens_per_page);
   if (page == 0) fail("layout: unified-block needs at least one attention group");
   const std::uint64_t step = page;  // attention blocks grow in whole kernel blocks
   for (const LayerGroup& g : layout.groups())
@@ -198,16 +226,23 @@ std::vector<VGroup> unified_groups(const KVLayout& layout, std::uint64_t& page, 
   tpbs.clear();
   for (GroupId gid = 0; gid < layout.num_groups(); ++gid) {
     const LayerGroup& g = layout.group(gid);
+    if (indexed_group(layout, gid)) continue;  // in its attention group's vgroup
     std::uint32_t tpb = 1;
     if (!g.is_state()) {
-      tpb = static_cast<std::uint32_t>(std::max<std::uint64_t>(1, page / per_layer_token(g)));  // padded if not exact
+      tpb = static_cast<std::uint32_t>(std::max<std::uint64_t>(1, page / per_layer_token[gid]));  // padded if not exact
     }
     const std::uint64_t layers = g.kind == LayerKind::kVisionEmbedding ? 1 : g.num_layers;
     vgs.push_back(own_group(layout, gid, tpb, layers, 0));
+    std::string with;
+    for (GroupId x = 0; x < layout.num_groups(); ++x)
+      if (indexed_group(layout, x) == gid) {
+        vgs.back().covers.push_back(x);
+        with += fmt::format(" + {}", layout.group(x).name);
+      }
     if (g.is_state())
       tpbs += fmt::format("{}{} 1 state block x {} layers", tpbs.empty() ? "" : ", ", g.name, layers);
     else
-      tpbs += fmt::format("{}{} {} tokens/block x {} layers", tpbs.empty() ? "" : ", ", g.name, tpb, layers);
+      tpbs += fmt::format("{}{}{} {} tokens/block x {} layers", tpbs.empty() ? "" : ", ", g.name, with, tpb, layers);
   }
   return vgs;
 }
@@ -249,6 +284,11 @@ std::unique_ptr<Policy> vllm_033(const KVLayout& layout, const PolicyOptions& o,
   rules.sparse_retention = true;
   rules.window.prompt_end = rules.window.junction = true;
   if (tuned) rules.window.interval = (o.retention_interval + block - 1) / block * block;  // a block multiple
+  if (o.prefix_match_unit > 0) {
+    if (block % o.prefix_match_unit != 0)
+      fail("prefix_match_unit = {}: must divide the {}-token blocks", o.prefix_match_unit, block);
+    unit = o.prefix_match_unit;
+  }
   rules.hit_unit = unit == 0 || unit >= block ? 0 : unit;
   rules.state_caching = true;
   rules.state = rules.window;

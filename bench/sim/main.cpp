@@ -44,6 +44,10 @@ constexpr const char* kUsage = R"(usage: kvmm-sim --model PRESET|config.json --w
   --retention-interval N
                       vllm-0.33-tuned: prefix_cache_retention_interval in tokens
                       (default 4096; a multiple of the block size)
+  --prefix-match-unit N
+                      vllm-0.33: vLLM's prefix_match_unit, the finest boundary a hit may
+                      end on (default: the configured block size; the grown block size
+                      gives hits at block boundaries only)
   --boundaries B      kvmm's retention at shared-prefix boundaries: none (Jenga's rule),
                       hinted (the trace's boundaries as RequestExtras::cache_boundaries),
                       learned (the manager's defaults: learned_boundaries = 4096 and
@@ -54,6 +58,12 @@ constexpr const char* kUsage = R"(usage: kvmm-sim --model PRESET|config.json --w
   --group-tokens-per-page G=N[,G=N...]
                       tokens per page of the named groups only (e.g. self=8)
   --kv-dtype-bytes N  KV element size in bytes (default 2)
+  --kv-cache-dtype D  KV element format of the attention groups, vLLM's names (fp8,
+                      fp8_e5m2, fp8_ds_mla, nvfp4, mxfp8, int8, ...; default auto:
+                      --kv-dtype-bytes, unscaled)
+  --max-large-page-mib X
+                      the planner's large-page limit in MiB (default: the library's,
+                      64 MiB; past it small pages are padded)
   --max-steps N       stop after N steps (default: run to completion)
   --csv-every N       write every N-th step to the CSV (default 1)
   --out DIR           write DIR/<policy>.steps.csv, DIR/<policy>.summary.json,
@@ -94,6 +104,9 @@ int run(int argc, char** argv) {
   std::uint64_t seed = 1, requests = 1000, max_steps = 0, articles = 0;  // articles 0: not given
   BoundaryMode boundaries = BoundaryMode::kLearned;
   std::uint32_t token_budget = 8192, max_seqs = 256, tpp = 16, dtype = 2, csv_every = 1;
+  std::string kv_cache_dtype = "auto";
+  std::uint64_t max_large_page_bytes = 0;                                      // 0: the library's default
+  std::uint32_t prefix_match_unit = 0;                                         // 0: the policy's default
   std::uint32_t question_min = 16, question_max = 64, retention_interval = 0;  // interval 0: the policy's default
   bool questions_given = false;
   std::vector<std::pair<std::string, std::uint32_t>> group_tpp;
@@ -138,6 +151,8 @@ int run(int argc, char** argv) {
       questions_given = true;
     } else if (a == "--retention-interval")
       retention_interval = to_u32(a, parse_uint(a, v), 1);
+    else if (a == "--prefix-match-unit")
+      prefix_match_unit = to_u32(a, parse_uint(a, v), 1);
     else if (a == "--boundaries")
       boundaries = parse_boundary_mode(v);
     else if (a == "--token-budget")
@@ -157,7 +172,13 @@ int run(int argc, char** argv) {
       }
     } else if (a == "--kv-dtype-bytes")
       dtype = to_u32(a, parse_uint(a, v), 1);
-    else if (a == "--max-steps")
+    else if (a == "--kv-cache-dtype")
+      kv_cache_dtype = v;
+    else if (a == "--max-large-page-mib") {
+      const double mib = parse_double(a, v);
+      if (!(mib > 0) || mib > 1048576) kvmm::fail("{} = '{}': expected a number of MiB in (0, 1048576]", a, v);
+      max_large_page_bytes = static_cast<std::uint64_t>(mib * 1048576.0);
+    } else if (a == "--max-steps")
       max_steps = parse_uint(a, v);
     else if (a == "--csv-every")
       csv_every = to_u32(a, parse_uint(a, v), 1);
@@ -176,6 +197,8 @@ int run(int argc, char** argv) {
   mo.tokens_per_page = tpp;
   mo.group_tokens_per_page = group_tpp;
   mo.dtype_bytes = dtype;
+  mo.kv_cache_dtype = kv_cache_dtype;
+  mo.max_large_page_bytes = max_large_page_bytes;
   const kvmm::KVLayout layout = load_model(model, mo);
   WorkloadOptions wo;
   wo.num_requests = to_u32("--requests", requests, 1);
@@ -216,6 +239,7 @@ int run(int argc, char** argv) {
   po.prefix_caching = caching;
   po.boundaries = boundaries;
   if (retention_interval > 0) po.retention_interval = retention_interval;
+  po.prefix_match_unit = prefix_match_unit;
   po.max_model_len = 1;
   po.max_encoder_tokens = 1;
   for (const SimRequest& r : w.requests) {

@@ -17,6 +17,8 @@ HfConfigOptions hf_options(const ModelOptions& o) {
   h.tokens_per_page = o.tokens_per_page;
   h.dtype_bytes = o.dtype_bytes;
   h.state_dtype_bytes = o.state_dtype_bytes;
+  h.kv_cache_dtype = o.kv_cache_dtype;
+  if (o.max_large_page_bytes > 0) h.layout.max_large_page_bytes = o.max_large_page_bytes;
   return h;
 }
 
@@ -33,7 +35,8 @@ KVLayout layout_from_hf_config_file(const std::string& path, const ModelOptions&
 }
 
 KVLayout with_group_tokens_per_page(const KVLayout& layout,
-                                    const std::vector<std::pair<std::string, std::uint32_t>>& overrides) {
+                                    const std::vector<std::pair<std::string, std::uint32_t>>& overrides,
+                                    const LayoutOptions& options) {
   std::vector<LayerGroup> groups = layout.groups();
   for (const auto& [name, tokens] : overrides) {
     const std::optional<GroupId> g = layout.find_group(name);
@@ -41,7 +44,7 @@ KVLayout with_group_tokens_per_page(const KVLayout& layout,
     if (tokens == 0) fail("group = '{}': tokens per page = 0: must be >= 1", name);
     groups[*g].tokens_per_page = tokens;
   }
-  return KVLayout::plan(std::move(groups));
+  return KVLayout::plan(std::move(groups), options);
 }
 
 KVLayout load_model(const std::string& name_or_path, const ModelOptions& o) {
@@ -51,10 +54,14 @@ KVLayout load_model(const std::string& name_or_path, const ModelOptions& o) {
     p.tokens_per_page = o.tokens_per_page;
     p.dtype_bytes = o.dtype_bytes;
     p.state_dtype_bytes = o.state_dtype_bytes;
+    p.kv_cache_dtype = o.kv_cache_dtype;
+    if (o.max_large_page_bytes > 0) p.layout.max_large_page_bytes = o.max_large_page_bytes;
     return presets::by_name(name_or_path, p);
   }();
   if (o.group_tokens_per_page.empty()) return layout;
-  return with_group_tokens_per_page(layout, o.group_tokens_per_page);
+  LayoutOptions lo;
+  if (o.max_large_page_bytes > 0) lo.max_large_page_bytes = o.max_large_page_bytes;
+  return with_group_tokens_per_page(layout, o.group_tokens_per_page, lo);
 }
 
 }  // namespace kvmm::sim

@@ -20,16 +20,22 @@ struct ModelOptions {
   // (group name, tokens per page): overrides tokens_per_page for those groups only
   // (Jenga's allocator takes a page size per group); applied by load_model.
   std::vector<std::pair<std::string, std::uint32_t>> group_tokens_per_page;
+  // LayoutOptions::max_large_page_bytes for the planner (0: the library's default).
+  std::uint64_t max_large_page_bytes = 0;
+  // KV element format of the attention groups (parse_kv_cache_dtype's names; "auto" keeps
+  // dtype_bytes), as PresetOptions / HfConfigOptions::kv_cache_dtype.
+  std::string kv_cache_dtype = "auto";
 };
 
 // Builds the layout of a Hugging Face config.json text; `file` names it in errors.
 KVLayout layout_from_hf_config(std::string_view json_text, std::string_view file, const ModelOptions& o = {});
 // Reads the file and calls layout_from_hf_config.
 KVLayout layout_from_hf_config_file(const std::string& path, const ModelOptions& o = {});
-// The layout re-planned with the named groups' tokens_per_page replaced. Raises
-// kvmm::Error for an unknown group name or 0 tokens.
+// The layout re-planned (with `options`) with the named groups' tokens_per_page replaced.
+// Raises kvmm::Error for an unknown group name or 0 tokens.
 KVLayout with_group_tokens_per_page(const KVLayout& layout,
-                                    const std::vector<std::pair<std::string, std::uint32_t>>& overrides);
+                                    const std::vector<std::pair<std::string, std::uint32_t>>& overrides,
+                                    const LayoutOptions& options = {});
 // A preset name, or a path ending in .json; then o.group_tokens_per_page.
 KVLayout load_model(const std::string& name_or_path, const ModelOptions& o = {});
 

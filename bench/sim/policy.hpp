@@ -98,6 +98,10 @@ struct PolicyOptions {
   BoundaryMode boundaries = BoundaryMode::kLearned;  // kvmm only; the manager's default
   // vllm-0.33-tuned: prefix_cache_retention_interval (tokens; vllm-0.33 uses vLLM's default 0).
   std::uint32_t retention_interval = kTunedRetentionInterval;
+  // vllm-0.33(-tuned): vLLM's prefix_match_unit in tokens, the finest boundary a hit may end
+  // on; 0 = vLLM's default (the configured block size, so hits inside blocks grown for a
+  // Mamba group). A value equal to the grown block gives hits at block boundaries only.
+  std::uint32_t prefix_match_unit = 0;
 };
 
 const std::vector<std::string>& policy_names();

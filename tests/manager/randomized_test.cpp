@@ -1,6 +1,8 @@
 // Seeded model-based test: >= 100k random operations (add, lookup, allocate, commit,
 // fork, copy-on-write, eviction, swap out/in, pin, reset, free) on a three-group layout
-// (full attention, sliding window, Mamba) checked after every operation against a plain
+// (full attention, sliding window, Mamba; also in the 2026 lineup's storage: an MLA
+// latent, fp8/nvfp4 pages with scales, a recurrent state's tensors, and a fourth group, a
+// DSA indexer tied to the latent) checked after every operation against a plain
 // reference model: its own block hashes, its own cached set, hit lengths by brute force
 // over every candidate prefix, reference counts and page states recomputed from the page
 // tables, evictions only of pages the model holds evictable, all-or-none failures.
@@ -36,7 +38,8 @@ class Model {
                                     .learned_boundaries = learned,
                                     .prompt_tail_tokens = tail,
                                     .block_hash = block_hash}) {
-    for (GroupId g = 0; g < 3; ++g) n_[g] = kv_.layout().small_pages_per_large_page(g);
+    ng_ = static_cast<GroupId>(kv_.layout().num_groups());
+    for (GroupId g = 0; g < ng_; ++g) n_[g] = kv_.layout().small_pages_per_large_page(g);
     for (auto& base : bases_) {
       base.resize(40);
       for (auto& t : base) t = static_cast<std::uint32_t>(rng_() % 50);
@@ -70,6 +73,7 @@ class Model {
       for (std::uint64_t i = 0; i < p / 4 && ok; ++i) ok = cached(kFull, h4, i);
       for (std::uint64_t i = (p > kWindow ? p - kWindow : 0) / 4; i < p / 4 && ok; ++i) ok = cached(kSw, h4, i);
       ok = ok && cached(kMamba, h8, p / 8 - 1);
+      for (std::uint64_t i = 0; ng_ > kIndexer && i < p / 4 && ok; ++i) ok = cached(kIndexer, h4, i);
       if (ok) return p;
     }
     return 0;
@@ -77,10 +81,10 @@ class Model {
 
   // ---- reference counts and states, recomputed from the page tables and pins
   void count_refs() {
-    for (GroupId g = 0; g < 3; ++g) refs_[g].assign(pages(g), 0);
+    for (GroupId g = 0; g < ng_; ++g) refs_[g].assign(pages(g), 0);
     for (const auto& [r, q] : reqs_) {
       if (q.swapped) continue;
-      for (GroupId g = 0; g < 3; ++g)
+      for (GroupId g = 0; g < ng_; ++g)
         for (PageId x : kv_.page_table(r, g))
           if (x != kNullPage) ++refs_[g][x];
       for (const auto& [g, x] : q.held) ++refs_[g][x];
@@ -96,14 +100,14 @@ class Model {
 
   void before_op() {
     count_refs();
-    for (GroupId g = 0; g < 3; ++g) {
+    for (GroupId g = 0; g < ng_; ++g) {
       evictable_[g].clear();
       for (const auto& [p, h] : page_hash_[g])
         if (refs_[g][p] == 0) evictable_[g].insert(p);
     }
     tables_before_.clear();
     for (const auto& [r, q] : reqs_)
-      for (GroupId g = 0; g < 3; ++g) {
+      for (GroupId g = 0; g < ng_; ++g) {
         const auto t = kv_.page_table(r, g);
         tables_before_[{r, g}] = std::vector<PageId>(t.begin(), t.end());
       }
@@ -152,7 +156,7 @@ class Model {
   void after_op() {
     INFO("op " << op_index_ << " " << last_op_);
     count_refs();
-    for (GroupId g = 0; g < 3; ++g) {
+    for (GroupId g = 0; g < ng_; ++g) {
       for (PageId p = 0; p < pages(g); ++p) {
         const std::optional<BlockHash> h = kvmm::testing::ManagerInspector(kv_).page_hash(g, p);
         const auto it = page_hash_[g].find(p);
@@ -182,11 +186,11 @@ class Model {
   Snap snap() const {
     Snap s;
     for (const auto& [r, q] : reqs_)
-      for (GroupId g = 0; g < 3; ++g) {
+      for (GroupId g = 0; g < ng_; ++g) {
         const auto t = kv_.page_table(r, g);
         s.tables[{r, g}] = std::vector<PageId>(t.begin(), t.end());
       }
-    for (GroupId g = 0; g < 3; ++g)
+    for (GroupId g = 0; g < ng_; ++g)
       for (PageId p = 0; p < pages(g); ++p) {
         s.refs.push_back(kvmm::testing::ManagerInspector(kv_).ref_count(g, p));
         s.states.push_back(kvmm::testing::ManagerInspector(kv_).page_state(g, p));
@@ -266,7 +270,7 @@ class Model {
     ++resets;
     RefRequest& q = reqs_[r];
     q.swapped = false;
-    for (GroupId g = 0; g < 3; ++g) {
+    for (GroupId g = 0; g < ng_; ++g) {
       q.registered[g] = 0;
       REQUIRE(kv_.page_table(r, g).empty());
     }
@@ -289,13 +293,13 @@ class Model {
     REQUIRE(got == want);
     REQUIRE(kv_.num_computed(r) == got);
     // lookup_prefix is pure: no row changes until allocate pins the hit.
-    for (GroupId g = 0; g < 3; ++g) REQUIRE(kv_.page_table(r, g).empty());
+    for (GroupId g = 0; g < ng_; ++g) REQUIRE(kv_.page_table(r, g).empty());
     if (!pin) return;
     REQUIRE(kv_.allocate(r, 0));
     // The hit maps exactly the pages the policies require, the rest is null.
     const auto h4 = chain(reqs_[r], 4, hasher_), h8 = chain(reqs_[r], 8, hasher_);
-    const std::uint64_t lo[3] = {0, (got > kWindow ? got - kWindow : 0) / 4, got >= 8 ? got / 8 - 1 : 0};
-    for (GroupId g = 0; g < 3; ++g) {
+    const std::uint64_t lo[kMaxGroups] = {0, (got > kWindow ? got - kWindow : 0) / 4, got >= 8 ? got / 8 - 1 : 0, 0};
+    for (GroupId g = 0; g < ng_; ++g) {
       const auto t = kv_.page_table(r, g);
       REQUIRE(t.size() == got / kP[g]);
       for (std::uint64_t i = 0; i < t.size(); ++i) {
@@ -330,8 +334,8 @@ class Model {
     // What the pool alone can serve must never fail.
     const std::uint64_t target = computed + n + lookahead;
     std::uint64_t large_needed = 0;
-    std::uint64_t need_of[3] = {0, 0, 0};
-    for (GroupId g = 0; g < 3; ++g) {
+    std::uint64_t need_of[kMaxGroups] = {0, 0, 0, 0};
+    for (GroupId g = 0; g < ng_; ++g) {
       const auto t = kv_.page_table(r, g);
       std::uint64_t need = 0;
       if (target > kv_.num_allocated(r)) {
@@ -393,12 +397,12 @@ class Model {
     // Commit what was computed (sometimes less); full pages become cached.
     std::uint64_t c = computed + n;
     if (rng_() % 8 == 0) c = computed + rng_() % (n + 1);
-    for (GroupId g = 0; g < 3; ++g)
+    for (GroupId g = 0; g < ng_; ++g)
       tables_before_[{r, g}] = std::vector<PageId>(kv_.page_table(r, g).begin(), kv_.page_table(r, g).end());
     kv_.commit(r, c);
     take_events();
     const auto h4 = chain(q, 4, hasher_), h8 = chain(q, 8, hasher_);
-    for (GroupId g = 0; g < 3; ++g) {
+    for (GroupId g = 0; g < ng_; ++g) {
       const auto& before = tables_before_.at({r, g});
       const auto& h = g == kMamba ? h8 : h4;
       for (std::uint64_t i = q.registered[g]; i < c / kP[g]; ++i)
@@ -428,7 +432,7 @@ class Model {
         q.held.erase(q.held.begin() + static_cast<std::ptrdiff_t>(k));
         q.held_index.erase(q.held_index.begin() + static_cast<std::ptrdiff_t>(k));
       }
-    for (GroupId g = 0; g < 3; ++g) {
+    for (GroupId g = 0; g < ng_; ++g) {
       const auto& before = tables_before_.at({r, g});
       const auto after = kv_.page_table(r, g);
       for (std::uint64_t i = 0; i < before.size() && i < after.size(); ++i)
@@ -466,7 +470,7 @@ class Model {
     const RequestId c = kv_.fork(*pr);
     RefRequest q = reqs_[*pr];
     const std::uint64_t computed = kv_.num_computed(*pr);
-    for (GroupId g = 0; g < 3; ++g) {
+    for (GroupId g = 0; g < ng_; ++g) {
       const auto pt = kv_.page_table(*pr, g), ct = kv_.page_table(c, g);
       REQUIRE(ct.size() == (computed + kP[g] - 1) / kP[g]);
       for (std::size_t i = 0; i < ct.size(); ++i) REQUIRE(ct[i] == pt[i]);
@@ -484,7 +488,7 @@ class Model {
     last_op_ = "op_swap_out";
     const Snap s = snap();
     std::size_t held = 0;
-    for (GroupId g = 0; g < 3; ++g)
+    for (GroupId g = 0; g < ng_; ++g)
       for (PageId p : kv_.page_table(r, g)) held += p != kNullPage;
     const auto plan = kv_.swap_out(r);
     if (!plan) {
@@ -500,7 +504,7 @@ class Model {
     q.held_index.clear();
     // The hashes the host copies carry: as cached before this operation's events (a page
     // released here may hand its hash to a copy).
-    for (GroupId g = 0; g < 3; ++g) {
+    for (GroupId g = 0; g < ng_; ++g) {
       q.swapped_hash[g].clear();
       q.swapped_null[g].clear();
       for (PageId p : tables_before_.at({r, g})) {
@@ -531,7 +535,7 @@ class Model {
     }
     RefRequest& q = reqs_[r];
     q.swapped = false;
-    for (GroupId g = 0; g < 3; ++g) {
+    for (GroupId g = 0; g < ng_; ++g) {
       const auto t = kv_.page_table(r, g);
       REQUIRE(t.size() == q.swapped_hash[g].size());
       for (std::size_t i = 0; i < t.size(); ++i) {
@@ -546,7 +550,7 @@ class Model {
     const auto pr = pick(false);
     if (!pr || pins_.size() > 3) return;
     std::vector<std::pair<GroupId, PageId>> held;
-    for (GroupId g = 0; g < 3; ++g)
+    for (GroupId g = 0; g < ng_; ++g)
       for (PageId p : kv_.page_table(*pr, g))
         if (p != kNullPage && page_hash_[g].count(p)) held.emplace_back(g, p);
     pins_[kv_.pin_prefix(*pr)] = held;
@@ -581,9 +585,7 @@ class Model {
         for (auto& hashes : q.swapped_hash)
           for (auto& h : hashes) h.reset();
       take_events(/*resetting=*/true);
-      REQUIRE(cached_[0].empty());
-      REQUIRE(cached_[1].empty());
-      REQUIRE(cached_[2].empty());
+      for (GroupId g = 0; g < ng_; ++g) REQUIRE(cached_[g].empty());
     }
   }
 
@@ -591,13 +593,14 @@ class Model {
   std::uint64_t tail_;  // prompt_tail_tokens
   BlockHasher hasher_;  // the manager's block_hash, for the model's own chain
   KVCacheManager kv_;
-  std::uint32_t n_[3];
+  GroupId ng_ = 3;  // groups of the layout (4 with layout 3's indexer)
+  std::uint32_t n_[kMaxGroups];
   std::vector<std::uint32_t> bases_[4];
   std::map<RequestId, RefRequest> reqs_;
-  std::map<HashKey, PageId> cached_[3];
-  std::map<PageId, BlockHash> page_hash_[3];
-  std::set<PageId> evictable_[3];
-  std::vector<std::uint32_t> refs_[3];
+  std::map<HashKey, PageId> cached_[kMaxGroups];
+  std::map<PageId, BlockHash> page_hash_[kMaxGroups];
+  std::set<PageId> evictable_[kMaxGroups];
+  std::vector<std::uint32_t> refs_[kMaxGroups];
   std::map<PinId, std::vector<std::pair<GroupId, PageId>>> pins_;
   std::map<std::pair<RequestId, GroupId>, std::vector<PageId>> tables_before_;
   std::vector<CacheEvent> events_;
@@ -610,19 +613,21 @@ class Model {
 
 TEST_CASE("model-based randomized test against a reference model", "[manager][random]") {
   std::uint64_t total_ops = 0;
-  for (std::uint64_t seed : {1u, 2u, 3u, 4u, 5u}) {
+  for (std::uint64_t seed : {1u, 2u, 3u, 4u, 5u, 6u, 7u}) {
     INFO("seed " << seed);
-    const int layout = seed >= 4 ? 1 : 0;  // seeds 4 and 5: one-page sliding and Mamba groups
-    // Seeds 2 and 5 learn boundaries too (a small table: entries overwrite each other);
-    // seeds 2 and 4 hold prompt tails (6 and 12 tokens: shorter and longer than the window).
+    // Seeds 4 and 5: one-page sliding and Mamba groups; 6 and 7: the 2026 lineup's storage
+    // (MLA latent, fp8/nvfp4 window, recurrent-state tensors; 7 with a DSA indexer).
+    const int layout = seed >= 6 ? static_cast<int>(seed) - 4 : seed >= 4 ? 1 : 0;
+    // Seeds 2, 5 and 6 learn boundaries too (a small table: entries overwrite each other);
+    // seeds 2, 4, 6 and 7 hold prompt tails (6 and 12 tokens: shorter and longer than the window).
     Model m(seed,
             seed == 3     ? 40
             : layout == 1 ? 24
                           : 12,
-            layout, seed == 2 || seed == 5 ? 16 : 0,
-            seed == 2   ? 6
-            : seed == 4 ? 12
-                        : 0);
+            layout, seed == 2 || seed == 5 || seed == 6 ? 16 : 0,
+            seed == 2 || seed == 6   ? 6
+            : seed == 4 || seed == 7 ? 12
+                                     : 0);
     m.run(35000);
     total_ops += 35000;
     // The run exercised what it claims to.
@@ -635,6 +640,13 @@ TEST_CASE("model-based randomized test against a reference model", "[manager][ra
     CHECK(m.holds > 100);
     CHECK(m.handovers > 10);
     if (seed != 3) CHECK(m.failures > 10);
+    if (layout >= 2) {  // the lineup's storage, at layout 0's page counts (6, 3, 2; the indexer 6)
+      CHECK(m.kv().layout().group(kFull).storage == KvStorage::kLatent);
+      CHECK(m.kv().layout().group(kSw).v_element().bits() == 4);
+      CHECK(m.kv().layout().group(kMamba).state_tensors.size() == 2);
+      CHECK(m.kv().layout().num_groups() == (layout == 3 ? 4u : 3u));
+      if (layout == 3) CHECK(m.kv().layout().group(kIndexer).storage == KvStorage::kKeyOnly);
+    }
     if (layout == 1) {
       CHECK(m.kv().layout().small_pages_per_large_page(kSw) == 1);
       CHECK(m.kv().layout().small_pages_per_large_page(kMamba) == 1);
@@ -645,7 +657,7 @@ TEST_CASE("model-based randomized test against a reference model", "[manager][ra
                  << m.resets << " refused admissions " << m.refusals << " commits holding pages " << m.holds
                  << " hand-overs " << m.handovers);
   }
-  CHECK(total_ops >= 100000);
+  CHECK(total_ops >= 200000);
 }
 
 TEST_CASE("the randomized test against its reference model under every block hash function",

@@ -125,6 +125,18 @@ TEST_CASE("PagedKVAllocator: 100k random operations against a model, several lay
   cases.push_back({"gemma-3", presets::gemma3_27b(small), 48});
   cases.push_back({"vision", presets::llama3_2_11b_vision({.tokens_per_page = 4, .vision_embedding = true}), 48});
   cases.push_back({"spec", presets::speculative_70b_1b({.tokens_per_page = 3}), 48});
+  // The 2026 lineup (issue 32): a gated-DeltaNet state beside full attention (402 attention
+  // pages per large page), MLA latents and a DSA indexer in fp8 with block scales, fp8 K / V
+  // with nvfp4 block scales beside a 128-token window, Gemma-3n (its shared-KV layers hold
+  // no pages), chunked local attention.
+  presets::PresetOptions fp8 = small, nvfp4 = small;
+  fp8.kv_cache_dtype = "fp8_ds_mla";
+  nvfp4.kv_cache_dtype = "nvfp4";
+  cases.push_back({"qwen3-next", presets::qwen3_next_80b_a3b(small), 40});
+  cases.push_back({"deepseek-v3.2-fp8", presets::deepseek_v3_2(fp8), 24});
+  cases.push_back({"gpt-oss-nvfp4", presets::gpt_oss_20b(nvfp4), 48});
+  cases.push_back({"gemma-3n", presets::gemma3n_e4b(small), 48});
+  cases.push_back({"llama-4", presets::llama4_scout(small), 48});
   cases.push_back({"fig6",
                    KVLayout::plan({LayerGroup::cross_attention("image", 2, 1, 32, 2, 1),
                                    LayerGroup::full_attention("text", 3, 1, 32, 2, 1)}),

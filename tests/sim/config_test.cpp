@@ -140,3 +140,25 @@ TEST_CASE("per-group tokens per page: only the named group changes", "[sim][conf
                     Catch::Contains("group = 'cross': tokens per page = 0"));
   CHECK(base.group(1).tokens_per_page == 16);
 }
+
+TEST_CASE("the planner's limit and the KV format reach presets, configs and overrides", "[sim][config][lineup]") {
+  // Qwen3-Next's natural LCM (79,036,416 B) passes the default 64 MiB: padded; under a
+  // 76 MiB limit it plans unpadded, also after a per-group override.
+  kvmm::sim::ModelOptions o;
+  CHECK(kvmm::sim::load_model("qwen3-next-80b-a3b", o).padded());
+  o.max_large_page_bytes = std::uint64_t{76} << 20;
+  const kvmm::KVLayout q = kvmm::sim::load_model("qwen3-next-80b-a3b", o);
+  CHECK_FALSE(q.padded());
+  CHECK(q.large_page_bytes() == 79036416);
+  o.group_tokens_per_page = {{"full", 16}};
+  CHECK_FALSE(kvmm::sim::load_model("qwen3-next-80b-a3b", o).padded());
+  // kv_cache_dtype: DeepSeek-V3's latent in fp8_ds_mla is 656 B per token and layer, from
+  // the preset and from the published config alike.
+  kvmm::sim::ModelOptions f;
+  f.kv_cache_dtype = "fp8_ds_mla";
+  CHECK(kvmm::sim::load_model("deepseek-v3", f).group(0).bytes_per_token() == std::uint64_t{61} * 656);
+  CHECK(kvmm::sim::load_model(KVMM_TEST_DATA_DIR "/deepseek-v3.config.json", f).group(0).bytes_per_token() ==
+        std::uint64_t{61} * 656);
+  f.kv_cache_dtype = "fp9";
+  CHECK_THROWS_WITH(kvmm::sim::load_model("deepseek-v3", f), Catch::Contains("kv_cache_dtype = 'fp9'"));
+}

@@ -1,11 +1,13 @@
 // Randomized, seeded runs of every policy on small models and tight memory: after every
 // step the policy recounts its pages (check_invariants) and the memory categories add up
 // to the capacity; every request finishes exactly once; the same seed gives the same
-// CSV and summary.
+// CSV and summary. The layouts include the 2026 lineup's group kinds (MLA, indexer,
+// recurrent-state tensors, fp8/nvfp4 pages with scales).
 #include "sim_test_util.hpp"
 
 #include <catch2/catch.hpp>
 
+#include "kvmm/spec/element_format.hpp"
 #include "kvmm/spec/presets.hpp"
 
 #include <algorithm>
@@ -15,15 +17,44 @@ using kvmm::sim::Workload;
 
 namespace {
 
+// The 2026 lineup's group kinds at test sizes (issue 32): an MLA latent in fp8 with
+// per-token scales and its DSA indexer (DeepSeek-V3.2), a gated-DeltaNet state described by
+// its tensors beside full attention (Qwen3-Next), and fp8 K / nvfp4 V pages with scales
+// inline and in a separate region, full and sliding (gpt-oss with a quantized cache).
+std::vector<kvmm::KVLayout> lineup_layouts() {
+  using kvmm::ElementFormat;
+  using kvmm::ElementType;
+  using kvmm::LayerGroup;
+  const ElementFormat fp8 = kvmm::parse_kv_cache_dtype("fp8_per_token_head");
+  const ElementFormat nvfp4 = kvmm::parse_kv_cache_dtype("nvfp4:separate");
+  auto formatted = [&](LayerGroup g) {
+    g.k_format = fp8;
+    g.v_format = nvfp4;
+    return g;
+  };
+  return {kvmm::KVLayout::plan({LayerGroup::mla("mla", 2, 16, 8, fp8, ElementFormat::of(ElementType::kBf16), 4),
+                                LayerGroup::indexer("indexer", 2, 1, 16, fp8, 4, "mla")}),
+          kvmm::KVLayout::plan(
+              {LayerGroup::full_attention("full", 1, 1, 8, 2, 4),
+               LayerGroup::recurrent_state("linear", 2,
+                                           {{"conv", {8, 3}, ElementFormat::of(ElementType::kBf16)},
+                                            {"recurrent", {2, 4, 4}, ElementFormat::of(ElementType::kFp32)}},
+                                           4)}),
+          kvmm::KVLayout::plan({formatted(LayerGroup::full_attention("full", 1, 1, 16, 2, 4)),
+                                formatted(LayerGroup::sliding_window("sliding", 1, 1, 16, 2, 4, 8))})};
+}
+
 std::vector<kvmm::KVLayout> layouts() {
   using kvmm::LayerGroup;
-  return {simtest::hybrid_layout(), simtest::full_layout(),
-          kvmm::KVLayout::plan(
-              {LayerGroup::full_attention("attention", 1, 1, 8, 2, 4), LayerGroup::mamba_state("mamba", 2, 200, 4)}),
-          kvmm::KVLayout::plan(
-              {LayerGroup::full_attention("self", 2, 1, 8, 2, 4), LayerGroup::cross_attention("cross", 1, 1, 8, 2, 4)}),
-          kvmm::KVLayout::plan({LayerGroup::full_attention("target", 3, 1, 8, 2, 4),
-                                LayerGroup::full_attention("draft", 1, 1, 4, 2, 4)})};
+  std::vector<kvmm::KVLayout> ls = {simtest::hybrid_layout(), simtest::full_layout(),
+                                    kvmm::KVLayout::plan({LayerGroup::full_attention("attention", 1, 1, 8, 2, 4),
+                                                          LayerGroup::mamba_state("mamba", 2, 200, 4)}),
+                                    kvmm::KVLayout::plan({LayerGroup::full_attention("self", 2, 1, 8, 2, 4),
+                                                          LayerGroup::cross_attention("cross", 1, 1, 8, 2, 4)}),
+                                    kvmm::KVLayout::plan({LayerGroup::full_attention("target", 3, 1, 8, 2, 4),
+                                                          LayerGroup::full_attention("draft", 1, 1, 4, 2, 4)})};
+  for (auto& l : lineup_layouts()) ls.push_back(std::move(l));
+  return ls;
 }
 
 Workload random_workload(std::mt19937_64& rng, std::uint32_t n) {
@@ -68,7 +99,7 @@ TEST_CASE("kvmm, random traces with boundaries, every --boundaries mode: invaria
   using kvmm::sim::BoundaryMode;
   const auto ls = layouts();
   std::uint64_t preemptions = 0, hits = 0;
-  for (std::uint64_t seed = 1; seed <= 15; ++seed) {
+  for (std::uint64_t seed = 1; seed <= 3 * ls.size(); ++seed) {  // 3 seeds per layout
     std::mt19937_64 rng(seed * 7919);
     Workload w = random_workload(rng, 60);
     add_boundaries(rng, w);
@@ -103,7 +134,7 @@ TEST_CASE("kvmm, random traces with boundaries, every --boundaries mode: invaria
 TEST_CASE("every policy, random traces, tight memory: invariants after every step", "[sim][randomized]") {
   const auto ls = layouts();
   std::uint64_t preemptions = 0, evictions = 0, hits = 0, rows = 0;
-  for (std::uint64_t seed = 1; seed <= 30; ++seed) {
+  for (std::uint64_t seed = 1; seed <= 6 * ls.size(); ++seed) {  // 6 seeds per layout
     std::mt19937_64 rng(seed);
     const Workload w = random_workload(rng, 60);
     const auto& layout = ls[seed % ls.size()];
