@@ -10,6 +10,7 @@
 #include "kvmm/caching/block_hasher.hpp"
 #include "kvmm/caching/layer_policy.hpp"
 #include "kvmm/manager/kv_events.hpp"
+#include "kvmm/manager/miss_reasons.hpp"
 #include "kvmm/paging/large_page_pool.hpp"
 #include "kvmm/paging/page_table.hpp"
 #include "kvmm/paging/small_page_allocator.hpp"
@@ -90,6 +91,14 @@ struct KVCacheManagerOptions {
   // docs/manager.md). Replicas sharing a router or a tier must agree on it. Bad key
   // material: kvmm::Error at construction.
   BlockHashOptions block_hash = {};
+  // Miss reasons (kvmm/manager/miss_reasons.hpp): each lookup_prefix says per group where
+  // and why its hit stopped (lookup_report), counted per reason in counters().misses and
+  // prometheus_text. The value is the number of slots of each of the two key tables that
+  // tell an evicted key and a salt/LoRA mismatch from content never seen (32 bytes a slot;
+  // older keys are forgotten, then a miss reads as kNotCached). 0: off (the default), then
+  // the lookup, eviction and add_request paths each pay one test. Costs when on:
+  // docs/results/manager-miss-reasons.md.
+  std::uint32_t miss_reasons = 0;
 };
 
 struct RequestExtras {
@@ -175,6 +184,9 @@ struct ManagerCounters {
   std::uint32_t large_pages = 0;               // kvmm_large_pages (gauge)
   std::vector<std::uint32_t> used_pages;       // kvmm_used_pages{group="name"} (gauge)
   std::vector<std::uint32_t> evictable_pages;  // kvmm_evictable_pages{group="name"} (gauge)
+  // With KVCacheManagerOptions::miss_reasons, per MissReason: kvmm_lookup_stops_total{reason}
+  // (lookups whose hit stopped for it) and kvmm_missed_tokens_total{reason} (limit - hit).
+  MissCounters misses;
 };
 
 using PinId = std::uint32_t;
@@ -317,6 +329,13 @@ class KVCacheManager {
   // false before the first allocate. kvmm::Error for an item out of range. O(1).
   bool image_from_cache(RequestId r, std::uint32_t item) const;
   CacheStats stats() const;
+  // After r's lookup_prefix (until its reset): per group how far it alone would have hit
+  // and why it stopped (kvmm/manager/miss_reasons.hpp). kvmm::Error unless
+  // KVCacheManagerOptions::miss_reasons is on, or before r's lookup. O(1).
+  const LookupReport& lookup_report(RequestId r) const;
+  // r's tokens read from the cache (admitted hits) and written to it (pages its commits
+  // newly cached), while r is active (read it before free). O(1).
+  CacheUsage cache_usage(RequestId r) const;
   // The O(1) counters (O(groups) for the per-group gauges), for metrics on every step.
   ManagerCounters counters() const;
   // Moves the recorded events into `out` (cleared first; capacities swap, so a reused
