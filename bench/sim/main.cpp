@@ -261,6 +261,13 @@ int run(int argc, char** argv) {
         s.policy, s.steps, s.finished, s.mean_running, s.mean_decode_batch, s.preemptions, s.output_tokens_per_step,
         100 * s.prefix_hit_rate, 100 * s.mean_wasted, 100 * s.peak_wasted, 100 * s.mean_group_free,
         100 * s.first_hit_rate, s.prefill_tokens, s.wall_seconds);
+    // Why lookups missed (kvmm: the manager's miss reasons; a retried admission counts each lookup).
+    if (const auto misses = policy->miss_reasons(); !misses.empty()) {
+      std::string line;
+      for (const Policy::MissCount& m : misses)
+        if (m.lookups > 0) line += fmt::format(" {} {} ({} tok)", m.reason, m.lookups, m.tokens);
+      fmt::print("{:<15}   misses:{}\n", "", line.empty() ? " none" : line);
+    }
     csv_summary += fmt::format(
         "{},{},{},{},{:.4f},{:.4f},{},{:.3f},{:.4f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{},{:.3f},"
         "{:.6f},{}\n",

@@ -75,6 +75,14 @@ class Policy {
   // Recounts every page from scratch and raises kvmm::Error on a mismatch. O(memory):
   // for tests (SchedulerOptions::check_invariants).
   virtual void check_invariants() const = 0;
+  // Why lookups missed (issue 34): per reason, lookups whose hit stopped for it and the
+  // tokens it cost, as the manager's miss_reasons count them; empty for a policy that
+  // does not classify its misses (the block models).
+  struct MissCount {
+    std::string reason;
+    std::uint64_t lookups = 0, tokens = 0;
+  };
+  virtual std::vector<MissCount> miss_reasons() const { return {}; }
 };
 
 // kvmm's retention of the pages a hit at a shared prefix needs (issue 17): none (today's
