@@ -261,6 +261,7 @@ void Lifecycle::release_all(Row s, Request& q) {
 
 void Lifecycle::free(RequestId r) {
   const Row s = m_.reqs_.row(r);
+  m_.retention.note_end(m_.reqs_[s]);
   release_all(s, m_.reqs_[s]);
   m_.reqs_.give_back(s);
   m_.expensive_check();
@@ -283,6 +284,8 @@ void Lifecycle::reset_prefix_cache() {
   m_.swap.forget_hashes();
   m_.store_.forget_all();
   m_.branches_.clear();
+  m_.suffixes_.clear();
+  m_.ends_.clear();
   m_.log(LogLevel::kInfo, "reset_prefix_cache: every cached hash forgotten");
   m_.expensive_check();
 }

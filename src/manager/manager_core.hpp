@@ -148,6 +148,8 @@ class ManagerCore {
   std::uint64_t rng_;
   std::vector<PageCopy> copies_;
   BranchPoints branches_;
+  SuffixLengths suffixes_;     // the adaptive prompt tail (options_.learned_tail_tokens)
+  BranchPoints ends_;          // where finished requests' cached pages end (their last full page's hash)
   KeyTable plain_first_;       // miss reasons: a first page's plain key -> the keyed one it was cached under
   GroupId anchor_ = kNoGroup;  // the first whole-prefix decoder group: learned points use its hashes
   std::vector<PageCopy> plan_;

@@ -44,11 +44,13 @@ TEST_CASE("miss reasons are off by default and cost no report", "[manager][miss_
   CHECK(error_of([&] { kv.lookup_report(r); }).find("miss_reasons is 0") != std::string::npos);
   const ManagerCounters c = kv.counters();
   for (std::size_t k = 0; k < kNumMissReasons; ++k) CHECK(c.misses.lookups[k] == 0);
-  CHECK(error_of([] { KVCacheManager(full_layout(), {.num_large_pages = 4, .miss_reasons = (1u << 24) + 1}); })
-            .find("miss_reasons = 16777217") != std::string::npos);
+  CHECK(error_of([] {
+          KVCacheManager(full_layout(), {.num_large_pages = 4, .miss_reasons = (1u << 24) + 1});
+        }).find("miss_reasons = 16777217") != std::string::npos);
 }
 
-TEST_CASE("a hit stops at the first differing page, at the page floor, or at a salt or LoRA", "[manager][miss_reasons]") {
+TEST_CASE("a hit stops at the first differing page, at the page floor, or at a salt or LoRA",
+          "[manager][miss_reasons]") {
   KVCacheManager kv(full_layout(), {.num_large_pages = 64, .miss_reasons = 256});
   const RequestId a = run(kv, ids(1, 16));
   CHECK(kv.cache_usage(a).read_tokens == 0);
@@ -142,9 +144,9 @@ TEST_CASE("a hit stops at the first differing page, at the page floor, or at a s
 TEST_CASE("a window page evicted while full attention kept the prefix: retention not held", "[manager][miss_reasons]") {
   const KVLayout layout = KVLayout::plan(
       {LayerGroup::full_attention("full", 1, 1, 8, 2, 1), LayerGroup::sliding_window("sw", 1, 1, 8, 2, 1, 2)});
-  KVCacheManager kv(layout,
-                    {.num_large_pages = 12, .max_requests = 4, .learned_boundaries = 0, .prompt_tail_tokens = 0,
-                     .miss_reasons = 64});
+  KVCacheManager kv(
+      layout,
+      {.num_large_pages = 12, .max_requests = 4, .learned_boundaries = 0, .prompt_tail_tokens = 0, .miss_reasons = 64});
   kv.begin_step();
   const RequestId r1 = kv.add_request(std::vector<std::uint32_t>{101, 102, 103, 104});
   REQUIRE(kv.lookup_prefix(r1) == 0);
@@ -174,8 +176,8 @@ TEST_CASE("a window page evicted while full attention kept the prefix: retention
 }
 
 TEST_CASE("a Mamba group's hit floors to its checkpoint grid", "[manager][miss_reasons]") {
-  const KVLayout layout = KVLayout::plan(
-      {LayerGroup::full_attention("full", 1, 1, 8, 2, 4), LayerGroup::mamba_state("mamba", 1, 256, 8)});
+  const KVLayout layout =
+      KVLayout::plan({LayerGroup::full_attention("full", 1, 1, 8, 2, 4), LayerGroup::mamba_state("mamba", 1, 256, 8)});
   KVCacheManager kv(layout, {.num_large_pages = 64, .miss_reasons = 64});
   kv.free(run(kv, ids(1, 24)));
   kv.begin_step();

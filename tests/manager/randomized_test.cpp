@@ -36,6 +36,7 @@ class Model {
                                     .record_events = true,
                                     .learned_boundaries = learned,
                                     .prompt_tail_tokens = tail,
+                                    .learned_tail_tokens = 0,  // the model holds the fixed tail
                                     .block_hash = block_hash,
                                     .miss_reasons = 64}) {
     for (GroupId g = 0; g < 3; ++g) n_[g] = kv_.layout().small_pages_per_large_page(g);

@@ -85,6 +85,19 @@ struct KVCacheManagerOptions {
   // covers kvmm-sim's arXiv-QA questions (16-64 tokens); it costs long chats 0.9% more
   // steps. Numbers and the sweep it was chosen from in docs/results/sim.md.
   std::uint32_t prompt_tail_tokens = 64;
+  // The prompt tail that adapts (issue 34): the manager learns how far followers' prompts
+  // run past the prefix they share with an earlier request (prompt length - full-attention
+  // hit, at first admissions whose hit ended inside their prompt; the last 256, 5th-95th
+  // percentile), and each request's tail then reaches back that far, at most this many
+  // tokens: a shared document followed by 400-1,000-token questions is held where the next
+  // question parts, not only within prompt_tail_tokens of the end. A follower whose hit
+  // ends where a finished request's pages end (a chat turn, a tool call's next step) or
+  // whose next page was evicted teaches nothing. The cap on answers stays
+  // prompt_tail_tokens. Costs at most this many tokens of window pages per windowed group
+  // and running request while its tail is held; a 2 KiB ring, a 64 KiB table of sequence
+  // ends, a 2 MiB table of evicted keys (one slot written per eviction), O(1) per admission
+  // and free. 0: off (the tail is prompt_tail_tokens). Numbers: docs/results/sim.md.
+  std::uint32_t learned_tail_tokens = 2048;
   // The function behind the block hashes (the prefix cache's keys, KV events' hashes, tier
   // keys): XXH3-128 (default, fastest), SHA-256 or keyed BLAKE2b (a per-deployment secret
   // key), for every page or only salted requests' (block_hasher.hpp; what each guarantees:

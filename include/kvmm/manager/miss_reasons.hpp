@@ -16,17 +16,17 @@ namespace kvmm {
 
 // Where a group's hit stopped, from the lookup's own probes.
 enum class MissReason : std::uint8_t {
-  kNone,             // the hit reached the lookup's limit (prompt - 1 or the caller's cap): nothing missed
-  kPageFloor,        // every whole page below the limit hit: the rest is less than one page
-  kCheckpointGrid,   // a state group (Mamba): the limit is off its checkpoint grid, the grid floor hit
-  kNotCached,        // page k's key (its tokens and all before) was never cached here: the first differing
-                     // token is in page k (or it was evicted longer ago than the evicted-key table remembers)
-  kKeyMismatch,      // page 0's tokens are cached under other extra keys: a different cache salt or LoRA id
-  kImageKey,         // page k holds part of an image: its key carries the image's hash, which no cached page has
-  kEvicted,          // page k was cached and evicted (memory pressure), with every group's copy of it
-  kRetentionNotHeld, // a window, chunk or checkpoint page a hit needs was evicted while full attention kept
-                     // the prefix: no boundary held it (hint it, or it is learned here)
-  kImageEvicted,     // an encoder-token group (cross attention, vision) lacks an image's pages
+  kNone,              // the hit reached the lookup's limit (prompt - 1 or the caller's cap): nothing missed
+  kPageFloor,         // every whole page below the limit hit: the rest is less than one page
+  kCheckpointGrid,    // a state group (Mamba): the limit is off its checkpoint grid, the grid floor hit
+  kNotCached,         // page k's key (its tokens and all before) was never cached here: the first differing
+                      // token is in page k (or it was evicted longer ago than the evicted-key table remembers)
+  kKeyMismatch,       // page 0's tokens are cached under other extra keys: a different cache salt or LoRA id
+  kImageKey,          // page k holds part of an image: its key carries the image's hash, which no cached page has
+  kEvicted,           // page k was cached and evicted (memory pressure), with every group's copy of it
+  kRetentionNotHeld,  // a window, chunk or checkpoint page a hit needs was evicted while full attention kept
+                      // the prefix: no boundary held it (hint it, or it is learned here)
+  kImageEvicted,      // an encoder-token group (cross attention, vision) lacks an image's pages
 };
 inline constexpr std::size_t kNumMissReasons = 9;
 // "none", "page_floor", "checkpoint_grid", "not_cached", "key_mismatch", "image_key", "evicted",
