@@ -423,6 +423,7 @@ class KvmmPolicy final : public Policy {
     const bool learn = o.boundaries == BoundaryMode::kLearned || o.boundaries == BoundaryMode::kBoth;
     a.learned_boundaries = learn ? kLearnedBoundaryEntries : 0;
     a.prompt_tail_tokens = learn ? KVCacheManagerOptions{}.prompt_tail_tokens : 0;
+    a.learned_tail_tokens = learn ? o.learned_tail : 0;
     a.miss_reasons = kMissReasonSlots;  // reporting only: no decision reads it
     return a;
   }

@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,8 @@ constexpr const char* kUsage = R"(usage: kvmm-sim --model PRESET|config.json --w
   --retention-interval N
                       vllm-0.33-tuned: prefix_cache_retention_interval in tokens
                       (default 4096; a multiple of the block size)
+  --learned-tail N    kvmm: KVCacheManagerOptions::learned_tail_tokens (the prompt tail
+                      that adapts to the suffixes seen; 0: off; default the manager's)
   --boundaries B      kvmm's retention at shared-prefix boundaries: none (Jenga's rule),
                       hinted (the trace's boundaries as RequestExtras::cache_boundaries),
                       learned (the manager's defaults: learned_boundaries = 4096 and
@@ -94,7 +97,8 @@ int run(int argc, char** argv) {
   std::uint64_t seed = 1, requests = 1000, max_steps = 0, articles = 0;  // articles 0: not given
   BoundaryMode boundaries = BoundaryMode::kLearned;
   std::uint32_t token_budget = 8192, max_seqs = 256, tpp = 16, dtype = 2, csv_every = 1;
-  std::uint32_t question_min = 16, question_max = 64, retention_interval = 0;  // interval 0: the policy's default
+  std::uint32_t question_min = 16, question_max = 64, retention_interval = 0;
+  std::optional<std::uint32_t> learned_tail;  // none: the manager's default  // interval 0: the policy's default
   bool questions_given = false;
   std::vector<std::pair<std::string, std::uint32_t>> group_tpp;
   for (int i = 1; i < argc; ++i) {
@@ -138,6 +142,8 @@ int run(int argc, char** argv) {
       questions_given = true;
     } else if (a == "--retention-interval")
       retention_interval = to_u32(a, parse_uint(a, v), 1);
+    else if (a == "--learned-tail")
+      learned_tail = to_u32(a, parse_uint(a, v), 0);
     else if (a == "--boundaries")
       boundaries = parse_boundary_mode(v);
     else if (a == "--token-budget")
@@ -216,6 +222,7 @@ int run(int argc, char** argv) {
   po.prefix_caching = caching;
   po.boundaries = boundaries;
   if (retention_interval > 0) po.retention_interval = retention_interval;
+  if (learned_tail) po.learned_tail = *learned_tail;
   po.max_model_len = 1;
   po.max_encoder_tokens = 1;
   for (const SimRequest& r : w.requests) {

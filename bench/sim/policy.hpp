@@ -5,6 +5,7 @@
 // stats O(requests x groups) (block policies with shared prefixes: O(blocks held)).
 #pragma once
 
+#include "kvmm/manager/kv_cache_manager.hpp"
 #include "kvmm/spec/kv_layout.hpp"
 #include "sim/workload.hpp"
 
@@ -106,6 +107,8 @@ struct PolicyOptions {
   BoundaryMode boundaries = BoundaryMode::kLearned;  // kvmm only; the manager's default
   // vllm-0.33-tuned: prefix_cache_retention_interval (tokens; vllm-0.33 uses vLLM's default 0).
   std::uint32_t retention_interval = kTunedRetentionInterval;
+  // kvmm with learned boundaries: KVCacheManagerOptions::learned_tail_tokens.
+  std::uint32_t learned_tail = KVCacheManagerOptions{}.learned_tail_tokens;
 };
 
 const std::vector<std::string>& policy_names();
