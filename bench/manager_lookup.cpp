@@ -7,6 +7,7 @@
 // probe goes to the prefix index. BM_LookupCached128kHash: the full-attention case under
 // each KVCacheManagerOptions::block_hash (arg: 0 XXH3-128, 1 SHA-256, 2 keyed BLAKE2b, 3
 // keyed BLAKE2b for salted requests only, the prompt unsalted: XXH3-128's cost).
+// BM_LookupCached128kMissReasons: BM_LookupCached128k with the miss reasons on.
 #include "kvmm/manager/kv_cache_manager.hpp"
 
 #include <benchmark/benchmark.h>
@@ -57,6 +58,19 @@ void BM_LookupCached128k(benchmark::State& state) {
   time_lookups(state, kv, tokens);
 }
 BENCHMARK(BM_LookupCached128k)->Arg(1)->Arg(2)->Unit(benchmark::kMicrosecond);
+
+// The same with KVCacheManagerOptions::miss_reasons on (65,536 slots): each lookup also
+// classifies where its hit stopped (the page floor here), add_request hashes the first
+// page once more.
+void BM_LookupCached128kMissReasons(benchmark::State& state) {
+  std::vector<LayerGroup> groups{LayerGroup::full_attention("global", 32, 8, 128, 2, 16)};
+  if (state.range(0) == 2) groups.push_back(LayerGroup::sliding_window("local", 32, 8, 128, 2, 16, 4096));
+  KVCacheManager kv(KVLayout::plan(groups),
+                    {.num_large_pages = 2 * (kTokens / 16 + 16), .max_requests = 4, .miss_reasons = 1u << 16});
+  const std::vector<std::uint32_t> tokens = cache_prompt(state, kv);
+  time_lookups(state, kv, tokens);
+}
+BENCHMARK(BM_LookupCached128kMissReasons)->Arg(1)->Arg(2)->Unit(benchmark::kMicrosecond);
 
 void BM_LookupCached128kHash(benchmark::State& state) {
   BlockHashOptions o;

@@ -155,7 +155,7 @@ KVCacheManagerOptions options_from(std::uint32_t num_large_pages, std::uint32_t 
                                    std::uint32_t max_requests, bool prefix_caching, bool record_events,
                                    const py::object& log, std::uint64_t seed, std::uint32_t learned_boundaries,
                                    std::uint32_t prompt_tail_tokens, bool record_kv_events,
-                                   const py::object& block_hash) {
+                                   const py::object& block_hash, std::uint32_t miss_reasons) {
   KVCacheManagerOptions o{.num_large_pages = num_large_pages,
                           .num_host_large_pages = num_host_large_pages,
                           .max_requests = max_requests,
@@ -165,6 +165,7 @@ KVCacheManagerOptions options_from(std::uint32_t num_large_pages, std::uint32_t 
   o.learned_boundaries = learned_boundaries;
   o.prompt_tail_tokens = prompt_tail_tokens;
   o.record_kv_events = record_kv_events;
+  o.miss_reasons = miss_reasons;
   o.block_hash = block_hash_from(block_hash);
   if (!log.is_none()) {
     if (!PyCallable_Check(log.ptr())) throw py::type_error("log: expected a callable(level: str, message: str)");
@@ -186,6 +187,13 @@ KVCacheManagerOptions options_from(std::uint32_t num_large_pages, std::uint32_t 
     };
   }
   return o;
+}
+
+py::dict reason_dict(const std::array<std::uint64_t, kNumMissReasons>& v) {
+  py::dict d;
+  for (std::size_t k = 0; k < kNumMissReasons; ++k)
+    d[py::str(std::string(to_string(static_cast<MissReason>(k))))] = v[k];
+  return d;
 }
 
 void bind_stats(py::module_& m) {
@@ -223,7 +231,13 @@ void bind_stats(py::module_& m) {
       .def_readonly("free_large_pages", &ManagerCounters::free_large_pages)
       .def_readonly("large_pages", &ManagerCounters::large_pages)
       .def_readonly("used_pages", &ManagerCounters::used_pages)
-      .def_readonly("evictable_pages", &ManagerCounters::evictable_pages);
+      .def_readonly("evictable_pages", &ManagerCounters::evictable_pages)
+      .def_property_readonly(
+          "miss_lookups", [](const ManagerCounters& c) { return reason_dict(c.misses.lookups); },
+          "Lookups per reason their hit stopped ({reason: count}; miss_reasons on)")
+      .def_property_readonly(
+          "missed_tokens", [](const ManagerCounters& c) { return reason_dict(c.misses.tokens); },
+          "Tokens looked up and not hit, per reason ({reason: tokens}; miss_reasons on)");
 }
 
 void bind_requests(py::class_<Manager>& c) {
@@ -357,6 +371,28 @@ void bind_queries(py::class_<Manager>& c) {
            })
       .def("counters", [](Manager& m) { return m.use()->counters(); })
       .def(
+          "lookup_report",
+          [](Manager& m, Int<RequestId> r) {
+            const LookupReport& rep = m.use()->lookup_report(r);
+            py::list groups;
+            for (const GroupMiss& g : rep.groups)
+              groups.append(py::dict(py::arg("hit_tokens") = g.hit_tokens,
+                                     py::arg("reason") = std::string(to_string(g.reason)), py::arg("page") = g.page));
+            return py::dict(py::arg("limit") = rep.limit, py::arg("hit_tokens") = rep.hit_tokens,
+                            py::arg("reason") = std::string(to_string(rep.reason)), py::arg("group") = rep.group,
+                            py::arg("groups") = groups);
+          },
+          py::arg("r"),
+          "Why r's lookup_prefix stopped where it did, per group (needs miss_reasons > 0): {limit, hit_tokens, "
+          "reason, group, groups: [{hit_tokens, reason, page}]}")
+      .def(
+          "cache_usage",
+          [](Manager& m, Int<RequestId> r) {
+            const CacheUsage u = m.use()->cache_usage(r);
+            return py::dict(py::arg("read_tokens") = u.read_tokens, py::arg("written_tokens") = u.written_tokens);
+          },
+          py::arg("r"), "r's tokens read from the cache (admitted hits) and written to it (pages it newly cached)")
+      .def(
           "take_events",
           [](Manager& m) {
             auto kv = m.use();
@@ -433,12 +469,13 @@ void bind_manager(py::module_& m) {
   c.def(py::init([](const KVLayout& layout, std::uint32_t num_large_pages, std::uint32_t num_host_large_pages,
                     std::uint32_t max_requests, bool prefix_caching, bool record_events, const py::object& log,
                     std::uint64_t seed, const py::object& arena, std::uint32_t learned_boundaries,
-                    std::uint32_t prompt_tail_tokens, bool record_kv_events, const py::object& block_hash) {
+                    std::uint32_t prompt_tail_tokens, bool record_kv_events, const py::object& block_hash,
+                    std::uint32_t miss_reasons) {
           if (!arena.is_none() && !py::isinstance<Arena>(arena)) throw py::type_error("arena: expected a kvmm.Arena");
           return std::make_unique<Manager>(
               layout,
               options_from(num_large_pages, num_host_large_pages, max_requests, prefix_caching, record_events, log,
-                           seed, learned_boundaries, prompt_tail_tokens, record_kv_events, block_hash),
+                           seed, learned_boundaries, prompt_tail_tokens, record_kv_events, block_hash, miss_reasons),
               arena);
         }),
         py::arg("layout"), py::kw_only(), py::arg("num_large_pages") = 0, py::arg("num_host_large_pages") = 0,
@@ -446,7 +483,7 @@ void bind_manager(py::module_& m) {
         py::arg("record_events") = d.record_events, py::arg("log") = py::none(), py::arg("seed") = d.seed,
         py::arg("arena") = py::none(), py::arg("learned_boundaries") = d.learned_boundaries,
         py::arg("prompt_tail_tokens") = d.prompt_tail_tokens, py::arg("record_kv_events") = d.record_kv_events,
-        py::arg("block_hash") = py::none());
+        py::arg("block_hash") = py::none(), py::arg("miss_reasons") = d.miss_reasons);
   c.attr("MAX_TOKENS") = KVCacheManager::kMaxTokens;
   c.attr("MAX_REQUESTS") = KVCacheManager::kMaxRequests;
   bind_requests(c);

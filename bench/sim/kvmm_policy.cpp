@@ -20,6 +20,9 @@ namespace kvmm::sim {
 
 namespace {
 
+// Slots of the manager's miss-reason key tables (2 x 32 B each: 4 MB).
+constexpr std::uint32_t kMissReasonSlots = 1u << 16;
+
 class KvmmPolicy final : public Policy {
  public:
   KvmmPolicy(const KVLayout& layout, const PolicyOptions& o)
@@ -51,6 +54,15 @@ class KvmmPolicy final : public Policy {
         "placement, pages out of each layer kind's need released at commit; prefix caching {} (per-layer-kind "
         "hit rules, images cached by image hash, LRU small/large-page eviction)",
         kv_.large_pages().capacity(), l.large_page_bytes(), groups, caching_ ? "on" : "off");
+  }
+
+  std::vector<MissCount> miss_reasons() const override {
+    std::vector<MissCount> out;
+    if (!caching_) return out;
+    const ManagerCounters c = kv_.counters();
+    for (std::size_t k = 0; k < kNumMissReasons; ++k)
+      out.push_back({std::string(to_string(static_cast<MissReason>(k))), c.misses.lookups[k], c.misses.tokens[k]});
+    return out;
   }
 
   void begin_step() override { kv_.begin_step(); }
@@ -411,6 +423,8 @@ class KvmmPolicy final : public Policy {
     const bool learn = o.boundaries == BoundaryMode::kLearned || o.boundaries == BoundaryMode::kBoth;
     a.learned_boundaries = learn ? kLearnedBoundaryEntries : 0;
     a.prompt_tail_tokens = learn ? KVCacheManagerOptions{}.prompt_tail_tokens : 0;
+    a.learned_tail_tokens = learn ? o.learned_tail : 0;
+    a.miss_reasons = kMissReasonSlots;  // reporting only: no decision reads it
     return a;
   }
 

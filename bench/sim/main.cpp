@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,8 @@ constexpr const char* kUsage = R"(usage: kvmm-sim --model PRESET|config.json --w
                       vllm-0.33: vLLM's prefix_match_unit, the finest boundary a hit may
                       end on (default: the configured block size; the grown block size
                       gives hits at block boundaries only)
+  --learned-tail N    kvmm: KVCacheManagerOptions::learned_tail_tokens (the prompt tail
+                      that adapts to the suffixes seen; 0: off; default the manager's)
   --boundaries B      kvmm's retention at shared-prefix boundaries: none (Jenga's rule),
                       hinted (the trace's boundaries as RequestExtras::cache_boundaries),
                       learned (the manager's defaults: learned_boundaries = 4096 and
@@ -108,6 +111,7 @@ int run(int argc, char** argv) {
   std::uint64_t max_large_page_bytes = 0;                                      // 0: the library's default
   std::uint32_t prefix_match_unit = 0;                                         // 0: the policy's default
   std::uint32_t question_min = 16, question_max = 64, retention_interval = 0;  // interval 0: the policy's default
+  std::optional<std::uint32_t> learned_tail;  // none: the manager's default
   bool questions_given = false;
   std::vector<std::pair<std::string, std::uint32_t>> group_tpp;
   for (int i = 1; i < argc; ++i) {
@@ -153,6 +157,8 @@ int run(int argc, char** argv) {
       retention_interval = to_u32(a, parse_uint(a, v), 1);
     else if (a == "--prefix-match-unit")
       prefix_match_unit = to_u32(a, parse_uint(a, v), 1);
+    else if (a == "--learned-tail")
+      learned_tail = to_u32(a, parse_uint(a, v), 0);
     else if (a == "--boundaries")
       boundaries = parse_boundary_mode(v);
     else if (a == "--token-budget")
@@ -240,6 +246,7 @@ int run(int argc, char** argv) {
   po.boundaries = boundaries;
   if (retention_interval > 0) po.retention_interval = retention_interval;
   po.prefix_match_unit = prefix_match_unit;
+  if (learned_tail) po.learned_tail = *learned_tail;
   po.max_model_len = 1;
   po.max_encoder_tokens = 1;
   for (const SimRequest& r : w.requests) {
@@ -285,6 +292,13 @@ int run(int argc, char** argv) {
         s.policy, s.steps, s.finished, s.mean_running, s.mean_decode_batch, s.preemptions, s.output_tokens_per_step,
         100 * s.prefix_hit_rate, 100 * s.mean_wasted, 100 * s.peak_wasted, 100 * s.mean_group_free,
         100 * s.first_hit_rate, s.prefill_tokens, s.wall_seconds);
+    // Why lookups missed (kvmm: the manager's miss reasons; a retried admission counts each lookup).
+    if (const auto misses = policy->miss_reasons(); !misses.empty()) {
+      std::string line;
+      for (const Policy::MissCount& m : misses)
+        if (m.lookups > 0) line += fmt::format(" {} {} ({} tok)", m.reason, m.lookups, m.tokens);
+      fmt::print("{:<15}   misses:{}\n", "", line.empty() ? " none" : line);
+    }
     csv_summary += fmt::format(
         "{},{},{},{},{:.4f},{:.4f},{},{:.3f},{:.4f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{},{:.3f},"
         "{:.6f},{}\n",

@@ -5,6 +5,7 @@
 // stats O(requests x groups) (block policies with shared prefixes: O(blocks held)).
 #pragma once
 
+#include "kvmm/manager/kv_cache_manager.hpp"
 #include "kvmm/spec/kv_layout.hpp"
 #include "sim/workload.hpp"
 
@@ -75,6 +76,14 @@ class Policy {
   // Recounts every page from scratch and raises kvmm::Error on a mismatch. O(memory):
   // for tests (SchedulerOptions::check_invariants).
   virtual void check_invariants() const = 0;
+  // Why lookups missed (issue 34): per reason, lookups whose hit stopped for it and the
+  // tokens it cost, as the manager's miss_reasons count them; empty for a policy that
+  // does not classify its misses (the block models).
+  struct MissCount {
+    std::string reason;
+    std::uint64_t lookups = 0, tokens = 0;
+  };
+  virtual std::vector<MissCount> miss_reasons() const { return {}; }
 };
 
 // kvmm's retention of the pages a hit at a shared prefix needs (issue 17): none (today's
@@ -102,6 +111,8 @@ struct PolicyOptions {
   // on; 0 = vLLM's default (the configured block size, so hits inside blocks grown for a
   // Mamba group). A value equal to the grown block gives hits at block boundaries only.
   std::uint32_t prefix_match_unit = 0;
+  // kvmm with learned boundaries: KVCacheManagerOptions::learned_tail_tokens.
+  std::uint32_t learned_tail = KVCacheManagerOptions{}.learned_tail_tokens;
 };
 
 const std::vector<std::string>& policy_names();

@@ -24,11 +24,17 @@ std::uint64_t Admission::lookup_prefix(RequestId r, std::uint64_t cap) {
   q.hit.lookup_tokens = num_tokens;
   // At most prompt - 1 tokens (the last one is computed for its logits), and the cap.
   q.hit.limit = m_.options_.prefix_caching && num_tokens > 1 ? std::min(num_tokens - 1, cap) : 0;
-  if (q.hit.limit == 0) return 0;
+  if (q.hit.limit == 0) {
+    if (m_.misses.on()) [[unlikely]]
+      m_.misses.explain(q, 0, 0);
+    return 0;
+  }
   const std::uint64_t limit = q.hit.limit;
   // add_request hashed the prompt's full pages; only ids appended since need hashing.
   for (std::uint32_t c = 0; c < m_.class_tokens_.size(); ++c) q.ids.ensure(c, limit / m_.class_tokens_[c]);
   const std::uint64_t p = m_.lookup_.longest_hit(r, q, limit);
+  if (m_.misses.on()) [[unlikely]]
+    m_.misses.explain(q, limit, p);
   m_.lookup_.count_hit(q, p);
   // The request continues from p; allocate pins the pages the hit needs.
   q.hit.tokens = p;
@@ -258,6 +264,7 @@ AllocateResult Admission::allocate_at(RequestId r, Row s, std::uint32_t num_new_
     ++m_.counts_.admissions;
     m_.counts_.admitted_lookup_tokens += q.hit.lookup_tokens;
     m_.counts_.admitted_hit_tokens += q.hit.tokens;
+    q.miss.usage.read_tokens += q.hit.tokens;
     m_.retention.learn_at_admission(q);
   }
   if (q.tier.pending) m_.tier.start_loads(r, s, q);

@@ -22,7 +22,12 @@ void BoundaryRetention::set_boundaries(Request& q, std::span<const std::uint64_t
   std::fill(q.keep.held_in.begin(), q.keep.held_in.end(), 0);
   for (std::uint64_t L : hinted) q.keep.bounds.add(L);
   const std::uint64_t tail = m_.options_.prefix_caching ? m_.options_.prompt_tail_tokens : 0;
-  if (tail > 0 && prompt > 0) q.keep.bounds.set_tail(prompt > tail ? prompt - tail : 1, prompt, prompt + tail);
+  if (tail > 0 && prompt > 0) {
+    // Back as far as followers were seen to part from a shared prefix (the learned 95th
+    // percentile of their suffixes), at least prompt_tail_tokens.
+    const std::uint64_t back = std::max(tail, m_.suffixes_.range().second);
+    q.keep.bounds.set_tail(prompt > back ? prompt - back : 1, prompt, prompt + tail);
+  }
   // Room for every page the boundaries may hold (a bound, not the count): no heap use
   // when pages leave the windows.
   std::uint64_t most = 0;
@@ -43,11 +48,22 @@ void BoundaryRetention::set_boundaries(Request& q, std::span<const std::uint64_t
 // branch point (learned, and held by this request, which recomputes up to it); a hit that
 // ends at a learned point is held again, so the prefix stays findable after this request.
 void BoundaryRetention::learn_at_admission(Request& q) {
-  if (!m_.branches_.enabled() || m_.anchor_ == kNoGroup) return;
+  if (m_.anchor_ == kNoGroup) return;
   const Group& a = m_.groups_[m_.anchor_];
   // A preempted request's own pages are not another request's prefix: where they part from
   // the hit says nothing about what others share.
   if (q.was_reset) return;
+  // A full-attention hit that ended inside the prompt, a page or more before its limit: the
+  // request parts there from an earlier one, its suffix that long.
+  // One that parts where an earlier request's cached pages end continues it (a chat turn,
+  // a tool call's next step): it parts at no point inside another's prompt.
+  if (const std::uint64_t w = q.hit.branch / a.P * a.P; m_.suffixes_.enabled() && w > 0 && w + a.P <= q.hit.limit) {
+    const std::span<const BlockHash> ch = q.ids.chain(a.hash_class);
+    // One whose next page was evicted lost the rest of a shared prefix: no branch either.
+    if (w / a.P < ch.size() && !m_.ends_.contains(ch[w / a.P - 1]) && !m_.store_.was_evicted(m_.anchor_, ch[w / a.P]))
+      m_.suffixes_.add(q.hit.lookup_tokens - w);
+  }
+  if (!m_.branches_.enabled()) return;
   const std::span<const BlockHash> chain = q.ids.chain(a.hash_class);
   if (const std::uint64_t pages = q.hit.branch / a.P;
       q.hit.branch > q.hit.tokens && pages > 0 && pages <= chain.size()) {
@@ -84,6 +100,13 @@ void BoundaryRetention::drop_tail(Request& q) {
     --q.keep.held_in[q.keep.held[k].group];
   }
   std::erase_if(q.keep.held, tail_only);
+}
+
+void BoundaryRetention::note_end(const Request& q) {
+  if (!m_.ends_.enabled() || m_.anchor_ == kNoGroup) return;
+  const std::span<const BlockHash> chain = q.ids.chain(m_.groups_[m_.anchor_].hash_class);
+  if (const std::uint64_t pages = q.progress.registered[m_.anchor_]; pages > 0 && pages <= chain.size())
+    m_.ends_.insert(chain[pages - 1]);
 }
 
 void BoundaryRetention::release_held(Request& q) {

@@ -29,6 +29,9 @@ class BoundaryRetention {
   void learn_on_register(Request& q, const BlockHash* hv, std::uint64_t from, std::uint64_t full);
   void drop_tail(Request& q);
   void release_held(Request& q);
+  // At free: where q's cached pages end (the adaptive tail tells a continuation from a
+  // branch by it). O(1).
+  void note_end(const Request& q);
 
  private:
   ManagerCore& m_;

@@ -48,6 +48,9 @@ KVLayout ManagerCore::validated(KVLayout layout, const KVCacheManagerOptions& op
          options.num_large_pages);
   if (options.learned_boundaries > (1u << 24))
     fail("learned_boundaries = {}: at most {} entries", options.learned_boundaries, 1u << 24);
+  if (options.miss_reasons > (1u << 24)) fail("miss_reasons = {}: at most {} slots", options.miss_reasons, 1u << 24);
+  if (options.learned_tail_tokens > (1u << 24))
+    fail("learned_tail_tokens = {}: at most {} tokens", options.learned_tail_tokens, 1u << 24);
   if (options.prompt_tail_tokens > (1u << 24))
     fail("prompt_tail_tokens = {}: at most {} tokens", options.prompt_tail_tokens, 1u << 24);
   if (options.max_requests == 0 || options.max_requests > KVCacheManager::kMaxRequests)
@@ -83,9 +86,15 @@ ManagerCore::ManagerCore(KVLayout layout, const KVCacheManagerOptions& options)
       reqs_(options.max_requests, static_cast<std::uint32_t>(layout_.num_groups())),
       rng_(options.seed),
       branches_(options.prefix_caching ? options.learned_boundaries : 0),
+      suffixes_(options.prefix_caching && options.prompt_tail_tokens > 0 ? options.learned_tail_tokens : 0),
+      ends_(suffixes_.enabled() ? kLearnedEnds : 0),
+      plain_first_(options.prefix_caching ? options.miss_reasons : 0),
       need_(layout_.num_groups(), 0),
       cow_(layout_.num_groups(), 0) {
   copies_.reserve(256);
+  // The evicted keys serve the miss reasons and the learned tail (an eviction is no branch).
+  if (options.prefix_caching && (options.miss_reasons > 0 || suffixes_.enabled()))
+    store_.remember_evictions(std::max(options.miss_reasons, suffixes_.enabled() ? kLearnedEvictions : 0u));
   pool_.keep_freed(true);  // a source's freed pages stay backed until begin_step (swap plans read them)
   retention.update_anchor();
 }
@@ -116,6 +125,13 @@ const LayerPolicy& ManagerCore::policy(GroupId g) const {
 
 void ManagerCore::loading_error(RequestId r, const char* call) {
   fail("request = {}: {} while it loads from a tier (finish_loads first)", r, call);
+}
+
+const LookupReport& ManagerCore::lookup_report(RequestId r) const {
+  const Request& q = req(r);
+  if (!misses.on()) fail("lookup_report: request {}: KVCacheManagerOptions::miss_reasons is 0 (off)", r);
+  if (!q.miss.reported) fail("request = {}: lookup_report before its lookup_prefix (or since its reset)", r);
+  return q.miss.report;
 }
 
 std::span<const BlockHash> ManagerCore::block_hashes(RequestId r, GroupId g) const {

@@ -74,6 +74,8 @@ bool KVCacheManager::image_from_cache(RequestId r, std::uint32_t item) const {
   return core_->images.image_from_cache(r, item);
 }
 ManagerCounters KVCacheManager::counters() const { return core_->counters(); }
+const LookupReport& KVCacheManager::lookup_report(RequestId r) const { return core_->lookup_report(r); }
+CacheUsage KVCacheManager::cache_usage(RequestId r) const { return core_->req(r).miss.usage; }
 void KVCacheManager::take_events(std::vector<CacheEvent>& out) { core_->take_events(out); }
 void KVCacheManager::take_events(KvEventBatch& out) { core_->take_events(out); }
 

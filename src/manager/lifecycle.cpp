@@ -65,6 +65,7 @@ RequestId Lifecycle::add_request(std::span<const std::uint32_t> tokens, const Re
   m_.retention.set_boundaries(q, extras.cache_boundaries, std::max<std::uint64_t>(extras.prompt_tokens, tokens.size()));
   q.was_reset = false;
   clear_progress(q);  // progress, hit, tier hit, images' progress
+  m_.misses.on_add(q, tokens);
   for (GroupId g = 0; g < m_.groups_.size(); ++g) {
     q.images.page[g].clear();
     if (m_.groups_[g].decoder) continue;
@@ -85,6 +86,7 @@ void Lifecycle::clear_progress(Request& q) {
   q.hit.reset();
   q.tier.reset();
   q.images.restart();
+  q.miss.reported = false;
 }
 
 void Lifecycle::append_tokens(RequestId r, std::span<const std::uint32_t> tokens) {
@@ -126,12 +128,20 @@ void Lifecycle::register_full_pages(Row s, Request& q, std::uint64_t c) {
     q.ids.ensure(grp.hash_class, full);
     const BlockHash* hv = q.ids.chain(grp.hash_class).data();
     const PageId* pages = grp.table.pages(s).data();
+    std::uint64_t newly = 0;
     for (std::uint64_t i = q.progress.registered[g]; i < full; ++i) {
       prefetch_insert(m_.index_, grp, g, hv, pages, i, full);
-      if (pages[i] != kNullPage && m_.store_.register_page(g, pages[i], hv[i]))
+      if (pages[i] != kNullPage && m_.store_.register_page(g, pages[i], hv[i])) {
         m_.events_.stored_page(g, q.ids, hv, i, grp.P);
+        ++newly;
+      }
     }
     m_.events_.end_run();
+    if (g == m_.misses.usage_group()) {
+      q.miss.usage.written_tokens += newly * grp.P;
+      if (q.progress.registered[g] == 0 && m_.misses.on()) [[unlikely]]
+        m_.misses.on_first_page_cached(q);
+    }
     if (g == m_.anchor_ && m_.branches_.enabled())
       m_.retention.learn_on_register(q, hv, q.progress.registered[g], full);
     q.progress.registered[g] = full;
@@ -212,6 +222,7 @@ RequestId Lifecycle::fork(RequestId parent) {
   q.hit = pq.hit;
   q.hit.pending = false;  // checked above
   q.images = pq.images;
+  q.miss.start();
   q.keep.reset();
   q.keep.bounds = pq.keep.bounds;  // the pages the parent holds stay the parent's
   q.tier.reset();
@@ -250,6 +261,7 @@ void Lifecycle::release_all(Row s, Request& q) {
 
 void Lifecycle::free(RequestId r) {
   const Row s = m_.reqs_.row(r);
+  m_.retention.note_end(m_.reqs_[s]);
   release_all(s, m_.reqs_[s]);
   m_.reqs_.give_back(s);
   m_.expensive_check();
@@ -272,6 +284,8 @@ void Lifecycle::reset_prefix_cache() {
   m_.swap.forget_hashes();
   m_.store_.forget_all();
   m_.branches_.clear();
+  m_.suffixes_.clear();
+  m_.ends_.clear();
   m_.log(LogLevel::kInfo, "reset_prefix_cache: every cached hash forgotten");
   m_.expensive_check();
 }

@@ -8,6 +8,7 @@
 //   tier_hits.hpp           hits from a shared tier (TierAdmission's calls)
 //   swap.hpp                swap_out and swap_in, with the host pool's rows
 //   exports.hpp             kv lengths, kernel exports, the fused decode step
+//   miss_reasons.hpp        why a lookup's hit stopped (issue 34), per group
 // and the parts they share:
 //   request.hpp             a request's Phase and sub-records; request_table.hpp: rows and handles
 //   rows.hpp                the one writer of device rows and their pages' references
@@ -28,11 +29,13 @@
 #include "group.hpp"
 #include "hit_pins.hpp"
 #include "image_rows.hpp"
+#include "key_table.hpp"
 #include "kvmm/caching/prefix_index.hpp"
 #include "kvmm/checked.hpp"
 #include "kvmm/detail/debug_checks.hpp"
 #include "kvmm/manager/kv_cache_manager.hpp"
 #include "lifecycle.hpp"
+#include "miss_reasons.hpp"
 #include "page_store.hpp"
 #include "prefix_lookup.hpp"
 #include "request_table.hpp"
@@ -70,6 +73,7 @@ class ManagerCore {
   // ---- stats (stats.cpp) and checks (invariants.cpp)
   CacheStats stats() const;
   ManagerCounters counters() const;
+  const LookupReport& lookup_report(RequestId r) const;
   void check_invariants() const;
   void take_events(std::vector<CacheEvent>& out) { events_.take(out); }
   void take_events(KvEventBatch& out) { events_.take(out); }
@@ -100,6 +104,7 @@ class ManagerCore {
   friend class TierHits;
   friend class Swap;
   friend class Exports;
+  friend class MissReasons;
 
   static KVLayout validated(KVLayout layout, const KVCacheManagerOptions& options);
   static std::uint64_t pages_for(std::uint64_t tokens, std::uint32_t P) { return ceil_div(tokens, P); }
@@ -143,6 +148,9 @@ class ManagerCore {
   std::uint64_t rng_;
   std::vector<PageCopy> copies_;
   BranchPoints branches_;
+  SuffixLengths suffixes_;     // the adaptive prompt tail (options_.learned_tail_tokens)
+  BranchPoints ends_;          // where finished requests' cached pages end (their last full page's hash)
+  KeyTable plain_first_;       // miss reasons: a first page's plain key -> the keyed one it was cached under
   GroupId anchor_ = kNoGroup;  // the first whole-prefix decoder group: learned points use its hashes
   std::vector<PageCopy> plan_;
   std::vector<std::vector<std::pair<GroupId, PageId>>> pins_;
@@ -166,6 +174,7 @@ class ManagerCore {
   TierHits tier{*this};
   Swap swap{*this};
   Exports exports{*this};
+  MissReasons misses{*this};
 };
 
 }  // namespace kvmm::detail

@@ -65,6 +65,16 @@ void append_prometheus_text(const ManagerCounters& c, const KVLayout& layout, st
   metric("active_requests", "gauge", "Requests added and not freed", c.active_requests);
   metric("free_large_pages", "gauge", "Large pages in the pool", c.free_large_pages);
   metric("large_pages", "gauge", "Large pages the manager holds", c.large_pages);
+  // Miss reasons (all zero unless KVCacheManagerOptions::miss_reasons): one series per reason.
+  for (const auto& [name, values, help] :
+       {std::tuple{"lookup_stops_total", &c.misses.lookups, "Lookups whose hit stopped for this reason"},
+        std::tuple{"missed_tokens_total", &c.misses.tokens,
+                   "Tokens looked up and not hit, by the reason the hit stopped"}}) {
+    fmt::format_to(it, "# HELP {0}_{1} {2}\n# TYPE {0}_{1} counter\n", prefix, name, help);
+    for (std::size_t k = 0; k < kNumMissReasons; ++k)
+      fmt::format_to(it, "{}_{}{{reason=\"{}\"}} {}\n", prefix, name, to_string(static_cast<MissReason>(k)),
+                     (*values)[k]);
+  }
   for (const auto& [name, values, help] :
        {std::tuple{"used_pages", &c.used_pages, "Small pages with holders, per group"},
         std::tuple{"evictable_pages", &c.evictable_pages, "Cached small pages without holders, per group"}}) {

@@ -268,6 +268,8 @@ void PageStore::evict_small(GroupId g, PageId p) {
   index_.erase(g, grp.pg[p].hash, p);
   grp.pg[p].hashed = 0;
   ++uncached_;
+  if (evicted_keys_.enabled()) [[unlikely]]
+    evicted_keys_.put(KeyTable::of(g, grp.pg[p].hash));
   events_.removed(g, p, grp.pg[p].hash, grp.decoder);
   ++grp.evicted;
   grp.alloc.free(p);

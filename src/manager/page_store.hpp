@@ -16,6 +16,7 @@
 #pragma once
 
 #include "group.hpp"
+#include "key_table.hpp"
 #include "kvmm/caching/prefix_index.hpp"
 #include "kvmm/detail/debug_checks.hpp"
 #include "kvmm/error.hpp"
@@ -83,6 +84,11 @@ class PageStore {
   // How many times a page left the cache (an eviction, or every page at forget_all): while
   // it is unchanged, every page found cached is cached still, under the same hash. O(1).
   std::uint64_t uncached() const { return uncached_; }
+  // Miss reasons (miss_reasons.hpp): remember the keys of evicted pages, `capacity` slots
+  // (0: none, the default; then an eviction pays one test). Whether group g's key h was
+  // evicted (and not forgotten since). O(1).
+  void remember_evictions(std::uint32_t capacity) { evicted_keys_ = KeyTable(capacity); }
+  bool was_evicted(GroupId g, const BlockHash& h) const { return evicted_keys_.get(KeyTable::of(g, h)) != nullptr; }
   // One reference less; at the last, a cached page becomes evictable under key (max(its
   // time, t), its prefix length) at level prio, an uncached one empty. An entry that is
   // still listed under the same key and level (a hit released unchanged) stays in place.
@@ -244,6 +250,7 @@ class PageStore {
   std::vector<GroupId> single_;  // groups with one small page per large page (sources 1..)
   std::uint64_t seq_ = 0;        // last insertion number handed out
   std::uint64_t uncached_ = 0;   // see uncached()
+  KeyTable evicted_keys_;        // remember_evictions
   std::uint32_t replay_epoch_ = 0;
 };
 

@@ -70,6 +70,16 @@ class PrefixLookup {
   // After longest_hit: how far the whole-prefix groups (full attention) alone would have
   // hit (the least of them), limit when there are none. O(groups).
   std::uint64_t whole_prefix_hit(std::uint64_t limit) const;
+  // After longest_hit(q, limit) (the miss reasons): group g's own longest valid prefix of
+  // at most limit tokens (a decoder group: its policy over the probes; an encoder-token
+  // group: up to its first missing image). O(pages probed).
+  std::uint64_t own_hit(const Request& q, GroupId g, std::uint64_t limit) {
+    return groups_[g].decoder ? decoder_hit(q, g, limit) : image_hit(q, g, limit);
+  }
+  // After longest_hit: a whole-prefix group's first missing page, else whether page i of
+  // q's prefix is cached in decoder group g (the probes, else the index). O(1).
+  std::uint64_t first_miss(GroupId g) const { return first_miss_[g]; }
+  bool has_page(const Request& q, GroupId g, std::uint64_t i) { return page_of(q, g, i) != kNullPage; }
   // Adds a hit of p tokens to each group's hit_pages (the pages it needs). O(groups + items).
   void count_hit(const Request& q, std::uint64_t p);
 

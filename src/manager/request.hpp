@@ -7,6 +7,7 @@
 
 #include "kvmm/caching/request_hashes.hpp"
 #include "kvmm/detail/debug_checks.hpp"
+#include "kvmm/manager/miss_reasons.hpp"
 #include "kvmm/manager/tier_admission.hpp"
 #include "kvmm/types.hpp"
 #include "retention.hpp"
@@ -137,6 +138,21 @@ struct Images {
   }
 };
 
+// Miss reasons and per-request accounting (miss_reasons.hpp).
+struct MissRecord {
+  bool reported = false;  // report holds r's last lookup (miss_reasons on)
+  bool has_plain = false;
+  BlockHash plain;  // its first page's key without extra keys (miss_reasons on)
+  LookupReport report;
+  CacheUsage usage;  // always kept
+
+  // A new request (add_request, fork): nothing reported or used yet; the report's capacity stays.
+  void start() {
+    reported = has_plain = false;
+    usage = CacheUsage{};
+  }
+};
+
 struct Request {
   Phase phase = Phase::kFree;
   Phase swapped_from = Phase::kFree;  // the phase swap_in returns to
@@ -148,6 +164,7 @@ struct Request {
   TierHit tier;
   Retention keep;
   Images images;
+  MissRecord miss;
 
   bool active() const { return phase != Phase::kFree; }
   bool swapped() const { return phase == Phase::kSwapped; }

@@ -18,6 +18,7 @@
 #include <bit>
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 namespace kvmm::detail {
@@ -73,6 +74,57 @@ class CacheBoundaries {
   std::array<std::uint64_t, kCapacity> at_{};
   std::size_t n_ = 0;
   std::uint64_t tail_lo_ = 0, tail_hi_ = 0, tail_end_ = 0;  // [lo, hi]; hi = 0: none
+};
+
+// Learned suffix lengths (issue 34: the prompt tail that adapts): how far followers' prompts
+// ran past the prefix they shared with an earlier request (prompt - whole-prefix hit, at
+// first admissions whose full-attention hit ended inside their prompt), the last kCapacity
+// of them in a ring. range() answers their 5th and 95th percentiles once kMin are known:
+// where in its prompt a request's followers are likely to part from it. O(1) per add;
+// range() O(kCapacity) after an add, else O(1). 2 KiB.
+// Entries of the table of sequence ends beside SuffixLengths (a follower that parts where
+// an earlier request ended continues it, as a chat turn does: no suffix to learn).
+inline constexpr std::uint32_t kLearnedEnds = 4096;
+// Slots of the evicted-key table the adaptive tail reads (a follower whose next page was
+// evicted lost the rest of a shared prefix: it parts nowhere). 32 B each: 2 MiB.
+inline constexpr std::uint32_t kLearnedEvictions = 1u << 16;
+
+class SuffixLengths {
+ public:
+  static constexpr std::size_t kCapacity = 256, kMin = 8;
+  explicit SuffixLengths(std::uint32_t most) : most_(most) {}
+  bool enabled() const { return most_ > 0; }
+  void add(std::uint64_t s) {
+    if (!enabled() || s == 0) return;
+    ring_[n_ % kCapacity] = static_cast<std::uint32_t>(std::min<std::uint64_t>(s, most_));
+    ++n_;
+    dirty_ = true;
+  }
+  // {lo, hi} (0, 0: too few known).
+  std::pair<std::uint64_t, std::uint64_t> range() {
+    if (n_ < kMin) return {0, 0};
+    if (dirty_) {
+      const std::size_t n = std::min<std::uint64_t>(n_, kCapacity);
+      std::array<std::uint32_t, kCapacity> v;
+      std::copy_n(ring_.begin(), n, v.begin());
+      const auto at = [&](std::size_t k) {
+        std::nth_element(v.begin(), v.begin() + k, v.begin() + n);
+        return v[k];
+      };
+      lo_ = at(n / 20);
+      hi_ = at(n - 1 - n / 20);
+      dirty_ = false;
+    }
+    return {lo_, hi_};
+  }
+  void clear() { n_ = 0; }
+
+ private:
+  std::uint32_t most_;
+  std::array<std::uint32_t, kCapacity> ring_{};
+  std::uint64_t n_ = 0;
+  std::uint64_t lo_ = 0, hi_ = 0;
+  bool dirty_ = false;
 };
 
 // A page a request holds for a boundary after it left the page table's window.

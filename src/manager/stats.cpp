@@ -64,6 +64,7 @@ ManagerCounters ManagerCore::counters() const {
   c.lookups = lookups_;
   c.lookup_tokens = lookup_tokens_;
   c.hit_tokens = hit_tokens_;
+  c.misses = misses.counters();
   c.active_requests = reqs_.num_active();
   c.free_large_pages = pool_.num_free();
   c.large_pages = pool_.capacity();

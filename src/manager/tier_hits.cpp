@@ -168,6 +168,7 @@ std::uint64_t TierHits::finish_loads_at(RequestId r, Row s, Request& q, std::spa
   m_.counts_.tier_failed_pages += failed;
   m_.counts_.tier_cut_tokens += q.hit.tokens - h;
   m_.counts_.admitted_hit_tokens -= q.hit.tokens - h;
+  q.miss.usage.read_tokens -= q.hit.tokens - h;
   if (failed > 0)
     m_.log(LogLevel::kInfo, "request {}: {} of {} tier loads failed, hit cut from {} to {} tokens", r, failed,
            statuses.size(), q.hit.tokens, h);

@@ -13,6 +13,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <array>
 #include <map>
 #include <optional>
 #include <random>
@@ -37,7 +38,9 @@ class Model {
                                     .record_events = true,
                                     .learned_boundaries = learned,
                                     .prompt_tail_tokens = tail,
-                                    .block_hash = block_hash}) {
+                                    .learned_tail_tokens = 0,  // the model holds the fixed tail
+                                    .block_hash = block_hash,
+                                    .miss_reasons = 64}) {
     ng_ = static_cast<GroupId>(kv_.layout().num_groups());
     for (GroupId g = 0; g < ng_; ++g) n_[g] = kv_.layout().small_pages_per_large_page(g);
     for (auto& base : bases_) {
@@ -57,6 +60,7 @@ class Model {
 
   std::uint64_t holds = 0, handovers = 0, hits = 0, lookups = 0, evictions = 0, failures = 0, cows = 0, swaps = 0,
                 resets = 0, refusals = 0;
+  std::array<std::uint64_t, kNumMissReasons> reports{};  // lookups per miss reason
   const KVCacheManager& kv() const { return kv_; }
 
  private:
@@ -285,6 +289,24 @@ class Model {
     lookup(r);
   }
 
+  // The miss report agrees with the lookup: the hit, the limit, every decoder group's own
+  // hit at least the hit, the named group's the least of them, kNone exactly at the limit.
+  void check_report(RequestId r, std::uint64_t got) {
+    const LookupReport& rep = kv_.lookup_report(r);
+    const std::uint64_t n = reqs_[r].tokens.size();
+    REQUIRE(rep.hit_tokens == got);
+    REQUIRE(rep.limit == (n > 1 ? n - 1 : 0));
+    REQUIRE((rep.reason == MissReason::kNone) == (got == rep.limit));
+    REQUIRE(rep.groups.size() == ng_);
+    for (GroupId g = 0; g < ng_; ++g) {
+      REQUIRE(rep.groups[g].hit_tokens >= got);
+      REQUIRE(rep.groups[g].hit_tokens <= rep.limit);
+      REQUIRE((rep.groups[g].reason == MissReason::kNone) == (rep.groups[g].hit_tokens == rep.limit));
+      if (rep.reason != MissReason::kNone) REQUIRE(rep.groups[rep.group].hit_tokens <= rep.groups[g].hit_tokens);
+    }
+    ++reports[static_cast<std::size_t>(rep.reason)];
+  }
+
   void lookup(RequestId r, bool pin = true) {
     const std::uint64_t want = expected_hit(reqs_[r]);
     const std::uint64_t got = kv_.lookup_prefix(r);
@@ -292,6 +314,7 @@ class Model {
     hits += got > 0;
     REQUIRE(got == want);
     REQUIRE(kv_.num_computed(r) == got);
+    check_report(r, got);
     // lookup_prefix is pure: no row changes until allocate pins the hit.
     for (GroupId g = 0; g < ng_; ++g) REQUIRE(kv_.page_table(r, g).empty());
     if (!pin) return;
@@ -639,6 +662,12 @@ TEST_CASE("model-based randomized test against a reference model", "[manager][ra
     CHECK(m.refusals > 50);
     CHECK(m.holds > 100);
     CHECK(m.handovers > 10);
+    // The reasons the random traffic must reach (the counters agree with the reports).
+    for (MissReason why : {MissReason::kNone, MissReason::kPageFloor, MissReason::kNotCached, MissReason::kEvicted}) {
+      CHECK(m.reports[static_cast<std::size_t>(why)] > 0);
+      CHECK(m.kv().counters().misses.lookups[static_cast<std::size_t>(why)] ==
+            m.reports[static_cast<std::size_t>(why)]);
+    }
     if (seed != 3) CHECK(m.failures > 10);
     if (layout >= 2) {  // the lineup's storage, at layout 0's page counts (6, 3, 2; the indexer 6)
       CHECK(m.kv().layout().group(kFull).storage == KvStorage::kLatent);

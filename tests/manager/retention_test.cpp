@@ -296,3 +296,54 @@ TEST_CASE("a prefix computed twice stays findable from its newest copy", "[manag
     for (PageId p : kv.page_table(b, 0)) CHECK(in.page_hash(0, p).has_value());
   }
 }
+
+// The prompt tail that adapts (issue 34): followers that part from a shared prefix 20 tokens
+// before their prompts end teach the manager that suffix length; a new request's tail then
+// holds the window where its own followers will part, not only within prompt_tail_tokens of
+// its end.
+TEST_CASE("learned tail: the tail reaches back as far as followers were seen to part", "[manager][retention]") {
+  const KVLayout layout = KVLayout::plan(
+      {LayerGroup::full_attention("full", 1, 1, 8, 2, 4), LayerGroup::sliding_window("sw", 1, 1, 8, 2, 4, 8)});
+  auto prompt = [](std::uint32_t article, std::uint32_t question) {
+    std::vector<std::uint32_t> p;
+    for (std::uint32_t i = 0; i < 32; ++i) p.push_back(1000 * article + i);           // the article
+    for (std::uint32_t i = 0; i < 20; ++i) p.push_back(500000 + 100 * question + i);  // a 20-token question
+    return p;
+  };
+  auto held_after_prefill = [&](std::uint32_t learned_tail) {
+    KVCacheManager kv(layout, {.num_large_pages = 256,
+                               .max_requests = 8,
+                               .learned_boundaries = 0,
+                               .prompt_tail_tokens = 4,
+                               .learned_tail_tokens = learned_tail});
+    auto run = [&](const std::vector<std::uint32_t>& p, bool free_it) {
+      kv.begin_step();
+      const RequestId r = kv.add_request(p);
+      const std::uint64_t hit = kv.lookup_prefix(r);
+      REQUIRE(kv.allocate(r, static_cast<std::uint32_t>(p.size() - hit)));
+      kv.commit(r, p.size());
+      if (free_it) kv.free(r);
+      return std::pair{r, hit};
+    };
+    for (std::uint32_t a = 0; a < 10; ++a) {
+      run(prompt(a, 0), true);
+      CHECK(run(prompt(a, 1), true).second == 32);  // the follower hits the article, parts 20 tokens before its end
+    }
+    const auto [r, hit] = run(prompt(99, 0), false);
+    CHECK(hit == 0);
+    kv.check_invariants();
+    return testing::ManagerInspector(kv).num_held_pages(r, kSw);
+  };
+  // 52 computed tokens: the table keeps the window's pages from (52 - 8) / 4 = 11 on. A hit
+  // at L needs pages [(L - 8) / 4, L / 4). Without learning the tail is [48, 52]: page 10
+  // held. Learned (suffix 20): [32, 52], pages 6..10 held.
+  CHECK(held_after_prefill(0) == 1);
+  CHECK(held_after_prefill(2048) == 5);
+  // The learned reach is bounded by learned_tail_tokens.
+  CHECK(held_after_prefill(12) == 3);  // [40, 52]: pages 8..10
+}
+
+TEST_CASE("learned_tail_tokens out of range is refused", "[manager][retention]") {
+  CHECK_THROWS_WITH(KVCacheManager(fig10_layout(), {.num_large_pages = 4, .learned_tail_tokens = (1u << 24) + 1}),
+                    Catch::Contains("learned_tail_tokens = 16777217"));
+}

@@ -196,3 +196,42 @@ TEST_CASE("kvmm --boundaries: hinted, learned and both run with the manager's ch
     CHECK(r.summary.first_hit_tokens > 0);
   }
 }
+
+TEST_CASE("kvmm's miss reasons: the histogram the simulator prints", "[sim][kvmm][miss_reasons]") {
+  // Two articles of 20 and 28 tokens, two questions of 4 tokens each; the second round
+  // arrives after the first finished. Memory for everything: the first question of each
+  // article finds nothing (not_cached: 23 + 31 tokens missed), the second hits the
+  // article's whole pages, and its question (tokens 20-23, 28-31) fills less than a page
+  // below the limit (page_floor: 3 + 3 tokens). Nothing is evicted.
+  Workload w{"articles", {}};
+  const std::uint32_t len[2] = {20, 28};
+  for (std::uint32_t i = 0; i < 4; ++i) {
+    SimRequest r = simtest::req(len[i % 2] + 4, 2);
+    r.prefix_id = 100 + i % 2;
+    r.prefix_len = len[i % 2];
+    w.requests.push_back(r);
+  }
+  w.requests[2].arrival = w.requests[3].arrival = 30;
+  PolicyOptions po;
+  po.memory_bytes = 64 * 256;
+  po.max_seqs = 64;
+  auto p = make_policy("kvmm", simtest::hybrid_layout(), po);
+  SchedulerOptions so;
+  so.max_seqs = 64;
+  so.check_invariants = true;
+  const Summary s = simulate(w, simtest::hybrid_layout(), *p, so, nullptr);
+  REQUIRE(s.finished == 4);
+  const std::vector<Policy::MissCount> m = p->miss_reasons();
+  REQUIRE(m.size() == kvmm::kNumMissReasons);
+  std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> by;
+  for (const auto& c : m) by[c.reason] = {c.lookups, c.tokens};
+  CHECK(by["not_cached"].first == 2);
+  CHECK(by["not_cached"].second == 23 + 31);
+  CHECK(by["page_floor"].first == 2);
+  CHECK(by["page_floor"].second == 3 + 3);
+  CHECK(by["evicted"].first == 0);
+  CHECK(by["none"].first == 0);
+  CHECK(s.first_hit_tokens == 20 + 28);
+  // The block models do not classify their misses.
+  CHECK(make_policy("vllm-0.33", simtest::hybrid_layout(), po)->miss_reasons().empty());
+}

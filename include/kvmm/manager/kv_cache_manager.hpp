@@ -10,6 +10,7 @@
 #include "kvmm/caching/block_hasher.hpp"
 #include "kvmm/caching/layer_policy.hpp"
 #include "kvmm/manager/kv_events.hpp"
+#include "kvmm/manager/miss_reasons.hpp"
 #include "kvmm/paging/large_page_pool.hpp"
 #include "kvmm/paging/page_table.hpp"
 #include "kvmm/paging/small_page_allocator.hpp"
@@ -84,12 +85,33 @@ struct KVCacheManagerOptions {
   // covers kvmm-sim's arXiv-QA questions (16-64 tokens); it costs long chats 0.9% more
   // steps. Numbers and the sweep it was chosen from in docs/results/sim.md.
   std::uint32_t prompt_tail_tokens = 64;
+  // The prompt tail that adapts (issue 34): the manager learns how far followers' prompts
+  // run past the prefix they share with an earlier request (prompt length - full-attention
+  // hit, at first admissions whose hit ended inside their prompt; the last 256, 5th-95th
+  // percentile), and each request's tail then reaches back that far, at most this many
+  // tokens: a shared document followed by 400-1,000-token questions is held where the next
+  // question parts, not only within prompt_tail_tokens of the end. A follower whose hit
+  // ends where a finished request's pages end (a chat turn, a tool call's next step) or
+  // whose next page was evicted teaches nothing. The cap on answers stays
+  // prompt_tail_tokens. Costs at most this many tokens of window pages per windowed group
+  // and running request while its tail is held; a 2 KiB ring, a 64 KiB table of sequence
+  // ends, a 2 MiB table of evicted keys (one slot written per eviction), O(1) per admission
+  // and free. 0: off (the tail is prompt_tail_tokens). Numbers: docs/results/sim.md.
+  std::uint32_t learned_tail_tokens = 2048;
   // The function behind the block hashes (the prefix cache's keys, KV events' hashes, tier
   // keys): XXH3-128 (default, fastest), SHA-256 or keyed BLAKE2b (a per-deployment secret
   // key), for every page or only salted requests' (block_hasher.hpp; what each guarantees:
   // docs/manager.md). Replicas sharing a router or a tier must agree on it. Bad key
   // material: kvmm::Error at construction.
   BlockHashOptions block_hash = {};
+  // Miss reasons (kvmm/manager/miss_reasons.hpp): each lookup_prefix says per group where
+  // and why its hit stopped (lookup_report), counted per reason in counters().misses and
+  // prometheus_text. The value is the number of slots of each of the two key tables that
+  // tell an evicted key and a salt/LoRA mismatch from content never seen (32 bytes a slot;
+  // older keys are forgotten, then a miss reads as kNotCached). 0: off (the default), then
+  // the lookup, eviction and add_request paths each pay one test. Costs when on:
+  // docs/results/manager-miss-reasons.md.
+  std::uint32_t miss_reasons = 0;
 };
 
 struct RequestExtras {
@@ -175,6 +197,9 @@ struct ManagerCounters {
   std::uint32_t large_pages = 0;               // kvmm_large_pages (gauge)
   std::vector<std::uint32_t> used_pages;       // kvmm_used_pages{group="name"} (gauge)
   std::vector<std::uint32_t> evictable_pages;  // kvmm_evictable_pages{group="name"} (gauge)
+  // With KVCacheManagerOptions::miss_reasons, per MissReason: kvmm_lookup_stops_total{reason}
+  // (lookups whose hit stopped for it) and kvmm_missed_tokens_total{reason} (limit - hit).
+  MissCounters misses;
 };
 
 using PinId = std::uint32_t;
@@ -317,6 +342,13 @@ class KVCacheManager {
   // false before the first allocate. kvmm::Error for an item out of range. O(1).
   bool image_from_cache(RequestId r, std::uint32_t item) const;
   CacheStats stats() const;
+  // After r's lookup_prefix (until its reset): per group how far it alone would have hit
+  // and why it stopped (kvmm/manager/miss_reasons.hpp). kvmm::Error unless
+  // KVCacheManagerOptions::miss_reasons is on, or before r's lookup. O(1).
+  const LookupReport& lookup_report(RequestId r) const;
+  // r's tokens read from the cache (admitted hits) and written to it (pages its commits
+  // newly cached), while r is active (read it before free). O(1).
+  CacheUsage cache_usage(RequestId r) const;
   // The O(1) counters (O(groups) for the per-group gauges), for metrics on every step.
   ManagerCounters counters() const;
   // Moves the recorded events into `out` (cleared first; capacities swap, so a reused
