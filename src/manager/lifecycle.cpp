@@ -58,7 +58,8 @@ RequestId Lifecycle::add_request(std::span<const std::uint32_t> tokens, const Re
   const Row s = m_.reqs_.next_row();
   Request& q = m_.reqs_[s];
   q.ids.assign(tokens, extras.lora_id, extras.cache_salt, extras.items, m_.class_tokens_, m_.options_.prefix_caching,
-               m_.events_.runs_on(), extras.max_tokens, m_.hasher_);
+               m_.events_.runs_on() || m_.drafts.keeps_ids(), extras.max_tokens, m_.hasher_);
+  q.drafts.clear();
   q.images.rank.clear();
   for (std::size_t k = 0; k < extras.items.size(); ++k) q.images.rank.push_back(m_.next_rank());
   q.prio = std::min<std::uint32_t>(extras.priority, SmallLru::kLevels - 1);
@@ -85,6 +86,7 @@ void Lifecycle::clear_progress(Request& q) {
   q.hit.reset();
   q.tier.reset();
   q.images.restart();
+  q.drafts.reset();
 }
 
 void Lifecycle::append_tokens(RequestId r, std::span<const std::uint32_t> tokens) {
@@ -106,7 +108,12 @@ void Lifecycle::check_shared_write(RequestId r, Row s, const Request& q, std::ui
   const std::uint64_t c0 = q.progress.computed;
   for (GroupId g = 0; g < m_.groups_.size(); ++g) {
     const Group& grp = m_.groups_[g];
-    if (!grp.decoder || c0 % grp.P == 0) continue;
+    if (grp.successors > 0 && m_.drafts.shared_open_pages(s, q, g) > 0)
+      fail(
+          "request = {}: commit({}) writes draft pages of group {} below the computed tokens, shared since fork; call "
+          "allocate(r, n) before the step's kernels so their copy-on-write copies are planned",
+          r, c, g);
+    if (!grp.decoder || c0 % grp.P == 0 || grp.successors > 0) continue;
     const std::span<const PageId> pages = grp.table.pages(s);
     const std::uint64_t idx = c0 / grp.P;
     if (idx < pages.size() && pages[idx] != kNullPage && grp.pg[pages[idx]].ref > 1)
@@ -121,15 +128,22 @@ void Lifecycle::check_shared_write(RequestId r, Row s, const Request& q, std::ui
 void Lifecycle::register_full_pages(Row s, Request& q, std::uint64_t c) {
   for (GroupId g = 0; g < m_.groups_.size(); ++g) {
     Group& grp = m_.groups_[g];
-    const std::uint64_t full = c / grp.P;
+    // A successor-keyed draft page once its successor ids are known; a tagged state page
+    // only by tag_state (verified_states.hpp).
+    const std::uint64_t full = grp.successors > 0 ? m_.drafts.cacheable_pages(q, g, c) : c / grp.P;
     if (!grp.decoder || q.progress.registered[g] >= full) continue;
+    if (grp.tagged) {
+      q.progress.registered[g] = full;
+      continue;
+    }
     q.ids.ensure(grp.hash_class, full);
-    const BlockHash* hv = q.ids.chain(grp.hash_class).data();
+    m_.drafts.ensure_keys(q, g, full);
+    const BlockHash* hv = page_keys(q, grp, g).data();
     const PageId* pages = grp.table.pages(s).data();
     for (std::uint64_t i = q.progress.registered[g]; i < full; ++i) {
       prefetch_insert(m_.index_, grp, g, hv, pages, i, full);
-      if (pages[i] != kNullPage && m_.store_.register_page(g, pages[i], hv[i]))
-        m_.events_.stored_page(g, q.ids, hv, i, grp.P);
+      if (pages[i] != kNullPage && m_.store_.register_page(g, pages[i], hv[i]) && grp.successors == 0)
+        m_.events_.stored_page(g, q.ids, hv, i, grp.P);  // (successor keys are no chain a router follows)
     }
     m_.events_.end_run();
     if (g == m_.anchor_ && m_.branches_.enabled())
@@ -212,6 +226,7 @@ RequestId Lifecycle::fork(RequestId parent) {
   q.hit = pq.hit;
   q.hit.pending = false;  // checked above
   q.images = pq.images;
+  q.drafts = pq.drafts;  // successor keys cover ids the child shares
   q.keep.reset();
   q.keep.bounds = pq.keep.bounds;  // the pages the parent holds stay the parent's
   q.tier.reset();

@@ -8,6 +8,8 @@
 //   tier_hits.hpp           hits from a shared tier (TierAdmission's calls)
 //   swap.hpp                swap_out and swap_in, with the host pool's rows
 //   exports.hpp             kv lengths, kernel exports, the fused decode step
+//   draft_groups.hpp        speculative decoding's draft groups: successor keys, draft hits
+//   verified_states.hpp     recurrent-state checkpoints cached only when tagged verified
 // and the parts they share:
 //   request.hpp             a request's Phase and sub-records; request_table.hpp: rows and handles
 //   rows.hpp                the one writer of device rows and their pages' references
@@ -23,6 +25,7 @@
 #include "admission.hpp"
 #include "allocation.hpp"
 #include "boundary_retention.hpp"
+#include "draft_groups.hpp"
 #include "event_log.hpp"
 #include "exports.hpp"
 #include "group.hpp"
@@ -40,6 +43,7 @@
 #include "rows.hpp"
 #include "swap.hpp"
 #include "tier_hits.hpp"
+#include "verified_states.hpp"
 
 #include <fmt/format.h>
 
@@ -100,6 +104,8 @@ class ManagerCore {
   friend class TierHits;
   friend class Swap;
   friend class Exports;
+  friend class DraftGroups;
+  friend class VerifiedStates;
 
   static KVLayout validated(KVLayout layout, const KVCacheManagerOptions& options);
   static std::uint64_t pages_for(std::uint64_t tokens, std::uint32_t P) { return ceil_div(tokens, P); }
@@ -166,6 +172,8 @@ class ManagerCore {
   TierHits tier{*this};
   Swap swap{*this};
   Exports exports{*this};
+  DraftGroups drafts{*this};
+  VerifiedStates verified{*this};
 };
 
 }  // namespace kvmm::detail
