@@ -80,6 +80,12 @@ bool TierHits::admit_tier(RequestId r, Row s, Request& q) {
     Group& grp = m_.groups_[g];
     q.tier.fill[g] = 0;
     if (!grp.decoder) continue;
+    if (grp.draft) {  // local pages only: its own hit (pinned), fresh pages from there (draft_groups.hpp)
+      const std::uint64_t d = m_.lookup_.group_hit(q, g, local);
+      q.progress.lo[g] = std::min(grp.policy->first_required_page(d), d / grp.P);
+      q.progress.registered[g] = d / grp.P;
+      continue;
+    }
     const std::uint64_t lo = local / grp.P, pages = p / grp.P;
     const std::uint64_t need_from = std::min(grp.policy->first_required_page(p), pages);
     const BlockHash* hv = q.ids.chain(grp.hash_class).data();

@@ -4,6 +4,7 @@
 // vLLM's drop-last-block EAGLE rule against the hit kvmm keeps, a draft that never
 // shortens the target's hit, draft pages evicted first, and bad input.
 #include "kvmm/error.hpp"
+#include "kvmm/manager/tier_admission.hpp"
 #include "kvmm/testing/manager_inspector.hpp"
 #include "spec_engine.hpp"
 
@@ -244,4 +245,26 @@ TEST_CASE("speculative: bad input raises kvmm::Error naming the argument and cha
   tagged.name = "t2";
   tagged.tagged_checkpoints = true;
   layout_raises({target, tagged}, "tagged_checkpoints");
+}
+
+// A hit from a shared tier: the target's and the state's pages load from the tier, the
+// draft (local pages only) recomputes its positions of the hit; no lost hit.
+TEST_CASE("speculative: a tier hit loads target and state pages and recomputes the draft", "[speculative]") {
+  Bench b(true);
+  TierAdmission adm(b.kv);
+  const RequestId r = b.kv.add_request(iota_tokens(20));
+  REQUIRE(b.kv.lookup_prefix(r) == 0);
+  std::vector<TierKey> keys;
+  adm.tier_candidates(r, keys);
+  for (const TierKey& k : keys) CHECK(k.group != kDraft);  // drafts take no part in the tier
+  REQUIRE_FALSE(keys.empty());
+  const std::vector<TierStatus> present(keys.size(), TierStatus::kOk);
+  CHECK(adm.extend_prefix(r, present) == 16);
+  REQUIRE(b.kv.allocate(r, 4));
+  CHECK(b.kv.draft_recompute(r, kDraft) == TokenRange{0, 16});
+  const std::vector<TierStatus> loaded(adm.tier_loads(r).size(), TierStatus::kOk);
+  CHECK(adm.finish_loads(r, loaded) == 16);
+  CHECK(b.kv.page_table(r, kDraft).size() == 5);  // fresh pages for positions 0-19
+  b.kv.commit(r, 20);
+  b.kv.check_invariants();
 }
