@@ -162,7 +162,9 @@ void Lifecycle::release_out_of_window(Row s, Request& q, std::uint64_t c0, std::
     const std::uint64_t new_lo = std::min<std::uint64_t>(grp.policy->first_needed_page(c), pages.size());
     if (new_lo <= q.progress.lo[g]) continue;
     const std::uint64_t touch_lo = grp.policy->first_touched_page(c0, c);
-    const bool holds = !q.keep.bounds.empty();
+    // A draft group holds nothing for boundaries: a later hit never needs its pages (it
+    // recomputes what is missing), so its window leaves with the step as Jenga's rule says.
+    const bool holds = !q.keep.bounds.empty() && !grp.draft;
     // Prompt tails hold token windows only: a state group's checkpoint is a whole state
     // (8.7 MB a checkpoint on Jamba), a cost no tail length bounds.
     const bool tail = !grp.spec.is_state();
