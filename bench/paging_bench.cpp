@@ -19,7 +19,7 @@ void BM_LargePageAllocFree(benchmark::State& state) {
   LargePagePool pool(4096);
   for (int i = 0; i < 2048; ++i) (void)pool.allocate(0);  // half full
   for (auto _ : state) {
-    const PageId p = *pool.allocate(1);
+    const LargePageId p = *pool.allocate(1);
     benchmark::DoNotOptimize(p);
     pool.free(p);
   }

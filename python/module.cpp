@@ -488,7 +488,8 @@ void bind_memory(py::module_& m) {
       .def_property_readonly("num_backed_chunks", [](const Arena& a) { return a.arena->num_backed_chunks(); })
       .def_property_readonly("elastic", [](const Arena& a) { return a.arena->backing() == ArenaBacking::kElastic; })
       .def(
-          "large_page_address", [](const Arena& a, PageId p) { return a.arena->large_page_address(p); },
+          "large_page_address",
+          [](const Arena& a, std::uint32_t p) { return a.arena->large_page_address(LargePageId{p}); },
           py::arg("large_page"))
       .def(
           "small_page_address", [](const Arena& a, GroupId g, PageId p) { return a.arena->small_page_address(g, p); },

@@ -16,7 +16,7 @@ PageAllocation::PageAllocation(std::vector<Group>& groups, LargePagePool& pool, 
       sim_a_(groups.size(), 0),
       sim_f_(groups.size(), 0),
       sim_e_(groups.size(), 0),
-      rpos_(store.num_sources(), kNullPage) {
+      rpos_(store.num_sources(), kNoLargePage) {
   slot_units_ = 1;
   for (const Group& grp : groups_) {
     slot_units_ = std::lcm(slot_units_, std::uint64_t{grp.n});
@@ -37,8 +37,8 @@ class RealSteps {
   bool fresh(GroupId g) { return got(a_.groups_[g].alloc.try_fresh(r_)); }
   bool evict_large(GroupId g) {
     std::uint32_t src;
-    const PageId lp = a_.store_.large_front(src);
-    if (lp == kNullPage) return false;
+    const LargePageId lp = a_.store_.large_front(src);
+    if (lp == kNoLargePage) return false;
     a_.ring_.advance(a_.store_, lp, src, g);
     a_.store_.evict_large(lp);
     return got(a_.groups_[g].alloc.try_fresh(r_));
@@ -58,8 +58,8 @@ class RealSteps {
     return true;
   }
   bool reclaim_mixed(GroupId g) {
-    const PageId lp = a_.store_.mixed_front();
-    if (lp == kNullPage) return false;
+    const LargePageId lp = a_.store_.mixed_front();
+    if (lp == kNoLargePage) return false;
     a_.store_.evict_large(lp);
     page = a_.groups_[g].alloc.try_fresh(r_);
     return true;
@@ -110,8 +110,8 @@ class ReplaySteps {
   }
   // A wholly evictable large page: no free small page, not associated with a free one.
   bool evict_large(GroupId g) {
-    const PageId lp = a_.store_.earliest([this](std::uint32_t s) { return a_.rpos_[s]; }, src3_);
-    if (lp == kNullPage) return false;
+    const LargePageId lp = a_.store_.earliest([this](std::uint32_t s) { return a_.rpos_[s]; }, src3_);
+    if (lp == kNoLargePage) return false;
     const GroupId h = a_.pool_.owner_unchecked(lp);
     a_.sim_e_[h] -= a_.groups_[h].n;
     a_.store_.replay_mark(lp);
@@ -139,7 +139,7 @@ class ReplaySteps {
       mixed_started_ = true;
     }
     mcursor_ = a_.store_.replay_mixed_next(mcursor_);
-    if (mcursor_ == kNullPage) return false;
+    if (mcursor_ == kNoLargePage) return false;
     const GroupId h = a_.pool_.owner_unchecked(mcursor_);
     const std::uint32_t empty = a_.pool_.free_small_unchecked(mcursor_);
     a_.sim_e_[h] -= a_.store_.evictable_in(mcursor_);
@@ -167,7 +167,7 @@ class ReplaySteps {
   Row r_;
   std::uint64_t pool_;
   std::uint32_t src3_ = 0;
-  PageId mcursor_ = kNullPage;
+  LargePageId mcursor_ = kNoLargePage;
   bool mixed_started_ = false;
   std::uint64_t any_takes_ = 0;
   bool spoiled_any_ = false;
@@ -239,10 +239,10 @@ bool PageAllocation::replay_feasible(Row r, std::span<const std::uint64_t> need)
 // Marks the mixed large pages that `takes` small-page takes of group g fill, walking the list the
 // allocator takes them from (r's associated pages for step 1, the group's pages for step
 // 4, where r's own are already full) in its order, each until full.
-void PageAllocation::replay_spoil(GroupId g, Row r, PageId first, bool by_request, std::uint64_t takes) {
+void PageAllocation::replay_spoil(GroupId g, Row r, LargePageId first, bool by_request, std::uint64_t takes) {
   const SmallPageAllocator& alloc = groups_[g].alloc;
-  for (PageId lp = first; lp != kNullPage && takes > 0;) {
-    const PageId next = by_request ? alloc.next_associated(lp) : alloc.next_with_free(lp);
+  for (LargePageId lp = first; lp != kNoLargePage && takes > 0;) {
+    const LargePageId next = by_request ? alloc.next_associated(lp) : alloc.next_with_free(lp);
     if (!store_.replay_skips(lp) && (by_request || alloc.associated_row(lp) != r)) {
       takes -= std::min<std::uint64_t>(takes, pool_.free_small_unchecked(lp));
       if (store_.mixed(lp)) store_.replay_mark(lp);

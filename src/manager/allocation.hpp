@@ -52,7 +52,7 @@ class PageAllocation {
   friend class ReplaySteps;
   int quick_feasible(std::span<const std::uint64_t> need) const;  // 1, 0, or -1: undecided
   bool replay_feasible(Row r, std::span<const std::uint64_t> need);
-  void replay_spoil(GroupId g, Row r, PageId first, bool by_request, std::uint64_t takes);
+  void replay_spoil(GroupId g, Row r, LargePageId first, bool by_request, std::uint64_t takes);
 
   std::vector<Group>& groups_;
   LargePagePool& pool_;
@@ -62,7 +62,7 @@ class PageAllocation {
   // The replay's counters per group: free small pages in r's associated large pages, free small pages,
   // evictable pages; and its cursor per step-3 source.
   std::vector<std::uint64_t> sim_a_, sim_f_, sim_e_;
-  std::vector<PageId> rpos_;
+  std::vector<LargePageId> rpos_;
 };
 
 }  // namespace kvmm::detail

@@ -43,6 +43,10 @@ struct Group {
   LayerGroup spec;
   std::uint32_t P;  // tokens per page
   std::uint32_t n;  // small pages per large page
+  // The large page small page p lives in, and the first small page of large page lp
+  // (small ids of a group are large id * n + slot). O(1): one division or product.
+  LargePageId large_of(PageId p) const { return LargePageId{p / n}; }
+  PageId first_small(LargePageId lp) const { return lp.index * n; }
   bool decoder;
   std::uint32_t hash_class = 0;         // decoder groups of equal P share one hash chain
   bool whole_prefix = false;            // policy->hit_needs_whole_prefix(): probed in page order

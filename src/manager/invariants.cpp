@@ -123,17 +123,18 @@ void PageStore::check_invariants(const std::vector<std::vector<std::uint32_t>>& 
   }
   // Every step-3 source is ordered by (level, key, insertion), so their merge is one order.
   for (std::uint32_t src = 0; src < num_sources(); ++src) {
-    PageId prev = kNullPage;
-    for (PageId id = source_peek(src); id != kNullPage; id = source_after(src, id)) {
-      if (prev != kNullPage && !victim_before(src, prev, src, id))
-        fail("invariant: step-3 source {} lists {} before {} out of (level, key, insertion) order", src, prev, id);
+    LargePageId prev = kNoLargePage;
+    for (LargePageId id = source_peek(src); id != kNoLargePage; id = source_after(src, id)) {
+      if (prev != kNoLargePage && !victim_before(src, prev, src, id))
+        fail("invariant: step-3 source {} lists {} before {} out of (level, key, insertion) order", src, prev.index,
+             id.index);
       prev = id;
     }
   }
   std::uint32_t full_ev = 0;
-  for (PageId lp = 0; lp < pool_.capacity(); ++lp) {
-    full_ev += full_evictable(lp);
-    if (pool_.owner(lp) == kNoGroup && (large_lru_.contains(lp) || mixed_lru_.contains(lp)))
+  for (std::uint32_t lp = 0; lp < pool_.capacity(); ++lp) {
+    full_ev += full_evictable(LargePageId{lp});
+    if (pool_.owner(LargePageId{lp}) == kNoGroup && (large_lru_.contains(lp) || mixed_lru_.contains(lp)))
       fail("invariant: free large page {} is in a large-page LRU", lp);
   }
   if (full_ev != num_full_ev_)
@@ -149,8 +150,8 @@ void PageStore::check_invariants(const std::vector<std::vector<std::uint32_t>>& 
 // Anything else listed is a stale entry (a lazy pin, or a small page taken since).
 void PageStore::check_large_lists(GroupId g, const std::vector<std::uint32_t>& per_large) const {
   const Group& grp = groups_[g];
-  for (PageId lp = 0; lp < pool_.capacity(); ++lp) {
-    if (pool_.owner(lp) != g) continue;
+  for (std::uint32_t lp = 0; lp < pool_.capacity(); ++lp) {
+    if (pool_.owner(LargePageId{lp}) != g) continue;
     if (per_large[lp] != ev_in_large_[lp])
       fail("invariant: large page {} counts {} evictable small pages, actual {}", lp, ev_in_large_[lp], per_large[lp]);
     if (grp.n == 1) {  // listed by its small page's entry alone
@@ -158,10 +159,10 @@ void PageStore::check_large_lists(GroupId g, const std::vector<std::uint32_t>& p
         fail("invariant: one-page large page {} of group {} is in a large-page LRU", lp, g);
       continue;
     }
-    const std::uint32_t empty = grp.alloc.free_in_large(lp);
+    const std::uint32_t empty = grp.alloc.free_in_large(LargePageId{lp});
     if (per_large[lp] > 0 && per_large[lp] + empty == grp.n) {
       const LargeLru& want = empty == 0 ? large_lru_ : mixed_lru_;
-      const EvictionKey key = large_entry(g, lp).first;
+      const EvictionKey key = large_entry(g, LargePageId{lp}).first;
       if (!want.contains(lp) || !(want.key(lp) == key))
         fail("invariant: large page {} ({} cached, {} empty) listed = {}, key {}/{}", lp, per_large[lp], empty,
              want.contains(lp), key.time, key.prefix_len);

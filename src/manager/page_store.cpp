@@ -48,7 +48,7 @@ bool PageStore::register_page(GroupId g, PageId p, const BlockHash& h) {
       return false;
     }
     evict_small(g, o);
-    if (const PageId lp = o / grp.n; grp.n > 1 && pool_.owner_unchecked(lp) == g) refresh_large(g, lp);
+    if (const LargePageId lp = grp.large_of(o); grp.n > 1 && pool_.owner_unchecked(lp) == g) refresh_large(g, lp);
     if (!index_.insert(g, h, p, hash_of())) return false;  // adversarial hashes only: a probe run too long
   }
   grp.pg[p].hashed = 1;
@@ -92,10 +92,10 @@ PageId PageStore::small_front(GroupId g) const {
   return s;
 }
 
-bool PageStore::victim_before(std::uint32_t sa, PageId a, std::uint32_t sb, PageId b) const {
-  auto node = [this](std::uint32_t src, PageId id) -> std::pair<const LruNode*, std::uint64_t> {
-    if (src == 0) return {&large_[id].node, large_[id].seq};
-    const PageRec& rec = groups_[single_[src - 1]].pg[id];
+bool PageStore::victim_before(std::uint32_t sa, LargePageId a, std::uint32_t sb, LargePageId b) const {
+  auto node = [this](std::uint32_t src, LargePageId id) -> std::pair<const LruNode*, std::uint64_t> {
+    if (src == 0) return {&large_[id.index].node, large_[id.index].seq};
+    const PageRec& rec = groups_[single_[src - 1]].pg[id.index];  // a one-page group: small id = large id
     return {&rec.node, rec.seq};
   };
   const auto [x, xs] = node(sa, a);
@@ -107,32 +107,32 @@ bool PageStore::victim_before(std::uint32_t sa, PageId a, std::uint32_t sb, Page
 
 // A one-page group's entry is stale exactly when its page is pinned; its large page is then
 // not wholly evictable either, so !full_evictable tells for every source.
-PageId PageStore::source_front(std::uint32_t src) const {
-  if (src > 0) return small_front(single_[src - 1]);
+LargePageId PageStore::source_front(std::uint32_t src) const {
+  if (src > 0) return LargePageId{small_front(single_[src - 1])};  // a one-page group: small id = large id
   PageId lp = large_lru_.front();
-  while (lp != kNullPage && !full_evictable(lp)) lp = drop_stale(large_lru_, lp);
-  return lp;
+  while (lp != kNullPage && !full_evictable(LargePageId{lp})) lp = drop_stale(large_lru_, lp);
+  return LargePageId{lp};
 }
 
-PageId PageStore::large_front(std::uint32_t& src) const {
+LargePageId PageStore::large_front(std::uint32_t& src) const {
   return earliest([this](std::uint32_t s) { return source_front(s); }, src);
 }
 
-PageId PageStore::mixed_front() const {
+LargePageId PageStore::mixed_front() const {
   PageId lp = mixed_lru_.front();
-  while (lp != kNullPage && !mixed(lp)) lp = drop_stale(mixed_lru_, lp);
-  return lp;
+  while (lp != kNullPage && !mixed(LargePageId{lp})) lp = drop_stale(mixed_lru_, lp);
+  return LargePageId{lp};
 }
 
 // Jenga §5.4 step 3: a large page's key is its most recent cached small page's (free small pages
 // hold nothing and have no age). Its allocated small pages are exactly its evictable ones,
 // so the records alone tell (no allocator read).
-std::pair<EvictionKey, std::uint32_t> PageStore::large_entry(GroupId g, PageId lp) const {
+std::pair<EvictionKey, std::uint32_t> PageStore::large_entry(GroupId g, LargePageId lp) const {
   const Group& grp = groups_[g];
   bool any = false;
   EvictionKey best;
   std::uint32_t level = 0;
-  for (PageId s = lp * grp.n; s < (lp + 1) * grp.n; ++s) {
+  for (PageId s = grp.first_small(lp); s < grp.first_small(lp) + grp.n; ++s) {
     const PageRec& rec = grp.pg[s];
     if (rec.ref != 0 || !grp.lru.contains(s)) continue;
     if (!any || evicted_before(best, rec.node.key)) best = rec.node.key;
@@ -146,11 +146,12 @@ std::pair<EvictionKey, std::uint32_t> PageStore::large_entry(GroupId g, PageId l
 // were pinned by a hit, now released unchanged) stays in place, as small pages' entries
 // do, so a hit that is never admitted leaves the order. Groups with n > 1 only: a one-page
 // group's small-page LRU is its step-3 source.
-void PageStore::refresh_large(GroupId g, PageId lp) {
-  LargeLru* to = full_evictable(lp) ? &large_lru_ : mixed(lp) ? &mixed_lru_ : nullptr;
+void PageStore::refresh_large(GroupId g, LargePageId large) {
+  LargeLru* to = full_evictable(large) ? &large_lru_ : mixed(large) ? &mixed_lru_ : nullptr;
   EvictionKey key;
   std::uint32_t level = 0;
-  if (to != nullptr) std::tie(key, level) = large_entry(g, lp);
+  if (to != nullptr) std::tie(key, level) = large_entry(g, large);
+  const std::uint32_t lp = large.index;  // the large-page LRUs are indexed by it
   for (LargeLru* l : {&large_lru_, &mixed_lru_}) {
     if (!l->contains(lp)) continue;
     if (l == to && l->key(lp) == key && large_[lp].node.level == level) return;
@@ -176,7 +177,7 @@ void PageStore::release(GroupId g, PageId p, std::uint64_t t, std::uint32_t prio
     }
     return;
   }
-  const PageId lp = p / grp.n;
+  const LargePageId lp = grp.large_of(p);
   if (!rec.hashed) {
     rec.node.key.time = key.time;  // never listed
     if (rec.copy) {                // its cached twin is still in use: it stays the cached one
@@ -210,17 +211,17 @@ void PageStore::release(GroupId g, PageId p, std::uint64_t t, std::uint32_t prio
   ev_add(lp, grp.n);
   // lp is g's (p was allocated): wholly evictable iff every small page is; mixed needs n > 1.
   // A one-page large page is listed by its page's entry alone.
-  if (grp.n > 1 && (ev_in_large_[lp] == grp.n || mixed(lp))) refresh_large(g, lp);
+  if (grp.n > 1 && (ev_in_large_[lp.index] == grp.n || mixed(lp))) refresh_large(g, lp);
 }
 
 void PageStore::free_uncached(GroupId g, PageId p) {
   Group& grp = groups_[g];
-  const PageId lp = p / grp.n;
+  const LargePageId lp = grp.large_of(p);
   grp.alloc.free(p);
   // The large page may now hold only cached pages and free small pages (or be back in the
   // pool: no entry may outlive that). One-page large pages are never listed there.
-  if (grp.n > 1 &&
-      (mixed(lp) || (pool_.owner_unchecked(lp) == kNoGroup && (large_lru_.contains(lp) || mixed_lru_.contains(lp)))))
+  if (grp.n > 1 && (mixed(lp) || (pool_.owner_unchecked(lp) == kNoGroup &&
+                                  (large_lru_.contains(lp.index) || mixed_lru_.contains(lp.index)))))
     refresh_large(g, lp);
 }
 
@@ -257,10 +258,10 @@ void PageStore::release_row(GroupId g, std::span<const PageId> pages, std::uint6
 void PageStore::evict_small(GroupId g, PageId p) {
   Group& grp = groups_[g];
   grp.lru.erase(p);
-  const PageId lp = p / grp.n;
+  const LargePageId lp = grp.large_of(p);
   if (grp.n > 1) {
-    if (large_lru_.contains(lp)) large_lru_.erase(lp);
-    if (mixed_lru_.contains(lp)) mixed_lru_.erase(lp);
+    if (large_lru_.contains(lp.index)) large_lru_.erase(lp.index);
+    if (mixed_lru_.contains(lp.index)) mixed_lru_.erase(lp.index);
   }
   ev_sub(lp, grp.n);
   --grp.evictable;
@@ -272,12 +273,12 @@ void PageStore::evict_small(GroupId g, PageId p) {
   grp.alloc.free(p);
 }
 
-void PageStore::evict_large(PageId lp) {
+void PageStore::evict_large(LargePageId lp) {
   const GroupId g = pool_.owner(lp);
   const Group& grp = groups_[g];
-  for (PageId s = lp * grp.n; s < (lp + 1) * grp.n; ++s) {
+  for (PageId s = grp.first_small(lp); s < grp.first_small(lp) + grp.n; ++s) {
     if (!grp.alloc.is_allocated(s)) continue;
-    if (grp.pg[s].ref > 0) fail("internal: evicting large page {} with used small page {}", lp, s);
+    if (grp.pg[s].ref > 0) fail("internal: evicting large page {} with used small page {}", lp.index, s);
     evict_small(g, s);
   }
 }
@@ -298,8 +299,9 @@ void PageStore::forget_all() {
     for (PageId p = 0; p < grp.pg.size(); ++p) {
       if (!grp.pg[p].hashed) continue;
       if (grp.lru.contains(p)) grp.lru.erase(p);  // stale entries of pinned pages
-      if (large_lru_.contains(p / grp.n)) large_lru_.erase(p / grp.n);
-      if (mixed_lru_.contains(p / grp.n)) mixed_lru_.erase(p / grp.n);
+      const std::uint32_t lp = grp.large_of(p).index;
+      if (large_lru_.contains(lp)) large_lru_.erase(lp);
+      if (mixed_lru_.contains(lp)) mixed_lru_.erase(lp);
       index_.erase(g, grp.pg[p].hash, p);
       grp.pg[p].hashed = 0;
       events_.removed(g, p, grp.pg[p].hash, grp.decoder);
@@ -313,19 +315,19 @@ void PageStore::forget_all() {
 // there), are skipped. A one-page group's entry is stale exactly when its large page is
 // not wholly evictable (see source_front).
 template <class Lru>
-PageId PageStore::replay_next(Lru& lru, PageId lp, bool mixed_list) {
+LargePageId PageStore::replay_next(Lru& lru, LargePageId lp, bool mixed_list) {
   for (;;) {
-    if (lp == kNullPage) return lp;
+    if (lp == kNoLargePage) return lp;
     const bool stale = mixed_list ? !mixed(lp) : !full_evictable(lp);
     if (!stale && !replay_skips(lp)) return lp;
-    lp = stale ? drop_stale(lru, lp) : lru.after(lp);
+    lp = LargePageId{stale ? drop_stale(lru, lp.index) : lru.after(lp.index)};
   }
 }
 
-PageId PageStore::replay_source_next(std::uint32_t src, PageId lp) {
+LargePageId PageStore::replay_source_next(std::uint32_t src, LargePageId lp) {
   return src == 0 ? replay_next(large_lru_, lp, false) : replay_next(groups_[single_[src - 1]].lru, lp, false);
 }
 
-PageId PageStore::replay_mixed_next(PageId lp) { return replay_next(mixed_lru_, lp, true); }
+LargePageId PageStore::replay_mixed_next(LargePageId lp) { return replay_next(mixed_lru_, lp, true); }
 
 }  // namespace kvmm::detail

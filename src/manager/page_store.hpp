@@ -68,7 +68,7 @@ class PageStore {
   void acquire(GroupId g, PageId p) {
     Group& grp = groups_[g];
     if (grp.pg[p].ref == 0) {
-      ev_sub(p / grp.n, grp.n);
+      ev_sub(grp.large_of(p), grp.n);
       --grp.evictable;
     }
     ++grp.pg[p].ref;
@@ -99,7 +99,7 @@ class PageStore {
   void evict_small(GroupId g, PageId p);
   // Evicts every cached small page of a large page with no used one; the last returns it
   // to the pool.
-  void evict_large(PageId lp);
+  void evict_large(LargePageId lp);
   // Forgets every hash (reset_prefix_cache): evictable pages become empty, used ones
   // private. O(pages).
   void forget_all();
@@ -107,47 +107,49 @@ class PageStore {
   // ---- fronts (each drops the stale entries it meets)
   PageId small_front(GroupId g) const;
   // Step 3's next victim: the earliest of the sources' fronts; its source in src.
-  PageId large_front(std::uint32_t& src) const;
-  PageId large_front() const {
+  LargePageId large_front(std::uint32_t& src) const;
+  LargePageId large_front() const {
     std::uint32_t src;
     return large_front(src);
   }
-  PageId mixed_front() const;
+  LargePageId mixed_front() const;
 
   // ---- large-page states, O(1)
   // Jenga §5.4's evictable large page: every small page evictable (step 3).
-  bool full_evictable(PageId lp) const {
+  bool full_evictable(LargePageId lp) const {
     const GroupId g = pool_.owner_unchecked(lp);
-    return g != kNoGroup && ev_in_large_[lp] == groups_[g].n;
+    return g != kNoGroup && ev_in_large_[lp.index] == groups_[g].n;
   }
   // No used small page, some evictable and some empty (step 6).
-  bool mixed(PageId lp) const {
+  bool mixed(LargePageId lp) const {
     const GroupId g = pool_.owner_unchecked(lp);
     if (g == kNoGroup) return false;
-    const std::uint32_t ev = ev_in_large_[lp], empty = pool_.free_small_unchecked(lp);
+    const std::uint32_t ev = ev_in_large_[lp.index], empty = pool_.free_small_unchecked(lp);
     return ev > 0 && empty > 0 && ev + empty == groups_[g].n;
   }
   std::uint32_t num_full_evictable() const { return num_full_ev_; }
-  std::uint32_t evictable_in(PageId lp) const { return ev_in_large_[lp]; }
+  std::uint32_t evictable_in(LargePageId lp) const { return ev_in_large_[lp.index]; }
 
   // ---- the merged step-3 sources (for the feasibility replay and the victim ring)
+  // Every source's entries are large pages: source 0 lists them, a one-page group lists
+  // its small pages, whose id is their large page's (small id = large id * 1 + 0).
   std::uint32_t num_sources() const { return static_cast<std::uint32_t>(single_.size()) + 1; }
-  PageId source_front(std::uint32_t src) const;
+  LargePageId source_front(std::uint32_t src) const;
   // A source's first entry, stale or not, without dropping anything (for prefetching).
-  PageId source_peek(std::uint32_t src) const {
-    return src == 0 ? large_lru_.front() : groups_[single_[src - 1]].lru.front();
+  LargePageId source_peek(std::uint32_t src) const {
+    return LargePageId{src == 0 ? large_lru_.front() : groups_[single_[src - 1]].lru.front()};
   }
-  PageId source_after(std::uint32_t src, PageId id) const {
-    return src == 0 ? large_lru_.after(id) : groups_[single_[src - 1]].lru.after(id);
+  LargePageId source_after(std::uint32_t src, LargePageId id) const {
+    return LargePageId{src == 0 ? large_lru_.after(id.index) : groups_[single_[src - 1]].lru.after(id.index)};
   }
-  // The earliest of at(s) over the sources (kNullPage: every one null), its source in src.
+  // The earliest of at(s) over the sources (kNoLargePage: every one none), its source in src.
   template <class At>
-  PageId earliest(At at, std::uint32_t& src) const {
-    PageId best = kNullPage;
+  LargePageId earliest(At at, std::uint32_t& src) const {
+    LargePageId best = kNoLargePage;
     src = 0;
     for (std::uint32_t s = 0; s < num_sources(); ++s) {
-      const PageId id = at(s);
-      if (id != kNullPage && (best == kNullPage || victim_before(s, id, src, best))) {
+      const LargePageId id = at(s);
+      if (id != kNoLargePage && (best == kNoLargePage || victim_before(s, id, src, best))) {
         best = id;
         src = s;
       }
@@ -156,9 +158,9 @@ class PageStore {
   }
   // Where the victim of a source is recorded: its list node (the large page's or a one-page
   // group's small page's record).
-  const void* source_record(std::uint32_t src, PageId id) const {
-    if (src == 0) return &large_[id];
-    return &groups_[single_[src - 1]].pg[id];
+  const void* source_record(std::uint32_t src, LargePageId id) const {
+    if (src == 0) return &large_[id.index];
+    return &groups_[single_[src - 1]].pg[id.index];
   }
 
   // ---- the feasibility replay's marks: evicted, or a free small page taken, by this replay
@@ -168,17 +170,17 @@ class PageStore {
       replay_epoch_ = 1;
     }
   }
-  bool replay_skips(PageId lp) const { return large_[lp].replay == replay_epoch_; }
-  void replay_mark(PageId lp) { large_[lp].replay = replay_epoch_; }
+  bool replay_skips(LargePageId lp) const { return large_[lp.index].replay == replay_epoch_; }
+  void replay_mark(LargePageId lp) { large_[lp.index].replay = replay_epoch_; }
   // The next entry of a source (or of the mixed LRU) from lp on that the replay may take:
   // stale entries are dropped as the fronts drop them, marked ones skipped.
-  PageId replay_source_next(std::uint32_t src, PageId lp);
-  PageId replay_mixed_next(PageId lp);
-  PageId mixed_after(PageId lp) const { return mixed_lru_.after(lp); }
+  LargePageId replay_source_next(std::uint32_t src, LargePageId lp);
+  LargePageId replay_mixed_next(LargePageId lp);
+  LargePageId mixed_after(LargePageId lp) const { return LargePageId{mixed_lru_.after(lp.index)}; }
 
   // Addresses prefetch strategies request (prefetch.hpp).
-  const LargeRec* large_record(PageId lp) const { return &large_[lp]; }
-  const std::uint32_t* evictable_count(PageId lp) const { return &ev_in_large_[lp]; }
+  const LargeRec* large_record(LargePageId lp) const { return &large_[lp.index]; }
+  const std::uint32_t* evictable_count(LargePageId lp) const { return &ev_in_large_[lp.index]; }
   const LargePagePool& pool() const { return pool_; }
   const Group& group(GroupId g) const { return groups_[g]; }
   const PrefixIndex& index() const { return index_; }
@@ -199,17 +201,17 @@ class PageStore {
 
  private:
   template <class Lru>
-  PageId replay_next(Lru& lru, PageId lp, bool mixed_list);
+  LargePageId replay_next(Lru& lru, LargePageId lp, bool mixed_list);
   template <bool kCheck>
   std::size_t acquire_run_impl(GroupId g, const PageId* pages, const BlockHash* hashes, std::size_t count);
-  bool victim_before(std::uint32_t sa, PageId a, std::uint32_t sb, PageId b) const;
+  bool victim_before(std::uint32_t sa, LargePageId a, std::uint32_t sb, LargePageId b) const;
   // The key and level lp is listed under: its most recent cached small page's key and the
   // highest retention level among them. O(n).
-  std::pair<EvictionKey, std::uint32_t> large_entry(GroupId g, PageId lp) const;
+  std::pair<EvictionKey, std::uint32_t> large_entry(GroupId g, LargePageId lp) const;
   // Files lp in the list its state calls for (wholly evictable, mixed or none). O(n).
-  void refresh_large(GroupId g, PageId lp);
-  void ev_add(PageId lp, std::uint32_t n) { num_full_ev_ += ++ev_in_large_[lp] == n; }
-  void ev_sub(PageId lp, std::uint32_t n) { num_full_ev_ -= ev_in_large_[lp]-- == n; }
+  void refresh_large(GroupId g, LargePageId lp);
+  void ev_add(LargePageId lp, std::uint32_t n) { num_full_ev_ += ++ev_in_large_[lp.index] == n; }
+  void ev_sub(LargePageId lp, std::uint32_t n) { num_full_ev_ -= ev_in_large_[lp.index]-- == n; }
   // The entry after stale entry e of list l, e dropped unless keep_stale. O(1).
   template <class Lru>
   PageId drop_stale(Lru& l, PageId e) const {

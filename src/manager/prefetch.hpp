@@ -24,7 +24,7 @@ inline constexpr std::size_t kReleaseAhead = 8;  // pages
 // What PageStore::release reads of page p.
 inline void prefetch_release(const PageStore& store, const Group& grp, PageId p) {
   prefetch_write(&grp.pg[p]);
-  const PageId lp = p / grp.n;
+  const LargePageId lp = grp.large_of(p);
   if (grp.n > 1) {  // one-page large pages: neither record is read
     store.pool().prefetch(lp);
     prefetch_write(store.large_record(lp));
@@ -70,11 +70,11 @@ inline void prefetch_insert(const PrefixIndex& index, const Group& grp, GroupId 
 class VictimRing {
  public:
   static constexpr std::uint32_t kAhead = 8;
-  explicit VictimRing(std::uint32_t num_sources) : pos_(num_sources, kNullPage) {}
+  explicit VictimRing(std::uint32_t num_sources) : pos_(num_sources, kNoLargePage) {}
 
   // `front` is the victim about to be evicted, from source front_src; `taker` the group
   // that takes its memory.
-  void advance(const PageStore& store, PageId front, std::uint32_t front_src, GroupId taker) {
+  void advance(const PageStore& store, LargePageId front, std::uint32_t front_src, GroupId taker) {
     if (!kPrefetch) return;
     drop_to(front);
     // A ring that lost the front starts again from the fronts (the other sources' fronts
@@ -91,11 +91,11 @@ class VictimRing {
   }
 
  private:
-  PageId& at(std::uint32_t k) { return ring_[(first_ + k) % kAhead]; }
+  LargePageId& at(std::uint32_t k) { return ring_[(first_ + k) % kAhead]; }
   // Entries up to the front left the list (evicted or stale).
-  void drop_to(PageId front) {
+  void drop_to(LargePageId front) {
     while (count_ > 0) {
-      const PageId v = at(0);
+      const LargePageId v = at(0);
       first_ = (first_ + 1) % kAhead;
       --count_;
       if (v == front) break;
@@ -107,11 +107,11 @@ class VictimRing {
   void fill(const PageStore& store) {
     for (int step = 0; step < 2 && count_ < kAhead; ++step) {
       std::uint32_t src;
-      const PageId next = store.earliest([this](std::uint32_t s) { return pos_[s]; }, src);
-      if (next == kNullPage) break;
+      const LargePageId next = store.earliest([this](std::uint32_t s) { return pos_[s]; }, src);
+      if (next == kNoLargePage) break;
       at(count_++) = next;
       pos_[src] = store.source_after(src, next);
-      if (pos_[src] != kNullPage) {
+      if (pos_[src] != kNoLargePage) {
         prefetch_read(store.source_record(src, pos_[src]));
         store.pool().prefetch(pos_[src]);
       }
@@ -119,26 +119,29 @@ class VictimRing {
   }
   // Stage 2, halfway: the owner is known now; the small pages' records and allocator entries, and the
   // records the taking group will write when the page comes back to it.
-  static void stage_owner(const PageStore& store, PageId v, GroupId taker) {
+  static void stage_owner(const PageStore& store, LargePageId v, GroupId taker) {
     const GroupId h = store.pool().owner_unchecked(v);
     if (h != kNoGroup) {
       const Group& gh = store.group(h);
-      for (PageId s = v * gh.n; s < (v + 1) * gh.n && s < v * gh.n + 8; ++s) {
+      const PageId first = gh.first_small(v);
+      for (PageId s = first; s < first + gh.n && s < first + 8; ++s) {
         prefetch_read(&gh.pg[s]);
         gh.alloc.prefetch(s);
       }
     }
     if (h != taker) {
       const Group& gt = store.group(taker);
-      for (PageId s = v * gt.n; s < (v + 1) * gt.n && s < v * gt.n + 8; ++s) prefetch_write(&gt.pg[s]);
+      const PageId first = gt.first_small(v);
+      for (PageId s = first; s < first + gt.n && s < first + 8; ++s) prefetch_write(&gt.pg[s]);
     }
   }
   // Stage 3, the next victim: its index buckets and its small pages' LRU neighbours.
-  static void stage_neighbours(const PageStore& store, PageId v) {
+  static void stage_neighbours(const PageStore& store, LargePageId v) {
     const GroupId h = store.pool().owner_unchecked(v);
     if (h == kNoGroup) return;
     const Group& gh = store.group(h);
-    for (PageId s = v * gh.n; s < (v + 1) * gh.n && s < v * gh.n + 8; ++s) {
+    const PageId first = gh.first_small(v);
+    for (PageId s = first; s < first + gh.n && s < first + 8; ++s) {
       const PageRec& rec = gh.pg[s];
       if (!rec.hashed) continue;
       store.index().prefetch(h, rec.hash);
@@ -147,9 +150,9 @@ class VictimRing {
     }
   }
 
-  PageId ring_[kAhead] = {};
+  LargePageId ring_[kAhead] = {};
   std::uint32_t first_ = 0, count_ = 0;
-  std::vector<PageId> pos_;  // per source: its next entry not yet in the ring (kNullPage: none)
+  std::vector<LargePageId> pos_;  // per source: its next entry not yet in the ring (kNoLargePage: none)
 };
 
 }  // namespace kvmm::detail

@@ -7,39 +7,39 @@ namespace kvmm {
 ArenaPagePool::ArenaPagePool(KVArena& arena)
     : arena_(arena),
       owner_(arena.num_large_pages(), kNoGroup),
-      next_(arena.num_large_pages(), kNullPage),
-      prev_(arena.num_large_pages(), kNullPage),
+      next_(arena.num_large_pages(), kNone),
+      prev_(arena.num_large_pages(), kNone),
       rank_(arena.num_large_pages(), kUnbacked),
-      head_{kNullPage, kNullPage, kNullPage} {
+      head_{kNone, kNone, kNone} {
   // Push in reverse so each list hands out low ids first.
-  for (PageId j = capacity(); j-- > 0;) link(j, rank_of(j));
+  for (std::uint32_t j = capacity(); j-- > 0;) link(j, rank_of(j));
   num_free_ = capacity();
 }
 
-ArenaPagePool::Rank ArenaPagePool::rank_of(PageId j) const {
+ArenaPagePool::Rank ArenaPagePool::rank_of(std::uint32_t j) const {
   bool busy = false;
-  for (std::uint32_t c = arena_.first_chunk(j); c <= arena_.last_chunk(j); ++c) {
+  for (std::uint32_t c = arena_.first_chunk(LargePageId{j}); c <= arena_.last_chunk(LargePageId{j}); ++c) {
     if (!arena_.chunk_backed(c)) return kUnbacked;
     busy |= arena_.chunk_users(c) > 0;
   }
   return busy ? kBusy : kIdle;
 }
 
-void ArenaPagePool::link(PageId j, Rank r) {
+void ArenaPagePool::link(std::uint32_t j, Rank r) {
   rank_[j] = r;
-  prev_[j] = kNullPage;
+  prev_[j] = kNone;
   next_[j] = head_[r];
-  if (head_[r] != kNullPage) prev_[head_[r]] = j;
+  if (head_[r] != kNone) prev_[head_[r]] = j;
   head_[r] = j;
 }
 
-void ArenaPagePool::unlink(PageId j) {
+void ArenaPagePool::unlink(std::uint32_t j) {
   const Rank r = rank_[j];
-  if (prev_[j] != kNullPage)
+  if (prev_[j] != kNone)
     next_[prev_[j]] = next_[j];
   else
     head_[r] = next_[j];
-  if (next_[j] != kNullPage) prev_[next_[j]] = prev_[j];
+  if (next_[j] != kNone) prev_[next_[j]] = prev_[j];
   rank_[j] = kUsed;
 }
 
@@ -47,11 +47,11 @@ void ArenaPagePool::unlink(PageId j) {
 void ArenaPagePool::rerank_chunk(std::uint32_t c) {
   const std::uint64_t cb = arena_.chunk_bytes();
   const std::uint64_t lp = arena_.large_page_bytes();
-  const PageId first = static_cast<PageId>(c * cb / lp);
-  PageId last = static_cast<PageId>(((c + std::uint64_t{1}) * cb - 1) / lp);
+  const std::uint32_t first = static_cast<std::uint32_t>(c * cb / lp);
+  std::uint32_t last = static_cast<std::uint32_t>(((c + std::uint64_t{1}) * cb - 1) / lp);
   if (last >= capacity()) last = capacity() - 1;
   // Descending, so the lowest id ends up at the head of its list.
-  for (PageId j = last + 1; j-- > first;) {
+  for (std::uint32_t j = last + 1; j-- > first;) {
     if (rank_[j] == kUsed) continue;
     const Rank r = rank_of(j);
     if (r == rank_[j]) continue;
@@ -60,20 +60,22 @@ void ArenaPagePool::rerank_chunk(std::uint32_t c) {
   }
 }
 
-std::optional<PageId> ArenaPagePool::allocate(GroupId owner) {
+std::optional<LargePageId> ArenaPagePool::allocate(GroupId owner) {
   if (owner == kNoGroup) fail("owner = {}: not a group id", owner);
-  PageId j = kNullPage;
-  for (int r = kBusy; r >= kUnbacked && j == kNullPage; --r) j = head_[r];
-  if (j == kNullPage) return std::nullopt;
-  if (!arena_.pin(j)) return std::nullopt;  // backs the chunks of an unbacked page
+  std::uint32_t j = kNone;
+  for (int r = kBusy; r >= kUnbacked && j == kNone; --r) j = head_[r];
+  if (j == kNone) return std::nullopt;
+  if (!arena_.pin(LargePageId{j})) return std::nullopt;  // backs the chunks of an unbacked page
   unlink(j);
   owner_[j] = owner;
   --num_free_;
-  for (std::uint32_t c = arena_.first_chunk(j); c <= arena_.last_chunk(j); ++c) rerank_chunk(c);
-  return j;
+  for (std::uint32_t c = arena_.first_chunk(LargePageId{j}); c <= arena_.last_chunk(LargePageId{j}); ++c)
+    rerank_chunk(c);
+  return LargePageId{j};
 }
 
-void ArenaPagePool::free(PageId id) {
+void ArenaPagePool::free(LargePageId large) {
+  const std::uint32_t id = large.index;
   if (id >= capacity()) fail("large page id = {}: pool capacity is {}", id, capacity());
   if (owner_[id] == kNoGroup) fail("large page id = {}: double free (page is already free)", id);
   owner_[id] = kNoGroup;
@@ -81,7 +83,7 @@ void ArenaPagePool::free(PageId id) {
   // The page is free whether or not the arena manages to unmap its emptied chunks: the
   // free lists are brought up to date before a backend exception propagates.
   try {
-    arena_.unpin(id);
+    arena_.unpin(large);
   } catch (...) {
     relink(id);
     throw;
@@ -89,18 +91,19 @@ void ArenaPagePool::free(PageId id) {
   relink(id);
 }
 
-void ArenaPagePool::relink(PageId id) {
-  link(id, rank_of(id));
-  for (std::uint32_t c = arena_.first_chunk(id); c <= arena_.last_chunk(id); ++c) rerank_chunk(c);
+void ArenaPagePool::relink(std::uint32_t j) {
+  link(j, rank_of(j));
+  for (std::uint32_t c = arena_.first_chunk(LargePageId{j}); c <= arena_.last_chunk(LargePageId{j}); ++c)
+    rerank_chunk(c);
 }
 
 void ArenaPagePool::check_invariants() const {
   std::vector<std::uint32_t> users(arena_.num_chunks(), 0);
   std::uint32_t free_pages = 0;
-  for (PageId j = 0; j < capacity(); ++j) {
+  for (std::uint32_t j = 0; j < capacity(); ++j) {
     if (owner_[j] != kNoGroup) {
       if (rank_[j] != kUsed) fail("arena page pool: used page {} is on a free list", j);
-      for (std::uint32_t c = arena_.first_chunk(j); c <= arena_.last_chunk(j); ++c) {
+      for (std::uint32_t c = arena_.first_chunk(LargePageId{j}); c <= arena_.last_chunk(LargePageId{j}); ++c) {
         ++users[c];
         if (!arena_.chunk_backed(c)) fail("arena page pool: used page {} sits on unbacked chunk {}", j, c);
       }
@@ -112,8 +115,8 @@ void ArenaPagePool::check_invariants() const {
   }
   std::uint32_t listed = 0;
   for (int r = kUnbacked; r <= kBusy; ++r) {
-    PageId prev = kNullPage;
-    for (PageId j = head_[r]; j != kNullPage; j = next_[j]) {
+    std::uint32_t prev = kNone;
+    for (std::uint32_t j = head_[r]; j != kNone; j = next_[j]) {
       if (rank_[j] != r || prev_[j] != prev || owner_[j] != kNoGroup)
         fail("arena page pool: list {} is broken at page {}", r, j);
       prev = j;

@@ -57,9 +57,9 @@ KVArena::~KVArena() {
   }
 }
 
-std::uint64_t KVArena::large_page_address(PageId large) const {
-  if (large >= num_pages_) fail("large page id = {}: arena holds {} large pages", large, num_pages_);
-  return range_.base + std::uint64_t{large} * large_page_bytes_;
+std::uint64_t KVArena::large_page_address(LargePageId large) const {
+  if (large.index >= num_pages_) fail("large page id = {}: arena holds {} large pages", large.index, num_pages_);
+  return range_.base + std::uint64_t{large.index} * large_page_bytes_;
 }
 
 std::uint64_t KVArena::small_page_address(GroupId g, PageId small) const {
@@ -98,21 +98,21 @@ void KVArena::release_chunk(std::uint32_t c) {
   --num_backed_;
 }
 
-bool KVArena::pin(PageId large) {
-  if (large >= num_pages_) fail("large page id = {}: arena holds {} large pages", large, num_pages_);
-  if (pinned_[large]) fail("large page id = {}: already pinned", large);
+bool KVArena::pin(LargePageId large) {
+  if (large.index >= num_pages_) fail("large page id = {}: arena holds {} large pages", large.index, num_pages_);
+  if (pinned_[large.index]) fail("large page id = {}: already pinned", large.index);
   const std::uint32_t first = first_chunk(large), last = last_chunk(large);
   if (!back_chunks(first, last)) return false;
   for (std::uint32_t c = first; c <= last; ++c) ++users_[c];
-  pinned_[large] = 1;
+  pinned_[large.index] = 1;
   return true;
 }
 
-void KVArena::unpin(PageId large) {
-  if (large >= num_pages_) fail("large page id = {}: arena holds {} large pages", large, num_pages_);
-  if (!pinned_[large]) fail("large page id = {}: not pinned", large);
+void KVArena::unpin(LargePageId large) {
+  if (large.index >= num_pages_) fail("large page id = {}: arena holds {} large pages", large.index, num_pages_);
+  if (!pinned_[large.index]) fail("large page id = {}: not pinned", large.index);
   const std::uint32_t first = first_chunk(large), last = last_chunk(large);
-  pinned_[large] = 0;
+  pinned_[large.index] = 0;
   for (std::uint32_t c = first; c <= last; ++c) --users_[c];
   if (backing_ != ArenaBacking::kElastic) return;
   for (std::uint32_t c = first; c <= last; ++c)

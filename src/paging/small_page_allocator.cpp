@@ -30,9 +30,10 @@ SmallPageAllocator::SmallPageAllocator(GroupId group, std::uint32_t pages_per_la
 }
 
 PageId SmallPageAllocator::take_fresh(Row r) {
-  const PageId lp = pool_.try_allocate(group_);
-  if (lp == kNullPage) return kNullPage;
-  LargeRecord& L = pool_.record(lp);
+  const LargePageId large = pool_.try_allocate(group_);
+  if (large == kNoLargePage) return kNullPage;
+  const std::uint32_t lp = large.index;
+  LargeRecord& L = rec(lp);
   L.free_head = kNone;
   L.free_count = n_ - 1;
   L.bump = 1;
@@ -49,35 +50,35 @@ PageId SmallPageAllocator::take_fresh(Row r) {
 }
 
 void SmallPageAllocator::link(std::uint32_t lp) {
-  LargeRecord& L = pool_.record(lp);
+  LargeRecord& L = rec(lp);
   L.gprev = kNone;
   L.gnext = group_head_;
-  if (group_head_ != kNone) pool_.record(group_head_).gprev = lp;
+  if (group_head_ != kNone) rec(group_head_).gprev = lp;
   group_head_ = lp;
   if (L.assoc != kNoRow && L.assoc_epoch != req_epoch_[L.assoc.index]) L.assoc = kNoRow;
   if (L.assoc != kNoRow) {
     std::uint32_t& head = req_head_[L.assoc.index];
     L.rprev = kNone;
     L.rnext = head;
-    if (head != kNone) pool_.record(head).rprev = lp;
+    if (head != kNone) rec(head).rprev = lp;
     head = lp;
   }
 }
 
 void SmallPageAllocator::unlink(std::uint32_t lp) {
-  LargeRecord& L = pool_.record(lp);
+  LargeRecord& L = rec(lp);
   if (L.gprev != kNone)
-    pool_.record(L.gprev).gnext = L.gnext;
+    rec(L.gprev).gnext = L.gnext;
   else
     group_head_ = L.gnext;
-  if (L.gnext != kNone) pool_.record(L.gnext).gprev = L.gprev;
+  if (L.gnext != kNone) rec(L.gnext).gprev = L.gprev;
   L.gprev = L.gnext = kNone;
   if (L.assoc != kNoRow && L.assoc_epoch == req_epoch_[L.assoc.index]) {
     if (L.rprev != kNone)
-      pool_.record(L.rprev).rnext = L.rnext;
+      rec(L.rprev).rnext = L.rnext;
     else
       req_head_[L.assoc.index] = L.rnext;
-    if (L.rnext != kNone) pool_.record(L.rnext).rprev = L.rprev;
+    if (L.rnext != kNone) rec(L.rnext).rprev = L.rprev;
   }
   L.rprev = L.rnext = kNone;
 }
@@ -85,7 +86,7 @@ void SmallPageAllocator::unlink(std::uint32_t lp) {
 void SmallPageAllocator::release_request(Row r) {
   if (r.index >= req_head_.size()) bad_request(r);
   for (std::uint32_t lp = req_head_[r.index]; lp != kNone;) {
-    LargeRecord& L = pool_.record(lp);
+    LargeRecord& L = rec(lp);
     const std::uint32_t next = L.rnext;
     L.rprev = L.rnext = kNone;
     L.assoc = kNoRow;
@@ -96,16 +97,16 @@ void SmallPageAllocator::release_request(Row r) {
   ++req_epoch_[r.index];
 }
 
-Row SmallPageAllocator::associated_row(PageId large) const {
-  if (large >= pool_.capacity()) fail("large page id = {}: pool capacity is {}", large, pool_.capacity());
+Row SmallPageAllocator::associated_row(LargePageId large) const {
+  if (large.index >= pool_.capacity()) fail("large page id = {}: pool capacity is {}", large.index, pool_.capacity());
   if (pool_.owner(large) != group_) return kNoRow;
   const LargeRecord& L = pool_.record(large);
   if (L.assoc == kNoRow || L.assoc_epoch != req_epoch_[L.assoc.index]) return kNoRow;
   return L.assoc;
 }
 
-std::uint32_t SmallPageAllocator::free_in_large(PageId large) const {
-  if (large >= pool_.capacity()) fail("large page id = {}: pool capacity is {}", large, pool_.capacity());
+std::uint32_t SmallPageAllocator::free_in_large(LargePageId large) const {
+  if (large.index >= pool_.capacity()) fail("large page id = {}: pool capacity is {}", large.index, pool_.capacity());
   return pool_.owner(large) == group_ ? pool_.record(large).free_count : 0;
 }
 
@@ -124,7 +125,7 @@ void SmallPageAllocator::check_invariants() const {
   // NOLINTEND(readability-function-cognitive-complexity)
   std::uint32_t used = 0, free = 0, held = 0, in_group_list = 0;
   for (std::uint32_t lp = 0; lp < pool_.capacity(); ++lp) {
-    const bool mine = pool_.owner(lp) == group_;
+    const bool mine = pool_.owner(LargePageId{lp}) == group_;
     std::uint32_t alloc_here = 0;
     for (std::uint32_t k = 0; k < n_; ++k) alloc_here += entry_[lp * n_ + k] == kAllocated;
     if (!mine) {
@@ -132,7 +133,7 @@ void SmallPageAllocator::check_invariants() const {
       continue;
     }
     ++held;
-    const LargeRecord& L = pool_.record(lp);
+    const LargeRecord& L = rec(lp);
     if (alloc_here == 0) fail("invariant: large page {} of group {} is empty but held", lp, group_);
     if (alloc_here + L.free_count != n_)
       fail("invariant: large page {} counts {} used + {} free != {}", lp, alloc_here, L.free_count, n_);
@@ -149,20 +150,20 @@ void SmallPageAllocator::check_invariants() const {
     used += alloc_here;
     free += L.free_count;
   }
-  for (std::uint32_t lp = group_head_; lp != kNone; lp = pool_.record(lp).gnext) {
-    if (pool_.owner(lp) != group_ || pool_.record(lp).free_count == 0)
+  for (std::uint32_t lp = group_head_; lp != kNone; lp = rec(lp).gnext) {
+    if (pool_.owner(LargePageId{lp}) != group_ || rec(lp).free_count == 0)
       fail("invariant: group list of group {} holds large page {} without free slots", group_, lp);
     if (++in_group_list > pool_.capacity()) fail("invariant: group list of group {} has a cycle", group_);
   }
   std::uint32_t with_free = 0;
   for (std::uint32_t lp = 0; lp < pool_.capacity(); ++lp)
-    with_free += pool_.owner(lp) == group_ && pool_.record(lp).free_count > 0;
+    with_free += pool_.owner(LargePageId{lp}) == group_ && rec(lp).free_count > 0;
   if (with_free != in_group_list)
     fail("invariant: group {} lists {} large pages with free slots, has {}", group_, in_group_list, with_free);
   for (Row r{0}; r.index < req_head_.size(); ++r.index) {
     std::uint32_t steps = 0;
-    for (std::uint32_t lp = req_head_[r.index]; lp != kNone; lp = pool_.record(lp).rnext) {
-      if (associated_row(lp) != r || pool_.record(lp).free_count == 0)
+    for (std::uint32_t lp = req_head_[r.index]; lp != kNone; lp = rec(lp).rnext) {
+      if (associated_row(LargePageId{lp}) != r || rec(lp).free_count == 0)
         fail("invariant: request {}'s list in group {} holds large page {} wrongly", r, group_, lp);
       if (++steps > pool_.capacity()) fail("invariant: request {}'s list has a cycle", r);
     }

@@ -54,8 +54,8 @@ std::span<const PageId> ManagerInspector::host_page_table(RequestId r, GroupId g
   const detail::ManagerCore& core = *kv_.core_;
   return core.swap.host(core.check_group(g)).table.pages(core.requests().row(r));
 }
-PageId ManagerInspector::next_large_victim() const { return kv_.core_->store().large_front(); }
-PageId ManagerInspector::next_mixed_victim() const { return kv_.core_->store().mixed_front(); }
+LargePageId ManagerInspector::next_large_victim() const { return kv_.core_->store().large_front(); }
+LargePageId ManagerInspector::next_mixed_victim() const { return kv_.core_->store().mixed_front(); }
 
 }  // namespace testing
 

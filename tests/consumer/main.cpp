@@ -22,7 +22,7 @@ int main() {
   kvmm::PagedKVAllocator kv(kvmm::presets::gemma2_27b(), {.num_large_pages = 16, .max_requests = 4});
   const kvmm::RequestId r = kv.add_request();
   if (!kv.append_tokens(r, 100)) return 1;
-  const auto pages = kv.page_tables(0).num_pages(r);
+  const auto pages = kv.page_tables(0).num_pages(kv.row(r));
   kv.free_request(r);
   kv.check_invariants();
   bool raised = false;

@@ -58,7 +58,7 @@ TEST_CASE("lazy pinning: hit pages stay listed but are skipped, dropped and re-q
   kv.commit(r3, 3);
   CHECK(removed() == std::vector<PageId>{p1[3], p1[2]});
   CHECK(kvmm::testing::ManagerInspector(kv).next_small_victim(0) == kNullPage);
-  CHECK(kvmm::testing::ManagerInspector(kv).next_large_victim() == kNullPage);
+  CHECK(kvmm::testing::ManagerInspector(kv).next_large_victim() == kNoLargePage);
   CHECK_FALSE(kv.allocate(r3, 1));
   CHECK(kvmm::testing::ManagerInspector(kv).ref_count(0, p1[0]) == 1);
   CHECK(kvmm::testing::ManagerInspector(kv).ref_count(0, p1[1]) == 1);
@@ -93,8 +93,8 @@ TEST_CASE("step 6 reclaims another group's large page of cached and empty slots"
   kv.free(r1);
   // full1's large page: one cached page, one empty slot, nothing used. Not evictable in
   // Jenga's sense (not all its small pages are), so step 3 only sees the sliding page's.
-  const PageId lp_full = kv.small_pages(kFull).large_page_of(full1);
-  const PageId lp_sw = kv.small_pages(kSw).large_page_of(sw1);
+  const LargePageId lp_full = kv.small_pages(kFull).large_page_of(full1);
+  const LargePageId lp_sw = kv.small_pages(kSw).large_page_of(sw1);
   CHECK(kv.small_pages(kFull).free_in_large(lp_full) == 1);
   CHECK(kvmm::testing::ManagerInspector(kv).page_state(kFull, full1) == PageState::kEvictable);
   CHECK(kv.large_pages().num_free() == 0);
@@ -121,7 +121,7 @@ TEST_CASE("step 6 reclaims another group's large page of cached and empty slots"
   CHECK(ev[1].page == full1);
   CHECK(kv.small_pages(kFull).large_page_of(kv.page_table(r2, kFull)[0]) == lp_sw);
   CHECK(kv.small_pages(kSw).large_page_of(kv.page_table(r2, kSw)[0]) == lp_full);
-  CHECK(kvmm::testing::ManagerInspector(kv).next_mixed_victim() == kNullPage);
+  CHECK(kvmm::testing::ManagerInspector(kv).next_mixed_victim() == kNoLargePage);
   kv.check_invariants();
 }
 

@@ -130,8 +130,9 @@ TEST_CASE("step 3 takes the LRU large page across groups of one and of several s
   serve(30, 0);  // step 3
   REQUIRE(kv.large_pages().num_free() == 0);
   kv.check_invariants();
-  REQUIRE(kvmm::testing::ManagerInspector(kv).next_large_victim() != kNullPage);
-  CHECK(token_of.at({kSw, kvmm::testing::ManagerInspector(kv).next_large_victim()}) == 14);
+  REQUIRE(kvmm::testing::ManagerInspector(kv).next_large_victim() != kNoLargePage);
+  // The sliding group has one small page per large page: its small page id is the large one's.
+  CHECK(token_of.at({kSw, kvmm::testing::ManagerInspector(kv).next_large_victim().index}) == 14);
 
   std::vector<CacheEvent> events;
   kv.take_events(events);

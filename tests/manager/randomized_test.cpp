@@ -349,8 +349,8 @@ class Model {
     // steps 1 and 4 cannot take a slot of them first), ones of cached and empty slots
     // with nothing used (step 6).
     std::uint64_t reclaimable = 0;
-    for (PageId lp = 0; lp < kv_.large_pages().capacity(); ++lp) {
-      const GroupId h = kv_.large_pages().owner(lp);
+    for (std::uint32_t lp = 0; lp < kv_.large_pages().capacity(); ++lp) {
+      const GroupId h = kv_.large_pages().owner(LargePageId{lp});
       if (h == kNoGroup) continue;
       std::uint32_t used = 0, cached = 0;
       for (PageId sp = lp * n_[h]; sp < (lp + 1) * n_[h]; ++sp) {

@@ -312,29 +312,29 @@ TEST_CASE("bad input: KVArena and ArenaPagePool") {
   CHECK((pool.stats().created == 0 && host.live_ranges() == 0 && host.live_chunks() == 0));
   KVArena arena(pool, layout, {.num_large_pages = 20, .backing = ArenaBacking::kElastic});
   ArenaPagePool pages(arena);
-  const PageId anchor = *pages.allocate(1);  // page 0, forever: chunks 0 and 1 have a live page
+  const LargePageId anchor = *pages.allocate(1);  // page 0, forever: chunks 0 and 1 have a live page
   std::memset(ptr(arena.large_page_address(anchor)), 0x6A, 12288);
-  std::vector<PageId> used;
+  std::vector<LargePageId> used;
   std::vector<std::uint8_t> tag(20, 0);
   auto valid = [&](std::mt19937& rng) {
     if (used.size() < 14 && (used.empty() || rng() % 2)) {
       if (auto p = pages.allocate(GroupId(rng() % 3))) {
-        tag[*p] = std::uint8_t(rng());
-        std::memset(ptr(arena.large_page_address(*p)), tag[*p], 12288);
+        tag[p->index] = std::uint8_t(rng());
+        std::memset(ptr(arena.large_page_address(*p)), tag[p->index], 12288);
         used.push_back(*p);
       }
     } else if (!used.empty()) {
       const std::size_t k = rng() % used.size();
-      REQUIRE(ptr(arena.large_page_address(used[k]))[12287] == std::byte{tag[used[k]]});
+      REQUIRE(ptr(arena.large_page_address(used[k]))[12287] == std::byte{tag[used[k].index]});
       pages.free(used[k]);
       used[k] = used.back();
       used.pop_back();
     }
   };
   auto free_page = [&] {
-    for (PageId j = 0; j < 20; ++j)
-      if (pages.owner(j) == kNoGroup) return j;
-    return PageId{20};
+    for (std::uint32_t j = 0; j < 20; ++j)
+      if (pages.owner(LargePageId{j}) == kNoGroup) return LargePageId{j};
+    return LargePageId{20};
   };
   auto unbacked_chunk = [&] {
     for (std::uint32_t c = 0; c < arena.num_chunks(); ++c)
@@ -342,7 +342,8 @@ TEST_CASE("bad input: KVArena and ArenaPagePool") {
     return arena.num_chunks();
   };
   const std::vector<BadCase> cases = {
-      {"large page address past the arena", "large page id = 20", [&] { return arena.large_page_address(20) != 0; }},
+      {"large page address past the arena", "large page id = 20",
+       [&] { return arena.large_page_address(LargePageId{20}) != 0; }},
       {"small page address past the arena", "small page id = 20", [&] { return arena.small_page_address(0, 20) != 0; }},
       {"back an empty chunk range", "chunks [3, 2]", [&] { return arena.back_chunks(3, 2); }},
       {"back past the arena", "chunks [0, 30]", [&] { return arena.back_chunks(0, 30); }},
@@ -350,12 +351,12 @@ TEST_CASE("bad input: KVArena and ArenaPagePool") {
       {"release an unbacked chunk", "not a backed chunk", [&] { return arena.release_chunk(unbacked_chunk()), true; }},
       {"release under a live page", "live large page",
        [&] { return arena.release_chunk(arena.first_chunk(anchor)), true; }},
-      {"pin past the arena", "large page id = 21", [&] { return arena.pin(21); }},
+      {"pin past the arena", "large page id = 21", [&] { return arena.pin(LargePageId{21}); }},
       {"unpin a free page", "large page id = ", [&] { return arena.unpin(free_page()), true; }},
       {"allocate for no group", "owner = 4294967295", [&] { return pages.allocate(kNoGroup).has_value(); }},
-      {"free past the pool", "large page id = 20", [&] { return pages.free(20), true; }},
+      {"free past the pool", "large page id = 20", [&] { return pages.free(LargePageId{20}), true; }},
       {"free a free page", "double free", [&] { return pages.free(free_page()), true; }},
-      {"owner past the pool", "large page id = 25", [&] { return pages.owner(25) == 0; }},
+      {"owner past the pool", "large page id = 25", [&] { return pages.owner(LargePageId{25}) == 0; }},
   };
   struct Snap {
     std::uint32_t free, backed, created, mapped;
@@ -365,7 +366,7 @@ TEST_CASE("bad input: KVArena and ArenaPagePool") {
   };
   std::function<Snap()> snapshot = [&] {
     Snap s{pages.num_free(), arena.num_backed_chunks(), pool.stats().created, pool.stats().mapped, {}, {}};
-    for (PageId j = 0; j < 20; ++j) s.owner.push_back(pages.owner(j));
+    for (std::uint32_t j = 0; j < 20; ++j) s.owner.push_back(pages.owner(LargePageId{j}));
     for (std::uint32_t c = 0; c < arena.num_chunks(); ++c)
       s.users.push_back(arena.chunk_users(c) * 2 + arena.chunk_backed(c));
     return s;
@@ -377,10 +378,11 @@ TEST_CASE("bad input: KVArena and ArenaPagePool") {
   };
   kvmm::test::run_bad_inputs<Snap>(1403, 3000, cases, snapshot, check, valid);
   // Serves end to end: a page allocated, written through its small pages, freed.
-  for (PageId p : used) pages.free(p);
+  for (const LargePageId p : used) pages.free(p);
   const auto p = pages.allocate(0);
   REQUIRE(p);
-  std::memset(ptr(arena.small_page_address(0, *p)), 0x11, 12288);
+  // One small page per large page here (12 KiB each): the large page's first small page.
+  std::memset(ptr(arena.small_page_address(0, p->index * layout.small_pages_per_large_page(0))), 0x11, 12288);
   CHECK(ptr(arena.large_page_address(*p))[12287] == std::byte{0x11});
   CHECK(ptr(arena.large_page_address(anchor))[0] == std::byte{0x6A});
   pages.free(*p);

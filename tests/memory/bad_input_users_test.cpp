@@ -253,7 +253,7 @@ TEST_CASE("bad input: ElasticMemory") {
   KVArena arena(pool, layout, {.num_large_pages = 32, .backing = ArenaBacking::kElastic});
   ArenaPagePool pages(arena);
   ElasticMemory elastic(pool, act, ChunkOwner::kKVArena);
-  std::vector<PageId> kv;
+  std::vector<LargePageId> kv;
   std::vector<std::uint64_t> acts;
   auto valid = [&](std::mt19937& rng) {
     switch (rng() % 6) {
@@ -300,11 +300,11 @@ TEST_CASE("bad input: ElasticMemory") {
   };
   kvmm::test::run_bad_inputs<Snap>(1406, 3000, cases, snapshot, check, valid);
   // Serves end to end: hand every chunk to KV and back to activations.
-  for (PageId p : kv) pages.free(p);
+  for (const LargePageId p : kv) pages.free(p);
   for (std::uint64_t a : acts) act.free(a);
   REQUIRE(elastic.inflate(elastic.activation_quota()));
   for (int i = 0; i < 32; ++i) REQUIRE(pages.allocate(0));
-  for (PageId p = 0; p < 32; ++p) pages.free(p);
+  for (std::uint32_t p = 0; p < 32; ++p) pages.free(LargePageId{p});
   REQUIRE(elastic.deflate(32));
   REQUIRE(act.allocate(32 * kChunk));
   check();

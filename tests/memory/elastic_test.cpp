@@ -124,7 +124,7 @@ TEST_CASE(
   REQUIRE((big && keep));
   std::memset(ptr(*keep), 0x21, 2 * kChunk);
   act.free(*big);
-  std::vector<PageId> kv;
+  std::vector<LargePageId> kv;
   for (int i = 0; i < 4; ++i) kv.push_back(*pages.allocate(0));
   CHECK_FALSE(pages.allocate(0));  // KV quota of 8 chunks used up
   CHECK(elastic.kv_free() == 0);
@@ -154,7 +154,7 @@ TEST_CASE(
   act.check_invariants();
   pages.check_invariants();
   pool.check_invariants();
-  for (PageId p : kv) pages.free(p);
+  for (const LargePageId p : kv) pages.free(p);
 }
 
 TEST_CASE("ElasticMemory: deflation reclaims chunks cached by inactive virtual KV slots") {
@@ -302,7 +302,7 @@ TEST_CASE("ElasticMemory: seeded random inflate/deflate beside KV and activation
   ArenaPagePool pages(arena);
   ElasticMemory elastic(pool, act, ChunkOwner::kKVArena);
   std::mt19937 rng(4242);
-  std::vector<std::pair<PageId, std::uint8_t>> kv;
+  std::vector<std::pair<LargePageId, std::uint8_t>> kv;
   std::vector<std::pair<std::uint64_t, std::uint8_t>> acts;
   int inflated = 0, deflated = 0, refused = 0;
   for (int op = 0; op < 6000; ++op) {

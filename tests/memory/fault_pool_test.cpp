@@ -242,7 +242,7 @@ struct ArenaSnap {
 };
 ArenaSnap snap(const ArenaPagePool& pages, const KVArena& arena, const ChunkPool& pool) {
   ArenaSnap s{pages.num_free(), arena.num_backed_chunks(), {}, {}, snap(pool)};
-  for (PageId j = 0; j < pages.capacity(); ++j) s.owner.push_back(pages.owner(j));
+  for (std::uint32_t j = 0; j < pages.capacity(); ++j) s.owner.push_back(pages.owner(LargePageId{j}));
   for (std::uint32_t c = 0; c < arena.num_chunks(); ++c)
     s.users.push_back(arena.chunk_users(c) * 2 + arena.chunk_backed(c));
   return s;
@@ -300,23 +300,23 @@ TEST_CASE("fault injection: elastic ArenaPagePool allocate and free at every pos
     CAPTURE(fault_name(f));
     const std::uint64_t positions = every_position([&](std::uint64_t n) {
       Env e;
-      REQUIRE(e.pages.allocate(0) == PageId{0});
-      std::memset(ptr(e.arena.large_page_address(0)), 0x44, 12288);
+      REQUIRE(e.pages.allocate(0) == LargePageId{0});
+      std::memset(ptr(e.arena.large_page_address(LargePageId{0})), 0x44, 12288);
       const ArenaSnap before = snap(e.pages, e.arena, e.pool);
       arm(e.faulty, f, n);
-      std::optional<PageId> got;
+      std::optional<LargePageId> got;
       const Outcome o = run_op([&] { return (got = e.pages.allocate(1)).has_value(); });
       const bool fired = disarm(e.faulty);
       e.check();
       if (!fired) {
-        REQUIRE((o.ok && got == PageId{1}));
+        REQUIRE((o.ok && got == LargePageId{1}));
         return false;
       }
       CHECK((!o.ok && o.raised == (f == Fault::kThrow)));
       CHECK((snap(e.pages, e.arena, e.pool) == before));
-      CHECK(ptr(e.arena.large_page_address(0))[12287] == std::byte{0x44});
-      REQUIRE(e.pages.allocate(1) == PageId{1});
-      std::memset(ptr(e.arena.large_page_address(1)), 0x45, 12288);
+      CHECK(ptr(e.arena.large_page_address(LargePageId{0}))[12287] == std::byte{0x44});
+      REQUIRE(e.pages.allocate(1) == LargePageId{1});
+      std::memset(ptr(e.arena.large_page_address(LargePageId{1})), 0x45, 12288);
       e.check();
       return true;
     });
@@ -326,12 +326,12 @@ TEST_CASE("fault injection: elastic ArenaPagePool allocate and free at every pos
   // one by one. The page is free regardless; a chunk whose unmap raised stays backed.
   const std::uint64_t positions = every_position([&](std::uint64_t n) {
     Env e;
-    REQUIRE(e.pages.allocate(0) == PageId{0});
-    REQUIRE(e.pages.allocate(0) == PageId{1});
-    e.pages.free(1);
+    REQUIRE(e.pages.allocate(0) == LargePageId{0});
+    REQUIRE(e.pages.allocate(0) == LargePageId{1});
+    e.pages.free(LargePageId{1});
     CHECK(e.arena.num_backed_chunks() == 2);
     arm(e.faulty, Fault::kRelease, n);
-    const Outcome o = run_op([&] { return e.pages.free(0), true; });
+    const Outcome o = run_op([&] { return e.pages.free(LargePageId{0}), true; });
     const bool fired = disarm(e.faulty);
     e.check();
     if (!fired) {
@@ -340,15 +340,15 @@ TEST_CASE("fault injection: elastic ArenaPagePool allocate and free at every pos
     }
     CHECK(o.raised);
     CHECK(e.pages.num_free() == 8);
-    CHECK(e.pages.owner(0) == kNoGroup);
+    CHECK(e.pages.owner(LargePageId{0}) == kNoGroup);
     CHECK(e.arena.num_backed_chunks() == 2 - (n - 1));
     // Still serves: every page once, written, freed; no chunk stays mapped.
-    for (PageId j = 0; j < 8; ++j) {
+    for (std::uint32_t j = 0; j < 8; ++j) {
       const auto p = e.pages.allocate(j % 3);
       REQUIRE(p);
       std::memset(ptr(e.arena.large_page_address(*p)), int(j), 12288);
     }
-    for (PageId j = 0; j < 8; ++j) e.pages.free(j);
+    for (std::uint32_t j = 0; j < 8; ++j) e.pages.free(LargePageId{j});
     CHECK(e.arena.num_backed_chunks() == 0);
     e.check();
     return true;

@@ -41,17 +41,17 @@ TEST_CASE("KVArena: full backing maps every chunk at once and exposes kernel add
   CHECK(w.page_stride == 2048);
   // Small page 13 of group 1 lives in large page 13 / 4 = 3.
   CHECK(arena.small_page_address(1, 13) == arena.base() + 13 * 2048);
-  CHECK(arena.small_page_address(1, 13) >= arena.large_page_address(3));
-  CHECK(arena.small_page_address(1, 13) < arena.large_page_address(4));
+  CHECK(arena.small_page_address(1, 13) >= arena.large_page_address(LargePageId{3}));
+  CHECK(arena.small_page_address(1, 13) < arena.large_page_address(LargePageId{4}));
   std::memset(arena.data(), 0x77, arena.bytes());  // all of it is writable
   CHECK(ptr(w.k_base + 31 * w.page_stride)[5] == std::byte{0x77});
   CHECK_THROWS_WITH(arena.small_page_address(1, 32), Catch::Contains("small page id = 32"));
-  CHECK_THROWS_WITH(arena.large_page_address(8), Catch::Contains("large page id = 8"));
+  CHECK_THROWS_WITH(arena.large_page_address(LargePageId{8}), Catch::Contains("large page id = 8"));
 
   ArenaPagePool pages(arena);
   auto a = pages.allocate(0);
   REQUIRE(a);
-  CHECK(*a == 0);
+  CHECK(*a == LargePageId{0});
   pages.free(*a);
   CHECK(arena.num_backed_chunks() == 16);  // full arenas never unmap
   pages.check_invariants();
@@ -68,35 +68,33 @@ TEST_CASE("ArenaPagePool: elastic chunks are mapped on first use, filled busy-fi
   ArenaPagePool pages(arena);
   CHECK(arena.num_backed_chunks() == 0);
   CHECK(pages.capacity() == 16);
-  std::vector<PageId> got;
-  for (int i = 0; i < 3; ++i) got.push_back(*pages.allocate(0));
-  CHECK(got == std::vector<PageId>{0, 1, 2});
+  std::vector<std::uint32_t> got;
+  for (int i = 0; i < 3; ++i) got.push_back(pages.allocate(0)->index);
+  CHECK(got == std::vector<std::uint32_t>{0, 1, 2});
   CHECK(arena.num_backed_chunks() == 1);  // all three share chunk 0
-  for (int i = 0; i < 6; ++i) got.push_back(*pages.allocate(1));
+  for (int i = 0; i < 6; ++i) got.push_back(pages.allocate(1)->index);
   CHECK(arena.num_backed_chunks() == 3);  // 9 pages -> chunks 0, 1, 2
   pages.check_invariants();
   // Chunk 1 (pages 4..7) drains except page 5; chunk 2 (page 8) keeps one page.
-  pages.free(4);
-  pages.free(6);
-  pages.free(7);
+  for (const std::uint32_t p : {4u, 6u, 7u}) pages.free(LargePageId{p});
   CHECK(arena.num_backed_chunks() == 3);
   // The next allocations prefer the busy chunks' six free pages (4, 6, 7, 9, 10, 11),
   // never an unbacked chunk.
   for (int i = 0; i < 6; ++i) {
     auto p = pages.allocate(0);
     REQUIRE(p);
-    CHECK(*p < 12);
+    CHECK(p->index < 12);
   }
   CHECK(arena.num_backed_chunks() == 3);
   // Free everything in chunk 2: its chunk is unmapped right away.
-  for (PageId p : {8u, 9u, 10u, 11u}) pages.free(p);
+  for (const std::uint32_t p : {8u, 9u, 10u, 11u}) pages.free(LargePageId{p});
   CHECK(arena.num_backed_chunks() == 2);
   CHECK_FALSE(arena.chunk_backed(2));
   CHECK(pool.stats().mapped == 2);
   CHECK(pool.stats().idle == 1);  // handle kept for reuse
   pages.check_invariants();
-  CHECK_THROWS_WITH(pages.free(9), Catch::Contains("large page id = 9: double free"));
-  CHECK_THROWS_WITH(pages.free(16), Catch::Contains("large page id = 16"));
+  CHECK_THROWS_WITH(pages.free(LargePageId{9}), Catch::Contains("large page id = 9: double free"));
+  CHECK_THROWS_WITH(pages.free(LargePageId{16}), Catch::Contains("large page id = 16"));
   CHECK(pages.num_used() == 8);
   pages.check_invariants();
 }
@@ -134,7 +132,7 @@ TEST_CASE("ArenaPagePool: seeded random allocate/free over straddling pages keep
       KVArena arena(pool, layout, {.num_large_pages = 40, .backing = ArenaBacking::kElastic});
       ArenaPagePool pages(arena);
       std::mt19937 rng{static_cast<std::uint32_t>(chunk)};
-      std::vector<PageId> used;
+      std::vector<LargePageId> used;
       std::vector<std::uint8_t> tag(40, 0);
       for (int op = 0; op < 4000; ++op) {
         if (used.empty() || rng() % 100 < 55) {
@@ -145,16 +143,16 @@ TEST_CASE("ArenaPagePool: seeded random allocate/free over straddling pages keep
           if (!p) {
             REQUIRE(pages.num_free() == before);
           } else {
-            tag[*p] = std::uint8_t(rng());
-            std::memset(ptr(arena.large_page_address(*p)), tag[*p], layout.large_page_bytes());
+            tag[p->index] = std::uint8_t(rng());
+            std::memset(ptr(arena.large_page_address(*p)), tag[p->index], layout.large_page_bytes());
             used.push_back(*p);
           }
         } else {
           const std::size_t k = rng() % used.size();
-          const PageId p = used[k];
+          const LargePageId p = used[k];
           const std::byte* b = ptr(arena.large_page_address(p));
-          REQUIRE(b[0] == std::byte{tag[p]});
-          REQUIRE(b[layout.large_page_bytes() - 1] == std::byte{tag[p]});
+          REQUIRE(b[0] == std::byte{tag[p.index]});
+          REQUIRE(b[layout.large_page_bytes() - 1] == std::byte{tag[p.index]});
           pages.free(p);
           used[k] = used.back();
           used.pop_back();

@@ -28,26 +28,26 @@ using kvmm::test::error_of;
 class StackSource final : public LargePageSource {
  public:
   explicit StackSource(std::uint32_t n) : n_(n) {
-    for (std::uint32_t i = n; i-- > 0;) free_.push_back(i);
+    for (std::uint32_t i = n; i-- > 0;) free_.push_back(LargePageId{i});
   }
   std::uint32_t capacity() const override { return n_; }
   std::uint32_t num_free() const override { return static_cast<std::uint32_t>(free_.size()); }
-  std::optional<PageId> acquire(GroupId) override {
+  std::optional<LargePageId> acquire(GroupId) override {
     if (free_.empty()) return std::nullopt;
-    const PageId id = free_.back();
+    const LargePageId id = free_.back();
     free_.pop_back();
     return id;
   }
-  void release(PageId id) override { free_.push_back(id); }
+  void release(LargePageId id) override { free_.push_back(id); }
 
  private:
   std::uint32_t n_;
-  std::vector<PageId> free_;
+  std::vector<LargePageId> free_;
 };
 
 std::vector<GroupId> owners(const LargePagePool& p) {
   std::vector<GroupId> o;
-  for (PageId i = 0; i < p.capacity(); ++i) o.push_back(p.owner(i));
+  for (std::uint32_t i = 0; i < p.capacity(); ++i) o.push_back(p.owner(LargePageId{i}));
   return o;
 }
 
@@ -56,7 +56,7 @@ struct SmallState {
   std::vector<std::uint8_t> allocated;
   std::vector<Row> assoc;
   std::vector<GroupId> owner;
-  std::vector<PageId> first;
+  std::vector<LargePageId> first;
   std::uint32_t used = 0, free = 0, large = 0, pool_free = 0;
   bool operator==(const SmallState&) const = default;
 };
@@ -64,7 +64,7 @@ struct SmallState {
 SmallState state_of(const SmallPageAllocator& a, const LargePagePool& p, std::uint32_t max_requests) {
   SmallState s;
   for (PageId x = 0; x < p.capacity() * a.pages_per_large(); ++x) s.allocated.push_back(a.is_allocated(x));
-  for (PageId lp = 0; lp < p.capacity(); ++lp) s.assoc.push_back(a.associated_row(lp));
+  for (std::uint32_t lp = 0; lp < p.capacity(); ++lp) s.assoc.push_back(a.associated_row(LargePageId{lp}));
   for (RequestId r = 0; r < max_requests; ++r) s.first.push_back(a.first_associated(Row{r}));
   s.owner = owners(p);
   s.used = a.num_used_small();
@@ -93,17 +93,17 @@ TEST_CASE("LargePagePool: hostile calls raise and leave the pool serving", "[pag
     INFO("source " << with_source);
     StackSource src(6);
     LargePagePool pool(6, with_source ? &src : nullptr);
-    const PageId held = *pool.allocate(3);
+    const LargePageId held = *pool.allocate(3);
     const auto before = owners(pool);
     const std::uint32_t free_before = pool.num_free();
     const std::vector<std::pair<std::function<void()>, std::string>> calls{
         // kNoGroup handed out a page that then read as free and could not be freed.
         {[&] { (void)pool.allocate(kNoGroup); }, "owner = 4294967295"},
         {[&] { (void)pool.try_allocate(kNoGroup); }, "owner = 4294967295"},
-        {[&] { pool.free(6); }, "large page id = 6"},
-        {[&] { pool.free(kNullPage); }, "large page id = 4294967295"},
-        {[&] { pool.free(held + 1); }, "double free"},
-        {[&] { (void)pool.owner(6); }, "large page id = 6"},
+        {[&] { pool.free(LargePageId{6}); }, "large page id = 6"},
+        {[&] { pool.free(kNoLargePage); }, "large page id = 4294967295"},
+        {[&] { pool.free(LargePageId{held.index + 1}); }, "double free"},
+        {[&] { (void)pool.owner(LargePageId{6}); }, "large page id = 6"},
     };
     for (const auto& [call, message] : calls) {
       INFO(message);
@@ -113,11 +113,11 @@ TEST_CASE("LargePagePool: hostile calls raise and leave the pool serving", "[pag
       CHECK(pool.num_free() == free_before);
     }
     // Still serves: every page out, exhaustion is a value, every page back.
-    std::vector<PageId> got;
+    std::vector<LargePageId> got;
     while (const auto p = pool.allocate(1)) got.push_back(*p);
     CHECK(got.size() == free_before);
-    CHECK(pool.try_allocate(1) == kNullPage);
-    for (PageId p : got) pool.free(p);
+    CHECK(pool.try_allocate(1) == kNoLargePage);
+    for (const LargePageId p : got) pool.free(p);
     pool.free(held);
     pool.check_invariants();
     CHECK(pool.num_free() == 6);
@@ -129,7 +129,7 @@ TEST_CASE("LargePagePool: random operations with hostile ones mixed in", "[pagin
   StackSource src(32);
   LargePagePool pool(32);
   LargePagePool sourced(32, &src);
-  std::vector<PageId> held[2];
+  std::vector<LargePageId> held[2];
   std::uint64_t hostile = 0;
   for (int op = 0; op < 20000; ++op) {
     const int which = static_cast<int>(rng() % 2);
@@ -150,8 +150,8 @@ TEST_CASE("LargePagePool: random operations with hostile ones mixed in", "[pagin
       ++hostile;
       const auto before = owners(p);
       const std::uint32_t free_before = p.num_free();
-      PageId bad = static_cast<PageId>(rng() % 40);  // out of range or free
-      while (bad < 32 && p.owner(bad) != kNoGroup) ++bad;
+      LargePageId bad{static_cast<std::uint32_t>(rng() % 40)};  // out of range or free
+      while (bad.index < 32 && p.owner(bad) != kNoGroup) ++bad.index;
       CHECK_THROWS_AS(kind == 9 ? (void)p.allocate(kNoGroup) : p.free(bad), Error);
       REQUIRE(owners(p) == before);
       REQUIRE(p.num_free() == free_before);
@@ -229,8 +229,8 @@ TEST_CASE("SmallPageAllocator: hostile calls raise, change nothing, and the allo
       {[&] { a.free(p0 + 1); }, "never allocated"},  // a free slot of a held page
       {[&] { a.free(q0); }, "never allocated"},      // another group's page id
       {[&] { a.release_request(Row{kReq}); }, "request = 4"},
-      {[&] { (void)a.associated_row(6); }, "large page id = 6"},
-      {[&] { (void)a.free_in_large(kNullPage); }, "large page id = 4294967295"},
+      {[&] { (void)a.associated_row(LargePageId{6}); }, "large page id = 6"},
+      {[&] { (void)a.free_in_large(kNoLargePage); }, "large page id = 4294967295"},
       {[&] { (void)a.first_associated(Row{kReq}); }, "request = 4"},
       {[&] { (void)a.associated_free_small(Row{kNoRequest}); }, "request = 4294967295"},
   };
@@ -293,7 +293,8 @@ TEST_CASE("SmallPageAllocator: random operations with hostile ones mixed in", "[
           CHECK_THROWS_AS(s.release_request(Row{bad_r}), Error);
           break;
         default:
-          CHECK_THROWS_AS(s.associated_row(pool.capacity() + rng() % 4), Error);
+          CHECK_THROWS_AS(s.associated_row(LargePageId{pool.capacity() + static_cast<std::uint32_t>(rng() % 4)}),
+                          Error);
           break;
       }
       REQUIRE(state_of(s, pool, kReq) == before);

@@ -55,9 +55,9 @@ TEST_CASE("Jenga Fig. 6: the <IMG>x4 Hello World request") {
   // Byte addresses in the arena: id * small_page_bytes.
   CHECK(image[3] * kv.layout().small_page_bytes(0) == 2 * 768);
   CHECK(text[0] * kv.layout().small_page_bytes(1) == 1 * 768);
-  CHECK(kv.large_pages().owner(0) == 0);
-  CHECK(kv.large_pages().owner(1) == 1);
-  CHECK(kv.large_pages().owner(2) == 0);
+  CHECK(kv.large_pages().owner(LargePageId{0}) == 0);
+  CHECK(kv.large_pages().owner(LargePageId{1}) == 1);
+  CHECK(kv.large_pages().owner(LargePageId{2}) == 0);
   CHECK(kv.large_pages().num_free() == 1);
   kv.check_invariants();
   kv.free_request(r);

@@ -12,18 +12,19 @@ using namespace kvmm;
 
 TEST_CASE("LargePagePool: O(1) ids, exhaustion is a value, misuse is an error") {
   LargePagePool pool(4);
-  std::vector<PageId> got;
-  for (int i = 0; i < 4; ++i) got.push_back(*pool.allocate(7));
-  CHECK(got == std::vector<PageId>{0, 1, 2, 3});
+  std::vector<std::uint32_t> got;
+  for (int i = 0; i < 4; ++i) got.push_back(pool.allocate(7)->index);
+  CHECK(got == std::vector<std::uint32_t>{0, 1, 2, 3});
   CHECK_FALSE(pool.allocate(7).has_value());
-  CHECK(pool.owner(2) == 7);
-  pool.free(2);
-  CHECK(pool.owner(2) == kNoGroup);
+  constexpr LargePageId two{2};
+  CHECK(pool.owner(two) == 7);
+  pool.free(two);
+  CHECK(pool.owner(two) == kNoGroup);
   CHECK(pool.num_free() == 1);
-  CHECK_THROWS_WITH(pool.free(2), Catch::Contains("large page id = 2") && Catch::Contains("double free"));
-  CHECK_THROWS_WITH(pool.free(9), Catch::Contains("large page id = 9"));
-  CHECK(pool.num_free() == 1);    // state unchanged by the failed calls
-  CHECK(*pool.allocate(1) == 2);  // LIFO: the page just freed goes out first
+  CHECK_THROWS_WITH(pool.free(two), Catch::Contains("large page id = 2") && Catch::Contains("double free"));
+  CHECK_THROWS_WITH(pool.free(LargePageId{9}), Catch::Contains("large page id = 9"));
+  CHECK(pool.num_free() == 1);          // state unchanged by the failed calls
+  CHECK(pool.allocate(1)->index == 2);  // LIFO: the page just freed goes out first
 }
 
 TEST_CASE("Jenga Fig. 8: request-aware placement returns whole large pages") {
@@ -59,29 +60,29 @@ TEST_CASE("SmallPageAllocator: steps 1-3 of Jenga §4.3 in order") {
   LargePagePool pool(2);
   SmallPageAllocator alloc(0, 3, pool, 4);
   const PageId a0 = *alloc.allocate(Row{0});  // step 2: fresh large page 0 for request 0
-  CHECK(alloc.associated_row(0) == Row{0});
+  CHECK(alloc.associated_row(LargePageId{0}) == Row{0});
   const PageId b0 = *alloc.allocate(Row{1});  // step 2: fresh large page 1 for request 1
-  CHECK(alloc.large_page_of(a0) == 0);
-  CHECK(alloc.large_page_of(b0) == 1);
-  CHECK(alloc.large_page_of(*alloc.allocate(Row{0})) == 0);  // step 1: request 0's own page
+  CHECK(alloc.large_page_of(a0) == LargePageId{0});
+  CHECK(alloc.large_page_of(b0) == LargePageId{1});
+  CHECK(alloc.large_page_of(*alloc.allocate(Row{0})) == LargePageId{0});  // step 1: request 0's own page
   // Request 2 has no large page and the pool is empty: step 3 takes any free slot.
   const PageId c0 = *alloc.allocate(Row{2});
   CHECK(alloc.num_free_small() == 2);
   const PageId c1 = *alloc.allocate(Row{2});
   CHECK(alloc.num_free_small() == 1);
-  CHECK(alloc.large_page_of(c0) == 1);  // the most recently opened page with room
-  CHECK(alloc.large_page_of(c1) == 1);
-  CHECK(alloc.associated_row(1) == Row{1});                  // step 3 does not re-associate
-  CHECK(alloc.large_page_of(*alloc.allocate(Row{3})) == 0);  // the last free slot, in large page 0
-  CHECK_FALSE(alloc.allocate(Row{3}).has_value());           // nothing left anywhere
+  CHECK(alloc.large_page_of(c0) == LargePageId{1});  // the most recently opened page with room
+  CHECK(alloc.large_page_of(c1) == LargePageId{1});
+  CHECK(alloc.associated_row(LargePageId{1}) == Row{1});                  // step 3 does not re-associate
+  CHECK(alloc.large_page_of(*alloc.allocate(Row{3})) == LargePageId{0});  // the last free slot, in large page 0
+  CHECK_FALSE(alloc.allocate(Row{3}).has_value());                        // nothing left anywhere
   alloc.check_invariants();
   // A pool reserve makes step 2 yield to step 3.
   LargePagePool pool2(3);
   SmallPageAllocator x(0, 2, pool2, 4);
   (void)*x.allocate(Row{0});
-  CHECK(x.large_page_of(*x.allocate(Row{1}, /*pool_reserve=*/2)) == 0);  // reserve kept: step 3
+  CHECK(x.large_page_of(*x.allocate(Row{1}, /*pool_reserve=*/2)) == LargePageId{0});  // reserve kept: step 3
   CHECK(pool2.num_free() == 2);
-  CHECK(x.large_page_of(*x.allocate(Row{1}, 2)) == 1);  // no free slot left: reserve ignored
+  CHECK(x.large_page_of(*x.allocate(Row{1}, 2)) == LargePageId{1});  // no free slot left: reserve ignored
   x.check_invariants();
 }
 

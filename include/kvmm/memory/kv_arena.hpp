@@ -48,18 +48,18 @@ class KVArena {
   ArenaBacking backing() const { return backing_; }
   const KVLayout& layout() const { return layout_; }
 
-  std::uint64_t large_page_address(PageId large) const;  // raises for an id out of range
+  std::uint64_t large_page_address(LargePageId large) const;  // raises for an id out of range
   std::uint64_t small_page_address(GroupId g, PageId small) const;
   PagedLayerView layer_view(GroupId g, std::uint32_t layer) const;
 
   // Chunk-level backing, used by ArenaPagePool. Chunks of large page j are
   // [first_chunk(j), last_chunk(j)].
   std::uint32_t num_chunks() const { return static_cast<std::uint32_t>(chunk_id_.size()); }
-  std::uint32_t first_chunk(PageId large) const {
-    return static_cast<std::uint32_t>(large * large_page_bytes_ / chunk_bytes_);
+  std::uint32_t first_chunk(LargePageId large) const {
+    return static_cast<std::uint32_t>(large.index * large_page_bytes_ / chunk_bytes_);
   }
-  std::uint32_t last_chunk(PageId large) const {
-    return static_cast<std::uint32_t>(((large + std::uint64_t{1}) * large_page_bytes_ - 1) / chunk_bytes_);
+  std::uint32_t last_chunk(LargePageId large) const {
+    return static_cast<std::uint32_t>(((large.index + std::uint64_t{1}) * large_page_bytes_ - 1) / chunk_bytes_);
   }
   bool chunk_backed(std::uint32_t c) const { return chunk_id_[c] != kNoChunk; }
   std::uint32_t num_backed_chunks() const { return num_backed_; }
@@ -74,12 +74,12 @@ class KVArena {
   // A large page goes live: its chunks are backed (one transaction, none if all are) and
   // counted as in use; false, nothing changed, if memory is short. Raises kvmm::Error
   // for a page out of range or already pinned.
-  bool pin(PageId large);
+  bool pin(LargePageId large);
   // The page holds no live data any more; in an elastic arena the chunks it leaves
   // without users are unmapped. Raises kvmm::Error if the page was not pinned. Should the
   // backend raise on an unmap, the page is unpinned all the same, that chunk and the
   // page's later ones stay backed (idle), and the exception propagates.
-  void unpin(PageId large);
+  void unpin(LargePageId large);
 
  private:
   ChunkPool& pool_;

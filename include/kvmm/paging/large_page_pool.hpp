@@ -31,10 +31,10 @@ class LargePageSource {
   // Free ids, including ones whose memory must still be backed.
   virtual std::uint32_t num_free() const = 0;
   // std::nullopt when no id is free or no memory can be backed for one.
-  virtual std::optional<PageId> acquire(GroupId owner) = 0;
-  virtual void release(PageId id) = 0;
+  virtual std::optional<LargePageId> acquire(GroupId owner) = 0;
+  virtual void release(LargePageId id) = 0;
   // A page acquired for one owner (a reservation) now serves another. Default: nothing.
-  virtual void reassign(PageId id, GroupId owner) {
+  virtual void reassign(LargePageId id, GroupId owner) {
     (void)id;
     (void)owner;
   }
@@ -61,40 +61,40 @@ class LargePagePool {
   explicit LargePagePool(std::uint32_t capacity, LargePageSource* source = nullptr)
       : free_(validated(capacity, source)), records_(capacity), source_(source) {
     // Low ids on top of the stack: a fresh pool hands out 0, 1, 2, ...
-    for (std::uint32_t i = 0; i < capacity; ++i) free_[i] = capacity - 1 - i;
+    for (std::uint32_t i = 0; i < capacity; ++i) free_[i] = LargePageId{capacity - 1 - i};
     top_ = source ? 0 : capacity;  // a source keeps its own free ids; the stack holds reservations
   }
 
   // O(1). std::nullopt when every large page is in use (not an error); kvmm::Error for
   // owner = kNoGroup (the page would read as free).
-  std::optional<PageId> allocate(GroupId owner) {
-    const PageId id = try_allocate(owner);
-    if (id == kNullPage) return std::nullopt;
+  std::optional<LargePageId> allocate(GroupId owner) {
+    const LargePageId id = try_allocate(owner);
+    if (id == kNoLargePage) return std::nullopt;
     return id;
   }
-  // The same with kNullPage for none: hot paths return the id in a register (an optional
+  // The same with kNoLargePage for none: hot paths return the id in a register (an optional
   // built in memory would wait behind the store to the page's record).
-  PageId try_allocate(GroupId owner) {
+  LargePageId try_allocate(GroupId owner) {
     if (owner == kNoGroup) [[unlikely]]
       bad_owner();
     if (source_) [[unlikely]] {
-      if (top_ == 0) return reserving_ ? kNullPage : allocate_from_source(owner).value_or(kNullPage);
-      const PageId id = free_[--top_];  // a kept page, backed already
-      records_[id].owner = owner;
+      if (top_ == 0) return reserving_ ? kNoLargePage : allocate_from_source(owner).value_or(kNoLargePage);
+      const LargePageId id = free_[--top_];  // a kept page, backed already
+      records_[id.index].owner = owner;
       source_->reassign(id, owner);
       return id;
     }
-    if (top_ == 0) return kNullPage;
-    const PageId id = free_[--top_];
-    records_[id].owner = owner;
+    if (top_ == 0) return kNoLargePage;
+    const LargePageId id = free_[--top_];
+    records_[id.index].owner = owner;
     return id;
   }
 
   // O(1). Raises kvmm::Error for an id out of range or already free.
-  void free(PageId id) {
-    if (id >= records_.size()) fail("large page id = {}: pool capacity is {}", id, records_.size());
-    if (records_[id].owner == kNoGroup) fail("large page id = {}: double free (page is already free)", id);
-    records_[id].owner = kNoGroup;
+  void free(LargePageId id) {
+    if (id.index >= records_.size()) fail("large page id = {}: pool capacity is {}", id.index, records_.size());
+    if (records_[id.index].owner == kNoGroup) fail("large page id = {}: double free (page is already free)", id.index);
+    records_[id.index].owner = kNoGroup;
     if (source_ && !reserving_ && !keep_freed_) {
       source_->release(id);
       return;
@@ -117,7 +117,7 @@ class LargePagePool {
     reserving_ = true;
     try {
       while (top_ < n) {
-        const std::optional<PageId> id = source_->acquire(0);
+        const std::optional<LargePageId> id = source_->acquire(0);
         if (!id) break;
         free_[top_++] = *id;
       }
@@ -165,9 +165,9 @@ class LargePagePool {
   std::uint32_t num_free() const { return source_ && !reserving_ ? source_->num_free() + top_ : top_; }
   std::uint32_t num_used() const { return capacity() - num_free(); }
   // kNoGroup while the page is free.
-  GroupId owner(PageId id) const {
-    if (id >= records_.size()) fail("large page id = {}: pool capacity is {}", id, records_.size());
-    return records_[id].owner;
+  GroupId owner(LargePageId id) const {
+    if (id.index >= records_.size()) fail("large page id = {}: pool capacity is {}", id.index, records_.size());
+    return records_[id.index].owner;
   }
   // Recomputes the counts: every id on the free stack is in range, free (owner kNoGroup)
   // and listed once; the owned pages number capacity - num_free(). Raises kvmm::Error on
@@ -179,7 +179,7 @@ class LargePagePool {
     if (source_ && top_ == 0) return;  // the source keeps its own free list
     std::vector<std::uint8_t> seen(records_.size(), 0);
     for (std::uint32_t i = 0; i < top_; ++i) {
-      const PageId id = free_[i];
+      const std::uint32_t id = free_[i].index;
       if (id >= records_.size() || records_[id].owner != kNoGroup || seen[id]++)
         fail("invariant: free stack entry {} holds large page {} (out of range, owned or listed twice)", i, id);
     }
@@ -187,16 +187,16 @@ class LargePagePool {
 
   // Unchecked reads for hot paths (id < capacity()): the owner, and how many free small
   // pages its group has in the page. O(1), one cache line.
-  GroupId owner_unchecked(PageId id) const { return records_[id].owner; }
-  std::uint32_t free_small_unchecked(PageId id) const { return records_[id].free_count; }
+  GroupId owner_unchecked(LargePageId id) const { return records_[id.index].owner; }
+  std::uint32_t free_small_unchecked(LargePageId id) const { return records_[id.index].free_count; }
   // Requests the record's line ahead of those reads (kvmm/detail/prefetch.hpp's switch).
-  void prefetch(PageId id) const { detail::prefetch_read(&records_[id]); }
+  void prefetch(LargePageId id) const { detail::prefetch_read(&records_[id.index]); }
 
  private:
   // The record of large page `id`, unchecked: the owning SmallPageAllocator's alone.
   friend class SmallPageAllocator;
-  LargePageRecord& record(PageId id) { return records_[id]; }
-  const LargePageRecord& record(PageId id) const { return records_[id]; }
+  LargePageRecord& record(LargePageId id) { return records_[id.index]; }
+  const LargePageRecord& record(LargePageId id) const { return records_[id.index]; }
 
   static std::uint32_t validated(std::uint32_t capacity, const LargePageSource* source) {
     if (capacity == kNullPage) fail("capacity = {}: must be below 2^32-1 (the null page id)", capacity);
@@ -208,10 +208,10 @@ class LargePagePool {
     fail("owner = {} (kNoGroup): a large page must be allocated to a group", kNoGroup);
   }
 
-  std::vector<PageId> free_;  // stack of free ids, [0, top_)
-  std::optional<PageId> allocate_from_source(GroupId owner) {
-    const std::optional<PageId> id = source_->acquire(owner);
-    if (id) records_[*id].owner = owner;
+  std::vector<LargePageId> free_;  // stack of free ids, [0, top_)
+  std::optional<LargePageId> allocate_from_source(GroupId owner) {
+    const std::optional<LargePageId> id = source_->acquire(owner);
+    if (id) records_[id->index].owner = owner;
     return id;
   }
 

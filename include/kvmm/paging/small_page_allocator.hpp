@@ -66,9 +66,9 @@ class SmallPageAllocator {
   }
   // The take order, for a caller that replays it (the manager's feasibility check): the
   // page after lp in its request's list (step 1) or in the group's list of pages with
-  // free small pages (step 3); kNullPage at the end. O(1).
-  PageId next_associated(PageId lp) const { return pool_.record(lp).rnext; }
-  PageId next_with_free(PageId lp) const { return pool_.record(lp).gnext; }
+  // free small pages (step 3); kNoLargePage at the end. O(1).
+  LargePageId next_associated(LargePageId lp) const { return LargePageId{pool_.record(lp).rnext}; }
+  LargePageId next_with_free(LargePageId lp) const { return LargePageId{pool_.record(lp).gnext}; }
   // Step 3: any free small page of the group.
   PageId try_any() {
     if (group_head_ == kNone) return kNullPage;
@@ -79,7 +79,7 @@ class SmallPageAllocator {
   void free(PageId s) {
     if (s >= entry_.size() || entry_[s] != kAllocated) bad_free(s);
     const std::uint32_t lp = s / n_;
-    LargeRecord& L = pool_.record(lp);
+    LargeRecord& L = rec(lp);
 #if KVMM_DEBUG_CHECKS
     if (L.owner != group_ || L.free_count >= n_)
       fail("debug check: group {} frees page {} of large page {} (owner {}, {} free)", group_, s, lp, L.owner,
@@ -95,7 +95,7 @@ class SmallPageAllocator {
       num_free_ -= n_;
       --num_large_;
       L.assoc = kNoRow;
-      pool_.free(lp);
+      pool_.free(LargePageId{lp});
     } else if (L.free_count == 1) {
       link(lp);
     }
@@ -110,31 +110,30 @@ class SmallPageAllocator {
   void prefetch(PageId s) const { detail::prefetch_read(&entry_[s]); }
   GroupId group() const { return group_; }
   std::uint32_t pages_per_large() const { return n_; }
-  PageId large_page_of(PageId s) const { return s / n_; }
+  LargePageId large_page_of(PageId s) const { return LargePageId{s / n_}; }
   // The request a large page of this group is associated with (kNoRow if none).
-  Row associated_row(PageId large) const;
+  Row associated_row(LargePageId large) const;
   std::uint32_t num_used_small() const { return num_used_; }
   // Free small pages inside large pages this group holds.
   std::uint32_t num_free_small() const { return num_free_; }
   std::uint32_t num_large_pages() const { return num_large_; }
   // Free small pages in large page `large` (0 if the group does not hold it).
-  std::uint32_t free_in_large(PageId large) const;
+  std::uint32_t free_in_large(LargePageId large) const;
   // Free small pages in large pages associated with r (what step 1 can serve).
   // O(associated large pages that have a free slot).
-  // The first large page associated with r that has a free slot (kNullPage: none); the
-  // next one is next_associated(lp). Step 1 fills them in this order, each until full.
-  PageId first_associated(Row r) const {
+  // The first large page associated with r that has a free slot (kNoLargePage: none);
+  // the next one is next_associated(lp). Step 1 fills them in this order, each until full.
+  LargePageId first_associated(Row r) const {
     if (r.index >= req_head_.size()) bad_request(r);
-    return req_head_[r.index] == kNone ? kNullPage : req_head_[r.index];
+    return LargePageId{req_head_[r.index]};  // kNone is kNoLargePage's index
   }
-  // The first large page of the group with a free slot (kNullPage: none); the next one is
-  // next_with_free(lp). Step 3 (try_any) fills them in this order.
-  PageId first_with_free() const { return group_head_ == kNone ? kNullPage : group_head_; }
+  // The first large page of the group with a free slot (kNoLargePage: none); the next one
+  // is next_with_free(lp). Step 3 (try_any) fills them in this order.
+  LargePageId first_with_free() const { return LargePageId{group_head_}; }
   std::uint32_t associated_free_small(Row r) const {
     if (r.index >= req_head_.size()) bad_request(r);
     std::uint32_t n = 0;
-    for (std::uint32_t lp = req_head_[r.index]; lp != kNone; lp = pool_.record(lp).rnext)
-      n += pool_.record(lp).free_count;
+    for (std::uint32_t lp = req_head_[r.index]; lp != kNone; lp = rec(lp).rnext) n += rec(lp).free_count;
     return n;
   }
 
@@ -146,11 +145,16 @@ class SmallPageAllocator {
   static std::uint32_t validated(GroupId group, std::uint32_t pages_per_large, const LargePagePool& pool,
                                  std::uint32_t max_requests);
   static constexpr std::uint32_t kNone = ~std::uint32_t{0};
+  static_assert(kNone == kNoLargePage.index, "the intrusive lists' end is the no-large-page id");
   static constexpr std::uint32_t kAllocated = kNone - 1;
   using LargeRecord = LargePageRecord;
+  // The intrusive lists (LargePageRecord's links, req_head_, group_head_) hold bare large
+  // page indices: they are this allocator's and the pool's private words. rec() names one.
+  LargeRecord& rec(std::uint32_t lp) { return pool_.record(LargePageId{lp}); }
+  const LargeRecord& rec(std::uint32_t lp) const { return pool_.record(LargePageId{lp}); }
 
   PageId take(std::uint32_t lp) {
-    LargeRecord& L = pool_.record(lp);
+    LargeRecord& L = rec(lp);
 #if KVMM_DEBUG_CHECKS
     if (L.owner != group_ || L.free_count == 0 || L.free_count > n_)
       fail("debug check: group {} takes from large page {} (owner {}, {} free)", group_, lp, L.owner, L.free_count);

@@ -28,10 +28,10 @@ class ManagerInspector {
   std::optional<BlockHash> page_hash(GroupId g, PageId p) const;
   // Next victims: a group's small-page LRU front (step 5), step 3's next large page (the
   // earliest of the large-page LRU's front and the fronts of the groups with one small
-  // page per large page), step 6's next mixed large page; kNullPage for none.
+  // page per large page), step 6's next mixed large page; kNullPage (kNoLargePage) for none.
   PageId next_small_victim(GroupId g) const;
-  PageId next_large_victim() const;
-  PageId next_mixed_victim() const;
+  LargePageId next_large_victim() const;
+  LargePageId next_mixed_victim() const;
   // Request r's pages held for its cache boundaries (out of its page tables), as (group,
   // page) in the order they left the window; and its boundaries, hinted and learned.
   std::vector<std::pair<GroupId, PageId>> held_pages(RequestId r) const;
