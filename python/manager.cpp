@@ -354,6 +354,23 @@ void bind_plans(py::class_<Manager>& c) {
           },
           py::arg("hash"), py::arg("length"), py::arg("lora_id") = 0)
       .def(
+          "draft_recompute",
+          [](Manager& m, Int<RequestId> r, Int<GroupId> g) {
+            const TokenRange t = m.use()->draft_recompute(r, g);
+            return py::make_tuple(t.begin, t.end);
+          },
+          py::arg("r"), py::arg("group"),
+          "(begin, end): the draft positions of draft group `group` the engine computes after r's admitting "
+          "allocate (its draft hit to the hit)")
+      .def(
+          "tag_state",
+          [](Manager& m, Int<RequestId> r, Int<GroupId> g, Int<std::uint64_t> n) {
+            return m.use()->tag_state(r, g, n);
+          },
+          py::arg("r"), py::arg("group"), py::arg("state_tokens"),
+          "The state page of a tagged recurrent-state group holds exactly the state after state_tokens positions: "
+          "cached when all are verified and it is a checkpoint; False for a state over a draft")
+      .def(
           "image_from_cache",
           [](Manager& m, Int<RequestId> r, Int<std::uint32_t> item) { return m.use()->image_from_cache(r, item); },
           py::arg("r"), py::arg("item"));

@@ -17,6 +17,8 @@
 
 #include <pybind11/stl.h>
 
+#include <optional>
+
 #include <fmt/ranges.h>
 
 #include <limits>
@@ -204,6 +206,22 @@ void bind_layer_group(py::module_& m) {
       .value("KEY_VALUE", KvStorage::kKeyValue)
       .value("LATENT", KvStorage::kLatent)
       .value("KEY_ONLY", KvStorage::kKeyOnly);
+  py::class_<DraftRole>(m, "DraftRole",
+                        "A draft group's role: its target group, the ids after a position its KV depends on, and how "
+                        "many steps sooner its pages are evicted (docs/speculative.md)")
+      .def(py::init([](std::string target, std::uint32_t successor_tokens, std::uint32_t evict_sooner_steps) {
+             return DraftRole{.target = std::move(target),
+                              .successor_tokens = successor_tokens,
+                              .evict_sooner_steps = evict_sooner_steps};
+           }),
+           py::arg("target"), py::arg("successor_tokens") = 0, py::arg("evict_sooner_steps") = 0)
+      .def_readwrite("target", &DraftRole::target)
+      .def_readwrite("successor_tokens", &DraftRole::successor_tokens)
+      .def_readwrite("evict_sooner_steps", &DraftRole::evict_sooner_steps)
+      .def("__repr__", [](const DraftRole& d) {
+        return fmt::format("DraftRole('{}', successor_tokens={}, evict_sooner_steps={})", d.target, d.successor_tokens,
+                           d.evict_sooner_steps);
+      });
   py::class_<LayerGroup>(m, "LayerGroup", "Layers sharing one per-token shape and one dependency rule")
       .def(py::init<>())
       .def_readwrite("name", &LayerGroup::name)
@@ -230,6 +248,12 @@ void bind_layer_group(py::module_& m) {
                                  out.append(py::make_tuple(t.name, t.shape, t.format.describe(), t.bytes()));
                                return out;
                              })
+      .def_property(
+          "draft", [](const LayerGroup& g) { return g.draft; },
+          [](LayerGroup& g, std::optional<DraftRole> d) { g.draft = std::move(d); },
+          "A draft group's DraftRole, None for other groups (docs/speculative.md)")
+      .def_readwrite("tagged_checkpoints", &LayerGroup::tagged_checkpoints)
+      .def("is_draft", &LayerGroup::is_draft)
       .def("is_plain", &LayerGroup::is_plain)
       .def_static("full_attention", &LayerGroup::full_attention, py::arg("name"), py::arg("layers"),
                   py::arg("kv_heads"), py::arg("head_dim"), py::arg("dtype_bytes") = 2, py::arg("tokens_per_page") = 16)
@@ -308,6 +332,7 @@ void bind_presets(py::module_& m) {
   };
   p.def("names", &presets::names);
   p.def("state_heavy_names", &presets::state_heavy_names);
+  p.def("speculative_names", &presets::speculative_names);
   p.def(
       "by_name",
       [opts](std::string_view name, std::uint32_t tpp, std::uint32_t dtype, std::uint32_t state_dtype,

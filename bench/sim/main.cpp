@@ -111,7 +111,7 @@ int run(int argc, char** argv) {
   std::uint64_t max_large_page_bytes = 0;                                      // 0: the library's default
   std::uint32_t prefix_match_unit = 0;                                         // 0: the policy's default
   std::uint32_t question_min = 16, question_max = 64, retention_interval = 0;  // interval 0: the policy's default
-  std::optional<std::uint32_t> learned_tail;  // none: the manager's default
+  std::optional<std::uint32_t> learned_tail;                                   // none: the manager's default
   bool questions_given = false;
   std::vector<std::pair<std::string, std::uint32_t>> group_tpp;
   for (int i = 1; i < argc; ++i) {

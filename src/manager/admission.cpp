@@ -32,9 +32,13 @@ std::uint64_t Admission::lookup_prefix(RequestId r, std::uint64_t cap) {
   const std::uint64_t limit = q.hit.limit;
   // add_request hashed the prompt's full pages; only ids appended since need hashing.
   for (std::uint32_t c = 0; c < m_.class_tokens_.size(); ++c) q.ids.ensure(c, limit / m_.class_tokens_[c]);
+  if (m_.drafts.keeps_ids())
+    for (GroupId g = 0; g < m_.groups_.size(); ++g) m_.drafts.ensure_keys(q, g, limit / m_.groups_[g].P);
   const std::uint64_t p = m_.lookup_.longest_hit(r, q, limit);
+  for (GroupId g = 0; g < m_.groups_.size(); ++g)
+    if (m_.groups_[g].draft) q.drafts.hit[g] = m_.lookup_.draft_hit(g);
   if (m_.misses.on()) [[unlikely]]
-    m_.misses.explain(q, limit, p);
+    m_.misses.explain(q, limit, p);  // after the drafts' hits: it reports them
   m_.lookup_.count_hit(q, p);
   // The request continues from p; allocate pins the pages the hit needs.
   q.hit.tokens = p;
@@ -60,12 +64,15 @@ bool Admission::compute_need(Row s, const Request& q, std::uint32_t num_new_toke
     if (grp.decoder) {
       if (target > q.progress.allocated) {
         // A pending hit will bring its pages (below the policy's first required one: null).
-        const std::uint64_t have = q.hit.pending ? q.hit.tokens / grp.P : grp.table.num_pages(s);
+        const std::uint64_t have =
+            q.hit.pending ? m_.lookup_.group_hit(q, g, q.hit.tokens) / grp.P : grp.table.num_pages(s);
         const std::uint64_t want = m_.pages_for(target, grp.P);
         m_.need_[g] = want > have ? want - have : 0;
       }
       m_.need_[g] += q.tier.fill[g];  // fresh pages for a tier hit's loads (admit_tier listed them)
-      if (num_new_tokens > 0 && q.progress.computed % grp.P != 0) {
+      if (num_new_tokens > 0 && grp.successors > 0) {
+        m_.cow_[g] = static_cast<std::uint8_t>(m_.drafts.shared_open_pages(s, q, g));  // written below computed
+      } else if (num_new_tokens > 0 && q.progress.computed % grp.P != 0) {
         const std::uint64_t idx = q.progress.computed / grp.P;
         const std::span<const PageId> pages = grp.table.pages(s);
         if (idx < pages.size() && pages[idx] != kNullPage && grp.pg[pages[idx]].ref > 1) m_.cow_[g] = 1;
@@ -86,7 +93,10 @@ void Admission::take_pages(Row s, Request& q) {
     Group& grp = m_.groups_[g];
     if (grp.decoder) {
       if (q.tier.fill[g] > 0) m_.tier.fill_tier_pages(s, q, g);
-      if (m_.cow_[g]) {
+      if (m_.cow_[g] && grp.successors > 0) {
+        m_.drafts.copy_open_pages(s, q, g);
+        m_.need_[g] -= m_.cow_[g];
+      } else if (m_.cow_[g]) {
         m_.copies_.push_back(
             m_.rows_.copy_on_write(g, s, q.progress.computed / grp.P, m_.step_, q.progress.last_step, q.prio));
         ++m_.counts_.cow_copies;
@@ -116,8 +126,9 @@ bool Admission::admit(RequestId r, Row s, Request& q) {
   for (GroupId g = 0; g < m_.groups_.size(); ++g) {
     const Group& grp = m_.groups_[g];
     if (!grp.decoder) continue;
-    const std::uint64_t pages = q.hit.tokens / grp.P;
-    q.progress.lo[g] = std::min(grp.policy->first_required_page(q.hit.tokens), pages);
+    const std::uint64_t gp = m_.lookup_.group_hit(q, g, q.hit.tokens);  // a draft group: its own hit
+    const std::uint64_t pages = gp / grp.P;
+    q.progress.lo[g] = std::min(grp.policy->first_required_page(gp), pages);
     q.progress.registered[g] = pages;
   }
   return true;
@@ -160,9 +171,10 @@ bool Admission::refused_before_pin(RequestId r, const Request& q) {
   for (GroupId g = 0; g < m_.groups_.size(); ++g) {
     const Group& grp = m_.groups_[g];
     if (!grp.decoder) continue;
-    const std::uint64_t pages = q.hit.tokens / grp.P;
+    const std::uint64_t gp = m_.lookup_.group_hit(q, g, q.hit.tokens);
+    const std::uint64_t pages = gp / grp.P;
     m_.leaving_[g] =
-        std::min<std::uint64_t>(pages - std::min(grp.policy->first_required_page(q.hit.tokens), pages), grp.evictable);
+        std::min<std::uint64_t>(pages - std::min(grp.policy->first_required_page(gp), pages), grp.evictable);
   }
   if (!m_.alloc_.surely_infeasible(m_.need_, m_.leaving_)) return false;
   return m_.lookup_.evictable_in_hit(r, q, q.hit.tokens, m_.leaving_) &&

@@ -11,7 +11,7 @@ namespace kvmm::detail {
 void BoundaryRetention::update_anchor() {
   m_.anchor_ = kNoGroup;
   for (GroupId g = 0; g < m_.groups_.size() && m_.anchor_ == kNoGroup; ++g)
-    if (m_.groups_[g].decoder && m_.groups_[g].whole_prefix) m_.anchor_ = g;
+    if (m_.groups_[g].decoder && m_.groups_[g].whole_prefix && !m_.groups_[g].draft) m_.anchor_ = g;
 }
 
 // Hinted boundaries replace the row's; the held list is reserved for them (a sliding

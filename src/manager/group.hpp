@@ -4,6 +4,7 @@
 // (one cache line per page touched). Host pages (swap_out) are the swap unit's (swap.hpp).
 #pragma once
 
+#include "draft_policy.hpp"
 #include "kvmm/caching/block_hash.hpp"
 #include "kvmm/caching/evictor.hpp"
 #include "kvmm/caching/layer_policy.hpp"
@@ -49,6 +50,10 @@ struct Group {
   bool decoder;
   std::uint32_t hash_class = 0;         // decoder groups of equal P share one hash chain
   bool whole_prefix = false;            // policy->hit_needs_whole_prefix(): probed in page order
+  bool draft = false;                   // a draft group (spec.draft): never shortens the hit
+  std::uint32_t successors = 0;         // a draft page's key covers this many ids after it
+  std::uint64_t age_bias = 0;           // eviction keys this many steps older (drafts)
+  bool tagged = false;                  // spec.tagged_checkpoints: cached by tag_state only
   std::unique_ptr<LayerPolicy> policy;  // decoder groups
   ImagePolicy image;                    // encoder-token groups
 
@@ -76,6 +81,13 @@ inline Group::Group(const KVLayout& layout, GroupId g, LargePagePool& pool, std:
       lru(pool.capacity() * n, {pg.data()}) {
   image.release_when_consumed = spec.kind == LayerKind::kVisionEmbedding;
   whole_prefix = decoder && policy->hit_needs_whole_prefix();
+  draft = spec.is_draft();
+  if (draft) {
+    successors = spec.draft->successor_tokens;
+    age_bias = spec.draft->evict_sooner_steps;
+    policy = draft_policy(std::move(policy));
+  }
+  tagged = spec.tagged_checkpoints;
 }
 
 }  // namespace kvmm::detail

@@ -24,12 +24,13 @@ bool HitPins::pin(RequestId handle, Row s, const Request& q, std::uint64_t p, st
     const Group& grp = groups_[g];
     bool ok = true;
     if (grp.decoder) {
-      const std::uint64_t pages = p / grp.P;
-      const std::uint64_t lo = std::min(grp.policy->first_required_page(p), pages);
+      const std::uint64_t gp = lookup_.group_hit(q, g, p);  // a draft group: its own hit
+      const std::uint64_t pages = gp / grp.P;
+      const std::uint64_t lo = std::min(grp.policy->first_required_page(gp), pages);
       const PageId* hit = nullptr;
       const BlockHash* check = nullptr;
-      ok = lookup_.hit_pages(q, g, p, mine, &hit, &check) && rows_.adopt_run(g, s, lo, pages, hit, check);
-      if (ok) rows_.set_tokens(g, s, p);
+      ok = lookup_.hit_pages(q, g, gp, mine, &hit, &check) && rows_.adopt_run(g, s, lo, pages, hit, check);
+      if (ok) rows_.set_tokens(g, s, gp);
     } else if (!q.ids.items().empty()) {
       rows_.append_null(g, s, q.images.page[g].back());
       rows_.set_tokens(g, s, q.images.page[g].back() * grp.P);

@@ -56,6 +56,10 @@ void KVCacheManager::commit(RequestId r, std::uint64_t num_computed_tokens) {
 void KVCacheManager::check_commit(RequestId r, std::uint64_t num_computed_tokens) const {
   core_->lifecycle.check_commit(r, num_computed_tokens);
 }
+TokenRange KVCacheManager::draft_recompute(RequestId r, GroupId g) const { return core_->drafts.recompute(r, g); }
+bool KVCacheManager::tag_state(RequestId r, GroupId g, std::uint64_t state_tokens) {
+  return core_->verified.tag(r, g, state_tokens);
+}
 RequestId KVCacheManager::fork(RequestId parent) { return core_->lifecycle.fork(parent); }
 void KVCacheManager::free(RequestId r) { core_->lifecycle.free(r); }
 void KVCacheManager::reset(RequestId r) { core_->lifecycle.reset(r); }

@@ -58,7 +58,8 @@ RequestId Lifecycle::add_request(std::span<const std::uint32_t> tokens, const Re
   const Row s = m_.reqs_.next_row();
   Request& q = m_.reqs_[s];
   q.ids.assign(tokens, extras.lora_id, extras.cache_salt, extras.items, m_.class_tokens_, m_.options_.prefix_caching,
-               m_.events_.runs_on(), extras.max_tokens, m_.hasher_);
+               m_.events_.runs_on() || m_.drafts.keeps_ids(), extras.max_tokens, m_.hasher_);
+  q.drafts.clear();
   q.images.rank.clear();
   for (std::size_t k = 0; k < extras.items.size(); ++k) q.images.rank.push_back(m_.next_rank());
   q.prio = std::min<std::uint32_t>(extras.priority, SmallLru::kLevels - 1);
@@ -87,6 +88,7 @@ void Lifecycle::clear_progress(Request& q) {
   q.tier.reset();
   q.images.restart();
   q.miss.reported = false;
+  q.drafts.reset();
 }
 
 void Lifecycle::append_tokens(RequestId r, std::span<const std::uint32_t> tokens) {
@@ -108,7 +110,12 @@ void Lifecycle::check_shared_write(RequestId r, Row s, const Request& q, std::ui
   const std::uint64_t c0 = q.progress.computed;
   for (GroupId g = 0; g < m_.groups_.size(); ++g) {
     const Group& grp = m_.groups_[g];
-    if (!grp.decoder || c0 % grp.P == 0) continue;
+    if (grp.successors > 0 && m_.drafts.shared_open_pages(s, q, g) > 0)
+      fail(
+          "request = {}: commit({}) writes draft pages of group {} below the computed tokens, shared since fork; call "
+          "allocate(r, n) before the step's kernels so their copy-on-write copies are planned",
+          r, c, g);
+    if (!grp.decoder || c0 % grp.P == 0 || grp.successors > 0) continue;
     const std::span<const PageId> pages = grp.table.pages(s);
     const std::uint64_t idx = c0 / grp.P;
     if (idx < pages.size() && pages[idx] != kNullPage && grp.pg[pages[idx]].ref > 1)
@@ -123,16 +130,24 @@ void Lifecycle::check_shared_write(RequestId r, Row s, const Request& q, std::ui
 void Lifecycle::register_full_pages(Row s, Request& q, std::uint64_t c) {
   for (GroupId g = 0; g < m_.groups_.size(); ++g) {
     Group& grp = m_.groups_[g];
-    const std::uint64_t full = c / grp.P;
+    // A successor-keyed draft page once its successor ids are known; a tagged state page
+    // only by tag_state (verified_states.hpp).
+    const std::uint64_t full = grp.successors > 0 ? m_.drafts.cacheable_pages(q, g, c) : c / grp.P;
     if (!grp.decoder || q.progress.registered[g] >= full) continue;
+    if (grp.tagged) {
+      q.progress.registered[g] = full;
+      continue;
+    }
     q.ids.ensure(grp.hash_class, full);
-    const BlockHash* hv = q.ids.chain(grp.hash_class).data();
+    m_.drafts.ensure_keys(q, g, full);
+    const BlockHash* hv = page_keys(q, grp, g).data();
     const PageId* pages = grp.table.pages(s).data();
     std::uint64_t newly = 0;
     for (std::uint64_t i = q.progress.registered[g]; i < full; ++i) {
       prefetch_insert(m_.index_, grp, g, hv, pages, i, full);
       if (pages[i] != kNullPage && m_.store_.register_page(g, pages[i], hv[i])) {
-        m_.events_.stored_page(g, q.ids, hv, i, grp.P);
+        if (grp.successors == 0)  // successor keys are no chain a router follows
+          m_.events_.stored_page(g, q.ids, hv, i, grp.P);
         ++newly;
       }
     }
@@ -158,7 +173,9 @@ void Lifecycle::release_out_of_window(Row s, Request& q, std::uint64_t c0, std::
     const std::uint64_t new_lo = std::min<std::uint64_t>(grp.policy->first_needed_page(c), pages.size());
     if (new_lo <= q.progress.lo[g]) continue;
     const std::uint64_t touch_lo = grp.policy->first_touched_page(c0, c);
-    const bool holds = !q.keep.bounds.empty();
+    // A draft group holds nothing for boundaries: a later hit never needs its pages (it
+    // recomputes what is missing), so its window leaves with the step as Jenga's rule says.
+    const bool holds = !q.keep.bounds.empty() && !grp.draft;
     // Prompt tails hold token windows only: a state group's checkpoint is a whole state
     // (8.7 MB a checkpoint on Jamba), a cost no tail length bounds.
     const bool tail = !grp.spec.is_state();
@@ -223,6 +240,7 @@ RequestId Lifecycle::fork(RequestId parent) {
   q.hit.pending = false;  // checked above
   q.images = pq.images;
   q.miss.start();
+  q.drafts = pq.drafts;  // successor keys cover ids the child shares
   q.keep.reset();
   q.keep.bounds = pq.keep.bounds;  // the pages the parent holds stay the parent's
   q.tier.reset();

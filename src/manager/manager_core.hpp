@@ -9,6 +9,8 @@
 //   swap.hpp                swap_out and swap_in, with the host pool's rows
 //   exports.hpp             kv lengths, kernel exports, the fused decode step
 //   miss_reasons.hpp        why a lookup's hit stopped (issue 34), per group
+//   draft_groups.hpp        speculative decoding's draft groups: successor keys, draft hits
+//   verified_states.hpp     recurrent-state checkpoints cached only when tagged verified
 // and the parts they share:
 //   request.hpp             a request's Phase and sub-records; request_table.hpp: rows and handles
 //   rows.hpp                the one writer of device rows and their pages' references
@@ -24,6 +26,7 @@
 #include "admission.hpp"
 #include "allocation.hpp"
 #include "boundary_retention.hpp"
+#include "draft_groups.hpp"
 #include "event_log.hpp"
 #include "exports.hpp"
 #include "group.hpp"
@@ -43,6 +46,7 @@
 #include "rows.hpp"
 #include "swap.hpp"
 #include "tier_hits.hpp"
+#include "verified_states.hpp"
 
 #include <fmt/format.h>
 
@@ -105,6 +109,8 @@ class ManagerCore {
   friend class Swap;
   friend class Exports;
   friend class MissReasons;
+  friend class DraftGroups;
+  friend class VerifiedStates;
 
   static KVLayout validated(KVLayout layout, const KVCacheManagerOptions& options);
   static std::uint64_t pages_for(std::uint64_t tokens, std::uint32_t P) { return ceil_div(tokens, P); }
@@ -175,6 +181,8 @@ class ManagerCore {
   Swap swap{*this};
   Exports exports{*this};
   MissReasons misses{*this};
+  DraftGroups drafts{*this};
+  VerifiedStates verified{*this};
 };
 
 }  // namespace kvmm::detail

@@ -94,6 +94,14 @@ void MissReasons::explain(Request& q, std::uint64_t limit, std::uint64_t p) {
   for (GroupId g = 0; g < m_.groups_.size(); ++g) {
     const Group& grp = m_.groups_[g];
     GroupMiss& gm = rep.groups[g];
+    if (grp.draft) {
+      // A draft group never shortens the hit (speculative.md): its own hit inside it is
+      // reported, the engine recomputes the rest (draft_recompute); it names no reason.
+      gm.hit_tokens = std::min(q.drafts.hit[g], p);
+      gm.page = gm.hit_tokens / grp.P;
+      if (gm.hit_tokens < p) gm.reason = MissReason::kNotCached;
+      continue;
+    }
     gm.hit_tokens = look.own_hit(q, g, limit);
     if (gm.hit_tokens >= limit) continue;
     if (!grp.decoder) {

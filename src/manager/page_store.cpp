@@ -167,7 +167,7 @@ void PageStore::release(GroupId g, PageId p, std::uint64_t t, std::uint32_t prio
   Group& grp = groups_[g];
   PageRec& rec = grp.pg[p];
   if (rec.ref == 0) fail("internal: group {} page {} released with reference count 0", g, p);
-  const EvictionKey key{std::max(rec.node.key.time, t), rec.node.key.prefix_len};
+  const EvictionKey key{std::max(rec.node.key.time, aged(g, t)), rec.node.key.prefix_len};
   if (--rec.ref > 0) {
     // Still held: the access counts. A stale entry (lazy pin) keyed by the old time leaves
     // the list now rather than at the front or at the last release; the order is the same.

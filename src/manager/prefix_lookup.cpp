@@ -1,5 +1,6 @@
 #include "prefix_lookup.hpp"
 
+#include "draft_groups.hpp"
 #include "kvmm/detail/debug_checks.hpp"
 #include "kvmm/error.hpp"
 #include "prefetch.hpp"
@@ -75,7 +76,8 @@ PrefixLookup::PrefixLookup(std::vector<Group>& groups, PageStore& store, PrefixI
       index_(index),
       memo_(groups.size()),
       first_miss_(groups.size(), kNoProbe),
-      accepted_(groups.size(), 0) {}
+      accepted_(groups.size(), 0),
+      draft_hit_(groups.size(), 0) {}
 
 // A prefix cached by one prefill mostly sits in consecutive page ids, so the page after the
 // previous hit is tried first: cached under the same hash means the index maps that hash
@@ -86,7 +88,7 @@ std::uint64_t PrefixLookup::probe_in_order(const Request& q, GroupId g, std::uin
   std::vector<PageId>& memo = memo_[g];
   if (memo.size() < pages) memo.resize(pages);  // grows once per longest prompt
   const Group& grp = groups_[g];
-  const BlockHash* hv = q.ids.chain(grp.hash_class).data();
+  const BlockHash* hv = page_keys(q, grp, g).data();
   const PageRec* rec = grp.pg.data();
   const std::uint64_t num_pages = grp.pg.size();
   PageId* out = memo.data();
@@ -112,7 +114,7 @@ std::uint64_t PrefixLookup::probe_in_order(const Request& q, GroupId g, std::uin
 // Group g's longest valid prefix of at most p tokens.
 std::uint64_t PrefixLookup::decoder_hit(const Request& q, GroupId g, std::uint64_t p) {
   const Group& grp = groups_[g];
-  const std::span<const BlockHash> chain = q.ids.chain(grp.hash_class);
+  const std::span<const BlockHash> chain = page_keys(q, grp, g);
   if (first_miss_[g] == kNoProbe) {
     IndexProbe probe(index_, g, chain, memo_[g], grp);
     return grp.policy->longest_valid_prefix(p, probe);
@@ -155,8 +157,8 @@ std::uint64_t PrefixLookup::longest_hit(RequestId handle, const Request& q, std:
     const Group& grp = groups_[g];
     if (!grp.decoder) continue;
     accepted_[g] = ~std::uint64_t{0};
-    if (grp.whole_prefix)
-      first_miss_[g] = probe_in_order(q, g, limit / grp.P);
+    if (grp.whole_prefix)  // a successor-keyed draft: as far as its keys go
+      first_miss_[g] = probe_in_order(q, g, std::min<std::uint64_t>(limit / grp.P, page_keys(q, grp, g).size()));
     else
       memo_[g].assign(limit / grp.P, kUnknown);
   }
@@ -168,7 +170,7 @@ std::uint64_t PrefixLookup::longest_hit(RequestId handle, const Request& q, std:
     for (GroupId g = 0; g < groups_.size() && p > 0; ++g) {
       std::uint64_t v = p;
       if (groups_[g].decoder) {
-        if (accepted_[g] == p) continue;
+        if (accepted_[g] == p || groups_[g].draft) continue;  // a draft never shortens the hit
         v = accepted_[g] = decoder_hit(q, g, p);
       } else {
         v = image_hit(q, g, p);
@@ -179,20 +181,23 @@ std::uint64_t PrefixLookup::longest_hit(RequestId handle, const Request& q, std:
       }
     }
   }
+  // Each draft group's own hit inside p (draft_hit()).
+  for (GroupId g = 0; g < groups_.size(); ++g)
+    if (groups_[g].draft) draft_hit_[g] = p > 0 ? decoder_hit(q, g, p) : 0;
   return p;
 }
 
 std::uint64_t PrefixLookup::whole_prefix_hit(std::uint64_t limit) const {
   std::uint64_t v = limit;
   for (GroupId g = 0; g < groups_.size(); ++g)
-    if (groups_[g].decoder && groups_[g].whole_prefix && first_miss_[g] != kNoProbe)
+    if (groups_[g].decoder && groups_[g].whole_prefix && !groups_[g].draft && first_miss_[g] != kNoProbe)
       v = std::min(v, first_miss_[g] * groups_[g].P);
   return v;
 }
 
 PageId PrefixLookup::page_of(const Request& q, GroupId g, std::uint64_t i) {
   const Group& grp = groups_[g];
-  IndexProbe probe(index_, g, q.ids.chain(grp.hash_class), memo_[g], grp);
+  IndexProbe probe(index_, g, page_keys(q, grp, g), memo_[g], grp);
   return probe.page(i);
 }
 
@@ -201,7 +206,7 @@ bool PrefixLookup::hit_pages(const Request& q, GroupId g, std::uint64_t p, bool 
   Group& grp = groups_[g];
   const std::uint64_t pages = p / grp.P;
   const std::uint64_t lo = std::min(grp.policy->first_required_page(p), pages);
-  const BlockHash* hv = q.ids.chain(grp.hash_class).data();
+  const BlockHash* hv = page_keys(q, grp, g).data();
   const PageId* hit;
   if (mine && grp.whole_prefix) {
     if (pages > first_miss_[g]) return false;  // cannot be: the lookup accepted p
@@ -252,7 +257,7 @@ std::uint64_t PrefixLookup::tier_group_hit(const Request& q, GroupId g, std::uin
     const TierPresence& tier_;
     GroupId g_;
   };
-  IndexProbe local(index_, g, q.ids.chain(grp.hash_class), memo_[g], grp);
+  IndexProbe local(index_, g, page_keys(q, grp, g), memo_[g], grp);
   Combined probe(local, tier, g);
   return grp.policy->longest_valid_prefix(p, probe);
 }
@@ -262,6 +267,7 @@ std::uint64_t PrefixLookup::longest_hit_with(const Request& q, std::uint64_t lim
   for (bool changed = true; changed && p > 0;) {
     changed = false;
     for (GroupId g = 0; g < groups_.size() && p > 0; ++g) {
+      if (groups_[g].draft) continue;  // a draft never shortens the hit (its tier keys are not listed)
       const std::uint64_t v = groups_[g].decoder ? tier_group_hit(q, g, p, tier) : image_hit(q, g, p);
       if (v < p) {
         p = v;
@@ -274,7 +280,7 @@ std::uint64_t PrefixLookup::longest_hit_with(const Request& q, std::uint64_t lim
 
 PageId PrefixLookup::cached(const Request& q, GroupId g, std::uint64_t i) const {
   const Group& grp = groups_[g];
-  const std::span<const BlockHash> chain = q.ids.chain(grp.hash_class);
+  const std::span<const BlockHash> chain = page_keys(q, grp, g);
   if (i >= chain.size()) return kNullPage;
   return index_.find(g, chain[i], Cached{&grp});
 }
@@ -286,8 +292,9 @@ bool PrefixLookup::evictable_in_hit(RequestId handle, const Request& q, std::uin
   for (GroupId g = 0; g < groups_.size(); ++g) {
     const Group& grp = groups_[g];
     if (!grp.decoder) continue;
-    const std::uint64_t pages = p / grp.P;
-    for (std::uint64_t i = std::min(grp.policy->first_required_page(p), pages); i < pages; ++i) {
+    const std::uint64_t gp = group_hit(q, g, p);
+    const std::uint64_t pages = gp / grp.P;
+    for (std::uint64_t i = std::min(grp.policy->first_required_page(gp), pages); i < pages; ++i) {
       const PageId page = grp.whole_prefix ? memo_[g][i] : page_of(q, g, i);
       if (page == kNullPage) return false;
       out[g] += store_.rec(g, page).ref == 0;
@@ -315,8 +322,9 @@ void PrefixLookup::count_hit(const Request& q, std::uint64_t p) {
   for (GroupId g = 0; g < groups_.size(); ++g) {
     Group& grp = groups_[g];
     if (grp.decoder) {
-      const std::uint64_t pages = p / grp.P;
-      grp.hit_pages += pages - std::min(grp.policy->first_required_page(p), pages);
+      const std::uint64_t gp = group_hit(q, g, p);
+      const std::uint64_t pages = gp / grp.P;
+      grp.hit_pages += pages - std::min(grp.policy->first_required_page(gp), pages);
       continue;
     }
     const std::span<const MultimodalItem> items = q.ids.items();

@@ -80,6 +80,12 @@ class PrefixLookup {
   // q's prefix is cached in decoder group g (the probes, else the index). O(1).
   std::uint64_t first_miss(GroupId g) const { return first_miss_[g]; }
   bool has_page(const Request& q, GroupId g, std::uint64_t i) { return page_of(q, g, i) != kNullPage; }
+  // Draft group g's own hit inside the last longest_hit's answer (<= it). O(1).
+  std::uint64_t draft_hit(GroupId g) const { return draft_hit_[g]; }
+  // The part of a hit of p tokens group g adopts: p, a draft group's own hit (q's). O(1).
+  std::uint64_t group_hit(const Request& q, GroupId g, std::uint64_t p) const {
+    return groups_[g].draft ? std::min(q.drafts.hit[g], p) : p;
+  }
   // Adds a hit of p tokens to each group's hit_pages (the pages it needs). O(groups + items).
   void count_hit(const Request& q, std::uint64_t p);
 
@@ -99,6 +105,7 @@ class PrefixLookup {
   std::vector<std::vector<PageId>> memo_;  // per group: page ids found (or unknown / null)
   std::vector<std::uint64_t> first_miss_;  // per whole-prefix group: its first missing page
   std::vector<std::uint64_t> accepted_;    // per group: its last valid prefix
+  std::vector<std::uint64_t> draft_hit_;   // per draft group: its own hit inside the last answer
   std::vector<PageId> run_;                // scratch: a group's hit pages from the index
   RequestId memo_owner_ = kNoRequest;      // whose probes memo_ holds
   std::uint64_t memo_uncached_ = 0;        // store_.uncached() when memo_ was filled

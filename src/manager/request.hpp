@@ -153,6 +153,20 @@ struct MissRecord {
   }
 };
 
+// Speculative decoding's draft groups (draft_groups.hpp): per group, the successor-token
+// keys of the request's pages (kept across reset: the ids do not change) and the draft's
+// own hit at the last lookup (<= the hit; the engine recomputes the draft from there).
+struct Drafts {
+  std::vector<std::vector<BlockHash>> keys;  // per group (empty unless successor-keyed)
+  std::vector<std::uint64_t> hit;            // per group
+
+  void reset() { std::fill(hit.begin(), hit.end(), 0); }
+  void clear() {
+    reset();
+    for (std::vector<BlockHash>& k : keys) k.clear();
+  }
+};
+
 struct Request {
   Phase phase = Phase::kFree;
   Phase swapped_from = Phase::kFree;  // the phase swap_in returns to
@@ -165,6 +179,7 @@ struct Request {
   Retention keep;
   Images images;
   MissRecord miss;
+  Drafts drafts;
 
   bool active() const { return phase != Phase::kFree; }
   bool swapped() const { return phase == Phase::kSwapped; }

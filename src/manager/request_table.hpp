@@ -35,6 +35,8 @@ class RequestTable {
       q.tier.off.assign(num_groups, 0);
       q.tier.fill.assign(num_groups, 0);
       q.images.page.resize(num_groups);
+      q.drafts.keys.resize(num_groups);
+      q.drafts.hit.assign(num_groups, 0);
     }
     free_.reserve(max_requests);
     for (std::uint32_t s = max_requests; s-- > 0;) free_.push_back(s);

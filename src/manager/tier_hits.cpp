@@ -20,7 +20,7 @@ std::size_t TierHits::tier_candidates(RequestId r, std::vector<TierKey>& out) {
     const std::uint64_t lo = q.hit.tokens / grp.P, hi = limit / grp.P;
     q.tier.lo[g] = lo;
     q.tier.off[g] = off;
-    q.tier.n[g] = grp.decoder && hi > lo ? hi - lo : 0;
+    q.tier.n[g] = grp.decoder && !grp.draft && hi > lo ? hi - lo : 0;  // drafts: local pages only
     if (q.tier.n[g] == 0) continue;
     const BlockHash* hv = q.ids.chain(grp.hash_class).data();  // lookup_prefix hashed them
     for (std::uint64_t i = lo; i < hi; ++i) out.push_back(TierKey{g, hv[i]});
@@ -80,6 +80,12 @@ bool TierHits::admit_tier(RequestId r, Row s, Request& q) {
     Group& grp = m_.groups_[g];
     q.tier.fill[g] = 0;
     if (!grp.decoder) continue;
+    if (grp.draft) {  // local pages only: its own hit (pinned), fresh pages from there (draft_groups.hpp)
+      const std::uint64_t d = m_.lookup_.group_hit(q, g, local);
+      q.progress.lo[g] = std::min(grp.policy->first_required_page(d), d / grp.P);
+      q.progress.registered[g] = d / grp.P;
+      continue;
+    }
     const std::uint64_t lo = local / grp.P, pages = p / grp.P;
     const std::uint64_t need_from = std::min(grp.policy->first_required_page(p), pages);
     const BlockHash* hv = q.ids.chain(grp.hash_class).data();

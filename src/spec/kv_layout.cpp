@@ -160,6 +160,16 @@ KVLayout KVLayout::plan(std::vector<LayerGroup> groups, const LayoutOptions& opt
     if (!names.insert(g.name).second) fail("LayerGroup.name = '{}': duplicate group name", g.name);
   }
   for (const LayerGroup& g : groups) {
+    if (!g.draft) continue;
+    const auto target =
+        std::find_if(groups.begin(), groups.end(), [&](const LayerGroup& o) { return o.name == g.draft->target; });
+    if (target == groups.end())
+      fail("LayerGroup '{}': draft.target = '{}': no group of that name", g.name, g.draft->target);
+    if (target->draft || !target->is_decoder())
+      fail("LayerGroup '{}': draft.target = '{}': a {} group, not a decoder target group", g.name, g.draft->target,
+           target->draft ? "draft" : to_string(target->kind));
+  }
+  for (const LayerGroup& g : groups) {
     if (g.storage != KvStorage::kKeyOnly) continue;
     const auto owner =
         std::find_if(groups.begin(), groups.end(), [&](const LayerGroup& o) { return o.name == g.tied_to; });

@@ -398,6 +398,18 @@ void LayerGroup::validate() const {
       if (kind == LayerKind::kChunkedLocal && chunk == 0)
         fail("LayerGroup '{}': chunk = 0, a chunked-local group needs chunk >= 1", n);
   }
+  if (draft) {
+    if (kind != LayerKind::kFullAttention && kind != LayerKind::kSlidingWindow)
+      fail("LayerGroup '{}': draft: a {} group cannot be a draft (full attention or sliding window only)", n,
+           to_string(kind));
+    if (draft->target.empty()) fail("LayerGroup '{}': draft.target: must name the target group", n);
+    if (draft->successor_tokens > DraftRole::kMaxSuccessorTokens)
+      fail("LayerGroup '{}': draft.successor_tokens = {}: at most {}", n, draft->successor_tokens,
+           DraftRole::kMaxSuccessorTokens);
+  }
+  if (tagged_checkpoints && !is_state())
+    fail("LayerGroup '{}': tagged_checkpoints: a {} group has no checkpoints (recurrent-state groups only)", n,
+         to_string(kind));
   if (is_plain() || is_state() || kind == LayerKind::kVisionEmbedding) {
     validate_state_tensors(*this);
     if (!try_page_bytes(*this)) page_overflow(*this);

@@ -98,6 +98,21 @@ KVLayout speculative_70b_1b(const PresetOptions& o) {
 
 namespace {
 
+LayerGroup as_draft(LayerGroup g, std::string target, std::uint32_t successor_tokens) {
+  g.draft = DraftRole{.target = std::move(target), .successor_tokens = successor_tokens};
+  return g;
+}
+
+}  // namespace
+
+KVLayout eagle3_llama3_1_8b(const PresetOptions& o) {
+  checked(o);
+  return KVLayout::plan({llama_full("full", 32, 8, 128, o), as_draft(llama_full("eagle", 1, 8, 128, o), "full", 1)},
+                        o.layout);
+}
+
+namespace {
+
 // The lineup presets' attention groups in o.kv_cache_dtype ("auto": dtype_bytes, plain).
 LayerGroup in_format(LayerGroup g, const PresetOptions& o) {
   if (o.kv_cache_dtype == "auto") return g;
@@ -148,6 +163,16 @@ KVLayout qwen3_next_80b_a3b(const PresetOptions& o) {
        LayerGroup::recurrent_state("linear", 36, conv_and_state(8192, 4, {32, 128, 128}, "recurrent", o),
                                    o.mamba_checkpoint_interval)},
       o.layout);
+}
+
+KVLayout mtp_qwen3_next_80b_a3b(const PresetOptions& o) {
+  checked(o, /*state=*/true);
+  LayerGroup state = LayerGroup::recurrent_state("linear", 36, conv_and_state(8192, 4, {32, 128, 128}, "recurrent", o),
+                                                 o.mamba_checkpoint_interval);
+  state.tagged_checkpoints = true;
+  return KVLayout::plan({in_format(llama_full("full", 12, 2, 256, o), o), std::move(state),
+                         as_draft(in_format(llama_full("mtp", 1, 2, 256, o), o), "full", 1)},
+                        o.layout);
 }
 
 KVLayout deepseek_v3(const PresetOptions& o) {
@@ -249,6 +274,11 @@ const std::vector<std::string>& names() {
   return kNames;
 }
 
+const std::vector<std::string>& speculative_names() {
+  static const std::vector<std::string> kNames{"eagle3-llama-3.1-8b", "mtp-qwen3-next-80b-a3b"};
+  return kNames;
+}
+
 const std::vector<std::string>& state_heavy_names() {
   static const std::vector<std::string> kNames{"nemotron-h-56b", "falcon-h1-7b", "minimax-text-01"};
   return kNames;
@@ -264,6 +294,8 @@ KVLayout by_name(std::string_view name, const PresetOptions& o) {
   if (name == "ministral-8b") return ministral_8b(o);
   if (name == "jamba-1.5-mini") return jamba1_5_mini(o);
   if (name == "spec-70b-1b") return speculative_70b_1b(o);
+  if (name == "eagle3-llama-3.1-8b") return eagle3_llama3_1_8b(o);
+  if (name == "mtp-qwen3-next-80b-a3b") return mtp_qwen3_next_80b_a3b(o);
   if (name == "qwen3-next-80b-a3b") return qwen3_next_80b_a3b(o);
   if (name == "deepseek-v3") return deepseek_v3(o);
   if (name == "deepseek-v3.2") return deepseek_v3_2(o);
@@ -278,8 +310,8 @@ KVLayout by_name(std::string_view name, const PresetOptions& o) {
   if (name == "mistral-small-3.1") return mistral_small_3_1(o);
   if (name == "qwen3-vl-8b") return qwen3_vl_8b(o);
   if (name == "glm-4.5") return glm4_5(o);
-  fail("preset = '{}': unknown model; known: {}, {}", name, fmt::join(names(), ", "),
-       fmt::join(state_heavy_names(), ", "));
+  fail("preset = '{}': unknown model; known: {}, {}, {}", name, fmt::join(names(), ", "),
+       fmt::join(state_heavy_names(), ", "), fmt::join(speculative_names(), ", "));
 }
 
 }  // namespace kvmm::presets

@@ -114,6 +114,11 @@ CASES = [
     ("cached_image/2^128", lambda w: w.kv.cached_image(2**128, 4), kvmm.Error, "hash"),
     # ---- queries: a stale handle raises (is_active answers), groups out of range
     ("is_swapped/stale", lambda w: w.kv.is_swapped(w.stale), kvmm.Error, r"request = \d+"),
+    ("draft_recompute/not-draft", lambda w: w.kv.draft_recompute(w.a, 0), kvmm.Error, "group = 0"),
+    ("draft_recompute/stale", lambda w: w.kv.draft_recompute(w.stale, 0), kvmm.Error, r"request = \d+"),
+    ("draft_recompute/float", lambda w: w.kv.draft_recompute(w.a, 0.5), TypeError, "group"),
+    ("tag_state/not-tagged", lambda w: w.kv.tag_state(w.a, 0, 4), kvmm.Error, "group = 0"),
+    ("tag_state/negative", lambda w: w.kv.tag_state(w.a, 0, -1), TypeError, "state_tokens"),
     ("image_from_cache/stale", lambda w: w.kv.image_from_cache(w.stale, 0), kvmm.Error, r"request = \d+"),
     ("image_from_cache/item", lambda w: w.kv.image_from_cache(w.a, 0), kvmm.Error, "item = 0"),
     ("image_from_cache/float", lambda w: w.kv.image_from_cache(w.a, 0.5), TypeError, "item"),

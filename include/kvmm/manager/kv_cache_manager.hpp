@@ -204,6 +204,13 @@ struct ManagerCounters {
 
 using PinId = std::uint32_t;
 
+// Tokens [begin, end) of a request.
+struct TokenRange {
+  std::uint64_t begin = 0;
+  std::uint64_t end = 0;
+  friend bool operator==(const TokenRange&, const TokenRange&) = default;
+};
+
 // What allocate did. kOk: the pages are there. kNoMemory: refused, nothing changed (free,
 // preempt or wait). kHitLost: the first allocate found pages of its lookup's hit evicted
 // by other requests' allocations since lookup_prefix; nothing changed, and the engine
@@ -328,6 +335,22 @@ class KVCacheManager {
   PinId pin_prefix(RequestId r);
   void unpin(PinId pin);
   void set_priority(RequestId r, std::uint32_t priority);
+
+  // ---- speculative decoding (docs/speculative.md)
+  // The draft positions r's engine computes in draft group g (LayerGroup::draft) before its
+  // first step, after the allocate that admits r: [the draft's own hit, the hit). A draft
+  // group never shortens the hit; where its pages are missing inside it they are fresh
+  // and the engine fills them (the draft is small). Empty before lookup_prefix and without
+  // a hit. kvmm::Error for a group that is not a draft. O(1).
+  TokenRange draft_recompute(RequestId r, GroupId g) const;
+  // Group g's state page (LayerGroup::tagged_checkpoints) of r holds exactly the state after
+  // positions [0, state_tokens) (the engine reports each state it wrote in the step, after
+  // commit(r, verified)): cached when every one of them is verified (<= r's committed
+  // tokens), it is a checkpoint (a multiple of the interval) and the page is still r's; true
+  // when its content is cached now. A state over a draft position is refused (false), so no
+  // cached state ever holds a rejected token. kvmm::Error, nothing changed, for a group
+  // without tagged checkpoints, state_tokens = 0 or past r's allocated tokens. O(1).
+  bool tag_state(RequestId r, GroupId g, std::uint64_t state_tokens);
 
   // Whether image `item` (its hash and length; offset ignored) is cached whole, under LoRA
   // `lora_id`, in every encoder-token group (cross attention, vision embedding). An image's

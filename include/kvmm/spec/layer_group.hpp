@@ -65,6 +65,21 @@ struct StateTensor {
 
 std::string_view to_string(LayerKind kind);
 
+// Speculative decoding: a group that holds a draft's KV (an EAGLE head, MTP layers, a
+// separate draft model) for a target group of the same layout. Its pages are cached and
+// reused where present, but never shorten the target's hit: where they are missing inside
+// a hit the engine recomputes those draft positions (KVCacheManager::draft_recompute).
+// The dependence rule per drafter (docs/speculative.md): the draft's KV at position i is
+// computed from tokens [0, i + successor_tokens], so a draft page is keyed with the
+// successor_tokens ids after it: 0 for a separate draft model, 1 for EAGLE-1/2/3 and an
+// MTP module of depth 1 (its input at i is the target's feature at i and token i + 1).
+struct DraftRole {
+  std::string target;                    // name of the target group (a decoder group, not a draft)
+  std::uint32_t successor_tokens = 0;    // 0..kMaxSuccessorTokens
+  std::uint32_t evict_sooner_steps = 0;  // evicted as if last used this many steps earlier
+  static constexpr std::uint32_t kMaxSuccessorTokens = 8;
+};
+
 struct LayerGroup {
   std::string name;
   LayerKind kind = LayerKind::kFullAttention;
@@ -92,6 +107,13 @@ struct LayerGroup {
   // kMambaState: the tensors one layer's state is made of (their bytes sum to
   // state_bytes_per_layer); empty when the state was given as a byte count.
   std::vector<StateTensor> state_tensors = {};
+  // A draft group (kFullAttention or kSlidingWindow only): see DraftRole.
+  std::optional<DraftRole> draft = {};
+  // kMambaState only, for speculative decoding: a checkpoint page is cached only when the
+  // engine tags it with the exact verified token count it holds (KVCacheManager::tag_state),
+  // never merely because the verified tokens passed it (a state written in a step with
+  // drafts may hold rejected tokens).
+  bool tagged_checkpoints = false;
 
   static LayerGroup full_attention(std::string name, std::uint32_t layers, std::uint32_t kv_heads,
                                    std::uint32_t head_dim, std::uint32_t dtype_bytes, std::uint32_t tokens_per_page);
@@ -118,6 +140,7 @@ struct LayerGroup {
                             ElementFormat keys, std::uint32_t tokens_per_page, std::string attention);
 
   bool is_state() const { return kind == LayerKind::kMambaState; }
+  bool is_draft() const { return draft.has_value(); }
   // Groups whose tokens are the decoder's own tokens (grow with every step), as
   // opposed to encoder/image tokens fixed when the request arrives.
   bool is_decoder() const { return kind != LayerKind::kCrossAttention && kind != LayerKind::kVisionEmbedding; }

@@ -40,6 +40,12 @@ KVLayout ministral_8b(const PresetOptions& o = {});
 KVLayout jamba1_5_mini(const PresetOptions& o = {});
 // Speculative decoding: Llama-3.1-70B target + Llama-3.2-1B draft in one layout.
 KVLayout speculative_70b_1b(const PresetOptions& o = {});
+// Speculative decoding with draft groups (LayerGroup::draft, docs/speculative.md):
+// Llama-3.1-8B + its EAGLE-3 head (1 layer, 8 KV heads x 128), keyed with the next token.
+KVLayout eagle3_llama3_1_8b(const PresetOptions& o = {});
+// Qwen3-Next-80B-A3B + its MTP layer (1 full-attention layer, 2 x 256, next-token keyed);
+// the gated-DeltaNet checkpoints are cached only when tagged with their verified count.
+KVLayout mtp_qwen3_next_80b_a3b(const PresetOptions& o = {});
 
 // The 2026 lineup (issue 32; sizes from the configs in tests/data, hf_config.hpp's readers).
 // 48 layers: 12 full (2 KV heads x 256) + 36 gated-DeltaNet states (conv [8192, 3],
@@ -81,6 +87,8 @@ KVLayout glm4_5(const PresetOptions& o = {});
 // Preset names accepted by by_name(), in a stable order; each plans within the default
 // 64 MiB large page.
 const std::vector<std::string>& names();
+// The speculative presets by_name() also accepts (draft groups, tagged checkpoints).
+const std::vector<std::string>& speculative_names();
 // The presets by_name() also accepts whose one-request state is past the default large
 // page (nemotron-h-56b, falcon-h1-7b, minimax-text-01): they plan under 1 GiB unless the
 // caller chose a limit.

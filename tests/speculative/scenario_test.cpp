@@ -1,0 +1,270 @@
+// Exact scenarios of issue 33 on the hybrid layout of spec_engine.hpp (target full
+// attention P = 4, recurrent state with checkpoints every 8 tokens, an EAGLE draft keyed
+// with the next token): vLLM's hybrid corruption (a checkpoint holding a rejected draft),
+// vLLM's drop-last-block EAGLE rule against the hit kvmm keeps, a draft that never
+// shortens the target's hit, draft pages evicted first, and bad input.
+#include "kvmm/error.hpp"
+#include "kvmm/manager/tier_admission.hpp"
+#include "kvmm/testing/manager_inspector.hpp"
+#include "spec_engine.hpp"
+
+#include <string>
+
+using namespace kvmm;
+using namespace kvmm::spec_test;
+
+namespace {
+
+struct Bench {
+  explicit Bench(bool tagged, std::uint32_t evict_sooner = 0, std::uint32_t large_pages = 64)
+      : kv(spec_layout(1, tagged, 0, evict_sooner), {.num_large_pages = large_pages, .max_requests = 8}),
+        eng(kv, 1, tagged) {
+    eng.begin_step();
+  }
+  EngineRequest add(std::vector<std::uint32_t> toks) {
+    EngineRequest q;
+    q.toks = std::move(toks);
+    q.id = kv.add_request(q.toks);
+    return q;
+  }
+  // Lookup, admission with the hit checked, and prefill chunks of at most `chunk` tokens.
+  std::uint64_t admit_and_prefill(EngineRequest& q, std::uint32_t chunk,
+                                  std::uint64_t limit = KVCacheManager::kMaxTokens) {
+    const std::uint64_t p = kv.lookup_prefix(q.id, limit);
+    std::uint32_t n = static_cast<std::uint32_t>(std::min<std::uint64_t>(chunk, q.toks.size() - p));
+    REQUIRE(kv.allocate(q.id, n));
+    eng.check_hit(q, p);
+    while (true) {
+      eng.run_step(q, n, 0, rng);
+      if (q.computed + 1 == q.toks.size()) break;
+      n = static_cast<std::uint32_t>(std::min<std::uint64_t>(chunk, q.toks.size() - q.computed));
+      REQUIRE(kv.allocate(q.id, n));
+    }
+    return p;
+  }
+  // One decode step proposing `drafts`.
+  void decode(EngineRequest& q, const std::vector<std::uint32_t>& drafts) {
+    REQUIRE(kv.allocate(q.id, 1, static_cast<std::uint32_t>(drafts.size())));
+    eng.run_step(q, 1, static_cast<std::uint32_t>(drafts.size()), rng, drafts);
+  }
+  // The k tokens the target produces after q's tokens (all drafts right).
+  std::vector<std::uint32_t> right(const EngineRequest& q, std::uint32_t k) const {
+    std::vector<std::uint32_t> t = q.toks, out;
+    for (std::uint32_t i = 0; i < k; ++i) {
+      out.push_back(SpecEngine::true_next(t, q.salt));
+      t.push_back(out.back());
+    }
+    return out;
+  }
+
+  KVCacheManager kv;
+  SpecEngine eng;
+  std::mt19937_64 rng{1};
+};
+
+std::vector<std::uint32_t> iota_tokens(std::uint32_t n, std::uint32_t from = 1) {
+  std::vector<std::uint32_t> t(n);
+  for (std::uint32_t i = 0; i < n; ++i) t[i] = from + i;
+  return t;
+}
+
+// vLLM's corruption: a step with drafts ends at checkpoint 8 (its state covers rejected
+// draft 7); the verified tokens pass 8 a step later without a step ending there. Plain
+// checkpoints (cached once the verified tokens pass them) then serve that state to the
+// next request sharing the 8 verified tokens; tagged ones never cache it.
+void corruption_case(bool tagged) {
+  Bench b(tagged);
+  EngineRequest a = b.add(iota_tokens(5));
+  b.admit_and_prefill(a, 5);  // computed 5, token 5 sampled
+  REQUIRE(a.toks.size() == 6);
+  std::vector<std::uint32_t> d = b.right(a, 1);
+  d.push_back((b.right(a, 2)[1] + 1) % 50);  // draft 7 wrong
+  b.decode(a, d);                            // processes 5, 6, 7: its state covers 8 positions
+  REQUIRE(a.computed == 7);                  // 6 accepted, 7 rejected (the target's token 7 sampled)
+  b.decode(a, b.right(a, 3));                // processes 7..10, all right: verified 11
+  REQUIRE(a.computed == 11);
+  const std::vector<std::uint32_t> shared(a.toks.begin(), a.toks.begin() + 9);
+  b.kv.free(a.id);
+
+  EngineRequest c = b.add(shared);
+  c.toks.push_back(42);
+  b.kv.append_token(c.id, 42);
+  b.eng.strict_ = false;
+  const std::uint64_t p = b.admit_and_prefill(c, 16);
+  if (tagged) {
+    CHECK(p == 0);  // no checkpoint at 8: it was never tagged with 8 verified tokens
+    CHECK(b.eng.wrong_hits_ == 0);
+  } else {
+    CHECK(p == 8);                  // the checkpoint at 8 was cached by the verified count alone...
+    CHECK(b.eng.wrong_hits_ == 1);  // ...and holds the state over the rejected draft
+  }
+  b.kv.check_invariants();
+}
+
+}  // namespace
+
+TEST_CASE("speculative: vLLM's hybrid corruption is reproduced with plain checkpoints and cannot happen tagged",
+          "[speculative]") {
+  corruption_case(false);
+  corruption_case(true);
+}
+
+TEST_CASE("speculative: a state over a draft position is refused; an exact verified one is cached", "[speculative]") {
+  Bench b(true);
+  EngineRequest a = b.add(iota_tokens(7));
+  const std::uint64_t hit = b.kv.lookup_prefix(a.id);
+  REQUIRE(hit == 0);
+  REQUIRE(b.kv.allocate(a.id, 7, 4));  // 7 prompt tokens + up to 4 drafts: pages for 11
+  b.kv.commit(a.id, 7);
+  b.kv.append_tokens(a.id, std::vector<std::uint32_t>{8, 9});
+  CHECK_FALSE(b.kv.tag_state(a.id, kState, 8));  // position 7 is not verified yet
+  b.kv.commit(a.id, 8);
+  CHECK_FALSE(b.kv.tag_state(a.id, kState, 7));  // not a checkpoint
+  CHECK(b.kv.tag_state(a.id, kState, 8));        // exactly the 8 verified tokens
+  CHECK(b.kv.tag_state(a.id, kState, 8));        // cached already: still true
+  b.kv.check_invariants();
+}
+
+// vLLM drops the last block of every hit when EAGLE is on (the draft's KV at a block's last
+// position depends on the next block's first token). kvmm keys each draft page with that
+// token: the whole hit is kept, and only a draft page whose next token differs is
+// recomputed (4 draft positions of a tiny head).
+TEST_CASE("speculative: vLLM's drop-last-block EAGLE case keeps kvmm's whole hit", "[speculative]") {
+  Bench b(true);
+  EngineRequest a = b.add(iota_tokens(16));
+  b.admit_and_prefill(a, 8);  // checkpoints 8 and 16 tagged; token 16 sampled
+  REQUIRE(a.toks.size() == 17);
+  const std::vector<std::uint32_t> doc(a.toks.begin(), a.toks.begin() + 16);
+  const std::uint32_t next = a.toks[16];
+  b.kv.free(a.id);
+
+  // The same next token: every draft page is reused.
+  std::vector<std::uint32_t> t1 = doc;
+  t1.insert(t1.end(), {next, 7, 7});
+  EngineRequest r1 = b.add(t1);
+  CHECK(b.admit_and_prefill(r1, 16) == 16);
+  CHECK(b.kv.draft_recompute(r1.id, kDraft) == TokenRange{16, 16});
+  // vLLM's rule on the same cache: the hit capped one block below (12), then the state's
+  // checkpoint below it (8).
+  std::vector<std::uint32_t> t2 = doc;
+  t2.insert(t2.end(), {next, 8, 8});
+  EngineRequest r2 = b.add(t2);
+  CHECK(b.admit_and_prefill(r2, 16, 16 - 4) == 8);
+  // Another next token: the target's hit stays 16; the draft recomputes its last page.
+  std::vector<std::uint32_t> t3 = doc;
+  t3.insert(t3.end(), {(next + 1) % 50, 9, 9});
+  EngineRequest r3 = b.add(t3);
+  CHECK(b.admit_and_prefill(r3, 16) == 16);
+  CHECK(b.kv.draft_recompute(r3.id, kDraft) == TokenRange{12, 16});
+  b.kv.check_invariants();
+}
+
+TEST_CASE("speculative: a draft group with missing pages never shortens the target's hit", "[speculative]") {
+  Bench b(true);
+  EngineRequest a = b.add(iota_tokens(16));
+  REQUIRE(b.kv.lookup_prefix(a.id) == 0);
+  REQUIRE(b.kv.allocate(a.id, 16));
+  b.kv.commit(a.id, 16);  // the next token is not known: the draft's page 3 is not cacheable
+  CHECK(b.kv.tag_state(a.id, kState, 16));
+  b.kv.free(a.id);
+  std::vector<std::uint32_t> t = iota_tokens(16);
+  t.insert(t.end(), {5, 6});
+  const RequestId r = b.kv.add_request(t);
+  CHECK(b.kv.lookup_prefix(r) == 16);
+  CHECK(b.kv.draft_recompute(r, kDraft) == TokenRange{12, 16});
+  REQUIRE(b.kv.allocate(r, 2));
+  // The draft row: pages 0-2 from the cache, fresh pages from position 12 on.
+  CHECK(b.kv.page_table(r, kDraft).size() == 5);
+  CHECK(b.kv.num_computed(r) == 16);
+  b.kv.check_invariants();
+}
+
+TEST_CASE("speculative: draft pages are evicted before target pages of the same age", "[speculative]") {
+  for (std::uint32_t sooner : {0u, 3u}) {
+    Bench b(true, sooner);
+    for (int i = 0; i < 5; ++i) b.eng.begin_step();
+    EngineRequest a = b.add(iota_tokens(16));
+    b.admit_and_prefill(a, 16);
+    b.eng.begin_step();
+    const PageId tp = b.kv.page_table(a.id, kTarget)[0], dp = b.kv.page_table(a.id, kDraft)[0];
+    b.kv.free(a.id);
+    const testing::ManagerInspector ins(b.kv);
+    const EvictionKey tk = ins.eviction_key(kTarget, tp), dk = ins.eviction_key(kDraft, dp);
+    CHECK(evicted_before(dk, tk));
+    CHECK(dk.time + sooner == tk.time);
+  }
+}
+
+TEST_CASE("speculative: bad input raises kvmm::Error naming the argument and changes nothing", "[speculative]") {
+  Bench b(true);
+  EngineRequest a = b.add(iota_tokens(9));
+  REQUIRE(b.kv.lookup_prefix(a.id) == 0);
+  REQUIRE(b.kv.allocate(a.id, 8));
+  b.kv.commit(a.id, 8);
+  auto raises = [&](auto&& call, const std::string& part) {
+    try {
+      call();
+      FAIL("no kvmm::Error");
+    } catch (const kvmm::Error& e) {
+      INFO(e.what());
+      CHECK(std::string(e.what()).find(part) != std::string::npos);
+    }
+    b.kv.check_invariants();
+    CHECK(b.kv.num_computed(a.id) == 8);
+  };
+  raises([&] { (void)b.kv.draft_recompute(a.id, kTarget); }, "group = 0");
+  raises([&] { (void)b.kv.draft_recompute(a.id, 7); }, "group = 7");
+  raises([&] { (void)b.kv.tag_state(a.id, kTarget, 8); }, "group = 0");
+  raises([&] { (void)b.kv.tag_state(a.id, kState, 0); }, "state_tokens = 0");
+  raises([&] { (void)b.kv.tag_state(a.id, kState, 10); }, "state_tokens = 10");
+  CHECK(b.kv.tag_state(a.id, kState, 8));
+
+  auto layout_raises = [](std::vector<LayerGroup> groups, const std::string& part) {
+    try {
+      (void)KVLayout::plan(std::move(groups));
+      FAIL("no kvmm::Error");
+    } catch (const kvmm::Error& e) {
+      INFO(e.what());
+      CHECK(std::string(e.what()).find(part) != std::string::npos);
+    }
+  };
+  const LayerGroup target = LayerGroup::full_attention("target", 1, 1, 8, 2, 4);
+  LayerGroup draft = LayerGroup::full_attention("draft", 1, 1, 8, 2, 4);
+  draft.draft = DraftRole{.target = "nope"};
+  layout_raises({target, draft}, "draft.target = 'nope'");
+  draft.draft = DraftRole{.target = "target", .successor_tokens = 9};
+  layout_raises({target, draft}, "draft.successor_tokens = 9");
+  LayerGroup draft2 = LayerGroup::full_attention("draft2", 1, 1, 8, 2, 4);
+  draft.draft = DraftRole{.target = "target"};
+  draft2.draft = DraftRole{.target = "draft"};
+  layout_raises({target, draft, draft2}, "draft.target = 'draft'");
+  LayerGroup state = LayerGroup::mamba_state("state", 1, 256, 8);
+  state.draft = DraftRole{.target = "target"};
+  layout_raises({target, state}, "cannot be a draft");
+  LayerGroup tagged = target;
+  tagged.name = "t2";
+  tagged.tagged_checkpoints = true;
+  layout_raises({target, tagged}, "tagged_checkpoints");
+}
+
+// A hit from a shared tier: the target's and the state's pages load from the tier, the
+// draft (local pages only) recomputes its positions of the hit; no lost hit.
+TEST_CASE("speculative: a tier hit loads target and state pages and recomputes the draft", "[speculative]") {
+  Bench b(true);
+  TierAdmission adm(b.kv);
+  const RequestId r = b.kv.add_request(iota_tokens(20));
+  REQUIRE(b.kv.lookup_prefix(r) == 0);
+  std::vector<TierKey> keys;
+  adm.tier_candidates(r, keys);
+  for (const TierKey& k : keys) CHECK(k.group != kDraft);  // drafts take no part in the tier
+  REQUIRE_FALSE(keys.empty());
+  const std::vector<TierStatus> present(keys.size(), TierStatus::kOk);
+  CHECK(adm.extend_prefix(r, present) == 16);
+  REQUIRE(b.kv.allocate(r, 4));
+  CHECK(b.kv.draft_recompute(r, kDraft) == TokenRange{0, 16});
+  const std::vector<TierStatus> loaded(adm.tier_loads(r).size(), TierStatus::kOk);
+  CHECK(adm.finish_loads(r, loaded) == 16);
+  CHECK(b.kv.page_table(r, kDraft).size() == 5);  // fresh pages for positions 0-19
+  b.kv.commit(r, 20);
+  b.kv.check_invariants();
+}
