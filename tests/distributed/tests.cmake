@@ -14,7 +14,7 @@ foreach(name events redis)
   target_include_directories(kvmm_test_distributed_${name} PRIVATE ${CMAKE_CURRENT_LIST_DIR}/.. ${CMAKE_CURRENT_LIST_DIR})
   target_compile_definitions(kvmm_test_distributed_${name} PRIVATE KVMM_DIST_TEST_DIR="${CMAKE_CURRENT_LIST_DIR}")
   target_link_libraries(kvmm_test_distributed_${name} PRIVATE kvmm::${name} kvmm_catch_main kvmm_warnings)
-  kvmm_catch_cases(kvmm_test_distributed_${name} dist_${name})
+  kvmm_catch_cases(kvmm_test_distributed_${name} distributed_${name})
 endforeach()
 # The Redis tier's tests drive a real redis-server and inspect it with hiredis's own client.
 # engine_tier_test.cpp runs two mini engines (examples/mini_engine) sharing one server.

@@ -7,6 +7,7 @@
 #include "kvmm/testing/manager_inspector.hpp"
 
 #include <cstdint>
+#include <initializer_list>
 #include <vector>
 
 namespace kvmm::test {
@@ -25,12 +26,14 @@ struct Snapshot {
   std::vector<std::vector<std::vector<PageId>>> tables;  // [group][request]
   std::vector<std::vector<std::uint32_t>> refs;
   std::vector<std::vector<PageState>> states;
-  std::vector<std::uint64_t> computed, allocated;
+  std::vector<std::uint64_t> computed, allocated;  // [handle], of the handles given
   std::uint32_t free_large = 0;
   bool operator==(const Snapshot&) const = default;
 };
 
-inline Snapshot snapshot(KVCacheManager& kv, std::uint32_t max_requests) {
+// The tables of rows [0, max_requests); the counts of `handles` (handles are
+// generation-checked: a row number is not one), 0 for one no longer active.
+inline Snapshot snapshot(KVCacheManager& kv, std::uint32_t max_requests, std::initializer_list<RequestId> handles) {
   Snapshot s;
   s.free_large = kv.large_pages().num_free();
   for (GroupId g = 0; g < kv.layout().num_groups(); ++g) {
@@ -47,7 +50,7 @@ inline Snapshot snapshot(KVCacheManager& kv, std::uint32_t max_requests) {
       s.states.back().push_back(kvmm::testing::ManagerInspector(kv).page_state(g, p));
     }
   }
-  for (RequestId r = 0; r < max_requests; ++r) {
+  for (const RequestId r : handles) {
     s.computed.push_back(kv.is_active(r) ? kv.num_computed(r) : 0);
     s.allocated.push_back(kv.is_active(r) ? kv.num_allocated(r) : 0);
   }

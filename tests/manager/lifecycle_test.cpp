@@ -220,12 +220,12 @@ TEST_CASE("a refused admission then reset leaves the manager as it found it", "[
       }
       CHECK(order[2].size() > 10);
       CHECK(order[0] == order[1]);
-      CHECK(snapshot(a, 4) == snapshot(s, 4));
+      CHECK(snapshot(a, 4, {running}) == snapshot(s, 4, {running}));
       // Same priority: b's evictions and state exactly. Another one: release_page re-levels
       // the hit's pages to the refused request's level, so a differs from b like s does.
       if (same_priority) {
         CHECK(order[0] == order[2]);
-        CHECK(snapshot(a, 4) == snapshot(b, 4));
+        CHECK(snapshot(a, 4, {running}) == snapshot(b, 4, {running}));
       }
       CHECK(a.num_computed(running) == b.num_computed(running));
     }

@@ -277,9 +277,10 @@ TEST_CASE("swap out and in move every page, all or nothing", "[manager][swap]") 
   const std::vector<PageId> full_before(kv.page_table(r, kFull).begin(), kv.page_table(r, kFull).end());
   const std::size_t held = 3 + 2;
   // Host has 3 large pages of one small page each: too small, nothing changes.
-  const Snapshot before = snapshot(kv, 4);
+  const Snapshot before = snapshot(kv, 4, {r});
+  REQUIRE(before.computed == std::vector<std::uint64_t>{10});
   CHECK_FALSE(kv.swap_out(r).has_value());
-  CHECK(snapshot(kv, 4) == before);
+  CHECK(snapshot(kv, 4, {r}) == before);
   kv.free(r);
 
   KVCacheManager kv2(fig10_layout(4, 4), {.num_large_pages = 16, .num_host_large_pages = 8, .max_requests = 4});
@@ -323,9 +324,10 @@ TEST_CASE("allocation failure leaves the state unchanged", "[manager][oom]") {
   kv.commit(a, 8);
   const RequestId b = kv.add_request(std::vector<std::uint32_t>(12, 2));
   kv.lookup_prefix(b);
-  const Snapshot before = snapshot(kv, 4);
+  const Snapshot before = snapshot(kv, 4, {a, b});
+  REQUIRE(before.allocated == std::vector<std::uint64_t>{8, 0});
   CHECK_FALSE(kv.allocate(b, 12));
-  CHECK(snapshot(kv, 4) == before);
+  CHECK(snapshot(kv, 4, {a, b}) == before);
   kv.check_invariants();
 }
 
@@ -460,7 +462,8 @@ TEST_CASE("misuse raises kvmm::Error naming the argument, state intact", "[manag
   const RequestId r = kv.add_request(std::vector<std::uint32_t>{1, 2, 3, 4, 5});
   kv.lookup_prefix(r);
   REQUIRE(kv.allocate(r, 3));
-  const Snapshot before = snapshot(kv, 2);
+  const Snapshot before = snapshot(kv, 2, {r});
+  REQUIRE(before.allocated == std::vector<std::uint64_t>{3});
   CHECK_THROWS_WITH(kv.commit(r, 4), Catch::Contains("num_computed_tokens = 4"));
   CHECK_THROWS_WITH(kv.lookup_prefix(r), Catch::Contains("request = " + std::to_string(r)));
   CHECK_THROWS_WITH(kv.fork(7), Catch::Contains("request = 7"));
@@ -469,7 +472,7 @@ TEST_CASE("misuse raises kvmm::Error naming the argument, state intact", "[manag
   CHECK_THROWS_WITH(kv.page_table(r, 5), Catch::Contains("group = 5"));
   CHECK_THROWS_WITH(kv.set_policy(0, std::make_unique<FullAttentionPolicy>(4)), Catch::Contains("active"));
   CHECK_THROWS_WITH(kv.set_policy(0, std::make_unique<FullAttentionPolicy>(8)), Catch::Contains("tokens_per_page = 8"));
-  CHECK(snapshot(kv, 2) == before);
+  CHECK(snapshot(kv, 2, {r}) == before);
   kv.commit(r, 3);
   CHECK_THROWS_WITH(kv.commit(r, 2), Catch::Contains("num_computed_tokens = 2"));
   kv.free(r);
