@@ -25,8 +25,11 @@ constexpr std::uint32_t kMissReasonSlots = 1u << 16;
 
 class KvmmPolicy final : public Policy {
  public:
-  KvmmPolicy(const KVLayout& layout, const PolicyOptions& o)
-      : kv_(layout, options(layout, o)),
+  // vllm_eagle: vLLM's rules for speculative decoding (make_vllm_eagle_policy).
+  KvmmPolicy(const KVLayout& layout, const PolicyOptions& o, bool vllm_eagle = false)
+      : kv_(vllm_eagle ? without_draft_roles(layout) : layout, options(layout, o)),
+        vllm_eagle_(vllm_eagle),
+        tag_states_(o.tag_states),
         caching_(o.prefix_caching),
         cross_(shape_of(layout).cross_attention),
         hinted_(o.boundaries == BoundaryMode::kHinted || o.boundaries == BoundaryMode::kBoth) {
@@ -41,7 +44,7 @@ class KvmmPolicy final : public Policy {
     }
   }
 
-  std::string_view name() const override { return "kvmm"; }
+  std::string_view name() const override { return vllm_eagle_ ? "vllm-eagle" : "kvmm"; }
   bool prefix_caching() const override { return caching_; }
   std::string describe() const override {
     const KVLayout& l = kv_.layout();
@@ -50,9 +53,12 @@ class KvmmPolicy final : public Policy {
       groups += fmt::format("{}{} {} B x {}", groups.empty() ? "" : ", ", l.group(g).name, l.small_page_bytes(g),
                             l.small_pages_per_large_page(g));
     return fmt::format(
-        "kvmm KVCacheManager: {} large pages of {} B (LCM; small pages per large page: {}), request-aware "
+        "{}kvmm KVCacheManager: {} large pages of {} B (LCM; small pages per large page: {}), request-aware "
         "placement, pages out of each layer kind's need released at commit; prefix caching {} (per-layer-kind "
         "hit rules, images cached by image hash, LRU small/large-page eviction)",
+        vllm_eagle_ ? "vLLM's rules for EAGLE/MTP (draft groups cached as plain groups, the last block of every hit "
+                      "dropped) over "
+                    : "",
         kv_.large_pages().capacity(), l.large_page_bytes(), groups, caching_ ? "on" : "off");
   }
 
@@ -87,6 +93,7 @@ class KvmmPolicy final : public Policy {
       if (!caching_) register_request(q, {});
     }
     q.lo.assign(kv_.layout().num_groups(), 0);
+    q.tagged.assign(kv_.layout().num_groups(), 0);
     q.shared_counted = false;
     q.active = true;
     q.pos = static_cast<std::uint32_t>(active_.size());
@@ -103,7 +110,14 @@ class KvmmPolicy final : public Policy {
       feed_ids(q, known);
     }
     // Pure: the hit's pages enter the rows at the first allocate.
-    const auto hit = static_cast<std::uint32_t>(kv_.lookup_prefix(q.handle));
+    auto hit = static_cast<std::uint32_t>(kv_.lookup_prefix(q.handle));
+    if (vllm_eagle_ && hit > 0) {
+      // vLLM with EAGLE drops the last block of every hit: look up again capped one block
+      // short of the whole blocks hit (a hybrid falls back to its checkpoint below the cap).
+      const std::uint64_t B = block_tokens(), whole = hit / B * B;
+      kv_.reset(q.handle);
+      hit = static_cast<std::uint32_t>(kv_.lookup_prefix(q.handle, whole >= B ? whole - B : 0));
+    }
     // Hit pages shared with another running request are counted at the first successful
     // allocate (count_shared): a failed admission is freed at once and never counts.
     q.shared_counted = false;
@@ -120,6 +134,32 @@ class KvmmPolicy final : public Policy {
     for (GroupId g = 0; g < kv_.layout().num_groups(); ++g) advance_lo(q, g);
     if (!q.shared_counted) count_shared(q);
     return true;
+  }
+
+  bool speculative() const override { return true; }
+
+  bool allocate_lookahead(std::uint32_t id, std::uint32_t num_computed, std::uint32_t num_new,
+                          std::uint32_t lookahead) override {
+    Req& q = req(id);
+    if (q.handle == kNoRequest) register_request(q, {});
+    if (kv_.num_computed(q.handle) != num_computed)
+      fail("num_computed = {}: request {} has {} computed tokens in the manager", num_computed, id,
+           kv_.num_computed(q.handle));
+    if (!kv_.allocate(q.handle, num_new, lookahead)) return false;
+    for (GroupId g = 0; g < kv_.layout().num_groups(); ++g) advance_lo(q, g);
+    if (!q.shared_counted) count_shared(q);
+    return true;
+  }
+
+  std::uint64_t draft_recompute_tokens(std::uint32_t id) const override {
+    if (id >= reqs_.size() || !reqs_[id].active || reqs_[id].handle == kNoRequest) return 0;
+    std::uint64_t n = 0;
+    for (GroupId g = 0; g < kv_.layout().num_groups(); ++g)
+      if (kv_.layout().group(g).draft) {
+        const TokenRange t = kv_.draft_recompute(reqs_[id].handle, g);
+        n += t.end - t.begin;
+      }
+    return n;
   }
 
   // The ids of the computed tokens (prompt and sampled) go in first: commit hashes full pages.
@@ -143,6 +183,7 @@ class KvmmPolicy final : public Policy {
     }
     kv_.commit(q.handle, num_computed);
     for (GroupId g = 0; g < l.num_groups(); ++g) advance_lo(q, g);
+    if (tag_states_ && caching_) tag_states(q, num_computed);
   }
 
   void free(std::uint32_t id) override {
@@ -224,12 +265,43 @@ class KvmmPolicy final : public Policy {
     std::vector<std::uint32_t> prompt_ids;  // decoder prompt ids of a token-id trace
     std::vector<std::uint64_t> lo;          // per decoder group: first non-null page
     std::vector<std::uint64_t> bounds;      // RequestExtras::cache_boundaries (hinted mode)
+    std::vector<std::uint64_t> tagged;      // per group: the last state count tagged
   };
 
   struct Usage {
     std::uint64_t distinct = 0;  // pages held by running requests, each counted once
     std::uint64_t need = 0;      // bytes of them the next step needs
   };
+
+  // The engine keeps the state after each verified position of a step (per-draft-position
+  // states, as speculative engines for hybrids do) and tags the last checkpoint the
+  // verified tokens crossed, once: KVCacheManager::tag_state refuses anything else.
+  void tag_states(Req& q, std::uint64_t verified) {
+    const KVLayout& l = kv_.layout();
+    if (q.tagged.size() != l.num_groups()) q.tagged.assign(l.num_groups(), 0);
+    for (GroupId g = 0; g < l.num_groups(); ++g) {
+      if (!l.group(g).tagged_checkpoints) continue;
+      const std::uint64_t C = l.group(g).checkpoint_interval(), n = verified / C * C;
+      if (n == 0 || n <= q.tagged[g]) continue;
+      q.tagged[g] = n;
+      kv_.tag_state(q.handle, g, n);
+    }
+  }
+
+  // vLLM's block (the last one a hit drops): the target attention groups' page.
+  std::uint64_t block_tokens() const {
+    for (const LayerGroup& g : kv_.layout().groups())
+      if (g.kind == LayerKind::kFullAttention) return g.tokens_per_page;
+    return kv_.layout().group(0).tokens_per_page;
+  }
+
+  // The layout with every draft role removed: draft groups become plain groups, cached
+  // like the target's and part of every hit (vLLM's KV cache groups).
+  static KVLayout without_draft_roles(const KVLayout& layout) {
+    std::vector<LayerGroup> groups = layout.groups();
+    for (LayerGroup& g : groups) g.draft.reset();
+    return KVLayout::plan(std::move(groups));
+  }
 
   // Decoder group g: each request holds pages [lo, size) (the policies release from the
   // front); shared pages are full prefix pages (hits), needed whole by every holder, so
@@ -534,6 +606,8 @@ class KvmmPolicy final : public Policy {
   }
 
   KVCacheManager kv_;
+  bool vllm_eagle_;
+  bool tag_states_;
   bool caching_;
   bool cross_;
   bool hinted_;  // requests pass SimRequest::boundaries to the manager
@@ -564,6 +638,10 @@ std::vector<std::uint64_t> cache_boundaries_for(const SeqInfo& info, std::uint64
 
 std::unique_ptr<Policy> make_kvmm_policy(const KVLayout& layout, const PolicyOptions& o) {
   return std::make_unique<KvmmPolicy>(layout, o);
+}
+
+std::unique_ptr<Policy> make_vllm_eagle_policy(const KVLayout& layout, const PolicyOptions& o) {
+  return std::make_unique<KvmmPolicy>(layout, o, true);
 }
 
 }  // namespace kvmm::sim

@@ -34,7 +34,8 @@ constexpr const char* kUsage = R"(usage: kvmm-sim --model PRESET|config.json --w
                       chat | agentic | path.jsonl
   --policy P          kvmm | paged-uniform | max-page | static-split | unified-block |
                       vllm-0.33 | vllm-0.33-tuned | trtllm-v2 | sglang, a comma-separated
-                      list, or all (default: all)
+                      list, or all (default: all); vllm-eagle (kvmm's manager under
+                      vLLM's EAGLE rules) only by name
   --memory-gib X      KV cache memory budget in GiB (default 40)
   --seed N            workload seed (default 1)
   --requests N        requests to generate for a synthetic workload (default 1000)
@@ -67,6 +68,11 @@ constexpr const char* kUsage = R"(usage: kvmm-sim --model PRESET|config.json --w
   --max-large-page-mib X
                       the planner's large-page limit in MiB (default: the library's,
                       64 MiB; past it small pages are padded)
+  --speculative K     speculative decoding: each decode step proposes K draft tokens
+                      (lookahead pages), draft j accepted with probability
+                      --accept-rate while the earlier ones were; draft positions
+                      recomputed at admission count as prefill (kvmm, vllm-eagle only)
+  --accept-rate A     per-draft acceptance probability (default 0.65)
   --max-steps N       stop after N steps (default: run to completion)
   --csv-every N       write every N-th step to the CSV (default 1)
   --out DIR           write DIR/<policy>.steps.csv, DIR/<policy>.summary.json,
@@ -102,7 +108,8 @@ std::uint32_t to_u32(const std::string& flag, std::uint64_t x, std::uint64_t lo)
 
 int run(int argc, char** argv) {
   std::string model, workload, policies = "all", out, dump;
-  double memory_gib = 40, rate = 0;
+  double memory_gib = 40, rate = 0, accept_rate = 0.65;
+  std::uint32_t speculative = 0;
   bool caching = true;
   std::uint64_t seed = 1, requests = 1000, max_steps = 0, articles = 0;  // articles 0: not given
   BoundaryMode boundaries = BoundaryMode::kLearned;
@@ -184,6 +191,11 @@ int run(int argc, char** argv) {
       const double mib = parse_double(a, v);
       if (!(mib > 0) || mib > 1048576) kvmm::fail("{} = '{}': expected a number of MiB in (0, 1048576]", a, v);
       max_large_page_bytes = static_cast<std::uint64_t>(mib * 1048576.0);
+    } else if (a == "--speculative")
+      speculative = to_u32(a, parse_uint(a, v), 0);
+    else if (a == "--accept-rate") {
+      accept_rate = parse_double(a, v);
+      if (accept_rate > 1) kvmm::fail("{} = '{}': expected a probability in [0, 1]", a, v);
     } else if (a == "--max-steps")
       max_steps = parse_uint(a, v);
     else if (a == "--csv-every")
@@ -236,8 +248,15 @@ int run(int argc, char** argv) {
     }
   }
   for (const std::string& n : names)
-    if (std::find(policy_names().begin(), policy_names().end(), n) == policy_names().end())
-      kvmm::fail("--policy = '{}': unknown; known: {} or all", n, fmt::join(policy_names(), ", "));
+    if (std::find(policy_names().begin(), policy_names().end(), n) == policy_names().end() &&
+        std::find(speculative_policy_names().begin(), speculative_policy_names().end(), n) ==
+            speculative_policy_names().end())
+      kvmm::fail("--policy = '{}': unknown; known: {}, {} or all", n, fmt::join(policy_names(), ", "),
+                 fmt::join(speculative_policy_names(), ", "));
+  if (speculative > 0)
+    for (const std::string& n : names)
+      if (n != "kvmm" && n != "vllm-eagle")
+        kvmm::fail("--policy = '{}': no speculative mode (--speculative {}: kvmm and vllm-eagle only)", n, speculative);
   const ModelShape shape = shape_of(layout);
   PolicyOptions po;
   po.memory_bytes = static_cast<std::uint64_t>(memory_gib * 1073741824.0);
@@ -247,6 +266,7 @@ int run(int argc, char** argv) {
   if (retention_interval > 0) po.retention_interval = retention_interval;
   po.prefix_match_unit = prefix_match_unit;
   if (learned_tail) po.learned_tail = *learned_tail;
+  po.tag_states = speculative > 0;
   po.max_model_len = 1;
   po.max_encoder_tokens = 1;
   for (const SimRequest& r : w.requests) {
@@ -259,6 +279,9 @@ int run(int argc, char** argv) {
   so.max_seqs = max_seqs;
   so.max_steps = max_steps;
   so.csv_every = csv_every;
+  so.speculative = speculative;
+  so.accept_rate = accept_rate;
+  so.spec_seed = seed;
 
   if (!out.empty()) std::filesystem::create_directories(out);
   fmt::print("model {}:\n{}\nworkload {}: {} requests\n", model, layout.describe(), w.name, w.requests.size());

@@ -13,13 +13,23 @@ const std::vector<std::string>& policy_names() {
   return kNames;
 }
 
+const std::vector<std::string>& speculative_policy_names() {
+  static const std::vector<std::string> kNames{"vllm-eagle"};
+  return kNames;
+}
+
+bool Policy::allocate_lookahead(std::uint32_t, std::uint32_t, std::uint32_t, std::uint32_t) {
+  fail("policy = '{}': no speculative mode (only kvmm and vllm-eagle)", name());
+}
+
 std::unique_ptr<Policy> make_policy(std::string_view name, const KVLayout& layout, const PolicyOptions& o) {
   if (name == "kvmm") return make_kvmm_policy(layout, o);
+  if (name == "vllm-eagle") return make_vllm_eagle_policy(layout, o);
   if (std::find(policy_names().begin(), policy_names().end(), name) != policy_names().end())
     return make_block_policy(name, layout, o);
   fail(
       "policy = '{}': unknown; known: kvmm, paged-uniform, max-page, static-split, unified-block, vllm-0.33, "
-      "vllm-0.33-tuned, trtllm-v2, sglang",
+      "vllm-0.33-tuned, trtllm-v2, sglang, vllm-eagle",
       name);
 }
 

@@ -84,6 +84,16 @@ class Policy {
     std::uint64_t lookups = 0, tokens = 0;
   };
   virtual std::vector<MissCount> miss_reasons() const { return {}; }
+
+  // Speculative decoding (SchedulerOptions::speculative, docs/sim.md): a decode step's
+  // allocation of num_new verified-to-be tokens plus `lookahead` draft tokens. Only
+  // policies with speculative() true take it (kvmm, vllm-eagle); the others raise.
+  virtual bool speculative() const { return false; }
+  virtual bool allocate_lookahead(std::uint32_t id, std::uint32_t num_computed, std::uint32_t num_new,
+                                  std::uint32_t lookahead);
+  // Draft positions the engine recomputes at r's admission (after its first allocate), over
+  // every draft group: KVCacheManager::draft_recompute's lengths. 0 without draft groups.
+  virtual std::uint64_t draft_recompute_tokens(std::uint32_t /*id*/) const { return 0; }
 };
 
 // kvmm's retention of the pages a hit at a shared prefix needs (issue 17): none (today's
@@ -113,6 +123,10 @@ struct PolicyOptions {
   std::uint32_t prefix_match_unit = 0;
   // kvmm with learned boundaries: KVCacheManagerOptions::learned_tail_tokens.
   std::uint32_t learned_tail = KVCacheManagerOptions{}.learned_tail_tokens;
+  // kvmm: the engine tags each tagged-checkpoint state at the verified count it holds
+  // (KVCacheManager::tag_state after commit; speculative mode only, so runs without it
+  // are unchanged).
+  bool tag_states = false;
 };
 
 const std::vector<std::string>& policy_names();
@@ -125,6 +139,11 @@ std::unique_ptr<Policy> make_policy(std::string_view name, const KVLayout& layou
 std::uint64_t needed_bytes(const LayerGroup& g, std::uint64_t T, std::uint64_t E);
 
 std::unique_ptr<Policy> make_kvmm_policy(const KVLayout& layout, const PolicyOptions& o);
+// The policies only the speculative mode runs (not in policy_names(), not in "all"):
+// vllm-eagle, kvmm's manager under vLLM's rules for EAGLE/MTP (each draft group a plain
+// group of the layout, cached like the target's; the last block of every hit dropped).
+const std::vector<std::string>& speculative_policy_names();
+std::unique_ptr<Policy> make_vllm_eagle_policy(const KVLayout& layout, const PolicyOptions& o);
 // The cache boundaries the kvmm policy hands the manager for a request whose prompt has
 // prompt_tokens decoder tokens: info.boundaries at most prompt_tokens (ascending, 0 and
 // duplicates dropped), the last kMaxCacheBoundaries of them. O(boundaries).

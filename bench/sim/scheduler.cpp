@@ -41,6 +41,22 @@ Summary simulate(const Workload& w, const KVLayout& layout, Policy& policy, cons
                  std::ostream* csv) {
   if (o.token_budget == 0) fail("token_budget = 0: must be >= 1");
   if (o.max_seqs == 0) fail("max_seqs = 0: must be >= 1");
+  if (o.speculative > 0 && !policy.speculative())
+    fail("policy = '{}': no speculative mode (speculative = {}; only kvmm and vllm-eagle)", policy.name(),
+         o.speculative);
+  if (!(o.accept_rate >= 0 && o.accept_rate <= 1)) fail("accept_rate = {}: must be in [0, 1]", o.accept_rate);
+  std::uint64_t rng = o.spec_seed;  // splitmix64: the same draws with any standard library
+  auto uniform = [&rng] {
+    std::uint64_t z = (rng += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return static_cast<double>((z ^ (z >> 31)) >> 11) * 0x1.0p-53;
+  };
+  auto draw_accepted = [&](std::uint32_t k) {
+    std::uint32_t a = 0;
+    while (a < k && uniform() < o.accept_rate) ++a;
+    return a;
+  };
   const auto start = std::chrono::steady_clock::now();
   const ModelShape shape = shape_of(layout);
   const auto n = static_cast<std::uint32_t>(w.requests.size());
@@ -72,11 +88,12 @@ Summary simulate(const Workload& w, const KVLayout& layout, Policy& policy, cons
   }
 
   Summary s;
+  s.speculative = o.speculative;
   s.policy = std::string(policy.name());
   s.workload = w.name;
   s.requests = n;
   std::deque<std::uint32_t> waiting;
-  std::vector<std::uint32_t> running, sched_id, sched_n;
+  std::vector<std::uint32_t> running, sched_id, sched_n, sched_k;
   MemoryStats mem;
   std::vector<GroupSummary> gsum;
   double sum_running = 0, sum_decode = 0, decode_steps = 0;
@@ -134,12 +151,23 @@ Summary simulate(const Workload& w, const KVLayout& layout, Policy& policy, cons
     const std::uint64_t preemptions_before = s.preemptions;
     sched_id.clear();
     sched_n.clear();
+    sched_k.clear();
+    std::uint64_t recompute = 0;  // draft positions recomputed at this step's admissions
     // 1. Running requests, oldest first; preempt the newest when memory runs out.
     for (std::size_t i = 0; i < running.size() && budget > 0; ++i) {
       const std::uint32_t r = running[i];
       const auto want = static_cast<std::uint32_t>(std::min<std::uint64_t>(st[r].tokens - st[r].computed, budget));
+      // Drafts: decode steps only, never past the output nor the budget.
+      std::uint32_t drafts = 0;
+      if (o.speculative > 0 && st[r].generated > 0 && st[r].tokens - st[r].computed == 1)
+        drafts = static_cast<std::uint32_t>(
+            std::min<std::uint64_t>({o.speculative, w.requests[r].output_len - st[r].generated - 1, budget - want}));
+      auto alloc = [&] {
+        return o.speculative > 0 ? policy.allocate_lookahead(r, st[r].computed, want, drafts)
+                                 : policy.allocate(r, st[r].computed, want);
+      };
       bool ok = true;
-      while (!policy.allocate(r, st[r].computed, want)) {
+      while (!alloc()) {
         if (running.size() > i + 1) {
           preempt(running.back());
           running.pop_back();
@@ -156,7 +184,8 @@ Summary simulate(const Workload& w, const KVLayout& layout, Policy& policy, cons
       if (!ok) break;
       sched_id.push_back(r);
       sched_n.push_back(want);
-      budget -= want;
+      sched_k.push_back(drafts);
+      budget -= want + drafts;
     }
     // 2. Waiting requests in arrival order (preempted ones first), while budget lasts;
     //    none in a step that had to preempt (vLLM v1's rule against thrashing).
@@ -172,7 +201,8 @@ Summary simulate(const Workload& w, const KVLayout& layout, Policy& policy, cons
         s.hit_tokens += q.computed;
       }
       const auto want = static_cast<std::uint32_t>(std::min<std::uint64_t>(q.tokens - q.computed, budget));
-      if (!policy.allocate(r, q.computed, want)) {
+      if (!(o.speculative > 0 ? policy.allocate_lookahead(r, q.computed, want, 0)
+                              : policy.allocate(r, q.computed, want))) {
         s.lookup_tokens -= q.tokens;
         s.hit_tokens -= q.computed;
         q.added = false;
@@ -191,20 +221,35 @@ Summary simulate(const Workload& w, const KVLayout& layout, Policy& policy, cons
         s.first_lookup_tokens += q.tokens;
         s.first_hit_tokens += q.computed;
       }
+      if (o.speculative > 0) recompute += policy.draft_recompute_tokens(r);
       waiting.pop_front();
       q.status = Status::kRunning;
       running.push_back(r);
       sched_id.push_back(r);
       sched_n.push_back(want);
+      sched_k.push_back(0);
       budget -= want;
     }
     // 3. Execute the step.
-    std::uint64_t prefill = 0, decode = 0;
+    std::uint64_t prefill = recompute, decode = 0;
+    s.draft_recompute_tokens += recompute;
     for (std::size_t k = 0; k < sched_id.size(); ++k) {
       const std::uint32_t r = sched_id[k];
       ReqState& q = st[r];
       const bool is_decode = q.generated > 0 && q.tokens - q.computed == 1;
       (is_decode ? decode : prefill) += sched_n[k];
+      if (sched_k[k] > 0) {
+        // The target computed the last token and the drafts; the accepted ones are
+        // generated tokens with KV, then the bonus token is sampled below.
+        const std::uint32_t a = draw_accepted(sched_k[k]);
+        decode += sched_k[k];
+        s.drafted_tokens += sched_k[k];
+        s.accepted_tokens += a;
+        q.tokens += a;
+        q.generated += a;
+        s.output_tokens += a;
+        q.computed += a;
+      }
       q.computed += sched_n[k];
       policy.commit(r, q.computed);
       if (q.computed == q.tokens) {
@@ -342,6 +387,12 @@ std::string summary_json(const Summary& s, bool with_wall_time) {
                            {"mean_wasted", g.mean_wasted},
                            {"mean_cached", g.mean_cached},
                            {"mean_group_free", g.mean_group_free}});
+  if (s.speculative > 0) {
+    j["speculative"] = s.speculative;
+    j["drafted_tokens"] = s.drafted_tokens;
+    j["accepted_tokens"] = s.accepted_tokens;
+    j["draft_recompute_tokens"] = s.draft_recompute_tokens;
+  }
   if (with_wall_time) j["wall_seconds"] = s.wall_seconds;
   return j.dump(2);
 }

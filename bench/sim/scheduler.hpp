@@ -21,6 +21,15 @@ struct SchedulerOptions {
   std::uint64_t max_steps = 0;        // 0: run until every request finished or aborted
   std::uint32_t csv_every = 1;        // write every n-th step row
   bool check_invariants = false;      // policy.check_invariants() after every step (tests)
+  // Speculative decoding: each decode step proposes up to `speculative` draft tokens
+  // (Policy::allocate_lookahead; never past the request's output), the target computes
+  // 1 + drafts tokens, and the drafts accepted are drawn per step: draft j is accepted
+  // with probability accept_rate while drafts 1..j-1 were (a chain, Leviathan et al.
+  // 2023), seeded by spec_seed. Draft positions recomputed at admission
+  // (Policy::draft_recompute_tokens) count as prefill tokens. 0: off.
+  std::uint32_t speculative = 0;
+  double accept_rate = 0.65;
+  std::uint64_t spec_seed = 1;
 };
 
 struct GroupSummary {
@@ -37,6 +46,10 @@ struct Summary {
   // At each request's first admission only: a preempted request re-hitting its own pages
   // is not a hit of the cache. prefill_tokens counts recomputation.
   std::uint64_t first_lookup_tokens = 0, first_hit_tokens = 0;
+  // Speculative mode: draft tokens proposed and accepted, draft positions recomputed at
+  // admission (also in prefill_tokens).
+  std::uint64_t drafted_tokens = 0, accepted_tokens = 0, draft_recompute_tokens = 0;
+  std::uint32_t speculative = 0;
   std::uint64_t capacity_bytes = 0;
   double mean_running = 0, mean_decode_batch = 0;
   std::uint64_t peak_running = 0;
