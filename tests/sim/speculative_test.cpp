@@ -99,17 +99,24 @@ TEST_CASE("speculative: drafts cut the decode steps, lookahead pages come back",
 TEST_CASE("speculative: the MTP hybrid under memory pressure keeps the invariants", "[sim][speculative]") {
   const kvmm::KVLayout layout = kvmm::presets::by_name("mtp-qwen3-next-80b-a3b");
   WorkloadOptions o;
-  o.num_requests = 24;
+  o.num_requests = 10;
   o.seed = 5;
   const Workload w = make_workload("agentic", o);
-  for (const char* policy : {"kvmm", "vllm-eagle"}) {
-    CAPTURE(policy);
-    const Summary s = run_spec(w, layout, policy, 1, 0.85, std::uint64_t{3} << 30);
-    CHECK(s.finished + s.aborted == 24);
-    CHECK(s.finished > 0);
-    CHECK(s.accepted_tokens <= s.drafted_tokens);
-    CHECK(s.prefill_tokens >= s.draft_recompute_tokens);
+  // 1 GiB: 26 large pages of 40 MB, a few requests' states and context; some calls never fit.
+  const Summary kv = run_spec(w, layout, "kvmm", 1, 0.85, std::uint64_t{1} << 30);
+  const Summary vl = run_spec(w, layout, "vllm-eagle", 1, 0.85, std::uint64_t{1} << 30);
+  for (const Summary* s : {&kv, &vl}) {
+    CAPTURE(s->policy);
+    CHECK(s->finished + s->aborted == 10);
+    CHECK(s->finished > 0);
+    CHECK(s->evictions > 0);
+    CHECK(s->accepted_tokens <= s->drafted_tokens);
+    CHECK(s->prefill_tokens >= s->draft_recompute_tokens);
   }
+  // vLLM's dropped block moves a hybrid's hit below the checkpoint held at the previous
+  // call's end: kvmm hits more and computes less.
+  CHECK(kv.first_hit_tokens > vl.first_hit_tokens);
+  CHECK(kv.prefill_tokens < vl.prefill_tokens);
 }
 
 TEST_CASE("speculative: bad input", "[sim][speculative]") {
@@ -117,6 +124,5 @@ TEST_CASE("speculative: bad input", "[sim][speculative]") {
   const Workload w = shared_prefix(1);
   CHECK_THROWS_WITH(run_spec(w, layout, "vllm-0.33", 2, 0.5, std::uint64_t{1} << 30),
                     Catch::Contains("policy = 'vllm-0.33': no speculative mode"));
-  CHECK_THROWS_WITH(run_spec(w, layout, "kvmm", 2, 1.5, std::uint64_t{1} << 30),
-                    Catch::Contains("accept_rate = 1.5"));
+  CHECK_THROWS_WITH(run_spec(w, layout, "kvmm", 2, 1.5, std::uint64_t{1} << 30), Catch::Contains("accept_rate = 1.5"));
 }
