@@ -6,6 +6,7 @@ Used by tests/vllm and bench/python/vllm_step.py."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import pathlib
@@ -117,6 +118,9 @@ class Setup:
     kvmm_layout: bool = False  # KvmmLayoutScheduler (a worker laying memory out as kvmm's arena)
     mamba_cache_mode: str | None = None  # CacheConfig's ("align": vLLM splits chunks at state blocks)
     hit_cap: int = 0  # > 0: every lookup capped at tokens - 1 - (a request's own 0..hit_cap-1)
+    # EAGLE / MTP's rule on (vLLM's use_eagle_block_drop, one prefill lookahead token, the
+    # drop rule rather than 0.33's lookahead hashes); needs spec_tokens > 0
+    eagle: bool = False
 
 
 def kv_transfer_config(setup: Setup) -> KVTransferConfig | None:
@@ -129,6 +133,12 @@ def kv_transfer_config(setup: Setup) -> KVTransferConfig | None:
     extra.setdefault("shared_storage_path", tempfile.mkdtemp(prefix="kvmm-vllm-store-"))
     fields["kv_connector_extra_config"] = extra
     return KVTransferConfig(**fields)
+
+
+def successor_groups(config: KVCacheConfig) -> frozenset[int]:
+    """The groups holding an EAGLE / MTP drafter's layers (vLLM's is_eagle_group): their KV
+    at a position depends on the next token as well."""
+    return frozenset(i for i, g in enumerate(config.kv_cache_groups) if g.is_eagle_group)
 
 
 def make_scheduler(setup: Setup, kvmm: bool, check_invariants: bool = False, kcc: KVCacheConfig | None = None) -> Scheduler:
@@ -165,8 +175,20 @@ def make_scheduler(setup: Setup, kvmm: bool, check_invariants: bool = False, kcc
     # EAGLE / draft-model proposers reserve KV slots past the scheduled tokens (vLLM's
     # num_lookahead_tokens); their draft models cannot be built here without a model hub, so
     # the property is set for the scheduler's construction (it keeps its own copy).
-    with mock.patch.object(VllmConfig, "num_lookahead_tokens", new_callable=mock.PropertyMock,
-                           return_value=setup.lookahead):
+    # EAGLE's rule: its drafter cannot be built here either, so the speculative config's
+    # predicates are set for the construction (the scheduler, its manager and kvmm's adapter
+    # read them there). vLLM's manager then drops the last block of a hit in the groups
+    # flagged is_eagle_group (lookahead hashes, 0.33's default, are turned off).
+    eagle = contextlib.ExitStack()
+    if setup.eagle:
+        assert setup.spec_tokens, "EAGLE's rule needs draft tokens"
+        for name in ("use_eagle_block_drop", "needs_eagle_block_drop"):
+            eagle.enter_context(mock.patch.object(SpeculativeConfig, name, return_value=True))
+        for name, value in (("num_prefill_lookahead_tokens", 1), ("num_hash_lookahead_tokens", 0)):
+            eagle.enter_context(mock.patch.object(VllmConfig, name, new_callable=mock.PropertyMock,
+                                                  return_value=value))
+    with eagle, mock.patch.object(VllmConfig, "num_lookahead_tokens", new_callable=mock.PropertyMock,
+                                  return_value=setup.lookahead):
         sched = cls(vllm_config=vllm_config, kv_cache_config=kcc, log_stats=True,
                     structured_output_manager=StructuredOutputManager(vllm_config), block_size=setup.block_size)
     assert sched.num_lookahead_tokens == setup.lookahead
@@ -267,6 +289,7 @@ class RunLog:
     schedule: list[tuple] = field(default_factory=list)
     preemptions: int = 0
     hit_tokens: int = 0
+    hits: dict[str, int] = field(default_factory=dict)  # per request, at its first admission
     steps: int = 0
     worker: object = None
 
@@ -377,9 +400,10 @@ def check_tables(sched, worker: Worker, num_blocks: int, kvmm: bool) -> None:
                 assert prev[0] == g, f"block {b} live in groups {prev[0]} and {g}"
                 assert prev[2] == i, f"block {b} at page {prev[2]} of {prev[1]} and page {i} of {rid}"
                 p = sched.kv_cache_config.kv_cache_groups[g].kv_cache_spec.block_size
-                a_t = list(sched.requests[prev[1]].all_token_ids[: (i + 1) * p])
-                b_t = list(req.all_token_ids[: (i + 1) * p])
-                assert a_t == b_t and len(a_t) == (i + 1) * p, f"block {b} shared by unrelated {prev[1]} and {rid}"
+                end = (i + 1) * p + (g in successor_groups(sched.kv_cache_config))  # a drafter's: the next id too
+                a_t = list(sched.requests[prev[1]].all_token_ids[:end])
+                b_t = list(req.all_token_ids[:end])
+                assert a_t == b_t and len(a_t) == end, f"block {b} shared by unrelated {prev[1]} and {rid}"
                 c = getattr(worker, "content", None)
                 if c is not None:  # and the same LoRA adapter, salt and images
                     last = (i + 1) * p - 1
@@ -395,7 +419,7 @@ def run(setup: Setup, trace: Trace, kvmm: bool, seed: int = 0, check: bool = Tru
     hasher = get_request_block_hasher(setup.block_size, sha256)
     if make_worker is None:
         worker = Worker(len(sched.kv_cache_config.kv_cache_groups), setup.spec_tokens, seed,
-                        KVContent(setup.block_size, trace.extras))
+                        KVContent(setup.block_size, trace.extras, successor_groups(sched.kv_cache_config)))
         if sched.connector is not None:
             worker.store = ConnectorStore(sched.connector, worker.content)
     else:
@@ -426,6 +450,7 @@ def run(setup: Setup, trace: Trace, kvmm: bool, seed: int = 0, check: bool = Tru
             if nr.req_id not in admitted:  # first admissions only (a preempted request returns)
                 admitted.add(nr.req_id)
                 log.hit_tokens += nr.num_computed_tokens
+                log.hits[nr.req_id] = nr.num_computed_tokens
         mro, drafts = worker.execute(out)
         if check:
             check_tables(sched, worker, setup.num_blocks, kvmm)

@@ -23,8 +23,12 @@ class Extras:
 
 
 class KVContent:
-    def __init__(self, block_size: int, extras: dict[str, Extras]):
+    def __init__(self, block_size: int, extras: dict[str, Extras], successor_groups: frozenset[int] = frozenset()):
         self.block_size = block_size
+        # Groups holding an EAGLE / MTP drafter's layers: their KV at position p is computed
+        # from token p + 1 as well (the drafter's input there is the next token's embedding),
+        # so a slot holds the key of position p + 1.
+        self.successor_groups = successor_groups
         self.extras = extras
         self.slots: dict[tuple[int, int], int] = {}
         self._keys: dict[str, list[int]] = {}
@@ -45,11 +49,13 @@ class KVContent:
         """Positions [start, end) computed into every group's block (those of known tokens:
         with async scheduling and drafts the scheduler may run ahead of the accepted ones)."""
         for p in range(start, min(end, len(tokens))):
-            k = self.key(rid, tokens, p)
             for g, table in enumerate(tables):
+                q = p + (g in self.successor_groups)
+                if q >= len(tokens):
+                    continue  # a drafter's last position waits for the next token
                 block = table[p // self.block_size]
                 assert block != 0, f"{rid}: position {p} of group {g} computed into the null block"
-                self.slots[(block, p % self.block_size)] = k
+                self.slots[(block, p % self.block_size)] = self.key(rid, tokens, q)
 
     def check_admitted(self, rid: str, tables: list[list[int]], tokens: list[int], computed: int) -> None:
         """A request admitted with `computed` tokens from the cache: each held position below
@@ -60,6 +66,6 @@ class KVContent:
                 if block == 0:
                     continue  # out of the group's window: not held
                 got = self.slots.get((block, p % self.block_size))
-                assert got == self.key(rid, tokens, p), (
+                assert got == self.key(rid, tokens, p + (g in self.successor_groups)), (
                     f"{rid}: admitted with {computed} computed tokens, but block {block} (group {g}) holds "
                     f"another context at position {p}")

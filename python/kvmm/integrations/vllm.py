@@ -11,6 +11,9 @@ vLLM feature that needs each (they raise NotImplementedError). Guide: docs/vllm.
   groups as vLLM's are. kvmm gets num_blocks - 1 large pages. KvmmLayoutScheduler is for a
   worker that lays memory out as kvmm's arena: any LCM layout, Mamba state groups, block
   ids per group (kvmm's small page + 1).
+- EAGLE / MTP (SpeculativeConfig.use_eagle_block_drop): a group of draft layers flagged
+  is_eagle_group is a kvmm draft group keyed with the next token (the hit keeps the last
+  block when it matches); draft layers sharing the target's group get vLLM's last-block drop.
 - Lookups: a cap (max_cache_hit_length) is kvmm's lookup_prefix(r, limit). Admission:
   full_sequence_must_fit, the watermark and a connector's reserved blocks through kvmm's
   pure would_allocate. KV connectors are bound to this
@@ -63,13 +66,47 @@ UNSUPPORTED: dict[str, str] = {
 }
 
 
-def layout_from_kv_cache_config(config: KVCacheConfig, kvmm_layout: bool = False) -> "kvmm.KVLayout":
+def eagle_groups(config: KVCacheConfig, successor_tokens: int) -> tuple[dict[int, int], int]:
+    """Where vLLM's EAGLE / MTP rule applies (its `is_eagle_group` flag, set on the groups
+    holding draft layers when the drafter's KV at a position depends on the next token):
+    ({draft group: target group}, drop tokens). A flagged group of draft layers only (its
+    spec's `is_draft`) is a kvmm draft group of the first unflagged attention group, keyed
+    with its `successor_tokens` (docs/speculative.md). A flagged group that also holds target
+    layers (vLLM merges layers of equal specs into one group, one block table) cannot be
+    keyed apart: there the adapter drops the last page of a hit as vLLM's rule does (drop
+    tokens = its block size; 0 when no such group). `successor_tokens` = 0: no rule."""
+    if successor_tokens <= 0:
+        return {}, 0
+    groups = config.kv_cache_groups
+    flagged = [i for i, g in enumerate(groups) if getattr(g, "is_eagle_group", False)]
+    if not flagged:  # vLLM flags every group when none is identified as the draft's
+        flagged = list(range(len(groups)))
+    drafts, drop = {}, 0
+    for i in flagged:
+        spec = groups[i].kv_cache_spec
+        targets = [j for j, g in enumerate(groups) if j not in flagged
+                   and isinstance(g.kv_cache_spec, (FullAttentionSpec, SlidingWindowSpec))
+                   and g.kv_cache_spec.block_size == spec.block_size]
+        targets.sort(key=lambda j: type(groups[j].kv_cache_spec) is not FullAttentionSpec)
+        if getattr(spec, "is_draft", False) and isinstance(spec, (FullAttentionSpec, SlidingWindowSpec)) \
+                and not isinstance(spec, ChunkedLocalAttentionSpec) and targets:
+            drafts[i] = targets[0]
+        else:
+            drop = max(drop, spec.block_size)
+    return drafts, drop
+
+
+def layout_from_kv_cache_config(config: KVCacheConfig, kvmm_layout: bool = False,
+                                successor_tokens: int = 0) -> "kvmm.KVLayout":
     """kvmm's layout for vLLM's KV cache groups: one layer group each, in vLLM's order (group
     ids are the same). For vLLM's workers (one pool of equal pages), every group must get
     one small page per large page. With `kvmm_layout` (a worker that lays memory out as
     kvmm's arena: KvmmLayoutScheduler) any LCM layout is taken, and Mamba / linear-attention
     state groups (MambaSpec) become kvmm state groups whose checkpoint interval is the
-    spec's block size: page i holds the state after token (i + 1) * block_size - 1."""
+    spec's block size: page i holds the state after token (i + 1) * block_size - 1.
+    `successor_tokens` > 0 (EAGLE / MTP): a group of draft layers flagged `is_eagle_group`
+    becomes a kvmm draft group keyed with that many next ids (`eagle_groups`)."""
+    drafts, _ = eagle_groups(config, successor_tokens)
     groups = []
     for i, group in enumerate(config.kv_cache_groups):
         spec = group.kv_cache_spec
@@ -97,6 +134,8 @@ def layout_from_kv_cache_config(config: KVCacheConfig, kvmm_layout: bool = False
             raise NotImplementedError(
                 f"kv_cache_groups[{i}]: {type(spec).__name__} is not supported by kvmm's vLLM adapter (full "
                 "attention, sliding window, chunked local attention and, with KvmmLayoutScheduler, Mamba state are)")
+    for d, t in drafts.items():
+        groups[d].draft = kvmm.DraftRole(groups[t].name, successor_tokens=successor_tokens)
     layout = kvmm.KVLayout.plan(groups)
     for g in range(layout.num_groups if not kvmm_layout else 0):
         if layout.small_pages_per_large_page(g) != 1:
@@ -129,7 +168,7 @@ class KvmmKVCacheManager:
     def __init__(self, kv_cache_config: KVCacheConfig, max_model_len: int, *, enable_caching: bool = True,
                  log_stats: bool = False, enable_kv_cache_events: bool = False, max_requests: int = 1024,
                  watermark: float = 0.0, check_invariants: bool = False, commit_after_output: bool = True,
-                 kvmm_layout: bool = False) -> None:
+                 kvmm_layout: bool = False, eagle_successor_tokens: int = 0) -> None:
         if not watermark >= 0:
             raise ValueError(f"watermark = {watermark}: must be >= 0")
         if kv_cache_config.num_blocks < 2:
@@ -148,7 +187,11 @@ class KvmmKVCacheManager:
         # space), for a worker that lays memory out as kvmm's arena (large page p // n of
         # group g's small page p, n = small_pages_per_large_page(g)).
         self.kvmm_layout = kvmm_layout
-        self.layout = layout_from_kv_cache_config(kv_cache_config, kvmm_layout)
+        # EAGLE / MTP (vLLM's use_eagle: the draft's KV at a position depends on the next
+        # `eagle_successor_tokens` ids): draft groups keyed with them, or vLLM's last-page drop
+        # where draft layers share the target's group (eagle_groups).
+        self.draft_groups, self.eagle_drop_tokens = eagle_groups(kv_cache_config, eagle_successor_tokens)
+        self.layout = layout_from_kv_cache_config(kv_cache_config, kvmm_layout, eagle_successor_tokens)
         self.num_kv_cache_groups = self.layout.num_groups
         self.num_pages = kv_cache_config.num_blocks - 1
         self.kv = kvmm.KVCacheManager(self.layout, num_large_pages=self.num_pages,
@@ -317,10 +360,31 @@ class KvmmKVCacheManager:
             self.kv.reset(st.handle)
             st.looked_up = False
         self._sync_tokens(request, st)
-        hit = self.kv.lookup_prefix(st.handle, limit)
+        hit = self._eagle_hit(st.handle, self.kv.lookup_prefix(st.handle, limit))
         st.looked_up = True
         st.hit = hit
         return self.empty_kv_cache_blocks, hit, 0
+
+    def _eagle_hit(self, handle: int, hit: int) -> int:
+        """The hit under the EAGLE / MTP rule. A draft group never shortens kvmm's hit, but
+        vLLM's workers compute a draft only over the scheduled positions (its input there is
+        the target's hidden states, which a hit does not keep), so the hit reported ends where
+        every draft group's own hit d does: kvmm is looked up again with the limit d until
+        they agree. A draft page is keyed with the ids after it, so the last page of a prompt
+        counts exactly when the next id matches. Where draft layers share the target's group,
+        the last page of the hit is dropped (vLLM's rule). O(pages probed) per lookup, at most
+        one more per draft page missing."""
+        kv = self.kv
+        if self.eagle_drop_tokens and hit:
+            kv.reset(handle)
+            hit = kv.lookup_prefix(handle, (hit - 1) // self.eagle_drop_tokens * self.eagle_drop_tokens)
+        while self.draft_groups and hit:
+            d = min(kv.draft_recompute(handle, g)[0] for g in self.draft_groups)
+            if d >= hit:
+                break
+            kv.reset(handle)
+            hit = kv.lookup_prefix(handle, d)
+        return hit
 
     def allocate_slots(self, request: Request, num_new_tokens: int, num_new_computed_tokens: int = 0,
                        new_computed_blocks: KVCacheBlocks | None = None, num_lookahead_tokens: int = 0,
@@ -545,6 +609,13 @@ class _KvmmMixin:
         if getattr(self, "defer_block_free", False):
             raise NotImplementedError("deferred block frees (a KV consumer with several batches in flight) return "
                                       "blocks to vLLM's BlockPool: not supported by kvmm's vLLM adapter")
+        # vLLM's EAGLE / MTP rule (SpeculativeConfig.use_eagle_block_drop: the drafter's KV
+        # at a position depends on the next ids, num_prefill_lookahead of them), whether vLLM
+        # itself drops the block or keys it with lookahead hashes: kvmm keys draft groups
+        # with the ids (docs/vllm.md, "Speculative decoding").
+        spec = self.vllm_config.speculative_config
+        if spec is not None and spec.use_eagle_block_drop():
+            kwargs.setdefault("eagle_successor_tokens", max(1, self.num_prefill_lookahead))
         self.kv_cache_manager = KvmmKVCacheManager.for_scheduler(self, kvmm_layout=self.kvmm_layout, **kwargs)
         if getattr(self, "connector", None) is not None:
             self.connector.bind_kv_cache_manager(self.kv_cache_manager)
