@@ -113,7 +113,7 @@ void ManagerCore::set_policy(GroupId g, std::unique_ptr<LayerPolicy> policy) {
     fail("policy tokens_per_page = {}: group {} has {}", policy->tokens_per_page(), g, grp.P);
   if (reqs_.num_active() != 0) fail("set_policy: {} requests are active; set policies first", reqs_.num_active());
   grp.whole_prefix = policy->hit_needs_whole_prefix();
-  grp.policy = grp.draft ? draft_policy(std::move(policy)) : std::move(policy);
+  grp.policy = grp.draft ? draft_policy(std::move(policy), grp.age_bias > 0) : std::move(policy);
   retention.update_anchor();
 }
 

@@ -85,7 +85,7 @@ inline Group::Group(const KVLayout& layout, GroupId g, LargePagePool& pool, std:
   if (draft) {
     successors = spec.draft->successor_tokens;
     age_bias = spec.draft->evict_sooner_steps;
-    policy = draft_policy(std::move(policy));
+    policy = draft_policy(std::move(policy), age_bias > 0);
   }
   tagged = spec.tagged_checkpoints;
 }

@@ -74,9 +74,12 @@ std::string_view to_string(LayerKind kind);
 // successor_tokens ids after it: 0 for a separate draft model, 1 for EAGLE-1/2/3 and an
 // MTP module of depth 1 (its input at i is the target's feature at i and token i + 1).
 struct DraftRole {
-  std::string target;                    // name of the target group (a decoder group, not a draft)
-  std::uint32_t successor_tokens = 0;    // 0..kMaxSuccessorTokens
-  std::uint32_t evict_sooner_steps = 0;  // evicted as if last used this many steps earlier
+  std::string target;                  // name of the target group (a decoder group, not a draft)
+  std::uint32_t successor_tokens = 0;  // 0..kMaxSuccessorTokens
+  // Evicted as if last used this many steps earlier, and first among pages of that age; 0:
+  // a draft page ages as its target page (the default: an EAGLE / MTP draft position costs
+  // a target forward to recompute, its input being the target's hidden state there).
+  std::uint32_t evict_sooner_steps = 0;
   static constexpr std::uint32_t kMaxSuccessorTokens = 8;
 };
 
