@@ -71,9 +71,9 @@ ${commands}\`\`\`
   paper's own tau of about 6.5 is for tree drafts, not a chain). MTP: K = 1, A = 0.85, the
   low end of the 85-90% second-token acceptance DeepSeek-V3's technical report gives for
   its MTP module (section 5.4.3).
-- **kvmm**: the presets' draft groups (successor-keyed pages, evicted before target pages
-  of the same age, never shortening the hit), drafts allocated as lookahead, commit of the
-  verified tokens only, the hybrid's states tagged at the verified checkpoint they hold.
+- **kvmm**: the presets' draft groups (successor-keyed pages aging as their target's pages,
+  never shortening the hit), drafts allocated as lookahead, commit of the verified tokens
+  only, the hybrid's states tagged at the verified checkpoint they hold.
 - **vllm-eagle**: the same manager and options with vLLM's rules: the draft group is a
   plain group of the layout (cached like the target, part of every hit, no successor keys,
   no eviction priority) and each hit is capped one 16-token block short of the whole
@@ -84,8 +84,9 @@ ${commands}\`\`\`
 
 Columns: first-admission hit % (tokens hit at each request's first admission / its prompt
 tokens); prefill tokens computed, draft positions recomputed at admission included
-(\`KVCacheManager::draft_recompute\`, counted like target tokens although a draft layer is a
-small part of a step), and those draft positions alone; steps to finish the trace; preemptions (by recompute: their recomputation is in the
+(\`KVCacheManager::draft_recompute\`, counted like target tokens: an EAGLE or MTP draft's
+input at a position is the target's hidden state there, which a hit does not keep, so
+recomputing it costs a target forward), and those draft positions alone; steps to finish the trace; preemptions (by recompute: their recomputation is in the
 prefill tokens); the
 draft group's share of the cached (evictable) bytes and of all held bytes, step means;
 drafts accepted / proposed.
@@ -125,16 +126,25 @@ cat <<'MD'
 - **EAGLE-3 with memory to spare** (24 GiB): kvmm hits the last block vLLM's rule drops
   (16 tokens per hit: small against chat and agentic prompts of thousands of tokens): a
   little more hit and 1-4% less prefill; a handful of draft positions recomputed.
-- **EAGLE-3 under pressure** (8 GiB, every session at step 0): kvmm computes *more* prefill
-  than the baseline. Most of the difference is draft recompute: draft pages are evicted
-  before target pages, so a hit whose target pages survived finds its draft pages gone
-  and recomputes them (counted here like target tokens, though an EAGLE head is one layer
-  against the target's 32); without it kvmm's prefill is within 3% of the baseline's.
-  kvmm also preempts more in these rows, and on chat its first-admission hit is slightly
-  lower (also with seeds 2 and 3); why is not yet analysed.
+- **EAGLE-3 under pressure** (8 GiB, every session at step 0): kvmm and the baseline are
+  even. Over seeds 1-8 of eagle-chat-8 (same command with \`--seed\`, commit 59472d6): prefill
+  3,792,182 against 3,791,277 tokens (+0.02%), first-admission hit 18.24% against 18.27%
+  (mean), preemptions 247 against 237, steps 16,828 against 16,821; per seed kvmm preempts
+  24-37 times, the baseline 27-34, each ahead on some seeds (seed 1, the row above: 37
+  against 27; seed 7: 24 against 28). The runs diverge at step 41 of seed 1 by one 16-token
+  block of hit and then follow different admission orders: the preemption counts are
+  that path, not a rule. Under this pressure almost every miss is an evicted prefix
+  (kvmm-sim's miss reasons, seed 1: 2.07 M tokens missed as evicted, 60 k never cached),
+  so the block kvmm keeps is too small to show. Until commit 59472d6 kvmm computed 482,705
+  prefill tokens here (57,472 of them draft recompute) and preempted 44 times: draft pages
+  were evicted first among pages of the same age, and 32 EAGLE pages share a 2 MiB large
+  page, so each large page freed that way lost 512 draft positions whose target pages
+  stayed cached, each recomputed at its next hit. A draft page now ages as its target's
+  (\`DraftRole::evict_sooner_steps\` > 0 restores the priority); the EAGLE rows recompute
+  16-224 draft positions.
 - **Draft share of the cache** stays near the draft's share of the layout's bytes per token
   (EAGLE head: 1 of 33 layers, 3%) in both rows: with full-attention drafts nothing here
-  shows the crowding vLLM saw with a sliding-window draft group; kvmm's eviction priority
-  lowers the share under pressure (EAGLE 8 GiB rows); on the MTP rows the two are within
-  a point of each other.
+  shows the crowding vLLM saw with a sliding-window draft group (kvmm's draft groups hold
+  no boundary pages, and a draft page is cached only once its next token is known); on the
+  MTP rows the two are within a point of each other.
 MD

@@ -119,6 +119,36 @@ TEST_CASE("speculative: the MTP hybrid under memory pressure keeps the invariant
   CHECK(kv.prefill_tokens < vl.prefill_tokens);
 }
 
+TEST_CASE("speculative: EAGLE draft pages age with their target's, so pressure costs no draft recompute",
+          "[sim][speculative]") {
+  // An EAGLE draft position costs a target forward to recompute (its input is the target's
+  // hidden state), and 32 draft pages share a large page: evicting draft pages first (the
+  // old tie-break, now DraftRole::evict_sooner_steps > 0) frees a large page per 512 draft
+  // tokens lost while their target pages stay cached, each a recompute at the next hit.
+  const kvmm::KVLayout layout = kvmm::presets::by_name("eagle3-llama-3.1-8b");
+  std::vector<kvmm::LayerGroup> groups = layout.groups();
+  groups[1].draft->evict_sooner_steps = 1;
+  const kvmm::KVLayout sooner = kvmm::KVLayout::plan(groups);
+  REQUIRE(sooner.large_page_bytes() == layout.large_page_bytes());
+  WorkloadOptions o;
+  o.num_requests = 40;
+  const Workload w = make_workload("chat", o);
+  const std::uint64_t memory = std::uint64_t{1} << 30;
+  const Summary kv = run_spec(w, layout, "kvmm", 7, 0.65, memory);
+  const Summary first = run_spec(w, sooner, "kvmm", 7, 0.65, memory);
+  const Summary vl = run_spec(w, layout, "vllm-eagle", 7, 0.65, memory);
+  for (const Summary* s : {&kv, &first, &vl}) {
+    CAPTURE(s->policy);
+    CHECK(s->finished == 40);
+    CHECK(s->evictions > 0);
+  }
+  CAPTURE(kv.draft_recompute_tokens, first.draft_recompute_tokens, kv.prefill_tokens, first.prefill_tokens,
+          vl.prefill_tokens);
+  CHECK(first.draft_recompute_tokens > 20 * (kv.draft_recompute_tokens + 16));
+  CHECK(kv.prefill_tokens < first.prefill_tokens);
+  CHECK(kv.prefill_tokens <= vl.prefill_tokens + vl.prefill_tokens / 100);  // within 1% of vLLM's rules, or less
+}
+
 TEST_CASE("speculative: bad input", "[sim][speculative]") {
   const kvmm::KVLayout layout = kvmm::presets::by_name("eagle3-llama-3.1-8b");
   const Workload w = shared_prefix(1);
