@@ -30,11 +30,12 @@ class EventLog {
   void stored(GroupId g, PageId p, const BlockHash& h) {
     if (pages_on_) pages_.push_back(CacheEvent{CacheEventKind::kStored, g, p, h});
   }
-  // A page left the cache (evicted, dropped at a reset). Encoder-token groups' pages
-  // (keyed by image, not decoder tokens) make page events only.
-  void removed(GroupId g, PageId p, const BlockHash& h, bool decoder) {
+  // A page left the cache (evicted, dropped at a reset). Pages of groups a router is not
+  // told of (Group::announced: encoder-token groups, keyed by image; successor-keyed
+  // drafts, never stored for it) make page events only.
+  void removed(GroupId g, PageId p, const BlockHash& h, bool announced) {
     if (pages_on_) pages_.push_back(CacheEvent{CacheEventKind::kRemoved, g, p, h});
-    if (runs_on_ && decoder && !clearing_) removed_run(g, h);
+    if (runs_on_ && announced && !clearing_) removed_run(g, h);
   }
   // A page's hash moved to another page holding the same content (PageStore::hand_over):
   // page events say so; for a router the hash never left the cache, so no KV event.

@@ -48,11 +48,15 @@ struct Group {
   LargePageId large_of(PageId p) const { return LargePageId{p / n}; }
   PageId first_small(LargePageId lp) const { return lp.index * n; }
   bool decoder;
-  std::uint32_t hash_class = 0;         // decoder groups of equal P share one hash chain
-  bool whole_prefix = false;            // policy->hit_needs_whole_prefix(): probed in page order
-  bool draft = false;                   // a draft group (spec.draft): never shortens the hit
-  std::uint32_t successors = 0;         // a draft page's key covers this many ids after it
-  std::uint64_t age_bias = 0;           // eviction keys this many steps older (drafts)
+  std::uint32_t hash_class = 0;  // decoder groups of equal P share one hash chain
+  bool whole_prefix = false;     // policy->hit_needs_whole_prefix(): probed in page order
+  bool draft = false;            // a draft group (spec.draft): never shortens the hit
+  std::uint32_t successors = 0;  // a draft page's key covers this many ids after it
+  std::uint64_t age_bias = 0;    // eviction keys this many steps older (drafts)
+  // Whether its pages make router KV events (stored and removed alike): decoder groups
+  // keyed by the token chain; not encoder-token groups (keyed by image) nor successor-keyed
+  // drafts (no chain a router follows). O(1).
+  bool announced() const { return decoder && successors == 0; }
   bool tagged = false;                  // spec.tagged_checkpoints: cached by tag_state only
   std::unique_ptr<LayerPolicy> policy;  // decoder groups
   ImagePolicy image;                    // encoder-token groups

@@ -241,7 +241,7 @@ void PageStore::hand_over(GroupId g, PageId o, PageId d) {
     rd.hashed = 1;
     events_.moved(g, o, d, h);
   } else {
-    events_.removed(g, o, h, grp.decoder);  // adversarial hashes only: a probe run too long
+    events_.removed(g, o, h, grp.announced());  // adversarial hashes only: a probe run too long
   }
   free_uncached(g, o);
 }
@@ -270,7 +270,7 @@ void PageStore::evict_small(GroupId g, PageId p) {
   ++uncached_;
   if (evicted_keys_.enabled()) [[unlikely]]
     evicted_keys_.put(KeyTable::of(g, grp.pg[p].hash));
-  events_.removed(g, p, grp.pg[p].hash, grp.decoder);
+  events_.removed(g, p, grp.pg[p].hash, grp.announced());
   ++grp.evicted;
   grp.alloc.free(p);
 }
@@ -306,7 +306,7 @@ void PageStore::forget_all() {
       if (mixed_lru_.contains(lp)) mixed_lru_.erase(lp);
       index_.erase(g, grp.pg[p].hash, p);
       grp.pg[p].hashed = 0;
-      events_.removed(g, p, grp.pg[p].hash, grp.decoder);
+      events_.removed(g, p, grp.pg[p].hash, grp.announced());
     }
   }
   events_.end_clear();

@@ -4,6 +4,7 @@
 // vLLM's drop-last-block EAGLE rule against the hit kvmm keeps, a draft that never
 // shortens the target's hit, draft pages evicted first, and bad input.
 #include "kvmm/error.hpp"
+#include "kvmm/manager/kv_events.hpp"
 #include "kvmm/manager/tier_admission.hpp"
 #include "kvmm/testing/manager_inspector.hpp"
 #include "spec_engine.hpp"
@@ -250,6 +251,55 @@ TEST_CASE("speculative: bad input raises kvmm::Error naming the argument and cha
   tagged.name = "t2";
   tagged.tagged_checkpoints = true;
   layout_raises({target, tagged}, "tagged_checkpoints");
+}
+
+// Router KV events: a successor-keyed draft page's key is no chain a router can follow, so
+// it is announced neither when cached nor when evicted (before: never stored, but removed);
+// a draft keyed without successors (s = 0) is announced both ways, as a target page is.
+TEST_CASE("speculative: successor-keyed draft pages make no KV events, stored or removed", "[speculative]") {
+  for (std::uint32_t s : {0u, 1u}) {
+    CAPTURE(s);
+    KVCacheManager kv(spec_layout(s, true),
+                      {.num_large_pages = 12, .max_requests = 8, .record_events = true, .record_kv_events = true});
+    SpecEngine eng(kv, s, true);
+    std::mt19937_64 rng{1};
+    std::uint64_t stored[3] = {}, removed[3] = {}, evicted_drafts = 0;
+    KvEventBatch batch;
+    std::vector<CacheEvent> pages;
+    // Requests with distinct prompts, one after another, until the cache has evicted pages
+    // of every group that caches through commit.
+    for (std::uint32_t i = 0; i < 40 && (removed[0] == 0 || evicted_drafts == 0); ++i) {
+      eng.begin_step();
+      EngineRequest q;
+      q.toks = iota_tokens(16, 1 + 100 * i);
+      q.id = kv.add_request(q.toks);
+      REQUIRE(kv.lookup_prefix(q.id) == 0);
+      REQUIRE(kv.allocate(q.id, 16));
+      eng.run_step(q, 16, 0, rng);
+      eng.begin_step();
+      REQUIRE(kv.allocate(q.id, 1));
+      eng.run_step(q, 1, 0, rng);  // the successor of the last prompt page is known: cached
+      kv.free(q.id);
+      kv.take_events(pages);  // page events: every group's
+      for (const CacheEvent& e : pages) evicted_drafts += e.kind == CacheEventKind::kRemoved && e.group == 2;
+      kv.take_events(batch);
+      for (const KvEvent& e : batch.events) {
+        if (e.kind == KvEventKind::kStored) stored[e.group] += e.num_pages;
+        if (e.kind == KvEventKind::kRemoved) removed[e.group] += e.num_pages;
+      }
+      kv.check_invariants();
+    }
+    CHECK(stored[0] > 0);
+    CHECK(removed[0] > 0);
+    CHECK(evicted_drafts > 0);  // draft pages were cached and evicted
+    if (s == 0) {
+      CHECK(stored[2] > 0);
+      CHECK(removed[2] > 0);
+    } else {
+      CHECK(stored[2] == 0);
+      CHECK(removed[2] == 0);
+    }
+  }
 }
 
 // A hit from a shared tier: the target's and the state's pages load from the tier, the
