@@ -48,11 +48,11 @@ class PartialHits {
   static BlockHash key(const BlockHash& parent, std::span<const std::uint32_t> tokens);
 
   std::uint32_t unit_ = 0;
-  std::vector<std::uint32_t> per_page_;                                // keys per page of each group
-  std::vector<std::unordered_map<BlockHash, PageId, KeyHash>> map_;    // per group: key -> page
-  std::vector<std::vector<BlockHash>> keys_;                           // per group: each page's keys
-  std::vector<std::vector<BlockHash>> full_;                           // per group: each page's hash when indexed
-  std::vector<std::vector<std::uint8_t>> has_;                         // per group: page indexed
+  std::vector<std::uint32_t> per_page_;                              // keys per page of each group
+  std::vector<std::unordered_map<BlockHash, PageId, KeyHash>> map_;  // per group: key -> page
+  std::vector<std::vector<BlockHash>> keys_;                         // per group: each page's keys
+  std::vector<std::vector<BlockHash>> full_;                         // per group: each page's hash when indexed
+  std::vector<std::vector<std::uint8_t>> has_;                       // per group: page indexed
 };
 
 }  // namespace kvmm::detail

@@ -86,8 +86,7 @@ TEST_CASE("a hit ends at the last cached unit inside a page and copies that page
   }
 }
 
-TEST_CASE("a partial hit in full-attention and sliding-window groups copies each group's page",
-          "[manager][partial]") {
+TEST_CASE("a partial hit in full-attention and sliding-window groups copies each group's page", "[manager][partial]") {
   KVCacheManager kv(gemma16(), {.num_large_pages = 64, .max_requests = 4, .hit_unit = 2});
   const auto a = ids(16 * 8 + 3, 7);
   cache(kv, a);
@@ -244,7 +243,7 @@ class ContentEngine {
         const PageId p = row[t / P_];
         const kvmm::testing::ManagerInspector in(kv_);
         INFO("group " << g << " page " << p << " position " << t);
-        REQUIRE(in.ref_count(g, p) == 1);        // written pages are the request's alone
+        REQUIRE(in.ref_count(g, p) == 1);               // written pages are the request's alone
         REQUIRE_FALSE(in.page_hash(g, p).has_value());  // and no cached content is overwritten
         auto& c = content_[{g, p}];
         if (t % P_ == 0 || c.size() != P_) c.assign(P_, ~0u);
