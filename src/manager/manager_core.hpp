@@ -88,6 +88,8 @@ class ManagerCore {
   const KVLayout& layout() const { return layout_; }
   std::uint64_t step() const { return step_; }
   std::span<const PageCopy> copies() const { return copies_; }
+  // Cached pages held as this step's partial-hit copy sources (hit_unit), as (group, page).
+  std::span<const std::pair<GroupId, PageId>> partial_sources() const { return partial_holds_; }
   const RequestTable& requests() const { return reqs_; }
   const Request& req(RequestId r) const { return reqs_[reqs_.row(r)]; }
   GroupId check_group(GroupId g) const {
