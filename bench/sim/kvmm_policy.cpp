@@ -31,6 +31,7 @@ class KvmmPolicy final : public Policy {
         vllm_eagle_(vllm_eagle),
         tag_states_(o.tag_states),
         caching_(o.prefix_caching),
+        hit_unit_(o.prefix_caching && o.hit_unit > 0),
         cross_(shape_of(layout).cross_attention),
         hinted_(o.boundaries == BoundaryMode::kHinted || o.boundaries == BoundaryMode::kBoth) {
     const std::uint32_t large = kv_.large_pages().capacity();
@@ -321,7 +322,10 @@ class KvmmPolicy final : public Policy {
         dup += n - std::min<std::uint64_t>(n, reqs_[id].lo[g]) +
                kvmm::testing::ManagerInspector(kv_).num_held_pages(reqs_[id].handle, g);
       }
+      dup += sources(g);  // partial-hit copy sources (hit_unit): holds outside the rows
       dup -= kv_.page_counts(g).used;
+      u.distinct += sources(g);
+      u.need += sources(g) * P * bpt;
     }
     for (std::uint32_t id : active_) {
       const Req& q = reqs_[id];
@@ -428,6 +432,14 @@ class KvmmPolicy final : public Policy {
   }
 
   // Page by page: a page's need is the largest over its holders. O(pages held).
+  // Partial-hit copy sources of group g the manager holds this step (hit_unit; 0 without).
+  std::uint64_t sources(GroupId g) const {
+    if (!hit_unit_) return 0;
+    std::uint64_t n = 0;
+    for (const auto& [sg, sp] : kvmm::testing::ManagerInspector(kv_).partial_sources()) n += sg == g;
+    return n;
+  }
+
   Usage exact_usage(GroupId g) const {
     const LayerGroup& grp = kv_.layout().group(g);
     const std::uint64_t P = grp.tokens_per_page, bpt = grp.bytes_per_token();
@@ -444,6 +456,9 @@ class KvmmPolicy final : public Policy {
         need_[g][p] = bytes;
       }
     };
+    if (grp.is_decoder())  // partial-hit copy sources (hit_unit), held whole until the next step
+      for (const auto& [sg, sp] : kvmm::testing::ManagerInspector(kv_).partial_sources())
+        if (sg == g) credit(sp, P * bpt);
     for (std::uint32_t id : active_) {
       const Req& q = reqs_[id];
       if (q.handle == kNoRequest) continue;
@@ -497,6 +512,7 @@ class KvmmPolicy final : public Policy {
     a.prompt_tail_tokens = learn ? KVCacheManagerOptions{}.prompt_tail_tokens : 0;
     a.learned_tail_tokens = learn ? o.learned_tail : 0;
     a.miss_reasons = kMissReasonSlots;  // reporting only: no decision reads it
+    a.hit_unit = o.hit_unit;
     return a;
   }
 
@@ -609,6 +625,7 @@ class KvmmPolicy final : public Policy {
   bool vllm_eagle_;
   bool tag_states_;
   bool caching_;
+  bool hit_unit_;  // partial-hit copy sources may be held (KVCacheManagerOptions::hit_unit)
   bool cross_;
   bool hinted_;  // requests pass SimRequest::boundaries to the manager
   std::vector<Req> reqs_;

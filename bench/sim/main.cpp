@@ -50,6 +50,9 @@ constexpr const char* kUsage = R"(usage: kvmm-sim --model PRESET|config.json --w
                       vllm-0.33: vLLM's prefix_match_unit, the finest boundary a hit may
                       end on (default: the configured block size; the grown block size
                       gives hits at block boundaries only)
+  --hit-unit N        kvmm: KVCacheManagerOptions::hit_unit, hits ending at any multiple of
+                      N tokens inside a page, the partial page copied (default 0: off;
+                      full-attention and sliding-window models of one page size only)
   --learned-tail N    kvmm: KVCacheManagerOptions::learned_tail_tokens (the prompt tail
                       that adapts to the suffixes seen; 0: off; default the manager's)
   --boundaries B      kvmm's retention at shared-prefix boundaries: none (Jenga's rule),
@@ -118,7 +121,8 @@ int run(int argc, char** argv) {
   std::uint64_t max_large_page_bytes = 0;                                      // 0: the library's default
   std::uint32_t prefix_match_unit = 0;                                         // 0: the policy's default
   std::uint32_t question_min = 16, question_max = 64, retention_interval = 0;  // interval 0: the policy's default
-  std::optional<std::uint32_t> learned_tail;                                   // none: the manager's default
+  std::uint32_t hit_unit = 0;
+  std::optional<std::uint32_t> learned_tail;  // none: the manager's default
   bool questions_given = false;
   std::vector<std::pair<std::string, std::uint32_t>> group_tpp;
   for (int i = 1; i < argc; ++i) {
@@ -164,6 +168,8 @@ int run(int argc, char** argv) {
       retention_interval = to_u32(a, parse_uint(a, v), 1);
     else if (a == "--prefix-match-unit")
       prefix_match_unit = to_u32(a, parse_uint(a, v), 1);
+    else if (a == "--hit-unit")
+      hit_unit = to_u32(a, parse_uint(a, v), 0);
     else if (a == "--learned-tail")
       learned_tail = to_u32(a, parse_uint(a, v), 0);
     else if (a == "--boundaries")
@@ -265,6 +271,7 @@ int run(int argc, char** argv) {
   po.boundaries = boundaries;
   if (retention_interval > 0) po.retention_interval = retention_interval;
   po.prefix_match_unit = prefix_match_unit;
+  po.hit_unit = hit_unit;
   if (learned_tail) po.learned_tail = *learned_tail;
   po.tag_states = speculative > 0;
   po.max_model_len = 1;

@@ -34,16 +34,18 @@ std::uint64_t Admission::lookup_prefix(RequestId r, std::uint64_t cap) {
   for (std::uint32_t c = 0; c < m_.class_tokens_.size(); ++c) q.ids.ensure(c, limit / m_.class_tokens_[c]);
   if (m_.drafts.keeps_ids())
     for (GroupId g = 0; g < m_.groups_.size(); ++g) m_.drafts.ensure_keys(q, g, limit / m_.groups_[g].P);
-  const std::uint64_t p = m_.lookup_.longest_hit(r, q, limit);
+  std::uint64_t p = m_.lookup_.longest_hit(r, q, limit);
   for (GroupId g = 0; g < m_.groups_.size(); ++g)
     if (m_.groups_[g].draft) q.drafts.hit[g] = m_.lookup_.draft_hit(g);
   if (m_.misses.on()) [[unlikely]]
     m_.misses.explain(q, limit, p);  // after the drafts' hits: it reports them
   m_.lookup_.count_hit(q, p);
+  q.hit.branch = m_.lookup_.whole_prefix_hit(limit);
+  if (m_.partial_.on()) [[unlikely]]
+    p += inside_page(q, p, limit);
   // The request continues from p; allocate pins the pages the hit needs.
   q.hit.tokens = p;
   q.hit.pending = p > 0;
-  q.hit.branch = m_.lookup_.whole_prefix_hit(limit);
   const std::span<const MultimodalItem> items = q.ids.items();
   // Embedding pages of images the hit consumed entirely are never needed.
   while (q.images.consumed < items.size() && items[q.images.consumed].offset + items[q.images.consumed].length <= p)
@@ -51,6 +53,39 @@ std::uint64_t Admission::lookup_prefix(RequestId r, std::uint64_t cap) {
   q.progress.computed = q.progress.allocated = p;
   m_.hit_tokens_ += p;
   return p;
+}
+
+// How far past p, a page boundary every group accepted, the hit goes inside page p / P
+// (hit_unit): the longest unit prefix of q's tokens there that every group holds cached
+// (a cached page with those first tokens after the same chain). Records each group's
+// source page in q.hit. Ascending: a longer prefix cached implies the shorter ones indexed.
+std::uint64_t Admission::inside_page(Request& q, std::uint64_t p, std::uint64_t limit) {
+  q.hit.partial = 0;
+  const std::uint64_t P = m_.groups_[0].P, u = m_.partial_.unit();
+  if (p < P || p % P != 0 || p + u > limit) return 0;
+  q.hit.partial_src.assign(m_.groups_.size(), kNullPage);
+  q.hit.partial_full.resize(m_.groups_.size());
+  const BlockHash parent = q.ids.chain(m_.groups_[0].hash_class)[p / P - 1];
+  std::uint64_t e = 0;
+  for (std::uint64_t next = u; next < P && p + next <= limit; next += u) {
+    const std::span<const std::uint32_t> tokens = q.ids.ids(p, next);
+    GroupId g = 0;
+    BlockHash full;
+    for (; g < m_.groups_.size(); ++g) {
+      const PageId src = m_.partial_.find(m_.groups_, g, parent, tokens, &full);
+      if (src == kNullPage) break;
+      if (q.hit.partial_src[g] == src) continue;  // the same page serves the longer prefix too
+      q.hit.partial_src[g] = src;
+      q.hit.partial_full[g] = full;
+    }
+    if (g < m_.groups_.size()) break;
+    e = next;
+  }
+  // A group that served a longer prefix than every group did keeps that page: its first
+  // e tokens match as well.
+  if (e == 0) std::fill(q.hit.partial_src.begin(), q.hit.partial_src.end(), kNullPage);
+  q.hit.partial = e;
+  return e;
 }
 
 // need_[g]: pages of group g the step needs (a copy-on-write copy first where cow_[g]).
@@ -102,8 +137,15 @@ void Admission::take_pages(Row s, Request& q) {
         ++m_.counts_.cow_copies;
         --m_.need_[g];
       }
+      const std::uint64_t first_fresh = grp.table.num_pages(s);
       for (std::uint64_t k = 0; k < m_.need_[g]; ++k)
         m_.rows_.append_fresh(g, s, m_.step_, grp.policy->prefix_length(grp.table.num_pages(s)));
+      if (q.hit.partial > 0 && q.hit.partial_src[g] != kNullPage && first_fresh == q.hit.tokens / grp.P &&
+          grp.table.num_pages(s) > first_fresh) {  // a partial hit: its page's first tokens copied
+        m_.copies_.push_back(PageCopy{g, q.hit.partial_src[g], grp.table.pages(s)[first_fresh]});
+        ++m_.counts_.cow_copies;
+        q.hit.partial_src[g] = kNullPage;
+      }
       // The table's own token count follows the pages (kernel exports use kv_len instead).
       if (m_.target_ > grp.table.num_tokens(s)) m_.rows_.set_tokens(g, s, m_.target_);
     } else if (m_.need_[g] > 0) {
@@ -122,6 +164,7 @@ void Admission::take_pages(Row s, Request& q) {
 bool Admission::admit(RequestId r, Row s, Request& q) {
   if (q.tier.pending) return m_.tier.admit_tier(r, s, q);
   if (!m_.hit_pins_.pin(r, s, q, q.hit.tokens)) return false;
+  if (q.hit.partial > 0 && !hold_partial_sources(s, q)) return false;
   q.hit.pending = false;
   for (GroupId g = 0; g < m_.groups_.size(); ++g) {
     const Group& grp = m_.groups_[g];
@@ -134,10 +177,42 @@ bool Admission::admit(RequestId r, Row s, Request& q) {
   return true;
 }
 
+// A partial hit's source pages, each still cached as the lookup found it, are held until
+// the next begin_step (the admitting allocate copies them). false, rows given back,
+// when one left the cache since.
+bool Admission::hold_partial_sources(Row s, const Request& q) {
+  for (GroupId g = 0; g < m_.groups_.size(); ++g) {
+    const PageId src = q.hit.partial_src[g];
+    const PageRec& rec = m_.store_.rec(g, src);
+    if (!rec.hashed || !(rec.hash == q.hit.partial_full[g])) {  // nothing held yet
+      for (GroupId h = 0; h < m_.groups_.size(); ++h) m_.rows_.unadopt_row(h, s, false);
+      return false;
+    }
+  }
+  for (GroupId g = 0; g < m_.groups_.size(); ++g) {
+    m_.rows_.hold_cached(g, q.hit.partial_src[g]);
+    m_.partial_holds_.emplace_back(g, q.hit.partial_src[g]);
+  }
+  return true;
+}
+
+// The holds hold_partial_sources took for q (the last ones listed), given back as a
+// refused admission gives back its pins (time 0, each page's own level).
+void Admission::drop_partial_holds(const Request& q) {
+  if (q.hit.partial == 0) return;
+  for (GroupId g = m_.groups_.size(); g-- > 0 && !m_.partial_holds_.empty();) {
+    const auto [hg, hp] = m_.partial_holds_.back();
+    if (hg != g || hp != q.hit.partial_src[g]) break;
+    m_.rows_.drop(hg, hp, 0, m_.store_.rec(hg, hp).prio);
+    m_.partial_holds_.pop_back();
+  }
+}
+
 // A refused allocate gives back the hit it pinned: every page returns to the list entry
 // its lazy pin left (released at time 0 at its own level, so key and level are as the
 // lookup found them), and the request is as lookup_prefix left it.
 void Admission::release_unpinned_hit(Row s, Request& q) {
+  drop_partial_holds(q);
   release_admission_pins(s, q);
   q.hit.pending = true;
 }

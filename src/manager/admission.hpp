@@ -31,6 +31,9 @@ class Admission {
   void release_unpinned_hit(Row s, Request& q);
   void give_back_admission(Row s, Request& q, bool pinning, bool images);
   void release_admission_pins(Row s, Request& q);
+  std::uint64_t inside_page(Request& q, std::uint64_t p, std::uint64_t limit);
+  bool hold_partial_sources(Row s, const Request& q);
+  void drop_partial_holds(const Request& q);
   bool refused_before_pin(RequestId r, const Request& q);
   void check_refusal(RequestId r, Row s, Request& q, std::uint32_t num_new_tokens, std::uint64_t target);
   void begin_backing(Row s);

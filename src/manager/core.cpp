@@ -57,6 +57,18 @@ KVLayout ManagerCore::validated(KVLayout layout, const KVCacheManagerOptions& op
     fail("max_requests = {}: must be in [1, {}]", options.max_requests, KVCacheManager::kMaxRequests);
   std::uint64_t per_large = 0;
   for (GroupId g = 0; g < layout.num_groups(); ++g) per_large += layout.small_pages_per_large_page(g);
+  if (options.hit_unit > 0) {  // hits inside a page: full attention and windows of one page size
+    for (GroupId g = 0; g < layout.num_groups(); ++g) {
+      const LayerGroup& grp = layout.group(g);
+      if (!grp.is_decoder() || grp.is_draft() ||
+          (grp.kind != LayerKind::kFullAttention && grp.kind != LayerKind::kSlidingWindow))
+        fail("hit_unit = {}: group {} ('{}') is neither full attention nor a sliding window (no partial page)",
+             options.hit_unit, g, grp.name);
+      if (grp.tokens_per_page % options.hit_unit != 0 || grp.tokens_per_page != layout.group(0).tokens_per_page)
+        fail("hit_unit = {}: group {} ('{}') has {}-token pages (every group needs one page size, a multiple of it)",
+             options.hit_unit, g, grp.name, grp.tokens_per_page);
+    }
+  }
   const std::uint64_t limit = (std::uint64_t{1} << 31) - 1;
   for (const auto& [name, n] : {std::pair{"num_large_pages", options.num_large_pages},
                                 std::pair{"num_host_large_pages", options.num_host_large_pages}}) {
@@ -97,6 +109,12 @@ ManagerCore::ManagerCore(KVLayout layout, const KVCacheManagerOptions& options)
     store_.remember_evictions(std::max(options.miss_reasons, suffixes_.enabled() ? kLearnedEvictions : 0u));
   pool_.keep_freed(true);  // a source's freed pages stay backed until begin_step (swap plans read them)
   retention.update_anchor();
+  partial_.configure(groups_, options.prefix_caching ? options.hit_unit : 0);
+}
+
+void ManagerCore::drop_partial_sources() {
+  for (const auto& [g, p] : partial_holds_) rows_.drop(g, p, step_, store_.rec(g, p).prio);
+  partial_holds_.clear();
 }
 
 Row ManagerCore::running(RequestId r) const {

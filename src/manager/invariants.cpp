@@ -59,6 +59,8 @@ void ManagerCore::check_tables(GroupId g, std::vector<std::uint32_t>& refs) cons
   for (const auto& pin : pins_)
     for (const auto& [pg, p] : pin)
       if (pg == g) ++refs[p];
+  for (const auto& [pg, p] : partial_holds_)
+    if (pg == g) ++refs[p];
   if (host_used != swap.host(g).alloc.num_used_small())
     fail("invariant: group {} host pages used {} but {} in host tables", g, swap.host(g).alloc.num_used_small(),
          host_used);

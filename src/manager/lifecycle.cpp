@@ -58,7 +58,7 @@ RequestId Lifecycle::add_request(std::span<const std::uint32_t> tokens, const Re
   const Row s = m_.reqs_.next_row();
   Request& q = m_.reqs_[s];
   q.ids.assign(tokens, extras.lora_id, extras.cache_salt, extras.items, m_.class_tokens_, m_.options_.prefix_caching,
-               m_.events_.runs_on() || m_.drafts.keeps_ids(), extras.max_tokens, m_.hasher_);
+               m_.events_.runs_on() || m_.drafts.keeps_ids() || m_.partial_.on(), extras.max_tokens, m_.hasher_);
   q.drafts.clear();
   q.images.rank.clear();
   for (std::size_t k = 0; k < extras.items.size(); ++k) q.images.rank.push_back(m_.next_rank());
@@ -148,6 +148,8 @@ void Lifecycle::register_full_pages(Row s, Request& q, std::uint64_t c) {
       if (pages[i] != kNullPage && m_.store_.register_page(g, pages[i], hv[i])) {
         if (grp.successors == 0)  // successor keys are no chain a router follows
           m_.events_.stored_page(g, q.ids, hv, i, grp.P);
+        if (m_.partial_.on() && i > 0) [[unlikely]]  // a hit may end inside it (hit_unit)
+          m_.partial_.index_page(g, pages[i], hv[i - 1], hv[i], q.ids.ids(i * grp.P, grp.P));
         ++newly;
       }
     }
@@ -301,6 +303,7 @@ void Lifecycle::reset_prefix_cache() {
   // Swapped-out pages come back private: their pre-reset content is not cached again.
   m_.swap.forget_hashes();
   m_.store_.forget_all();
+  m_.partial_.clear();
   m_.branches_.clear();
   m_.suffixes_.clear();
   m_.ends_.clear();

@@ -40,6 +40,7 @@
 #include "lifecycle.hpp"
 #include "miss_reasons.hpp"
 #include "page_store.hpp"
+#include "partial_hits.hpp"
 #include "prefix_lookup.hpp"
 #include "request_table.hpp"
 #include "retention.hpp"
@@ -70,6 +71,7 @@ class ManagerCore {
   // plan may still read, reserved ones not taken) go back to the source here.
   std::uint64_t begin_step() {
     copies_.clear();
+    drop_partial_sources();
     pool_.release_kept();
     return ++step_;
   }
@@ -86,6 +88,8 @@ class ManagerCore {
   const KVLayout& layout() const { return layout_; }
   std::uint64_t step() const { return step_; }
   std::span<const PageCopy> copies() const { return copies_; }
+  // Cached pages held as this step's partial-hit copy sources (hit_unit), as (group, page).
+  std::span<const std::pair<GroupId, PageId>> partial_sources() const { return partial_holds_; }
   const RequestTable& requests() const { return reqs_; }
   const Request& req(RequestId r) const { return reqs_[reqs_.row(r)]; }
   GroupId check_group(GroupId g) const {
@@ -153,6 +157,11 @@ class ManagerCore {
   std::uint64_t step_ = 0;
   std::uint64_t rng_;
   std::vector<PageCopy> copies_;
+  PartialHits partial_;  // hits inside a page (options_.hit_unit)
+  // Cached pages a partial hit copies from this step (one reference each until the next
+  // begin_step, so the copy reads them intact).
+  std::vector<std::pair<GroupId, PageId>> partial_holds_;
+  void drop_partial_sources();
   BranchPoints branches_;
   SuffixLengths suffixes_;     // the adaptive prompt tail (options_.learned_tail_tokens)
   BranchPoints ends_;          // where finished requests' cached pages end (their last full page's hash)

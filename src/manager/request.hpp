@@ -80,8 +80,17 @@ struct Hit {
   std::uint64_t lookup_tokens = 0;  // tokens its lookup_prefix looked up (admission counts)
   std::uint64_t limit = 0;          // the longest hit its lookup allowed (prompt - 1, or the caller's cap)
   std::uint64_t branch = 0;         // its lookup's whole-prefix hit (>= tokens): a branch point if more
+  // A hit ending inside a page (hit_unit): the last `partial` tokens of `tokens` are the
+  // first ones of page tokens / P, copied from partial_src[g] (cached under
+  // partial_full[g]) into the request's fresh page at admission. Vectors keep capacity.
+  std::uint64_t partial = 0;
+  std::vector<PageId> partial_src;
+  std::vector<BlockHash> partial_full;
 
-  void reset() { *this = Hit{}; }
+  void reset() {
+    pending = false;
+    tokens = lookup_tokens = limit = branch = partial = 0;
+  }
 };
 
 // A shared tier's part of the hit (tier_hits.cpp). tier_candidates lists group g's pages

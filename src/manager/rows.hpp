@@ -90,6 +90,9 @@ class Rows {
   void fork_row(GroupId g, Row parent, Row child, std::size_t k, std::uint64_t tokens);
   // One more reference to a used page (a pin), and one less (a pin or a held page goes).
   void hold(GroupId g, PageId p) { store_.share(g, p); }
+  // One more reference to a cached page outside any row (a partial hit's copy source until
+  // the next step; drop() gives it back). O(1).
+  void hold_cached(GroupId g, PageId p) { store_.acquire(g, p); }
   void drop(GroupId g, PageId p, std::uint64_t t, std::uint32_t prio) { store_.release(g, p, t, prio); }
 
  private:

@@ -45,8 +45,10 @@ std::uint64_t TierHits::extend_prefix(RequestId r, std::span<const TierStatus> p
   }
   // The local hit again where pages may have left the cache since lookup_prefix (or
   // another request's lookup replaced its probes); else lookup_prefix's still holds.
+  // A tier hit ends on a page: a hit inside a page (hit_unit) is not extended by a tier.
   const std::uint64_t local =
-      m_.lookup_.current(r) && !q.tier.pending ? q.hit.tokens : m_.lookup_.longest_hit(r, q, limit);
+      m_.lookup_.current(r) && !q.tier.pending ? q.hit.tokens - q.hit.partial : m_.lookup_.longest_hit(r, q, limit);
+  q.hit.partial = 0;
   q.tier.present.resize(present.size());
   for (std::size_t k = 0; k < present.size(); ++k) q.tier.present[k] = present[k] == TierStatus::kOk;
   const TierPresence tier{q.tier.lo.data(), q.tier.n.data(), q.tier.off.data(), q.tier.present.data()};

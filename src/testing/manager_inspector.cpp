@@ -50,6 +50,10 @@ std::pair<std::uint64_t, std::uint64_t> ManagerInspector::prompt_tail(RequestId 
 std::uint32_t ManagerInspector::num_held_pages(RequestId r, GroupId g) const {
   return kv_.core_->req(r).keep.held_in[kv_.core_->check_group(g)];
 }
+std::vector<std::pair<GroupId, PageId>> ManagerInspector::partial_sources() const {
+  const auto src = kv_.core_->partial_sources();
+  return {src.begin(), src.end()};
+}
 std::span<const PageId> ManagerInspector::host_page_table(RequestId r, GroupId g) const {
   const detail::ManagerCore& core = *kv_.core_;
   return core.swap.host(core.check_group(g)).table.pages(core.requests().row(r));

@@ -217,6 +217,24 @@ TEST_CASE("trtllm-v2: partial reuse hits inside a block, copied", "[sim][trtllm]
   CHECK(serve(*t, 2, article(2, 5, 10), 1) == 5);
 }
 
+TEST_CASE("kvmm --hit-unit: hits inside a page as trtllm-v2's partial reuse, the default on pages", "[sim][kvmm]") {
+  const auto layout = simtest::full_layout();  // 4-token pages
+  kvmm::sim::PolicyOptions o;
+  o.memory_bytes = 64 * 1024;
+  o.max_seqs = 8;
+  auto pages = kvmm::sim::make_policy("kvmm", layout, o);
+  o.hit_unit = 1;
+  auto units = kvmm::sim::make_policy("kvmm", layout, o);
+  auto t = make("trtllm-v2", layout);
+  for (auto* p : {pages.get(), units.get(), t.get()}) CHECK(serve(*p, 0, article(0, 6, 10), 1) == 0);
+  CHECK(serve(*units, 1, article(1, 6, 10), 1) == 6);  // page 0 and 2 tokens of page 1
+  CHECK(serve(*t, 1, article(1, 6, 10), 1) == 6);
+  CHECK(serve(*pages, 1, article(1, 6, 10), 1) == 4);
+  CHECK(serve(*units, 2, article(2, 5, 10), 1) == 5);
+  o.hit_unit = 3;  // does not divide the 4-token page
+  CHECK_THROWS_WITH(kvmm::sim::make_policy("kvmm", layout, o), Catch::Contains("hit_unit = 3"));
+}
+
 TEST_CASE("trtllm-v2: the Mamba state is snapshotted at the prompt's end", "[sim][trtllm]") {
   const auto layout = kvmm::KVLayout::plan({kvmm::LayerGroup::full_attention("attention", 1, 1, 8, 2, 4),
                                             kvmm::LayerGroup::mamba_state("mamba", 1, 200, 4)});

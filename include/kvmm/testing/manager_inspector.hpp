@@ -38,6 +38,10 @@ class ManagerInspector {
   // Pages of g request r holds for its cache boundaries (out of its page table, counted in
   // page_counts(g).used): O(1).
   std::uint32_t num_held_pages(RequestId r, GroupId g) const;
+  // Cached pages held (outside every row) as this step's partial-hit copy sources
+  // (KVCacheManagerOptions::hit_unit), as (group, page), each counted in page_counts(g).used
+  // until the next begin_step.
+  std::vector<std::pair<GroupId, PageId>> partial_sources() const;
   // A swapped-out request's host page ids (the swap plans' sources and destinations).
   std::span<const PageId> host_page_table(RequestId r, GroupId g) const;
   std::vector<std::uint64_t> cache_boundaries(RequestId r) const;
