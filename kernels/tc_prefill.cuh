@@ -1,17 +1,22 @@
 // Paged (and contiguous) prefill attention on tensor cores (issue 37), FA2-class, one
 // source for sm_80 and sm_90 (the Hopper fallback). One CTA = (Q tile, kv head, head
-// chunk, split piece), 4 warps. The Q tile is 64 packed rows: tq tokens of one request x
-// hc q heads of the kv head's group (hc = min(group, 64), tq = 64 / hc), so every K/V row
-// loaded serves the whole group; warp w owns rows 16 w .. 16 w + 15 (the mma's M) over the
-// CTA's whole key range, so no cross-warp merge is needed. Per 64-token KV tile:
+// chunk, split piece), 4 warps, kMt m-tiles of 16 rows per warp (1: the first kernel; 2:
+// FA2's hdim-128 shape, each K/V fragment loaded by ldmatrix feeding two m-tiles). The Q
+// tile is R = 64 kMt packed rows: tq tokens of one request x hc q heads of the kv head's
+// group (hc = min(group, R), tq = R / hc), so every K/V row loaded serves the whole group;
+// warp w owns rows 16 kMt w .. 16 kMt (w + 1) - 1 over the CTA's whole key range, so no
+// cross-warp merge is needed. Q: in registers at kMt 1 (loaded once); at kMt 2 in shared
+// memory (swizzled as the stages), read per k-step by ldmatrix.x4. Per 64-token KV tile:
 //   K and V rows -> shared memory by 16-byte cp.async from all 128 threads, two stages
 //   (tile i + 1 is issued, page ids looked up, while tile i is computed), rows swizzled
 //   by the 128-byte XOR rule (tc_swz) so that ldmatrix reads are conflict-free; null
 //   pages and rows outside the piece are zero-filled (source size 0) and masked;
-//   S = Q K^T: A = Q in registers (loaded once), B = K by ldmatrix.x4 (two n-tiles per
-//   load), 8 n-tiles x D/16 k-steps; the online softmax on the C fragments (quad
-//   shuffles), base 2; P re-packed in registers as the A operand of O += P V, V by
-//   ldmatrix.x4.trans; O normalised once at the end.
+//   S = Q K^T: A = Q, B = K by ldmatrix.x4 (two n-tiles per load), 8 n-tiles x D/16
+//   k-steps x kMt m-tiles; the online softmax on the C fragments (quad shuffles), base 2,
+//   ex2.approx (tc_exp2), the scale folded into the exponent's FFMA, a row with no key
+//   yet exponentiated against 0 (no select per element); P re-packed in registers as
+//   the A operand of O += P V, V by ldmatrix.x4.trans; O normalised once at the end.
+//   ldmatrix addresses: one XOR per k-step from the lane's offset (pf_swz_step).
 // Masks: the CTA walks the union of its rows' key ranges (causal/window/chunked; its split
 // piece); a warp skips tiles none of its rows sees, and masks elements only on tiles not
 // wholly visible to all its rows or holding null pages. Ragged q_indptr: request b's Q
@@ -19,8 +24,12 @@
 // kSplitP: P is applied as its T-rounded part plus the T-rounded remainder (two P.V
 // products, as the decode kernel), keeping the output within a few units of roundoff of
 // the exact softmax; without it P is rounded once (FA2's numerics, 1.5x fewer HMMA).
-// Costs per 64-token tile and warp at D 128: 64 HMMA (S) + 64 (P.V, 128 with kSplitP),
-// 32 + 32 LDSM.x4, 16 LDGSTS.128 per thread; shared memory 2 x 2 x 64 x D x 2 bytes.
+// Costs per 64-token tile and warp at D 128: kMt x (64 HMMA (S) + 64 (P.V, 128 with
+// kSplitP)), 32 + 32 LDSM.x4 (+ 16 kMt for Q at kMt 2), 16 LDGSTS.128 per thread; shared
+// memory 2 x 2 x 64 x D x 2 bytes (+ 64 kMt x D x 2 for Q at kMt 2).
+// The launcher (tc_prefill.cu) runs kMt 1. kMt 2 needs more than 255 registers (nvcc 13.0
+// spills 16-48 bytes of scalars), so it is built only for the census and the emulator
+// tests until it fits (issue 37).
 #pragma once
 
 #include "tc_decode.cuh"  // FastDiv, TcPagedAddr, tc_swz, the mma/ldmatrix wrappers
@@ -29,7 +38,7 @@ namespace kvmm::kernels::device {
 
 inline constexpr int kPfWarps = 4;
 inline constexpr int kPfThreads = 32 * kPfWarps;
-inline constexpr int kPfRows = 16 * kPfWarps;  // packed rows per Q tile
+inline constexpr int kPfRows = 16 * kPfWarps;  // packed rows per Q tile at one m-tile per warp
 inline constexpr int kPfTile = 64;             // tokens per KV tile
 inline constexpr int kPfStages = 2;
 
@@ -37,44 +46,79 @@ inline constexpr int kPfStages = 2;
 inline bool pf_tile_in_page(const TcPagedAddr& kv) { return kv.tpp.d % kPfTile == 0; }
 inline bool pf_tile_in_page(const ContiguousAddr&) { return true; }
 
-// q heads per CTA (hc) and tokens per Q tile (tq) for a group.
-inline constexpr std::uint32_t pf_heads(std::uint32_t group) { return group < kPfRows ? group : kPfRows; }
-inline constexpr std::uint32_t pf_tokens(std::uint32_t group) { return kPfRows / pf_heads(group); }
+// q heads per CTA (hc) and tokens per Q tile (tq) for a group, at `rows` packed rows per
+// Q tile (kPfRows x kMt).
+inline constexpr std::uint32_t pf_heads(std::uint32_t group, std::uint32_t rows = kPfRows) {
+  return group < rows ? group : rows;
+}
+inline constexpr std::uint32_t pf_tokens(std::uint32_t group, std::uint32_t rows = kPfRows) {
+  return rows / pf_heads(group, rows);
+}
 // CTAs along x: an upper bound of the Q tiles of a batch (virtual tile indices).
-inline std::uint32_t pf_grid_x(std::uint32_t rows, std::uint32_t batch, std::uint32_t group) {
-  return rows / pf_tokens(group) + batch;
+inline std::uint32_t pf_grid_x(std::uint32_t rows, std::uint32_t batch, std::uint32_t group,
+                               std::uint32_t qrows = kPfRows) {
+  return rows / pf_tokens(group, qrows) + batch;
 }
 
 // The kernel's arguments from make_args' (attention_dispatch.cuh): head chunks of hc
 // heads, tq tokens per Q tile (in rows_per_cta).
-inline AttnArgs pf_args(AttnArgs a) {
-  a.head_chunks = (a.group + pf_heads(a.group) - 1) / pf_heads(a.group);
-  a.rows_per_cta = pf_tokens(a.group);
+inline AttnArgs pf_args(AttnArgs a, std::uint32_t qrows = kPfRows) {
+  a.head_chunks = (a.group + pf_heads(a.group, qrows) - 1) / pf_heads(a.group, qrows);
+  a.rows_per_cta = pf_tokens(a.group, qrows);
   return a;
 }
 
-template <int D>
-inline constexpr std::uint32_t pf_smem_bytes() {
-  // K/V stages, the row offsets of the next two tiles (8 bytes each), per-row null flags
-  return kPfStages * 2 * kPfTile * D * 2 + kPfStages * kPfTile * 8 + kPfStages * kPfTile + kPfWarps * 16;
+// tc_swz<D>(row, c + 2 j) from off = tc_swz<D>(row, c), c in {0, 1}, 2 j < D / 8: chunk
+// bits 4-6 of the offset take the XOR of 2 j mod 8 (c and 2 j share no bit), bit 7 (D
+// 128: chunk 8 and up) is 0 in `off` (a row starts at a multiple of 128 bytes and c < 8),
+// so one XOR per step; the row's other offsets (multiples of 16 rows) add as immediates.
+__host__ __device__ __forceinline__ std::uint32_t pf_swz_step(std::uint32_t off, int j) {
+  return off ^ (static_cast<std::uint32_t>(j) << 5);
+}
+// x, opaque to the compiler on the device (one MOV per use): offsets the main loop XORs
+// are taken through it once per tile, so that the compiler does not hoist the D / 16
+// XORed offsets out of the loop (registers it would then spill at 32 rows per warp).
+__device__ __forceinline__ std::uint32_t pf_opaque(std::uint32_t x) {
+#if !defined(KVMM_SIMT_HOST) && defined(__CUDA_ARCH__)
+  asm volatile("mov.b32 %0, %0;" : "+r"(x));
+#endif
+  return x;
 }
 
-template <typename T, int D, typename Addr, bool kTileInPage, bool kSplitP>
+template <int D, int kMt = 1>
+inline constexpr std::uint32_t pf_smem_bytes() {
+  // K/V stages, Q (kMt 2), the row offsets of the next two tiles (8 bytes each), per-row
+  // null flags, the warps' key ranges, the rows' key ranges, the tile's first row and tokens
+  return kPfStages * 2 * kPfTile * D * 2 + (kMt > 1 ? kPfRows * kMt * D * 2 : 0) + kPfStages * kPfTile * 8 +
+         kPfStages * kPfTile + kPfWarps * 16 + kPfRows * kMt * 8 + 8;
+}
+
+template <typename T, int D, typename Addr, bool kTileInPage, bool kSplitP, int kMt = 1>
 __global__ void __launch_bounds__(kPfThreads, 2) tc_prefill_kernel(AttnArgs a, Addr kv) {
   static_assert(D == 64 || D == 128);
-  constexpr int kChunks = D / 8;                              // 16-byte chunks per K/V row
-  constexpr int kPerThread = kPfTile * kChunks / kPfThreads;  // cp.async per thread per tile, K and V each
-  constexpr int kNd = D / 8;                                  // n-tiles of O
+  static_assert(kMt == 1 || kMt == 2, "16 or 32 rows per warp");
+  constexpr std::uint32_t kQRows = kPfRows * kMt;                // packed rows per Q tile
+  constexpr int kRows = 2 * kMt;                                 // rows per lane: gid, gid + 8 of each m-tile
+  constexpr int kChunks = D / 8;                                 // 16-byte chunks per K/V row
+  constexpr int kPerThread = kPfTile * kChunks / kPfThreads;     // cp.async per thread per tile, K and V each
+  [[maybe_unused]] constexpr int kCopyUnroll = kMt > 1 ? 1 : 2;  // the copy loop's unrolling (registers)
+  constexpr int kNd = D / 8;                                     // n-tiles of O
   constexpr std::uint32_t kTileBytes = kPfTile * D * 2;
 #if defined(KVMM_SIMT_HOST)
-  unsigned char* smem = simt::dynamic_shared(pf_smem_bytes<D>());
+  unsigned char* smem = simt::dynamic_shared(pf_smem_bytes<D, kMt>());
 #else
   extern __shared__ __align__(128) unsigned char pf_smem[];
   unsigned char* smem = pf_smem;
 #endif
+  unsigned char* qs = smem + kPfStages * 2 * kTileBytes;  // Q at kMt 2: [row][D], swizzled
   // [slot][row]: byte offset of a tile's row (head 0), -1 in a null page, -2 outside the piece
-  long long* rowoff = reinterpret_cast<long long*>(smem + kPfStages * 2 * kTileBytes);
+  long long* rowoff = reinterpret_cast<long long*>(qs + (kMt > 1 ? kQRows * D * 2 : 0));
   unsigned char* flags = reinterpret_cast<unsigned char*>(rowoff + kPfStages * kPfTile);  // [stage][row]: null page
+  // [row]: the packed row's key range within the piece (read on boundary tiles only)
+  KeyRange* rkey = reinterpret_cast<KeyRange*>(flags + kPfStages * kPfTile + kPfWarps * 16);
+  // The Q tile's first row (q_indptr[b] + t0) and token count, for the epilogue: kept here,
+  // not in registers live through the loop.
+  std::uint32_t* tile_meta = reinterpret_cast<std::uint32_t*>(rkey + kQRows);
 
   // The request and Q tile of this CTA: the largest b with q_indptr[b] / tq + b <= x.
   const std::uint32_t tq = a.rows_per_cta;
@@ -94,7 +138,7 @@ __global__ void __launch_bounds__(kPfThreads, 2) tc_prefill_kernel(AttnArgs a, A
   if (t0 >= q_len) return;                                 // whole CTA: an idle virtual tile
   const std::uint32_t ntok = min(tq, q_len - t0);
   const std::uint32_t kv_len = __ldg(a.kv_lens + b);
-  const std::uint32_t hc = min(a.group, static_cast<std::uint32_t>(kPfRows));
+  const std::uint32_t hc = min(a.group, kQRows);
   const std::uint32_t h = blockIdx.y / a.head_chunks;
   const std::uint32_t g0 = (blockIdx.y % a.head_chunks) * hc;
   const std::uint32_t hg = min(hc, a.group - g0);
@@ -109,27 +153,30 @@ __global__ void __launch_bounds__(kPfThreads, 2) tc_prefill_kernel(AttnArgs a, A
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int gid = lane / 4, tig = lane % 4;
 
-  // This lane's rows gid and gid + 8 of the warp: token, head, key range within the piece.
-  std::uint32_t rtok[2], rhead[2];
-  bool rvalid[2];
-  KeyRange rk[2];
+  // This lane's rows (gid and gid + 8 of each m-tile): token, head, key range within the
+  // piece; the ranges go to shared memory (read on boundary tiles only), the warp's union
+  // and intersection too (read once per tile): fewer registers live through the loop.
   std::uint32_t wlo = 0xffffffffu, whi = 0, flo = 0, fhi = 0xffffffffu;  // warp union / all-visible
   KVMM_UNROLL
-  for (int k = 0; k < 2; ++k) {
-    const std::uint32_t m = static_cast<std::uint32_t>(16 * warp + gid + 8 * k);
-    rtok[k] = m / hc;
-    rhead[k] = m % hc;
-    rvalid[k] = rtok[k] < ntok && rhead[k] < hg;
-    rk[k] = KeyRange{0, 0};
-    if (rvalid[k] && fits) {
-      const KeyRange r = key_range(a.mask, a.window, a.chunk, p0 + rtok[k]);
-      rk[k] = KeyRange{max(r.lo, piece.lo), min(r.hi, piece.hi)};
+  for (int k = 0; k < kRows; ++k) {
+    const std::uint32_t m = static_cast<std::uint32_t>(16 * kMt * warp + 16 * (k >> 1) + gid + 8 * (k & 1));
+    const std::uint32_t tok = m / hc, hd = m % hc;
+    const bool valid = tok < ntok && hd < hg;
+    KeyRange rk{0, 0};
+    if (valid && fits) {
+      const KeyRange kr = key_range(a.mask, a.window, a.chunk, p0 + tok);
+      rk = KeyRange{max(kr.lo, piece.lo), min(kr.hi, piece.hi)};
     }
-    if (rvalid[k]) {
-      wlo = min(wlo, rk[k].lo);
-      whi = max(whi, rk[k].hi);
-      flo = max(flo, rk[k].lo);
-      fhi = min(fhi, rk[k].hi);
+    if (tig == 0) rkey[m] = rk;
+    if (threadIdx.x == 0 && k == 0) {
+      tile_meta[0] = q_begin + t0;
+      tile_meta[1] = ntok;
+    }
+    if (valid) {
+      wlo = min(wlo, rk.lo);
+      whi = max(whi, rk.hi);
+      flo = max(flo, rk.lo);
+      fhi = min(fhi, rk.hi);
     }
   }
   KVMM_UNROLL
@@ -139,7 +186,6 @@ __global__ void __launch_bounds__(kPfThreads, 2) tc_prefill_kernel(AttnArgs a, A
     flo = max(flo, __shfl_xor_sync(0xffffffffu, flo, off));
     fhi = min(fhi, __shfl_xor_sync(0xffffffffu, fhi, off));
   }
-  // Kept in shared memory, read once per tile: four fewer registers live through the loop.
   std::uint32_t* wr = reinterpret_cast<std::uint32_t*>(flags + kPfStages * kPfTile) + 4 * warp;
   if (lane == 0) {
     wr[0] = wlo;
@@ -147,23 +193,35 @@ __global__ void __launch_bounds__(kPfThreads, 2) tc_prefill_kernel(AttnArgs a, A
     wr[2] = flo;
     wr[3] = fhi;
   }
-  __syncwarp();
 
-  // Q as the A operand of each k-step: rows gid and gid + 8, columns 16 s + 2 tig (+8).
-  std::uint32_t qa[D / 16][4];
-  KVMM_UNROLL
-  for (int s = 0; s < D / 16; ++s) {
+  // Q, zero in rows past the tile's tokens or the group. kMt 1: as the A operand of each
+  // k-step in registers (rows gid and gid + 8, columns 16 s + 2 tig (+8)). kMt 2: the CTA's
+  // rows into shared memory in the stages' swizzled layout (one 4-byte load and store per
+  // word), read per k-step by ldmatrix.x4 (rows 0-7 / 8-15 at chunk 2 s, then 2 s + 1:
+  // a0 .. a3).
+  auto q_word = [&](std::uint32_t m, std::uint32_t col) {
+    const std::uint32_t tok = m / hc, hd = m % hc;
+    const bool valid = tok < ntok && hd < hg;
+    const std::uint64_t head = std::uint64_t{q_begin + t0 + (valid ? tok : 0u)} * a.q_heads + qh0 + (valid ? hd : 0u);
+    const std::uint32_t w = ldg(reinterpret_cast<const std::uint32_t*>(a.q + head * D + col));
+    return valid ? w : 0u;
+  };
+  std::uint32_t qa[kMt == 1 ? D / 16 : 1][4];
+  if constexpr (kMt == 1) {
     KVMM_UNROLL
-    for (int i = 0; i < 4; ++i) {
-      const int k = i & 1;
-      const std::uint32_t col = 16 * s + 2 * tig + ((i & 2) ? 8 : 0);
-      const std::uint64_t head =
-          std::uint64_t{q_begin + t0 + (rvalid[k] ? rtok[k] : 0u)} * a.q_heads + qh0 + (rvalid[k] ? rhead[k] : 0u);
-      const std::uint32_t w = ldg(reinterpret_cast<const std::uint32_t*>(a.q + head * D + col));
-      qa[s][i] = rvalid[k] ? w : 0u;
+    for (int s = 0; s < D / 16; ++s) {
+      KVMM_UNROLL
+      for (int i = 0; i < 4; ++i)
+        qa[s][i] = q_word(static_cast<std::uint32_t>(16 * warp + gid + 8 * (i & 1)),
+                          static_cast<std::uint32_t>(16 * s + 2 * tig + ((i & 2) ? 8 : 0)));
+    }
+  } else {
+    for (int idx = static_cast<int>(threadIdx.x); idx < static_cast<int>(kQRows) * D / 2; idx += kPfThreads) {
+      const std::uint32_t m = static_cast<std::uint32_t>(idx / (D / 2)), w = static_cast<std::uint32_t>(idx % (D / 2));
+      sts(reinterpret_cast<std::uint32_t*>(qs + tc_swz<D>(m, w / 4) + (w % 4) * 4), q_word(m, 2 * w));
     }
   }
-
+  __syncthreads();  // Q and the rows' ranges stored
   const typename Addr::Row r = kv.row(b);
   const std::uint64_t head_off = std::uint64_t{h} * D * 2;
   const std::uint32_t first = piece.lo / kPfTile * kPfTile;
@@ -196,7 +254,7 @@ __global__ void __launch_bounds__(kPfThreads, 2) tc_prefill_kernel(AttnArgs a, A
       const std::uint32_t r0 = threadIdx.x / kChunks, c = threadIdx.x % kChunks;
       const std::uint32_t s0 = tc_swz<D>(r0, c);
 #if !defined(KVMM_SIMT_HOST)
-#pragma unroll 2  // not fully: hoisted per-row addresses would cost registers the mma fragments need
+#pragma unroll(kCopyUnroll)  // not fully: hoisted per-row addresses would cost registers the mma fragments need
 #endif
       for (int j = 0; j < kPerThread; ++j) {
         const std::uint32_t row = r0 + kStep * j;
@@ -220,18 +278,29 @@ __global__ void __launch_bounds__(kPfThreads, 2) tc_prefill_kernel(AttnArgs a, A
     cp_async_commit();
   };
 
-  float o[kNd][4];
+  float o[kMt][kNd][4];
   KVMM_UNROLL
+  for (int mt = 0; mt < kMt; ++mt) KVMM_UNROLL
   for (int n = 0; n < kNd; ++n) KVMM_UNROLL
-  for (int i = 0; i < 4; ++i) o[n][i] = 0.0f;
-  SoftmaxState<float> st[2] = {{-INFINITY, 0.0f}, {-INFINITY, 0.0f}};  // rows gid, gid + 8 (log2 units)
-  float mraw[2] = {-INFINITY, -INFINITY};                              // their maxima before scaling
+  for (int i = 0; i < 4; ++i) o[mt][n][i] = 0.0f;
+  SoftmaxState<float> st[kRows];  // row k: m-tile k / 2, row gid + 8 (k % 2); log2 units
+  KVMM_UNROLL
+  for (int k = 0; k < kRows; ++k) st[k] = SoftmaxState<float>{-INFINITY, 0.0f};
 #if defined(KVMM_CENSUS_NO_SOFT_CAP)
   constexpr bool soft_cap = false;  // census builds: the benchmarks' path, without the tanh branch
 #else
   const bool soft_cap = a.soft_cap;
 #endif
   const float sc = soft_cap ? 1.0f : a.scale_log2;  // raw logit -> log2 units
+
+  // The lanes' ldmatrix offsets at k-step (K, Q) or n-pair (V) 0 in a stage or the Q tile:
+  // K rows 8 (lane / 16) + lane % 8 at chunk (lane / 8) % 2; Q rows 16 kMt warp + lane % 16
+  // and V rows lane % 16 at chunk lane / 16.
+  const std::uint32_t k_off =
+      tc_swz<D>(static_cast<std::uint32_t>(8 * (lane >> 4) + (lane & 7)), static_cast<std::uint32_t>((lane >> 3) & 1));
+  const std::uint32_t q_off =
+      tc_swz<D>(static_cast<std::uint32_t>(16 * kMt * warp + (lane & 15)), static_cast<std::uint32_t>(lane >> 4));
+  const std::uint32_t v_off = tc_swz<D>(static_cast<std::uint32_t>(lane & 15), static_cast<std::uint32_t>(lane >> 4));
 
   lookup(0);
   if constexpr (!kTileInPage) __syncthreads();
@@ -247,135 +316,185 @@ __global__ void __launch_bounds__(kPfThreads, 2) tc_prefill_kernel(AttnArgs a, A
     const int stage = static_cast<int>(it % kPfStages);
     const unsigned char* ks = smem + stage * 2 * kTileBytes;
     const unsigned char* vs = ks + kTileBytes;
+    const std::uint32_t k_off_t = pf_opaque(k_off), q_off_t = pf_opaque(q_off), v_off_t = pf_opaque(v_off);
     const unsigned char* fl = flags + stage * kPfTile;
     const bool n0 = fl[lane] != 0, n1 = fl[lane + 32] != 0;
     if (!__any_sync(0xffffffffu, !(n0 && n1))) continue;  // a whole null tile
     const bool nulls = __any_sync(0xffffffffu, n0 || n1);
+#if defined(KVMM_CENSUS_INTERIOR)
+    constexpr bool full = true;  // census builds: an interior tile's path (no element masked)
+    (void)nulls;
+#else
     const bool full = !nulls && tok0 >= wr[2] && tok0 + kPfTile <= wr[3];  // no element masked
+#endif
 
-    // S = Q K^T: 8 n-tiles of 8 tokens; ldmatrix.x4 gives two n-tiles' B fragments.
-    float s[8][4];
+    // S = Q K^T: 8 n-tiles of 8 tokens; ldmatrix.x4 gives two n-tiles' B fragments, each
+    // used by kMt m-tiles.
+    float s[kMt][8][4];
     KVMM_UNROLL
+    for (int mt = 0; mt < kMt; ++mt) KVMM_UNROLL
     for (int nt = 0; nt < 8; ++nt) KVMM_UNROLL
-    for (int i = 0; i < 4; ++i) s[nt][i] = 0.0f;
+    for (int i = 0; i < 4; ++i) s[mt][nt][i] = 0.0f;
     KVMM_UNROLL
     for (int kst = 0; kst < D / 16; ++kst) {
+      std::uint32_t qf[kMt][4];
+      KVMM_UNROLL
+      for (int mt = 0; mt < kMt; ++mt) {
+        if constexpr (kMt == 1) {
+          KVMM_UNROLL
+          for (int i = 0; i < 4; ++i) qf[mt][i] = qa[kst][i];
+        } else {
+          // Row 16 kMt warp + 16 mt + lane % 16, chunk 2 kst + lane / 16 (pf_swz_step).
+          ldmatrix<4, false>(qf[mt], qs + pf_swz_step(q_off_t, kst) + mt * 16 * D * 2);
+        }
+      }
+      const std::uint32_t k_at = pf_swz_step(k_off_t, kst);
       KVMM_UNROLL
       for (int np = 0; np < 4; ++np) {
         // Lanes 8m .. 8m + 7 address matrix m: tokens 8 (2 np + m / 2) + 0..7, chunk 2 kst + m % 2.
-        const std::uint32_t row = static_cast<std::uint32_t>(8 * (2 * np + (lane >> 4)) + (lane & 7));
-        const std::uint32_t c = static_cast<std::uint32_t>(2 * kst + ((lane >> 3) & 1));
         std::uint32_t kb[4];
-        ldmatrix<4, false>(kb, ks + tc_swz<D>(row, c));
+        ldmatrix<4, false>(kb, ks + k_at + np * 16 * D * 2);
         const std::uint32_t b0[2] = {kb[0], kb[1]}, b1[2] = {kb[2], kb[3]};
-        mma_16816<T>(s[2 * np], qa[kst], b0, s[2 * np]);
-        mma_16816<T>(s[2 * np + 1], qa[kst], b1, s[2 * np + 1]);
+        KVMM_UNROLL
+        for (int mt = 0; mt < kMt; ++mt) {
+          mma_16816<T>(s[mt][2 * np], qf[mt], b0, s[mt][2 * np]);
+          mma_16816<T>(s[mt][2 * np + 1], qf[mt], b1, s[mt][2 * np + 1]);
+        }
       }
     }
-    // Soft cap and mask: this lane's columns are tokens 8 nt + 2 tig + (i & 1), rows i >> 1.
-    // Without a soft cap the scale is applied inside the exponent (one FFMA, FA2's trick):
-    // the maximum is taken over raw dots (scale > 0 keeps the order).
-    float mx[2] = {mraw[0], mraw[1]};
+    // Soft cap and mask: this lane's columns are tokens 8 nt + 2 tig + (i & 1), rows
+    // 2 mt + (i >> 1). Without a soft cap the scale is applied inside the exponent (one
+    // FFMA, FA2's trick): the maximum is taken over raw dots (scale > 0 keeps the order).
     if (soft_cap) {
       KVMM_UNROLL
+      for (int mt = 0; mt < kMt; ++mt) KVMM_UNROLL
       for (int nt = 0; nt < 8; ++nt) KVMM_UNROLL
-      for (int i = 0; i < 4; ++i) s[nt][i] = a.cap_log2 * tanhf(s[nt][i] * a.scale_div_cap);
+      for (int i = 0; i < 4; ++i) s[mt][nt][i] = a.cap_log2 * tanhf(s[mt][nt][i] * a.scale_div_cap);
     }
-    if (!full) {  // a boundary tile (its own block, so full tiles run none of it)
+    if (!full) {  // a boundary tile (its own block, so interior tiles run none of it)
       KVMM_UNROLL
-      for (int nt = 0; nt < 8; ++nt) KVMM_UNROLL
-      for (int i = 0; i < 4; ++i) {
-        const std::uint32_t col = static_cast<std::uint32_t>(8 * nt + 2 * tig + (i & 1));
-        const std::uint32_t tok = tok0 + col;
-        const KeyRange& kr = rk[i >> 1];
-        if (tok < kr.lo || tok >= kr.hi || fl[col] != 0) s[nt][i] = -INFINITY;
+      for (int mt = 0; mt < kMt; ++mt) {
+        const KeyRange kr[2] = {rkey[16 * kMt * warp + 16 * mt + gid], rkey[16 * kMt * warp + 16 * mt + gid + 8]};
+        KVMM_UNROLL
+        for (int nt = 0; nt < 8; ++nt) KVMM_UNROLL
+        for (int i = 0; i < 4; ++i) {
+          const std::uint32_t col = static_cast<std::uint32_t>(8 * nt + 2 * tig + (i & 1));
+          const std::uint32_t tok = tok0 + col;
+          // one predicate, no branch per element
+          if ((tok < kr[i >> 1].lo) | (tok >= kr[i >> 1].hi) | (fl[col] != 0)) s[mt][nt][i] = -INFINITY;
+        }
       }
     }
+    float mx[kRows];  // the tile's raw maxima
     KVMM_UNROLL
+    for (int k = 0; k < kRows; ++k) mx[k] = -INFINITY;
+    KVMM_UNROLL
+    for (int mt = 0; mt < kMt; ++mt) KVMM_UNROLL
     for (int nt = 0; nt < 8; ++nt) KVMM_UNROLL
-    for (int i = 0; i < 4; ++i) mx[i >> 1] = fmaxf(mx[i >> 1], s[nt][i]);
+    for (int i = 0; i < 4; ++i) mx[2 * mt + (i >> 1)] = fmaxf(mx[2 * mt + (i >> 1)], s[mt][nt][i]);
+    // The rows' new maxima in log2 units (the old one or the tile's, scaled: the same
+    // product as when it was the tile's); a row with no key yet (-inf) is exponentiated
+    // against 0 (its weights are exp2(-inf) = 0).
+    float msc[kRows], m0[kRows];
     KVMM_UNROLL
-    for (int k = 0; k < 2; ++k) {
+    for (int k = 0; k < kRows; ++k) {
       mx[k] = fmaxf(mx[k], __shfl_xor_sync(0xffffffffu, mx[k], 1));
       mx[k] = fmaxf(mx[k], __shfl_xor_sync(0xffffffffu, mx[k], 2));
+      msc[k] = fmaxf(st[k].m, mx[k] * sc);
+      m0[k] = msc[k] == -INFINITY ? 0.0f : msc[k];
     }
-    const float msc[2] = {mx[0] * sc, mx[1] * sc};  // the maxima in log2 units
-    float sum[2] = {0.0f, 0.0f};
+    float sum[kRows];
     KVMM_UNROLL
+    for (int k = 0; k < kRows; ++k) sum[k] = 0.0f;
+    KVMM_UNROLL
+    for (int mt = 0; mt < kMt; ++mt) KVMM_UNROLL
     for (int nt = 0; nt < 8; ++nt) KVMM_UNROLL
     for (int i = 0; i < 4; ++i) {
-      const int k = i >> 1;
-      s[nt][i] = mx[k] == -INFINITY ? 0.0f : exp2f(fmaf(s[nt][i], sc, -msc[k]));
-      sum[k] += s[nt][i];
+      const int k = 2 * mt + (i >> 1);
+      s[mt][nt][i] = tc_exp2(fmaf(s[mt][nt][i], sc, -m0[k]));
+      sum[k] += s[mt][nt][i];
     }
-    float corr[2];
+    bool rescale = false;
+    float corr[kRows];
     KVMM_UNROLL
-    for (int k = 0; k < 2; ++k) {
+    for (int k = 0; k < kRows; ++k) {
       sum[k] += __shfl_xor_sync(0xffffffffu, sum[k], 1);
       sum[k] += __shfl_xor_sync(0xffffffffu, sum[k], 2);
-      corr[k] = mx[k] == -INFINITY ? 1.0f : softmax_absorb(st[k], msc[k], sum[k], Exp2{});
-      mraw[k] = mx[k];
+      corr[k] = msc[k] == -INFINITY ? 1.0f : softmax_absorb(st[k], msc[k], sum[k], TcExp2{});
+      rescale = rescale || corr[k] != 1.0f;
     }
-    if (__any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f)) {
+    if (__any_sync(0xffffffffu, rescale)) {
       KVMM_UNROLL
+      for (int mt = 0; mt < kMt; ++mt) KVMM_UNROLL
       for (int n = 0; n < kNd; ++n) {
-        o[n][0] *= corr[0];
-        o[n][1] *= corr[0];
-        o[n][2] *= corr[1];
-        o[n][3] *= corr[1];
+        o[mt][n][0] *= corr[2 * mt];
+        o[mt][n][1] *= corr[2 * mt];
+        o[mt][n][2] *= corr[2 * mt + 1];
+        o[mt][n][3] *= corr[2 * mt + 1];
       }
     }
-    // O += P V over 4 k-steps of 16 tokens: C tiles 2 kk and 2 kk + 1 form P's A fragment.
+    // O += P V over 4 k-steps of 16 tokens: C tiles 2 kk and 2 kk + 1 form P's A fragment;
+    // each V fragment serves kMt m-tiles.
     KVMM_UNROLL
     for (int kk = 0; kk < 4; ++kk) {
-      std::uint32_t pa[4], pl[4];
+      std::uint32_t pa[kMt][4], pl[kMt][4];
       KVMM_UNROLL
+      for (int mt = 0; mt < kMt; ++mt) KVMM_UNROLL
       for (int j = 0; j < 4; ++j) {
-        const float x0 = s[2 * kk + (j >> 1)][2 * (j & 1)], x1 = s[2 * kk + (j >> 1)][2 * (j & 1) + 1];
-        pa[j] = pack2<T>(x0, x1);
-        if constexpr (kSplitP) pl[j] = pack2<T>(x0 - T::lo(pa[j]), x1 - T::hi(pa[j]));
+        const float x0 = s[mt][2 * kk + (j >> 1)][2 * (j & 1)], x1 = s[mt][2 * kk + (j >> 1)][2 * (j & 1) + 1];
+        pa[mt][j] = pack2<T>(x0, x1);
+        if constexpr (kSplitP) pl[mt][j] = pack2<T>(x0 - T::lo(pa[mt][j]), x1 - T::hi(pa[mt][j]));
       }
       KVMM_UNROLL
       for (int np = 0; np < kNd / 2; ++np) {
         // Lanes 0-15: tokens 16 kk + 0..15 at chunk 2 np; lanes 16-31: chunk 2 np + 1; transposed.
-        const std::uint32_t row = static_cast<std::uint32_t>(16 * kk + (lane & 15));
-        const std::uint32_t c = static_cast<std::uint32_t>(2 * np + (lane >> 4));
         std::uint32_t vb[4];
-        ldmatrix<4, true>(vb, vs + tc_swz<D>(row, c));
+        ldmatrix<4, true>(vb, vs + pf_swz_step(v_off_t, np) + kk * 16 * D * 2);
         const std::uint32_t b0[2] = {vb[0], vb[1]}, b1[2] = {vb[2], vb[3]};
-        mma_16816<T>(o[2 * np], pa, b0, o[2 * np]);
-        mma_16816<T>(o[2 * np + 1], pa, b1, o[2 * np + 1]);
-        if constexpr (kSplitP) {
-          mma_16816<T>(o[2 * np], pl, b0, o[2 * np]);
-          mma_16816<T>(o[2 * np + 1], pl, b1, o[2 * np + 1]);
+        KVMM_UNROLL
+        for (int mt = 0; mt < kMt; ++mt) {
+          mma_16816<T>(o[mt][2 * np], pa[mt], b0, o[mt][2 * np]);
+          mma_16816<T>(o[mt][2 * np + 1], pa[mt], b1, o[mt][2 * np + 1]);
+          if constexpr (kSplitP) {
+            mma_16816<T>(o[mt][2 * np], pl[mt], b0, o[mt][2 * np]);
+            mma_16816<T>(o[mt][2 * np + 1], pl[mt], b1, o[mt][2 * np + 1]);
+          }
         }
       }
     }
   }
   cp_async_wait<0>();
 
-  // O normalised once; each lane writes its two rows' columns 8 n + 2 tig, + 1.
+  // O normalised once; each lane writes its rows' columns 8 n + 2 tig, + 1. The tile's
+  // rows and heads, recomputed or read back (fewer registers live through the loop).
+  const std::uint32_t row0 = tile_meta[0], ntok_e = tile_meta[1];
+  const std::uint32_t hc_e = min(a.group, kQRows);
+  const std::uint32_t g0_e = (blockIdx.y % a.head_chunks) * hc_e;
+  const std::uint32_t hg_e = min(hc_e, a.group - g0_e);
+  const std::uint32_t qh0_e = blockIdx.y / a.head_chunks * a.group + g0_e;
   KVMM_UNROLL
-  for (int k = 0; k < 2; ++k) {
+  for (int k = 0; k < kRows; ++k) {
     // The row's token and head, recomputed (fewer registers live through the loop).
-    const std::uint32_t m = static_cast<std::uint32_t>(16 * warp + gid + 8 * k);
-    const std::uint32_t tk = m / hc, hd = m % hc;
-    if (tk >= ntok || hd >= hg) continue;
-    const std::uint64_t head = std::uint64_t{q_begin + t0 + tk} * a.q_heads + qh0 + hd;
+    const int mt = k >> 1, half = k & 1;
+    const std::uint32_t m = static_cast<std::uint32_t>(16 * kMt * warp + 16 * mt + gid + 8 * half);
+    const std::uint32_t tk = m / hc_e, hd = m % hc_e;
+    if (tk >= ntok_e || hd >= hg_e) continue;
+    const std::uint64_t head = std::uint64_t{row0 + tk} * a.q_heads + qh0_e + hd;
     const float inv = st[k].l > 0.0f ? 1.0f / st[k].l : 0.0f;
     if (a.num_splits == 1) {
       KVMM_UNROLL
       for (int n = 0; n < kNd; ++n) {
         const std::uint32_t col = static_cast<std::uint32_t>(8 * n + 2 * tig);
-        *reinterpret_cast<std::uint32_t*>(a.o + head * D + col) = pack2<T>(o[n][2 * k] * inv, o[n][2 * k + 1] * inv);
+        *reinterpret_cast<std::uint32_t*>(a.o + head * D + col) =
+            pack2<T>(o[mt][n][2 * half] * inv, o[mt][n][2 * half + 1] * inv);
       }
     } else {
       float* wo = a.ws_o + (head * a.num_splits + blockIdx.z) * D;
       KVMM_UNROLL
       for (int n = 0; n < kNd; ++n) {
         const std::uint32_t col = static_cast<std::uint32_t>(8 * n + 2 * tig);
-        wo[col] = o[n][2 * k] * inv;
-        wo[col + 1] = o[n][2 * k + 1] * inv;
+        wo[col] = o[mt][n][2 * half] * inv;
+        wo[col + 1] = o[mt][n][2 * half + 1] * inv;
       }
       if (tig == 0) a.ws_lse[head * a.num_splits + blockIdx.z] = st[k].l > 0.0f ? st[k].m + log2f(st[k].l) : -INFINITY;
     }

@@ -56,15 +56,17 @@ LIMITS = [
     # P.V 16 n-tiles x 4 k-steps = 64, twice with the split P; LDSM.x4 32 for K, 32 for V;
     # D 64: half of S's and of the LDSM, the same P.V per n-tile; the copy loop, unrolled by
     # 2, holds 4 LDGSTS.128: rows j and j + 1, K and V, D / 16 iterations = 16 per thread at D 128).
-    (r"tc_prefill_kernel.*Li128E.*Lb1EEEv", r"sm_", dict(regs=255, stack=0, local=0, local_in_loop=0, smem=2048,
+    # These are the launched instances (kMt 1: 16 rows per warp, "Li1EEEv"); the 32-rows-per-warp
+    # form (kMt 2) is built only in the census variants (it spills: not launched yet).
+    (r"tc_prefill_kernel.*Li128E.*Lb1ELi1EEEv", r"sm_", dict(regs=255, stack=0, local=0, local_in_loop=0, smem=2048,
                                                         need=["HMMA", "LDSM.x4", "LDSM.x4.T", "LDGSTS.128"],
                                                         cp_async_only=True,
                                                         loop_exact={"HMMA": 192, "LDSM": 64, "LDGSTS.128": 4})),
-    (r"tc_prefill_kernel.*Li128E.*Lb0EEEv", r"sm_", dict(regs=255, stack=0, local=0, local_in_loop=0, smem=2048,
+    (r"tc_prefill_kernel.*Li128E.*Lb0ELi1EEEv", r"sm_", dict(regs=255, stack=0, local=0, local_in_loop=0, smem=2048,
                                                         need=["HMMA", "LDSM.x4", "LDSM.x4.T", "LDGSTS.128"],
                                                         cp_async_only=True,
                                                         loop_exact={"HMMA": 128, "LDSM": 64, "LDGSTS.128": 4})),
-    (r"tc_prefill_kernel.*Li64E.*Lb1EEEv", r"sm_", dict(regs=255, stack=0, local=0, local_in_loop=0, smem=2048,
+    (r"tc_prefill_kernel.*Li64E.*Lb1ELi1EEEv", r"sm_", dict(regs=255, stack=0, local=0, local_in_loop=0, smem=2048,
                                                        need=["HMMA", "LDSM.x4", "LDSM.x4.T", "LDGSTS.128"],
                                                        cp_async_only=True,
                                                        loop_exact={"HMMA": 96, "LDSM": 32, "LDGSTS.128": 4})),
@@ -194,10 +196,10 @@ def short(fn):
     if m:  # kTileInPage: one page entry per 16-token tile ("tile") or per row ("row"); ring stages if not 2
         stages = f",S{m.group(6)}" if m.group(6) and m.group(6) != "2" else ""
         return f"tc_decode<{m.group(2)},D{m.group(3)},{m.group(4)},{'tile' if m.group(5) == '1' else 'row'}{stages}>"
-    m = re.search(r"tc_prefill_kernelINS1_(\d+)(\w+?)ELi(\d+)ENS1_\d+(\w+?)ELb([01])ELb([01])EEEv", fn)
-    if m:  # kTileInPage ("tile": one page entry per 64-token tile, "row"), kSplitP ("splitP" or "P")
+    m = re.search(r"tc_prefill_kernelINS1_(\d+)(\w+?)ELi(\d+)ENS1_\d+(\w+?)ELb([01])ELb([01])ELi(\d+)EEEv", fn)
+    if m:  # kTileInPage ("tile": one page entry per 64-token tile, "row"), kSplitP ("splitP" or "P"), kMt (M2: 32 rows per warp)
         return (f"tc_prefill<{m.group(2)},D{m.group(3)},{m.group(4)},{'tile' if m.group(5) == '1' else 'row'},"
-                f"{'splitP' if m.group(6) == '1' else 'P'}>")
+                f"{'splitP' if m.group(6) == '1' else 'P'}{',M' + m.group(7) if m.group(7) != '1' else ''}>")
     m = re.search(r"(merge_kernel|write_kv_kernel|copy_pages_kernel|tc_probe_kernel|hopper_probe_kernel)\w*?(BFloat|Half)?", fn)
     return (m.group(1) + (f"<{m.group(2)}>" if m.group(2) else "")) if m else fn[:60]
 
@@ -250,7 +252,8 @@ def table(kernels, only=None):
         if only and not re.search(only, fn):
             continue
         r = k["res"]
-        lines.append(f"| {arch} | {short(fn)} | {r.get('regs', '')} | {r.get('stack', '')} | {r.get('smem', '')} | "
+        tag = {"nocap:": " nocap", "inner:": " interior"}.get(fn[:6], "")
+        lines.append(f"| {arch} | {short(fn)}{tag} | {r.get('regs', '')} | {r.get('stack', '')} | {r.get('smem', '')} | "
                      + " | ".join(f"{k['all'][c]}/{k['loop'][c]}" for c in COLS) + " |")
     return "\n".join(lines)
 
@@ -323,11 +326,14 @@ def main():
         if "census_variants" in f.partition("@")[0]:  # the no-soft-cap instantiations: keyed apart
             found = {(a, "nocap:" + fn): k for (a, fn), k in found.items()}
             variants.update(found)
+        elif "census_interior" in f.partition("@")[0]:  # the prefill's interior-tile path: keyed apart
+            found = {(a, "inner:" + fn): k for (a, fn), k in found.items()}
+            variants.update(found)
         kernels.update(found)
     print(table(kernels, args.only))
     if args.json:
         with open(args.json, "w") as out:
-            json.dump({f"{a} {short(fn[6:]) + ' nocap' if fn.startswith('nocap:') else short(fn)}":
+            json.dump({f"{a} {short(fn[6:]) + (' nocap' if fn.startswith('nocap:') else ' interior') if fn[:6] in ('nocap:', 'inner:') else short(fn)}":
                        dict(res=k["res"], all=dict(k["all"]), loop=dict(k["loop"]))
                        for (a, fn), k in kernels.items()}, out, indent=1, sort_keys=True)
     if args.check:

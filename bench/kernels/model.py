@@ -164,42 +164,57 @@ def tc_table(rows, census, copy, eta0):
 
 
 # The tensor-core prefill (tc_prefill.cuh, issue 37): 64-row Q tiles (16 tokens x the 4 q
-# heads of a Llama group), 4 warps of 16 rows, 64-token KV tiles. HMMA_CYCLES: issue
+# heads of a Llama group), 4 warps of 16 rows, 64-token KV tiles (x 2 for the rows and
+# tokens at 2 m-tiles per warp). HMMA_CYCLES: issue
 # interval of one mma.sync.m16n8k16 per scheduler on an H100 -- an assumption (2/3 of the
 # 1,024 dense FLOP/clk of a Hopper tensor core for the legacy mma path, as published
 # microbenchmarks report), never measured here; only a GPU run replaces it.
 PF_TOKENS, PF_ROWS_PER_WARP, PF_TILE, HMMA_CYCLES = 16, 16, 64, 6
+PF_ROWS = 64
 
 
-def tc_prefill_facts(census, variant):
+def tc_prefill_facts(census, variant, mt=1):
     """Loop warp-instructions and HMMA per 64-token KV tile and warp (16-token pages: the
-    `row` instance), registers and CTAs per SM of the tensor-core prefill."""
-    k = census[f"sm_90 tc_prefill<BFloat,D128,TcPagedAddr,row,{variant}> nocap"]
+    `row` instance), registers and CTAs per SM of the tensor-core prefill: `loop` counts the
+    whole loop (a boundary tile's path: the element-mask block included), `inner` the
+    interior-tile path (census_interior.cu: the mask block compiled out; the whole loop if
+    that census is absent)."""
+    name = f"sm_90 tc_prefill<BFloat,D128,TcPagedAddr,row,{variant}{',M' + str(mt) if mt > 1 else ''}>"
+    k = census[f"{name} nocap"]
+    inner = census.get(f"{name} interior", k)
     regs = k["res"]["regs"]
-    smem = 2 * 2 * PF_TILE * HEAD_DIM * 2 + 2 * PF_TILE * 9 + 64 + 1024  # dynamic + the system reserve
-    per_sm = min(REGS_PER_SM // (regs * THREADS), SMEM_PER_SM // smem, MAX_CTAS_PER_SM)
-    return dict(loop=k["loop"]["instrs"], hmma=k["loop"]["HMMA"], ctas_per_sm=per_sm, regs=regs)
+    rows = PF_ROWS * mt  # the Q tile; at 2 m-tiles per warp it sits in shared memory
+    smem = 2 * 2 * PF_TILE * HEAD_DIM * 2 + (rows * HEAD_DIM * 2 if mt > 1 else 0) + 2 * PF_TILE * 9 + 64 + 8 * rows + 8
+    per_sm = min(REGS_PER_SM // (regs * THREADS), SMEM_PER_SM // (smem + 1024), MAX_CTAS_PER_SM)  # + the system reserve
+    return dict(loop=k["loop"]["instrs"], inner=inner["loop"]["instrs"], hmma=k["loop"]["HMMA"], ctas_per_sm=per_sm,
+                regs=regs, stack=k["res"]["stack"], mt=mt)
 
 
 def predict_tc_prefill(row, f, eta):
     """(us, warp-tiles, CTAs, issue us, tensor us) of the bench's prefill_paged shape: every
-    warp walks the KV tiles up to its last row's causal end (tile skipping), T = max(issue
-    at eta, the tensor pipe at HMMA_CYCLES per HMMA) over the machine's schedulers."""
+    warp walks the KV tiles up to its last row's causal end (tile skipping); tiles below its
+    first row's end are interior (no element masked: f["inner"] instructions), the rest
+    boundary tiles (f["loop"]); T = max(issue at eta, the tensor pipe at HMMA_CYCLES per
+    HMMA) over the machine's schedulers."""
     chunk, ctx = row["chunk"], row["ctx"]
-    warp_tiles, ctas = 0, 0
-    tokens_per_warp = PF_ROWS_PER_WARP // PREFILL_GROUP
-    for t0 in range(0, chunk, PF_TOKENS):
-        ntok = min(PF_TOKENS, chunk - t0)
+    warp_tiles, boundary, ctas = 0, 0, 0
+    tokens_per_warp = PF_ROWS_PER_WARP * f["mt"] // PREFILL_GROUP
+    q_tokens = PF_TOKENS * f["mt"]
+    for t0 in range(0, chunk, q_tokens):
+        ntok = min(q_tokens, chunk - t0)
         for w in range(WARPS):
             last = min(ntok, (w + 1) * tokens_per_warp) - 1
             if last < w * tokens_per_warp:
                 continue  # a warp without rows skips every tile
-            warp_tiles += -(-(ctx - chunk + t0 + last + 1) // PF_TILE)
+            tiles = -(-(ctx - chunk + t0 + last + 1) // PF_TILE)
+            warp_tiles += tiles
+            boundary += tiles - (ctx - chunk + t0 + w * tokens_per_warp + 1) // PF_TILE
         ctas += 1
     warp_tiles *= KV_HEADS
+    boundary *= KV_HEADS
     ctas *= KV_HEADS
     fill = min(1.0, ctas / (f["ctas_per_sm"] * SMS))
-    t_issue = warp_tiles * f["loop"] / (eta * fill * R)
+    t_issue = ((warp_tiles - boundary) * f["inner"] + boundary * f["loop"]) / (eta * fill * R)
     t_tensor = warp_tiles * f["hmma"] * HMMA_CYCLES / (fill * SMS * SCHEDULERS * CLOCK)
     return max(t_issue, t_tensor) * 1e6, warp_tiles, ctas, t_issue * 1e6, t_tensor * 1e6
 
@@ -209,13 +224,16 @@ def tc_prefill_table(rows, census, eta_p, eta0):
     (fitted on today's prefill kernel, which runs the same 2 CTAs = 8 warps per SM) and,
     for sensitivity, at eta0 (fitted on the decode rows, 4 warps per scheduler)."""
     lines = []
-    for variant in ("splitP", "P"):
-        key = f"sm_90 tc_prefill<BFloat,D128,TcPagedAddr,row,{variant}> nocap"
+    for variant, mt in (("splitP", 1), ("P", 1), ("splitP", 2), ("P", 2)):
+        key = f"sm_90 tc_prefill<BFloat,D128,TcPagedAddr,row,{variant}{',M' + str(mt) if mt > 1 else ''}> nocap"
         if key not in census:
             continue
-        f = tc_prefill_facts(census, variant)
-        lines += [f"Predicted H100 times of the tensor-core prefill, {variant} (model, not measured; loop {f['loop']} "
-                  f"warp-instructions with {f['hmma']} HMMA per 64-token KV tile and warp; {f['regs']} registers, "
+        f = tc_prefill_facts(census, variant, mt)
+        spill = f"; {f['stack']} B stack frame: spills, not launched" if f["stack"] else ""
+        lines += [f"Predicted H100 times of the tensor-core prefill, {variant}, {16 * mt} rows per warp{spill} "
+                  f"(model, not measured; loop {f['inner']} "
+                  f"warp-instructions on interior tiles, {f['loop']} on boundary tiles, with {f['hmma']} HMMA per "
+                  f"64-token KV tile and warp; {f['regs']} registers, "
                   f"{f['ctas_per_sm']} CTAs/SM; HMMA every {HMMA_CYCLES} cycles per scheduler, assumed)",
                   "",
                   "| chunk | ctx | CTAs | warp-tiles | issue us at eta_p / tensor us | predicted us (eta_p) | "

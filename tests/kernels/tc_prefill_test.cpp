@@ -3,7 +3,8 @@
 // 3 and 24, which pack unevenly), head dims 64/128, page sizes 1/16/17/64/512, null pages,
 // CSR and dense tables, chunk sizes 1-300 in ragged batches, splits with the merge kernel,
 // soft cap, both dtypes; its contiguous form bit-equal to the paged one; the one-rounded-P
-// variant (FA2's numerics) within its own bound.
+// variant (FA2's numerics) within its own bound. Both kernels: 32 rows per warp (the
+// default, kMt 2) and 16 (the first, kMt 1).
 #if defined(__SANITIZE_ADDRESS__)
 // Fiber stacks switched with longjmp confuse AddressSanitizer: release CI job only.
 #else
@@ -25,33 +26,34 @@ namespace dev = kvmm::kernels::device;
 
 namespace {
 
-template <typename T, typename Addr, bool kTileInPage, bool kSplitP>
+template <typename T, typename Addr, bool kTileInPage, bool kSplitP, int kMt>
 bool run_pf(const dev::AttnArgs& a, const Addr& kv, dim3 grid, std::uint32_t d) {
   if (d == 64)
     return simt::launch(grid, dev::kPfThreads,
-                        [&] { dev::tc_prefill_kernel<T, 64, Addr, kTileInPage, kSplitP>(a, kv); });
+                        [&] { dev::tc_prefill_kernel<T, 64, Addr, kTileInPage, kSplitP, kMt>(a, kv); });
   return simt::launch(grid, dev::kPfThreads,
-                      [&] { dev::tc_prefill_kernel<T, 128, Addr, kTileInPage, kSplitP>(a, kv); });
+                      [&] { dev::tc_prefill_kernel<T, 128, Addr, kTileInPage, kSplitP, kMt>(a, kv); });
 }
 
 // The instance the launcher picks: one page entry per tile when pages hold whole tiles.
-template <typename T, typename Addr, bool kSplitP>
+template <typename T, typename Addr, bool kSplitP, int kMt>
 bool run_pf(const dev::AttnArgs& a, const Addr& kv, dim3 grid, std::uint32_t d) {
-  if (dev::pf_tile_in_page(kv)) return run_pf<T, Addr, true, kSplitP>(a, kv, grid, d);
+  if (dev::pf_tile_in_page(kv)) return run_pf<T, Addr, true, kSplitP, kMt>(a, kv, grid, d);
   if constexpr (std::is_same_v<Addr, dev::ContiguousAddr>)
     return false;
   else
-    return run_pf<T, Addr, false, kSplitP>(a, kv, grid, d);
+    return run_pf<T, Addr, false, kSplitP, kMt>(a, kv, grid, d);
 }
 
 // The launch sequence of the tensor-core prefill (tc_prefill.cu), emulated.
-template <typename Addr, bool kSplitP = true>
+template <typename Addr, bool kSplitP = true, int kMt = 2>
 bool emulate_pf(const QueryBatch& q, const AttentionOptions& opt, const SplitKV& split, std::uint32_t kv_heads,
                 std::uint32_t d, DType dtype, const Addr& kv) {
-  const dev::AttnArgs a = dev::pf_args(dev::make_args(q, opt, split, kv_heads, d));
-  const dim3 grid(dev::pf_grid_x(q.rows, q.batch, a.group), kv_heads * a.head_chunks, a.num_splits);
-  bool ok = dtype == DType::kF16 ? run_pf<dev::Half, Addr, kSplitP>(a, kv, grid, d)
-                                 : run_pf<dev::BFloat, Addr, kSplitP>(a, kv, grid, d);
+  const std::uint32_t qrows = dev::kPfRows * kMt;
+  const dev::AttnArgs a = dev::pf_args(dev::make_args(q, opt, split, kv_heads, d), qrows);
+  const dim3 grid(dev::pf_grid_x(q.rows, q.batch, a.group, qrows), kv_heads * a.head_chunks, a.num_splits);
+  bool ok = dtype == DType::kF16 ? run_pf<dev::Half, Addr, kSplitP, kMt>(a, kv, grid, d)
+                                 : run_pf<dev::BFloat, Addr, kSplitP, kMt>(a, kv, grid, d);
   if (ok && split.num_splits > 1) {
     ok = simt::launch(dim3(q.rows, q.q_heads), d, [&] {
       if (dtype == DType::kF16)
@@ -63,7 +65,7 @@ bool emulate_pf(const QueryBatch& q, const AttentionOptions& opt, const SplitKV&
   return ok;
 }
 
-template <bool kSplitP = true>
+template <bool kSplitP = true, int kMt = 2>
 std::vector<std::uint16_t> pf_paged(Scenario& s, std::uint32_t splits, bool csr) {
   std::vector<std::uint16_t> o(s.out_elems(), 0xffff);
   PagedAttentionParams p = s.paged_params(o.data(), splits, csr);
@@ -78,12 +80,13 @@ std::vector<std::uint16_t> pf_paged(Scenario& s, std::uint32_t splits, bool csr)
                             p.table.pages,
                             p.table.dense_stride,
                             dev::FastDiv::make(p.cache.tokens_per_page)};
-  const bool ok = emulate_pf<dev::TcPagedAddr, kSplitP>(p.query, p.options, p.split, s.cfg.kv_heads, s.cfg.head_dim,
-                                                        s.cfg.dtype, kv);
+  const bool ok = emulate_pf<dev::TcPagedAddr, kSplitP, kMt>(p.query, p.options, p.split, s.cfg.kv_heads,
+                                                             s.cfg.head_dim, s.cfg.dtype, kv);
   REQUIRE(ok);
   return o;
 }
 
+template <int kMt = 2>
 std::vector<std::uint16_t> pf_contiguous(Scenario& s, std::uint32_t splits) {
   std::vector<std::uint16_t> o(s.out_elems(), 0xffff);
   ContiguousAttentionParams p = s.contiguous_params(o.data(), splits);
@@ -92,7 +95,8 @@ std::vector<std::uint16_t> pf_contiguous(Scenario& s, std::uint32_t splits) {
   check_params(p, true, true);
   const dev::ContiguousAddr kv{static_cast<const char*>(p.cache.k), static_cast<const char*>(p.cache.v),
                                p.cache.slot_stride_bytes, static_cast<std::uint32_t>(s.row_bytes()), p.slot_idx};
-  REQUIRE(emulate_pf(p.query, p.options, p.split, s.cfg.kv_heads, s.cfg.head_dim, s.cfg.dtype, kv));
+  REQUIRE(emulate_pf<dev::ContiguousAddr, true, kMt>(p.query, p.options, p.split, s.cfg.kv_heads, s.cfg.head_dim,
+                                                     s.cfg.dtype, kv));
   return o;
 }
 
@@ -110,16 +114,18 @@ struct Case {
 }  // namespace
 
 TEST_CASE("Q tiles pack a group's heads and cover ragged batches", "[kernels][tc_prefill]") {
-  for (std::uint32_t g : {1u, 3u, 4u, 8u, 24u, 64u, 100u}) {
-    const std::uint32_t hc = dev::pf_heads(g), tq = dev::pf_tokens(g);
-    CHECK(hc * tq <= dev::kPfRows);
-    CHECK(hc * tq > dev::kPfRows / 2);
-    dev::AttnArgs a{};
-    a.group = g;
-    a = dev::pf_args(a);
-    CHECK(a.head_chunks * hc >= g);
-    CHECK((a.head_chunks - 1) * hc < g);
-  }
+  for (std::uint32_t rows : {64u, 128u})
+    for (std::uint32_t g : {1u, 3u, 4u, 8u, 24u, 64u, 100u, 200u}) {
+      const std::uint32_t hc = dev::pf_heads(g, rows), tq = dev::pf_tokens(g, rows);
+      CHECK(hc * tq <= rows);
+      CHECK(hc * tq > rows / 2);
+      dev::AttnArgs a{};
+      a.group = g;
+      a = dev::pf_args(a, rows);
+      CHECK(a.head_chunks * hc >= g);
+      CHECK((a.head_chunks - 1) * hc < g);
+    }
+  CHECK(dev::pf_tokens(4, 128) == 32);  // Llama's group: 32 tokens x 4 heads per 128-row tile
   // Every (request, tile) pair gets exactly one virtual CTA index below the grid bound.
   std::mt19937_64 rng(11);
   for (int trial = 0; trial < 200; ++trial) {
@@ -186,10 +192,15 @@ TEST_CASE("emulated tensor-core prefill matches the CPU references", "[kernels][
     // P rounded once to T (FA2's numerics, the faster variant): a looser bound.
     const double err1 = max_rel_error(c.dtype, pf_paged<false>(s, splits, true), widen(c.dtype, ref), 1e-2);
     CHECK(err1 <= 32.0 * unit_roundoff(c.dtype));  // 9-25 units seen
+    // The first kernel (16 rows per warp, Q in registers), still selectable.
+    const auto got16 = pf_paged<true, 1>(s, splits, index % 3 != 0);
+    const double err16 = max_rel_error(c.dtype, got16, widen(c.dtype, ref), 1e-2);
+    CHECK(err16 <= 4.0 * unit_roundoff(c.dtype));
     if (std::getenv("KVMM_TEST_VERBOSE") != nullptr)
-      std::printf("case %u rows %u: %.2f / %.2f units of roundoff\n", index, s.rows, err / unit_roundoff(c.dtype),
-                  err1 / unit_roundoff(c.dtype));
+      std::printf("case %u rows %u: %.2f / %.2f units of roundoff (16 rows per warp: %.2f)\n", index, s.rows,
+                  err / unit_roundoff(c.dtype), err1 / unit_roundoff(c.dtype), err16 / unit_roundoff(c.dtype));
     if (!s.any_null && index % 2 == 1) CHECK(pf_contiguous(s, splits) == got);
+    if (!s.any_null && index % 4 == 1) CHECK(pf_contiguous<1>(s, splits) == got16);
     simt::Emulator::get().set_schedule_seed(0);
   }
 }

@@ -2,7 +2,8 @@
 // log: every Q tile reads exactly its visible K/V range once (bytes requested = the sum
 // over Q tiles of their key ranges), the chunk's DRAM-unique K/V bytes equal its visible
 // K/V, 16 sectors per cp.async request, ideal ldmatrix wavefronts (the 128-byte swizzle),
-// Q read once, page entries looked up once per KV-tile row (one warp request per 32 rows).
+// Q read once, page entries looked up once per KV-tile row (one warp request per 32 rows);
+// for both kernels (32 and 16 rows per warp).
 #if defined(__SANITIZE_ADDRESS__)
 // Fiber stacks switched with longjmp confuse AddressSanitizer: release CI job only.
 #else
@@ -28,7 +29,8 @@ struct PfTraffic {
 
 // One request: a chunk of q_len tokens at the end of a 256-token context, 2 kv heads,
 // group 4, D 128 (bf16), 16-token pages (permuted, page-layer layout of 2 layers), or
-// contiguous; causal or a 50-token window.
+// contiguous; causal or a 50-token window; kMt m-tiles per warp.
+template <int kMt>
 PfTraffic pf_traffic(bool paged, MaskKind mask, std::uint32_t q_len) {
   constexpr std::uint32_t kv_heads = 2, group = 4, D = 128, tpp = 16, kv_len = 256, layers = 2, window = 50;
   constexpr std::uint32_t q_heads = kv_heads * group, row_bytes = kv_heads * D * 2;
@@ -47,8 +49,9 @@ PfTraffic pf_traffic(bool paged, MaskKind mask, std::uint32_t q_len) {
   AttentionOptions opt;
   opt.mask = mask;
   opt.window = window;
-  const dev::AttnArgs a = dev::pf_args(dev::make_args(qb, opt, SplitKV{}, kv_heads, D));
-  const dim3 grid(dev::pf_grid_x(q_len, 1, group), kv_heads * a.head_chunks, 1);
+  constexpr std::uint32_t qrows = dev::kPfRows * kMt;
+  const dev::AttnArgs a = dev::pf_args(dev::make_args(qb, opt, SplitKV{}, kv_heads, D), qrows);
+  const dim3 grid(dev::pf_grid_x(q_len, 1, group, qrows), kv_heads * a.head_chunks, 1);
   PfTraffic t;
   bool ok;
   {
@@ -57,19 +60,19 @@ PfTraffic pf_traffic(bool paged, MaskKind mask, std::uint32_t q_len) {
       const dev::TcPagedAddr kv{base,          base + tpp * row_bytes, page_stride, row_bytes,
                                 indptr.data(), pages.data(),           0,           dev::FastDiv::make(tpp)};
       ok = simt::launch(grid, dev::kPfThreads,
-                        [&] { dev::tc_prefill_kernel<dev::BFloat, 128, dev::TcPagedAddr, false, true>(a, kv); });
+                        [&] { dev::tc_prefill_kernel<dev::BFloat, 128, dev::TcPagedAddr, false, true, kMt>(a, kv); });
     } else {
       const std::uint64_t slot_stride = std::uint64_t{kv_len} * row_bytes;
       const dev::ContiguousAddr kv{base, base + 2 * slot_stride, slot_stride, row_bytes, slots.data()};
       ok = simt::launch(grid, dev::kPfThreads,
-                        [&] { dev::tc_prefill_kernel<dev::BFloat, 128, dev::ContiguousAddr, true, true>(a, kv); });
+                        [&] { dev::tc_prefill_kernel<dev::BFloat, 128, dev::ContiguousAddr, true, true, kMt>(a, kv); });
     }
     REQUIRE(ok);
     t.rep = log.analyse(
         {{"kv", arena.data(), arena.size()}, {"pages", pages.data(), pages.size() * 4}, {"q", q.data(), q.size() * 2}});
   }
   // Per Q tile of tq tokens: the union of its rows' key ranges, K and V, each kv head.
-  const std::uint32_t tq = dev::pf_tokens(group);
+  const std::uint32_t tq = dev::pf_tokens(group, qrows);
   std::uint32_t lo_all = kv_len;
   for (std::uint32_t t0 = 0; t0 < q_len; t0 += tq) {
     const std::uint32_t first = kv_len - q_len + t0, last = first + std::min(tq, q_len - t0) - 1;
@@ -88,31 +91,33 @@ PfTraffic pf_traffic(bool paged, MaskKind mask, std::uint32_t q_len) {
 
 TEST_CASE("tensor-core prefill: each Q tile reads its visible K/V once, ideal sectors and wavefronts",
           "[kernels][simt][traffic][tc_prefill]") {
-  for (bool paged : {true, false})
-    for (MaskKind mask : {MaskKind::kCausal, MaskKind::kSlidingWindow})
-      for (std::uint32_t q_len : {64u, 37u}) {
-        INFO("paged " << paged << " mask " << static_cast<int>(mask) << " q_len " << q_len);
-        const PfTraffic t = pf_traffic(paged, mask, q_len);
-        const simt::GlobalStats& kv = t.rep.global.at("kv");
-        CHECK(t.rep.misaligned == 0);
-        CHECK(kv.bytes_requested == t.kv_requested_min);  // each tile's visible K/V once per kv head
-        CHECK(kv.unique_bytes == t.kv_unique_min);        // DRAM-unique: the chunk's visible K/V
-        // A full cp.async request of 32 lanes is two 256-byte rows of one head: 16 sectors;
-        // boundary rows copy nothing, so the mean is at most 16.
-        CHECK(kv.sectors_per_request() <= 16.0);
-        CHECK(kv.sectors_per_request() > 14.0);
-        CHECK(t.rep.ldmatrix.requests > 0);
-        CHECK(t.rep.ldmatrix.wavefronts == t.rep.ldmatrix.ideal);
-        CHECK(t.rep.shared.wavefronts == t.rep.shared.ideal);  // the cp.async stores too
-        const simt::GlobalStats& q = t.rep.global.at("q");
-        CHECK(q.unique_bytes == t.q_bytes);
-        CHECK(t.rep.global.count("other") == 0);
-        if (paged) {
-          // Page entries: one warp request per 32 rows of a KV tile (warps 0-1, a tile ahead).
-          CHECK(t.rep.global.at("pages").requests == 2 * t.kv_tiles);
-          CHECK(t.rep.global.at("pages").unique_bytes <= t.pages_touched * 4);
+  for (int mt : {2, 1})
+    for (bool paged : {true, false})
+      for (MaskKind mask : {MaskKind::kCausal, MaskKind::kSlidingWindow})
+        for (std::uint32_t q_len : {64u, 37u, 100u}) {
+          INFO("rows per warp " << 16 * mt << " paged " << paged << " mask " << static_cast<int>(mask) << " q_len "
+                                << q_len);
+          const PfTraffic t = mt == 2 ? pf_traffic<2>(paged, mask, q_len) : pf_traffic<1>(paged, mask, q_len);
+          const simt::GlobalStats& kv = t.rep.global.at("kv");
+          CHECK(t.rep.misaligned == 0);
+          CHECK(kv.bytes_requested == t.kv_requested_min);  // each tile's visible K/V once per kv head
+          CHECK(kv.unique_bytes == t.kv_unique_min);        // DRAM-unique: the chunk's visible K/V
+          // A full cp.async request of 32 lanes is two 256-byte rows of one head: 16 sectors;
+          // boundary rows copy nothing, so the mean is at most 16.
+          CHECK(kv.sectors_per_request() <= 16.0);
+          CHECK(kv.sectors_per_request() > 14.0);
+          CHECK(t.rep.ldmatrix.requests > 0);
+          CHECK(t.rep.ldmatrix.wavefronts == t.rep.ldmatrix.ideal);
+          CHECK(t.rep.shared.wavefronts == t.rep.shared.ideal);  // the cp.async stores too
+          const simt::GlobalStats& q = t.rep.global.at("q");
+          CHECK(q.unique_bytes == t.q_bytes);
+          CHECK(t.rep.global.count("other") == 0);
+          if (paged) {
+            // Page entries: one warp request per 32 rows of a KV tile (warps 0-1, a tile ahead).
+            CHECK(t.rep.global.at("pages").requests == 2 * t.kv_tiles);
+            CHECK(t.rep.global.at("pages").unique_bytes <= t.pages_touched * 4);
+          }
         }
-      }
 }
 
 #endif

@@ -15,8 +15,11 @@ template __global__ void attention_kernel<BFloat, 128, 8, ContiguousAddr>(AttnAr
 template __global__ void tc_decode_kernel<BFloat, 128, TcPagedAddr, true>(AttnArgs, TcPagedAddr);
 template __global__ void tc_decode_kernel<BFloat, 128, TcPagedAddr, false>(AttnArgs, TcPagedAddr);
 template __global__ void tc_decode_kernel<BFloat, 128, ContiguousAddr, true>(AttnArgs, ContiguousAddr);
-// The tensor-core prefill (issue 37): 16-token pages (row lookups), and both P numerics.
-template __global__ void tc_prefill_kernel<BFloat, 128, TcPagedAddr, false, true>(AttnArgs, TcPagedAddr);
-template __global__ void tc_prefill_kernel<BFloat, 128, TcPagedAddr, false, false>(AttnArgs, TcPagedAddr);
+// The tensor-core prefill (issue 37): 16-token pages (row lookups), both P numerics, 16
+// and 32 rows per warp.
+template __global__ void tc_prefill_kernel<BFloat, 128, TcPagedAddr, false, true, 1>(AttnArgs, TcPagedAddr);
+template __global__ void tc_prefill_kernel<BFloat, 128, TcPagedAddr, false, false, 1>(AttnArgs, TcPagedAddr);
+template __global__ void tc_prefill_kernel<BFloat, 128, TcPagedAddr, false, true, 2>(AttnArgs, TcPagedAddr);
+template __global__ void tc_prefill_kernel<BFloat, 128, TcPagedAddr, false, false, 2>(AttnArgs, TcPagedAddr);
 
 }  // namespace kvmm::kernels::device
