@@ -140,7 +140,7 @@ for spec in "${runs[@]}"; do
   "$sim" --model "$model" --workload "$workload" --memory-gib "$gib" --requests "$n" --seed 1 \
     ${flags[@]+"${flags[@]}"} --out "$dir" > "$dir.log"
   unpadded=()
-  rm -rf "$dir-unpadded" "$dir-unit544"
+  rm -rf "$dir-unpadded" "$dir-padded" "$dir-unit544"
   case $name in
     qwen3-next-*)
       "$py" "$root/bench/sim/plot.py" "$dir" --title "$model, $workload, $gib GiB${extra:+, $extra}" \
@@ -149,11 +149,15 @@ for spec in "${runs[@]}"; do
       # kvmm once more with the limit raised past the natural LCM (75.4 MiB): no padding.
       "$sim" --model "$model" --workload "$workload" --memory-gib "$gib" --requests "$n" --seed 1 \
         ${flags[@]+"${flags[@]}"} --policy kvmm --max-large-page-mib 76 --out "$dir-unpadded" > "$dir-unpadded.log"
+      # kvmm once more at the 16 tokens per page asked for, padded (tokens-per-page fitting off).
+      "$sim" --model "$model" --workload "$workload" --memory-gib "$gib" --requests "$n" --seed 1 \
+        ${flags[@]+"${flags[@]}"} --policy kvmm --fit-tokens-per-page off --out "$dir-padded" > "$dir-padded.log"
       # vLLM 0.33 with hits at its grown blocks' boundaries only (prefix_match_unit = 544).
       "$sim" --model "$model" --workload "$workload" --memory-gib "$gib" --requests "$n" --seed 1 \
         ${flags[@]+"${flags[@]}"} --policy vllm-0.33 --prefix-match-unit 544 --out "$dir-unit544" > "$dir-unit544.log"
-      unpadded=("kvmm --max-large-page-mib 76=$dir-unpadded" "vllm-0.33 --prefix-match-unit 544=$dir-unit544")
-      chart="$chart The row \`kvmm --max-large-page-mib 76\` is kvmm with the limit raised past the LCM: unpadded 75.4 MiB large pages; \`vllm-0.33 --prefix-match-unit 544\` is vLLM with hits at its grown blocks' boundaries only."
+      unpadded=("kvmm --max-large-page-mib 76=$dir-unpadded" "kvmm --fit-tokens-per-page off=$dir-padded"
+        "vllm-0.33 --prefix-match-unit 544=$dir-unit544")
+      chart="$chart The row \`kvmm\` is the default plan: 8-token attention pages fitted so that one state page is the large page (37.7 MiB, no padding); \`kvmm --max-large-page-mib 76\` is kvmm at 16 tokens with the limit raised past the LCM: unpadded 75.4 MiB large pages; \`kvmm --fit-tokens-per-page off\` is kvmm at 16 tokens padded into 38.3 MiB large pages (the default before tokens-per-page fitting); \`vllm-0.33 --prefix-match-unit 544\` is vLLM with hits at its grown blocks' boundaries only."
       ;;
     *) chart="" ;;
   esac
@@ -172,8 +176,8 @@ echo "#### Summary: kvmm against vLLM's grown blocks and paged-uniform"
 echo
 "$py" - "${names[@]}" <<'PY'
 import csv, os, sys
-print("| run | kvmm: steps, batch, first-admission hit %, waste % mean (peak) | kvmm unpadded (76 MiB limit): the same | vLLM's rule (unified-block / vllm-0.33 / vllm-0.33 with hits at block boundaries only): the same | paged-uniform: steps, batch, waste % mean | kvmm one-group free % by group (mean; unpadded) |")
-print("|---|---|---|---|---|---|")
+print("| run | kvmm: steps, batch, first-admission hit %, waste % mean (peak) | kvmm unpadded (76 MiB limit): the same | kvmm padded (fitting off): the same | vLLM's rule (unified-block / vllm-0.33 / vllm-0.33 with hits at block boundaries only): the same | paged-uniform: steps, batch, waste % mean | kvmm one-group free % by group (mean; unpadded; padded) |")
+print("|---|---|---|---|---|---|---|")
 for d in sys.argv[1:]:
     rows = {r["policy"]: r for r in csv.DictReader(open(d + "/summary.csv"))}
     pct = lambda r, k, n=1: f"{float(r[k]) * 100:.{n}f}"
@@ -189,8 +193,11 @@ for d in sys.argv[1:]:
     unpadded = os.path.isdir(d + "-unpadded")
     up = next(iter(csv.DictReader(open(d + "-unpadded/summary.csv")))) if unpadded else None
     u544 = next(iter(csv.DictReader(open(d + "-unit544/summary.csv")))) if os.path.isdir(d + "-unit544") else None
-    print(f"| {d.rsplit('/', 1)[1]} | {cell(k)} | {cell(up) if up else '-'} | {cell(u)} / {cell(v)}"
-          f"{' / ' + cell(u544) if u544 else ''} "
+    padded = os.path.isdir(d + "-padded")
+    pd = next(iter(csv.DictReader(open(d + "-padded/summary.csv")))) if padded else None
+    print(f"| {d.rsplit('/', 1)[1]} | {cell(k)} | {cell(up) if up else '-'} | {cell(pd) if pd else '-'} "
+          f"| {cell(u)} / {cell(v)}{' / ' + cell(u544) if u544 else ''} "
           f"| {int(p['steps']):,}, {float(p['mean_running']):.1f}, {pct(p, 'mean_wasted', 2)} "
-          f"| {free(d)}{'; ' + free(d + '-unpadded') if unpadded else ''} |")
+          f"| {free(d)}{'; ' + free(d + '-unpadded') if unpadded else ''}"
+          f"{'; ' + free(d + '-padded') if padded else ''} |")
 PY
