@@ -70,8 +70,8 @@ constexpr const char* kUsage = R"(usage: kvmm-sim --model PRESET|config.json --w
                       64 MiB; past it kvmm fits smaller attention pages, else pads)
   --fit-tokens-per-page on|off
                       kvmm's plan may shrink the attention pages when the LCM passes
-                      the limit (default on); off, it pads them (other policies always
-                      page at --tokens-per-page)
+                      the limit (default on); off, it pads them (kvmm and vllm-eagle;
+                      the other policies always page at --tokens-per-page)
   --speculative K     speculative decoding: each decode step proposes K draft tokens
                       (lookahead pages), draft j accepted with probability
                       --accept-rate while the earlier ones were; draft positions
@@ -227,8 +227,9 @@ int run(int argc, char** argv) {
   mo.max_large_page_bytes = max_large_page_bytes;
   mo.fit_tokens_per_page = fit_tokens_per_page;
   const kvmm::KVLayout layout = load_model(model, mo);
-  // kvmm's policy takes kvmm's plan (tokens per page fitted where the LCM passes the limit);
-  // the other engines' policies page the model at the tokens per page asked for.
+  // The policies on kvmm's manager (kvmm, and vllm-eagle: vLLM's rules on kvmm's manager)
+  // take kvmm's plan (tokens per page fitted where the LCM passes the limit); the other
+  // engines' policies page the model at the tokens per page asked for.
   ModelOptions asked = mo;
   asked.fit_tokens_per_page = false;
   const kvmm::KVLayout requested = load_model(model, asked);
@@ -315,7 +316,7 @@ int run(int argc, char** argv) {
     return c;
   }());
   for (std::size_t k = 0; k < names.size(); ++k) {
-    const kvmm::KVLayout& own = names[k] == "kvmm" ? layout : requested;
+    const kvmm::KVLayout& own = names[k] == "kvmm" || names[k] == "vllm-eagle" ? layout : requested;
     auto policy = make_policy(names[k], own, po);
     std::ofstream csv;
     if (!out.empty()) {

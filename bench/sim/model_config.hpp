@@ -26,8 +26,8 @@ struct ModelOptions {
   // dtype_bytes), as PresetOptions / HfConfigOptions::kv_cache_dtype.
   std::string kv_cache_dtype = "auto";
   // LayoutOptions::fit_tokens_per_page: kvmm's plan shrinks the attention pages rather than
-  // pad when the LCM passes the limit. Off for the other engines' policies, which page the
-  // model at the tokens per page asked for (kvmm-sim's main).
+  // pad when the LCM passes the limit. Off for the policies of other engines' managers,
+  // which page the model at the tokens per page asked for (kvmm-sim's main).
   bool fit_tokens_per_page = true;
 };
 
