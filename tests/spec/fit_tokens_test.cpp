@@ -64,7 +64,8 @@ TEST_CASE("fit: Qwen3-Next at the default limit plans 8-token attention pages, o
 
   CHECK_THROWS_WITH(presets::qwen3_next_80b_a3b({.layout = {.min_fitted_tokens_per_page = 0}}),
                     Catch::Contains("min_fitted_tokens_per_page = 0"));
-  CHECK_NOTHROW(presets::qwen3_next_80b_a3b({.layout = {.fit_tokens_per_page = false, .min_fitted_tokens_per_page = 0}}));
+  CHECK_NOTHROW(
+      presets::qwen3_next_80b_a3b({.layout = {.fit_tokens_per_page = false, .min_fitted_tokens_per_page = 0}}));
 }
 
 TEST_CASE("fit: DeepSeek-V3.2 in fp8_ds_mla at 64 tokens per page plans 32", "[spec][layout][fit][lineup]") {
