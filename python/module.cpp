@@ -285,11 +285,14 @@ void bind_layout(py::module_& m) {
   py::class_<KVLayout>(m, "KVLayout", "Where every byte of a model's KV memory lives (planned once)")
       .def_static(
           "plan",
-          [](std::vector<LayerGroup> groups, std::uint64_t max_large, std::uint64_t align) {
-            return KVLayout::plan(std::move(groups), layout_options(max_large, align));
+          [](std::vector<LayerGroup> groups, std::uint64_t max_large, std::uint64_t align, bool fit) {
+            LayoutOptions o = layout_options(max_large, align);
+            o.fit_tokens_per_page = fit;
+            return KVLayout::plan(std::move(groups), o);
           },
           py::arg("groups"), py::arg("max_large_page_bytes") = d.max_large_page_bytes,
-          py::arg("padded_page_alignment") = d.padded_page_alignment)
+          py::arg("padded_page_alignment") = d.padded_page_alignment,
+          py::arg("fit_tokens_per_page") = d.fit_tokens_per_page)
       .def_property_readonly("num_groups", &KVLayout::num_groups)
       .def("group", &KVLayout::group, py::arg("g"))
       .def_property_readonly("groups", &KVLayout::groups)
@@ -304,6 +307,8 @@ void bind_layout(py::module_& m) {
           py::arg("g") = py::none())
       .def_property_readonly("padded", &KVLayout::padded)
       .def_property_readonly("natural_lcm_bytes", &KVLayout::natural_lcm_bytes)
+      .def("requested_tokens_per_page", &KVLayout::requested_tokens_per_page, py::arg("g"))
+      .def_property_readonly("tokens_per_page_fitted", &KVLayout::tokens_per_page_fitted)
       .def("k_offset", &KVLayout::k_offset, py::arg("g"), py::arg("layer"))
       .def("v_offset", &KVLayout::v_offset, py::arg("g"), py::arg("layer"))
       .def("state_offset", &KVLayout::state_offset, py::arg("g"), py::arg("layer"))

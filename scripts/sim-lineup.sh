@@ -47,9 +47,11 @@ item 4): every policy of [\`../sim.md\`](../sim.md) on the same trace and schedu
 - **Layouts** (the presets, \`read_hf_config\` of the published configs): Qwen3-Next-80B-A3B
   is 12 full-attention layers (2 KV heads x 256, 2,048 B per layer and token) beside 36
   gated-DeltaNet layers whose state is 1,097,728 B per layer (conv [8192, 3] + recurrent
-  [32, 128, 128], bf16): 39.5 MB per request. Its natural LCM (75.4 MiB) passes the default
-  64 MiB large-page limit, so kvmm plans 38.3 MiB large pages with 2.04% (attention) and
-  1.55% (state) padding (docs/layout-and-paging.md, "The planner"). DeepSeek-V3 is one MLA
+  [32, 128, 128], bf16): 39.5 MB per request. Its natural LCM at 16 tokens per page (75.4
+  MiB) passes the default 64 MiB large-page limit, so kvmm's planner fits 8-token attention
+  pages: the large page is one state page (37.7 MiB, 201 attention pages), nothing padded
+  (docs/layout-and-paging.md, "The planner"); the other policies page at the 16 tokens
+  asked for. DeepSeek-V3 is one MLA
   group (61 layers, 576-element latent, 1,152 B per layer and token); DeepSeek-V3.2 adds
   the DSA indexer (128 fp8 keys + one fp32 scale, 132 B per layer and token). gpt-oss-20b
   is 12 full + 12 sliding-window (128 tokens) layers; its sinks cache nothing.
@@ -77,29 +79,33 @@ MD
 
 cat <<'MD'
 
-**Reading the hybrid rows.** kvmm wastes less than vLLM's rule (kvmm's waste is the
-planner's 1.5-2% padding and partly filled 16-token pages; vLLM's the unused tail of
-544-token blocks and the state page padded to the block); paged-uniform, static-split and
-sglang waste less still, as they keep attention in 16-token pages and count their idle
-state slots or pools as one-group free, not waste. On chat
-its first-admission hits are close to vllm-0.33's and far below sglang's, which keeps each
+**Reading the hybrid rows.** kvmm wastes least of the policies that do not reserve state
+slots: its default plan has no padding (8-token attention pages, one state page per large
+page), so its waste is the partly filled last page of each request, 0.02-0.05% of the
+budget; vLLM's rule wastes 2.6-6.0% (the unused tail of 544-token blocks and the state page
+padded to the block). paged-uniform, static-split and sglang keep attention in 16-token
+pages and count their idle state slots or pools as one-group free, not waste. On chat
+kvmm's first-admission hits are close to vllm-0.33's and far below sglang's, which keeps each
 sequence's final state (a later turn resumes there; kvmm keeps states at its 512-token
 checkpoints and learned boundaries). Restricting vLLM's hits to its 544-token block
 boundaries (`vllm-0.33 --prefix-match-unit 544`, what the issue describes) does not cost it
 hits on this workload in the simulator's model of vLLM's retention: its rows hit no less,
 more where memory binds (not analysed). On Qwen3-Next kvmm takes more steps than vLLM's grown
-blocks where memory binds. The summary's last column shows where kvmm's memory goes
-instead: free small pages of the attention group inside its large pages (one-group free),
-memory no state can take, since with the default limit a state page fills a whole 38.3
-MiB large page (100 attention pages). Request-aware placement (Jenga §4.3) opens a fresh
-large page for a request while the pool has one, and a large page returns to the pool
-only when all its small pages are free; how much each contributes was not analysed. Where memory does not bind (16 GiB chat) the runs tie on steps.
-The padding case (the natural LCM, 75.4 MiB, over the default 64 MiB limit) costs more
-than its 1.5-2% of bytes: with the limit raised past the LCM (the unpadded column: large
-pages of two states or 201 attention pages) kvmm's waste falls to about 0.1%, its
-one-group free falls, and its steps come closer to vLLM's (not level on
-ShareGPT), but its first-admission hits on chat fall too (not analysed here). Which limit
-serves a hybrid better is workload-dependent; the planner's default does not decide it.
+blocks where memory binds (ShareGPT 11 GiB: 8,178 against 6,960). Padding is not why: the
+row `kvmm --fit-tokens-per-page off` (16-token pages padded 1.5-2%, the default before
+tokens-per-page fitting) wastes 0.8-1.0% and takes 0.1-0.8% more steps than the fitted
+plan. The summary's last column shows where kvmm's memory goes instead: free small pages of
+the attention group inside its large pages (one-group free, 17-27% of the budget in both
+16-token plans and the fitted one), memory no state can take, since a state page needs a
+whole large page. Request-aware placement (Jenga §4.3) opens a fresh large page for a
+request while the pool has one, and a large page returns to the pool only when all its
+small pages are free; how much each contributes was not analysed. Where memory does not
+bind (16 GiB chat) the runs tie on steps. With the limit raised past the 16-token LCM (the
+76 MiB column: large pages of two states or 201 attention pages of 16 tokens) kvmm's
+one-group free falls to 7-16% and its steps come closer to vLLM's (not level on ShareGPT),
+but its first-admission hits on chat fall (13.3 to 2.5% at 11 GiB; not analysed here).
+Which plan serves a hybrid better is workload-dependent; the planner's default takes the
+exact one under the limit.
 The MLA and gpt-oss rows are about waste: one MLA group (DeepSeek-V3) pages exactly like
 vLLM's MLA blocks, the same run step for step; on gpt-oss kvmm's mean waste is close to
 vLLM's and its peak far lower (kvmm releases out-of-window pages at commit, vLLM's model
@@ -140,7 +146,7 @@ for spec in "${runs[@]}"; do
   "$sim" --model "$model" --workload "$workload" --memory-gib "$gib" --requests "$n" --seed 1 \
     ${flags[@]+"${flags[@]}"} --out "$dir" > "$dir.log"
   unpadded=()
-  rm -rf "$dir-unpadded" "$dir-unit544"
+  rm -rf "$dir-unpadded" "$dir-padded" "$dir-unit544"
   case $name in
     qwen3-next-*)
       "$py" "$root/bench/sim/plot.py" "$dir" --title "$model, $workload, $gib GiB${extra:+, $extra}" \
@@ -149,11 +155,15 @@ for spec in "${runs[@]}"; do
       # kvmm once more with the limit raised past the natural LCM (75.4 MiB): no padding.
       "$sim" --model "$model" --workload "$workload" --memory-gib "$gib" --requests "$n" --seed 1 \
         ${flags[@]+"${flags[@]}"} --policy kvmm --max-large-page-mib 76 --out "$dir-unpadded" > "$dir-unpadded.log"
+      # kvmm once more at the 16 tokens per page asked for, padded (tokens-per-page fitting off).
+      "$sim" --model "$model" --workload "$workload" --memory-gib "$gib" --requests "$n" --seed 1 \
+        ${flags[@]+"${flags[@]}"} --policy kvmm --fit-tokens-per-page off --out "$dir-padded" > "$dir-padded.log"
       # vLLM 0.33 with hits at its grown blocks' boundaries only (prefix_match_unit = 544).
       "$sim" --model "$model" --workload "$workload" --memory-gib "$gib" --requests "$n" --seed 1 \
         ${flags[@]+"${flags[@]}"} --policy vllm-0.33 --prefix-match-unit 544 --out "$dir-unit544" > "$dir-unit544.log"
-      unpadded=("kvmm --max-large-page-mib 76=$dir-unpadded" "vllm-0.33 --prefix-match-unit 544=$dir-unit544")
-      chart="$chart The row \`kvmm --max-large-page-mib 76\` is kvmm with the limit raised past the LCM: unpadded 75.4 MiB large pages; \`vllm-0.33 --prefix-match-unit 544\` is vLLM with hits at its grown blocks' boundaries only."
+      unpadded=("kvmm --max-large-page-mib 76=$dir-unpadded" "kvmm --fit-tokens-per-page off=$dir-padded"
+        "vllm-0.33 --prefix-match-unit 544=$dir-unit544")
+      chart="$chart The row \`kvmm\` is the default plan: 8-token attention pages fitted so that one state page is the large page (37.7 MiB, no padding); \`kvmm --max-large-page-mib 76\` is kvmm at 16 tokens with the limit raised past the LCM: unpadded 75.4 MiB large pages; \`kvmm --fit-tokens-per-page off\` is kvmm at 16 tokens padded into 38.3 MiB large pages (the default before tokens-per-page fitting); \`vllm-0.33 --prefix-match-unit 544\` is vLLM with hits at its grown blocks' boundaries only."
       ;;
     *) chart="" ;;
   esac
@@ -172,8 +182,8 @@ echo "#### Summary: kvmm against vLLM's grown blocks and paged-uniform"
 echo
 "$py" - "${names[@]}" <<'PY'
 import csv, os, sys
-print("| run | kvmm: steps, batch, first-admission hit %, waste % mean (peak) | kvmm unpadded (76 MiB limit): the same | vLLM's rule (unified-block / vllm-0.33 / vllm-0.33 with hits at block boundaries only): the same | paged-uniform: steps, batch, waste % mean | kvmm one-group free % by group (mean; unpadded) |")
-print("|---|---|---|---|---|---|")
+print("| run | kvmm: steps, batch, first-admission hit %, waste % mean (peak) | kvmm unpadded (76 MiB limit): the same | kvmm padded (fitting off): the same | vLLM's rule (unified-block / vllm-0.33 / vllm-0.33 with hits at block boundaries only): the same | paged-uniform: steps, batch, waste % mean | kvmm one-group free % by group (mean; unpadded; padded) |")
+print("|---|---|---|---|---|---|---|")
 for d in sys.argv[1:]:
     rows = {r["policy"]: r for r in csv.DictReader(open(d + "/summary.csv"))}
     pct = lambda r, k, n=1: f"{float(r[k]) * 100:.{n}f}"
@@ -189,8 +199,11 @@ for d in sys.argv[1:]:
     unpadded = os.path.isdir(d + "-unpadded")
     up = next(iter(csv.DictReader(open(d + "-unpadded/summary.csv")))) if unpadded else None
     u544 = next(iter(csv.DictReader(open(d + "-unit544/summary.csv")))) if os.path.isdir(d + "-unit544") else None
-    print(f"| {d.rsplit('/', 1)[1]} | {cell(k)} | {cell(up) if up else '-'} | {cell(u)} / {cell(v)}"
-          f"{' / ' + cell(u544) if u544 else ''} "
+    padded = os.path.isdir(d + "-padded")
+    pd = next(iter(csv.DictReader(open(d + "-padded/summary.csv")))) if padded else None
+    print(f"| {d.rsplit('/', 1)[1]} | {cell(k)} | {cell(up) if up else '-'} | {cell(pd) if pd else '-'} "
+          f"| {cell(u)} / {cell(v)}{' / ' + cell(u544) if u544 else ''} "
           f"| {int(p['steps']):,}, {float(p['mean_running']):.1f}, {pct(p, 'mean_wasted', 2)} "
-          f"| {free(d)}{'; ' + free(d + '-unpadded') if unpadded else ''} |")
+          f"| {free(d)}{'; ' + free(d + '-unpadded') if unpadded else ''}"
+          f"{'; ' + free(d + '-padded') if padded else ''} |")
 PY

@@ -120,9 +120,12 @@ cat <<'MD'
 - **The MTP hybrid** is where vLLM's rule costs most: dropping the last block of a hit
   moves the hit below the checkpoint kvmm holds at the previous turn's end (the learned
   boundary), back to the last checkpoint on the 512-token grid, or to nothing. kvmm keeps
-  the whole hit: two to twenty times the first-admission hit rate and 10-35% less prefill
-  on both traces at both budgets. The MTP draft needs no recompute there (its pages
-  are cached with the target's and keyed with the next token, which the next turn has).
+  the whole hit: three to four times the first-admission hit rate and 5-35% less prefill
+  on both traces at both budgets (both rows on kvmm's default plan of this model: 8-token
+  attention and draft pages, one state page per large page; vLLM's dropped block is still
+  the 16 tokens asked for). The MTP draft needs almost no recompute there (8 positions on
+  chat: its pages are cached with the target's and keyed with the next token, which the
+  next turn has).
 - **EAGLE-3 with memory to spare** (24 GiB): kvmm hits the last block vLLM's rule drops
   (16 tokens per hit: small against chat and agentic prompts of thousands of tokens): a
   little more hit and 1-4% less prefill; a handful of draft positions recomputed.
@@ -146,5 +149,5 @@ cat <<'MD'
   (EAGLE head: 1 of 33 layers, 3%) in both rows: with full-attention drafts nothing here
   shows the crowding vLLM saw with a sliding-window draft group (kvmm's draft groups hold
   no boundary pages, and a draft page is cached only once its next token is known); on the
-  MTP rows the two are within a point of each other.
+  MTP rows the two are within about a point of each other.
 MD

@@ -29,6 +29,7 @@ class KvmmPolicy final : public Policy {
   KvmmPolicy(const KVLayout& layout, const PolicyOptions& o, bool vllm_eagle = false)
       : kv_(vllm_eagle ? without_draft_roles(layout) : layout, options(layout, o)),
         vllm_eagle_(vllm_eagle),
+        block_tokens_(vllm_block_tokens(layout)),
         tag_states_(o.tag_states),
         caching_(o.prefix_caching),
         hit_unit_(o.prefix_caching && o.hit_unit > 0),
@@ -115,7 +116,7 @@ class KvmmPolicy final : public Policy {
     if (vllm_eagle_ && hit > 0) {
       // vLLM with EAGLE drops the last block of every hit: look up again capped one block
       // short of the whole blocks hit (a hybrid falls back to its checkpoint below the cap).
-      const std::uint64_t B = block_tokens(), whole = hit / B * B;
+      const std::uint64_t B = block_tokens_, whole = hit / B * B;
       kv_.reset(q.handle);
       hit = static_cast<std::uint32_t>(kv_.lookup_prefix(q.handle, whole >= B ? whole - B : 0));
     }
@@ -289,11 +290,12 @@ class KvmmPolicy final : public Policy {
     }
   }
 
-  // vLLM's block (the last one a hit drops): the target attention groups' page.
-  std::uint64_t block_tokens() const {
-    for (const LayerGroup& g : kv_.layout().groups())
-      if (g.kind == LayerKind::kFullAttention) return g.tokens_per_page;
-    return kv_.layout().group(0).tokens_per_page;
+  // vLLM's block (the last one a hit drops): the target attention groups' page at the
+  // tokens per page asked for (vLLM's block size, whatever kvmm's planner fitted).
+  static std::uint64_t vllm_block_tokens(const KVLayout& l) {
+    for (GroupId g = 0; g < l.num_groups(); ++g)
+      if (l.group(g).kind == LayerKind::kFullAttention) return l.requested_tokens_per_page(g);
+    return l.requested_tokens_per_page(0);
   }
 
   // The layout with every draft role removed: draft groups become plain groups, cached
@@ -623,6 +625,7 @@ class KvmmPolicy final : public Policy {
 
   KVCacheManager kv_;
   bool vllm_eagle_;
+  std::uint64_t block_tokens_;  // vLLM's block in tokens (vllm_block_tokens)
   bool tag_states_;
   bool caching_;
   bool hit_unit_;  // partial-hit copy sources may be held (KVCacheManagerOptions::hit_unit)

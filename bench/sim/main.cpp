@@ -70,7 +70,11 @@ constexpr const char* kUsage = R"(usage: kvmm-sim --model PRESET|config.json --w
                       --kv-dtype-bytes, unscaled)
   --max-large-page-mib X
                       the planner's large-page limit in MiB (default: the library's,
-                      64 MiB; past it small pages are padded)
+                      64 MiB; past it kvmm fits smaller attention pages, else pads)
+  --fit-tokens-per-page on|off
+                      kvmm's plan may shrink the attention pages when the LCM passes
+                      the limit (default on); off, it pads them (kvmm and vllm-eagle;
+                      the other policies always page at --tokens-per-page)
   --speculative K     speculative decoding: each decode step proposes K draft tokens
                       (lookahead pages), draft j accepted with probability
                       --accept-rate while the earlier ones were; draft positions
@@ -118,7 +122,8 @@ int run(int argc, char** argv) {
   BoundaryMode boundaries = BoundaryMode::kLearned;
   std::uint32_t token_budget = 8192, max_seqs = 256, tpp = 16, dtype = 2, csv_every = 1;
   std::string kv_cache_dtype = "auto";
-  std::uint64_t max_large_page_bytes = 0;                                      // 0: the library's default
+  std::uint64_t max_large_page_bytes = 0;  // 0: the library's default
+  bool fit_tokens_per_page = true;
   std::uint32_t prefix_match_unit = 0;                                         // 0: the policy's default
   std::uint32_t question_min = 16, question_max = 64, retention_interval = 0;  // interval 0: the policy's default
   std::uint32_t hit_unit = 0;
@@ -197,6 +202,9 @@ int run(int argc, char** argv) {
       const double mib = parse_double(a, v);
       if (!(mib > 0) || mib > 1048576) kvmm::fail("{} = '{}': expected a number of MiB in (0, 1048576]", a, v);
       max_large_page_bytes = static_cast<std::uint64_t>(mib * 1048576.0);
+    } else if (a == "--fit-tokens-per-page") {
+      if (v != "on" && v != "off") kvmm::fail("{} = '{}': expected on or off", a, v);
+      fit_tokens_per_page = v == "on";
     } else if (a == "--speculative")
       speculative = to_u32(a, parse_uint(a, v), 0);
     else if (a == "--accept-rate") {
@@ -223,7 +231,14 @@ int run(int argc, char** argv) {
   mo.dtype_bytes = dtype;
   mo.kv_cache_dtype = kv_cache_dtype;
   mo.max_large_page_bytes = max_large_page_bytes;
+  mo.fit_tokens_per_page = fit_tokens_per_page;
   const kvmm::KVLayout layout = load_model(model, mo);
+  // The policies on kvmm's manager (kvmm, and vllm-eagle: vLLM's rules on kvmm's manager)
+  // take kvmm's plan (tokens per page fitted where the LCM passes the limit); the other
+  // engines' policies page the model at the tokens per page asked for.
+  ModelOptions asked = mo;
+  asked.fit_tokens_per_page = false;
+  const kvmm::KVLayout requested = load_model(model, asked);
   WorkloadOptions wo;
   wo.num_requests = to_u32("--requests", requests, 1);
   wo.seed = seed;
@@ -308,13 +323,14 @@ int run(int argc, char** argv) {
     return c;
   }());
   for (std::size_t k = 0; k < names.size(); ++k) {
-    auto policy = make_policy(names[k], layout, po);
+    const kvmm::KVLayout& own = names[k] == "kvmm" || names[k] == "vllm-eagle" ? layout : requested;
+    auto policy = make_policy(names[k], own, po);
     std::ofstream csv;
     if (!out.empty()) {
       csv.open(out + "/" + names[k] + ".steps.csv");
       if (!csv) kvmm::fail("--out = '{}': cannot write {}.steps.csv", out, names[k]);
     }
-    Summary s = simulate(w, layout, *policy, so, out.empty() ? nullptr : &csv);
+    Summary s = simulate(w, own, *policy, so, out.empty() ? nullptr : &csv);
     s.model = model;
     fmt::print(
         "{:<15} {:>7} {:>9} {:>8.2f} {:>8.2f} {:>9} {:>9.2f} {:>8.2f} {:>8.3f} {:>8.3f} {:>8.2f} {:>8.2f} {:>12}"

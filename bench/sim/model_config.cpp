@@ -19,6 +19,7 @@ HfConfigOptions hf_options(const ModelOptions& o) {
   h.state_dtype_bytes = o.state_dtype_bytes;
   h.kv_cache_dtype = o.kv_cache_dtype;
   if (o.max_large_page_bytes > 0) h.layout.max_large_page_bytes = o.max_large_page_bytes;
+  h.layout.fit_tokens_per_page = o.fit_tokens_per_page;
   return h;
 }
 
@@ -38,6 +39,7 @@ KVLayout with_group_tokens_per_page(const KVLayout& layout,
                                     const std::vector<std::pair<std::string, std::uint32_t>>& overrides,
                                     const LayoutOptions& options) {
   std::vector<LayerGroup> groups = layout.groups();
+  for (GroupId g = 0; g < groups.size(); ++g) groups[g].tokens_per_page = layout.requested_tokens_per_page(g);
   for (const auto& [name, tokens] : overrides) {
     const std::optional<GroupId> g = layout.find_group(name);
     if (!g) fail("group = '{}': no such group in the model (tokens per page override)", name);
@@ -56,10 +58,13 @@ KVLayout load_model(const std::string& name_or_path, const ModelOptions& o) {
     p.state_dtype_bytes = o.state_dtype_bytes;
     p.kv_cache_dtype = o.kv_cache_dtype;
     if (o.max_large_page_bytes > 0) p.layout.max_large_page_bytes = o.max_large_page_bytes;
+    p.layout.fit_tokens_per_page = o.fit_tokens_per_page;
     return presets::by_name(name_or_path, p);
   }();
   if (o.group_tokens_per_page.empty()) return layout;
+  // Sizes chosen per group are kept: padded rather than fitted.
   LayoutOptions lo;
+  lo.fit_tokens_per_page = false;
   if (o.max_large_page_bytes > 0) lo.max_large_page_bytes = o.max_large_page_bytes;
   return with_group_tokens_per_page(layout, o.group_tokens_per_page, lo);
 }

@@ -25,14 +25,19 @@ struct ModelOptions {
   // KV element format of the attention groups (parse_kv_cache_dtype's names; "auto" keeps
   // dtype_bytes), as PresetOptions / HfConfigOptions::kv_cache_dtype.
   std::string kv_cache_dtype = "auto";
+  // LayoutOptions::fit_tokens_per_page: kvmm's plan shrinks the attention pages rather than
+  // pad when the LCM passes the limit. Off for the policies of other engines' managers,
+  // which page the model at the tokens per page asked for (kvmm-sim's main).
+  bool fit_tokens_per_page = true;
 };
 
 // Builds the layout of a Hugging Face config.json text; `file` names it in errors.
 KVLayout layout_from_hf_config(std::string_view json_text, std::string_view file, const ModelOptions& o = {});
 // Reads the file and calls layout_from_hf_config.
 KVLayout layout_from_hf_config_file(const std::string& path, const ModelOptions& o = {});
-// The layout re-planned (with `options`) with the named groups' tokens_per_page replaced.
-// Raises kvmm::Error for an unknown group name or 0 tokens.
+// The layout re-planned (with `options`) from the tokens per page each group was asked for
+// (requested_tokens_per_page), the named groups' replaced. Raises kvmm::Error for an
+// unknown group name or 0 tokens.
 KVLayout with_group_tokens_per_page(const KVLayout& layout,
                                     const std::vector<std::pair<std::string, std::uint32_t>>& overrides,
                                     const LayoutOptions& options = {});

@@ -116,6 +116,46 @@ bool evaluate(std::uint64_t large, const Factors& f, const std::vector<std::uint
   return true;
 }
 
+// LayoutOptions::fit_tokens_per_page: the token groups (all but recurrent states) with
+// tokens_per_page divided by the smallest common divisor d > 1 whose natural LCM fits the
+// limit, keeping every one >= min_fitted_tokens_per_page; nullopt when no d does. Each try
+// re-validates the groups (a format may need whole blocks of tokens) and costs one LCM.
+struct Fitted {
+  std::vector<LayerGroup> groups;
+  std::vector<std::uint64_t> natural;
+  std::uint64_t lcm = 1;
+};
+
+std::optional<Fitted> fit_tokens_per_page(const std::vector<LayerGroup>& groups, const LayoutOptions& options) {
+  std::uint64_t common = 0, smallest = std::numeric_limits<std::uint32_t>::max();
+  for (const LayerGroup& g : groups) {
+    if (g.is_state()) continue;
+    common = std::gcd(common, std::uint64_t{g.tokens_per_page});
+    smallest = std::min<std::uint64_t>(smallest, g.tokens_per_page);
+  }
+  if (common <= 1) return std::nullopt;
+  for (const std::uint64_t d : sorted_divisors(factorize(common))) {
+    if (d == 1) continue;
+    if (smallest / d < options.min_fitted_tokens_per_page) break;
+    Fitted f;
+    f.groups = groups;
+    bool valid = true;
+    for (LayerGroup& g : f.groups) {
+      if (!g.is_state()) g.tokens_per_page = static_cast<std::uint32_t>(g.tokens_per_page / d);
+      try {
+        g.validate();
+        f.natural.push_back(g.natural_page_bytes());
+      } catch (const Error&) {
+        valid = false;
+        break;
+      }
+      f.lcm = lcm_sat(f.lcm, f.natural.back());
+    }
+    if (valid && f.lcm <= options.max_large_page_bytes) return f;
+  }
+  return std::nullopt;
+}
+
 // The line describe() adds under a group that is not plain K/V in whole bytes.
 std::string describe_storage(const LayerGroup& g) {
   if (g.is_state()) {
@@ -154,6 +194,8 @@ KVLayout KVLayout::plan(std::vector<LayerGroup> groups, const LayoutOptions& opt
         "device's memory, and the padding search must end",
         options.max_large_page_bytes);
   if (options.padded_page_alignment == 0) fail("padded_page_alignment = 0, must be >= 1");
+  if (options.fit_tokens_per_page && options.min_fitted_tokens_per_page == 0)
+    fail("min_fitted_tokens_per_page = 0, must be >= 1 when fit_tokens_per_page is on");
   std::set<std::string_view> names;
   for (const LayerGroup& g : groups) {
     g.validate();
@@ -188,11 +230,20 @@ KVLayout KVLayout::plan(std::vector<LayerGroup> groups, const LayoutOptions& opt
   }
 
   KVLayout layout;
+  std::vector<std::uint32_t> requested;
   std::vector<std::uint64_t> natural;
   std::uint64_t lcm = 1;
   for (const LayerGroup& g : groups) {
+    requested.push_back(g.tokens_per_page);
     natural.push_back(g.natural_page_bytes());
     lcm = lcm_sat(lcm, natural.back());
+  }
+  if (lcm > options.max_large_page_bytes && options.fit_tokens_per_page) {
+    if (std::optional<Fitted> f = fit_tokens_per_page(groups, options)) {
+      groups = std::move(f->groups);
+      natural = std::move(f->natural);
+      lcm = f->lcm;
+    }
   }
   layout.natural_lcm_ = lcm;
 
@@ -234,6 +285,7 @@ KVLayout KVLayout::plan(std::vector<LayerGroup> groups, const LayoutOptions& opt
     Sizes s;
     s.natural = natural[g];
     s.padded = best.padded[g];
+    s.requested_tokens = requested[g];
     const std::uint64_t per = best.large / s.padded;
     if (per > std::numeric_limits<std::uint32_t>::max())
       fail("LayerGroup '{}': {} small pages per large page, over 2^32", groups[g].name, per);
@@ -253,6 +305,12 @@ std::optional<GroupId> KVLayout::find_group(std::string_view name) const {
 double KVLayout::padding_fraction(GroupId g) const {
   const Sizes& s = sizes_[check(g)];
   return static_cast<double>(s.padded - s.natural) / static_cast<double>(s.padded);
+}
+
+bool KVLayout::tokens_per_page_fitted() const {
+  for (GroupId g = 0; g < groups_.size(); ++g)
+    if (groups_[g].tokens_per_page != sizes_[g].requested_tokens) return true;
+  return false;
 }
 
 double KVLayout::padding_fraction() const {
@@ -328,9 +386,12 @@ std::string KVLayout::describe() const {
     const LayerGroup& grp = groups_[g];
     out += fmt::format(
         "  {:<14} {:<16} layers {:>3}  tokens/page {:>4}  small page {:>10} B  "
-        "x{:<5} padding {:.2f}%\n",
+        "x{:<5} padding {:.2f}%{}\n",
         grp.name, to_string(grp.kind), grp.num_layers, grp.tokens_per_page, sizes_[g].padded, sizes_[g].per_large,
-        100.0 * padding_fraction(g));
+        100.0 * padding_fraction(g),
+        grp.tokens_per_page != sizes_[g].requested_tokens
+            ? fmt::format("  (fitted from {} tokens/page)", sizes_[g].requested_tokens)
+            : "");
     if (!grp.is_plain()) out += describe_storage(grp);
   }
   return out;

@@ -1,8 +1,10 @@
 // A padded layout (issue 32): when the LCM of the small pages passes
-// LayoutOptions::max_large_page_bytes, the planner pads each small page at its tail to a
-// divisor of a smaller large page. What kvmm does then, checked on Qwen3-Next-80B-A3B
-// (LCM 75.4 MiB over the default 64 MiB): every byte a kernel reads lies in the natural
-// page, pages are addressed at the padded size, and the manager counts the padding as waste.
+// LayoutOptions::max_large_page_bytes and tokens_per_page fitting is off (or finds no
+// size), the planner pads each small page at its tail to a divisor of a smaller large
+// page. What kvmm does then, checked on Qwen3-Next-80B-A3B (LCM 75.4 MiB over the default
+// 64 MiB): every byte a kernel reads lies in the natural page, pages are addressed at the
+// padded size, and the manager counts the padding as waste. By default the planner fits
+// 8-token attention pages instead: the manager serves that layout with no waste.
 #include "kvmm/manager/kv_cache_manager.hpp"
 #include "kvmm/spec/presets.hpp"
 
@@ -15,7 +17,7 @@ using namespace kvmm;
 
 TEST_CASE("padded layout: Qwen3-Next's LCM over the large-page limit pads 1-2% at each page's tail",
           "[manager][padding][lineup]") {
-  const KVLayout l = presets::qwen3_next_80b_a3b();
+  const KVLayout l = presets::qwen3_next_80b_a3b({.layout = {.fit_tokens_per_page = false}});
   const std::uint64_t natural_lcm = std::lcm(l.natural_page_bytes(0), l.natural_page_bytes(1));
   REQUIRE(l.natural_lcm_bytes() == natural_lcm);
   REQUIRE(natural_lcm > LayoutOptions{}.max_large_page_bytes);  // 79,036,416 B
@@ -43,7 +45,8 @@ TEST_CASE("padded layout: Qwen3-Next's LCM over the large-page limit pads 1-2% a
   CHECK(l.state_tensor_offset(1, last_state, 1) + tensors[1].bytes() == l.natural_page_bytes(1));
 
   // Raising the limit to the LCM plans it unpadded: the trade is a larger large page.
-  const KVLayout raised = presets::qwen3_next_80b_a3b({.layout = {.max_large_page_bytes = natural_lcm}});
+  const KVLayout raised =
+      presets::qwen3_next_80b_a3b({.layout = {.max_large_page_bytes = natural_lcm, .fit_tokens_per_page = false}});
   CHECK_FALSE(raised.padded());
   CHECK(raised.large_page_bytes() == natural_lcm);
   CHECK(raised.small_page_bytes(0) == l.natural_page_bytes(0));
@@ -82,7 +85,8 @@ TEST_CASE("padded layout: DeepSeek-V3.2 in fp8_ds_mla at 64 tokens per page", "[
   // Latent pages of 64 x 61 x 656 B and indexer pages of 64 x 61 x 132 B: their LCM (81 MiB)
   // passes 64 MiB; the planner pads the latent page by 0.61% (one per 2.46 MiB large page,
   // five indexer pages beside it), and the manager serves the layout.
-  const KVLayout l = presets::deepseek_v3_2({.tokens_per_page = 64, .kv_cache_dtype = "fp8_ds_mla"});
+  const KVLayout l = presets::deepseek_v3_2(
+      {.tokens_per_page = 64, .layout = {.fit_tokens_per_page = false}, .kv_cache_dtype = "fp8_ds_mla"});
   REQUIRE(l.natural_page_bytes(0) == std::uint64_t{64} * 61 * 656);
   REQUIRE(l.natural_page_bytes(1) == std::uint64_t{64} * 61 * 132);
   CHECK(l.natural_lcm_bytes() > LayoutOptions{}.max_large_page_bytes);
@@ -101,4 +105,35 @@ TEST_CASE("padded layout: DeepSeek-V3.2 in fp8_ds_mla at 64 tokens per page", "[
     CHECK(s.groups[g].waste_bytes ==
           3 * (l.small_page_bytes(g) - l.natural_page_bytes(g)) + (3 * 64 - 130) * l.group(g).bytes_per_token());
   }
+}
+
+TEST_CASE("fitted layout: Qwen3-Next at the default limit serves 8-token pages with no padding waste",
+          "[manager][padding][lineup]") {
+  // The default plan (fit_tokens_per_page): 201 attention pages of 8 tokens or one state
+  // page per 37.7 MiB large page. 37 computed tokens take 5 attention pages (3 slots of the
+  // last empty) and one state page; the only waste is those 3 slots.
+  const KVLayout l = presets::qwen3_next_80b_a3b();
+  REQUIRE(l.group(0).tokens_per_page == 8);
+  REQUIRE_FALSE(l.padded());
+  KVCacheManager kv(l, {.num_large_pages = 3, .max_requests = 2});
+  std::vector<std::uint32_t> tokens(37);
+  std::iota(tokens.begin(), tokens.end(), 3u);
+  const RequestId r = kv.add_request(tokens);
+  REQUIRE(kv.allocate(r, 37));
+  kv.commit(r, 37);
+  kv.check_invariants();
+  CHECK(kv.page_table(r, 0).size() == 5);
+  const std::uint64_t state_pages = kv.page_table(r, 1).size();
+  REQUIRE(state_pages >= 1);
+  const CacheStats s = kv.stats();
+  CHECK(s.groups[0].allocated_bytes == 5 * std::uint64_t{196608});
+  CHECK(s.groups[0].waste_bytes == 3 * l.group(0).bytes_per_token());
+  CHECK(s.groups[1].allocated_bytes == state_pages * std::uint64_t{39518208});
+  CHECK(s.groups[1].waste_bytes == 0);
+  // The five attention pages share one large page; the state page has its own.
+  const auto rows = kv.page_table(r, 0);
+  for (std::size_t i = 1; i < rows.size(); ++i)
+    CHECK(kv.small_pages(0).large_page_of(rows[i]) == kv.small_pages(0).large_page_of(rows[0]));
+  kv.free(r);
+  kv.check_invariants();
 }

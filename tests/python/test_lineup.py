@@ -36,6 +36,21 @@ def test_recurrent_state_preset_and_state_heavy_names():
     assert "nemotron-h-56b" not in kvmm.presets.names()
 
 
+def test_planner_fits_tokens_per_page_instead_of_padding():
+    # Qwen3-Next at the default 64 MiB limit: 8-token attention pages, one state page per
+    # large page, nothing padded; KVLayout.plan(fit_tokens_per_page=False) pads 16-token ones.
+    lay = kvmm.presets.by_name("qwen3-next-80b-a3b")
+    assert lay.tokens_per_page_fitted and not lay.padded
+    assert lay.group(0).tokens_per_page == 8 and lay.requested_tokens_per_page(0) == 16
+    assert lay.large_page_bytes == lay.small_page_bytes(1) == 39518208
+    assert lay.small_pages_per_large_page(0) == 201
+    asked = [lay.group(g) for g in range(lay.num_groups)]
+    asked[0].tokens_per_page = 16
+    padded = kvmm.KVLayout.plan(asked, fit_tokens_per_page=False)
+    assert padded.padded and padded.group(0).tokens_per_page == 16
+    assert kvmm.KVLayout.plan(asked).group(0).tokens_per_page == 8
+
+
 def test_lineup_configs_place_every_layer():
     gemma = kvmm.read_hf_config_file(str(DATA / "gemma-3n-e4b.defaults.json"))
     roles = [p.role for p in gemma.layers]

@@ -142,10 +142,26 @@ TEST_CASE("per-group tokens per page: only the named group changes", "[sim][conf
 }
 
 TEST_CASE("the planner's limit and the KV format reach presets, configs and overrides", "[sim][config][lineup]") {
-  // Qwen3-Next's natural LCM (79,036,416 B) passes the default 64 MiB: padded; under a
-  // 76 MiB limit it plans unpadded, also after a per-group override.
+  // Qwen3-Next's natural LCM (79,036,416 B) passes the default 64 MiB: kvmm fits 8-token
+  // attention pages (one state page per large page), or pads the 16-token ones with
+  // fitting off (the other engines' policies); under a 76 MiB limit it plans 16-token
+  // pages unpadded, also after a per-group override.
   kvmm::sim::ModelOptions o;
+  const kvmm::KVLayout fitted = kvmm::sim::load_model("qwen3-next-80b-a3b", o);
+  CHECK_FALSE(fitted.padded());
+  CHECK(fitted.group(0).tokens_per_page == 8);
+  CHECK(fitted.large_page_bytes() == 39518208);
+  o.fit_tokens_per_page = false;
   CHECK(kvmm::sim::load_model("qwen3-next-80b-a3b", o).padded());
+  CHECK(kvmm::sim::load_model(KVMM_TEST_DATA_DIR "/qwen3-next-80b-a3b.defaults.json", o).padded());
+  o.fit_tokens_per_page = true;
+  // Per-group sizes are kept as asked (padded, not fitted), starting from the requested
+  // sizes: the attention group is back at 16 tokens.
+  o.group_tokens_per_page = {{"linear", 512}};
+  const kvmm::KVLayout asked = kvmm::sim::load_model("qwen3-next-80b-a3b", o);
+  CHECK(asked.group(0).tokens_per_page == 16);
+  CHECK(asked.padded());
+  o.group_tokens_per_page.clear();
   o.max_large_page_bytes = std::uint64_t{76} << 20;
   const kvmm::KVLayout q = kvmm::sim::load_model("qwen3-next-80b-a3b", o);
   CHECK_FALSE(q.padded());

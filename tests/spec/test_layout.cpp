@@ -154,11 +154,13 @@ TEST_CASE("planner: random groups always give a consistent layout") {
     const std::uint64_t limit = std::uint64_t{1} << (22 + rng() % 6);
     std::uint64_t largest = 0;
     for (auto& g : gs) largest = std::max(largest, g.natural_page_bytes());
+    // The padding path: tokens_per_page fitting off (fit_tokens_test.cpp tests it on).
+    const LayoutOptions o{.max_large_page_bytes = limit, .fit_tokens_per_page = false};
     if (largest > limit) {
-      CHECK_THROWS_AS(KVLayout::plan(gs, {.max_large_page_bytes = limit}), Error);
+      CHECK_THROWS_AS(KVLayout::plan(gs, o), Error);
       continue;
     }
-    const KVLayout l = KVLayout::plan(gs, {.max_large_page_bytes = limit});
+    const KVLayout l = KVLayout::plan(gs, o);
     CHECK(l.large_page_bytes() <= limit);
     for (GroupId g = 0; g < l.num_groups(); ++g) {
       CHECK(l.large_page_bytes() % l.small_page_bytes(g) == 0);

@@ -2,8 +2,10 @@
 // size in the page-layer layout (Jenga Fig. 7b: per layer K then V, each
 // [tokens_per_page][kv_heads][head_dim]) and each layer's K/V byte offset inside it;
 // for the model: large_page_bytes = LCM of the small page sizes. When that LCM is over
-// LayoutOptions::max_large_page_bytes the planner pads small pages (never tokens_per_page)
-// to sizes whose LCM fits, picking the padding that wastes least. Planning is a one-off
+// LayoutOptions::max_large_page_bytes the planner, if fit_tokens_per_page allows, first
+// divides the token groups' tokens_per_page by the smallest common divisor that brings the
+// natural LCM under the limit (exact pages, no padding); otherwise it pads small pages
+// (never tokens_per_page) to sizes whose LCM fits, picking the padding that wastes least. Planning is a one-off
 // search (milliseconds); every accessor afterwards is O(1). Groups with element formats,
 // latents (MLA), indexers and recurrent-state tensors are sized by LayerGroup; an indexer's
 // tied_to must name an attention group with the same kind, window, chunk and layers.
@@ -30,6 +32,20 @@ struct LayoutOptions {
   std::uint64_t max_large_page_bytes = std::uint64_t{64} << 20;
   // A padded small page is a multiple of this, so kernels keep 16-byte aligned loads.
   std::uint64_t padded_page_alignment = 256;
+  // When the natural LCM passes max_large_page_bytes: may the planner shrink the pages of
+  // the token groups (every group but recurrent states, whose tokens_per_page is a
+  // checkpoint interval) instead of padding? It divides all their tokens_per_page by the
+  // smallest common divisor d > 1 that brings the natural LCM under the limit, keeping
+  // each >= min_fitted_tokens_per_page; a group whose format rejects the new size rules
+  // d out. With no such d it pads as before; off, it always pads. On by default: exact
+  // pages and no padding (as vLLM picks a hybrid's attention block size itself); whenever
+  // the LCM fits, nothing changes. The engine reads the chosen size from
+  // group(g).tokens_per_page (its kernels must take it); requested_tokens_per_page(g)
+  // keeps the caller's.
+  bool fit_tokens_per_page = true;
+  // The smallest tokens_per_page fitting may choose (8: vLLM's smallest CUDA block size
+  // but 1), >= 1.
+  std::uint32_t min_fitted_tokens_per_page = 8;
 };
 
 class KVLayout {
@@ -51,9 +67,14 @@ class KVLayout {
   double padding_fraction(GroupId g) const;
   double padding_fraction() const;
   bool padded() const;
-  // The LCM of the natural sizes, before any padding (may exceed the limit; saturates at
-  // 2^64-1 when it does not fit 64 bits).
+  // The LCM of the natural sizes of the planned groups (after any tokens_per_page fitting),
+  // before any padding (may exceed the limit; saturates at 2^64-1 when it does not fit 64
+  // bits).
   std::uint64_t natural_lcm_bytes() const { return natural_lcm_; }
+  // The tokens_per_page group g was given; group(g).tokens_per_page differs from it only
+  // when LayoutOptions::fit_tokens_per_page shrank the group's pages.
+  std::uint32_t requested_tokens_per_page(GroupId g) const { return sizes_[check(g)].requested_tokens; }
+  bool tokens_per_page_fitted() const;
 
   // Byte offsets inside a small page of group g (attention-like groups). A latent (MLA)
   // group's V is a view of its latent: v_offset equals k_offset. An indexer (key-only)
@@ -81,6 +102,7 @@ class KVLayout {
     std::uint64_t natural = 0;
     std::uint64_t padded = 0;
     std::uint32_t per_large = 0;
+    std::uint32_t requested_tokens = 0;
   };
   GroupId check(GroupId g) const;
   std::vector<LayerGroup> groups_;

@@ -136,7 +136,8 @@ def layout_from_kv_cache_config(config: KVCacheConfig, kvmm_layout: bool = False
                 "attention, sliding window, chunked local attention and, with KvmmLayoutScheduler, Mamba state are)")
     for d, t in drafts.items():
         groups[d].draft = kvmm.DraftRole(groups[t].name, successor_tokens=successor_tokens)
-    layout = kvmm.KVLayout.plan(groups)
+    # vLLM chose each group's block size: kvmm must not fit another one.
+    layout = kvmm.KVLayout.plan(groups, fit_tokens_per_page=False)
     for g in range(layout.num_groups if not kvmm_layout else 0):
         if layout.small_pages_per_large_page(g) != 1:
             raise NotImplementedError(
