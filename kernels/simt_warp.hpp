@@ -6,6 +6,7 @@
 //   accumulation order may differ by a few ulp.
 // - ldmatrix .m8n8 .x1/.x2/.x4 (.trans) .b16: matrix m takes the row addresses of lanes
 //   8m..8m+7; the other lanes' addresses are never read.
+// - movmatrix .m8n8 .trans .b16: an 8x8 fragment transposed across the warp.
 // - cp.async 4/8/16 bytes with a source size (the rest zero-filled), commit_group and
 //   wait_group: the destination is poisoned (all bits set: NaN in fp16/bf16/fp32) at
 //   issue and written when the issuing thread's wait_group retires its group, so a read
@@ -95,6 +96,24 @@ inline void ldmatrix(std::uint32_t (&r)[N], const void* row_addr, std::uint32_t 
         }
       });
   std::copy(out, out + N, r);
+}
+
+// movmatrix.sync.aligned.m8n8.trans.b16: the 8x8 matrix of 16-bit elements whose row l / 4,
+// columns 2 (l % 4) and 2 (l % 4) + 1 lane l holds, transposed, in the same layout.
+inline std::uint32_t movmatrix_trans(std::uint32_t x) {
+  std::uint32_t out = 0;
+  Emulator::get().warp_collective(
+      3300, [&](LaneRecord& rec) { rec.r[0] = x; },
+      [&](const LaneRecord* warp, unsigned lane) {
+        for (unsigned j = 0; j < 2; ++j) {
+          // Element (row lane / 4, column 2 (lane % 4) + j) of the result is element (that
+          // column, that row) of the source: lane 4 col + row / 2, half row % 2.
+          const unsigned row = lane / 4, col = (lane % 4) * 2 + j;
+          const std::uint32_t src = warp[col * 4 + row / 2].r[0];
+          out |= ((src >> (16 * (row % 2))) & 0xffffu) << (16 * j);
+        }
+      });
+  return out;
 }
 
 // The cp.async groups of every thread of the running CTA.

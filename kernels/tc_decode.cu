@@ -1,6 +1,8 @@
 // Launchers of the tensor-core decode attention (tc_decode.cuh): validation as the
 // default decode, the kernel with its dynamic shared memory (over 48 KiB: the attribute
-// is raised once per instance), then the split merge.
+// is raised once per instance; swapped operands with 32-token warp tiles at 2 stages for
+// groups of at most 8 at head dims 64 and 128, the 16-row form otherwise), then the split
+// merge.
 #include "attention_dispatch.cuh"
 #include "tc_decode_api.hpp"
 
@@ -9,24 +11,35 @@
 namespace kvmm::kernels::experimental {
 namespace {
 
-template <typename T, int D, typename Addr, bool kTileInPage, int kStages>
+template <typename T, int D, typename Addr, bool kTileInPage, int kStages, bool kSwap, int kSub>
 void launch_instance(const device::AttnArgs& a, const Addr& kv, dim3 grid, cudaStream_t s) {
-  constexpr std::uint32_t bytes = device::tc_smem_bytes<D, kStages>();
+  constexpr std::uint32_t bytes = device::tc_smem_bytes<D, kStages, kSwap, kSub>();
   static const bool raised = [] {
-    cudaFuncSetAttribute(device::tc_decode_kernel<T, D, Addr, kTileInPage, kStages>,
+    cudaFuncSetAttribute(device::tc_decode_kernel<T, D, Addr, kTileInPage, kStages, kSwap, kSub>,
                          cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
     return true;
   }();
   (void)raised;
-  device::tc_decode_kernel<T, D, Addr, kTileInPage, kStages><<<grid, device::kTcThreads, bytes, s>>>(a, kv);
+  device::tc_decode_kernel<T, D, Addr, kTileInPage, kStages, kSwap, kSub>
+      <<<grid, device::kTcThreads, bytes, s>>>(a, kv);
 }
 
+template <typename T, int D, typename Addr, int kStages, bool kSwap, int kSub>
+void launch_form(const device::AttnArgs& a, const Addr& kv, dim3 grid, cudaStream_t s) {
+  if (device::tc_tile_in_page(kv))
+    launch_instance<T, D, Addr, true, kStages, kSwap, kSub>(a, kv, grid, s);
+  else if constexpr (!std::is_same_v<Addr, device::ContiguousAddr>)
+    launch_instance<T, D, Addr, false, kStages, kSwap, kSub>(a, kv, grid, s);
+}
+
+// Swapped operands for groups of at most 8 at head dims 64 and 128 (device::tc_swap), with
+// 32-token warp tiles at 2 stages; the 16-row form with 16-token tiles otherwise.
 template <typename T, int D, typename Addr, int kStages = device::kTcStages>
 void launch_tc(const device::AttnArgs& a, const Addr& kv, dim3 grid, cudaStream_t s) {
-  if (device::tc_tile_in_page(kv))
-    launch_instance<T, D, Addr, true, kStages>(a, kv, grid, s);
-  else if constexpr (!std::is_same_v<Addr, device::ContiguousAddr>)
-    launch_instance<T, D, Addr, false, kStages>(a, kv, grid, s);
+  if constexpr (D <= 128) {
+    if (device::tc_swap(a, D)) return launch_form < T, D, Addr, kStages, true, kStages == 2 ? 2 : 1 > (a, kv, grid, s);
+  }
+  launch_form<T, D, Addr, kStages, false, 1>(a, kv, grid, s);
 }
 
 template <typename T, typename Addr>

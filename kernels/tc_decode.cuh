@@ -24,135 +24,22 @@
 // warp at D 128: 48 HMMA, 24 LDSM (x4: 8 Q, 8 K, 8 V), 16 LDGSTS.128 and the
 // softmax; at most 128 registers; shared memory kWarps x kTcStages x 2 x 16 x D
 // x 2 bytes of ring plus 16 x D x 2 of Q.
+// Groups of at most 8 at D 64 and 128 take the swapped form (kSwap, tc_decode_swap.cuh:
+// tokens in M, q heads in N, Q^T in registers, K and V trading layouts) and at 2 stages
+// 32-token warp tiles (kSub 2: two 16-token sub-tiles per stage, one softmax and rescale
+// per 32 tokens, the loop unrolled over the stages): 24 HMMA, 16 LDSM and 4 MOVM per 16
+// tokens at D 128, 0.027 static main-loop instructions per K/V byte (sm_90, paged).
 #pragma once
 
-#include "attention.cuh"
-#include "tensor_core.cuh"
+#include "tc_decode_swap.cuh"
 
 #include <cmath>
 
 namespace kvmm::kernels::device {
 
-inline constexpr int kTcWarps = 4;
-inline constexpr int kTcThreads = 32 * kTcWarps;
-inline constexpr int kTcTile = 16;   // tokens per warp tile (the mma's K of P.V)
-inline constexpr int kTcStages = 2;  // cp.async ring depth per warp
-inline constexpr int kTcRows = 16;   // q heads per CTA (the mma's M)
-
-// n / d for n < 2^32 and 1 <= d < 2^32 by one 64-bit high multiply: m =
-// floor(2^64 / d) + 1 (d > 1); the error n (m - 2^64/d) / 2^64 < 2^-32 <= 1/d
-// never crosses an integer.
-struct FastDiv {
-  std::uint32_t d;
-  std::uint64_t m;
-  static FastDiv make(std::uint32_t d) {
-    return FastDiv{d,
-                   d > 1 ? ~std::uint64_t{0} / d + 1 : 0};  // (2^64 - 1) / d + 1 = floor(2^64 / d) + 1 unless d | 2^64
-  }
-  __host__ __device__ __forceinline__ std::uint32_t div(std::uint32_t n) const {
-    if (d == 1) return n;
-#if defined(KVMM_SIMT_HOST) || !defined(__CUDA_ARCH__)
-    const std::uint64_t lo = std::uint64_t{n} * (m & 0xffffffffu), hi = std::uint64_t{n} * (m >> 32);
-    return static_cast<std::uint32_t>((hi + (lo >> 32)) >> 32);
-#else
-    return static_cast<std::uint32_t>(__umul64hi(n, m));
-#endif
-  }
-};
-
-// Paged addressing for the tensor-core kernel: as PagedAddr, the page entry by
-// FastDiv.
-struct TcPagedAddr {
-  const char* k;
-  const char* v;
-  std::uint64_t page_stride;
-  std::uint32_t row_bytes;
-  const std::uint32_t* indptr;
-  const std::uint32_t* pages;
-  std::uint32_t dense_stride;
-  FastDiv tpp;
-
-  struct Row {
-    const std::uint32_t* pages;
-  };
-  __device__ __forceinline__ Row row(std::uint32_t b) const {
-    return Row{indptr != nullptr ? pages + __ldg(indptr + b) : pages + std::uint64_t{b} * dense_stride};
-  }
-  __device__ __forceinline__ long long offset(const Row& r, std::uint32_t tok) const {
-    const std::uint32_t entry = tpp.div(tok);
-    const std::uint32_t page = ldg(r.pages + entry);
-    return page_row_offset(page, tok - entry * tpp.d, page_stride, row_bytes);
-  }
-};
-
-// Whether every 16-token tile of `kv` lies in one page (picks kTileInPage).
-inline bool tc_tile_in_page(const TcPagedAddr& kv) { return kv.tpp.d % kTcTile == 0; }
-inline bool tc_tile_in_page(const ContiguousAddr&) { return true; }
-
-// A row's page entry read ahead of its use (tc_pre), and the row's byte offset from it
-// (tc_off, -1 for a null page): the page id of the next tile a warp copies is loaded one
-// tile early, so the copy never waits on it. Contiguous caches read nothing ahead.
-struct TcPre {
-  std::uint32_t page;  // paged: the page id; contiguous: unused
-  std::uint32_t row;   // paged: the row in the page; contiguous: the position
-};
-__device__ __forceinline__ TcPre tc_pre(const TcPagedAddr& kv, const TcPagedAddr::Row& r, std::uint32_t tok) {
-  const std::uint32_t entry = kv.tpp.div(tok);
-  return TcPre{ldg(r.pages + entry), tok - entry * kv.tpp.d};
-}
-__device__ __forceinline__ long long tc_off(const TcPagedAddr& kv, const TcPagedAddr::Row&, TcPre p) {
-  return page_row_offset(p.page, p.row, kv.page_stride, kv.row_bytes);
-}
-__device__ __forceinline__ TcPre tc_pre(const ContiguousAddr&, const ContiguousAddr::Row&, std::uint32_t tok) {
-  return TcPre{0u, tok};
-}
-__device__ __forceinline__ long long tc_off(const ContiguousAddr& kv, const ContiguousAddr::Row& r, TcPre p) {
-  return kv.offset(r, p.row);
-}
-
-// Byte offset of 16-byte chunk c of row r in a swizzled [16][D] tile (rows of D
-// * 2 bytes): within each 128-byte span of a row, chunk (c % 8) is stored at (c
-// % 8) ^ (r % 8).
-template <int D>
-__device__ __forceinline__ std::uint32_t tc_swz(std::uint32_t r, std::uint32_t c) {
-  return r * (D * 2) + (((c & ~7u) | ((c & 7u) ^ (r & 7u))) * 16);
-}
-
-// The per-lane offset q (0-3) of the stage lane map: row `row` (0-15), chunk 2
-// j + hb for every j with j % 4 == q, at tc_swz<D>(row, 2 j + hb) = (offset q)
-// + 128 (j / 4): the XOR of (2 j + hb) % 8 with row % 8 is (hb ^ row % 8) ^ 2
-// (j % 4), and a row's span starts at a multiple of 128 bytes.
-template <int D>
-__host__ __device__ __forceinline__ std::uint32_t tc_lane_offset(std::uint32_t row, std::uint32_t hb, int q) {
-  return (row * (D * 2) + ((hb ^ (row & 7u)) << 4)) ^ (static_cast<std::uint32_t>(q) << 5);
-}
-
-// Chunk 2 j + hb of this lane's row in a stage at `base` (j a compile-time
-// constant after unrolling: one register plus an immediate).
-template <typename P>
-__device__ __forceinline__ P* tc_at(P* base, const std::uint32_t (&soff)[4], int j) {
-  return base + soff[j & 3] + 128 * (j >> 2);
-}
-
-// 2^x for the softmax weights: ex2.approx.ftz on the device (results below
-// 2^-126 flush to 0, weights that small vanish beside the row maximum's 1),
-// exp2f in the emulation.
-__device__ __forceinline__ float tc_exp2(float x) {
-#if defined(KVMM_SIMT_HOST) || !defined(__CUDA_ARCH__)
-  return exp2f(x);
-#else
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-#endif
-}
-struct TcExp2 {
-  __device__ __forceinline__ float operator()(float x) const { return tc_exp2(x); }
-};
-
-template <int D, int kStages = kTcStages>
+template <int D, int kStages = kTcStages, bool kSwap = false, int kSub = 1>
 inline constexpr std::uint32_t tc_smem_bytes() {
-  const std::uint32_t ring = kTcWarps * kStages * 2 * kTcTile * D * 2 + kTcRows * D * 2;  // + Q
+  const std::uint32_t ring = kTcWarps * kStages * 2 * kSub * kTcTile * D * 2 + (kSwap ? 0 : kTcRows * D * 2);  // + Q
   const std::uint32_t merge = kTcWarps * kTcRows * (D + 2) * 4;
   return ring > merge ? ring : merge;
 }
@@ -164,14 +51,20 @@ inline constexpr std::uint32_t tc_smem_bytes() {
 // memory allows anyway). kTileInPage: every 16-token tile (tiles start at multiples of 16)
 // lies in one page or slot (tokens_per_page a multiple of 16, or contiguous): one page
 // entry per tile, rows at base + row x row_bytes; else each row finds its page.
-template <typename T, int D, typename Addr, bool kTileInPage, int kStages = kTcStages>
+template <typename T, int D, typename Addr, bool kTileInPage, int kStages = kTcStages, bool kSwap = false, int kSub = 1>
 __global__ void __launch_bounds__(kTcThreads, D == 256 ? 1 : 4) tc_decode_kernel(AttnArgs a, Addr kv) {
   static_assert(D == 64 || D == 128 || D == 256);
-  static_assert(kStages >= 2 && kStages <= 4, "a ring of 2-4 stages (16 mask bits each in 64)");
+  static_assert(!kSwap || D <= 128, "swapped operands: head dims 64 and 128");
+  static_assert(kSub == 1 || (kSub == 2 && kSwap), "32-token warp tiles: swapped operands only");
+  static_assert(kStages >= 2 && kStages * 16 * kSub <= 64, "a ring of 2-4 stages (16 mask bits per sub-tile in 64)");
   constexpr int kNd = D / 8;  // n-tiles of O
   constexpr std::uint32_t kTileBytes = kTcTile * D * 2;
+  constexpr std::uint32_t kStageBytes = 2 * kSub * kTileBytes;  // kSub x (K tile, V tile)
+  constexpr std::uint32_t kStep = kTcTile * kSub;               // tokens per warp tile
+  constexpr int kMaskBits = 16 * kSub;
+  constexpr std::uint32_t kMaskAll = kSub == 2 ? 0xffffffffu : 0xffffu;
 #if defined(KVMM_SIMT_HOST)
-  unsigned char* smem = simt::dynamic_shared(tc_smem_bytes<D, kStages>());
+  unsigned char* smem = simt::dynamic_shared(tc_smem_bytes<D, kStages, kSwap, kSub>());
 #else
   extern __shared__ __align__(128) unsigned char tc_smem[];
   unsigned char* smem = tc_smem;
@@ -192,23 +85,42 @@ __global__ void __launch_bounds__(kTcThreads, D == 256 ? 1 : 4) tc_decode_kernel
   // stages' swizzled layout; each k-step reads it as the A operand by one ldmatrix.x4 with
   // the stages' lane map (rows 0-7 / 8-15 at chunk 2 j, then at 2 j + 1: a0 .. a3), so Q
   // holds no registers in the loop.
-  unsigned char* qs = smem + kTcWarps * kStages * 2 * kTileBytes;
-  for (int idx = static_cast<int>(threadIdx.x); idx < kTcRows * D / 2; idx += kTcThreads) {
-    const std::uint32_t row = static_cast<std::uint32_t>(idx / (D / 2)), w = static_cast<std::uint32_t>(idx % (D / 2));
-    std::uint32_t v = 0;
-    if (row < hg)
-      v = ldg(reinterpret_cast<const std::uint32_t*>(a.q + (std::uint64_t{b} * a.q_heads + qh0 + row) * D) + w);
-    sts(reinterpret_cast<std::uint32_t*>(qs + tc_swz<D>(row, w / 4) + (w % 4) * 4), v);
+  // kSwap (groups of at most 8, D <= 128): Q^T is the B operand of S^T = K Q^T, held in
+  // registers for the whole piece: lane (gid, tig) holds q head gid's elements 16 j + 2 tig,
+  // + 1 (qb[j][0]) and 16 j + 8 + 2 tig, + 1 (qb[j][1]); zero past the group.
+  unsigned char* qs = smem + kTcWarps * kStages * kStageBytes;
+  [[maybe_unused]] std::uint32_t qb[kSwap ? D / 16 : 1][2] = {};
+  if constexpr (kSwap) {
+    const std::uint32_t* qrow = reinterpret_cast<const std::uint32_t*>(
+        a.q + (std::uint64_t{b} * a.q_heads + qh0 + min(static_cast<std::uint32_t>(gid), hg - 1)) * D);
+    // Every lane loads (lanes past the group from the group's last row, then zeroed), so the
+    // warp's loads stay one instruction per lane.
+    const bool in_group = static_cast<std::uint32_t>(gid) < hg;
+    KVMM_UNROLL
+    for (int j = 0; j < D / 16; ++j) {
+      const std::uint32_t w0 = ldg(qrow + 8 * j + tig), w1 = ldg(qrow + 8 * j + 4 + tig);
+      qb[j][0] = in_group ? w0 : 0u;
+      qb[j][1] = in_group ? w1 : 0u;
+    }
+  } else {
+    for (int idx = static_cast<int>(threadIdx.x); idx < kTcRows * D / 2; idx += kTcThreads) {
+      const std::uint32_t row = static_cast<std::uint32_t>(idx / (D / 2)),
+                          w = static_cast<std::uint32_t>(idx % (D / 2));
+      std::uint32_t v = 0;
+      if (row < hg)
+        v = ldg(reinterpret_cast<const std::uint32_t*>(a.q + (std::uint64_t{b} * a.q_heads + qh0 + row) * D) + w);
+      sts(reinterpret_cast<std::uint32_t*>(qs + tc_swz<D>(row, w / 4) + (w % 4) * 4), v);
+    }
+    __syncthreads();
   }
-  __syncthreads();
 
   const typename Addr::Row r = kv.row(b);
   const std::uint64_t head_off = std::uint64_t{h} * D * 2;
   // Tiles start at multiples of 16 from below piece.lo; rows outside the piece are copied
   // with source size 0 (no bytes read) and masked.
-  const std::uint32_t first = piece.lo / kTcTile * kTcTile;
-  const std::uint32_t tiles = piece.hi > first ? (piece.hi - first + kTcTile - 1) / kTcTile : 0u;
-  unsigned char* ring = smem + warp * kStages * 2 * kTileBytes;
+  const std::uint32_t first = piece.lo / kStep * kStep;
+  const std::uint32_t tiles = piece.hi > first ? (piece.hi - first + kStep - 1) / kStep : 0u;
+  unsigned char* ring = smem + warp * kStages * kStageBytes;
 
   // One lane map for every access to a stage: lane l serves row l % 16 and chunk 2 j + l /
   // 16 for j = 0 .. D / 16 - 1, in the cp.async of K and V, in the K ldmatrix.x4 of k-step
@@ -234,16 +146,17 @@ __global__ void __launch_bounds__(kTcThreads, D == 256 ? 1 : 4) tc_decode_kernel
   // lanes' rows); a tile without any (a null page) is neither copied nor computed. With
   // kTileInPage the tile's page entry is read once.
   std::uint64_t masks = 0;
+  // kSub 1: one page entry per tile (or per lane's row), read a tile ahead.
   // The page entry of tile t (kTileInPage: the tile's first row; else this lane's row,
   // clamped into the piece); nothing is read for tiles past the end.
-  auto lookup = [&](std::uint32_t t) {
+  auto lookup1 = [&](std::uint32_t t) {
     const std::uint32_t tok = first + t * kTcTile + (kTileInPage ? 0u : lrow);
     return t < tiles ? tc_pre(kv, r, min(tok, piece.hi - 1)) : TcPre{0u, 0u};
   };
-  TcPre ahead = lookup(static_cast<std::uint32_t>(warp));  // the next tile issue() copies
-  auto issue = [&](std::uint32_t t, int st) {
-    const TcPre pre = ahead;
-    ahead = lookup(t + kTcWarps);  // this warp's next tile: in flight while this one computes
+  [[maybe_unused]] TcPre ahead1 = kSub == 1 ? lookup1(static_cast<std::uint32_t>(warp)) : TcPre{0u, 0u};
+  auto issue1 = [&](std::uint32_t t, int st) {
+    const TcPre pre = ahead1;
+    ahead1 = lookup1(t + kTcWarps);  // this warp's next tile: in flight while this one computes
     if (t < tiles) {
       unsigned char* ks = ring + st * 2 * kTileBytes;
       unsigned char* vs = ks + kTileBytes;
@@ -273,24 +186,118 @@ __global__ void __launch_bounds__(kTcThreads, D == 256 ? 1 : 4) tc_decode_kernel
       const std::uint32_t m = __ballot_sync(0xffffffffu, valid) & 0xffffu;
       masks = (masks & ~(std::uint64_t{0xffffu} << (16 * st))) | (std::uint64_t{m} << (16 * st));
       if (m != 0) {
-        const char* kp = kv.k + k_off;
-        const char* vp = kv.v + v_off;
-        const std::uint32_t k_src = ((m >> krow) & 1u) != 0 ? 16u : 0u, v_src = valid ? 16u : 0u;
+        // The exchanged layout (rows krow) holds K, or V with kSwap; the plain one the other.
+        const char* xp = (kSwap ? kv.v : kv.k) + k_off;
+        const char* pp = (kSwap ? kv.k : kv.v) + v_off;
+        unsigned char* xs = kSwap ? vs : ks;
+        unsigned char* ps = kSwap ? ks : vs;
+        const std::uint32_t x_src = ((m >> krow) & 1u) != 0 ? 16u : 0u, p_src = valid ? 16u : 0u;
         KVMM_UNROLL
         for (int j = 0; j < D / 16; ++j) {
-          cp_async<16>(tc_at(ks, soff, j), kp + 32 * j, k_src);
-          cp_async<16>(tc_at(vs, soff, j), vp + 32 * j, v_src);
+          cp_async<16>(tc_at(xs, soff, j), xp + 32 * j, x_src);
+          cp_async<16>(tc_at(ps, soff, j), pp + 32 * j, p_src);
         }
       }
     }
     cp_async_commit();
   };
 
-  float o[kNd][4];
+  // kSub 2: the page entries of tile t's sub-tiles (kTileInPage: the sub-tile's first row;
+  // else this lane's row, clamped into the piece); nothing is read for tiles past the end nor
+  // for sub-tiles wholly outside the piece.
+  struct Ahead {
+    TcPre p[kSub];
+  };
+  auto lookupN = [&](std::uint32_t t) {
+    Ahead out;
+    KVMM_UNROLL
+    for (int u = 0; u < kSub; ++u) {
+      const std::uint32_t tok0 = first + t * kStep + kTcTile * u;
+      const std::uint32_t tok = tok0 + (kTileInPage ? 0u : lrow);
+      const bool in_piece = tok0 + kTcTile > piece.lo && tok0 < piece.hi;
+      out.p[u] = t < tiles && in_piece ? tc_pre(kv, r, min(tok, piece.hi - 1)) : TcPre{0u, 0u};
+    }
+    return out;
+  };
+  [[maybe_unused]] Ahead aheadN = kSub > 1 ? lookupN(static_cast<std::uint32_t>(warp)) : Ahead{};
+  // The cp.async of sub-tile u of stage st: row mask m, this lane's row valid, its
+  // exchanged-row and plain-row byte offsets.
+  auto copy = [&](int st, int u, std::uint32_t m, bool valid, std::uint64_t k_off, std::uint64_t v_off) {
+    unsigned char* ks = ring + st * kStageBytes + u * 2 * kTileBytes;
+    unsigned char* vs = ks + kTileBytes;
+    // The exchanged layout (rows krow) holds K, or V with kSwap; the plain one the other.
+    const char* xp = (kSwap ? kv.v : kv.k) + k_off;
+    const char* pp = (kSwap ? kv.k : kv.v) + v_off;
+    unsigned char* xs = kSwap ? vs : ks;
+    unsigned char* ps = kSwap ? ks : vs;
+    const std::uint32_t x_src = ((m >> krow) & 1u) != 0 ? 16u : 0u, p_src = valid ? 16u : 0u;
+    KVMM_UNROLL
+    for (int j = 0; j < D / 16; ++j) {
+      cp_async<16>(tc_at(xs, soff, j), xp + 32 * j, x_src);
+      cp_async<16>(tc_at(ps, soff, j), pp + 32 * j, p_src);
+    }
+  };
+  auto issueN = [&](std::uint32_t t, int st) {
+    const Ahead pre = aheadN;
+    aheadN = lookupN(t + kTcWarps);  // this warp's next tile: in flight while this one computes
+    if (t < tiles) {
+      // Offsets and row masks of every sub-tile first, then the copies: once any row of the
+      // tile is valid, every sub-tile is copied (an all-masked one zero-filled by source size
+      // 0, reading nothing), so that P = 0 never meets stale or poisoned V in O += P V.
+      std::uint32_t tile_mask = 0;
+      std::uint64_t k_off[kSub], v_off[kSub];
+      bool valid[kSub];
+      KVMM_UNROLL
+      for (int u = 0; u < kSub; ++u) {
+        const std::uint32_t tok = first + t * kStep + kTcTile * u + lrow;
+        valid[u] = tok >= piece.lo && tok < piece.hi;
+        if constexpr (kTileInPage) {
+          // One page entry per sub-tile; rows outside the piece copy nothing from inside the page.
+          const long long tile_off = tc_off(kv, r, pre.p[u]);
+          valid[u] = valid[u] && tile_off >= 0;
+          const std::uint64_t base = tile_off >= 0 ? static_cast<std::uint64_t>(tile_off) + head_off : 0u;
+          k_off[u] = base + goff_k;
+          v_off[u] = base + goff_v;
+        } else {
+          // Every lane looked up its row (one warp request per sub-tile); the K row's offset
+          // comes from the lane that looked it up.
+          const long long off = tc_off(kv, r, pre.p[u]);
+          valid[u] = valid[u] && off >= 0;
+          const std::uint64_t row_off = valid[u] ? static_cast<std::uint64_t>(off) + head_off : 0u;
+          const std::uint32_t lo =
+              __shfl_sync(0xffffffffu, static_cast<std::uint32_t>(row_off), static_cast<int>(krow));
+          const std::uint32_t hi =
+              __shfl_sync(0xffffffffu, static_cast<std::uint32_t>(row_off >> 32), static_cast<int>(krow));
+          k_off[u] = (std::uint64_t{hi} << 32 | lo) + khb * 16;
+          v_off[u] = row_off + hb * 16;
+        }
+        tile_mask |= (__ballot_sync(0xffffffffu, valid[u]) & 0xffffu) << (16 * u);
+      }
+      if (tile_mask != 0) {
+        KVMM_UNROLL
+        for (int u = 0; u < kSub; ++u) copy(st, u, tile_mask >> (16 * u), valid[u], k_off[u], v_off[u]);
+      }
+      masks = (masks & ~(std::uint64_t{kMaskAll} << (kMaskBits * st))) | (std::uint64_t{tile_mask} << (kMaskBits * st));
+    }
+    cp_async_commit();
+  };
+
+  auto issue = [&](std::uint32_t t, int st) {
+    if constexpr (kSub == 1)
+      issue1(t, st);
+    else
+      issueN(t, st);
+  };
+
+  // O's C fragments: 16 rows (q heads) x D / 8 n-tiles; with kSwap O^T, D / 16 m-tiles of
+  // 16 dims x 8 q heads (o[mt][i]: dim 16 mt + gid + 8 (i / 2), q head 2 tig + i % 2).
+  constexpr int kOt = kSwap ? D / 16 : kNd;
+  float o[kOt][4];
   KVMM_UNROLL
-  for (int n = 0; n < kNd; ++n) KVMM_UNROLL
+  for (int n = 0; n < kOt; ++n) KVMM_UNROLL
   for (int i = 0; i < 4; ++i) o[n][i] = 0.0f;
-  SoftmaxState<float> st[2] = {{-INFINITY, 0.0f}, {-INFINITY, 0.0f}};  // rows gid, gid + 8
+  // rows gid, gid + 8; with kSwap q heads 2 tig, 2 tig + 1
+  SoftmaxState<float> st[2] = {{-INFINITY, 0.0f}, {-INFINITY, 0.0f}};
 
   const std::uint32_t my_tiles = tiles > static_cast<std::uint32_t>(warp)
                                      ? (tiles - static_cast<std::uint32_t>(warp) + kTcWarps - 1) / kTcWarps
@@ -305,99 +312,115 @@ __global__ void __launch_bounds__(kTcThreads, D == 256 ? 1 : 4) tc_decode_kernel
   const float f = soft_cap ? 1.0f : a.scale_log2;
   KVMM_UNROLL
   for (int p = 0; p < kStages - 1; ++p) issue(static_cast<std::uint32_t>(warp + p * kTcWarps), p);
-  for (std::uint32_t it = 0; it < my_tiles; ++it) {
+  // Iteration `it` of this warp's tiles, in stage `stage` (= it % kStages). With kSub 2 the
+  // loop below is unrolled kStages times, so `stage` is a constant after inlining: every
+  // shared-memory address is a per-lane register plus an immediate.
+  auto step = [&](std::uint32_t it, int stage, int next_stage) {
     const std::uint32_t t = static_cast<std::uint32_t>(warp) + it * kTcWarps;
-    issue(t + (kStages - 1) * kTcWarps, static_cast<int>((it + kStages - 1) % kStages));
+    issue(t + (kStages - 1) * kTcWarps, next_stage);
     cp_async_wait<kStages - 1>();
     __syncwarp();
-    const int stage = static_cast<int>(it % kStages);
-    const std::uint32_t tm = static_cast<std::uint32_t>(masks >> (16 * stage)) & 0xffffu;
-    if (tm == 0) continue;  // a null tile: nothing was copied
-    const unsigned char* ks = ring + stage * 2 * kTileBytes;
+    const std::uint32_t tm = static_cast<std::uint32_t>(masks >> (kMaskBits * stage)) & kMaskAll;
+    if (tm == 0) return;  // a null tile: nothing was copied
+    const unsigned char* ks = ring + stage * kStageBytes;
     const unsigned char* vs = ks + kTileBytes;
-
-    // S = Q K^T over two n-tiles of 8 tokens: per k-step one ldmatrix.x4 gives K rows 0-7
-    // at chunks 2 j, 2 j + 1 (regs 0, 1) and rows 8-15 at the same chunks (regs 2, 3).
-    float s[2][4];
-    KVMM_UNROLL
-    for (int nt = 0; nt < 2; ++nt) KVMM_UNROLL
-    for (int i = 0; i < 4; ++i) s[nt][i] = 0.0f;
-    KVMM_UNROLL
-    for (int j = 0; j < D / 16; ++j) {
-      std::uint32_t qa[4], k4[4];
-      ldmatrix<4, false>(qa, tc_at(qs, soff, j));
-      ldmatrix<4, false>(k4, tc_at(ks, soff, j));
-      const std::uint32_t b0[2] = {k4[0], k4[1]}, b1[2] = {k4[2], k4[3]};
-      mma_16816<T>(s[0], qa, b0, s[0]);
-      mma_16816<T>(s[1], qa, b1, s[1]);
-    }
-    // Soft cap and mask: this lane's columns are tokens 8 nt + 2 tig + (i & 1).
-    const std::uint32_t lm = tm >> (2 * tig);
-    float mx[2] = {-INFINITY, -INFINITY};
-    KVMM_UNROLL
-    for (int nt = 0; nt < 2; ++nt) KVMM_UNROLL
-    for (int i = 0; i < 4; ++i) {
-      const bool ok = ((lm >> (8 * nt + (i & 1))) & 1u) != 0;
-      const float x = soft_cap ? a.cap_log2 * tanhf(s[nt][i] * a.scale_div_cap) : s[nt][i];
-      s[nt][i] = ok ? x : -INFINITY;
-      mx[i >> 1] = fmaxf(mx[i >> 1], s[nt][i]);
-    }
-    float m_new[2], m_sub[2], sum[2] = {0.0f, 0.0f};
-    KVMM_UNROLL
-    for (int h2 = 0; h2 < 2; ++h2) {
-      mx[h2] = fmaxf(mx[h2], __shfl_xor_sync(0xffffffffu, mx[h2], 1));
-      mx[h2] = fmaxf(mx[h2], __shfl_xor_sync(0xffffffffu, mx[h2], 2));
-      m_new[h2] = fmaxf(st[h2].m, mx[h2] * f);
-      m_sub[h2] = m_new[h2] == -INFINITY ? 0.0f : m_new[h2];  // masked logits stay -inf: weight 0
-    }
-    KVMM_UNROLL
-    for (int nt = 0; nt < 2; ++nt) KVMM_UNROLL
-    for (int i = 0; i < 4; ++i) {
-      s[nt][i] = tc_exp2(fmaf(s[nt][i], f, -m_sub[i >> 1]));
-      sum[i >> 1] += s[nt][i];
-    }
-    float corr[2];
-    KVMM_UNROLL
-    for (int h2 = 0; h2 < 2; ++h2) {
-      sum[h2] += __shfl_xor_sync(0xffffffffu, sum[h2], 1);
-      sum[h2] += __shfl_xor_sync(0xffffffffu, sum[h2], 2);
-      corr[h2] = m_new[h2] == -INFINITY ? 1.0f : softmax_absorb(st[h2], m_new[h2], sum[h2], TcExp2{});
-    }
-    // P (16 x 16 tokens) as the A operand: C tile nt holds k = 8 nt .. 8 nt + 7. P is split
-    // into its T-rounded part and the T-rounded remainder (two products), so the weights
-    // carry about 16 bits, not T's 8 or 11: the output stays within a few units of roundoff
-    // of the exact softmax (one rounded P alone gives 10-15).
-    std::uint32_t pa[4], pl[4];
-    KVMM_UNROLL
-    for (int j = 0; j < 4; ++j) {
-      const float x0 = s[j >> 1][2 * (j & 1)], x1 = s[j >> 1][2 * (j & 1) + 1];
-      pa[j] = pack2<T>(x0, x1);
-      pl[j] = pack2<T>(x0 - T::lo(pa[j]), x1 - T::hi(pa[j]));
-    }
-    // Rescale O only when some row's maximum moved (corr is exactly 1 otherwise): after the
-    // first tiles it rarely does.
-    if (__any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f)) {
+    if constexpr (kSwap) {
+      tc_swap_tile<T, D, kSub>(o, st, qb, ks, soff, tm, gid, f, a);
+    } else {
+      // S = Q K^T over two n-tiles of 8 tokens: per k-step one ldmatrix.x4 gives K rows 0-7
+      // at chunks 2 j, 2 j + 1 (regs 0, 1) and rows 8-15 at the same chunks (regs 2, 3).
+      float s[2][4];
       KVMM_UNROLL
-      for (int n = 0; n < kNd; ++n) {
-        o[n][0] *= corr[0];
-        o[n][1] *= corr[0];
-        o[n][2] *= corr[1];
-        o[n][3] *= corr[1];
+      for (int nt = 0; nt < 2; ++nt) KVMM_UNROLL
+      for (int i = 0; i < 4; ++i) s[nt][i] = 0.0f;
+      KVMM_UNROLL
+      for (int j = 0; j < D / 16; ++j) {
+        std::uint32_t qa[4], k4[4];
+        ldmatrix<4, false>(qa, tc_at(qs, soff, j));
+        ldmatrix<4, false>(k4, tc_at(ks, soff, j));
+        const std::uint32_t b0[2] = {k4[0], k4[1]}, b1[2] = {k4[2], k4[3]};
+        mma_16816<T>(s[0], qa, b0, s[0]);
+        mma_16816<T>(s[1], qa, b1, s[1]);
+      }
+      // Soft cap and mask: this lane's columns are tokens 8 nt + 2 tig + (i & 1).
+      const std::uint32_t lm = tm >> (2 * tig);
+      float mx[2] = {-INFINITY, -INFINITY};
+      KVMM_UNROLL
+      for (int nt = 0; nt < 2; ++nt) KVMM_UNROLL
+      for (int i = 0; i < 4; ++i) {
+        const bool ok = ((lm >> (8 * nt + (i & 1))) & 1u) != 0;
+        const float x = soft_cap ? a.cap_log2 * tanhf(s[nt][i] * a.scale_div_cap) : s[nt][i];
+        s[nt][i] = ok ? x : -INFINITY;
+        mx[i >> 1] = fmaxf(mx[i >> 1], s[nt][i]);
+      }
+      float m_new[2], m_sub[2], sum[2] = {0.0f, 0.0f};
+      KVMM_UNROLL
+      for (int h2 = 0; h2 < 2; ++h2) {
+        mx[h2] = fmaxf(mx[h2], __shfl_xor_sync(0xffffffffu, mx[h2], 1));
+        mx[h2] = fmaxf(mx[h2], __shfl_xor_sync(0xffffffffu, mx[h2], 2));
+        m_new[h2] = fmaxf(st[h2].m, mx[h2] * f);
+        m_sub[h2] = m_new[h2] == -INFINITY ? 0.0f : m_new[h2];  // masked logits stay -inf: weight 0
+      }
+      KVMM_UNROLL
+      for (int nt = 0; nt < 2; ++nt) KVMM_UNROLL
+      for (int i = 0; i < 4; ++i) {
+        s[nt][i] = tc_exp2(fmaf(s[nt][i], f, -m_sub[i >> 1]));
+        sum[i >> 1] += s[nt][i];
+      }
+      float corr[2];
+      KVMM_UNROLL
+      for (int h2 = 0; h2 < 2; ++h2) {
+        sum[h2] += __shfl_xor_sync(0xffffffffu, sum[h2], 1);
+        sum[h2] += __shfl_xor_sync(0xffffffffu, sum[h2], 2);
+        corr[h2] = m_new[h2] == -INFINITY ? 1.0f : softmax_absorb(st[h2], m_new[h2], sum[h2], TcExp2{});
+      }
+      // P (16 x 16 tokens) as the A operand: C tile nt holds k = 8 nt .. 8 nt + 7. P is split
+      // into its T-rounded part and the T-rounded remainder (two products), so the weights
+      // carry about 16 bits, not T's 8 or 11: the output stays within a few units of roundoff
+      // of the exact softmax (one rounded P alone gives 10-15).
+      std::uint32_t pa[4], pl[4];
+      KVMM_UNROLL
+      for (int j = 0; j < 4; ++j) {
+        const float x0 = s[j >> 1][2 * (j & 1)], x1 = s[j >> 1][2 * (j & 1) + 1];
+        pa[j] = pack2<T>(x0, x1);
+        pl[j] = pack2<T>(x0 - T::lo(pa[j]), x1 - T::hi(pa[j]));
+      }
+      // Rescale O only when some row's maximum moved (corr is exactly 1 otherwise): after the
+      // first tiles it rarely does.
+      if (__any_sync(0xffffffffu, corr[0] != 1.0f || corr[1] != 1.0f)) {
+        KVMM_UNROLL
+        for (int n = 0; n < kNd; ++n) {
+          o[n][0] *= corr[0];
+          o[n][1] *= corr[0];
+          o[n][2] *= corr[1];
+          o[n][3] *= corr[1];
+        }
+      }
+      // O += P V: one ldmatrix.x4.trans per two n-tiles: V rows 0-7 / 8-15 (regs 0, 1) at
+      // chunk 2 j, then at chunk 2 j + 1 (regs 2, 3).
+      KVMM_UNROLL
+      for (int j = 0; j < kNd / 2; ++j) {
+        std::uint32_t v4[4];
+        ldmatrix<4, true>(v4, tc_at(vs, soff, j));
+        const std::uint32_t v0[2] = {v4[0], v4[1]}, v1[2] = {v4[2], v4[3]};
+        mma_16816<T>(o[2 * j], pa, v0, o[2 * j]);
+        mma_16816<T>(o[2 * j], pl, v0, o[2 * j]);
+        mma_16816<T>(o[2 * j + 1], pa, v1, o[2 * j + 1]);
+        mma_16816<T>(o[2 * j + 1], pl, v1, o[2 * j + 1]);
       }
     }
-    // O += P V: one ldmatrix.x4.trans per two n-tiles: V rows 0-7 / 8-15 (regs 0, 1) at
-    // chunk 2 j, then at chunk 2 j + 1 (regs 2, 3).
-    KVMM_UNROLL
-    for (int j = 0; j < kNd / 2; ++j) {
-      std::uint32_t v4[4];
-      ldmatrix<4, true>(v4, tc_at(vs, soff, j));
-      const std::uint32_t v0[2] = {v4[0], v4[1]}, v1[2] = {v4[2], v4[3]};
-      mma_16816<T>(o[2 * j], pa, v0, o[2 * j]);
-      mma_16816<T>(o[2 * j], pl, v0, o[2 * j]);
-      mma_16816<T>(o[2 * j + 1], pa, v1, o[2 * j + 1]);
-      mma_16816<T>(o[2 * j + 1], pl, v1, o[2 * j + 1]);
-    }
     __syncwarp();  // every lane read this stage before it is refilled
+  };
+  if constexpr (kSub == 1) {
+    for (std::uint32_t it = 0; it < my_tiles; ++it)
+      step(it, static_cast<int>(it % kStages), static_cast<int>((it + kStages - 1) % kStages));
+  } else {
+    std::uint32_t it = 0;
+    for (; it + kStages <= my_tiles; it += kStages)
+      static_for<kStages>([&](auto sc) { step(it + sc.value, sc.value, (sc.value + kStages - 1) % kStages); });
+    static_for<kStages - 1>([&](auto sc) {
+      if (it + sc.value < my_tiles) step(it + sc.value, sc.value, (sc.value + kStages - 1) % kStages);
+    });
   }
   cp_async_wait<0>();
   __syncthreads();
@@ -406,18 +429,36 @@ __global__ void __launch_bounds__(kTcThreads, D == 256 ? 1 : 4) tc_decode_kernel
   float* mw = reinterpret_cast<float*>(smem);  // [warps][16]
   float* lw = mw + kTcWarps * kTcRows;         // [warps][16]
   float* ow = lw + kTcWarps * kTcRows;         // [warps][16][D]
-  if (tig == 0) {
-    mw[warp * kTcRows + gid] = st[0].m;
-    mw[warp * kTcRows + gid + 8] = st[1].m;
-    lw[warp * kTcRows + gid] = st[0].l;
-    lw[warp * kTcRows + gid + 8] = st[1].l;
-  }
-  KVMM_UNROLL
-  for (int n = 0; n < kNd; ++n) {
+  if constexpr (kSwap) {
+    if (gid == 0) {
+      KVMM_UNROLL
+      for (int h2 = 0; h2 < 2; ++h2) {
+        mw[warp * kTcRows + 2 * tig + h2] = st[h2].m;
+        lw[warp * kTcRows + 2 * tig + h2] = st[h2].l;
+      }
+    }
     KVMM_UNROLL
-    for (int i = 0; i < 4; ++i) {
-      const int row = gid + ((i & 2) ? 8 : 0), col = 8 * n + 2 * tig + (i & 1);
-      ow[(warp * kTcRows + row) * D + col] = o[n][i];
+    for (int mt = 0; mt < kOt; ++mt) {
+      KVMM_UNROLL
+      for (int i = 0; i < 4; ++i) {
+        const int row = 2 * tig + (i & 1), col = 16 * mt + gid + ((i & 2) ? 8 : 0);
+        ow[(warp * kTcRows + row) * D + col] = o[mt][i];
+      }
+    }
+  } else {
+    if (tig == 0) {
+      mw[warp * kTcRows + gid] = st[0].m;
+      mw[warp * kTcRows + gid + 8] = st[1].m;
+      lw[warp * kTcRows + gid] = st[0].l;
+      lw[warp * kTcRows + gid + 8] = st[1].l;
+    }
+    KVMM_UNROLL
+    for (int n = 0; n < kNd; ++n) {
+      KVMM_UNROLL
+      for (int i = 0; i < 4; ++i) {
+        const int row = gid + ((i & 2) ? 8 : 0), col = 8 * n + 2 * tig + (i & 1);
+        ow[(warp * kTcRows + row) * D + col] = o[n][i];
+      }
     }
   }
   __syncthreads();

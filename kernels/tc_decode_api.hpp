@@ -10,7 +10,9 @@
 namespace kvmm::kernels::experimental {
 
 // stages: the cp.async ring's depth per warp, 2 (every head dim), 3 or 4 (head dim 128);
-// anything else raises kvmm::Error naming it.
+// anything else raises kvmm::Error naming it. Groups of at most 8 q heads at head dims 64
+// and 128 run the swapped-operand form (32-token warp tiles at 2 stages), others the
+// 16-row form (tc_decode.cuh).
 void paged_decode_attention_tc(const PagedAttentionParams& p, Stream stream, std::uint32_t stages = 2);
 void contiguous_decode_attention_tc(const ContiguousAttentionParams& p, Stream stream, std::uint32_t stages = 2);
 

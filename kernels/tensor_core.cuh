@@ -7,6 +7,8 @@
 //                     lanes 8m..8m+7 give the 8 row addresses (16 bytes each) of matrix m
 //   pack2<T>          two floats rounded to T, packed low-first into one .b32 (the A
 //                     fragment of a P.V product from C fragments)
+//   movmatrix_trans   movmatrix.sync.aligned.m8n8.trans.b16: an 8x8 16-bit fragment
+//                     transposed in registers (a C tile of P^T as a B operand)
 // All three are warp-wide: every lane of the warp executes them together.
 #pragma once
 
@@ -73,6 +75,22 @@ __device__ __forceinline__ void ldmatrix(std::uint32_t (&r)[N], const void* smem
                    : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                    : "r"(addr));
   }
+#endif
+}
+
+// movmatrix.sync.aligned.m8n8.trans.b16 (sm_75+): lane l holds row l / 4, columns 2 (l % 4)
+// and 2 (l % 4) + 1 of an 8x8 matrix of 16-bit elements (low half first); returns the same
+// fragment of its transpose. Warp-wide.
+__device__ __forceinline__ std::uint32_t movmatrix_trans(std::uint32_t x) {
+#if defined(KVMM_SIMT_HOST)
+  return simt::movmatrix_trans(x);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+  __trap();
+  return x;
+#else
+  std::uint32_t y;
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
+  return y;
 #endif
 }
 

@@ -121,11 +121,13 @@ def prefill_table(rows, pf, tolerance):
 
 def tc_facts(census, addr):
     """The tensor-core decode (tc_decode.cuh) from its census: loop warp-instructions per
-    warp-iteration (16 tokens x K+V of one kv head = LDGSTS.128 x 16 B x 32 lanes)."""
-    k = census[f"sm_90 tc_decode<BFloat,D128,{addr},tile> nocap"]  # 16-token pages: one entry per tile
+    warp-iteration (LDGSTS.128 x 16 B x 32 lanes of K+V of one kv head). The form the
+    launcher runs at the bench's group of 4: swapped operands, 32-token warp tiles, 2 stages
+    (its loop unrolled twice: 64 tokens per census span)."""
+    k = census[f"sm_90 tc_decode<BFloat,D128,{addr},tile,swap,T32> nocap"]  # 16-token pages: one entry per sub-tile
     regs = k["res"]["regs"]
-    # the ring (4 warps x 2 stages x K+V x 16 rows) and Q (16 rows), dynamic, + the system reserve
-    smem = 4 * 2 * 2 * 16 * HEAD_DIM * 2 + 16 * HEAD_DIM * 2 + 1024
+    # the ring (4 warps x 2 stages x K+V x 32 rows; Q in registers), dynamic, + the system reserve
+    smem = 4 * 2 * 2 * 32 * HEAD_DIM * 2 + 1024
     per_sm = min(REGS_PER_SM // (regs * THREADS), SMEM_PER_SM // smem, MAX_CTAS_PER_SM)
     return dict(loop=k["loop"]["instrs"], bytes_per_iter=k["loop"]["LDGSTS.128"] * 16 * 32, ctas_per_sm=per_sm, regs=regs)
 

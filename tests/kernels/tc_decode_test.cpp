@@ -24,34 +24,52 @@ namespace dev = kvmm::kernels::device;
 
 namespace {
 
-template <typename T, typename Addr, bool kTileInPage, int kStages = dev::kTcStages>
+template <typename T, typename Addr, bool kTileInPage, int kStages = dev::kTcStages, bool kSwap = false, int kSub = 1>
 bool run_tc(const dev::AttnArgs& a, const Addr& kv, dim3 grid, std::uint32_t d) {
   if (d == 64)
-    return simt::launch(grid, dev::kTcThreads, [&] { dev::tc_decode_kernel<T, 64, Addr, kTileInPage>(a, kv); });
+    return simt::launch(grid, dev::kTcThreads,
+                        [&] { dev::tc_decode_kernel<T, 64, Addr, kTileInPage, dev::kTcStages, kSwap, kSub>(a, kv); });
   if (d == 128)
     return simt::launch(grid, dev::kTcThreads,
-                        [&] { dev::tc_decode_kernel<T, 128, Addr, kTileInPage, kStages>(a, kv); });
-  return simt::launch(grid, dev::kTcThreads, [&] { dev::tc_decode_kernel<T, 256, Addr, kTileInPage>(a, kv); });
+                        [&] { dev::tc_decode_kernel<T, 128, Addr, kTileInPage, kStages, kSwap, kSub>(a, kv); });
+  if constexpr (!kSwap)
+    return simt::launch(grid, dev::kTcThreads, [&] { dev::tc_decode_kernel<T, 256, Addr, kTileInPage>(a, kv); });
+  return false;
+}
+
+template <typename T, typename Addr, bool kSwap>
+bool run_tc(const dev::AttnArgs& a, const Addr& kv, dim3 grid, std::uint32_t d, int stages, bool tile32) {
+  const bool tile = dev::tc_tile_in_page(kv);
+  if constexpr (kSwap) {
+    if (stages == 2 && tile32)
+      return tile ? run_tc<T, Addr, true, 2, true, 2>(a, kv, grid, d)
+                  : run_tc<T, Addr, false, 2, true, 2>(a, kv, grid, d);
+  }
+  if (stages == 3)
+    return tile ? run_tc<T, Addr, true, 3, kSwap>(a, kv, grid, d) : run_tc<T, Addr, false, 3, kSwap>(a, kv, grid, d);
+  if (stages == 4)
+    return tile ? run_tc<T, Addr, true, 4, kSwap>(a, kv, grid, d) : run_tc<T, Addr, false, 4, kSwap>(a, kv, grid, d);
+  return tile ? run_tc<T, Addr, true, 2, kSwap>(a, kv, grid, d) : run_tc<T, Addr, false, 2, kSwap>(a, kv, grid, d);
 }
 
 // The instance the launcher picks: one page entry per tile when pages hold whole tiles;
-// `stages` (2-4) the ring's depth at head dim 128.
+// swapped operands for groups of at most 8 at head dims up to 128 (tc_swap), unless
+// `swap` is false, with 32-token warp tiles at 2 stages unless `tile32` is false; `stages`
+// (2-4) the ring's depth at head dim 128.
 template <typename T, typename Addr>
-bool run_tc(const dev::AttnArgs& a, const Addr& kv, dim3 grid, std::uint32_t d, int stages = 2) {
-  const bool tile = dev::tc_tile_in_page(kv);
-  if (stages == 3) return tile ? run_tc<T, Addr, true, 3>(a, kv, grid, d) : run_tc<T, Addr, false, 3>(a, kv, grid, d);
-  if (stages == 4) return tile ? run_tc<T, Addr, true, 4>(a, kv, grid, d) : run_tc<T, Addr, false, 4>(a, kv, grid, d);
-  return tile ? run_tc<T, Addr, true>(a, kv, grid, d) : run_tc<T, Addr, false>(a, kv, grid, d);
+bool run_tc(const dev::AttnArgs& a, const Addr& kv, dim3 grid, std::uint32_t d, int stages, bool swap, bool tile32) {
+  if (swap && dev::tc_swap(a, d)) return run_tc<T, Addr, true>(a, kv, grid, d, stages, tile32);
+  return run_tc<T, Addr, false>(a, kv, grid, d, stages, tile32);
 }
 
 // The launch sequence of the tensor-core decode, emulated: the kernel, then the merge.
 template <typename Addr>
 bool emulate_tc(const QueryBatch& q, const AttentionOptions& opt, const SplitKV& split, std::uint32_t kv_heads,
-                std::uint32_t d, DType dtype, const Addr& kv, int stages = 2) {
+                std::uint32_t d, DType dtype, const Addr& kv, int stages = 2, bool swap = true, bool tile32 = true) {
   const dev::AttnArgs a = dev::make_tc_args(q, opt, split, kv_heads, d);
   const dim3 grid(q.batch, kv_heads * a.head_chunks, a.num_splits);
-  bool ok =
-      dtype == DType::kF16 ? run_tc<dev::Half>(a, kv, grid, d, stages) : run_tc<dev::BFloat>(a, kv, grid, d, stages);
+  bool ok = dtype == DType::kF16 ? run_tc<dev::Half>(a, kv, grid, d, stages, swap, tile32)
+                                 : run_tc<dev::BFloat>(a, kv, grid, d, stages, swap, tile32);
   if (ok && split.num_splits > 1) {
     ok = simt::launch(dim3(q.rows, q.q_heads), d, [&] {
       if (dtype == DType::kF16)
@@ -63,7 +81,8 @@ bool emulate_tc(const QueryBatch& q, const AttentionOptions& opt, const SplitKV&
   return ok;
 }
 
-std::vector<std::uint16_t> tc_paged(Scenario& s, std::uint32_t splits, bool csr, int stages = 2) {
+std::vector<std::uint16_t> tc_paged(Scenario& s, std::uint32_t splits, bool csr, int stages = 2, bool swap = true,
+                                    bool tile32 = true) {
   std::vector<std::uint16_t> o(s.out_elems(), 0xffff);
   PagedAttentionParams p = s.paged_params(o.data(), splits, csr);
   std::vector<float> ws(attention_workspace_bytes(s.rows, s.q_heads, s.cfg.head_dim, splits) / 4 + 4);
@@ -77,7 +96,8 @@ std::vector<std::uint16_t> tc_paged(Scenario& s, std::uint32_t splits, bool csr,
                             p.table.pages,
                             p.table.dense_stride,
                             dev::FastDiv::make(p.cache.tokens_per_page)};
-  REQUIRE(emulate_tc(p.query, p.options, p.split, s.cfg.kv_heads, s.cfg.head_dim, s.cfg.dtype, kv, stages));
+  REQUIRE(
+      emulate_tc(p.query, p.options, p.split, s.cfg.kv_heads, s.cfg.head_dim, s.cfg.dtype, kv, stages, swap, tile32));
   return o;
 }
 
@@ -156,6 +176,14 @@ TEST_CASE("emulated tensor-core decode matches the CPU references", "[kernels][s
           // within 4 units of roundoff of the double reference.
           CHECK(max_rel_error(c.dtype, got, widen(c.dtype, ref), 1e-2) <= 4.0 * unit_roundoff(c.dtype));
           if (!s.any_null) CHECK(tc_contiguous(s, splits) == got);
+          // Groups of at most 8 run the swapped operands; the 16-row form serves them too.
+          // (32-token warp tiles at 2 stages); the 16-row form and 16-token tiles serve them too.
+          if (group <= 8 && seed == 0) {
+            const auto rows16 = tc_paged(s, splits, index % 3 != 0, 2, false);
+            CHECK(max_rel_error(c.dtype, rows16, widen(c.dtype, ref), 1e-2) <= 4.0 * unit_roundoff(c.dtype));
+            const auto tile16 = tc_paged(s, splits, index % 3 != 0, 2, true, false);
+            CHECK(max_rel_error(c.dtype, tile16, widen(c.dtype, ref), 1e-2) <= 4.0 * unit_roundoff(c.dtype));
+          }
         }
         simt::Emulator::get().set_schedule_seed(0);
       }
@@ -248,7 +276,8 @@ TEST_CASE("emulated tensor-core decode: rings of 3 and 4 stages give the 2-stage
     const std::uint32_t splits = index % 2 == 0 ? 1 : 3;
     INFO("scenario " << index << " tpp " << c.tokens_per_page << " splits " << splits);
     simt::Emulator::get().set_schedule_seed(index);
-    const auto two = tc_paged(s, splits, true, 2);
+    // 16-token warp tiles at every depth (the 2-stage default of groups up to 8 takes 32).
+    const auto two = tc_paged(s, splits, true, 2, true, false);
     std::vector<std::uint16_t> ref(s.out_elems());
     cpu::paged_decode_attention(s.paged_params(ref.data(), splits, true));
     CHECK(max_rel_error(c.dtype, two, widen(c.dtype, ref), 1e-2) <= 4.0 * unit_roundoff(c.dtype));

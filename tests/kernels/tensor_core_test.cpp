@@ -4,7 +4,8 @@
 // mma.m16n8k16 with floating point type") and of ldmatrix (9.7.14.5.15) as forward maps
 // (lane, element) -> (row, col), checked as bijections and against the emulator's inverse
 // owner maps; mma on integer data equal to a triple loop exactly; ldmatrix returning what
-// the layout says with the ignored lanes' addresses never read; cp.async zero fill, group
+// the layout says with the ignored lanes' addresses never read; movmatrix's transpose;
+// cp.async zero fill, group
 // order and poison until wait_group (a planted early read fails); the shuffles; a missing
 // barrier found by a seeded schedule.
 #if defined(__SANITIZE_ADDRESS__)
@@ -152,6 +153,25 @@ TEST_CASE("emulated ldmatrix x1/x2/x4 (.trans) follows the PTX ISA and ignores u
         seen.insert({ptx_ldmatrix(lane, j, trans).row, ptx_ldmatrix(lane, j, trans).col});
     CHECK(seen.size() == 64);
   }
+}
+
+TEST_CASE("emulated movmatrix.m8n8.trans transposes the 8x8 fragment in place", "[kernels][simt][tc]") {
+  // PTX ISA (movmatrix): lane l holds row l / 4, columns 2 (l % 4) and 2 (l % 4) + 1 of the
+  // source (low half first) and receives the same positions of its transpose: element
+  // (row c, column r) of the source for result position (r, c).
+  auto value = [](unsigned row, unsigned col) { return static_cast<std::uint16_t>(100 * row + col + 1); };
+  std::vector<std::uint32_t> got(32, 0);
+  REQUIRE(simt::launch(dim3(1), 32, [&] {
+    const unsigned lane = threadIdx.x, row = lane / 4, col = 2 * (lane % 4);
+    const std::uint32_t x = std::uint32_t{value(row, col)} | (std::uint32_t{value(row, col + 1)} << 16);
+    got[lane] = dev::movmatrix_trans(x);
+  }));
+  for (unsigned lane = 0; lane < 32; ++lane)
+    for (unsigned j = 0; j < 2; ++j) {
+      const unsigned r = lane / 4, c = 2 * (lane % 4) + j;
+      INFO("lane " << lane << " half " << j);
+      CHECK(static_cast<std::uint16_t>(got[lane] >> (16 * j)) == value(c, r));
+    }
 }
 
 TEST_CASE("emulated cp.async: sizes, zero fill, group order, poison until wait", "[kernels][simt][tc]") {

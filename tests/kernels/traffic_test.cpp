@@ -213,7 +213,8 @@ struct TcTraffic {
 // The tensor-core decode (bf16, D 128) on 2 requests x 256 tokens, 2 kv heads, group 4;
 // 16-token pages (permuted, page-layer layout of 2 layers), or contiguous; `splits` pieces;
 // `null_every` > 0: every such page of the tables is null.
-TcTraffic tc_traffic(bool paged, std::uint32_t splits, std::uint32_t null_every, std::uint32_t tpp = 16) {
+TcTraffic tc_traffic(bool paged, std::uint32_t splits, std::uint32_t null_every, std::uint32_t tpp = 16,
+                     bool swap = false) {
   constexpr std::uint32_t batch = 2, kv_heads = 2, group = 4, D = 128, kv_len = 256, layers = 2;
   constexpr std::uint32_t q_heads = kv_heads * group, row_bytes = kv_heads * D * 2;
   const std::uint64_t page_stride = std::uint64_t{layers} * 2 * tpp * row_bytes;
@@ -249,16 +250,28 @@ TcTraffic tc_traffic(bool paged, std::uint32_t splits, std::uint32_t null_every,
     const dev::TcPagedAddr kv{base,          base + tpp * row_bytes, page_stride, row_bytes,
                               indptr.data(), pages.data(),           0,           dev::FastDiv::make(tpp)};
     if (dev::tc_tile_in_page(kv))
-      ok = simt::launch(grid, dev::kTcThreads,
-                        [&] { dev::tc_decode_kernel<dev::BFloat, 128, dev::TcPagedAddr, true>(a, kv); });
+      ok = simt::launch(grid, dev::kTcThreads, [&] {
+        if (swap)
+          dev::tc_decode_kernel<dev::BFloat, 128, dev::TcPagedAddr, true, 2, true, 2>(a, kv);
+        else
+          dev::tc_decode_kernel<dev::BFloat, 128, dev::TcPagedAddr, true>(a, kv);
+      });
     else
-      ok = simt::launch(grid, dev::kTcThreads,
-                        [&] { dev::tc_decode_kernel<dev::BFloat, 128, dev::TcPagedAddr, false>(a, kv); });
+      ok = simt::launch(grid, dev::kTcThreads, [&] {
+        if (swap)
+          dev::tc_decode_kernel<dev::BFloat, 128, dev::TcPagedAddr, false, 2, true, 2>(a, kv);
+        else
+          dev::tc_decode_kernel<dev::BFloat, 128, dev::TcPagedAddr, false>(a, kv);
+      });
   } else {
     const std::uint64_t slot_stride = std::uint64_t{kv_len} * row_bytes;
     const dev::ContiguousAddr kv{base, base + batch * slot_stride, slot_stride, row_bytes, slots.data()};
-    ok = simt::launch(grid, dev::kTcThreads,
-                      [&] { dev::tc_decode_kernel<dev::BFloat, 128, dev::ContiguousAddr, true>(a, kv); });
+    ok = simt::launch(grid, dev::kTcThreads, [&] {
+      if (swap)
+        dev::tc_decode_kernel<dev::BFloat, 128, dev::ContiguousAddr, true, 2, true, 2>(a, kv);
+      else
+        dev::tc_decode_kernel<dev::BFloat, 128, dev::ContiguousAddr, true>(a, kv);
+    });
   }
   REQUIRE(ok);
   t.rep = log.analyse({{"kv", arena.data(), arena.size()}, {"pages", pages.data(), pages.size() * 4}});
@@ -270,53 +283,59 @@ TcTraffic tc_traffic(bool paged, std::uint32_t splits, std::uint32_t null_every,
 
 TEST_CASE("tensor-core decode: K/V at the minimum, ideal sectors and wavefronts, page ids once per page",
           "[kernels][simt][traffic][tc_decode]") {
-  for (bool paged : {true, false})
-    for (std::uint32_t splits : {1u, 3u}) {  // 3 pieces of 256 keys: 86, 85, 85 (mid-tile starts)
-      INFO("paged " << paged << " splits " << splits);
-      const TcTraffic t = tc_traffic(paged, splits, 0);
-      const simt::GlobalStats& kv = t.rep.global.at("kv");
-      CHECK(t.rep.misaligned == 0);
-      CHECK(kv.bytes_requested == t.kv_min);  // each K/V byte once per kv head
-      CHECK(kv.unique_bytes == t.kv_min);
-      // A cp.async request of 32 lanes: 32 bytes of each of the tile's 16 rows of one head,
-      // 16 sectors; a tile a split boundary cuts has fewer rows per request. Either way no
-      // sector is read in part: sectors x 32 = bytes.
-      CHECK(kv.sectors * 32 == kv.bytes_requested);
-      if (splits == 1) CHECK(kv.sectors_per_request() == 16.0);
-      CHECK(t.rep.ldmatrix.wavefronts == t.rep.ldmatrix.ideal);
-      CHECK(t.rep.ldmatrix.requests > 0);
-      if (paged) {
-        // One warp request per (16-token page, CTA), plus one per tile a split boundary cuts.
-        const simt::GlobalStats& pg = t.rep.global.at("pages");
-        const long long per_cta_pages = 2 * 16 * 2;  // requests x pages x kv heads
-        CHECK(pg.requests <= per_cta_pages + (splits - 1) * 2 * 2);
-        CHECK(pg.requests >= per_cta_pages);
-        CHECK(pg.unique_bytes == 2 * 16 * 4);
+  // Both forms: 16 q-head rows, and swapped operands with 32-token warp tiles (K and V
+  // exchange shared layouts).
+  for (bool swap : {false, true})
+    for (bool paged : {true, false})
+      for (std::uint32_t splits : {1u, 3u}) {  // 3 pieces of 256 keys: 86, 85, 85 (mid-tile starts)
+        INFO("swap " << swap << " paged " << paged << " splits " << splits);
+        const TcTraffic t = tc_traffic(paged, splits, 0, 16, swap);
+        const simt::GlobalStats& kv = t.rep.global.at("kv");
+        CHECK(t.rep.misaligned == 0);
+        CHECK(kv.bytes_requested == t.kv_min);  // each K/V byte once per kv head
+        CHECK(kv.unique_bytes == t.kv_min);
+        // A cp.async request of 32 lanes: 32 bytes of each of the tile's 16 rows of one head,
+        // 16 sectors; a tile a split boundary cuts has fewer rows per request. Either way no
+        // sector is read in part: sectors x 32 = bytes.
+        CHECK(kv.sectors * 32 == kv.bytes_requested);
+        if (splits == 1) CHECK(kv.sectors_per_request() == 16.0);
+        CHECK(t.rep.ldmatrix.wavefronts == t.rep.ldmatrix.ideal);
+        CHECK(t.rep.ldmatrix.requests > 0);
+        if (paged) {
+          // One warp request per (16-token page, CTA), plus one per tile a split boundary cuts.
+          const simt::GlobalStats& pg = t.rep.global.at("pages");
+          const long long per_cta_pages = 2 * 16 * 2;  // requests x pages x kv heads
+          CHECK(pg.requests <= per_cta_pages + (splits - 1) * 2 * 2);
+          CHECK(pg.requests >= per_cta_pages);
+          CHECK(pg.unique_bytes == 2 * 16 * 4);
+        }
       }
-    }
   // Null pages: their rows are neither read nor their page ids read twice.
-  const TcTraffic n = tc_traffic(true, 1, 3);
-  CHECK(n.rep.global.at("kv").bytes_requested == n.pages_used * 16 * 2 * 128 * 2 * 2);
+  for (bool swap : {false, true}) {
+    const TcTraffic n = tc_traffic(true, 1, 3, 16, swap);
+    CHECK(n.rep.global.at("kv").bytes_requested == n.pages_used * 16 * 2 * 128 * 2 * 2);
+  }
 }
 
 TEST_CASE("tensor-core decode, pages of 17 tokens (each row finds its page): K/V at the minimum, whole sectors",
           "[kernels][simt][traffic][tc_decode]") {
-  for (std::uint32_t splits : {1u, 3u}) {
-    INFO("splits " << splits);
-    const TcTraffic t = tc_traffic(true, splits, 0, 17);
-    const simt::GlobalStats& kv = t.rep.global.at("kv");
-    CHECK(t.rep.misaligned == 0);
-    CHECK(kv.bytes_requested == t.kv_min);
-    CHECK(kv.unique_bytes == t.kv_min);
-    CHECK(kv.sectors * 32 == kv.bytes_requested);  // a row's 32 bytes per request: one sector
-    CHECK(t.rep.ldmatrix.wavefronts == t.rep.ldmatrix.ideal);
-    // One warp request of page ids per 16-token tile a CTA copies (its lanes' rows): 256
-    // keys in 16 tiles per (request, kv head), plus one per tile a split boundary cuts.
-    const simt::GlobalStats& pg = t.rep.global.at("pages");
-    CHECK(pg.requests >= 2 * 16 * 2);
-    CHECK(pg.requests <= 2 * 16 * 2 + (splits - 1) * 2 * 2);
-    CHECK(pg.unique_bytes == 2 * 16 * 4);  // ceil(256 / 17) = 16 pages per request
-  }
+  for (bool swap : {false, true})
+    for (std::uint32_t splits : {1u, 3u}) {
+      INFO("swap " << swap << " splits " << splits);
+      const TcTraffic t = tc_traffic(true, splits, 0, 17, swap);
+      const simt::GlobalStats& kv = t.rep.global.at("kv");
+      CHECK(t.rep.misaligned == 0);
+      CHECK(kv.bytes_requested == t.kv_min);
+      CHECK(kv.unique_bytes == t.kv_min);
+      CHECK(kv.sectors * 32 == kv.bytes_requested);  // a row's 32 bytes per request: one sector
+      CHECK(t.rep.ldmatrix.wavefronts == t.rep.ldmatrix.ideal);
+      // One warp request of page ids per 16-token tile a CTA copies (its lanes' rows): 256
+      // keys in 16 tiles per (request, kv head), plus one per tile a split boundary cuts.
+      const simt::GlobalStats& pg = t.rep.global.at("pages");
+      CHECK(pg.requests >= 2 * 16 * 2);
+      CHECK(pg.requests <= 2 * 16 * 2 + (splits - 1) * 2 * 2);
+      CHECK(pg.unique_bytes == 2 * 16 * 4);  // ceil(256 / 17) = 16 pages per request
+    }
   // Null pages (every third): their rows are not read.
   const TcTraffic n = tc_traffic(true, 1, 3, 17);
   long long rows = 0;  // rows of the 256 that lie in used pages

@@ -15,6 +15,11 @@ template __global__ void attention_kernel<BFloat, 128, 8, ContiguousAddr>(AttnAr
 template __global__ void tc_decode_kernel<BFloat, 128, TcPagedAddr, true>(AttnArgs, TcPagedAddr);
 template __global__ void tc_decode_kernel<BFloat, 128, TcPagedAddr, false>(AttnArgs, TcPagedAddr);
 template __global__ void tc_decode_kernel<BFloat, 128, ContiguousAddr, true>(AttnArgs, ContiguousAddr);
+// The form the launchers run at groups of at most 8 (the bench's 4): swapped operands,
+// 32-token warp tiles, 2 stages; its loop counts feed the time model.
+template __global__ void tc_decode_kernel<BFloat, 128, TcPagedAddr, true, 2, true, 2>(AttnArgs, TcPagedAddr);
+template __global__ void tc_decode_kernel<BFloat, 128, TcPagedAddr, false, 2, true, 2>(AttnArgs, TcPagedAddr);
+template __global__ void tc_decode_kernel<BFloat, 128, ContiguousAddr, true, 2, true, 2>(AttnArgs, ContiguousAddr);
 // The tensor-core prefill (issue 37): 16-token pages (row lookups), both P numerics, 16
 // and 32 rows per warp.
 template __global__ void tc_prefill_kernel<BFloat, 128, TcPagedAddr, false, true, 1>(AttnArgs, TcPagedAddr);
