@@ -97,12 +97,11 @@ template <typename T, int D, typename Addr, bool kTileInPage, bool kSplitP, int 
 __global__ void __launch_bounds__(kPfThreads, 2) tc_prefill_kernel(AttnArgs a, Addr kv) {
   static_assert(D == 64 || D == 128);
   static_assert(kMt == 1 || kMt == 2, "16 or 32 rows per warp");
-  constexpr std::uint32_t kQRows = kPfRows * kMt;                // packed rows per Q tile
-  constexpr int kRows = 2 * kMt;                                 // rows per lane: gid, gid + 8 of each m-tile
-  constexpr int kChunks = D / 8;                                 // 16-byte chunks per K/V row
-  constexpr int kPerThread = kPfTile * kChunks / kPfThreads;     // cp.async per thread per tile, K and V each
-  [[maybe_unused]] constexpr int kCopyUnroll = kMt > 1 ? 1 : 2;  // the copy loop's unrolling (registers)
-  constexpr int kNd = D / 8;                                     // n-tiles of O
+  constexpr std::uint32_t kQRows = kPfRows * kMt;             // packed rows per Q tile
+  constexpr int kRows = 2 * kMt;                              // rows per lane: gid, gid + 8 of each m-tile
+  constexpr int kChunks = D / 8;                              // 16-byte chunks per K/V row
+  constexpr int kPerThread = kPfTile * kChunks / kPfThreads;  // cp.async per thread per tile, K and V each
+  constexpr int kNd = D / 8;                                  // n-tiles of O
   constexpr std::uint32_t kTileBytes = kPfTile * D * 2;
 #if defined(KVMM_SIMT_HOST)
   unsigned char* smem = simt::dynamic_shared(pf_smem_bytes<D, kMt>());
@@ -253,9 +252,9 @@ __global__ void __launch_bounds__(kPfThreads, 2) tc_prefill_kernel(AttnArgs a, A
       constexpr std::uint32_t kStep = kPfThreads / kChunks;
       const std::uint32_t r0 = threadIdx.x / kChunks, c = threadIdx.x % kChunks;
       const std::uint32_t s0 = tc_swz<D>(r0, c);
-#if !defined(KVMM_SIMT_HOST)
-#pragma unroll(kCopyUnroll)  // not fully: hoisted per-row addresses would cost registers the mma fragments need
-#endif
+      // Unrolled fully: the census then counts every copy instruction a tile runs (a
+      // nested loop's body would be counted once), at no register cost at 16 rows per warp.
+      KVMM_UNROLL
       for (int j = 0; j < kPerThread; ++j) {
         const std::uint32_t row = r0 + kStep * j;
         long long off;
