@@ -85,6 +85,24 @@ __device__ __forceinline__ std::uint32_t pf_opaque(std::uint32_t x) {
   return x;
 }
 
+// pack2<T> (tensor_core.cuh) as one cvt.rn.{bf16x2,f16x2}.f32 on the device: the same
+// round-to-nearest-even of each half, one instruction per pair (nvcc emits two
+// conversions and a permute for pack2 where the packed word is unpacked again, as the
+// split P's remainder does).
+template <typename T>
+__device__ __forceinline__ std::uint32_t pf_pack2(float lo, float hi) {
+#if defined(KVMM_SIMT_HOST) || !defined(__CUDA_ARCH__) || __CUDA_ARCH__ < 800
+  return pack2<T>(lo, hi);
+#else
+  std::uint32_t r;
+  if constexpr (std::is_same_v<T, BFloat>)
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  else
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+#endif
+}
+
 template <int D, int kMt = 1>
 inline constexpr std::uint32_t pf_smem_bytes() {
   // K/V stages, Q (kMt 2), the row offsets of the next two tiles (8 bytes each), per-row
@@ -441,8 +459,8 @@ __global__ void __launch_bounds__(kPfThreads, 2) tc_prefill_kernel(AttnArgs a, A
       for (int mt = 0; mt < kMt; ++mt) KVMM_UNROLL
       for (int j = 0; j < 4; ++j) {
         const float x0 = s[mt][2 * kk + (j >> 1)][2 * (j & 1)], x1 = s[mt][2 * kk + (j >> 1)][2 * (j & 1) + 1];
-        pa[mt][j] = pack2<T>(x0, x1);
-        if constexpr (kSplitP) pl[mt][j] = pack2<T>(x0 - T::lo(pa[mt][j]), x1 - T::hi(pa[mt][j]));
+        pa[mt][j] = pf_pack2<T>(x0, x1);
+        if constexpr (kSplitP) pl[mt][j] = pf_pack2<T>(x0 - T::lo(pa[mt][j]), x1 - T::hi(pa[mt][j]));
       }
       KVMM_UNROLL
       for (int np = 0; np < kNd / 2; ++np) {
