@@ -85,6 +85,24 @@ __device__ __forceinline__ std::uint32_t pf_opaque(std::uint32_t x) {
   return x;
 }
 
+// pack2<T> (tensor_core.cuh) as one cvt.rn.{bf16x2,f16x2}.f32 on the device: the same
+// round-to-nearest-even of each half, one instruction per pair (nvcc emits two
+// conversions and a permute for pack2 where the packed word is unpacked again, as the
+// split P's remainder does).
+template <typename T>
+__device__ __forceinline__ std::uint32_t pf_pack2(float lo, float hi) {
+#if defined(KVMM_SIMT_HOST) || !defined(__CUDA_ARCH__) || __CUDA_ARCH__ < 800
+  return pack2<T>(lo, hi);
+#else
+  std::uint32_t r;
+  if constexpr (std::is_same_v<T, BFloat>)
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  else
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+#endif
+}
+
 template <int D, int kMt = 1>
 inline constexpr std::uint32_t pf_smem_bytes() {
   // K/V stages, Q (kMt 2), the row offsets of the next two tiles (8 bytes each), per-row
@@ -97,12 +115,11 @@ template <typename T, int D, typename Addr, bool kTileInPage, bool kSplitP, int 
 __global__ void __launch_bounds__(kPfThreads, 2) tc_prefill_kernel(AttnArgs a, Addr kv) {
   static_assert(D == 64 || D == 128);
   static_assert(kMt == 1 || kMt == 2, "16 or 32 rows per warp");
-  constexpr std::uint32_t kQRows = kPfRows * kMt;                // packed rows per Q tile
-  constexpr int kRows = 2 * kMt;                                 // rows per lane: gid, gid + 8 of each m-tile
-  constexpr int kChunks = D / 8;                                 // 16-byte chunks per K/V row
-  constexpr int kPerThread = kPfTile * kChunks / kPfThreads;     // cp.async per thread per tile, K and V each
-  [[maybe_unused]] constexpr int kCopyUnroll = kMt > 1 ? 1 : 2;  // the copy loop's unrolling (registers)
-  constexpr int kNd = D / 8;                                     // n-tiles of O
+  constexpr std::uint32_t kQRows = kPfRows * kMt;             // packed rows per Q tile
+  constexpr int kRows = 2 * kMt;                              // rows per lane: gid, gid + 8 of each m-tile
+  constexpr int kChunks = D / 8;                              // 16-byte chunks per K/V row
+  constexpr int kPerThread = kPfTile * kChunks / kPfThreads;  // cp.async per thread per tile, K and V each
+  constexpr int kNd = D / 8;                                  // n-tiles of O
   constexpr std::uint32_t kTileBytes = kPfTile * D * 2;
 #if defined(KVMM_SIMT_HOST)
   unsigned char* smem = simt::dynamic_shared(pf_smem_bytes<D, kMt>());
@@ -253,9 +270,9 @@ __global__ void __launch_bounds__(kPfThreads, 2) tc_prefill_kernel(AttnArgs a, A
       constexpr std::uint32_t kStep = kPfThreads / kChunks;
       const std::uint32_t r0 = threadIdx.x / kChunks, c = threadIdx.x % kChunks;
       const std::uint32_t s0 = tc_swz<D>(r0, c);
-#if !defined(KVMM_SIMT_HOST)
-#pragma unroll(kCopyUnroll)  // not fully: hoisted per-row addresses would cost registers the mma fragments need
-#endif
+      // Unrolled fully: the census then counts every copy instruction a tile runs (a
+      // nested loop's body would be counted once), at no register cost at 16 rows per warp.
+      KVMM_UNROLL
       for (int j = 0; j < kPerThread; ++j) {
         const std::uint32_t row = r0 + kStep * j;
         long long off;
@@ -442,8 +459,8 @@ __global__ void __launch_bounds__(kPfThreads, 2) tc_prefill_kernel(AttnArgs a, A
       for (int mt = 0; mt < kMt; ++mt) KVMM_UNROLL
       for (int j = 0; j < 4; ++j) {
         const float x0 = s[mt][2 * kk + (j >> 1)][2 * (j & 1)], x1 = s[mt][2 * kk + (j >> 1)][2 * (j & 1) + 1];
-        pa[mt][j] = pack2<T>(x0, x1);
-        if constexpr (kSplitP) pl[mt][j] = pack2<T>(x0 - T::lo(pa[mt][j]), x1 - T::hi(pa[mt][j]));
+        pa[mt][j] = pf_pack2<T>(x0, x1);
+        if constexpr (kSplitP) pl[mt][j] = pf_pack2<T>(x0 - T::lo(pa[mt][j]), x1 - T::hi(pa[mt][j]));
       }
       KVMM_UNROLL
       for (int np = 0; np < kNd / 2; ++np) {
