@@ -5,8 +5,8 @@
 // LayoutOptions::max_large_page_bytes the planner, if fit_tokens_per_page allows, first
 // divides the token groups' tokens_per_page by the smallest common divisor that brings the
 // natural LCM under the limit (exact pages, no padding); otherwise it pads small pages
-// (never tokens_per_page) to sizes whose LCM fits, picking the padding that wastes least. Planning is a one-off
-// search (milliseconds); every accessor afterwards is O(1). Groups with element formats,
+// (never tokens_per_page) to sizes whose LCM fits, picking the padding that wastes least.
+// Planning is a one-off search (milliseconds); every accessor afterwards is O(1). Groups with element formats,
 // latents (MLA), indexers and recurrent-state tensors are sized by LayerGroup; an indexer's
 // tied_to must name an attention group with the same kind, window, chunk and layers.
 #pragma once
