@@ -5,7 +5,10 @@ Reads `cuobjdump -res-usage` (registers, stack frame, shared memory: what ptxas 
 reports) and `cuobjdump -sass` of the given objects, libraries or executables, and per
 kernel and architecture counts instructions by class: global loads by width, HMMA, LDSM,
 LDGSTS, SHFL, MUFU, local memory (LDL/STL: spills), in the whole kernel and in its main
-loop (the span of the widest backward branch before the last EXIT). --check asserts the
+loop (the span of the widest backward branch before the last EXIT). A listing shows an
+inner loop's body once however many trips it runs, so a backward branch inside the main
+loop fails --check unless the kernel's LIMITS row declares its trips (inner_trips), and
+then the census multiplies its body by them. --check asserts the
 per-kernel limits of LIMITS below; --json writes the census for the time model
 (model.py). Costs one
 cuobjdump pass per file (seconds); nothing is compiled.
@@ -28,7 +31,11 @@ from collections import Counter, defaultdict
 # (on sm_90 that includes the 1 KiB per CTA the system reserves); need: opcode
 # classes that must be present; kv_loads_128: the main loop loads K/V 16 bytes wide
 # (LDG.128 >= 8) and its narrow loads are page ids only (<= 4); loop_per_byte: the main
-# loop's static instruction count per K/V byte its 16-byte cp.async copy is at most this.
+# loop's static instruction count per K/V byte its 16-byte cp.async copy is at most this;
+# inner_trips: the trip count of each inner loop of the main loop (a backward branch inside it),
+# in address order, which the loop counts are multiplied by; an inner loop without one fails
+# --check (today no counted loop has one: the loops they had, such as the prefill's K/V copy,
+# are unrolled).
 LIMITS = [
     # Today's decode kernel (G 4) on sm_80: capped at 128 registers by __launch_bounds__(128, 4)
     # it spills 4-8 bytes outside the main loop (nvcc 13.0): named, bounded, kept out of the loop.
@@ -172,7 +179,16 @@ def parse_text(res_txt, sass):
                 m = re.search(r"0x([0-9a-f]+)", rest)
                 if m and int(m.group(1), 16) < addr and addr - int(m.group(1), 16) > span[1] - span[0]:
                     span = (int(m.group(1), 16), addr)
-        n_loop = 0
+        # Inner loops: backward branches inside the main loop other than its own. Their
+        # bodies run once per trip, but a listing shows them once: the census multiplies
+        # them only by trip counts declared in LIMITS (scale_inner), and --check fails on
+        # an inner loop without one.
+        inner = []
+        for addr, op, rest, _ in instrs:
+            m = re.search(r"0x([0-9a-f]+)", rest) if op.split(".")[0] == "BRA" else None
+            if m and (int(m.group(1), 16), addr) != span and span[0] <= int(m.group(1), 16) < addr <= span[1]:
+                inner.append((int(m.group(1), 16), addr))
+        body = []
         for addr, op, rest, _ in instrs:
             cl = classes(op, rest)
             allc.update(cl)
@@ -180,8 +196,8 @@ def parse_text(res_txt, sass):
             if span[0] <= addr <= span[1]:
                 loopc.update(cl)
                 loopc["instrs"] += 1
-                n_loop += 1
-        kernels[(arch, fn)] = dict(res=res.get((arch, fn), {}), all=allc, loop=loopc)
+                body.append((addr, cl))
+        kernels[(arch, fn)] = dict(res=res.get((arch, fn), {}), all=allc, loop=loopc, inner=inner, body=body)
 
     for line in sass.splitlines():
         m = re.search(r"arch = (sm_\w+)|code for (sm_\w+)", line)
@@ -224,16 +240,55 @@ def short(fn):
     return (m.group(1) + (f"<{m.group(2)}>" if m.group(2) else "")) if m else fn[:60]
 
 
+def limits_of(arch, fn, limits=None):
+    """The LIMITS row of one kernel build (the first that matches), or None."""
+    rows = [lim for rx, ax, lim in (LIMITS if limits is None else limits) if re.search(rx, fn) and re.search(ax, arch)]
+    return rows[0] if rows else None
+
+
+def scale_inner(kernels, limits=None):
+    """Multiplies the main-loop counts of inner loops by the trip counts their LIMITS row
+    declares (inner_trips: one per inner loop, in address order; an instruction in nested
+    inner loops is multiplied by each). Returns the errors: an inner loop without a declared
+    trip count (its body would be counted once per outer iteration, not once per trip), or
+    a declaration that no longer matches the listing."""
+    errors = []
+    for (arch, fn), k in sorted(kernels.items()):
+        lim = limits_of(arch, fn, limits)
+        declared = (lim or {}).get("inner_trips", [])
+        inner = k.get("inner", [])
+        name = f"{arch} {short(fn[6:]) if fn[:6] in ('nocap:', 'inner:') else short(fn)}"
+        if len(declared) != len(inner):
+            where = ", ".join(f"0x{t:x}-0x{a:x} ({sum(1 for x, _ in k['body'] if t <= x <= a)} instructions)"
+                              for t, a in inner)
+            errors.append(f"{name}: main loop holds {len(inner)} inner loop(s) [{where}] but its census row declares "
+                          f"{len(declared)} trip count(s) (inner_trips): "
+                          + ("unroll the inner loop or declare its trips" if len(inner) > len(declared)
+                             else "the declaration is stale"))
+            continue
+        if not inner or k.get("inner_scaled"):
+            continue
+        loopc = Counter()
+        for addr, cl in k["body"]:
+            mult = 1
+            for (t, a), trips in zip(inner, declared):
+                mult *= trips if t <= addr <= a else 1
+            for c in cl + ["instrs"]:
+                loopc[c] += mult
+        k["loop"], k["inner_scaled"] = loopc, True
+    return errors
+
+
 def check(kernels, require_probes=False, limits=None):
     """Errors of `kernels` against `limits` (default LIMITS). Rows whose regex starts with
     ^nocap: apply to the census variants only (their names carry that prefix)."""
     limits = LIMITS if limits is None else limits
-    errors = []
+    errors = scale_inner(kernels, limits)  # first: the loop limits below see the multiplied counts
     for (arch, fn), k in sorted(kernels.items()):
-        rows = [lim for rx, ax, lim in limits if re.search(rx, fn) and re.search(ax, arch)]
-        if not rows:
+        lim = limits_of(arch, fn, limits)
+        if lim is None:
             continue  # kernels kvmm does not own (none today) are listed, not checked
-        lim, r, a, lp = rows[0], k["res"], k["all"], k["loop"]
+        r, a, lp = k["res"], k["all"], k["loop"]
         name = f"{arch} {short(fn)}"
         local_all = a["LDL"] + a["STL"]
         if r.get("regs", 0) > lim["regs"]:
@@ -327,7 +382,25 @@ def self_test():
     n_loop = next(iter(k.values()))["loop"]["instrs"]
     print(f"self-test out-of-line branch: main loop {n_loop} instructions (13 expected)")
     bad += n_loop != 13
-    print(f"census self-test: {len(cases) + 2 - bad} of {len(cases) + 2} as expected")
+    # An inner loop in the main loop (a copy loop unrolled by 2, 4 trips) is counted once per
+    # trip only where the kernel's row declares its trips: undeclared it fails the check;
+    # declared, its 3 instructions count 4 times (12 + 3 x 4 + the latch = 25); a declaration
+    # with no inner loop left in the listing fails too.
+    res = f"arch = sm_90\n Function {g4}:\n  REG:128 STACK:0 SHARED:0 LOCAL:0"
+    nested = listing(g4, kv + ["FFMA R1, R2, R3, R4", "FFMA R5, R2, R3, R4", "BRA 0x00c0", "BRA 0x0000"])
+    row = next(lim for rx, ax, lim in LIMITS if re.search(rx, g4) and re.search(ax, "sm_90"))
+    declared = [(r"attention_kernel.*Li4E", r"sm_9", dict(row, inner_trips=[4]))] + LIMITS
+    undeclared = check(parse_text(res, nested))
+    print(f"self-test inner loop undeclared: {'flagged' if undeclared else 'passed'} {undeclared[:1]}")
+    k = parse_text(res, nested)
+    ok = check(k, limits=declared)
+    n_loop, n_ffma = next(iter(k.values()))["loop"]["instrs"], next(iter(k.values()))["loop"]["FFMA"]
+    print(f"self-test inner loop declared (4 trips): {'flagged' if ok else 'passed'} {ok[:1]}, main loop {n_loop} "
+          f"instructions (25 expected), {n_ffma} FFMA (8 expected)")
+    stale = check(parse_text(res, listing(g4, loop(kv))), limits=declared)
+    print(f"self-test inner loop declared but absent: {'flagged' if stale else 'passed'} {stale[:1]}")
+    bad += (not undeclared) + bool(ok) + (n_loop != 25) + (n_ffma != 8) + (not stale)
+    print(f"census self-test: {len(cases) + 5 - bad} of {len(cases) + 5} as expected")
     return bad == 0
 
 
@@ -358,6 +431,9 @@ def main():
             found = {(a, "inner:" + fn): k for (a, fn), k in found.items()}
             variants.update(found)
         kernels.update(found)
+    # Before the table and the JSON: the model reads the variants' loop counts too.
+    inner_errors = scale_inner({key: k for key, k in kernels.items() if key in variants})
+    scale_inner(kernels)
     print(table(kernels, args.only))
     if args.json:
         with open(args.json, "w") as out:
@@ -370,6 +446,7 @@ def main():
         # The census variants (no soft cap: the benchmarks' path) against their own rows.
         errors += check({key: kernels[key] for key in variants}, args.require_probes,
                         [row for row in LIMITS if row[0].startswith("^nocap:")])
+        errors = list(dict.fromkeys(errors + inner_errors))  # the variants' inner loops, once
         owned = sum(1 for (a, fn) in real if any(re.search(rx, fn) for rx, _, _ in LIMITS))
         for e in errors:
             print("FAIL", e)
