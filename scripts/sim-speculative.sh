@@ -137,7 +137,7 @@ cat <<'MD'
   against 27; seed 7: 24 against 28). The runs diverge at step 41 of seed 1 by one 16-token
   block of hit and then follow different admission orders: the preemption counts are
   that path, not a rule. Under this pressure almost every miss is an evicted prefix
-  (kvmm-sim's miss reasons, seed 1: 2.07 M tokens missed as evicted, 60 k never cached),
+  (kvmm-sim's miss reasons, seed 1: 2.22 M tokens missed as evicted, 90 k never cached),
   so the block kvmm keeps is too small to show. Until commit 59472d6 kvmm computed 482,705
   prefill tokens here (57,472 of them draft recompute) and preempted 44 times: draft pages
   were evicted first among pages of the same age, and 32 EAGLE pages share a 2 MiB large
