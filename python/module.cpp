@@ -253,6 +253,9 @@ void bind_layer_group(py::module_& m) {
           [](LayerGroup& g, std::optional<DraftRole> d) { g.draft = std::move(d); },
           "A draft group's DraftRole, None for other groups (docs/speculative.md)")
       .def_readwrite("tagged_checkpoints", &LayerGroup::tagged_checkpoints)
+      .def_readwrite("successor_tokens", &LayerGroup::successor_tokens,
+                     "A target group keyed with this many ids after each page, as a draft's (EAGLE / MTP layers "
+                     "sharing the target's pages; full attention only; docs/speculative.md)")
       .def("is_draft", &LayerGroup::is_draft)
       .def("is_plain", &LayerGroup::is_plain)
       .def_static("full_attention", &LayerGroup::full_attention, py::arg("name"), py::arg("layers"),

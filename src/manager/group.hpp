@@ -51,7 +51,7 @@ struct Group {
   std::uint32_t hash_class = 0;  // decoder groups of equal P share one hash chain
   bool whole_prefix = false;     // policy->hit_needs_whole_prefix(): probed in page order
   bool draft = false;            // a draft group (spec.draft): never shortens the hit
-  std::uint32_t successors = 0;  // a draft page's key covers this many ids after it
+  std::uint32_t successors = 0;  // a page's key covers this many ids after it (drafts, spec.successor_tokens)
   std::uint64_t age_bias = 0;    // eviction keys this many steps older (drafts)
   // Whether its pages make router KV events (stored and removed alike): decoder groups
   // keyed by the token chain; not encoder-token groups (keyed by image) nor successor-keyed
@@ -86,6 +86,7 @@ inline Group::Group(const KVLayout& layout, GroupId g, LargePagePool& pool, std:
   image.release_when_consumed = spec.kind == LayerKind::kVisionEmbedding;
   whole_prefix = decoder && policy->hit_needs_whole_prefix();
   draft = spec.is_draft();
+  successors = spec.successor_tokens;  // a target group keyed as a draft is (full attention)
   if (draft) {
     successors = spec.draft->successor_tokens;
     age_bias = spec.draft->evict_sooner_steps;

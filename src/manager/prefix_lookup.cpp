@@ -157,7 +157,7 @@ std::uint64_t PrefixLookup::longest_hit(RequestId handle, const Request& q, std:
     const Group& grp = groups_[g];
     if (!grp.decoder) continue;
     accepted_[g] = ~std::uint64_t{0};
-    if (grp.whole_prefix)  // a successor-keyed draft: as far as its keys go
+    if (grp.whole_prefix)  // a successor-keyed group: as far as its keys go
       first_miss_[g] = probe_in_order(q, g, std::min<std::uint64_t>(limit / grp.P, page_keys(q, grp, g).size()));
     else
       memo_[g].assign(limit / grp.P, kUnknown);

@@ -20,7 +20,8 @@ std::size_t TierHits::tier_candidates(RequestId r, std::vector<TierKey>& out) {
     const std::uint64_t lo = q.hit.tokens / grp.P, hi = limit / grp.P;
     q.tier.lo[g] = lo;
     q.tier.off[g] = off;
-    q.tier.n[g] = grp.decoder && !grp.draft && hi > lo ? hi - lo : 0;  // drafts: local pages only
+    // Drafts and successor-keyed groups: local pages only (tier keys are the chain's).
+    q.tier.n[g] = grp.decoder && !grp.draft && grp.successors == 0 && hi > lo ? hi - lo : 0;
     if (q.tier.n[g] == 0) continue;
     const BlockHash* hv = q.ids.chain(grp.hash_class).data();  // lookup_prefix hashed them
     for (std::uint64_t i = lo; i < hi; ++i) out.push_back(TierKey{g, hv[i]});

@@ -407,6 +407,16 @@ void LayerGroup::validate() const {
       fail("LayerGroup '{}': draft.successor_tokens = {}: at most {}", n, draft->successor_tokens,
            DraftRole::kMaxSuccessorTokens);
   }
+  if (successor_tokens > 0) {
+    if (draft)
+      fail("LayerGroup '{}': successor_tokens = {}: a draft group's are draft.successor_tokens", n, successor_tokens);
+    if (kind != LayerKind::kFullAttention)
+      fail(
+          "LayerGroup '{}': successor_tokens = {}: a {} group cannot be keyed with successor ids (full attention only)",
+          n, successor_tokens, to_string(kind));
+    if (successor_tokens > DraftRole::kMaxSuccessorTokens)
+      fail("LayerGroup '{}': successor_tokens = {}: at most {}", n, successor_tokens, DraftRole::kMaxSuccessorTokens);
+  }
   if (tagged_checkpoints && !is_state())
     fail("LayerGroup '{}': tagged_checkpoints: a {} group has no checkpoints (recurrent-state groups only)", n,
          to_string(kind));

@@ -112,6 +112,12 @@ struct LayerGroup {
   std::vector<StateTensor> state_tensors = {};
   // A draft group (kFullAttention or kSlidingWindow only): see DraftRole.
   std::optional<DraftRole> draft = {};
+  // A target group (not a draft) whose KV at position i also depends on the
+  // successor_tokens ids after it, as a draft's does (DraftRole::successor_tokens): layers of
+  // an EAGLE / MTP head sharing the target's pages. Its page i is keyed with those ids, so it
+  // is cached once they are known and hit only where they match; unlike a draft it takes
+  // part in the hit as any target group. kFullAttention only; 0..kMaxSuccessorTokens.
+  std::uint32_t successor_tokens = 0;
   // kMambaState only, for speculative decoding: a checkpoint page is cached only when the
   // engine tags it with the exact verified token count it holds (KVCacheManager::tag_state),
   // never merely because the verified tokens passed it (a state written in a step with
