@@ -23,19 +23,24 @@ struct Config {
   std::uint32_t evict_sooner = 0;
   std::uint32_t draft_P = 4;
   std::uint32_t large_pages = 40;
+  bool merged = false;     // draft layers in the target's pages (spec_engine.hpp)
+  bool key_target = true;  // merged: the target group keyed with the successors
 };
 
 class Driver {
  public:
   Driver(std::uint64_t seed, const Config& cfg)
       : rng_(seed),
-        kv_(spec_layout(cfg.successors, cfg.tagged, cfg.draft_window, cfg.evict_sooner, cfg.draft_P),
+        kv_(spec_layout(cfg.successors, cfg.tagged, cfg.draft_window, cfg.evict_sooner, cfg.draft_P,
+                        cfg.merged && cfg.key_target),
             {.num_large_pages = cfg.large_pages, .num_host_large_pages = 12, .max_requests = 10}),
-        eng_(kv_, cfg.successors, cfg.tagged) {
+        eng_(kv_, cfg.successors, cfg.tagged, cfg.merged) {
     eng_.commit_first_sometimes_ = true;
     for (int k = 0; k < 4; ++k) {  // shared prefixes (documents, system prompts)
       std::vector<std::uint32_t> p(8 + rng_() % 40);
       for (auto& t : p) t = static_cast<std::uint32_t>(rng_() % 50);
+      // Merged: half end at a checkpoint, where a hit may end before another next token.
+      if (cfg.merged && k % 2 == 0) p.resize(p.size() / 8 * 8);
       prefixes_.push_back(p);
     }
   }
@@ -238,6 +243,29 @@ TEST_CASE("speculative: separate draft model (no successor) and a sliding-window
 TEST_CASE("speculative: a draft with larger pages than the target (MTP-like, two successor tokens)",
           "[speculative][randomized]") {
   run_seeds(Config{.successors = 2, .draft_P = 8, .large_pages = 48}, 3, 3000);
+}
+
+// vLLM's usual plan: the EAGLE head's layers in the target's group. The target group keyed
+// with the next token (MTP-like: two) takes part in every hit; a hit page's draft-layer
+// slots are checked against the request's own successors.
+TEST_CASE("speculative: a target group keyed with its successors (merged draft layers) never returns a wrong page",
+          "[speculative][randomized]") {
+  run_seeds(Config{.successors = 1, .merged = true}, 4, 3000);
+  run_seeds(Config{.successors = 2, .merged = true}, 2, 3000);
+}
+
+// The checker can fail: merged draft layers in a target group keyed by the chain alone (no
+// successor key) are caught serving a page computed for another next token.
+TEST_CASE("speculative: merged draft layers without successor keys are caught on another next token",
+          "[speculative][randomized]") {
+  std::uint64_t wrong = 0;
+  for (int seed = 1; seed <= 3; ++seed) {
+    Driver d(static_cast<std::uint64_t>(seed) * 104729, Config{.merged = true, .key_target = false});
+    d.engine().strict_ = false;
+    d.run(3000);
+    wrong += d.engine().wrong_hits_;
+  }
+  CHECK(wrong > 0);
 }
 
 // The checker can fail: with untagged checkpoints (every checkpoint the verified tokens

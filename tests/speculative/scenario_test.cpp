@@ -17,9 +17,9 @@ using namespace kvmm::spec_test;
 namespace {
 
 struct Bench {
-  explicit Bench(bool tagged, std::uint32_t evict_sooner = 0, std::uint32_t large_pages = 64)
-      : kv(spec_layout(1, tagged, 0, evict_sooner), {.num_large_pages = large_pages, .max_requests = 8}),
-        eng(kv, 1, tagged) {
+  explicit Bench(bool tagged, std::uint32_t evict_sooner = 0, std::uint32_t large_pages = 64, bool merged = false)
+      : kv(spec_layout(1, tagged, 0, evict_sooner, 4, merged), {.num_large_pages = large_pages, .max_requests = 8}),
+        eng(kv, 1, tagged, merged) {
     eng.begin_step();
   }
   EngineRequest add(std::vector<std::uint32_t> toks) {
@@ -160,6 +160,39 @@ TEST_CASE("speculative: vLLM's drop-last-block EAGLE case keeps kvmm's whole hit
   b.kv.check_invariants();
 }
 
+// vLLM's usual plan merges the EAGLE head's layers into the target's group: kvmm keys that
+// group with the next token (LayerGroup::successor_tokens), as vLLM's lookahead hashes do.
+// The last page of a prompt is hit exactly when the next token matches; vLLM's drop rule
+// never hits it.
+TEST_CASE("speculative: a target group keyed with the next token hits the last page when it matches", "[speculative]") {
+  Bench b(true, 0, 64, true);
+  EngineRequest a = b.add(iota_tokens(16));
+  b.admit_and_prefill(a, 8);  // checkpoints 8 and 16 tagged; token 16 sampled, page 3 cached
+  REQUIRE(a.toks.size() == 17);
+  const std::vector<std::uint32_t> doc(a.toks.begin(), a.toks.begin() + 16);
+  const std::uint32_t next = a.toks[16];
+  b.kv.free(a.id);
+
+  // The same prompt and next token: page 3 (tokens 12..15) is hit, content-checked.
+  std::vector<std::uint32_t> t1 = doc;
+  t1.insert(t1.end(), {next, 7, 7});
+  EngineRequest r1 = b.add(t1);
+  CHECK(b.admit_and_prefill(r1, 16) == 16);
+  CHECK(b.kv.draft_recompute(r1.id, kDraft) == TokenRange{16, 16});
+  // Another next token: page 3 was computed for `next`, so the target's hit stops at page
+  // 3 (12 tokens), and the state's checkpoint below it gives 8.
+  std::vector<std::uint32_t> t2 = doc;
+  t2.insert(t2.end(), {(next + 1) % 50, 9, 9});
+  EngineRequest r2 = b.add(t2);
+  CHECK(b.kv.lookup_prefix(r2.id) == 8);
+  b.kv.reset(r2.id);
+  CHECK(b.admit_and_prefill(r2, 16) == 8);
+  // The prompt alone (its next token not known yet): page 3 is not hit either.
+  EngineRequest r3 = b.add(doc);
+  CHECK(b.kv.lookup_prefix(r3.id) == 8);
+  b.kv.check_invariants();
+}
+
 TEST_CASE("speculative: a draft group with missing pages never shortens the target's hit", "[speculative]") {
   Bench b(true);
   EngineRequest a = b.add(iota_tokens(16));
@@ -240,6 +273,17 @@ TEST_CASE("speculative: bad input raises kvmm::Error naming the argument and cha
   layout_raises({target, draft}, "draft.target = 'nope'");
   draft.draft = DraftRole{.target = "target", .successor_tokens = 9};
   layout_raises({target, draft}, "draft.successor_tokens = 9");
+  // A target group keyed with successor ids: full attention only, at most 8, not a draft.
+  LayerGroup keyed = target;
+  keyed.successor_tokens = 9;
+  layout_raises({keyed}, "successor_tokens = 9: at most 8");
+  LayerGroup window = LayerGroup::sliding_window("window", 1, 1, 8, 2, 4, 8);
+  window.successor_tokens = 1;
+  layout_raises({target, window}, "'window': successor_tokens = 1: a sliding_window group");
+  LayerGroup keyed_draft = draft;
+  keyed_draft.draft = DraftRole{.target = "target", .successor_tokens = 1};
+  keyed_draft.successor_tokens = 1;
+  layout_raises({target, keyed_draft}, "a draft group's are draft.successor_tokens");
   LayerGroup draft2 = LayerGroup::full_attention("draft2", 1, 1, 8, 2, 4);
   draft.draft = DraftRole{.target = "target"};
   draft2.draft = DraftRole{.target = "draft"};

@@ -3,14 +3,17 @@
 // KV (or state) was computed from, drafts included, so a page or checkpoint a hit returns
 // can be checked against the request's true tokens: one computed from a rejected draft or
 // another branch fails. Groups: 0 target full attention, 1 recurrent state (checkpoints),
-// 2 draft (successor_tokens s). Speculation: draft lengths and acceptance are drawn by the
-// caller; rejected drafts leave their values in the pages past the verified tokens.
+// 2 draft (successor_tokens s). Merged (an EAGLE head's layers sharing the target's pages,
+// vLLM's usual plan): the target group is keyed with the s successors too and its page holds,
+// after the target's P slots, P draft-layer slots written as the draft's. Speculation: draft lengths and acceptance are
+// drawn by the caller; rejected drafts leave their values in the pages past the verified tokens.
 #pragma once
 
 #include "kvmm/manager/kv_cache_manager.hpp"
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <random>
@@ -38,8 +41,9 @@ inline std::vector<std::uint64_t> prefix_hashes(const std::vector<std::uint32_t>
 // The layout: target P = 4, state checkpoints every 8 tokens, a draft of `draft_P` tokens a
 // page (full attention, or a sliding window when window > 0).
 inline KVLayout spec_layout(std::uint32_t successors, bool tagged, std::uint32_t draft_window = 0,
-                            std::uint32_t evict_sooner = 0, std::uint32_t draft_P = 4) {
+                            std::uint32_t evict_sooner = 0, std::uint32_t draft_P = 4, bool merged = false) {
   LayerGroup target = LayerGroup::full_attention("target", 1, 1, 8, 2, 4);
+  if (merged) target.successor_tokens = successors;
   LayerGroup state = LayerGroup::mamba_state("state", 1, 256, 8);
   state.tagged_checkpoints = tagged;
   LayerGroup draft = draft_window > 0 ? LayerGroup::sliding_window("draft", 1, 1, 8, 2, draft_P, draft_window)
@@ -60,7 +64,8 @@ struct EngineRequest {
 
 class SpecEngine {
  public:
-  SpecEngine(KVCacheManager& kv, std::uint32_t successors, bool tagged) : kv_(kv), s_(successors), tagged_(tagged) {
+  SpecEngine(KVCacheManager& kv, std::uint32_t successors, bool tagged, bool merged = false)
+      : kv_(kv), s_(successors), tagged_(tagged), merged_(merged) {
     for (GroupId g = 0; g < 3; ++g) P_[g] = kv_.layout().group(g).tokens_per_page;
   }
 
@@ -103,6 +108,8 @@ class SpecEngine {
     for (std::uint64_t j = 0; j < p; ++j) {
       INFO("target position " << j << " of a " << p << "-token hit");
       expect(slot(kTarget, tp[j / P_[kTarget]], j % P_[kTarget]) == target_value(h, j));
+      // Merged draft layers take part in the hit: every position holds its own successors'.
+      if (merged_) expect(slot(kTarget, tp[j / P_[kTarget]], P_[kTarget] + j % P_[kTarget]) == draft_value(h, j));
     }
     if (p >= P_[kState]) {
       const std::span<const PageId> sp = kv_.page_table(q.id, kState);
@@ -159,7 +166,7 @@ class SpecEngine {
     const std::span<const PageId> dp = kv_.page_table(q.id, kDraft);
     const std::span<const PageId> sp = kv_.page_table(q.id, kState);
     for (std::uint64_t j = c; j < end; ++j) write(kTarget, tp, j, target_value(h, j));
-    for (std::uint64_t j = q.draft_done; j < end; ++j) write(kDraft, dp, j, draft_value(h, j));
+    for (std::uint64_t j = q.draft_done; j < end; ++j) write_drafts(tp, dp, j, draft_value(h, j));
     // The state kernel (as vLLM's aligned mode): the state where the step ends, drafts
     // included, into the page of its last position; a checkpoint when that is a page's end.
     const std::uint64_t C = P_[kState];
@@ -192,7 +199,7 @@ class SpecEngine {
     // The draft pass: positions whose successors are now known, from true tokens.
     const std::vector<std::uint64_t> th = prefix_hashes(q.toks);
     const std::uint64_t known = q.toks.size() > s_ ? std::min<std::uint64_t>(verified, q.toks.size() - s_) : 0;
-    for (std::uint64_t j = q.draft_done; j < known; ++j) write(kDraft, dp, j, draft_value(th, j));
+    for (std::uint64_t j = q.draft_done; j < known; ++j) write_drafts(tp, dp, j, draft_value(th, j));
     q.draft_done = std::max(q.draft_done, known);
     if (!commit_first) kv_.commit(q.id, verified);
     q.computed = verified;
@@ -226,18 +233,25 @@ class SpecEngine {
     else
       wrong_hits_ += !ok;
   }
-  void write(GroupId g, std::span<const PageId> row, std::uint64_t j, std::uint64_t v) {
+  // Slot `off` + j % P of j's page (off = P: a merged page's draft-layer slots).
+  void write(GroupId g, std::span<const PageId> row, std::uint64_t j, std::uint64_t v, std::uint64_t off = 0) {
     const std::uint64_t i = j / P_[g];
     REQUIRE(i < row.size());
     if (row[i] == kNullPage) return;  // a sliding window's released page
     std::vector<std::uint64_t>& s = dev_[g][row[i]];
-    s.resize(P_[g], 0);
-    s[j % P_[g]] = v;
+    s.resize(std::max<std::size_t>(s.size(), off + P_[g]), 0);
+    s[off + j % P_[g]] = v;
+  }
+  // The draft pass at position j: the draft group's slot, and a merged target page's.
+  void write_drafts(std::span<const PageId> tp, std::span<const PageId> dp, std::uint64_t j, std::uint64_t v) {
+    write(kDraft, dp, j, v);
+    if (merged_) write(kTarget, tp, j, v, P_[kTarget]);
   }
 
   KVCacheManager& kv_;
   std::uint32_t s_;
   bool tagged_;
+  bool merged_;
   std::uint32_t P_[3] = {};
   std::map<PageId, std::vector<std::uint64_t>> dev_[3], host_[3];
   std::size_t copies_seen_ = 0;
