@@ -85,3 +85,26 @@ def test_bad_input_names_argument_and_value():
     bad.draft = kvmm.DraftRole("nope")
     with pytest.raises(kvmm.Error, match="draft.target = 'nope'"):
         kvmm.KVLayout.plan([kvmm.LayerGroup.full_attention("target", 1, 1, 8, 2, 4), bad])
+
+
+def test_target_group_keyed_with_the_next_token():
+    # Draft layers sharing the target's pages: the target group itself keyed with the next
+    # token takes part in the hit, and its last page counts only when that token matches.
+    merged = kvmm.LayerGroup.full_attention("merged", 2, 1, 8, 2, 4)
+    merged.successor_tokens = 1
+    lay = kvmm.KVLayout.plan([merged])
+    assert lay.group(0).successor_tokens == 1 and lay.group(0).draft is None
+    kv = kvmm.KVCacheManager(lay, num_large_pages=64)
+    doc = list(range(1, 17))
+    a, _ = run_prompt(kv, doc, 40)
+    kv.free(a)
+    assert kv.lookup_prefix(kv.add_request(doc + [40, 3])) == 16
+    assert kv.lookup_prefix(kv.add_request(doc + [41, 3])) == 12
+    assert kv.lookup_prefix(kv.add_request(doc)) == 12  # the next token unknown
+    kv.check_invariants()
+    bad = kvmm.LayerGroup.sliding_window("window", 1, 1, 8, 2, 4, 8)
+    bad.successor_tokens = 1
+    with pytest.raises(kvmm.Error, match="'window': successor_tokens = 1"):
+        kvmm.KVLayout.plan([merged, bad])
+    with pytest.raises(TypeError):
+        merged.successor_tokens = -1
