@@ -64,6 +64,9 @@ KVLayout ManagerCore::validated(KVLayout layout, const KVCacheManagerOptions& op
           (grp.kind != LayerKind::kFullAttention && grp.kind != LayerKind::kSlidingWindow))
         fail("hit_unit = {}: group {} ('{}') is neither full attention nor a sliding window (no partial page)",
              options.hit_unit, g, grp.name);
+      if (grp.successor_tokens > 0)  // a page is valid only with the ids after it: never split
+        fail("hit_unit = {}: group {} ('{}') is keyed with {} successor tokens (no partial page)", options.hit_unit, g,
+             grp.name, grp.successor_tokens);
       if (grp.tokens_per_page % options.hit_unit != 0 || grp.tokens_per_page != layout.group(0).tokens_per_page)
         fail("hit_unit = {}: group {} ('{}') has {}-token pages (every group needs one page size, a multiple of it)",
              options.hit_unit, g, grp.name, grp.tokens_per_page);

@@ -12,8 +12,7 @@ void PartialHits::configure(const std::vector<Group>& groups, std::uint32_t unit
   full_.assign(n, {});
   has_.assign(n, {});
   for (GroupId g = 0; g < n; ++g) {
-    // A successor-keyed group's page is valid only with the ids after it: never split.
-    if (!groups[g].decoder || groups[g].P <= unit || groups[g].successors > 0) continue;
+    if (!groups[g].decoder || groups[g].P <= unit) continue;
     per_page_[g] = groups[g].P / unit - 1;
     keys_[g].resize(groups[g].pg.size() * per_page_[g]);
     full_[g].resize(groups[g].pg.size());

@@ -8,8 +8,8 @@
 // per probe); re-indexing a page drops its old keys, so the map holds at most (P/u - 1)
 // keys per small page. Costs per cached page O(P) hashing; per lookup at most P/u probes
 // per group. Only whole-prefix (full-attention) and sliding-window decoder groups of one
-// hash class qualify (a recurrent state has no partial page; images, drafts and
-// successor-keyed groups are not split: a hit meeting one ends at the page boundary).
+// hash class qualify (a recurrent state has no partial page; images and drafts are not
+// split).
 #pragma once
 
 #include "group.hpp"

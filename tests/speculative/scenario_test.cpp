@@ -284,6 +284,15 @@ TEST_CASE("speculative: bad input raises kvmm::Error naming the argument and cha
   keyed_draft.draft = DraftRole{.target = "target", .successor_tokens = 1};
   keyed_draft.successor_tokens = 1;
   layout_raises({target, keyed_draft}, "a draft group's are draft.successor_tokens");
+  LayerGroup merged = target;
+  merged.successor_tokens = 1;
+  try {
+    KVCacheManager m(KVLayout::plan({merged}), {.num_large_pages = 8, .hit_unit = 2});
+    FAIL("no kvmm::Error");
+  } catch (const kvmm::Error& e) {
+    CHECK(std::string(e.what()).find("hit_unit = 2: group 0 ('target') is keyed with 1 successor tokens") !=
+          std::string::npos);
+  }
   LayerGroup draft2 = LayerGroup::full_attention("draft2", 1, 1, 8, 2, 4);
   draft.draft = DraftRole{.target = "target"};
   draft2.draft = DraftRole{.target = "draft"};

@@ -117,8 +117,8 @@ struct KVCacheManagerOptions {
   // in is never written: the admitting allocate copies it into the request's own fresh
   // page (a PageCopy in copies(), run before the step's kernels). Must divide every decoder
   // group's tokens_per_page, and every decoder group must be full attention or a sliding
-  // window of one page size (a recurrent state has no partial page; images and draft
-  // groups are not split): else kvmm::Error at construction. Keeps each request's token
+  // window of one page size (a recurrent state has no partial page; images, draft groups
+  // and successor-keyed groups are not split): else kvmm::Error at construction. Keeps each request's token
   // ids (4 bytes a token) and (P / hit_unit - 1) 16-byte keys per cached page; a lookup
   // probes at most P / hit_unit keys per group. 0: off (the default), hits end on pages.
   std::uint32_t hit_unit = 0;
