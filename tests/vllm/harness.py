@@ -121,6 +121,9 @@ class Setup:
     # EAGLE / MTP's rule on (vLLM's use_eagle_block_drop, one prefill lookahead token, the
     # drop rule rather than 0.33's lookahead hashes); needs spec_tokens > 0
     eagle: bool = False
+    # with eagle: vLLM 0.33's default instead of the drop rule, lookahead hashes (each block
+    # hash covers the next token: num_hash_lookahead_tokens = 1)
+    lookahead_hashes: bool = False
 
 
 def kv_transfer_config(setup: Setup) -> KVTransferConfig | None:
@@ -178,13 +181,15 @@ def make_scheduler(setup: Setup, kvmm: bool, check_invariants: bool = False, kcc
     # EAGLE's rule: its drafter cannot be built here either, so the speculative config's
     # predicates are set for the construction (the scheduler, its manager and kvmm's adapter
     # read them there). vLLM's manager then drops the last block of a hit in the groups
-    # flagged is_eagle_group (lookahead hashes, 0.33's default, are turned off).
+    # flagged is_eagle_group (with setup.lookahead_hashes it keys every block with the next
+    # token instead: 0.33's default).
     eagle = contextlib.ExitStack()
     if setup.eagle:
         assert setup.spec_tokens, "EAGLE's rule needs draft tokens"
         for name in ("use_eagle_block_drop", "needs_eagle_block_drop"):
             eagle.enter_context(mock.patch.object(SpeculativeConfig, name, return_value=True))
-        for name, value in (("num_prefill_lookahead_tokens", 1), ("num_hash_lookahead_tokens", 0)):
+        hashes = 1 if setup.lookahead_hashes else 0
+        for name, value in (("num_prefill_lookahead_tokens", 1), ("num_hash_lookahead_tokens", hashes)):
             eagle.enter_context(mock.patch.object(VllmConfig, name, new_callable=mock.PropertyMock,
                                                   return_value=value))
     with eagle, mock.patch.object(VllmConfig, "num_lookahead_tokens", new_callable=mock.PropertyMock,
@@ -192,6 +197,9 @@ def make_scheduler(setup: Setup, kvmm: bool, check_invariants: bool = False, kcc
         sched = cls(vllm_config=vllm_config, kv_cache_config=kcc, log_stats=True,
                     structured_output_manager=StructuredOutputManager(vllm_config), block_size=setup.block_size)
     assert sched.num_lookahead_tokens == setup.lookahead
+    if setup.eagle and not kvmm:  # which rule vLLM's manager follows
+        assert sched.use_eagle_block_drop == (not setup.lookahead_hashes)
+        assert sched.num_hash_lookahead_tokens == (1 if setup.lookahead_hashes else 0)
     if setup.hit_cap:
         # A caller's cap on the hit (vLLM's max_cache_hit_length, which its aux-output
         # connector sets): passed to the manager's lookup as the scheduler passes it.
@@ -416,7 +424,8 @@ def check_tables(sched, worker: Worker, num_blocks: int, kvmm: bool) -> None:
 def run(setup: Setup, trace: Trace, kvmm: bool, seed: int = 0, check: bool = True, max_steps: int = 5000,
         kcc: KVCacheConfig | None = None, make_worker=None) -> RunLog:
     sched = make_scheduler(setup, kvmm, kcc=kcc)
-    hasher = get_request_block_hasher(setup.block_size, sha256)
+    hasher = get_request_block_hasher(setup.block_size, sha256,
+                                      1 if setup.eagle and setup.lookahead_hashes else 0)
     if make_worker is None:
         worker = Worker(len(sched.kv_cache_config.kv_cache_groups), setup.spec_tokens, seed,
                         KVContent(setup.block_size, trace.extras, successor_groups(sched.kv_cache_config)))

@@ -66,22 +66,26 @@ UNSUPPORTED: dict[str, str] = {
 }
 
 
-def eagle_groups(config: KVCacheConfig, successor_tokens: int) -> tuple[dict[int, int], int]:
+def eagle_groups(config: KVCacheConfig, successor_tokens: int) -> tuple[dict[int, int], list[int], int]:
     """Where vLLM's EAGLE / MTP rule applies (its `is_eagle_group` flag, set on the groups
     holding draft layers when the drafter's KV at a position depends on the next token):
-    ({draft group: target group}, drop tokens). A flagged group of draft layers only (its
-    spec's `is_draft`) is a kvmm draft group of the first unflagged attention group, keyed
-    with its `successor_tokens` (docs/speculative.md). A flagged group that also holds target
-    layers (vLLM merges layers of equal specs into one group, one block table) cannot be
-    keyed apart: there the adapter drops the last page of a hit as vLLM's rule does (drop
-    tokens = its block size; 0 when no such group). `successor_tokens` = 0: no rule."""
+    ({draft group: target group}, keyed groups, drop tokens). A flagged group of draft layers
+    only (its spec's `is_draft`) is a kvmm draft group of the first unflagged attention
+    group, keyed with its `successor_tokens` (docs/speculative.md). A flagged full-attention
+    group that also holds target layers (vLLM's planner merges layers of equal specs into one
+    group, one block table: its usual plan) is a kvmm target group keyed with them
+    (LayerGroup.successor_tokens), as vLLM's lookahead hashes key it: a page is hit exactly
+    when the ids after it match. Any other flagged group (a merged sliding window or chunked
+    group) cannot be keyed: there the adapter drops the last page of a hit as vLLM's drop
+    rule does (drop tokens = its block size; 0 when no such group). `successor_tokens` = 0:
+    no rule."""
     if successor_tokens <= 0:
-        return {}, 0
+        return {}, [], 0
     groups = config.kv_cache_groups
     flagged = [i for i, g in enumerate(groups) if getattr(g, "is_eagle_group", False)]
     if not flagged:  # vLLM flags every group when none is identified as the draft's
         flagged = list(range(len(groups)))
-    drafts, drop = {}, 0
+    drafts, keyed, drop = {}, [], 0
     for i in flagged:
         spec = groups[i].kv_cache_spec
         targets = [j for j, g in enumerate(groups) if j not in flagged
@@ -91,9 +95,11 @@ def eagle_groups(config: KVCacheConfig, successor_tokens: int) -> tuple[dict[int
         if getattr(spec, "is_draft", False) and isinstance(spec, (FullAttentionSpec, SlidingWindowSpec)) \
                 and not isinstance(spec, ChunkedLocalAttentionSpec) and targets:
             drafts[i] = targets[0]
+        elif type(spec) is FullAttentionSpec:
+            keyed.append(i)
         else:
             drop = max(drop, spec.block_size)
-    return drafts, drop
+    return drafts, keyed, drop
 
 
 def layout_from_kv_cache_config(config: KVCacheConfig, kvmm_layout: bool = False,
@@ -105,8 +111,9 @@ def layout_from_kv_cache_config(config: KVCacheConfig, kvmm_layout: bool = False
     state groups (MambaSpec) become kvmm state groups whose checkpoint interval is the
     spec's block size: page i holds the state after token (i + 1) * block_size - 1.
     `successor_tokens` > 0 (EAGLE / MTP): a group of draft layers flagged `is_eagle_group`
-    becomes a kvmm draft group keyed with that many next ids (`eagle_groups`)."""
-    drafts, _ = eagle_groups(config, successor_tokens)
+    becomes a kvmm draft group keyed with that many next ids, a flagged full-attention group
+    holding target layers too a target group keyed with them (`eagle_groups`)."""
+    drafts, keyed, _ = eagle_groups(config, successor_tokens)
     groups = []
     for i, group in enumerate(config.kv_cache_groups):
         spec = group.kv_cache_spec
@@ -136,6 +143,8 @@ def layout_from_kv_cache_config(config: KVCacheConfig, kvmm_layout: bool = False
                 "attention, sliding window, chunked local attention and, with KvmmLayoutScheduler, Mamba state are)")
     for d, t in drafts.items():
         groups[d].draft = kvmm.DraftRole(groups[t].name, successor_tokens=successor_tokens)
+    for k in keyed:
+        groups[k].successor_tokens = successor_tokens
     # vLLM chose each group's block size: kvmm must not fit another one.
     layout = kvmm.KVLayout.plan(groups, fit_tokens_per_page=False)
     for g in range(layout.num_groups if not kvmm_layout else 0):
@@ -189,9 +198,10 @@ class KvmmKVCacheManager:
         # group g's small page p, n = small_pages_per_large_page(g)).
         self.kvmm_layout = kvmm_layout
         # EAGLE / MTP (vLLM's use_eagle: the draft's KV at a position depends on the next
-        # `eagle_successor_tokens` ids): draft groups keyed with them, or vLLM's last-page drop
-        # where draft layers share the target's group (eagle_groups).
-        self.draft_groups, self.eagle_drop_tokens = eagle_groups(kv_cache_config, eagle_successor_tokens)
+        # `eagle_successor_tokens` ids): draft groups and full-attention groups sharing draft
+        # and target layers keyed with them, else vLLM's last-page drop (eagle_groups).
+        self.draft_groups, self.eagle_keyed_groups, self.eagle_drop_tokens = eagle_groups(
+            kv_cache_config, eagle_successor_tokens)
         self.layout = layout_from_kv_cache_config(kv_cache_config, kvmm_layout, eagle_successor_tokens)
         self.num_kv_cache_groups = self.layout.num_groups
         self.num_pages = kv_cache_config.num_blocks - 1
@@ -372,8 +382,9 @@ class KvmmKVCacheManager:
         the target's hidden states, which a hit does not keep), so the hit reported ends where
         every draft group's own hit d does: kvmm is looked up again with the limit d until
         they agree. A draft page is keyed with the ids after it, so the last page of a prompt
-        counts exactly when the next id matches. Where draft layers share the target's group,
-        the last page of the hit is dropped (vLLM's rule). O(pages probed) per lookup, at most
+        counts exactly when the next id matches; so does a keyed group sharing draft and target
+        layers, which takes part in kvmm's hit itself. Where draft layers share a group that
+        cannot be keyed, the last page of the hit is dropped (vLLM's rule). O(pages probed) per lookup, at most
         one more per draft page missing."""
         kv = self.kv
         if self.eagle_drop_tokens and hit:
