@@ -1,7 +1,8 @@
 // Exact scenarios of issue 33 on the hybrid layout of spec_engine.hpp (target full
 // attention P = 4, recurrent state with checkpoints every 8 tokens, an EAGLE draft keyed
 // with the next token): vLLM's hybrid corruption (a checkpoint holding a rejected draft),
-// vLLM's drop-last-block EAGLE rule against the hit kvmm keeps, a draft that never
+// vLLM's drop-last-block EAGLE rule against the hit kvmm keeps, a target group keyed with
+// the next token (draft layers in the target's pages), a draft that never
 // shortens the target's hit, draft pages evicted first, and bad input.
 #include "kvmm/error.hpp"
 #include "kvmm/manager/kv_events.hpp"
