@@ -64,8 +64,8 @@ MissReason MissReasons::classify(const Request& q, GroupId g, std::uint64_t k, s
   // The same tokens sit cached in full attention: this group's page was computed with them
   // and cached, then evicted on its own (a window or checkpoint page released early).
   if (!grp.whole_prefix && anchor_hit >= (k + 1) * grp.P) return MissReason::kRetentionNotHeld;
-  const std::span<const BlockHash> chain = q.ids.chain(grp.hash_class);
-  if (k < chain.size() && m_.store_.was_evicted(g, chain[k])) return MissReason::kEvicted;
+  const std::span<const BlockHash> keys = page_keys(q, grp, g);  // a successor-keyed group's own
+  if (k < keys.size() && m_.store_.was_evicted(g, keys[k])) return MissReason::kEvicted;
   if (m_.anchor_ != kNoGroup && k * grp.P < m_.groups_[m_.anchor_].P && q.miss.has_plain) {
     const std::span<const BlockHash> a = q.ids.chain(m_.groups_[m_.anchor_].hash_class);
     if (const BlockHash* keyed = m_.plain_first_.get(q.miss.plain); keyed && !a.empty() && !(*keyed == a[0]))

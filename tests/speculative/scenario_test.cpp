@@ -194,6 +194,36 @@ TEST_CASE("speculative: a target group keyed with the next token hits the last p
   b.kv.check_invariants();
 }
 
+// Miss reasons read a successor-keyed group's own keys: its evicted page is kEvicted.
+TEST_CASE("speculative: a successor-keyed target group's evicted page is reported evicted", "[speculative]") {
+  LayerGroup merged = LayerGroup::full_attention("merged", 1, 1, 8, 2, 4);
+  merged.successor_tokens = 1;
+  KVCacheManager kv(KVLayout::plan({merged}), {.num_large_pages = 8, .max_requests = 4, .miss_reasons = 64});
+  const auto serve = [&](const std::vector<std::uint32_t>& toks) {
+    kv.begin_step();
+    const RequestId r = kv.add_request(toks);
+    const std::uint64_t p = kv.lookup_prefix(r);
+    REQUIRE(kv.allocate(r, static_cast<std::uint32_t>(toks.size() - p)));
+    kv.append_token(r, 49);  // the sampled token: the last page is keyed with it
+    kv.commit(r, toks.size());
+    kv.free(r);
+  };
+  const std::vector<std::uint32_t> a = iota_tokens(16);
+  serve(a);
+  kv.begin_step();
+  const RequestId b = kv.add_request(a);
+  CHECK(kv.lookup_prefix(b) == 12);  // page 3 needs the next token
+  kv.free(b);
+  serve(iota_tokens(28, 100));  // a's pages evicted
+  serve(iota_tokens(28, 200));
+  kv.begin_step();
+  const RequestId c = kv.add_request(a);
+  CHECK(kv.lookup_prefix(c) == 0);
+  CHECK(kv.lookup_report(c).reason == MissReason::kEvicted);
+  CHECK(kv.lookup_report(c).groups[0].page == 0);
+  kv.check_invariants();
+}
+
 TEST_CASE("speculative: a draft group with missing pages never shortens the target's hit", "[speculative]") {
   Bench b(true);
   EngineRequest a = b.add(iota_tokens(16));
