@@ -372,6 +372,30 @@ void validate_storage(const LayerGroup& g) {
     g.rope_element().validate(fmt::format("LayerGroup '{}': rope_format", n), g.rope_dim);
 }
 
+// A draft group's role and a target group's successor keys (docs/speculative.md).
+void validate_speculative(const LayerGroup& g) {
+  const auto& n = g.name;
+  if (g.draft) {
+    if (g.kind != LayerKind::kFullAttention && g.kind != LayerKind::kSlidingWindow)
+      fail("LayerGroup '{}': draft: a {} group cannot be a draft (full attention or sliding window only)", n,
+           to_string(g.kind));
+    if (g.draft->target.empty()) fail("LayerGroup '{}': draft.target: must name the target group", n);
+    if (g.draft->successor_tokens > DraftRole::kMaxSuccessorTokens)
+      fail("LayerGroup '{}': draft.successor_tokens = {}: at most {}", n, g.draft->successor_tokens,
+           DraftRole::kMaxSuccessorTokens);
+  }
+  if (g.successor_tokens > 0) {
+    if (g.draft)
+      fail("LayerGroup '{}': successor_tokens = {}: a draft group's are draft.successor_tokens", n, g.successor_tokens);
+    if (g.kind != LayerKind::kFullAttention)
+      fail(
+          "LayerGroup '{}': successor_tokens = {}: a {} group cannot be keyed with successor ids (full attention only)",
+          n, g.successor_tokens, to_string(g.kind));
+    if (g.successor_tokens > DraftRole::kMaxSuccessorTokens)
+      fail("LayerGroup '{}': successor_tokens = {}: at most {}", n, g.successor_tokens, DraftRole::kMaxSuccessorTokens);
+  }
+}
+
 }  // namespace
 
 void LayerGroup::validate() const {
@@ -398,25 +422,7 @@ void LayerGroup::validate() const {
       if (kind == LayerKind::kChunkedLocal && chunk == 0)
         fail("LayerGroup '{}': chunk = 0, a chunked-local group needs chunk >= 1", n);
   }
-  if (draft) {
-    if (kind != LayerKind::kFullAttention && kind != LayerKind::kSlidingWindow)
-      fail("LayerGroup '{}': draft: a {} group cannot be a draft (full attention or sliding window only)", n,
-           to_string(kind));
-    if (draft->target.empty()) fail("LayerGroup '{}': draft.target: must name the target group", n);
-    if (draft->successor_tokens > DraftRole::kMaxSuccessorTokens)
-      fail("LayerGroup '{}': draft.successor_tokens = {}: at most {}", n, draft->successor_tokens,
-           DraftRole::kMaxSuccessorTokens);
-  }
-  if (successor_tokens > 0) {
-    if (draft)
-      fail("LayerGroup '{}': successor_tokens = {}: a draft group's are draft.successor_tokens", n, successor_tokens);
-    if (kind != LayerKind::kFullAttention)
-      fail(
-          "LayerGroup '{}': successor_tokens = {}: a {} group cannot be keyed with successor ids (full attention only)",
-          n, successor_tokens, to_string(kind));
-    if (successor_tokens > DraftRole::kMaxSuccessorTokens)
-      fail("LayerGroup '{}': successor_tokens = {}: at most {}", n, successor_tokens, DraftRole::kMaxSuccessorTokens);
-  }
+  validate_speculative(*this);
   if (tagged_checkpoints && !is_state())
     fail("LayerGroup '{}': tagged_checkpoints: a {} group has no checkpoints (recurrent-state groups only)", n,
          to_string(kind));
