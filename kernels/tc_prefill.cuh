@@ -41,6 +41,7 @@ inline constexpr int kPfThreads = 32 * kPfWarps;
 inline constexpr int kPfRows = 16 * kPfWarps;  // packed rows per Q tile at one m-tile per warp
 inline constexpr int kPfTile = 64;             // tokens per KV tile
 inline constexpr int kPfStages = 2;
+inline constexpr int kPfSlots = 4;  // page-entry and null-flag slots: tile t's are slot t % 4
 
 // Whether every 64-token KV tile lies in one page (one page entry per tile).
 inline bool pf_tile_in_page(const TcPagedAddr& kv) { return kv.tpp.d % kPfTile == 0; }
@@ -72,8 +73,10 @@ inline AttnArgs pf_args(AttnArgs a, std::uint32_t qrows = kPfRows) {
 // bits 4-6 of the offset take the XOR of 2 j mod 8 (c and 2 j share no bit), bit 7 (D
 // 128: chunk 8 and up) is 0 in `off` (a row starts at a multiple of 128 bytes and c < 8),
 // so one XOR per step; the row's other offsets (multiples of 16 rows) add as immediates.
+// Bit 7 being 0, its XOR is an addition: steps j and j + 4 differ by an immediate (128),
+// so a tile needs 4 XORed offsets per operand, not D / 16.
 __host__ __device__ __forceinline__ std::uint32_t pf_swz_step(std::uint32_t off, int j) {
-  return off ^ (static_cast<std::uint32_t>(j) << 5);
+  return (off ^ (static_cast<std::uint32_t>(j & 3) << 5)) + (static_cast<std::uint32_t>(j >> 2) << 7);
 }
 // x, opaque to the compiler on the device (one MOV per use): offsets the main loop XORs
 // are taken through it once per tile, so that the compiler does not hoist the D / 16
@@ -103,12 +106,23 @@ __device__ __forceinline__ std::uint32_t pf_pack2(float lo, float hi) {
 #endif
 }
 
+// The page lookup's inputs, kept in shared memory (read by warps 0-1 once per tile) rather
+// than in registers live through the main loop: the request's page-table row, the kv
+// head's byte offset in a K/V row, the piece's key range and first tile's first key.
+template <typename Row>
+struct PfLookup {
+  Row r;
+  std::uint64_t head_off;
+  std::uint32_t lo, hi, first;
+};
+
 template <int D, int kMt = 1>
 inline constexpr std::uint32_t pf_smem_bytes() {
-  // K/V stages, Q (kMt 2), the row offsets of the next two tiles (8 bytes each), per-row
-  // null flags, the warps' key ranges, the rows' key ranges, the tile's first row and tokens
-  return kPfStages * 2 * kPfTile * D * 2 + (kMt > 1 ? kPfRows * kMt * D * 2 : 0) + kPfStages * kPfTile * 8 +
-         kPfStages * kPfTile + kPfWarps * 16 + kPfRows * kMt * 8 + 8;
+  // K/V stages, Q (kMt 2), the row offsets of four tiles (8 bytes each), their per-row null
+  // flags, the warps' key ranges, the rows' key ranges, the tile's first row and tokens,
+  // the page lookup's inputs (PfLookup)
+  return kPfStages * 2 * kPfTile * D * 2 + (kMt > 1 ? kPfRows * kMt * D * 2 : 0) + kPfSlots * kPfTile * 8 +
+         kPfSlots * kPfTile + kPfWarps * 16 + kPfRows * kMt * 8 + 8 + 32;
 }
 
 template <typename T, int D, typename Addr, bool kTileInPage, bool kSplitP, int kMt = 1>
@@ -121,6 +135,12 @@ __global__ void __launch_bounds__(kPfThreads, 2) tc_prefill_kernel(AttnArgs a, A
   constexpr int kPerThread = kPfTile * kChunks / kPfThreads;  // cp.async per thread per tile, K and V each
   constexpr int kNd = D / 8;                                  // n-tiles of O
   constexpr std::uint32_t kTileBytes = kPfTile * D * 2;
+  // Tokens per online-softmax step: the whole tile. (Two steps of 32 tokens at 32 rows per
+  // warp halve S's registers but add an O rescale per tile: 1,272 against 1,086 interior
+  // instructions per tile, and ptxas -O1 fits the one-step form in 255 registers.)
+  constexpr int kSubTok = kPfTile;
+  constexpr int kSubs = kPfTile / kSubTok;
+  constexpr int kNt = kSubTok / 8;  // n-tiles of S per step
 #if defined(KVMM_SIMT_HOST)
   unsigned char* smem = simt::dynamic_shared(pf_smem_bytes<D, kMt>());
 #else
@@ -128,14 +148,19 @@ __global__ void __launch_bounds__(kPfThreads, 2) tc_prefill_kernel(AttnArgs a, A
   unsigned char* smem = pf_smem;
 #endif
   unsigned char* qs = smem + kPfStages * 2 * kTileBytes;  // Q at kMt 2: [row][D], swizzled
-  // [slot][row]: byte offset of a tile's row (head 0), -1 in a null page, -2 outside the piece
+  // [slot][row] (row instance): byte offset of a tile's row at head h (a multiple of 16
+  // bytes, as cp.async needs); 1 (offset 0, zero-filled, not read) in a null page or
+  // outside the piece
   long long* rowoff = reinterpret_cast<long long*>(qs + (kMt > 1 ? kQRows * D * 2 : 0));
-  unsigned char* flags = reinterpret_cast<unsigned char*>(rowoff + kPfStages * kPfTile);  // [stage][row]: null page
+  unsigned char* flags = reinterpret_cast<unsigned char*>(rowoff + kPfSlots * kPfTile);  // [slot][row]: null page
   // [row]: the packed row's key range within the piece (read on boundary tiles only)
-  KeyRange* rkey = reinterpret_cast<KeyRange*>(flags + kPfStages * kPfTile + kPfWarps * 16);
+  KeyRange* rkey = reinterpret_cast<KeyRange*>(flags + kPfSlots * kPfTile + kPfWarps * 16);
   // The Q tile's first row (q_indptr[b] + t0) and token count, for the epilogue: kept here,
   // not in registers live through the loop.
   std::uint32_t* tile_meta = reinterpret_cast<std::uint32_t*>(rkey + kQRows);
+  using Lookup = PfLookup<typename Addr::Row>;
+  static_assert(sizeof(Lookup) <= 32);
+  Lookup* lk = reinterpret_cast<Lookup*>(tile_meta + 2);
 
   // The request and Q tile of this CTA: the largest b with q_indptr[b] / tq + b <= x.
   const std::uint32_t tq = a.rows_per_cta;
@@ -203,7 +228,7 @@ __global__ void __launch_bounds__(kPfThreads, 2) tc_prefill_kernel(AttnArgs a, A
     flo = max(flo, __shfl_xor_sync(0xffffffffu, flo, off));
     fhi = min(fhi, __shfl_xor_sync(0xffffffffu, fhi, off));
   }
-  std::uint32_t* wr = reinterpret_cast<std::uint32_t*>(flags + kPfStages * kPfTile) + 4 * warp;
+  std::uint32_t* wr = reinterpret_cast<std::uint32_t*>(flags + kPfSlots * kPfTile) + 4 * warp;
   if (lane == 0) {
     wr[0] = wlo;
     wr[1] = whi;
@@ -238,21 +263,30 @@ __global__ void __launch_bounds__(kPfThreads, 2) tc_prefill_kernel(AttnArgs a, A
       sts(reinterpret_cast<std::uint32_t*>(qs + tc_swz<D>(m, w / 4) + (w % 4) * 4), q_word(m, 2 * w));
     }
   }
-  __syncthreads();  // Q and the rows' ranges stored
   const typename Addr::Row r = kv.row(b);
   const std::uint64_t head_off = std::uint64_t{h} * D * 2;
+  const std::uint32_t c16 = (threadIdx.x % kChunks) * 16;  // this thread's chunk in a K/V row, bytes
   const std::uint32_t first = piece.lo / kPfTile * kPfTile;
   const std::uint32_t tiles = piece.hi > first ? (piece.hi - first + kPfTile - 1) / kPfTile : 0u;
+  if (threadIdx.x == 0) *lk = Lookup{r, head_off, piece.lo, piece.hi, first};
+  __syncthreads();  // Q, the rows' ranges and the lookup's inputs stored
 
-  // Without kTileInPage the page entries of tile t are looked up a tile ahead, one row per
-  // thread of warps 0-1, into rowoff slot t % 2 (read by issue(t) after a barrier).
+  // Without kTileInPage the page entries of tile t are looked up two tiles ahead (at
+  // iteration t - 2), one row per thread of warps 0-1, into slot t % 4 of rowoff (read by
+  // issue(t) at iteration t - 1) and of the rows' null flags (read while tile t is
+  // computed); slot t % 4 was last used by tile t - 4, done before iteration t - 3 ended.
+  // Its inputs are read from shared memory (lk, through an opaque pointer: not hoisted).
   auto lookup = [&](std::uint32_t t) {
     if constexpr (!kTileInPage) {
       if (t < tiles && threadIdx.x < static_cast<unsigned>(kPfTile)) {
-        const std::uint32_t tok = first + t * kPfTile + threadIdx.x;
-        const bool in = tok >= piece.lo && tok < piece.hi;
-        const long long off = kv.offset(r, min(tok, piece.hi - 1));  // every lane looks up: one warp request
-        rowoff[(t % kPfStages) * kPfTile + threadIdx.x] = in ? off : -2;
+        const Lookup* l = reinterpret_cast<const Lookup*>(
+            smem + pf_opaque(static_cast<std::uint32_t>(reinterpret_cast<unsigned char*>(lk) - smem)));
+        const std::uint32_t tok = l->first + t * kPfTile + threadIdx.x;
+        const bool in = tok >= l->lo && tok < l->hi;
+        const long long off = kv.offset(l->r, min(tok, l->hi - 1));  // every lane looks up: one warp request
+        const std::uint32_t at = (t % kPfSlots) * kPfTile + threadIdx.x;
+        rowoff[at] = in && off >= 0 ? static_cast<long long>(l->head_off) + off : 1;
+        flags[at] = in && off < 0 ? 1 : 0;
       }
     }
   };
@@ -275,21 +309,26 @@ __global__ void __launch_bounds__(kPfThreads, 2) tc_prefill_kernel(AttnArgs a, A
       KVMM_UNROLL
       for (int j = 0; j < kPerThread; ++j) {
         const std::uint32_t row = r0 + kStep * j;
-        long long off;
+        const std::uint32_t so = s0 + kStep * j * D * 2;
         if constexpr (kTileInPage) {
           const std::uint32_t tok = tok0 + row;
-          off = tok < piece.lo || tok >= piece.hi ? -2
-                : tile_off < 0                    ? -1
-                                                  : tile_off + static_cast<long long>(row) * kv.row_bytes;
+          const long long off = tok < piece.lo || tok >= piece.hi ? -2
+                                : tile_off < 0                    ? -1
+                                               : tile_off + static_cast<long long>(row) * kv.row_bytes;
+          const bool copy = off >= 0;
+          const std::uint64_t g = copy ? static_cast<std::uint64_t>(off) + head_off + c * 16 : 0;
+          cp_async<16>(ks + so, kv.k + g, copy ? 16u : 0u);
+          cp_async<16>(vs + so, kv.v + g, copy ? 16u : 0u);
+          if (c == 0) flags[(t % kPfSlots) * kPfTile + row] = off == -1 ? 1 : 0;
         } else {
-          off = rowoff[(t % kPfStages) * kPfTile + row];
+          // The looked-up entry: the row's offset (head added; a multiple of 16 bytes), or
+          // 1: zero-filled from offset 0 (not read).
+          const long long e = rowoff[(t % kPfSlots) * kPfTile + row];
+          const std::uint32_t n = (e & 1) != 0 ? 0u : 16u;
+          const std::uint64_t g = static_cast<std::uint64_t>(e & ~1ll) + c16;
+          cp_async<16>(ks + so, kv.k + g, n);
+          cp_async<16>(vs + so, kv.v + g, n);
         }
-        const bool copy = off >= 0;
-        const std::uint64_t g = copy ? static_cast<std::uint64_t>(off) + head_off + c * 16 : 0;
-        const std::uint32_t so = s0 + kStep * j * D * 2;
-        cp_async<16>(ks + so, kv.k + g, copy ? 16u : 0u);
-        cp_async<16>(vs + so, kv.v + g, copy ? 16u : 0u);
-        if (c == 0) flags[st * kPfTile + row] = off == -1 ? 1 : 0;
       }
     }
     cp_async_commit();
@@ -334,7 +373,7 @@ __global__ void __launch_bounds__(kPfThreads, 2) tc_prefill_kernel(AttnArgs a, A
     const unsigned char* ks = smem + stage * 2 * kTileBytes;
     const unsigned char* vs = ks + kTileBytes;
     const std::uint32_t k_off_t = pf_opaque(k_off), q_off_t = pf_opaque(q_off), v_off_t = pf_opaque(v_off);
-    const unsigned char* fl = flags + stage * kPfTile;
+    const unsigned char* fl = flags + (it % kPfSlots) * kPfTile;
     const bool n0 = fl[lane] != 0, n1 = fl[lane + 32] != 0;
     if (!__any_sync(0xffffffffu, !(n0 && n1))) continue;  // a whole null tile
     const bool nulls = __any_sync(0xffffffffu, n0 || n1);
@@ -345,136 +384,149 @@ __global__ void __launch_bounds__(kPfThreads, 2) tc_prefill_kernel(AttnArgs a, A
     const bool full = !nulls && tok0 >= wr[2] && tok0 + kPfTile <= wr[3];  // no element masked
 #endif
 
-    // S = Q K^T: 8 n-tiles of 8 tokens; ldmatrix.x4 gives two n-tiles' B fragments, each
-    // used by kMt m-tiles.
-    float s[kMt][8][4];
+    // The tile in kSubs sub-tiles of kSubTok tokens (one at 16 rows per warp; two of 32 at
+    // 32 rows per warp, so that S (kMt x kNt x 4 floats) and P stay small beside O's 128
+    // registers), each an online-softmax step: S, its softmax, P packed, O rescaled, O +=
+    // P V over the sub-tile's rows of V.
     KVMM_UNROLL
-    for (int mt = 0; mt < kMt; ++mt) KVMM_UNROLL
-    for (int nt = 0; nt < 8; ++nt) KVMM_UNROLL
-    for (int i = 0; i < 4; ++i) s[mt][nt][i] = 0.0f;
-    KVMM_UNROLL
-    for (int kst = 0; kst < D / 16; ++kst) {
-      std::uint32_t qf[kMt][4];
+    for (int u = 0; u < kSubs; ++u) {
+      // S = Q K^T: kNt n-tiles of 8 tokens; ldmatrix.x4 gives two n-tiles' B fragments,
+      // each used by kMt m-tiles.
+      float s[kMt][kNt][4];
       KVMM_UNROLL
-      for (int mt = 0; mt < kMt; ++mt) {
-        if constexpr (kMt == 1) {
+      for (int mt = 0; mt < kMt; ++mt) KVMM_UNROLL
+      for (int nt = 0; nt < kNt; ++nt) KVMM_UNROLL
+      for (int i = 0; i < 4; ++i) s[mt][nt][i] = 0.0f;
+      KVMM_UNROLL
+      for (int kst = 0; kst < D / 16; ++kst) {
+        std::uint32_t qf[kMt][4];
+        KVMM_UNROLL
+        for (int mt = 0; mt < kMt; ++mt) {
+          if constexpr (kMt == 1) {
+            KVMM_UNROLL
+            for (int i = 0; i < 4; ++i) qf[mt][i] = qa[kst][i];
+          } else {
+            // Row 16 kMt warp + 16 mt + lane % 16, chunk 2 kst + lane / 16 (pf_swz_step).
+            ldmatrix<4, false>(qf[mt], qs + pf_swz_step(q_off_t, kst) + mt * 16 * D * 2);
+          }
+        }
+        const std::uint32_t k_at = pf_swz_step(k_off_t, kst);
+        KVMM_UNROLL
+        for (int np = 0; np < kNt / 2; ++np) {
+          // Lanes 8m .. 8m + 7 address matrix m: tokens kSubTok u + 8 (2 np + m / 2) + 0..7,
+          // chunk 2 kst + m % 2.
+          std::uint32_t kb[4];
+          ldmatrix<4, false>(kb, ks + k_at + (u * kNt / 2 + np) * 16 * D * 2);
+          const std::uint32_t b0[2] = {kb[0], kb[1]}, b1[2] = {kb[2], kb[3]};
           KVMM_UNROLL
-          for (int i = 0; i < 4; ++i) qf[mt][i] = qa[kst][i];
-        } else {
-          // Row 16 kMt warp + 16 mt + lane % 16, chunk 2 kst + lane / 16 (pf_swz_step).
-          ldmatrix<4, false>(qf[mt], qs + pf_swz_step(q_off_t, kst) + mt * 16 * D * 2);
+          for (int mt = 0; mt < kMt; ++mt) {
+            mma_16816<T>(s[mt][2 * np], qf[mt], b0, s[mt][2 * np]);
+            mma_16816<T>(s[mt][2 * np + 1], qf[mt], b1, s[mt][2 * np + 1]);
+          }
         }
       }
-      const std::uint32_t k_at = pf_swz_step(k_off_t, kst);
-      KVMM_UNROLL
-      for (int np = 0; np < 4; ++np) {
-        // Lanes 8m .. 8m + 7 address matrix m: tokens 8 (2 np + m / 2) + 0..7, chunk 2 kst + m % 2.
-        std::uint32_t kb[4];
-        ldmatrix<4, false>(kb, ks + k_at + np * 16 * D * 2);
-        const std::uint32_t b0[2] = {kb[0], kb[1]}, b1[2] = {kb[2], kb[3]};
+      // Soft cap and mask: this lane's columns are tokens kSubTok u + 8 nt + 2 tig + (i &
+      // 1), rows 2 mt + (i >> 1). Without a soft cap the scale is applied inside the
+      // exponent (one FFMA, FA2's trick): the maximum is taken over raw dots (scale > 0
+      // keeps the order).
+      if (soft_cap) {
+        KVMM_UNROLL
+        for (int mt = 0; mt < kMt; ++mt) KVMM_UNROLL
+        for (int nt = 0; nt < kNt; ++nt) KVMM_UNROLL
+        for (int i = 0; i < 4; ++i) s[mt][nt][i] = a.cap_log2 * tanhf(s[mt][nt][i] * a.scale_div_cap);
+      }
+      if (!full) {  // a boundary tile (its own block, so interior tiles run none of it)
         KVMM_UNROLL
         for (int mt = 0; mt < kMt; ++mt) {
-          mma_16816<T>(s[mt][2 * np], qf[mt], b0, s[mt][2 * np]);
-          mma_16816<T>(s[mt][2 * np + 1], qf[mt], b1, s[mt][2 * np + 1]);
+          const KeyRange kr[2] = {rkey[16 * kMt * warp + 16 * mt + gid], rkey[16 * kMt * warp + 16 * mt + gid + 8]};
+          KVMM_UNROLL
+          for (int nt = 0; nt < kNt; ++nt) KVMM_UNROLL
+          for (int i = 0; i < 4; ++i) {
+            const std::uint32_t col = static_cast<std::uint32_t>(kSubTok * u + 8 * nt + 2 * tig + (i & 1));
+            const std::uint32_t tok = tok0 + col;
+            // one predicate, no branch per element
+            if ((tok < kr[i >> 1].lo) | (tok >= kr[i >> 1].hi) | (fl[col] != 0)) s[mt][nt][i] = -INFINITY;
+          }
         }
       }
-    }
-    // Soft cap and mask: this lane's columns are tokens 8 nt + 2 tig + (i & 1), rows
-    // 2 mt + (i >> 1). Without a soft cap the scale is applied inside the exponent (one
-    // FFMA, FA2's trick): the maximum is taken over raw dots (scale > 0 keeps the order).
-    if (soft_cap) {
+      float mx[kRows];  // the sub-tile's raw maxima
+      KVMM_UNROLL
+      for (int k = 0; k < kRows; ++k) mx[k] = -INFINITY;
       KVMM_UNROLL
       for (int mt = 0; mt < kMt; ++mt) KVMM_UNROLL
-      for (int nt = 0; nt < 8; ++nt) KVMM_UNROLL
-      for (int i = 0; i < 4; ++i) s[mt][nt][i] = a.cap_log2 * tanhf(s[mt][nt][i] * a.scale_div_cap);
-    }
-    if (!full) {  // a boundary tile (its own block, so interior tiles run none of it)
+      for (int nt = 0; nt < kNt; ++nt) KVMM_UNROLL
+      for (int i = 0; i < 4; ++i) mx[2 * mt + (i >> 1)] = fmaxf(mx[2 * mt + (i >> 1)], s[mt][nt][i]);
+      // The rows' new maxima in log2 units (the old one or the sub-tile's, scaled: the same
+      // product as when it was the sub-tile's); a row with no key yet (-inf) is
+      // exponentiated against 0 (its weights are exp2(-inf) = 0).
+      float msc[kRows], m0[kRows];
       KVMM_UNROLL
-      for (int mt = 0; mt < kMt; ++mt) {
-        const KeyRange kr[2] = {rkey[16 * kMt * warp + 16 * mt + gid], rkey[16 * kMt * warp + 16 * mt + gid + 8]};
+      for (int k = 0; k < kRows; ++k) {
+        mx[k] = fmaxf(mx[k], __shfl_xor_sync(0xffffffffu, mx[k], 1));
+        mx[k] = fmaxf(mx[k], __shfl_xor_sync(0xffffffffu, mx[k], 2));
+        msc[k] = fmaxf(st[k].m, mx[k] * sc);
+        m0[k] = msc[k] == -INFINITY ? 0.0f : msc[k];
+      }
+      // The weights, packed at once as P's A fragments (k-step nt / 2, word 2 (nt % 2) +
+      // row half) with the split P's remainders: S's registers die here.
+      float sum[kRows];
+      KVMM_UNROLL
+      for (int k = 0; k < kRows; ++k) sum[k] = 0.0f;
+      std::uint32_t pa[kMt][kNt / 2][4], pl[kMt][kNt / 2][4];  // [m-tile][k-step kk][word]
+      KVMM_UNROLL
+      for (int mt = 0; mt < kMt; ++mt) KVMM_UNROLL
+      for (int nt = 0; nt < kNt; ++nt) KVMM_UNROLL
+      for (int hf = 0; hf < 2; ++hf) {
+        const int k = 2 * mt + hf;
+        const float x0 = tc_exp2(fmaf(s[mt][nt][2 * hf], sc, -m0[k]));
+        const float x1 = tc_exp2(fmaf(s[mt][nt][2 * hf + 1], sc, -m0[k]));
+        sum[k] += x0 + x1;
+        const std::uint32_t w = pf_pack2<T>(x0, x1);
+        pa[mt][nt >> 1][2 * (nt & 1) + hf] = w;
+        if constexpr (kSplitP) pl[mt][nt >> 1][2 * (nt & 1) + hf] = pf_pack2<T>(x0 - T::lo(w), x1 - T::hi(w));
+      }
+      bool rescale = false;
+      float corr[kRows];
+      KVMM_UNROLL
+      for (int k = 0; k < kRows; ++k) {
+        // st[k].l is this lane's part of the row's sum (its columns), reduced over the quad
+        // once after the loop: the sum is linear in the rescales, so no shuffle per tile.
+        // Against m0 (0 for a row with no key yet): no select; a row without keys has
+        // o = 0 and l = 0, so its factor (0 or 1) changes nothing.
+        corr[k] = tc_exp2(st[k].m - m0[k]);
+        st[k].l = st[k].l * corr[k] + sum[k];
+        st[k].m = msc[k];
+        rescale = rescale || corr[k] != 1.0f;
+      }
+      if (__any_sync(0xffffffffu, rescale)) {
         KVMM_UNROLL
-        for (int nt = 0; nt < 8; ++nt) KVMM_UNROLL
-        for (int i = 0; i < 4; ++i) {
-          const std::uint32_t col = static_cast<std::uint32_t>(8 * nt + 2 * tig + (i & 1));
-          const std::uint32_t tok = tok0 + col;
-          // one predicate, no branch per element
-          if ((tok < kr[i >> 1].lo) | (tok >= kr[i >> 1].hi) | (fl[col] != 0)) s[mt][nt][i] = -INFINITY;
+        for (int mt = 0; mt < kMt; ++mt) KVMM_UNROLL
+        for (int n = 0; n < kNd; ++n) {
+          o[mt][n][0] *= corr[2 * mt];
+          o[mt][n][1] *= corr[2 * mt];
+          o[mt][n][2] *= corr[2 * mt + 1];
+          o[mt][n][3] *= corr[2 * mt + 1];
         }
       }
-    }
-    float mx[kRows];  // the tile's raw maxima
-    KVMM_UNROLL
-    for (int k = 0; k < kRows; ++k) mx[k] = -INFINITY;
-    KVMM_UNROLL
-    for (int mt = 0; mt < kMt; ++mt) KVMM_UNROLL
-    for (int nt = 0; nt < 8; ++nt) KVMM_UNROLL
-    for (int i = 0; i < 4; ++i) mx[2 * mt + (i >> 1)] = fmaxf(mx[2 * mt + (i >> 1)], s[mt][nt][i]);
-    // The rows' new maxima in log2 units (the old one or the tile's, scaled: the same
-    // product as when it was the tile's); a row with no key yet (-inf) is exponentiated
-    // against 0 (its weights are exp2(-inf) = 0).
-    float msc[kRows], m0[kRows];
-    KVMM_UNROLL
-    for (int k = 0; k < kRows; ++k) {
-      mx[k] = fmaxf(mx[k], __shfl_xor_sync(0xffffffffu, mx[k], 1));
-      mx[k] = fmaxf(mx[k], __shfl_xor_sync(0xffffffffu, mx[k], 2));
-      msc[k] = fmaxf(st[k].m, mx[k] * sc);
-      m0[k] = msc[k] == -INFINITY ? 0.0f : msc[k];
-    }
-    float sum[kRows];
-    KVMM_UNROLL
-    for (int k = 0; k < kRows; ++k) sum[k] = 0.0f;
-    KVMM_UNROLL
-    for (int mt = 0; mt < kMt; ++mt) KVMM_UNROLL
-    for (int nt = 0; nt < 8; ++nt) KVMM_UNROLL
-    for (int i = 0; i < 4; ++i) {
-      const int k = 2 * mt + (i >> 1);
-      s[mt][nt][i] = tc_exp2(fmaf(s[mt][nt][i], sc, -m0[k]));
-      sum[k] += s[mt][nt][i];
-    }
-    bool rescale = false;
-    float corr[kRows];
-    KVMM_UNROLL
-    for (int k = 0; k < kRows; ++k) {
-      sum[k] += __shfl_xor_sync(0xffffffffu, sum[k], 1);
-      sum[k] += __shfl_xor_sync(0xffffffffu, sum[k], 2);
-      corr[k] = msc[k] == -INFINITY ? 1.0f : softmax_absorb(st[k], msc[k], sum[k], TcExp2{});
-      rescale = rescale || corr[k] != 1.0f;
-    }
-    if (__any_sync(0xffffffffu, rescale)) {
+      // O += P V over kNt / 2 k-steps of 16 tokens: C tiles 2 kk and 2 kk + 1 form P's A
+      // fragment; each V fragment serves kMt m-tiles.
       KVMM_UNROLL
-      for (int mt = 0; mt < kMt; ++mt) KVMM_UNROLL
-      for (int n = 0; n < kNd; ++n) {
-        o[mt][n][0] *= corr[2 * mt];
-        o[mt][n][1] *= corr[2 * mt];
-        o[mt][n][2] *= corr[2 * mt + 1];
-        o[mt][n][3] *= corr[2 * mt + 1];
-      }
-    }
-    // O += P V over 4 k-steps of 16 tokens: C tiles 2 kk and 2 kk + 1 form P's A fragment;
-    // each V fragment serves kMt m-tiles.
-    KVMM_UNROLL
-    for (int kk = 0; kk < 4; ++kk) {
-      std::uint32_t pa[kMt][4], pl[kMt][4];
-      KVMM_UNROLL
-      for (int mt = 0; mt < kMt; ++mt) KVMM_UNROLL
-      for (int j = 0; j < 4; ++j) {
-        const float x0 = s[mt][2 * kk + (j >> 1)][2 * (j & 1)], x1 = s[mt][2 * kk + (j >> 1)][2 * (j & 1) + 1];
-        pa[mt][j] = pf_pack2<T>(x0, x1);
-        if constexpr (kSplitP) pl[mt][j] = pf_pack2<T>(x0 - T::lo(pa[mt][j]), x1 - T::hi(pa[mt][j]));
-      }
-      KVMM_UNROLL
-      for (int np = 0; np < kNd / 2; ++np) {
-        // Lanes 0-15: tokens 16 kk + 0..15 at chunk 2 np; lanes 16-31: chunk 2 np + 1; transposed.
-        std::uint32_t vb[4];
-        ldmatrix<4, true>(vb, vs + pf_swz_step(v_off_t, np) + kk * 16 * D * 2);
-        const std::uint32_t b0[2] = {vb[0], vb[1]}, b1[2] = {vb[2], vb[3]};
+      for (int kk = 0; kk < kNt / 2; ++kk) {
         KVMM_UNROLL
-        for (int mt = 0; mt < kMt; ++mt) {
-          mma_16816<T>(o[mt][2 * np], pa[mt], b0, o[mt][2 * np]);
-          mma_16816<T>(o[mt][2 * np + 1], pa[mt], b1, o[mt][2 * np + 1]);
-          if constexpr (kSplitP) {
-            mma_16816<T>(o[mt][2 * np], pl[mt], b0, o[mt][2 * np]);
-            mma_16816<T>(o[mt][2 * np + 1], pl[mt], b1, o[mt][2 * np + 1]);
+        for (int np = 0; np < kNd / 2; ++np) {
+          // Lanes 0-15: tokens kSubTok u + 16 kk + 0..15 at chunk 2 np; lanes 16-31: chunk
+          // 2 np + 1; transposed.
+          std::uint32_t vb[4];
+          ldmatrix<4, true>(vb, vs + pf_swz_step(v_off_t, np) + (u * kNt / 2 + kk) * 16 * D * 2);
+          const std::uint32_t b0[2] = {vb[0], vb[1]}, b1[2] = {vb[2], vb[3]};
+          KVMM_UNROLL
+          for (int mt = 0; mt < kMt; ++mt) {
+            mma_16816<T>(o[mt][2 * np], pa[mt][kk], b0, o[mt][2 * np]);
+            mma_16816<T>(o[mt][2 * np + 1], pa[mt][kk], b1, o[mt][2 * np + 1]);
+            if constexpr (kSplitP) {
+              mma_16816<T>(o[mt][2 * np], pl[mt][kk], b0, o[mt][2 * np]);
+              mma_16816<T>(o[mt][2 * np + 1], pl[mt][kk], b1, o[mt][2 * np + 1]);
+            }
           }
         }
       }
@@ -489,6 +541,11 @@ __global__ void __launch_bounds__(kPfThreads, 2) tc_prefill_kernel(AttnArgs a, A
   const std::uint32_t g0_e = (blockIdx.y % a.head_chunks) * hc_e;
   const std::uint32_t hg_e = min(hc_e, a.group - g0_e);
   const std::uint32_t qh0_e = blockIdx.y / a.head_chunks * a.group + g0_e;
+  KVMM_UNROLL
+  for (int k = 0; k < kRows; ++k) {
+    st[k].l += __shfl_xor_sync(0xffffffffu, st[k].l, 1);  // the lanes' parts of the row's sum
+    st[k].l += __shfl_xor_sync(0xffffffffu, st[k].l, 2);
+  }
   KVMM_UNROLL
   for (int k = 0; k < kRows; ++k) {
     // The row's token and head, recomputed (fewer registers live through the loop).

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The time model's predictions for the tensor-core decode (bench/kernels/model.py on the
+# The time model's predictions for the tensor-core decode and prefill (bench/kernels/model.py on the
 # SASS census of this build), written to docs/results/kernels-predicted.md with the command,
 # machine and commit. PREDICTED, not measured: no GPU is used. Needs a CUDA build whose
 # ctest kernels_static ran (it writes <build>/kernels_census.json), the committed H100 rows
@@ -17,6 +17,10 @@ cmd="python3 bench/kernels/model.py --table --census $census --measured docs/res
 table=$($cmd | awk '/^Predicted H100 times of the tensor-core decode/ {on = 1} on && /^\|/ {seen = 1}
                     on && seen && !/^\|/ {exit} on {print}')
 [[ -n $table ]] || { echo "kernels_predicted: the census holds no tensor-core decode" >&2; exit 1; }
+# The tensor-core prefill's tables (issue 37): every caption of its forms and its table.
+pf=$($cmd | awk '/^Predicted H100 times of the tensor-core prefill/ {on = 1; print; print ""; next}
+                 on && /^\|/ {print; seen = 1; next} on && seen {on = 0; seen = 0; print ""}')
+[[ -n $pf ]] || { echo "kernels_predicted: the census holds no tensor-core prefill" >&2; exit 1; }
 {
   echo "# Tensor-core decode: predicted H100 times (not measured)"
   echo
@@ -31,5 +35,15 @@ table=$($cmd | awk '/^Predicted H100 times of the tensor-core decode/ {on = 1} o
   echo "4k and 32k, batch 256 ctx 1k and 4k; batch 1 ctx 32k <= 84 us; paged/contiguous <= 1.05."
   echo
   echo "$table"
+  echo
+  echo "## Tensor-core prefill: predicted H100 times (not measured)"
+  echo
+  echo "**Predicted**, same command: loop counts of the census variants (no soft cap; the"
+  echo "interior-tile path from the census_interior builds), the issue efficiency eta_p fitted on the"
+  echo "old prefill kernel's four measured H100 rows, an HMMA every 6 cycles per scheduler"
+  echo "(assumed). No GPU ran these kernels. Target (issue 37): >= 250 TFLOP/s at chunk 2048, ctx"
+  echo "8192 (torch SDPA measured 275)."
+  echo
+  echo "$pf"
 } > "$out"
 echo "kernels_predicted: wrote $out"

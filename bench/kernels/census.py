@@ -78,8 +78,21 @@ LIMITS = [
     # P.V 16 n-tiles x 4 k-steps = 64, twice with the split P; LDSM.x4 32 for K, 32 for V;
     # D 64: half of S's and of the LDSM, the same P.V per n-tile; the copy, unrolled fully,
     # 2 LDGSTS.128 (K and V) per row a thread copies: 8 rows at D 128, 4 at D 64).
-    # These are the launched instances (kMt 1: 16 rows per warp, "Li1EEEv"); the 32-rows-per-warp
-    # form (kMt 2) is built only in the census variants (it spills: not launched yet).
+    # kMt 1 ("Li1EEEv"): 16 rows per warp. kMt 2 ("Li2EEEv", 32 rows per warp, D 128, paged:
+    # kernels/tc_prefill_m2.cu and its census variants, ptxas -O1): each K/V fragment feeds
+    # two m-tiles, so twice the HMMA per tile and warp, 32 + 32 LDSM.x4 for K and V plus 16
+    # for Q (read from shared memory per k-step), the same copy; no stack either.
+    (r"tc_prefill_kernel.*Li128E.*Lb1ELi2EEEv", r"sm_", dict(regs=255, stack=0, local=0, local_in_loop=0, smem=2048,
+                                                        need=["HMMA", "LDSM.x4", "LDSM.x4.T", "LDGSTS.128"],
+                                                        cp_async_only=True,
+                                                        loop_exact={"HMMA": 384, "LDSM": 80, "LDGSTS.128": 16})),
+    (r"tc_prefill_kernel.*Li128E.*Lb0ELi2EEEv", r"sm_", dict(regs=255, stack=0, local=0, local_in_loop=0, smem=2048,
+                                                        need=["HMMA", "LDSM.x4", "LDSM.x4.T", "LDGSTS.128"],
+                                                        cp_async_only=True,
+                                                        loop_exact={"HMMA": 256, "LDSM": 80, "LDGSTS.128": 16})),
+    (r"^nocap:.*tc_prefill_kernel.*Li2EEEv", r"sm_", dict(regs=255, stack=0, local=0, local_in_loop=0, smem=2048,
+                                                         need=["HMMA", "LDSM.x4", "LDSM.x4.T", "LDGSTS.128"],
+                                                         cp_async_only=True)),
     (r"tc_prefill_kernel.*Li128E.*Lb1ELi1EEEv", r"sm_", dict(regs=255, stack=0, local=0, local_in_loop=0, smem=2048,
                                                         need=["HMMA", "LDSM.x4", "LDSM.x4.T", "LDGSTS.128"],
                                                         cp_async_only=True,

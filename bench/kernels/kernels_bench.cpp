@@ -189,8 +189,8 @@ void decode_contiguous(benchmark::State& state, bool tc) {
 
 // One request: a chunk of `chunk` new tokens at the end of a `ctx`-token context, 16-token pages.
 // tc: the tensor-core prefill (issue 37) instead of the default kernel; round_p_once: its
-// FA2-numerics variant (P rounded once).
-void BM_prefill_paged(benchmark::State& state, bool tc, bool round_p_once) {
+// FA2-numerics variant (P rounded once); wide: 32 rows per warp (TcPrefillRows::k32).
+void BM_prefill_paged(benchmark::State& state, bool tc, bool round_p_once, bool wide) {
   const auto chunk = static_cast<std::uint32_t>(state.range(0));
   const auto ctx = static_cast<std::uint32_t>(state.range(1));
   const std::uint32_t tpp = 16, pages = (ctx + tpp - 1) / tpp;
@@ -211,7 +211,8 @@ void BM_prefill_paged(benchmark::State& state, bool tc, bool round_p_once) {
   p.table = PageTableView{nullptr, table.as<PageId>(), pages};
   time_loop(state, [&] {
     if (tc)
-      experimental::paged_prefill_attention_tc(p, nullptr, round_p_once);
+      experimental::paged_prefill_attention_tc(
+          p, nullptr, round_p_once, wide ? experimental::TcPrefillRows::k32 : experimental::TcPrefillRows::k16);
     else
       paged_prefill_attention(p, nullptr);
   });
@@ -320,11 +321,15 @@ int main(int argc, char** argv) {
           ->Unit(benchmark::kMicrosecond);
   for (std::int64_t chunk : {512, 2048})
     for (std::int64_t ctx : {2048, 8192})
-      for (int kind = 0; kind < 3; ++kind)  // default, tensor-core, tensor-core with P rounded once
+      // default; tensor-core (16 rows per warp) with P split / rounded once; the same at 32
+      // rows per warp
+      for (int kind = 0; kind < 5; ++kind)
         benchmark::RegisterBenchmark(kind == 0   ? "prefill_paged"
                                      : kind == 1 ? "prefill_paged_tc"
-                                                 : "prefill_paged_tc1",
-                                     BM_prefill_paged, kind > 0, kind == 2)
+                                     : kind == 2 ? "prefill_paged_tc1"
+                                     : kind == 3 ? "prefill_paged_tc32"
+                                                 : "prefill_paged_tc32_1",
+                                     BM_prefill_paged, kind > 0, kind == 2 || kind == 4, kind >= 3)
             ->Args({chunk, ctx})
             ->ArgNames({"chunk", "ctx"})
             ->UseManualTime()

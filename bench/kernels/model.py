@@ -186,7 +186,7 @@ def tc_prefill_facts(census, variant, mt=1):
     inner = census.get(f"{name} interior", k)
     regs = k["res"]["regs"]
     rows = PF_ROWS * mt  # the Q tile; at 2 m-tiles per warp it sits in shared memory
-    smem = 2 * 2 * PF_TILE * HEAD_DIM * 2 + (rows * HEAD_DIM * 2 if mt > 1 else 0) + 2 * PF_TILE * 9 + 64 + 8 * rows + 8
+    smem = 2 * 2 * PF_TILE * HEAD_DIM * 2 + (rows * HEAD_DIM * 2 if mt > 1 else 0) + 4 * PF_TILE * 9 + 64 + 8 * rows + 40
     per_sm = min(REGS_PER_SM // (regs * THREADS), SMEM_PER_SM // (smem + 1024), MAX_CTAS_PER_SM)  # + the system reserve
     return dict(loop=k["loop"]["instrs"], inner=inner["loop"]["instrs"], hmma=k["loop"]["HMMA"], ctas_per_sm=per_sm,
                 regs=regs, stack=k["res"]["stack"], mt=mt)
@@ -232,6 +232,7 @@ def tc_prefill_table(rows, census, eta_p, eta0):
             continue
         f = tc_prefill_facts(census, variant, mt)
         spill = f"; {f['stack']} B stack frame: spills, not launched" if f["stack"] else ""
+        spill += "; ptxas -O1 (TcPrefillRows::k32)" if mt > 1 else ""
         lines += [f"Predicted H100 times of the tensor-core prefill, {variant}, {16 * mt} rows per warp{spill} "
                   f"(model, not measured; loop {f['inner']} "
                   f"warp-instructions on interior tiles, {f['loop']} on boundary tiles, with {f['hmma']} HMMA per "

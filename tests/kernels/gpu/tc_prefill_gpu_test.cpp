@@ -68,7 +68,8 @@ struct PfDevice {
         cv(sc.cont_v.blocks),
         out(sc.out_elems() * 2),
         ws(attention_workspace_bytes(sc.rows, sc.q_heads, sc.cfg.head_dim, 4)) {}
-  std::vector<std::uint16_t> run_paged(std::uint32_t splits, bool csr, bool round_p_once = false) {
+  std::vector<std::uint16_t> run_paged(std::uint32_t splits, bool csr, bool round_p_once = false,
+                                       experimental::TcPrefillRows rows = experimental::TcPrefillRows::k16) {
     PF_CUDA_OK(cudaMemset(out.p, 0xff, out.n));
     PagedAttentionParams p;
     p.query = s.query(q.p, out.p, lens.as<std::uint32_t>(), q_indptr.as<std::uint32_t>());
@@ -77,7 +78,7 @@ struct PfDevice {
                   : PageTableView{nullptr, dense.as<PageId>(), s.dense_stride};
     p.options = s.cfg.options;
     p.split = SplitKV{splits, ws.p};
-    experimental::paged_prefill_attention_tc(p, nullptr, round_p_once);
+    experimental::paged_prefill_attention_tc(p, nullptr, round_p_once, rows);
     return out.get<std::uint16_t>(s.out_elems());
   }
   std::vector<std::uint16_t> run_contiguous(std::uint32_t splits) {
@@ -132,6 +133,12 @@ TEST_CASE("tensor-core prefill matches the CPU references on the GPU", "[gpu][at
         if (c.dtype == DType::kBF16 && c.head_dim == 128) {  // P rounded once: the looser bound of the emulator test
           const auto once = d.run_paged(splits, true, true);
           CHECK(max_rel_error(c.dtype, once, pf_widen(c.dtype, ref), 1e-2) <= 32.0 * unit_roundoff(c.dtype));
+          const auto once32 = d.run_paged(splits, true, true, experimental::TcPrefillRows::k32);
+          CHECK(max_rel_error(c.dtype, once32, pf_widen(c.dtype, ref), 1e-2) <= 32.0 * unit_roundoff(c.dtype));
+        }
+        if (c.head_dim == 128) {  // 32 rows per warp: the same bound as the 16-row form
+          const auto wide = d.run_paged(splits, index % 2 == 0, false, experimental::TcPrefillRows::k32);
+          CHECK(max_rel_error(c.dtype, wide, pf_widen(c.dtype, ref), 1e-2) <= 4.0 * unit_roundoff(c.dtype));
         }
       }
 }

@@ -12,7 +12,5 @@ namespace kvmm::kernels::device {
 
 template __global__ void tc_prefill_kernel<BFloat, 128, TcPagedAddr, false, true, 1>(AttnArgs, TcPagedAddr);
 template __global__ void tc_prefill_kernel<BFloat, 128, TcPagedAddr, false, false, 1>(AttnArgs, TcPagedAddr);
-template __global__ void tc_prefill_kernel<BFloat, 128, TcPagedAddr, false, true, 2>(AttnArgs, TcPagedAddr);
-template __global__ void tc_prefill_kernel<BFloat, 128, TcPagedAddr, false, false, 2>(AttnArgs, TcPagedAddr);
 
 }  // namespace kvmm::kernels::device

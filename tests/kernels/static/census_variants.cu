@@ -21,10 +21,8 @@ template __global__ void tc_decode_kernel<BFloat, 128, TcPagedAddr, true, 2, tru
 template __global__ void tc_decode_kernel<BFloat, 128, TcPagedAddr, false, 2, true, 2>(AttnArgs, TcPagedAddr);
 template __global__ void tc_decode_kernel<BFloat, 128, ContiguousAddr, true, 2, true, 2>(AttnArgs, ContiguousAddr);
 // The tensor-core prefill (issue 37): 16-token pages (row lookups), both P numerics, 16
-// and 32 rows per warp.
+// rows per warp (32: census_variants_m2.cu, built with ptxas -O1 as the launched ones).
 template __global__ void tc_prefill_kernel<BFloat, 128, TcPagedAddr, false, true, 1>(AttnArgs, TcPagedAddr);
 template __global__ void tc_prefill_kernel<BFloat, 128, TcPagedAddr, false, false, 1>(AttnArgs, TcPagedAddr);
-template __global__ void tc_prefill_kernel<BFloat, 128, TcPagedAddr, false, true, 2>(AttnArgs, TcPagedAddr);
-template __global__ void tc_prefill_kernel<BFloat, 128, TcPagedAddr, false, false, 2>(AttnArgs, TcPagedAddr);
 
 }  // namespace kvmm::kernels::device

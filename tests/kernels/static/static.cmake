@@ -24,6 +24,15 @@ target_link_libraries(kvmm_census_interior PRIVATE kvmm::kvmm kvmm_warnings)
 target_compile_definitions(kvmm_census_interior PRIVATE KVMM_CENSUS_NO_SOFT_CAP=1)
 target_compile_options(kvmm_census_interior PRIVATE --expt-relaxed-constexpr)
 set_target_properties(kvmm_census_interior PROPERTIES CUDA_ARCHITECTURES "${KVMM_CUDA_ARCHITECTURES}")
+# The 32-rows-per-warp prefill (both paths), with ptxas -O1 as its launched instances.
+foreach(part variants interior)
+  add_library(kvmm_census_${part}_m2 STATIC ${CMAKE_CURRENT_LIST_DIR}/census_${part}_m2.cu)
+  target_include_directories(kvmm_census_${part}_m2 PRIVATE ${PROJECT_SOURCE_DIR}/kernels)
+  target_link_libraries(kvmm_census_${part}_m2 PRIVATE kvmm::kvmm kvmm_warnings)
+  target_compile_definitions(kvmm_census_${part}_m2 PRIVATE KVMM_CENSUS_NO_SOFT_CAP=1)
+  target_compile_options(kvmm_census_${part}_m2 PRIVATE --expt-relaxed-constexpr --ptxas-options=-O1)
+  set_target_properties(kvmm_census_${part}_m2 PROPERTIES CUDA_ARCHITECTURES "${KVMM_CUDA_ARCHITECTURES}")
+endforeach()
 
 # The sm_90a probe of kernels/hopper.cuh (wgmma, TMA, mbarrier): built for sm_90a only.
 add_library(kvmm_hopper_probe STATIC ${CMAKE_CURRENT_LIST_DIR}/hopper_probe.cu)
@@ -37,6 +46,7 @@ add_test(NAME kernels_static
   COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/bench/kernels/census.py --check --require-probes
     --venv ${KVMM_CUDA_TOOLS_VENV} --json ${census_json}
     $<TARGET_FILE:kvmm_cuda> $<TARGET_FILE:kvmm_census_variants> $<TARGET_FILE:kvmm_census_interior>
+    $<TARGET_FILE:kvmm_census_variants_m2> $<TARGET_FILE:kvmm_census_interior_m2>
     $<TARGET_FILE:kvmm_hopper_probe>
     $<$<TARGET_EXISTS:kvmm_test_gpu>:$<TARGET_FILE:kvmm_test_gpu>@_ZN4kvmm4test15tc_probe_kernelEPKNS0_9TcProbeInEPNS0_10TcProbeOutE>)
 set_tests_properties(kernels_static PROPERTIES FIXTURES_SETUP kernels_census)
