@@ -25,11 +25,10 @@
 // products, as the decode kernel), keeping the output within a few units of roundoff of
 // the exact softmax; without it P is rounded once (FA2's numerics, 1.5x fewer HMMA).
 // Costs per 64-token tile and warp at D 128: kMt x (64 HMMA (S) + 64 (P.V, 128 with
-// kSplitP)), 32 + 32 LDSM.x4 (+ 16 kMt for Q at kMt 2), 16 LDGSTS.128 per thread; shared
+// kSplitP)), 32 + 32 LDSM.x4 (+ 16 for Q at kMt 2), 16 LDGSTS.128 per thread; shared
 // memory 2 x 2 x 64 x D x 2 bytes (+ 64 kMt x D x 2 for Q at kMt 2).
-// The launcher (tc_prefill.cu) runs kMt 1. kMt 2 needs more than 255 registers (nvcc 13.0
-// spills 16-48 bytes of scalars), so it is built only for the census and the emulator
-// tests until it fits (issue 37).
+// The launchers: kMt 1 in tc_prefill.cu; kMt 2 (paged, D 128) in tc_prefill_m2.cu, compiled
+// with ptxas -O1, under which it fits in 255 registers without spills (at -O3 it spills).
 #pragma once
 
 #include "tc_decode.cuh"  // FastDiv, TcPagedAddr, tc_swz, the mma/ldmatrix wrappers
@@ -290,8 +289,9 @@ __global__ void __launch_bounds__(kPfThreads, 2) tc_prefill_kernel(AttnArgs a, A
       }
     }
   };
-  // Issues the cp.async of KV tile `t` into stage `st` (all threads) and writes its rows'
-  // null flags; a tile past the end issues nothing but still forms a group.
+  // Issues the cp.async of KV tile `t` into stage `st` (all threads; with kTileInPage it
+  // also writes the rows' null flags); a tile past the end issues nothing but still forms
+  // a group.
   auto issue = [&](std::uint32_t t, int st) {
     if (t < tiles) {
       unsigned char* ks = smem + st * 2 * kTileBytes;

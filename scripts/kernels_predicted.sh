@@ -14,11 +14,12 @@ census=$build/kernels_census.json
 out=docs/results/kernels-predicted.md
 cmd="python3 bench/kernels/model.py --table --census $census --measured docs/results/kernels-h100.md"
 # From the tensor-core decode's caption through the end of its table.
-table=$($cmd | awk '/^Predicted H100 times of the tensor-core decode/ {on = 1} on && /^\|/ {seen = 1}
+model=$($cmd)  # once: awk leaving early must not break the pipe under pipefail
+table=$(echo "$model" | awk '/^Predicted H100 times of the tensor-core decode/ {on = 1} on && /^\|/ {seen = 1}
                     on && seen && !/^\|/ {exit} on {print}')
 [[ -n $table ]] || { echo "kernels_predicted: the census holds no tensor-core decode" >&2; exit 1; }
 # The tensor-core prefill's tables (issue 37): every caption of its forms and its table.
-pf=$($cmd | awk '/^Predicted H100 times of the tensor-core prefill/ {on = 1; print; print ""; next}
+pf=$(echo "$model" | awk '/^Predicted H100 times of the tensor-core prefill/ {on = 1; print; print ""; next}
                  on && /^\|/ {print; seen = 1; next} on && seen {on = 0; seen = 0; print ""}')
 [[ -n $pf ]] || { echo "kernels_predicted: the census holds no tensor-core prefill" >&2; exit 1; }
 {
