@@ -1,7 +1,7 @@
 // Launchers of the tensor-core decode attention (tc_decode.cuh): validation as the
 // default decode, the kernel with its dynamic shared memory (over 48 KiB: the attribute
 // is raised once per instance; swapped operands with 32-token warp tiles at 2 stages for
-// groups of at most 8 at head dims 64 and 128, the 16-row form otherwise), then the split
+// groups of at most 8 at head dims 64 and 128 (64-token ones at 64), the 16-row form otherwise), then the split
 // merge.
 #include "attention_dispatch.cuh"
 #include "tc_decode_api.hpp"
@@ -33,11 +33,13 @@ void launch_form(const device::AttnArgs& a, const Addr& kv, dim3 grid, cudaStrea
 }
 
 // Swapped operands for groups of at most 8 at head dims 64 and 128 (device::tc_swap), with
-// 32-token warp tiles at 2 stages; the 16-row form with 16-token tiles otherwise.
+// 32-token warp tiles (64 at head dim 64) at 2 stages (device::tc_sub); the 16-row form with
+// 16-token tiles otherwise.
 template <typename T, int D, typename Addr, int kStages = device::kTcStages>
 void launch_tc(const device::AttnArgs& a, const Addr& kv, dim3 grid, cudaStream_t s) {
   if constexpr (D <= 128) {
-    if (device::tc_swap(a, D)) return launch_form < T, D, Addr, kStages, true, kStages == 2 ? 2 : 1 > (a, kv, grid, s);
+    if (device::tc_swap(a, D))
+      return launch_form<T, D, Addr, kStages, true, device::tc_sub(D, kStages)>(a, kv, grid, s);
   }
   launch_form<T, D, Addr, kStages, false, 1>(a, kv, grid, s);
 }

@@ -28,7 +28,9 @@
 // tokens in M, q heads in N, Q^T in registers, K and V trading layouts) and at 2 stages
 // 32-token warp tiles (kSub 2: two 16-token sub-tiles per stage, one softmax and rescale
 // per 32 tokens, the loop unrolled over the stages): 24 HMMA, 16 LDSM and 4 MOVM per 16
-// tokens at D 128, 0.027 static main-loop instructions per K/V byte (sm_90, paged).
+// tokens at D 128, 0.026 static main-loop instructions per K/V byte (sm_90, paged); at D 64
+// 64-token warp tiles (kSub 4, their page entries spread over the lanes): 0.028 (sm_90) and
+// 0.0296 (sm_80).
 #pragma once
 
 #include "tc_decode_swap.cuh"
@@ -39,7 +41,9 @@ namespace kvmm::kernels::device {
 
 template <int D, int kStages = kTcStages, bool kSwap = false, int kSub = 1>
 inline constexpr std::uint32_t tc_smem_bytes() {
-  const std::uint32_t ring = kTcWarps * kStages * 2 * kSub * kTcTile * D * 2 + (kSwap ? 0 : kTcRows * D * 2);  // + Q
+  // + Q (16-row form), + the sub-tile offsets of each warp's tile (kSub > 1: kSpread)
+  const std::uint32_t ring = kTcWarps * kStages * 2 * kSub * kTcTile * D * 2 + (kSwap ? 0 : kTcRows * D * 2) +
+                             (kSub == 4 ? kTcWarps * kSub * 16 : 0);
   const std::uint32_t merge = kTcWarps * kTcRows * (D + 2) * 4;
   return ring > merge ? ring : merge;
 }
@@ -55,14 +59,21 @@ template <typename T, int D, typename Addr, bool kTileInPage, int kStages = kTcS
 __global__ void __launch_bounds__(kTcThreads, D == 256 ? 1 : 4) tc_decode_kernel(AttnArgs a, Addr kv) {
   static_assert(D == 64 || D == 128 || D == 256);
   static_assert(!kSwap || D <= 128, "swapped operands: head dims 64 and 128");
-  static_assert(kSub == 1 || (kSub == 2 && kSwap), "32-token warp tiles: swapped operands only");
-  static_assert(kStages >= 2 && kStages * 16 * kSub <= 64, "a ring of 2-4 stages (16 mask bits per sub-tile in 64)");
+  static_assert(kSub == 1 || (kSub == 2 && kSwap) || (kSub == 4 && kSwap && D == 64 && kStages == 2),
+                "32-token warp tiles: swapped operands only; 64-token ones at D 64 and 2 stages");
+  static_assert(kStages >= 2 && (kSub == 4 || kStages * 16 * kSub <= 64),
+                "a ring of 2-4 stages (16 mask bits per sub-tile in 64)");
   constexpr int kNd = D / 8;  // n-tiles of O
   constexpr std::uint32_t kTileBytes = kTcTile * D * 2;
   constexpr std::uint32_t kStageBytes = 2 * kSub * kTileBytes;  // kSub x (K tile, V tile)
   constexpr std::uint32_t kStep = kTcTile * kSub;               // tokens per warp tile
   constexpr int kMaskBits = 16 * kSub;
-  constexpr std::uint32_t kMaskAll = kSub == 2 ? 0xffffffffu : 0xffffu;
+  // A stage's row mask: 16 bits per sub-tile. kSub 4 keeps one 64-bit mask per stage (the
+  // stage index is a constant there: the loop is unrolled over the stages); else the
+  // stages' masks share one 64-bit word.
+  constexpr bool kMaskPerStage = kSub > 2;
+  using Mask = std::conditional_t<kMaskPerStage, std::uint64_t, std::uint32_t>;
+  constexpr std::uint64_t kMaskAll = kSub == 4 ? ~std::uint64_t{0} : kSub == 2 ? 0xffffffffu : 0xffffu;
 #if defined(KVMM_SIMT_HOST)
   unsigned char* smem = simt::dynamic_shared(tc_smem_bytes<D, kStages, kSwap, kSub>());
 #else
@@ -146,6 +157,7 @@ __global__ void __launch_bounds__(kTcThreads, D == 256 ? 1 : 4) tc_decode_kernel
   // lanes' rows); a tile without any (a null page) is neither copied nor computed. With
   // kTileInPage the tile's page entry is read once.
   std::uint64_t masks = 0;
+  [[maybe_unused]] std::uint64_t stage_masks[kMaskPerStage ? kStages : 1] = {};
   // kSub 1: one page entry per tile (or per lane's row), read a tile ahead.
   // The page entry of tile t (kTileInPage: the tile's first row; else this lane's row,
   // clamped into the piece); nothing is read for tiles past the end.
@@ -205,21 +217,35 @@ __global__ void __launch_bounds__(kTcThreads, D == 256 ? 1 : 4) tc_decode_kernel
   // kSub 2: the page entries of tile t's sub-tiles (kTileInPage: the sub-tile's first row;
   // else this lane's row, clamped into the piece); nothing is read for tiles past the end nor
   // for sub-tiles wholly outside the piece.
+  // kSpread (kTileInPage): the sub-tiles' page entries are spread over the lanes (lane l
+  // reads sub-tile l % kSub's and forms its offset; issueN broadcasts them by shuffles), one
+  // lookup per lane and tile instead of kSub per lane.
+  constexpr bool kSpread = kTileInPage && kSub == 4;
   struct Ahead {
-    TcPre p[kSub];
+    TcPre p[kSpread ? 1 : kSub];
   };
   auto lookupN = [&](std::uint32_t t) {
     Ahead out;
-    KVMM_UNROLL
-    for (int u = 0; u < kSub; ++u) {
-      const std::uint32_t tok0 = first + t * kStep + kTcTile * u;
-      const std::uint32_t tok = tok0 + (kTileInPage ? 0u : lrow);
+    if constexpr (kSpread) {
+      const std::uint32_t tok0 = first + t * kStep + kTcTile * (static_cast<std::uint32_t>(lane) % kSub);
+      // A sub-tile outside the piece (no row of it valid) reads the entry of the piece's first
+      // token instead, so that every lane loads (one warp request, one instruction per lane).
       const bool in_piece = tok0 + kTcTile > piece.lo && tok0 < piece.hi;
-      out.p[u] = t < tiles && in_piece ? tc_pre(kv, r, min(tok, piece.hi - 1)) : TcPre{0u, 0u};
+      out.p[0] = t < tiles ? tc_pre(kv, r, in_piece ? tok0 : piece.lo) : TcPre{0u, 0u};
+    } else {
+      KVMM_UNROLL
+      for (int u = 0; u < kSub; ++u) {
+        const std::uint32_t tok0 = first + t * kStep + kTcTile * u;
+        const std::uint32_t tok = tok0 + (kTileInPage ? 0u : lrow);
+        const bool in_piece = tok0 + kTcTile > piece.lo && tok0 < piece.hi;
+        out.p[u] = t < tiles && in_piece ? tc_pre(kv, r, min(tok, piece.hi - 1)) : TcPre{0u, 0u};
+      }
     }
     return out;
   };
   [[maybe_unused]] Ahead aheadN = kSub > 1 ? lookupN(static_cast<std::uint32_t>(warp)) : Ahead{};
+  // kSpread: this warp's kSub slots of sub-tile offsets, after the ring (16-byte aligned).
+  [[maybe_unused]] uint4* sub_off = reinterpret_cast<uint4*>(smem + kTcWarps * kStages * kStageBytes) + warp * kSub;
   // The cp.async of sub-tile u of stage st: row mask m, this lane's row valid, its
   // exchanged-row and plain-row byte offsets.
   auto copy = [&](int st, int u, std::uint32_t m, bool valid, std::uint64_t k_off, std::uint64_t v_off) {
@@ -240,18 +266,42 @@ __global__ void __launch_bounds__(kTcThreads, D == 256 ? 1 : 4) tc_decode_kernel
   auto issueN = [&](std::uint32_t t, int st) {
     const Ahead pre = aheadN;
     aheadN = lookupN(t + kTcWarps);  // this warp's next tile: in flight while this one computes
-    if (t < tiles) {
+    if (kSpread || t < tiles) {
       // Offsets and row masks of every sub-tile first, then the copies: once any row of the
       // tile is valid, every sub-tile is copied (an all-masked one zero-filled by source size
-      // 0, reading nothing), so that P = 0 never meets stale or poisoned V in O += P V.
-      std::uint32_t tile_mask = 0;
+      // 0, reading nothing), so that P = 0 never meets stale or poisoned V in O += P V. The
+      // shuffles and ballots run for tiles past the end too (whose rows all lie past the
+      // piece: an empty mask, nothing copied) with kSpread, outside any branch, so the whole
+      // warp is known to take them.
+      Mask tile_mask = 0;
       std::uint64_t k_off[kSub], v_off[kSub];
       bool valid[kSub];
+      // rel + 16 u < len (mod 2^32) iff token first + t kStep + 16 u + lrow is in the piece.
+      const std::uint32_t rel = first + t * kStep + lrow - piece.lo, len = piece.hi - piece.lo;
+      // kSpread: the lanes publish their sub-tile's slot in the warp's: the offset (with the
+      // head's; 0 for a null page) and the bound on rel (len; 0 for a null page: no row
+      // valid); the lanes of one sub-tile store the same 16 bytes (every lane stores, so the
+      // warp's accesses stay one instruction per lane); every lane reads them all back
+      // (broadcast reads of 16 bytes).
+      [[maybe_unused]] uint4 slot[kSpread ? kSub : 1];
+      if constexpr (kSpread) {
+        const long long my_off = tc_off(kv, r, pre.p[0]);
+        const std::uint64_t my_base = my_off >= 0 ? static_cast<std::uint64_t>(my_off) + head_off : 0u;
+        sts(sub_off + lane % kSub, uint4{static_cast<std::uint32_t>(my_base), static_cast<std::uint32_t>(my_base >> 32),
+                                         my_off >= 0 ? len : 0u, 0u});
+        __syncwarp();
+        KVMM_UNROLL
+        for (int u = 0; u < kSub; ++u) slot[u] = lds(sub_off + u);
+      }
       KVMM_UNROLL
       for (int u = 0; u < kSub; ++u) {
-        const std::uint32_t tok = first + t * kStep + kTcTile * u + lrow;
-        valid[u] = tok >= piece.lo && tok < piece.hi;
-        if constexpr (kTileInPage) {
+        if constexpr (kSpread) {
+          const std::uint64_t base = std::uint64_t{slot[u].y} << 32 | slot[u].x;
+          valid[u] = rel + kTcTile * u < slot[u].z;
+          k_off[u] = base + goff_k;
+          v_off[u] = base + goff_v;
+        } else if constexpr (kTileInPage) {
+          valid[u] = rel + kTcTile * u < len;
           // One page entry per sub-tile; rows outside the piece copy nothing from inside the page.
           const long long tile_off = tc_off(kv, r, pre.p[u]);
           valid[u] = valid[u] && tile_off >= 0;
@@ -262,7 +312,7 @@ __global__ void __launch_bounds__(kTcThreads, D == 256 ? 1 : 4) tc_decode_kernel
           // Every lane looked up its row (one warp request per sub-tile); the K row's offset
           // comes from the lane that looked it up.
           const long long off = tc_off(kv, r, pre.p[u]);
-          valid[u] = valid[u] && off >= 0;
+          valid[u] = rel + kTcTile * u < len && off >= 0;
           const std::uint64_t row_off = valid[u] ? static_cast<std::uint64_t>(off) + head_off : 0u;
           const std::uint32_t lo =
               __shfl_sync(0xffffffffu, static_cast<std::uint32_t>(row_off), static_cast<int>(krow));
@@ -271,13 +321,17 @@ __global__ void __launch_bounds__(kTcThreads, D == 256 ? 1 : 4) tc_decode_kernel
           k_off[u] = (std::uint64_t{hi} << 32 | lo) + khb * 16;
           v_off[u] = row_off + hb * 16;
         }
-        tile_mask |= (__ballot_sync(0xffffffffu, valid[u]) & 0xffffu) << (16 * u);
+        tile_mask |= static_cast<Mask>(__ballot_sync(0xffffffffu, valid[u]) & 0xffffu) << (16 * u);
       }
       if (tile_mask != 0) {
         KVMM_UNROLL
-        for (int u = 0; u < kSub; ++u) copy(st, u, tile_mask >> (16 * u), valid[u], k_off[u], v_off[u]);
+        for (int u = 0; u < kSub; ++u)
+          copy(st, u, static_cast<std::uint32_t>(tile_mask >> (16 * u)), valid[u], k_off[u], v_off[u]);
       }
-      masks = (masks & ~(std::uint64_t{kMaskAll} << (kMaskBits * st))) | (std::uint64_t{tile_mask} << (kMaskBits * st));
+      if constexpr (kMaskPerStage)
+        stage_masks[st] = tile_mask;
+      else
+        masks = (masks & ~(kMaskAll << (kMaskBits * st))) | (std::uint64_t{tile_mask} << (kMaskBits * st));
     }
     cp_async_commit();
   };
@@ -320,7 +374,11 @@ __global__ void __launch_bounds__(kTcThreads, D == 256 ? 1 : 4) tc_decode_kernel
     issue(t + (kStages - 1) * kTcWarps, next_stage);
     cp_async_wait<kStages - 1>();
     __syncwarp();
-    const std::uint32_t tm = static_cast<std::uint32_t>(masks >> (kMaskBits * stage)) & kMaskAll;
+    Mask tm;
+    if constexpr (kMaskPerStage)
+      tm = stage_masks[stage];
+    else
+      tm = static_cast<Mask>((masks >> (kMaskBits * stage)) & kMaskAll);
     if (tm == 0) return;  // a null tile: nothing was copied
     const unsigned char* ks = ring + stage * kStageBytes;
     const unsigned char* vs = ks + kTileBytes;

@@ -95,6 +95,12 @@ __device__ __forceinline__ long long tc_off(const ContiguousAddr& kv, const Cont
 // (the N of the products) at head dims 64 and 128.
 inline bool tc_swap(const AttnArgs& a, std::uint32_t head_dim) { return a.group <= 8 && head_dim <= 128; }
 
+// The swapped form's sub-tiles per warp tile (kSub) that the launchers run: at 2 stages
+// 32-token warp tiles at head dim 128 and 64-token ones at 64 (one softmax, rescale and
+// wait per 4 sub-tiles: 0.03 main-loop instructions per K/V byte, not 0.044 with 2); one
+// 16-token tile at 3 and 4 stages.
+constexpr int tc_sub(int head_dim, int stages) { return stages == 2 ? (head_dim == 64 ? 4 : 2) : 1; }
+
 // f(std::integral_constant<int, i>{}) for i = 0 .. N - 1, in order.
 template <int N, typename F, int... I>
 __device__ __forceinline__ void static_for_impl(F&& f, std::integer_sequence<int, I...>) {
@@ -127,6 +133,24 @@ __host__ __device__ __forceinline__ std::uint32_t tc_lane_offset(std::uint32_t r
 template <typename P>
 __device__ __forceinline__ P* tc_at(P* base, const std::uint32_t (&soff)[4], int j) {
   return base + soff[j & 3] + 128 * (j >> 2);
+}
+
+// pack2<T> (tensor_core.cuh) as one cvt.rn.{bf16x2,f16x2}.f32 on the device: the same
+// round-to-nearest-even of each half in one instruction per pair (nvcc emits two
+// conversions and a permute for pack2 when the packed word is unpacked again, as the split
+// P's remainder does).
+template <typename T>
+__device__ __forceinline__ std::uint32_t tc_pack2(float lo, float hi) {
+#if defined(KVMM_SIMT_HOST) || !defined(__CUDA_ARCH__) || __CUDA_ARCH__ < 800
+  return pack2<T>(lo, hi);
+#else
+  std::uint32_t w;
+  if constexpr (std::is_same_v<T, BFloat>)
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(w) : "f"(hi), "f"(lo));
+  else
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(w) : "f"(hi), "f"(lo));
+  return w;
+#endif
 }
 
 // 2^x for the softmax weights: ex2.approx.ftz on the device (results below

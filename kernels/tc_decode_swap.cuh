@@ -16,10 +16,10 @@ namespace kvmm::kernels::device {
 // O^T += V^T P^T (M = 16 dims per m-tile, A = V^T by ldmatrix.x4.trans from the exchanged
 // layout), 2 D / 16 HMMA. Per 16 tokens at D 128: 24 HMMA, 16 LDSM, 4 MOVM (half of the
 // 16-row form's HMMA and two thirds of its LDSM), O in 32 registers, Q in 16.
-template <typename T, int D, int kSub>
+template <typename T, int D, int kSub, typename Mask>
 __device__ __forceinline__ void tc_swap_tile(float (&o)[D / 16][4], SoftmaxState<float> (&st)[2],
                                              const std::uint32_t (&qb)[D / 16][2], const unsigned char* stage,
-                                             const std::uint32_t (&soff)[4], std::uint32_t tm, int gid, float f,
+                                             const std::uint32_t (&soff)[4], Mask tm, int gid, float f,
                                              const AttnArgs& a) {
   constexpr std::uint32_t kTileBytes = kTcTile * D * 2;  // sub-tile u: K at stage + 2 u kTileBytes, V after it
 #if defined(KVMM_CENSUS_NO_SOFT_CAP)
@@ -39,17 +39,17 @@ __device__ __forceinline__ void tc_swap_tile(float (&o)[D / 16][4], SoftmaxState
     ldmatrix<4, false>(k4, tc_at(stage + u * 2 * kTileBytes, soff, j));
     mma_16816<T>(s[u], k4, qb[j], s[u]);
   }
-  const std::uint32_t lm = tm >> gid;
-  float mx[2] = {-INFINITY, -INFINITY};
+  const Mask lm = tm >> gid;  // bit 16 u + 8 r: token 16 u + 8 r + gid of the tile
+  float mx[2];                // from the first sub-tile's first pair (no fmax with -inf)
   KVMM_UNROLL
   for (int u = 0; u < kSub; ++u) KVMM_UNROLL
   for (int i = 0; i < 4; ++i) {
     const bool ok = ((lm >> (16 * u + 8 * (i >> 1))) & 1u) != 0;
     const float x = soft_cap ? a.cap_log2 * tanhf(s[u][i] * a.scale_div_cap) : s[u][i];
     s[u][i] = ok ? x : -INFINITY;
-    mx[i & 1] = fmaxf(mx[i & 1], s[u][i]);
+    mx[i & 1] = u == 0 && i < 2 ? s[u][i] : fmaxf(mx[i & 1], s[u][i]);
   }
-  float m_new[2], m_sub[2], sum[2] = {0.0f, 0.0f};
+  float m_new[2], m_sub[2], sum[2];
   KVMM_UNROLL
   for (int h2 = 0; h2 < 2; ++h2) {
     KVMM_UNROLL
@@ -61,7 +61,7 @@ __device__ __forceinline__ void tc_swap_tile(float (&o)[D / 16][4], SoftmaxState
   for (int u = 0; u < kSub; ++u) KVMM_UNROLL
   for (int i = 0; i < 4; ++i) {
     s[u][i] = tc_exp2(fmaf(s[u][i], f, -m_sub[i & 1]));
-    sum[i & 1] += s[u][i];
+    sum[i & 1] = u == 0 && i < 2 ? s[u][i] : sum[i & 1] + s[u][i];
   }
   float corr[2];
   KVMM_UNROLL
@@ -78,8 +78,8 @@ __device__ __forceinline__ void tc_swap_tile(float (&o)[D / 16][4], SoftmaxState
   KVMM_UNROLL
   for (int u = 0; u < kSub; ++u) KVMM_UNROLL
   for (int r = 0; r < 2; ++r) {
-    const std::uint32_t pk = pack2<T>(s[u][2 * r], s[u][2 * r + 1]);
-    const std::uint32_t rem = pack2<T>(s[u][2 * r] - T::lo(pk), s[u][2 * r + 1] - T::hi(pk));
+    const std::uint32_t pk = tc_pack2<T>(s[u][2 * r], s[u][2 * r + 1]);
+    const std::uint32_t rem = tc_pack2<T>(s[u][2 * r] - T::lo(pk), s[u][2 * r + 1] - T::hi(pk));
     pa[u][r] = movmatrix_trans(pk);
     pl[u][r] = movmatrix_trans(rem);
   }

@@ -66,6 +66,23 @@ LIMITS = [
     (r"tc_decode_kernel.*Li128E.*ELi2ELb1ELi2EEEv", r"sm_",
      dict(regs=128, stack=8, local=2, local_in_loop=0, smem=2048,
           need=["HMMA", "LDSM.x4", "LDSM.x4.T", "LDGSTS.128", "MOVM"], cp_async_only=True)),
+    # Head dim 64 runs 64-token warp tiles (kSub 4, "Li4EEEv"): the sub-tiles' page ids spread
+    # over the lanes (one lookup per lane and tile, offsets through shared memory). The census
+    # variants (no soft cap): the main loop (two warp tiles, unrolled over the stages) holds 96
+    # HMMA, 64 LDSM and 64 LDGSTS.128 (per 16 tokens 12, 8 and 8) and at most 0.03 instructions
+    # per K/V byte where pages hold whole sub-tiles (16-token multiples) or the cache is
+    # contiguous; pages of other sizes (each row finds its page) at most 0.036.
+    (r"^nocap:.*tc_decode_kernel.*Li64E.*ELb1ELi2ELb1ELi4EEEv", r"sm_",
+     dict(regs=128, stack=0, local=0, local_in_loop=0, smem=2048, loop_per_byte=0.03,
+          need=["HMMA", "LDSM.x4", "LDSM.x4.T", "LDGSTS.128", "MOVM"], cp_async_only=True,
+          loop_exact={"HMMA": 96, "LDSM": 64, "LDGSTS.128": 64})),
+    (r"^nocap:.*tc_decode_kernel.*Li64E.*ELb0ELi2ELb1ELi4EEEv", r"sm_",
+     dict(regs=128, stack=0, local=0, local_in_loop=0, smem=2048, loop_per_byte=0.036,
+          need=["HMMA", "LDSM.x4", "LDSM.x4.T", "LDGSTS.128", "MOVM"], cp_async_only=True,
+          loop_exact={"HMMA": 96, "LDSM": 64, "LDGSTS.128": 64})),
+    (r"tc_decode_kernel.*Li64E.*ELi2ELb1ELi4EEEv", r"sm_", dict(regs=128, stack=0, local=0, local_in_loop=0, smem=2048,
+                                                              need=["HMMA", "LDSM", "LDGSTS.128", "MOVM"],
+                                                              cp_async_only=True)),
     (r"tc_decode_kernel.*ELi2ELb1ELi2EEEv", r"sm_", dict(regs=128, stack=0, local=0, local_in_loop=0, smem=2048,
                                                         need=["HMMA", "LDSM", "LDGSTS.128", "MOVM"],
                                                         cp_async_only=True)),
@@ -238,8 +255,8 @@ def short(fn):
         return f"attention<{m.group(2)},D{m.group(3)},G{m.group(4)},{m.group(5)}>"
     m = re.search(r"tc_decode_kernelINS1_(\d+)(\w+?)ELi(\d+)ENS1_\d+(\w+?)ELb([01])E(?:Li(\d+)E)?(?:Lb([01])E)?(?:Li(\d+)E)?EEv", fn)
     if m:  # kTileInPage: one page entry per 16-token tile ("tile") or per row ("row"); ring stages if
-        # not 2; ",swap": swapped operands (kSwap: S^T = K Q^T, groups of at most 8); ",T32":
-        # 32-token warp tiles (kSub 2)
+        # not 2; ",swap": swapped operands (kSwap: S^T = K Q^T, groups of at most 8); ",T32",
+        # ",T64": 32- and 64-token warp tiles (kSub 2, 4)
         stages = f",S{m.group(6)}" if m.group(6) and m.group(6) != "2" else ""
         swap = ",swap" if m.group(7) == "1" else ""
         sub = f",T{16 * int(m.group(8))}" if m.group(8) and m.group(8) != "1" else ""

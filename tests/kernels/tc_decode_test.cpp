@@ -26,9 +26,12 @@ namespace {
 
 template <typename T, typename Addr, bool kTileInPage, int kStages = dev::kTcStages, bool kSwap = false, int kSub = 1>
 bool run_tc(const dev::AttnArgs& a, const Addr& kv, dim3 grid, std::uint32_t d) {
+  // Head dim 64 runs 64-token warp tiles where 128 runs 32 (tc_sub).
   if (d == 64)
-    return simt::launch(grid, dev::kTcThreads,
-                        [&] { dev::tc_decode_kernel<T, 64, Addr, kTileInPage, dev::kTcStages, kSwap, kSub>(a, kv); });
+    return simt::launch(grid, dev::kTcThreads, [&] {
+      dev::tc_decode_kernel<T, 64, Addr, kTileInPage, dev::kTcStages, kSwap, kSub == 2 ? dev::tc_sub(64, 2) : kSub>(a,
+                                                                                                                    kv);
+    });
   if (d == 128)
     return simt::launch(grid, dev::kTcThreads,
                         [&] { dev::tc_decode_kernel<T, 128, Addr, kTileInPage, kStages, kSwap, kSub>(a, kv); });
@@ -245,6 +248,49 @@ TEST_CASE("emulated tensor-core decode: page sizes up to 512, more group sizes a
     std::vector<std::uint16_t> ref(s.out_elems());
     cpu::paged_decode_attention(s.paged_params(ref.data(), splits, true));
     for (std::uint64_t seed : {0ull, 3ull}) {  // two lane schedules
+      simt::Emulator::get().set_schedule_seed(seed);
+      const auto got = tc_paged(s, splits, index % 2 == 0);
+      CHECK(max_rel_error(c.dtype, got, widen(c.dtype, ref), 1e-2) <= 4.0 * unit_roundoff(c.dtype));
+      if (!s.any_null) CHECK(tc_contiguous(s, splits) == got);
+    }
+    simt::Emulator::get().set_schedule_seed(0);
+  }
+}
+
+TEST_CASE("emulated tensor-core decode at head dim 64: 64-token warp tiles", "[kernels][simt][tc_decode]") {
+  // The launched form at head dim 64 (swapped operands, 4 sub-tiles per warp tile, their page
+  // ids spread over the lanes): pages of 16-64 tokens (one entry per sub-tile), 1 and 17 (each
+  // row finds its page), null pages, splits 1-7 (pieces starting mid-tile and mid-page),
+  // lengths up to 900 (several warp tiles per warp, odd counts for the unrolled loop's tail),
+  // every mask, groups 1-8, both dtypes, two lane schedules.
+  const std::uint32_t page_sizes[] = {16, 32, 17, 64, 1, 48};
+  const std::uint32_t groups[] = {1, 4, 8, 6, 2, 3};
+  const std::uint32_t split_counts[] = {1, 2, 3, 5, 7, 4};
+  const MaskKind masks[] = {MaskKind::kCausal, MaskKind::kSlidingWindow, MaskKind::kChunkedLocal};
+  for (std::uint32_t index = 0; index < 6; ++index) {
+    std::mt19937_64 rng(9500 + index);
+    ScenarioConfig c;
+    c.options.mask = masks[index % 3];
+    c.options.window = std::uniform_int_distribution<std::uint32_t>(30, 400)(rng);
+    c.options.chunk = std::uniform_int_distribution<std::uint32_t>(30, 400)(rng);
+    c.group = groups[index];
+    c.tokens_per_page = page_sizes[index];
+    c.head_dim = 64;
+    c.dtype = index % 2 == 0 ? DType::kBF16 : DType::kF16;
+    c.options.soft_cap = index == 3 ? 2.0f : 0.0f;
+    c.kv_heads = 2;
+    c.batch = 3;
+    c.max_kv_len = 900;
+    c.nulls = static_cast<NullMode>(index % 3);
+    c.seed = 9600 + index;
+    Scenario s(c);
+    s.fill_host_caches();
+    const std::uint32_t splits = split_counts[index];
+    INFO("scenario " << index << " mask " << static_cast<int>(c.options.mask) << " group " << c.group << " tpp "
+                     << c.tokens_per_page << " nulls " << static_cast<int>(c.nulls) << " splits " << splits);
+    std::vector<std::uint16_t> ref(s.out_elems());
+    cpu::paged_decode_attention(s.paged_params(ref.data(), splits, true));
+    for (std::uint64_t seed : {0ull, 5ull}) {  // two lane schedules
       simt::Emulator::get().set_schedule_seed(seed);
       const auto got = tc_paged(s, splits, index % 2 == 0);
       CHECK(max_rel_error(c.dtype, got, widen(c.dtype, ref), 1e-2) <= 4.0 * unit_roundoff(c.dtype));

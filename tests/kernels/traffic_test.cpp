@@ -210,12 +210,16 @@ struct TcTraffic {
   std::uint32_t ctas = 0;
 };
 
-// The tensor-core decode (bf16, D 128) on 2 requests x 256 tokens, 2 kv heads, group 4;
-// 16-token pages (permuted, page-layer layout of 2 layers), or contiguous; `splits` pieces;
-// `null_every` > 0: every such page of the tables is null.
+// The tensor-core decode (bf16, D 128, or 64: swapped operands with 64-token warp tiles)
+// on 2 requests x 256 tokens, 2 kv heads, group 4; 16-token pages (permuted, page-layer
+// layout of 2 layers), or contiguous; `splits` pieces; `null_every` > 0: every such page of
+// the tables is null.
+template <std::uint32_t D = 128>
 TcTraffic tc_traffic(bool paged, std::uint32_t splits, std::uint32_t null_every, std::uint32_t tpp = 16,
                      bool swap = false) {
-  constexpr std::uint32_t batch = 2, kv_heads = 2, group = 4, D = 128, kv_len = 256, layers = 2;
+  static_assert(D == 128 || D == 64);
+  constexpr int kSub = dev::tc_sub(D, 2);
+  constexpr std::uint32_t batch = 2, kv_heads = 2, group = 4, kv_len = 256, layers = 2;
   constexpr std::uint32_t q_heads = kv_heads * group, row_bytes = kv_heads * D * 2;
   const std::uint64_t page_stride = std::uint64_t{layers} * 2 * tpp * row_bytes;
   const std::uint32_t pages_per_req = (kv_len + tpp - 1) / tpp, num_pages = batch * pages_per_req + 3;
@@ -252,25 +256,25 @@ TcTraffic tc_traffic(bool paged, std::uint32_t splits, std::uint32_t null_every,
     if (dev::tc_tile_in_page(kv))
       ok = simt::launch(grid, dev::kTcThreads, [&] {
         if (swap)
-          dev::tc_decode_kernel<dev::BFloat, 128, dev::TcPagedAddr, true, 2, true, 2>(a, kv);
+          dev::tc_decode_kernel<dev::BFloat, D, dev::TcPagedAddr, true, 2, true, kSub>(a, kv);
         else
-          dev::tc_decode_kernel<dev::BFloat, 128, dev::TcPagedAddr, true>(a, kv);
+          dev::tc_decode_kernel<dev::BFloat, D, dev::TcPagedAddr, true>(a, kv);
       });
     else
       ok = simt::launch(grid, dev::kTcThreads, [&] {
         if (swap)
-          dev::tc_decode_kernel<dev::BFloat, 128, dev::TcPagedAddr, false, 2, true, 2>(a, kv);
+          dev::tc_decode_kernel<dev::BFloat, D, dev::TcPagedAddr, false, 2, true, kSub>(a, kv);
         else
-          dev::tc_decode_kernel<dev::BFloat, 128, dev::TcPagedAddr, false>(a, kv);
+          dev::tc_decode_kernel<dev::BFloat, D, dev::TcPagedAddr, false>(a, kv);
       });
   } else {
     const std::uint64_t slot_stride = std::uint64_t{kv_len} * row_bytes;
     const dev::ContiguousAddr kv{base, base + batch * slot_stride, slot_stride, row_bytes, slots.data()};
     ok = simt::launch(grid, dev::kTcThreads, [&] {
       if (swap)
-        dev::tc_decode_kernel<dev::BFloat, 128, dev::ContiguousAddr, true, 2, true, 2>(a, kv);
+        dev::tc_decode_kernel<dev::BFloat, D, dev::ContiguousAddr, true, 2, true, kSub>(a, kv);
       else
-        dev::tc_decode_kernel<dev::BFloat, 128, dev::ContiguousAddr, true>(a, kv);
+        dev::tc_decode_kernel<dev::BFloat, D, dev::ContiguousAddr, true>(a, kv);
     });
   }
   REQUIRE(ok);
@@ -315,6 +319,40 @@ TEST_CASE("tensor-core decode: K/V at the minimum, ideal sectors and wavefronts,
     const TcTraffic n = tc_traffic(true, 1, 3, 16, swap);
     CHECK(n.rep.global.at("kv").bytes_requested == n.pages_used * 16 * 2 * 128 * 2 * 2);
   }
+}
+
+TEST_CASE("tensor-core decode at head dim 64 (64-token warp tiles): K/V at the minimum, page ids once per page",
+          "[kernels][simt][traffic][tc_decode]") {
+  // The swapped form with 4 sub-tiles per warp tile: the sub-tiles' page ids are read by
+  // one warp request per tile (lane l: sub-tile l % 4), 4 pages of 16 tokens each.
+  for (bool paged : {true, false})
+    for (std::uint32_t splits : {1u, 3u}) {
+      INFO("paged " << paged << " splits " << splits);
+      const TcTraffic t = tc_traffic<64>(paged, splits, 0, 16, true);
+      const simt::GlobalStats& kv = t.rep.global.at("kv");
+      CHECK(t.rep.misaligned == 0);
+      CHECK(kv.bytes_requested == t.kv_min);
+      CHECK(kv.unique_bytes == t.kv_min);
+      CHECK(kv.sectors * 32 == kv.bytes_requested);
+      if (splits == 1) CHECK(kv.sectors_per_request() == 16.0);
+      CHECK(t.rep.ldmatrix.wavefronts == t.rep.ldmatrix.ideal);
+      CHECK(t.rep.ldmatrix.requests > 0);
+      if (paged) {
+        // One warp request per (64-token tile, CTA): 4 per (request, kv head), plus one per
+        // tile a split boundary cuts; every page id of the 16 per request read.
+        const simt::GlobalStats& pg = t.rep.global.at("pages");
+        CHECK(pg.requests >= 4 * 2 * 2);
+        CHECK(pg.requests <= 4 * 2 * 2 + (splits - 1) * 2 * 2);
+        CHECK(pg.unique_bytes == 2 * 16 * 4);
+      }
+    }
+  // Null pages (every third): their rows are not read; pages of 17 tokens (each row finds
+  // its page): K/V at the minimum.
+  const TcTraffic n = tc_traffic<64>(true, 1, 3, 16, true);
+  CHECK(n.rep.global.at("kv").bytes_requested == n.pages_used * 16 * 2 * 64 * 2 * 2);
+  const TcTraffic r = tc_traffic<64>(true, 3, 0, 17, true);
+  CHECK(r.rep.global.at("kv").bytes_requested == r.kv_min);
+  CHECK(r.rep.global.at("kv").sectors * 32 == r.rep.global.at("kv").bytes_requested);
 }
 
 TEST_CASE("tensor-core decode, pages of 17 tokens (each row finds its page): K/V at the minimum, whole sectors",

@@ -1,4 +1,5 @@
-// Census-only instantiations of the attention kernels (bf16, head dim 128) with the
+// Census-only instantiations of the attention kernels (bf16, head dim 128; 64 for the
+// tensor-core decode's 64-token tiles) with the
 // soft-cap branch compiled out (KVMM_CENSUS_NO_SOFT_CAP): the path the benchmarks run,
 // whose main-loop instruction counts feed the time model (bench/kernels/model.py). Built
 // as a static library for the SASS census only; nothing links it.
@@ -20,6 +21,10 @@ template __global__ void tc_decode_kernel<BFloat, 128, ContiguousAddr, true>(Att
 template __global__ void tc_decode_kernel<BFloat, 128, TcPagedAddr, true, 2, true, 2>(AttnArgs, TcPagedAddr);
 template __global__ void tc_decode_kernel<BFloat, 128, TcPagedAddr, false, 2, true, 2>(AttnArgs, TcPagedAddr);
 template __global__ void tc_decode_kernel<BFloat, 128, ContiguousAddr, true, 2, true, 2>(AttnArgs, ContiguousAddr);
+// Head dim 64: 64-token warp tiles (kSub 4, tc_sub), the form the launchers run there.
+template __global__ void tc_decode_kernel<BFloat, 64, TcPagedAddr, true, 2, true, 4>(AttnArgs, TcPagedAddr);
+template __global__ void tc_decode_kernel<BFloat, 64, TcPagedAddr, false, 2, true, 4>(AttnArgs, TcPagedAddr);
+template __global__ void tc_decode_kernel<BFloat, 64, ContiguousAddr, true, 2, true, 4>(AttnArgs, ContiguousAddr);
 // The tensor-core prefill (issue 37): 16-token pages (row lookups), both P numerics, 16
 // rows per warp (32: census_variants_m2.cu, built with ptxas -O1 as the launched ones).
 template __global__ void tc_prefill_kernel<BFloat, 128, TcPagedAddr, false, true, 1>(AttnArgs, TcPagedAddr);
