@@ -129,11 +129,9 @@ TEST_CASE("a partial last page a fork shares is not cached: its other holder wri
 }
 
 TEST_CASE("a cached partial page is evicted like any cached page, with no router event", "[manager][partial]") {
-  KVCacheManager kv(full64(), {.num_large_pages = 4,
-                               .max_requests = 4,
-                               .record_events = true,
-                               .record_kv_events = true,
-                               .hit_unit = 4});
+  KVCacheManager kv(
+      full64(),
+      {.num_large_pages = 4, .max_requests = 4, .record_events = true, .record_kv_events = true, .hit_unit = 4});
   const auto a = ids(70, 100);
   kv.free(run(kv, a));
   KvEventBatch batch;
