@@ -68,11 +68,10 @@ std::uint64_t Admission::inside_page(Request& q, std::uint64_t p, std::uint64_t 
   const BlockHash parent = q.ids.chain(m_.groups_[0].hash_class)[p / P - 1];
   std::uint64_t e = 0;
   for (std::uint64_t next = u; next < P && p + next <= limit; next += u) {
-    const std::span<const std::uint32_t> tokens = q.ids.ids(p, next);
     GroupId g = 0;
     BlockHash full;
     for (; g < m_.groups_.size(); ++g) {
-      const PageId src = m_.partial_.find(m_.groups_, g, parent, tokens, &full);
+      const PageId src = m_.partial_.find(m_.groups_, g, parent, q.ids, p, next, &full);
       if (src == kNullPage) break;
       if (q.hit.partial_src[g] == src) continue;  // the same page serves the longer prefix too
       q.hit.partial_src[g] = src;

@@ -32,8 +32,12 @@ struct alignas(64) PageRec {
   // released (PageStore::hand_over).
   std::uint8_t copy = 0;
   std::uint8_t prio = 0;
+  // Cached under a partial page's key (a finished request's last page, hit_unit): its hash
+  // is no chain a router follows, so its eviction makes a page event only.
+  std::uint8_t partial = 0;
   std::uint64_t seq = 0;
 };
+static_assert(sizeof(PageRec) == 64, "one cache line per page");
 using SmallLru = LruOrder<MemberNodes<PageRec, &PageRec::node>>;
 
 struct Group {

@@ -149,7 +149,7 @@ void Lifecycle::register_full_pages(Row s, Request& q, std::uint64_t c) {
         if (grp.successors == 0)  // successor keys are no chain a router follows
           m_.events_.stored_page(g, q.ids, hv, i, grp.P);
         if (m_.partial_.on() && i > 0) [[unlikely]]  // a hit may end inside it (hit_unit)
-          m_.partial_.index_page(g, pages[i], hv[i - 1], hv[i], q.ids.ids(i * grp.P, grp.P));
+          m_.partial_.index_page(g, pages[i], hv[i - 1], hv[i], q.ids, i * grp.P, grp.P);
         ++newly;
       }
     }
@@ -270,6 +270,30 @@ void Lifecycle::release_rows(Row s, Request& q) {
   for (GroupId g = 0; g < m_.groups_.size(); ++g) m_.rows_.release_row(g, s, q.progress.last_step, q.prio);
 }
 
+// A finished request's partial last page of each group (hit_unit): cached under its
+// filled tokens' partial key and indexed by their units, so a follower (a chat's next
+// turn) hits into it and copies it; evictable as any cached page. Only a page the request
+// holds alone (a fork's shared page would be written in place by its other holder) after
+// at least one full page (a partial key chains on its parent). O(P) per group.
+void Lifecycle::cache_partial_pages(Row s, Request& q) {
+  if (q.swapped() || q.loading()) return;  // no device row, or pages whose loads may not have run
+  const std::uint64_t c = q.progress.computed;
+  for (GroupId g = 0; g < m_.groups_.size(); ++g) {
+    const Group& grp = m_.groups_[g];
+    const std::uint64_t i = c / grp.P, filled = c % grp.P;
+    if (!m_.partial_.indexes(g) || filled < m_.partial_.unit() || i == 0 || q.progress.registered[g] < i) continue;
+    const std::span<const PageId> pages = grp.table.pages(s);
+    if (i >= pages.size() || pages[i] == kNullPage) continue;
+    const PageRec& rec = m_.store_.rec(g, pages[i]);
+    if (rec.ref != 1 || rec.hashed || rec.copy || q.ids.first_kept_id() > i * grp.P) continue;
+    q.ids.ensure(grp.hash_class, i);
+    const BlockHash parent = q.ids.chain(grp.hash_class)[i - 1];
+    const BlockHash key = PartialHits::partial_key(parent, q.ids, i * grp.P, filled);
+    if (m_.store_.register_page(g, pages[i], key, true))
+      m_.partial_.index_page(g, pages[i], parent, key, q.ids, i * grp.P, filled);
+  }
+}
+
 // Device pages, or host pages if swapped out.
 void Lifecycle::release_all(Row s, Request& q) {
   if (q.swapped()) {
@@ -282,6 +306,8 @@ void Lifecycle::release_all(Row s, Request& q) {
 void Lifecycle::free(RequestId r) {
   const Row s = m_.reqs_.row(r);
   m_.retention.note_end(m_.reqs_[s]);
+  if (m_.partial_.on()) [[unlikely]]
+    cache_partial_pages(s, m_.reqs_[s]);
   release_all(s, m_.reqs_[s]);
   m_.reqs_.give_back(s);
   m_.expensive_check();

@@ -35,6 +35,7 @@ class Lifecycle {
   void check_commit_at(RequestId r, Row s, std::uint64_t c) const;
   void commit_at(RequestId r, Row s, std::uint64_t num_computed_tokens);
   RequestId fork(RequestId parent);
+  void cache_partial_pages(Row s, Request& q);
   void release_rows(Row s, Request& q);
   void release_all(Row s, Request& q);
   void free(RequestId r);

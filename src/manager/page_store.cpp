@@ -25,7 +25,7 @@ PageStore::PageStore(std::vector<Group>& groups, LargePagePool& pool, PrefixInde
     if (groups_[g].n == 1) single_.push_back(g);
 }
 
-bool PageStore::register_page(GroupId g, PageId p, const BlockHash& h) {
+bool PageStore::register_page(GroupId g, PageId p, const BlockHash& h, bool partial) {
   Group& grp = groups_[g];
   if (!prefix_caching_ || grp.pg[p].hashed) return false;
   if (!index_.insert(g, h, p, hash_of())) {
@@ -53,6 +53,7 @@ bool PageStore::register_page(GroupId g, PageId p, const BlockHash& h) {
   }
   grp.pg[p].hashed = 1;
   grp.pg[p].hash = h;
+  grp.pg[p].partial = static_cast<std::uint8_t>(partial);
   events_.stored(g, p, h);
   return true;
 }
@@ -239,9 +240,10 @@ void PageStore::hand_over(GroupId g, PageId o, PageId d) {
   --num_copies_;
   if (index_.insert(g, h, d, hash_of())) {
     rd.hashed = 1;
+    rd.partial = ro.partial;
     events_.moved(g, o, d, h);
   } else {
-    events_.removed(g, o, h, grp.announced());  // adversarial hashes only: a probe run too long
+    events_.removed(g, o, h, grp.announced() && !ro.partial);  // adversarial hashes only: a probe run too long
   }
   free_uncached(g, o);
 }
@@ -270,7 +272,7 @@ void PageStore::evict_small(GroupId g, PageId p) {
   ++uncached_;
   if (evicted_keys_.enabled()) [[unlikely]]
     evicted_keys_.put(KeyTable::of(g, grp.pg[p].hash));
-  events_.removed(g, p, grp.pg[p].hash, grp.announced());
+  events_.removed(g, p, grp.pg[p].hash, grp.announced() && !grp.pg[p].partial);
   ++grp.evicted;
   grp.alloc.free(p);
 }
@@ -306,7 +308,7 @@ void PageStore::forget_all() {
       if (mixed_lru_.contains(lp)) mixed_lru_.erase(lp);
       index_.erase(g, grp.pg[p].hash, p);
       grp.pg[p].hashed = 0;
-      events_.removed(g, p, grp.pg[p].hash, grp.announced());
+      events_.removed(g, p, grp.pg[p].hash, grp.announced() && !grp.pg[p].partial);
     }
   }
   events_.end_clear();

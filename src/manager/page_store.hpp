@@ -49,6 +49,7 @@ class PageStore {
     PageRec& rec = groups_[g].pg[p];  // an empty page: never listed
     rec.ref = 1;
     rec.hashed = 0;
+    rec.partial = 0;
     rec.node.key = EvictionKey{aged(g, step), prefix_len};
     rec.prio = 0;
   }
@@ -64,7 +65,8 @@ class PageStore {
   // prefix stays findable for as long as its newest copy lives (issue 17 item 4). Records a
   // stored page event; true when p became cached under h (the caller records the KV
   // event, which needs the request). O(1) expected, O(n) when a large page is re-filed.
-  bool register_page(GroupId g, PageId p, const BlockHash& h);
+  // `partial`: h is a partial page's key (PageRec::partial).
+  bool register_page(GroupId g, PageId p, const BlockHash& h, bool partial = false);
   // One more reference to a cached page (a hit or a pin). O(1): a lazy pin.
   void acquire(GroupId g, PageId p) {
     Group& grp = groups_[g];

@@ -2,7 +2,9 @@
 // (where the hit ends, the copy of the partial page, its source held for one step, a
 // refused admission giving everything back, the option's errors) and a seeded randomized
 // engine over a content model: every page holds the token ids written into it, copies are
-// run as the engine would, and every token a request reads after its hit must be its own.
+// run as the engine would, and every token a request reads after its hit must be its own
+// (a chat's next turn hits into its previous turn's partial last page; a run that skips
+// the copies reads other requests' tokens, and the test says so).
 #include "kvmm/error.hpp"
 #include "kvmm/manager/kv_cache_manager.hpp"
 #include "kvmm/testing/manager_inspector.hpp"
@@ -55,7 +57,7 @@ TEST_CASE("a hit ends at the last cached unit inside a page and copies that page
     const RequestId r = kv.add_request(b);
     const std::uint64_t expect = unit == 0 ? 48 : unit == 1 ? 57 : 56;
     CHECK(kv.lookup_prefix(r) == expect);
-    const RequestId probe = kv.add_request(a);  // a's own cached page 3
+    const RequestId probe = kv.add_request(std::vector<std::uint32_t>(a.begin(), a.begin() + 81));  // a's page 3
     REQUIRE(kv.lookup_prefix(probe) == 80);
     REQUIRE(kv.allocate(probe, 0));
     const PageId src = kv.page_table(probe, 0)[3];
@@ -79,9 +81,10 @@ TEST_CASE("a hit ends at the last cached unit inside a page and copies that page
     kv.commit(r, b.size());
     kv.check_invariants();
     kv.free(r);
-    // a's prefix is intact: the same prompt hits its 5 cached pages again.
+    // a's prefix is intact: the same prompt hits its 5 cached pages again, and with
+    // hit_unit its cached partial last page (10 tokens) up to the prompt's last token.
     const RequestId again = kv.add_request(a);
-    CHECK(kv.lookup_prefix(again) == 80);
+    CHECK(kv.lookup_prefix(again) == (unit == 0 ? 80 : unit == 1 ? 89 : 88));
     kv.free(again);
   }
 }
@@ -118,7 +121,7 @@ TEST_CASE("a refused admission with a partial hit gives its pins and held source
   CHECK(res.kind == AllocateStatus::kNoMemory);
   CHECK(kv.copies().empty());
   kv.check_invariants();
-  CHECK(kv.stats().groups[0].evictable_pages == 4);  // every page of a still cached and evictable
+  CHECK(kv.stats().groups[0].evictable_pages == 5);  // every page of a (its partial last one too) cached, evictable
   // A smaller allocate admits it.
   REQUIRE(kv.allocate(r, 8));
   CHECK(kv.copies().size() == 1);
@@ -143,8 +146,11 @@ namespace {
 // An engine over a content model: content_[g][page][slot] is the token id its KV holds.
 class ContentEngine {
  public:
-  ContentEngine(std::uint64_t seed, const KVLayout& layout, std::uint32_t unit, std::uint32_t large_pages)
-      : rng_(seed), kv_(layout, {.num_large_pages = large_pages, .max_requests = 8, .hit_unit = unit}) {
+  ContentEngine(std::uint64_t seed, const KVLayout& layout, std::uint32_t unit, std::uint32_t large_pages,
+                bool skip_copies = false)
+      : rng_(seed),
+        skip_copies_(skip_copies),
+        kv_(layout, {.num_large_pages = large_pages, .max_requests = 8, .hit_unit = unit}) {
     ng_ = static_cast<GroupId>(layout.num_groups());
     P_ = layout.group(0).tokens_per_page;
     for (auto& b : bases_) b = ids(200, static_cast<std::uint32_t>(rng_() % 1000) * 1000);
@@ -158,16 +164,28 @@ class ContentEngine {
   }
 
   std::uint64_t partial_hits = 0, copies = 0, hits = 0, refusals = 0, lost = 0;
+  std::uint64_t follower_partial = 0;  // partial hits past a finished request's last full page
+  std::uint64_t bad_reads = 0;         // positions read holding another request's token
 
  private:
   struct Req {
     std::vector<std::uint32_t> t;
     std::uint64_t computed = 0;
     bool admitted = false;
+    std::uint64_t after = 0;  // a follower: the finished prompt's last full page's end
   };
 
-  std::vector<std::uint32_t> prompt() {
-    // A base's prefix of random length, then random ids: prefixes diverge anywhere.
+  // A base's prefix of random length, then random ids: prefixes diverge anywhere. Or, a
+  // third of the time, a finished request's computed tokens and more (its next turn).
+  std::vector<std::uint32_t> prompt(std::uint64_t& after) {
+    after = 0;
+    if (!finished_.empty() && rng_() % 3 == 0) {
+      std::vector<std::uint32_t> t = finished_[rng_() % finished_.size()];
+      after = t.size() / P_ * P_;
+      const std::uint64_t extra = 1 + rng_() % 20;
+      for (std::uint64_t i = 0; i < extra; ++i) t.push_back(static_cast<std::uint32_t>(rng_() % 7));
+      return t;
+    }
     const auto& b = bases_[rng_() % bases_.size()];
     std::vector<std::uint32_t> t(b.begin(), b.begin() + static_cast<std::ptrdiff_t>(rng_() % 120));
     const std::uint64_t extra = 1 + rng_() % 40;
@@ -187,8 +205,8 @@ class ContentEngine {
         REQUIRE(t / P_ < row.size());
         const PageId p = row[t / P_];
         REQUIRE(p != kNullPage);
-        REQUIRE(content_[{g, p}].size() == P_);
-        REQUIRE(content_[{g, p}][t % P_] == q.t[t]);
+        const auto& c = content_[{g, p}];
+        bad_reads += c.size() != P_ || c[t % P_] != q.t[t];
       }
     }
   }
@@ -197,13 +215,16 @@ class ContentEngine {
     kv_.begin_step();
     const std::uint64_t op = rng_() % 10;
     if (reqs_.size() < 6 && (op < 4 || reqs_.empty())) {
-      const auto t = prompt();
+      std::uint64_t after = 0;
+      const auto t = prompt(after);
       const RequestId r = kv_.add_request(t);
       Req& q = reqs_[r];
       q.t = t;
+      q.after = after;
       q.computed = kv_.lookup_prefix(r);
       hits += q.computed > 0;
       partial_hits += q.computed % P_ != 0;
+      follower_partial += q.computed % P_ != 0 && q.computed > after && after > 0;
       return;
     }
     auto it = reqs_.begin();
@@ -211,6 +232,10 @@ class ContentEngine {
     const RequestId r = it->first;
     Req& q = it->second;
     if (op == 9 || q.computed == q.t.size()) {  // done (or dropped)
+      if (q.computed > P_) {
+        if (finished_.size() == 8) finished_.erase(finished_.begin() + static_cast<std::ptrdiff_t>(rng_() % 8));
+        finished_.emplace_back(q.t.begin(), q.t.begin() + static_cast<std::ptrdiff_t>(q.computed));
+      }
       kv_.free(r);
       reqs_.erase(it);
       return;
@@ -234,7 +259,7 @@ class ContentEngine {
     q.admitted = true;
     for (const PageCopy& c : kv_.copies()) {  // run before the step's kernels
       ++copies;
-      content_[{c.group, c.dst}] = content_[{c.group, c.src}];
+      if (!skip_copies_) content_[{c.group, c.dst}] = content_[{c.group, c.src}];
     }
     check_reads(r, q);  // the hit (and everything computed) reads the request's own ids
     for (GroupId g = 0; g < ng_; ++g) {
@@ -255,11 +280,13 @@ class ContentEngine {
   }
 
   std::mt19937_64 rng_;
+  bool skip_copies_;
   KVCacheManager kv_;
   GroupId ng_ = 0;
   std::uint32_t P_ = 0;
   std::array<std::vector<std::uint32_t>, 3> bases_;
   std::map<RequestId, Req> reqs_;
+  std::vector<std::vector<std::uint32_t>> finished_;  // finished requests' computed tokens
   std::map<std::pair<GroupId, PageId>, std::vector<std::uint32_t>> content_;
 };
 
@@ -272,11 +299,24 @@ TEST_CASE("randomized engine over a content model: partial hits read only their 
     INFO("seed " << seed);
     ContentEngine e(seed, windows ? gemma16() : full16(), unit, windows ? 32 : 16);
     e.run(20000);
+    CHECK(e.bad_reads == 0);
     CHECK(e.partial_hits > 300);
+    CHECK(e.follower_partial > 100);
     CHECK(e.copies > 300);
     CHECK(e.refusals > 100);
     CHECK(e.lost > 10);
-    WARN("seed " << seed << ": hits " << e.hits << " partial " << e.partial_hits << " copies " << e.copies
-                 << " refusals " << e.refusals << " lost " << e.lost);
+    WARN("seed " << seed << ": hits " << e.hits << " partial " << e.partial_hits << " (past a finished request's "
+                 << "last full page " << e.follower_partial << ") copies " << e.copies << " refusals " << e.refusals
+                 << " lost " << e.lost);
+  }
+}
+
+TEST_CASE("the content model catches an engine that skips the partial pages' copies", "[manager][partial]") {
+  for (const std::uint64_t seed : {1u, 2u}) {
+    INFO("seed " << seed);
+    ContentEngine e(seed, seed == 2 ? gemma16() : full16(), 4, seed == 2 ? 32 : 16, true);
+    e.run(3000);
+    CHECK(e.follower_partial > 10);
+    CHECK(e.bad_reads > 0);
   }
 }

@@ -31,6 +31,27 @@ def test_hit_inside_a_page_copies_it():
     kv.check_invariants()
 
 
+def test_next_turn_hits_into_a_finished_requests_partial_last_page():
+    lay = kvmm.KVLayout.plan([kvmm.LayerGroup.full_attention("full", 1, 1, 8, 2, 64)])
+    for unit, expect in ((0, 64), (4, 68), (1, 70)):
+        kv = kvmm.KVCacheManager(lay, num_large_pages=16, hit_unit=unit)
+        turn = list(range(100, 170))  # 70 tokens: one full 64-token page and 6 tokens
+        kv.begin_step()
+        a = kv.add_request(turn)
+        kv.lookup_prefix(a)
+        assert kv.allocate(a, len(turn))
+        kv.commit(a, len(turn))
+        src = list(kv.page_table(a, 0))[1]
+        kv.free(a)
+        kv.begin_step()
+        b = kv.add_request(turn + [5] * 30)  # the next turn
+        assert kv.lookup_prefix(b) == expect
+        assert kv.allocate(b, 100 - expect)
+        copies = [list(c) for c in kv.copies()]
+        assert copies == ([] if unit == 0 else [[0, src, list(kv.page_table(b, 0))[1]]])
+        kv.check_invariants()
+
+
 def test_off_by_default_and_bad_values():
     kv = kvmm.KVCacheManager(layout(), num_large_pages=32)
     p = list(range(1, 40))

@@ -231,6 +231,11 @@ TEST_CASE("kvmm --hit-unit: hits inside a page as trtllm-v2's partial reuse, the
   CHECK(serve(*t, 1, article(1, 6, 10), 1) == 6);
   CHECK(serve(*pages, 1, article(1, 6, 10), 1) == 4);
   CHECK(serve(*units, 2, article(2, 5, 10), 1) == 5);
+  // A session's turn computes 15 tokens (prompt 13, 2 decodes): 3 pages and 3 tokens of
+  // page 3, which free caches under hit_unit. The next turn hits into it.
+  for (auto* p : {pages.get(), units.get()}) CHECK(serve(*p, 3, turn(3, 20, 13), 2) == 0);
+  CHECK(serve(*units, 4, turn(4, 20, 18), 1) == 15);
+  CHECK(serve(*pages, 4, turn(4, 20, 18), 1) == 12);
   o.hit_unit = 3;  // does not divide the 4-token page
   CHECK_THROWS_WITH(kvmm::sim::make_policy("kvmm", layout, o), Catch::Contains("hit_unit = 3"));
 }
