@@ -90,31 +90,32 @@ sequence's final state (a later turn resumes there; kvmm keeps states at its 512
 checkpoints and learned boundaries). Restricting vLLM's hits to its 544-token block
 boundaries (`vllm-0.33 --prefix-match-unit 544`, what the issue describes) does not cost it
 hits on this workload in the simulator's model of vLLM's retention: its rows hit no less,
-more where memory binds (not analysed). On Qwen3-Next kvmm takes more steps than vLLM's grown
-blocks where memory binds (ShareGPT 11 GiB: 8,178 against 6,960). Padding is not why: the
-row `kvmm --fit-tokens-per-page off` (16-token pages padded 1.5-2%, the default before
-tokens-per-page fitting) wastes 0.8-1.0% and takes 0.1-0.8% more steps than the fitted
-plan. The summary's last column shows where kvmm's memory goes instead: free small pages of
-the attention group inside its large pages (one-group free, 17-27% of the budget in both
-16-token plans and the fitted one), memory no state can take, since a state page needs a
-whole large page. Request-aware placement (Jenga §4.3) opens a fresh large page for a
-request while the pool has one, and a large page returns to the pool only when all its
-small pages are free; how much each contributes was not analysed. Where memory does not
-bind (16 GiB chat) the runs tie on steps. With the limit raised past the 16-token LCM (the
-76 MiB column: large pages of two states or 201 attention pages of 16 tokens) kvmm's
-one-group free falls to 7-16% and its steps come closer to vLLM's (not level on ShareGPT),
-but its first-admission hits on chat fall (13.3 to 2.5% at 11 GiB; not analysed here).
-Which plan serves a hybrid better is workload-dependent; the planner's default takes the
-exact one under the limit.
+more where memory binds (not analysed).
+
+**Packing (issue 32).** With Jenga's step order (row `kvmm --pack-small-pages off`,
+kvmm's default before) kvmm took more steps than vLLM's grown blocks where memory binds
+(ShareGPT 11 GiB: 8,178 against 6,960): step 2 opens a fresh large page for each request's
+attention pages, a request fills a few of its 201 slots, and the rest (one-group free,
+17-27% of the budget) is memory no state can take, since a state page needs a whole large
+page. Filling the group's free slots first is not enough: finished requests' cached pages
+then sit in large pages other requests still use, where no state can take them either
+(tried: cached 63% of the budget, 51% more steps). kvmm's default now packs
+(`KVCacheManagerOptions::pack_small_pages`): a page comes from the request's own large
+pages, then any free slot of the group, then the group's least recently used cached page
+if its large page holds a page in use, and only then from a fresh or evicted large page.
+One-group free falls to 0.02-0.13%, and kvmm takes fewer steps than vLLM's rule on every
+hybrid run where memory binds (ShareGPT 11 GiB 6,761 against 6,960, 16 GiB 5,563 against
+5,723, chat 11 GiB 6,552 against 6,561) and ties where it does not (chat 16 GiB, with
+35.8% first-admission hits against vllm-0.33's 23.7%). Padding matters little next to it:
+the padded plan (`--fit-tokens-per-page off`) and the 76 MiB limit take 0-1.3% more
+steps than the default.
 The MLA and gpt-oss rows are about waste: one MLA group (DeepSeek-V3) pages exactly like
 vLLM's MLA blocks, the same run step for step; on gpt-oss kvmm's mean waste is close to
 vLLM's and its peak far lower (kvmm releases out-of-window pages at commit, vLLM's model
-at the next allocation). DeepSeek-V3.2 costs kvmm steps against
-vLLM: kvmm plans the indexer as a group of its own (a large page holds 11 latent or 96
-indexer pages of 16 tokens), so a request's latent and keys are placed, cached and
-evicted apart and more requests are preempted, where vLLM keeps a layer's latent and keys
-in one block. Planning a tied indexer inside its attention group's page is the obvious
-remedy (not tried here).
+at the next allocation). On DeepSeek-V3.2 kvmm plans the indexer as a group of its own (a large page holds 11 latent
+or 96 indexer pages of 16 tokens); with Jenga's order it took 8,671 steps (this
+page at `5e3d08f`), packed it is within 0.1% of vLLM's (8,215 against 8,208), where
+vLLM keeps a layer's latent and keys in one block.
 MD
 
 table() {  # $1 = run dir, then extra one-policy runs as LABEL=DIR, each after its policy's row
@@ -146,7 +147,7 @@ for spec in "${runs[@]}"; do
   "$sim" --model "$model" --workload "$workload" --memory-gib "$gib" --requests "$n" --seed 1 \
     ${flags[@]+"${flags[@]}"} --out "$dir" > "$dir.log"
   unpadded=()
-  rm -rf "$dir-unpadded" "$dir-padded" "$dir-unit544"
+  rm -rf "$dir-unpadded" "$dir-padded" "$dir-unit544" "$dir-jenga"
   case $name in
     qwen3-next-*)
       "$py" "$root/bench/sim/plot.py" "$dir" --title "$model, $workload, $gib GiB${extra:+, $extra}" \
@@ -158,12 +159,15 @@ for spec in "${runs[@]}"; do
       # kvmm once more at the 16 tokens per page asked for, padded (tokens-per-page fitting off).
       "$sim" --model "$model" --workload "$workload" --memory-gib "$gib" --requests "$n" --seed 1 \
         ${flags[@]+"${flags[@]}"} --policy kvmm --fit-tokens-per-page off --out "$dir-padded" > "$dir-padded.log"
+      # kvmm with Jenga's step order (packing off, the default before issue 32's packing).
+      "$sim" --model "$model" --workload "$workload" --memory-gib "$gib" --requests "$n" --seed 1 \
+        ${flags[@]+"${flags[@]}"} --policy kvmm --pack-small-pages off --out "$dir-jenga" > "$dir-jenga.log"
       # vLLM 0.33 with hits at its grown blocks' boundaries only (prefix_match_unit = 544).
       "$sim" --model "$model" --workload "$workload" --memory-gib "$gib" --requests "$n" --seed 1 \
         ${flags[@]+"${flags[@]}"} --policy vllm-0.33 --prefix-match-unit 544 --out "$dir-unit544" > "$dir-unit544.log"
-      unpadded=("kvmm --max-large-page-mib 76=$dir-unpadded" "kvmm --fit-tokens-per-page off=$dir-padded"
+      unpadded=("kvmm --pack-small-pages off=$dir-jenga" "kvmm --max-large-page-mib 76=$dir-unpadded" "kvmm --fit-tokens-per-page off=$dir-padded"
         "vllm-0.33 --prefix-match-unit 544=$dir-unit544")
-      chart="$chart The row \`kvmm\` is the default plan: 8-token attention pages fitted so that one state page is the large page (37.7 MiB, no padding); \`kvmm --max-large-page-mib 76\` is kvmm at 16 tokens with the limit raised past the LCM: unpadded 75.4 MiB large pages; \`kvmm --fit-tokens-per-page off\` is kvmm at 16 tokens padded into 38.3 MiB large pages (the default before tokens-per-page fitting); \`vllm-0.33 --prefix-match-unit 544\` is vLLM with hits at its grown blocks' boundaries only."
+      chart="$chart The row \`kvmm\` is the default plan: 8-token attention pages fitted so that one state page is the large page (37.7 MiB, no padding), packed; \`kvmm --pack-small-pages off\` is that plan with Jenga's step order (a fresh large page per request first; kvmm's default before packing); \`kvmm --max-large-page-mib 76\` is kvmm at 16 tokens with the limit raised past the LCM: unpadded 75.4 MiB large pages; \`kvmm --fit-tokens-per-page off\` is kvmm at 16 tokens padded into 38.3 MiB large pages (the default before tokens-per-page fitting); \`vllm-0.33 --prefix-match-unit 544\` is vLLM with hits at its grown blocks' boundaries only."
       ;;
     *) chart="" ;;
   esac
@@ -182,8 +186,8 @@ echo "#### Summary: kvmm against vLLM's grown blocks and paged-uniform"
 echo
 "$py" - "${names[@]}" <<'PY'
 import csv, os, sys
-print("| run | kvmm: steps, batch, first-admission hit %, waste % mean (peak) | kvmm unpadded (76 MiB limit): the same | kvmm padded (fitting off): the same | vLLM's rule (unified-block / vllm-0.33 / vllm-0.33 with hits at block boundaries only): the same | paged-uniform: steps, batch, waste % mean | kvmm one-group free % by group (mean; unpadded; padded) |")
-print("|---|---|---|---|---|---|---|")
+print("| run | kvmm: steps, batch, first-admission hit %, waste % mean (peak) | kvmm, Jenga's order (packing off): the same | kvmm unpadded (76 MiB limit): the same | kvmm padded (fitting off): the same | vLLM's rule (unified-block / vllm-0.33 / vllm-0.33 with hits at block boundaries only): the same | paged-uniform: steps, batch, waste % mean | kvmm one-group free % by group (mean; Jenga's order; unpadded; padded) |")
+print("|---|---|---|---|---|---|---|---|")
 for d in sys.argv[1:]:
     rows = {r["policy"]: r for r in csv.DictReader(open(d + "/summary.csv"))}
     pct = lambda r, k, n=1: f"{float(r[k]) * 100:.{n}f}"
@@ -196,14 +200,16 @@ for d in sys.argv[1:]:
         return ", ".join(
             f"{g} {100 * sum(float(r[g + '.group_free']) / float(r['capacity']) for r in steps) / len(steps):.1f}"
             for g in groups)
+    jenga = os.path.isdir(d + "-jenga")
+    jg = next(iter(csv.DictReader(open(d + "-jenga/summary.csv")))) if jenga else None
     unpadded = os.path.isdir(d + "-unpadded")
     up = next(iter(csv.DictReader(open(d + "-unpadded/summary.csv")))) if unpadded else None
     u544 = next(iter(csv.DictReader(open(d + "-unit544/summary.csv")))) if os.path.isdir(d + "-unit544") else None
     padded = os.path.isdir(d + "-padded")
     pd = next(iter(csv.DictReader(open(d + "-padded/summary.csv")))) if padded else None
-    print(f"| {d.rsplit('/', 1)[1]} | {cell(k)} | {cell(up) if up else '-'} | {cell(pd) if pd else '-'} "
+    print(f"| {d.rsplit('/', 1)[1]} | {cell(k)} | {cell(jg) if jg else '-'} | {cell(up) if up else '-'} | {cell(pd) if pd else '-'} "
           f"| {cell(u)} / {cell(v)}{' / ' + cell(u544) if u544 else ''} "
           f"| {int(p['steps']):,}, {float(p['mean_running']):.1f}, {pct(p, 'mean_wasted', 2)} "
-          f"| {free(d)}{'; ' + free(d + '-unpadded') if unpadded else ''}"
+          f"| {free(d)}{'; ' + free(d + '-jenga') if jenga else ''}{'; ' + free(d + '-unpadded') if unpadded else ''}"
           f"{'; ' + free(d + '-padded') if padded else ''} |")
 PY

@@ -515,6 +515,7 @@ class KvmmPolicy final : public Policy {
     a.learned_tail_tokens = learn ? o.learned_tail : 0;
     a.miss_reasons = kMissReasonSlots;  // reporting only: no decision reads it
     a.hit_unit = o.hit_unit;
+    a.pack_small_pages = o.pack_small_pages;
     return a;
   }
 

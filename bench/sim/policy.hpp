@@ -121,6 +121,8 @@ struct PolicyOptions {
   // on; 0 = vLLM's default (the configured block size, so hits inside blocks grown for a
   // Mamba group). A value equal to the grown block gives hits at block boundaries only.
   std::uint32_t prefix_match_unit = 0;
+  // kvmm: KVCacheManagerOptions::pack_small_pages (packing; off: Jenga's step order).
+  bool pack_small_pages = KVCacheManagerOptions{}.pack_small_pages;
   // kvmm: KVCacheManagerOptions::hit_unit (hits ending inside a page; 0 = off).
   std::uint32_t hit_unit = 0;
   // kvmm with learned boundaries: KVCacheManagerOptions::learned_tail_tokens.

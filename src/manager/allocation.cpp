@@ -8,10 +8,11 @@
 
 namespace kvmm::detail {
 
-PageAllocation::PageAllocation(std::vector<Group>& groups, LargePagePool& pool, PageStore& store)
+PageAllocation::PageAllocation(std::vector<Group>& groups, LargePagePool& pool, PageStore& store, bool pack)
     : groups_(groups),
       pool_(pool),
       store_(store),
+      pack_(pack),
       ring_(store.num_sources()),
       sim_a_(groups.size(), 0),
       sim_f_(groups.size(), 0),
@@ -57,6 +58,16 @@ class RealSteps {
     if (page == kNullPage) page = grp.alloc.try_fresh(r_);
     return true;
   }
+  // Step 4b: the LRU cached page of g, if its large page is live; the freed page is served.
+  bool evict_in_live(GroupId g) {
+    Group& grp = a_.groups_[g];
+    const PageId s = a_.store_.small_front(g);
+    if (s == kNullPage || !a_.live(g, grp.large_of(s))) return false;
+    a_.store_.evict_small(g, s);
+    page = grp.alloc.try_associated(r_);
+    if (page == kNullPage) page = grp.alloc.try_any();
+    return true;
+  }
   bool reclaim_mixed(GroupId g) {
     const LargePageId lp = a_.store_.mixed_front();
     if (lp == kNoLargePage) return false;
@@ -76,7 +87,7 @@ class RealSteps {
 
 PageId PageAllocation::take_page(GroupId g, Row r) {
   RealSteps steps(*this, r);
-  take_one(steps, g);
+  take_one(steps, g, pack_);
   return steps.page;
 }
 
@@ -92,6 +103,7 @@ class ReplaySteps {
     a_.replay_spoil(g, r_, a_.groups_[g].alloc.first_associated(r_), true, std::min(need, a_.sim_a_[g]));
     any_takes_ = 0;
     spoiled_any_ = false;
+    lru_started_ = false;
   }
   // Step 4 took free small pages from the group's large pages in list order.
   void end_group(GroupId g) { spoil_any(g); }
@@ -123,6 +135,29 @@ class ReplaySteps {
     if (a_.sim_f_[g] == 0) return false;
     --a_.sim_f_[g];
     ++any_takes_;
+    return true;
+  }
+  // Step 4b walks g's LRU from the front as the real evictions would: past pages in use
+  // (stale entries) and pages whose large page this replay evicted; it stops at the first
+  // cached page whose large page is not live (a free small page this replay took in a
+  // mixed large page made that one live, as the real take does).
+  bool evict_in_live(GroupId g) {
+    spoil_any(g);  // step 4's takes all come before the group's first step 4b
+    const Group& grp = a_.groups_[g];
+    if (!lru_started_) {
+      lcur_ = a_.store_.small_front(g);
+      lru_started_ = true;
+    }
+    for (;; lcur_ = grp.lru.after(lcur_)) {
+      if (lcur_ == kNullPage) return false;
+      const LargePageId lp = grp.large_of(lcur_);
+      if (grp.pg[lcur_].ref > 0 || (a_.store_.replay_skips(lp) && !a_.store_.replay_taken(lp))) continue;
+      if (!a_.store_.replay_taken(lp) && !a_.live(g, lp)) return false;
+      break;
+    }
+    if (a_.sim_e_[g] == 0) return false;
+    --a_.sim_e_[g];
+    lcur_ = grp.lru.after(lcur_);
     return true;
   }
   bool evict_small(GroupId g) {
@@ -171,6 +206,8 @@ class ReplaySteps {
   bool mixed_started_ = false;
   std::uint64_t any_takes_ = 0;
   bool spoiled_any_ = false;
+  bool lru_started_ = false;
+  PageId lcur_ = kNullPage;  // step 4b's cursor in g's LRU
 };
 
 bool PageAllocation::surely_infeasible(std::span<const std::uint64_t> need,
@@ -230,7 +267,7 @@ bool PageAllocation::replay_feasible(Row r, std::span<const std::uint64_t> need)
     if (need[g] == 0) continue;
     steps.begin_group(g, need[g]);
     for (std::uint64_t k = 0; k < need[g]; ++k)
-      if (!take_one(steps, g)) return false;
+      if (!take_one(steps, g, pack_)) return false;
     steps.end_group(g);
   }
   return true;
@@ -245,7 +282,7 @@ void PageAllocation::replay_spoil(GroupId g, Row r, LargePageId first, bool by_r
     const LargePageId next = by_request ? alloc.next_associated(lp) : alloc.next_with_free(lp);
     if (!store_.replay_skips(lp) && (by_request || alloc.associated_row(lp) != r)) {
       takes -= std::min<std::uint64_t>(takes, pool_.free_small_unchecked(lp));
-      if (store_.mixed(lp)) store_.replay_mark(lp);
+      if (store_.mixed(lp)) store_.replay_mark_taken(lp);
     }
     lp = next;
   }

@@ -94,7 +94,7 @@ ManagerCore::ManagerCore(KVLayout layout, const KVCacheManagerOptions& options)
              static_cast<std::uint32_t>(std::max<std::size_t>(layout_.num_groups(), 1))),
       events_(options.record_events, options.record_kv_events),
       store_(groups_, pool_, index_, events_, options.prefix_caching),
-      alloc_(groups_, pool_, store_),
+      alloc_(groups_, pool_, store_, options.pack_small_pages),
       lookup_(groups_, store_, index_),
       rows_(groups_, store_, alloc_),
       hit_pins_(groups_, lookup_, rows_),

@@ -33,6 +33,7 @@ class EventLog;
 struct alignas(64) LargeRec {
   LruNode node;              // in the large-page or the mixed LRU (tags 0 and 1), or neither
   std::uint32_t replay = 0;  // evicted or small page taken by the current replay (== epoch)
+  std::uint32_t taken = 0;   // a small page taken by the current replay (== epoch): now live
   std::uint64_t seq = 0;     // insertion number while in the large-page LRU (see PageRec)
 };
 using LargeLru = LruOrder<MemberNodes<LargeRec, &LargeRec::node>>;
@@ -174,12 +175,16 @@ class PageStore {
   // ---- the feasibility replay's marks: evicted, or a free small page taken, by this replay
   void replay_begin() {
     if (++replay_epoch_ == 0) {
-      for (LargeRec& l : large_) l.replay = 0;
+      for (LargeRec& l : large_) l.replay = l.taken = 0;
       replay_epoch_ = 1;
     }
   }
   bool replay_skips(LargePageId lp) const { return large_[lp.index].replay == replay_epoch_; }
   void replay_mark(LargePageId lp) { large_[lp.index].replay = replay_epoch_; }
+  // A mixed large page the replay took a free small page of: no longer step 6's, and live
+  // (it holds a used page), so its cached pages are the packing step's (see allocation.hpp).
+  void replay_mark_taken(LargePageId lp) { large_[lp.index].replay = large_[lp.index].taken = replay_epoch_; }
+  bool replay_taken(LargePageId lp) const { return large_[lp.index].taken == replay_epoch_; }
   // The next entry of a source (or of the mixed LRU) from lp on that the replay may take:
   // stale entries are dropped as the fronts drop them, marked ones skipped.
   LargePageId replay_source_next(std::uint32_t src, LargePageId lp);

@@ -83,7 +83,10 @@ TEST_CASE("step 6 reclaims another group's large page of cached and empty slots"
       {LayerGroup::full_attention("full", 1, 1, 4, 2, 4), LayerGroup::sliding_window("sw", 2, 1, 4, 2, 4, 4)});
   REQUIRE(layout.small_pages_per_large_page(0) == 2);
   REQUIRE(layout.small_pages_per_large_page(1) == 1);
-  KVCacheManager kv(layout, {.num_large_pages = 2, .max_requests = 2, .record_events = true});
+  // Jenga's step order (packing off): this case is about steps 3 and 6 (packing would give
+  // r2's full-attention page full1's empty slot at step 4 instead).
+  KVCacheManager kv(layout,
+                    {.num_large_pages = 2, .max_requests = 2, .record_events = true, .pack_small_pages = false});
   kv.begin_step();
   const RequestId r1 = kv.add_request(std::vector<std::uint32_t>{1, 2, 3, 4, 5});
   CHECK(kv.lookup_prefix(r1) == 0);
@@ -174,7 +177,10 @@ TEST_CASE("a refused admission then reset leaves the manager as it found it", "[
       // a: a refused admission, reset in place when it can be; s: the same, reset page by
       // page (a call between changes the count reset checks); b: neither. 24 large pages:
       // x, y and z fit (19) without evicting.
-      const KVCacheManagerOptions opt{.num_large_pages = 24, .max_requests = 4, .record_events = true};
+      // Jenga's step order: packing would give z x's cached slot in the large page y holds
+      // (an eviction), and the scenario needs every page of x still cached.
+      const KVCacheManagerOptions opt{
+          .num_large_pages = 24, .max_requests = 4, .record_events = true, .pack_small_pages = false};
       KVCacheManager a(*layout, opt), s(*layout, opt), b(*layout, opt);
       RequestId running = 0;
       for (KVCacheManager* kv : {&a, &s, &b}) {

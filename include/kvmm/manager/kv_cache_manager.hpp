@@ -70,6 +70,15 @@ struct KVCacheManagerOptions {
   // default: on kvmm-sim's workloads it raised arXiv-QA hits (Ministral 43.6% -> 53.3%,
   // Gemma-2 37.2% -> 41.9%) and changed no other (docs/results/sim.md).
   std::uint32_t learned_boundaries = 4096;
+  // Packing (issue 32): a group serves a page from its own large pages (a free small page,
+  // then its least recently used cached page if that page's large page holds a page in
+  // use) before it takes a whole large page from the pool or by eviction; off: Jenga
+  // §5.4's order, which opens a large page per request first. With many small pages per
+  // large page beside a group of whole-large-page states (Qwen3-Next: 201 attention pages
+  // per state page) Jenga's order left 17-27% of the memory as free attention slots no
+  // state could take; packing cut kvmm-sim's steps there 7-17% and changed no other model
+  // by more than 1% (docs/results/sim-lineup.md, sim.md). O(1) per page.
+  bool pack_small_pages = true;
   // Prompt-tail boundaries (retention without hints for the usual shape of a shared
   // prefix: a document or a conversation followed by a short question): every request
   // holds the pages that a hit at any length within the last prompt_tail_tokens of its
