@@ -120,26 +120,21 @@ cat <<'MD'
 - **The MTP hybrid** is where vLLM's rule costs most: dropping the last block of a hit
   moves the hit below the checkpoint kvmm holds at the previous turn's end (the learned
   boundary), back to the last checkpoint on the 512-token grid, or to nothing. kvmm keeps
-  the whole hit: 2.9-3.5 times the first-admission hit rate and 20-22% less prefill
+  the whole hit: three to four times the first-admission hit rate and 5-35% less prefill
   on both traces at both budgets (both rows on kvmm's default plan of this model: 8-token
   attention and draft pages, one state page per large page; vLLM's dropped block is still
-  the 16 tokens asked for). The MTP draft's pages are cached with the target's and keyed
-  with the next token, which the next turn has; with Jenga's step order (kvmm before
-  packing, `--pack-small-pages off`) they needed almost no recompute (8 positions on chat),
-  packed 2,736-44,016 positions (the likely cause, not verified: packing's step 4b evicts
-  a group's least recently used cached pages in large pages still in use before it takes
-  a free large page, even with memory to spare). Packing also moved the hits: chat at 8 GiB 9.3 -> 39.0%, at 24 GiB
-  45.0 -> 39.0% (the two budgets now give the same run; not analysed further).
+  the 16 tokens asked for). The MTP draft needs almost no recompute there (8 positions on
+  chat: its pages are cached with the target's and keyed with the next token, which the
+  next turn has).
 - **EAGLE-3 with memory to spare** (24 GiB): kvmm hits the last block vLLM's rule drops
   (16 tokens per hit: small against chat and agentic prompts of thousands of tokens): a
-  little more hit and 1-2% less prefill; packed, 17,856-20,832 draft positions recomputed
-  (16-224 with Jenga's order), as on the MTP rows.
+  little more hit and 1-4% less prefill; a handful of draft positions recomputed.
 - **EAGLE-3 under pressure** (8 GiB, every session at step 0): kvmm and the baseline are
   even. Over seeds 1-8 of eagle-chat-8 (same command with \`--seed\`, commit 59472d6): prefill
   3,792,182 against 3,791,277 tokens (+0.02%), first-admission hit 18.24% against 18.27%
   (mean), preemptions 247 against 237, steps 16,828 against 16,821; per seed kvmm preempts
-  24-37 times, the baseline 27-34, each ahead on some seeds (seed 1 with Jenga's order: 37
-  against 27, packed 22 against 22; seed 7: 24 against 28). The runs diverge at step 41 of seed 1 by one 16-token
+  24-37 times, the baseline 27-34, each ahead on some seeds (seed 1, the row above: 37
+  against 27; seed 7: 24 against 28). The runs diverge at step 41 of seed 1 by one 16-token
   block of hit and then follow different admission orders: the preemption counts are
   that path, not a rule. Under this pressure almost every miss is an evicted prefix
   (kvmm-sim's miss reasons, seed 1: 2.22 M tokens missed as evicted, 90 k never cached),
@@ -149,7 +144,7 @@ cat <<'MD'
   page, so each large page freed that way lost 512 draft positions whose target pages
   stayed cached, each recomputed at its next hit. A draft page now ages as its target's
   (\`DraftRole::evict_sooner_steps\` > 0 restores the priority); the EAGLE rows recompute
-  16-224 draft positions with Jenga's order (1,376-20,832 packed, above).
+  16-224 draft positions.
 - **Draft share of the cache** stays near the draft's share of the layout's bytes per token
   (EAGLE head: 1 of 33 layers, 3%) in both rows: with full-attention drafts nothing here
   shows the crowding vLLM saw with a sliding-window draft group (kvmm's draft groups hold

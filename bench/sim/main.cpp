@@ -55,9 +55,10 @@ constexpr const char* kUsage = R"(usage: kvmm-sim --model PRESET|config.json --w
                       full-attention and sliding-window models of one page size only)
   --learned-tail N    kvmm: KVCacheManagerOptions::learned_tail_tokens (the prompt tail
                       that adapts to the suffixes seen; 0: off; default the manager's)
-  --pack-small-pages on|off
-                      kvmm: KVCacheManagerOptions::pack_small_pages (default on; off:
-                      Jenga's step order, a fresh large page per request first)
+  --pack-small-pages on|off|auto
+                      kvmm: KVCacheManagerOptions::pack_small_pages (default auto: on
+                      unless the model has draft groups; off: Jenga's step order, a
+                      fresh large page per request first)
   --boundaries B      kvmm's retention at shared-prefix boundaries: none (Jenga's rule),
                       hinted (the trace's boundaries as RequestExtras::cache_boundaries),
                       learned (the manager's defaults: learned_boundaries = 4096 and
@@ -127,8 +128,8 @@ int run(int argc, char** argv) {
   std::string kv_cache_dtype = "auto";
   std::uint64_t max_large_page_bytes = 0;  // 0: the library's default
   bool fit_tokens_per_page = true;
-  bool pack_small_pages = true;
-  std::uint32_t prefix_match_unit = 0;                                         // 0: the policy's default
+  std::string pack_small_pages = "auto";  // on, off or auto (the manager's default)
+  std::uint32_t prefix_match_unit = 0;    // 0: the policy's default
   std::uint32_t question_min = 16, question_max = 64, retention_interval = 0;  // interval 0: the policy's default
   std::uint32_t hit_unit = 0;
   std::optional<std::uint32_t> learned_tail;  // none: the manager's default
@@ -210,8 +211,8 @@ int run(int argc, char** argv) {
       if (v != "on" && v != "off") kvmm::fail("{} = '{}': expected on or off", a, v);
       fit_tokens_per_page = v == "on";
     } else if (a == "--pack-small-pages") {
-      if (v != "on" && v != "off") kvmm::fail("{} = '{}': expected on or off", a, v);
-      pack_small_pages = v == "on";
+      if (v != "on" && v != "off" && v != "auto") kvmm::fail("{} = '{}': expected on, off or auto", a, v);
+      pack_small_pages = v;
     } else if (a == "--speculative")
       speculative = to_u32(a, parse_uint(a, v), 0);
     else if (a == "--accept-rate") {
@@ -294,7 +295,7 @@ int run(int argc, char** argv) {
   if (retention_interval > 0) po.retention_interval = retention_interval;
   po.prefix_match_unit = prefix_match_unit;
   po.hit_unit = hit_unit;
-  po.pack_small_pages = pack_small_pages;
+  if (pack_small_pages != "auto") po.pack_small_pages = pack_small_pages == "on";
   if (learned_tail) po.learned_tail = *learned_tail;
   po.tag_states = speculative > 0;
   po.max_model_len = 1;

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -121,8 +122,9 @@ struct PolicyOptions {
   // on; 0 = vLLM's default (the configured block size, so hits inside blocks grown for a
   // Mamba group). A value equal to the grown block gives hits at block boundaries only.
   std::uint32_t prefix_match_unit = 0;
-  // kvmm: KVCacheManagerOptions::pack_small_pages (packing; off: Jenga's step order).
-  bool pack_small_pages = KVCacheManagerOptions{}.pack_small_pages;
+  // kvmm: KVCacheManagerOptions::pack_small_pages (packing; off: Jenga's step order;
+  // unset: the manager's default, on unless the layout has draft groups).
+  std::optional<bool> pack_small_pages = std::nullopt;
   // kvmm: KVCacheManagerOptions::hit_unit (hits ending inside a page; 0 = off).
   std::uint32_t hit_unit = 0;
   // kvmm with learned boundaries: KVCacheManagerOptions::learned_tail_tokens.

@@ -37,6 +37,15 @@ std::vector<std::uint32_t> hash_classes(std::vector<Group>& groups) {
   return tokens;
 }
 
+// KVCacheManagerOptions::pack_small_pages, its unset default resolved: packing unless a
+// group is a draft or successor-keyed (see the option's comment for the measurement).
+bool packing(const KVLayout& layout, const KVCacheManagerOptions& options) {
+  if (options.pack_small_pages) return *options.pack_small_pages;
+  const auto& groups = layout.groups();
+  return std::none_of(groups.begin(), groups.end(),
+                      [](const LayerGroup& g) { return g.is_draft() || g.successor_tokens > 0; });
+}
+
 }  // namespace
 
 // The options, checked before any member allocates: every count the constructor sizes an
@@ -94,7 +103,7 @@ ManagerCore::ManagerCore(KVLayout layout, const KVCacheManagerOptions& options)
              static_cast<std::uint32_t>(std::max<std::size_t>(layout_.num_groups(), 1))),
       events_(options.record_events, options.record_kv_events),
       store_(groups_, pool_, index_, events_, options.prefix_caching),
-      alloc_(groups_, pool_, store_, options.pack_small_pages),
+      alloc_(groups_, pool_, store_, packing(layout_, options)),
       lookup_(groups_, store_, index_),
       rows_(groups_, store_, alloc_),
       hit_pins_(groups_, lookup_, rows_),

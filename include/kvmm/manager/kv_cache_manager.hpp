@@ -77,8 +77,12 @@ struct KVCacheManagerOptions {
   // large page beside a group of whole-large-page states (Qwen3-Next: 201 attention pages
   // per state page) Jenga's order left 17-27% of the memory as free attention slots no
   // state could take; packing cut kvmm-sim's steps there 7-17% and changed no other model
-  // by more than 1% (docs/results/sim-lineup.md, sim.md). O(1) per page.
-  bool pack_small_pages = true;
+  // by more than 1% (docs/results/sim-lineup.md, sim.md). O(1) per page. Unset (the
+  // default): on unless the layout has a draft or successor-keyed group, where packing's
+  // evictions of cached pages in live large pages raised kvmm-sim's draft recompute from
+  // 16-224 to 1,376-20,832 positions (sim-speculative.md's EAGLE/MTP traces); true or
+  // false forces it either way.
+  std::optional<bool> pack_small_pages = std::nullopt;
   // Prompt-tail boundaries (retention without hints for the usual shape of a shared
   // prefix: a document or a conversation followed by a short question): every request
   // holds the pages that a hit at any length within the last prompt_tail_tokens of its
