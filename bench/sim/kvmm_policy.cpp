@@ -515,7 +515,11 @@ class KvmmPolicy final : public Policy {
     a.learned_tail_tokens = learn ? o.learned_tail : 0;
     a.miss_reasons = kMissReasonSlots;  // reporting only: no decision reads it
     a.hit_unit = o.hit_unit;
+    // Unset: the manager's default for the model's layout, also for vllm-eagle, whose
+    // manager sees it without draft roles: both run one step order, so the comparison
+    // isolates the EAGLE rule.
     a.pack_small_pages = o.pack_small_pages;
+    a.pack_small_pages = a.packs_small_pages(layout);
     return a;
   }
 

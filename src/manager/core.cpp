@@ -37,16 +37,22 @@ std::vector<std::uint32_t> hash_classes(std::vector<Group>& groups) {
   return tokens;
 }
 
-// KVCacheManagerOptions::pack_small_pages, its unset default resolved: packing unless a
-// group is a draft or successor-keyed (see the option's comment for the measurement).
-bool packing(const KVLayout& layout, const KVCacheManagerOptions& options) {
-  if (options.pack_small_pages) return *options.pack_small_pages;
+}  // namespace
+
+}  // namespace kvmm::detail
+
+namespace kvmm {
+// The unset default: packing unless a group is a draft or successor-keyed (see the
+// option's comment for the measurement).
+bool KVCacheManagerOptions::packs_small_pages(const KVLayout& layout) const {
+  if (pack_small_pages) return *pack_small_pages;
   const auto& groups = layout.groups();
   return std::none_of(groups.begin(), groups.end(),
                       [](const LayerGroup& g) { return g.is_draft() || g.successor_tokens > 0; });
 }
+}  // namespace kvmm
 
-}  // namespace
+namespace kvmm::detail {
 
 // The options, checked before any member allocates: every count the constructor sizes an
 // array by must fit (page ids are 32-bit; the prefix index holds fewer than 2^31 pages).
@@ -103,7 +109,7 @@ ManagerCore::ManagerCore(KVLayout layout, const KVCacheManagerOptions& options)
              static_cast<std::uint32_t>(std::max<std::size_t>(layout_.num_groups(), 1))),
       events_(options.record_events, options.record_kv_events),
       store_(groups_, pool_, index_, events_, options.prefix_caching),
-      alloc_(groups_, pool_, store_, packing(layout_, options)),
+      alloc_(groups_, pool_, store_, options.packs_small_pages(layout_)),
       lookup_(groups_, store_, index_),
       rows_(groups_, store_, alloc_),
       hit_pins_(groups_, lookup_, rows_),

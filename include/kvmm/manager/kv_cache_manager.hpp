@@ -137,6 +137,10 @@ struct KVCacheManagerOptions {
   // partial last page (held by it alone, after a full page, a unit or more filled), so
   // the next turn of a conversation hits into it. 0: off (the default), hits end on pages.
   std::uint32_t hit_unit = 0;
+
+  // pack_small_pages resolved for a layout: its value when set, else whether no group of
+  // the layout is a draft or successor-keyed. O(groups).
+  bool packs_small_pages(const KVLayout& layout) const;
 };
 
 struct RequestExtras {
