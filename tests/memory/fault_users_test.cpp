@@ -194,9 +194,12 @@ TEST_CASE("fault injection: the background mapper at every position leaves its w
       CHECK(c.stats().background_errors == (f == Fault::kThrow ? 1u : 0u));
       lens[a] = 40;  // the step maps what the mapper could not
       REQUIRE(c.step(lens));
-      CHECK(c.backed_groups(a) == 3);
+      // The step's own groups (40 tokens: 3 of 16); the mapper may already be prefetching
+      // past them (this read raced it: 5 under TSan), so the exact count waits for it.
+      CHECK(c.backed_groups(a) >= 3);
       tag(c, a, 40, 0x5B);
       c.wait_idle();
+      CHECK(c.backed_groups(a) == 5);  // 40 tokens + 32 prefetched
       c.check_invariants();
       accounted(host, pool);
       return true;
