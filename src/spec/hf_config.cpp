@@ -109,6 +109,17 @@ const json& mllama_text_defaults() {
   return d;
 }
 
+// Glm4MoeConfig defaults (transformers, src/transformers/models/glm4_moe/configuration_glm4_moe.py)
+// for the keys kvmm reads: an absent num_key_value_heads is 8 there, not llama's "same as
+// num_attention_heads". head_dim has no class default: the modelling code takes
+// getattr(config, "head_dim", hidden_size // num_attention_heads), as attention() does
+// (which refuses a hidden_size that is no multiple, where Python would round down).
+const json& glm4_moe_defaults() {
+  static const json d = {
+      {"num_hidden_layers", 46}, {"num_attention_heads", 96}, {"num_key_value_heads", 8}, {"hidden_size", 4096}};
+  return d;
+}
+
 // Mllama: text_config's cross_attention_layers attend to image tokens, the rest to text.
 Reading read_mllama(const Cfg& root) {
   const Cfg c = root.sub("text_config", &mllama_text_defaults());
@@ -168,12 +179,14 @@ Reading read_family(const Cfg& root, const std::string& type, const HfConfigOpti
   }
   if (type == "mllama") return read_mllama(root);
   if (type == "jamba") return read_jamba(root, o);
-  // Lineup families whose caches follow the rules above: GLM-4.5 (models/glm4_moe) and
-  // MiniMax-M2 are GQA on every layer (head_dim stated; their MTP layers are a draft
-  // model's); Phi-3 slides every layer when sliding_window is set (models/phi3, as
-  // mistral); Mistral-Small-3.x and Ministral-3 nest a mistral text_config; the Qwen VLMs
-  // nest (qwen3_vl) or flatten (qwen2_5_vl) a qwen text model (their M-RoPE changes no cache).
-  if (type == "glm4_moe" || type == "minimax_m2") return read_llama(root);
+  // Lineup families whose caches follow the rules above: GLM-4.5 (models/glm4_moe, with
+  // its class defaults) and MiniMax-M2 are GQA on every layer (head_dim stated; their MTP
+  // layers are a draft model's); Phi-3 slides every layer when sliding_window is set
+  // (models/phi3, as mistral); Mistral-Small-3.x and Ministral-3 nest a mistral text_config;
+  // the Qwen VLMs nest (qwen3_vl) or flatten (qwen2_5_vl) a qwen text model (their M-RoPE
+  // changes no cache).
+  if (type == "glm4_moe") return read_llama(Cfg{root.j, root.source, "", &glm4_moe_defaults()});
+  if (type == "minimax_m2") return read_llama(root);
   if (type == "phi3") return read_mistral(root);
   if (type == "mistral3" || type == "ministral3") return read_mistral(root.sub("text_config", nullptr));
   if (type == "qwen2_5_vl" || type == "qwen3_vl")

@@ -260,6 +260,24 @@ TEST_CASE("hf config: sparse configs take the transformers class defaults", "[sp
   CHECK(t.layers[1].group == 1);
 }
 
+TEST_CASE("hf config: glm4_moe takes Glm4MoeConfig's defaults", "[spec][hf_config][lineup]") {
+  // No num_key_value_heads: 8 as in Glm4MoeConfig, not llama's 96 (one per query head); no
+  // num_hidden_layers: its 46. Stated keys win.
+  const ModelSpec d = read_hf_config(R"({"model_type": "glm4_moe", "head_dim": 128})", "glm");
+  all_in_group0(d, 46);
+  check_attention(d.attention[0], 96, 8, 128, 0, 0.0, 128.0);
+  CHECK(d.layout.group(0).bytes_per_token() == std::uint64_t{46} * 2 * 8 * 128 * 2);
+  const ModelSpec s = read_hf_config(
+      R"({"model_type": "glm4_moe", "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 2,
+          "hidden_size": 512})",
+      "glm");
+  all_in_group0(s, 4);
+  check_attention(s.attention[0], 8, 2, 64, 0, 0.0, 64.0);  // head_dim = 512 / 8
+  // The default hidden_size 4096 is no multiple of 96 heads: head_dim must be stated.
+  CHECK_THAT(error_of([] { read_hf_config(R"({"model_type": "glm4_moe"})", "glm"); }),
+             Catch::Contains("field 'hidden_size': 4096 is not a multiple of num_attention_heads = 96"));
+}
+
 TEST_CASE("hf config: Qwen sliding windows start at max_window_layers", "[spec][hf_config]") {
   const std::string base = R"("model_type": "qwen2", "num_hidden_layers": 4, "num_attention_heads": 4,
       "num_key_value_heads": 2, "hidden_size": 256, "sliding_window": 64, "max_window_layers": 2)";
