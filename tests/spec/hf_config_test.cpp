@@ -225,6 +225,24 @@ TEST_CASE("hf config: Qwen2.5-7B and Qwen3-8B are full attention", "[spec][hf_co
   check_attention(q3.attention[0], 32, 8, 128, 0, 0.0, 128.0);
 }
 
+TEST_CASE("hf config: GLM-4.7-FP8's config (glm4_moe) gives the GLM-4.5 preset", "[spec][hf_config][lineup]") {
+  // An abbreviated copy as ai-dynamo/aiconfigurator vendored it (tests/data/README.md): no
+  // rope or partial_rotary_factor keys, which change no cache. GLM-4.7 is GLM-4.5's shape.
+  const ModelSpec m = read_data("glm-4.7-fp8.excerpt.json");
+  validate_layers(m);
+  CHECK(m.model_type == "glm4_moe");
+  same_layout(m.layout, presets::glm4_5());
+  all_in_group0(m, 92);
+  CHECK(m.layout.group(0).kind == LayerKind::kFullAttention);
+  check_attention(m.attention[0], 96, 8, 128, 0, 0.0, 128.0);
+  // transformers' models/glm4_moe/modeling_glm4_moe.py (Glm4MoeAttention): k_proj and v_proj
+  // each give num_key_value_heads x head_dim per token, both cached on every decoder layer:
+  // 92 layers x (K + V) x 8 heads x 128 x 2 bytes.
+  CHECK(m.layout.group(0).bytes_per_token() == std::uint64_t{92} * 2 * 8 * 128 * 2);
+  CHECK(m.layout.natural_page_bytes(0) == 16 * m.layout.group(0).bytes_per_token());
+  CHECK(m.layout.padding_fraction() == 0.0);
+}
+
 TEST_CASE("hf config: options reach every group", "[spec][hf_config]") {
   HfConfigOptions o;
   o.tokens_per_page = 32;
