@@ -4,6 +4,7 @@
 // policy interface, one manager call per policy call. Workloads without token ids get
 // synthetic ids from (prefix stream, position) or (request, position), so shared prefixes
 // hash equal and nothing else does; image spans become RequestExtras::items.
+#include "sim/layer_slicing.hpp"
 #include "sim/policy.hpp"
 #include "sim/scheduler.hpp"
 #include "sim/speculative.hpp"
@@ -28,7 +29,8 @@ class KvmmPolicy final : public Policy {
  public:
   // vllm_eagle: vLLM's rules for speculative decoding (make_vllm_eagle_policy).
   KvmmPolicy(const KVLayout& layout, const PolicyOptions& o, bool vllm_eagle = false)
-      : kv_(vllm_eagle ? without_draft_roles(layout) : layout, options(layout, o)),
+      : plan_(slice_layers(vllm_eagle ? without_draft_roles(layout) : layout, o.slice_layers)),
+        kv_(plan_, options(plan_, o)),
         vllm_eagle_(vllm_eagle),
         block_tokens_(vllm_block_tokens(layout)),
         tag_states_(o.tag_states),
@@ -37,12 +39,13 @@ class KvmmPolicy final : public Policy {
         cross_(shape_of(layout).cross_attention),
         hinted_(o.boundaries == BoundaryMode::kHinted || o.boundaries == BoundaryMode::kBoth) {
     const std::uint32_t large = kv_.large_pages().capacity();
-    extra_.assign(layout.num_groups(), 0);
-    extra_need_.assign(layout.num_groups(), 0);
-    stamp_.resize(layout.num_groups());
-    need_.resize(layout.num_groups());
-    for (GroupId g = 0; g < layout.num_groups(); ++g) {
-      stamp_[g].assign(std::size_t{large} * layout.small_pages_per_large_page(g), 0);
+    const KVLayout& l = kv_.layout();
+    extra_.assign(l.num_groups(), 0);
+    extra_need_.assign(l.num_groups(), 0);
+    stamp_.resize(l.num_groups());
+    need_.resize(l.num_groups());
+    for (GroupId g = 0; g < l.num_groups(); ++g) {
+      stamp_[g].assign(std::size_t{large} * l.small_pages_per_large_page(g), 0);
       need_[g].assign(stamp_[g].size(), 0);
     }
   }
@@ -584,6 +587,7 @@ class KvmmPolicy final : public Policy {
     return reqs_[id];
   }
 
+  KVLayout plan_;  // the layout the manager pages (sliced: PolicyOptions::slice_layers)
   KVCacheManager kv_;
   bool vllm_eagle_;
   std::uint64_t block_tokens_;  // vLLM's block in tokens (vllm_block_tokens)
