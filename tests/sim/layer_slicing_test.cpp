@@ -101,8 +101,8 @@ TEST_CASE("slice_layers: what it leaves alone and what it refuses", "[sim][slici
   CHECK(kvmm::sim::auto_slice_layers(unequal) == 0);
   CHECK(kvmm::sim::slice_layers(unequal, kSliceAuto).num_groups() == 2);
   // A Mamba group is never cut, nor counted for auto.
-  const KVLayout hybrid = KVLayout::plan(
-      {LayerGroup::full_attention("attn", 4, 1, 8, 2, 4), LayerGroup::mamba_state("mamba", 6, 512, 16)});
+  const KVLayout hybrid =
+      KVLayout::plan({LayerGroup::full_attention("attn", 4, 1, 8, 2, 4), LayerGroup::mamba_state("mamba", 6, 512, 16)});
   CHECK(!kvmm::sim::sliceable(hybrid, 1));
   CHECK(kvmm::sim::auto_slice_layers(hybrid) == 4);
   const KVLayout h2 = kvmm::sim::slice_layers(hybrid, 2);
