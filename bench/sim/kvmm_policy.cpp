@@ -30,7 +30,7 @@ class KvmmPolicy final : public Policy {
   // vllm_eagle: vLLM's rules for speculative decoding (make_vllm_eagle_policy).
   KvmmPolicy(const KVLayout& layout, const PolicyOptions& o, bool vllm_eagle = false)
       : plan_(slice_layers(vllm_eagle ? without_draft_roles(layout) : layout, o.slice_layers)),
-        kv_(plan_, options(plan_, o)),
+        kv_(plan_, options(layout, plan_, o)),
         vllm_eagle_(vllm_eagle),
         block_tokens_(vllm_block_tokens(layout)),
         tag_states_(o.tag_states),
@@ -457,12 +457,14 @@ class KvmmPolicy final : public Policy {
     while (q.lo[g] < pages.size() && pages[q.lo[g]] == kNullPage) ++q.lo[g];
   }
 
-  static KVCacheManagerOptions options(const KVLayout& layout, const PolicyOptions& o) {
+  // layout: the model's (its draft roles decide packing's default); paged: the layout the
+  // manager pages (sliced, draft roles stripped for vllm-eagle), whose large pages fill memory.
+  static KVCacheManagerOptions options(const KVLayout& layout, const KVLayout& paged, const PolicyOptions& o) {
     KVCacheManagerOptions a;
-    const std::uint64_t n = o.memory_bytes / layout.large_page_bytes();
+    const std::uint64_t n = o.memory_bytes / paged.large_page_bytes();
     if (n == 0 || n >= kNullPage)
       fail("memory_bytes = {}: holds {} large pages of {} B (need 1 .. 2^32-2)", o.memory_bytes, n,
-           layout.large_page_bytes());
+           paged.large_page_bytes());
     a.num_large_pages = static_cast<std::uint32_t>(n);
     a.max_requests = o.max_seqs + 1;
     a.prefix_caching = o.prefix_caching;

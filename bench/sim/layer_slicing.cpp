@@ -37,6 +37,10 @@ std::uint32_t auto_slice_layers(const KVLayout& layout) {
 
 KVLayout slice_layers(const KVLayout& layout, std::uint32_t n, const LayoutOptions& options) {
   if (n == kSliceAuto) n = auto_slice_layers(layout);
+  bool cuts = false;
+  for (GroupId g = 0; g < layout.num_groups() && n > 0; ++g)
+    cuts |= sliceable(layout, g) && layout.group(g).num_layers > n;
+  if (!cuts) return layout;  // as planned (its options kept: nothing to re-plan)
   std::vector<LayerGroup> groups;
   for (GroupId g = 0; g < layout.num_groups(); ++g) {
     LayerGroup grp = layout.group(g);

@@ -30,7 +30,8 @@ std::uint32_t auto_slice_layers(const KVLayout& layout);
 
 // The layout with each sliceable group of more than n layers cut into num_layers / n
 // groups of n layers, in place of the group; the others as they are. n = kSliceAuto:
-// auto_slice_layers (the layout unchanged if 0); n = 0: unchanged. Raises kvmm::Error
+// auto_slice_layers (the layout unchanged if 0); n = 0 or a cut of nothing: the layout
+// itself, not re-planned. The sliced layout is planned with `options`. Raises kvmm::Error
 // naming n and the group when a sliceable group's layer count is not a multiple of n.
 KVLayout slice_layers(const KVLayout& layout, std::uint32_t n, const LayoutOptions& options = {});
 
