@@ -161,7 +161,7 @@ TEST_CASE("speculative: vllm-eagle's packing default is the model's (drafts: Jen
   // the comparison isolates the EAGLE rule. The packed run differs (the check can fail).
   const kvmm::KVLayout layout = kvmm::presets::by_name("eagle3-llama-3.1-8b");
   WorkloadOptions o;
-  o.num_requests = 40;
+  o.num_requests = 16;
   const Workload w = make_workload("chat", o);
   const std::uint64_t memory = std::uint64_t{1} << 30;
   const Summary unset = run_spec(w, layout, "vllm-eagle", 7, 0.65, memory, std::nullopt);
