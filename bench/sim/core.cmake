@@ -11,6 +11,8 @@ if(NOT TARGET kvmm_sim_core)
     ${CMAKE_CURRENT_LIST_DIR}/block_accounting.cpp
     ${CMAKE_CURRENT_LIST_DIR}/block_engines.cpp
     ${CMAKE_CURRENT_LIST_DIR}/kvmm_policy.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/speculative.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/layer_slicing.cpp
     ${CMAKE_CURRENT_LIST_DIR}/policy.cpp
     ${CMAKE_CURRENT_LIST_DIR}/scheduler.cpp)
   target_include_directories(kvmm_sim_core PUBLIC ${CMAKE_CURRENT_LIST_DIR}/..)

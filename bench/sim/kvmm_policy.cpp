@@ -4,8 +4,10 @@
 // policy interface, one manager call per policy call. Workloads without token ids get
 // synthetic ids from (prefix stream, position) or (request, position), so shared prefixes
 // hash equal and nothing else does; image spans become RequestExtras::items.
+#include "sim/layer_slicing.hpp"
 #include "sim/policy.hpp"
 #include "sim/scheduler.hpp"
+#include "sim/speculative.hpp"
 
 #include "kvmm/error.hpp"
 #include "kvmm/manager/kv_cache_manager.hpp"
@@ -27,7 +29,8 @@ class KvmmPolicy final : public Policy {
  public:
   // vllm_eagle: vLLM's rules for speculative decoding (make_vllm_eagle_policy).
   KvmmPolicy(const KVLayout& layout, const PolicyOptions& o, bool vllm_eagle = false)
-      : kv_(vllm_eagle ? without_draft_roles(layout) : layout, options(layout, o)),
+      : plan_(slice_layers(vllm_eagle ? without_draft_roles(layout) : layout, o.slice_layers)),
+        kv_(plan_, options(layout, plan_, o)),
         vllm_eagle_(vllm_eagle),
         block_tokens_(vllm_block_tokens(layout)),
         tag_states_(o.tag_states),
@@ -36,12 +39,13 @@ class KvmmPolicy final : public Policy {
         cross_(shape_of(layout).cross_attention),
         hinted_(o.boundaries == BoundaryMode::kHinted || o.boundaries == BoundaryMode::kBoth) {
     const std::uint32_t large = kv_.large_pages().capacity();
-    extra_.assign(layout.num_groups(), 0);
-    extra_need_.assign(layout.num_groups(), 0);
-    stamp_.resize(layout.num_groups());
-    need_.resize(layout.num_groups());
-    for (GroupId g = 0; g < layout.num_groups(); ++g) {
-      stamp_[g].assign(std::size_t{large} * layout.small_pages_per_large_page(g), 0);
+    const KVLayout& l = kv_.layout();
+    extra_.assign(l.num_groups(), 0);
+    extra_need_.assign(l.num_groups(), 0);
+    stamp_.resize(l.num_groups());
+    need_.resize(l.num_groups());
+    for (GroupId g = 0; g < l.num_groups(); ++g) {
+      stamp_[g].assign(std::size_t{large} * l.small_pages_per_large_page(g), 0);
       need_[g].assign(stamp_[g].size(), 0);
     }
   }
@@ -58,10 +62,8 @@ class KvmmPolicy final : public Policy {
         "{}kvmm KVCacheManager: {} large pages of {} B (LCM; small pages per large page: {}), request-aware "
         "placement, pages out of each layer kind's need released at commit; prefix caching {} (per-layer-kind "
         "hit rules, images cached by image hash, LRU small/large-page eviction)",
-        vllm_eagle_ ? "vLLM's rules for EAGLE/MTP (draft groups cached as plain groups, the last block of every hit "
-                      "dropped) over "
-                    : "",
-        kv_.large_pages().capacity(), l.large_page_bytes(), groups, caching_ ? "on" : "off");
+        vllm_eagle_ ? vllm_eagle_description() : "", kv_.large_pages().capacity(), l.large_page_bytes(), groups,
+        caching_ ? "on" : "off");
   }
 
   std::vector<MissCount> miss_reasons() const override {
@@ -113,13 +115,7 @@ class KvmmPolicy final : public Policy {
     }
     // Pure: the hit's pages enter the rows at the first allocate.
     auto hit = static_cast<std::uint32_t>(kv_.lookup_prefix(q.handle));
-    if (vllm_eagle_ && hit > 0) {
-      // vLLM with EAGLE drops the last block of every hit: look up again capped one block
-      // short of the whole blocks hit (a hybrid falls back to its checkpoint below the cap).
-      const std::uint64_t B = block_tokens_, whole = hit / B * B;
-      kv_.reset(q.handle);
-      hit = static_cast<std::uint32_t>(kv_.lookup_prefix(q.handle, whole >= B ? whole - B : 0));
-    }
+    if (vllm_eagle_) hit = vllm_eagle_hit(kv_, q.handle, hit, block_tokens_);  // the last block dropped
     // Hit pages shared with another running request are counted at the first successful
     // allocate (count_shared): a failed admission is freed at once and never counts.
     q.shared_counted = false;
@@ -155,13 +151,7 @@ class KvmmPolicy final : public Policy {
 
   std::uint64_t draft_recompute_tokens(std::uint32_t id) const override {
     if (id >= reqs_.size() || !reqs_[id].active || reqs_[id].handle == kNoRequest) return 0;
-    std::uint64_t n = 0;
-    for (GroupId g = 0; g < kv_.layout().num_groups(); ++g)
-      if (kv_.layout().group(g).draft) {
-        const TokenRange t = kv_.draft_recompute(reqs_[id].handle, g);
-        n += t.end - t.begin;
-      }
-    return n;
+    return kvmm::sim::draft_recompute_tokens(kv_, reqs_[id].handle);
   }
 
   // The ids of the computed tokens (prompt and sampled) go in first: commit hashes full pages.
@@ -185,7 +175,7 @@ class KvmmPolicy final : public Policy {
     }
     kv_.commit(q.handle, num_computed);
     for (GroupId g = 0; g < l.num_groups(); ++g) advance_lo(q, g);
-    if (tag_states_ && caching_) tag_states(q, num_computed);
+    if (tag_states_ && caching_) tag_verified_states(kv_, q.handle, q.tagged, num_computed);
   }
 
   void free(std::uint32_t id) override {
@@ -274,37 +264,6 @@ class KvmmPolicy final : public Policy {
     std::uint64_t distinct = 0;  // pages held by running requests, each counted once
     std::uint64_t need = 0;      // bytes of them the next step needs
   };
-
-  // The engine keeps the state after each verified position of a step (per-draft-position
-  // states, as speculative engines for hybrids do) and tags the last checkpoint the
-  // verified tokens crossed, once: KVCacheManager::tag_state refuses anything else.
-  void tag_states(Req& q, std::uint64_t verified) {
-    const KVLayout& l = kv_.layout();
-    if (q.tagged.size() != l.num_groups()) q.tagged.assign(l.num_groups(), 0);
-    for (GroupId g = 0; g < l.num_groups(); ++g) {
-      if (!l.group(g).tagged_checkpoints) continue;
-      const std::uint64_t C = l.group(g).checkpoint_interval(), n = verified / C * C;
-      if (n == 0 || n <= q.tagged[g]) continue;
-      q.tagged[g] = n;
-      kv_.tag_state(q.handle, g, n);
-    }
-  }
-
-  // vLLM's block (the last one a hit drops): the target attention groups' page at the
-  // tokens per page asked for (vLLM's block size, whatever kvmm's planner fitted).
-  static std::uint64_t vllm_block_tokens(const KVLayout& l) {
-    for (GroupId g = 0; g < l.num_groups(); ++g)
-      if (l.group(g).kind == LayerKind::kFullAttention) return l.requested_tokens_per_page(g);
-    return l.requested_tokens_per_page(0);
-  }
-
-  // The layout with every draft role removed: draft groups become plain groups, cached
-  // like the target's and part of every hit (vLLM's KV cache groups).
-  static KVLayout without_draft_roles(const KVLayout& layout) {
-    std::vector<LayerGroup> groups = layout.groups();
-    for (LayerGroup& g : groups) g.draft.reset();
-    return KVLayout::plan(std::move(groups));
-  }
 
   // Decoder group g: each request holds pages [lo, size) (the policies release from the
   // front); shared pages are full prefix pages (hits), needed whole by every holder, so
@@ -498,12 +457,14 @@ class KvmmPolicy final : public Policy {
     while (q.lo[g] < pages.size() && pages[q.lo[g]] == kNullPage) ++q.lo[g];
   }
 
-  static KVCacheManagerOptions options(const KVLayout& layout, const PolicyOptions& o) {
+  // layout: the model's (its draft roles decide packing's default); paged: the layout the
+  // manager pages (sliced, draft roles stripped for vllm-eagle), whose large pages fill memory.
+  static KVCacheManagerOptions options(const KVLayout& layout, const KVLayout& paged, const PolicyOptions& o) {
     KVCacheManagerOptions a;
-    const std::uint64_t n = o.memory_bytes / layout.large_page_bytes();
+    const std::uint64_t n = o.memory_bytes / paged.large_page_bytes();
     if (n == 0 || n >= kNullPage)
       fail("memory_bytes = {}: holds {} large pages of {} B (need 1 .. 2^32-2)", o.memory_bytes, n,
-           layout.large_page_bytes());
+           paged.large_page_bytes());
     a.num_large_pages = static_cast<std::uint32_t>(n);
     a.max_requests = o.max_seqs + 1;
     a.prefix_caching = o.prefix_caching;
@@ -628,6 +589,7 @@ class KvmmPolicy final : public Policy {
     return reqs_[id];
   }
 
+  KVLayout plan_;  // the layout the manager pages (sliced: PolicyOptions::slice_layers)
   KVCacheManager kv_;
   bool vllm_eagle_;
   std::uint64_t block_tokens_;  // vLLM's block in tokens (vllm_block_tokens)

@@ -1,6 +1,7 @@
 // kvmm-sim: replays a serving workload through kvmm and through models of today's
 // engines' KV memory policies, with one scheduler, and writes per-step CSV and summary
 // JSON per policy. Usage: kvmm-sim --help; docs/sim.md describes models and workloads.
+#include "sim/layer_slicing.hpp"
 #include "sim/model_config.hpp"
 #include "sim/policy.hpp"
 #include "sim/scheduler.hpp"
@@ -59,6 +60,11 @@ constexpr const char* kUsage = R"(usage: kvmm-sim --model PRESET|config.json --w
                       kvmm: KVCacheManagerOptions::pack_small_pages (default auto: on
                       unless the model has draft groups; off: Jenga's step order, a
                       fresh large page per request first)
+  --slice-layers N|auto
+                      kvmm: cut each attention group into groups of N layers, so that
+                      every group's page has one size as in vLLM's hybrid allocator
+                      (auto: the gcd of their layer counts, if that gives equal pages;
+                      default 0: off, one group per layer kind)
   --boundaries B      kvmm's retention at shared-prefix boundaries: none (Jenga's rule),
                       hinted (the trace's boundaries as RequestExtras::cache_boundaries),
                       learned (the manager's defaults: learned_boundaries = 4096 and
@@ -132,6 +138,7 @@ int run(int argc, char** argv) {
   std::uint32_t prefix_match_unit = 0;    // 0: the policy's default
   std::uint32_t question_min = 16, question_max = 64, retention_interval = 0;  // interval 0: the policy's default
   std::uint32_t hit_unit = 0;
+  std::uint32_t slice = 0;                    // --slice-layers: 0 off, kSliceAuto
   std::optional<std::uint32_t> learned_tail;  // none: the manager's default
   bool questions_given = false;
   std::vector<std::pair<std::string, std::uint32_t>> group_tpp;
@@ -213,6 +220,9 @@ int run(int argc, char** argv) {
     } else if (a == "--pack-small-pages") {
       if (v != "on" && v != "off" && v != "auto") kvmm::fail("{} = '{}': expected on, off or auto", a, v);
       pack_small_pages = v;
+    } else if (a == "--slice-layers") {
+      slice = v == "auto" ? kSliceAuto : to_u32(a, parse_uint(a, v), 0);
+      if (slice == kSliceAuto && v != "auto") kvmm::fail("{} = '{}': expected a layer count or auto", a, v);
     } else if (a == "--speculative")
       speculative = to_u32(a, parse_uint(a, v), 0);
     else if (a == "--accept-rate") {
@@ -295,6 +305,7 @@ int run(int argc, char** argv) {
   if (retention_interval > 0) po.retention_interval = retention_interval;
   po.prefix_match_unit = prefix_match_unit;
   po.hit_unit = hit_unit;
+  po.slice_layers = slice;
   if (pack_small_pages != "auto") po.pack_small_pages = pack_small_pages == "on";
   if (learned_tail) po.learned_tail = *learned_tail;
   po.tag_states = speculative > 0;

@@ -125,6 +125,10 @@ struct PolicyOptions {
   // kvmm: KVCacheManagerOptions::pack_small_pages (packing; off: Jenga's step order;
   // unset: the manager's default, on unless the layout has draft groups).
   std::optional<bool> pack_small_pages = std::nullopt;
+  // kvmm: each attention group cut into groups of this many layers (slice_layers,
+  // layer_slicing.hpp; 0 = off, kSliceAuto = the gcd of their layer counts when that gives
+  // every group one page size).
+  std::uint32_t slice_layers = 0;
   // kvmm: KVCacheManagerOptions::hit_unit (hits ending inside a page; 0 = off).
   std::uint32_t hit_unit = 0;
   // kvmm with learned boundaries: KVCacheManagerOptions::learned_tail_tokens.

@@ -11,12 +11,14 @@
 
 #include <catch2/catch.hpp>
 
+#include <optional>
+
 using namespace kvmm::sim;
 
 namespace {
 
 Summary run_spec(const Workload& w, const kvmm::KVLayout& layout, const std::string& policy, std::uint32_t k,
-                 double accept, std::uint64_t memory_bytes, bool pack = true) {
+                 double accept, std::uint64_t memory_bytes, std::optional<bool> pack = true) {
   PolicyOptions po;
   po.memory_bytes = memory_bytes;
   po.pack_small_pages = pack;
@@ -151,6 +153,24 @@ TEST_CASE("speculative: EAGLE draft pages age with their target's, so pressure c
   CHECK(first.draft_recompute_tokens > 20 * (kv.draft_recompute_tokens + 16));
   CHECK(kv.prefill_tokens < first.prefill_tokens);
   CHECK(kv.prefill_tokens <= vl.prefill_tokens + vl.prefill_tokens / 100);  // within 1% of vLLM's rules, or less
+}
+
+TEST_CASE("speculative: vllm-eagle's packing default is the model's (drafts: Jenga's order)", "[sim][speculative]") {
+  // vllm-eagle pages the layout without draft roles, but takes the step order kvmm takes on
+  // the model (KVCacheManagerOptions::packs_small_pages of the layout with drafts: off), so
+  // the comparison isolates the EAGLE rule. The packed run differs (the check can fail).
+  const kvmm::KVLayout layout = kvmm::presets::by_name("eagle3-llama-3.1-8b");
+  WorkloadOptions o;
+  o.num_requests = 16;
+  const Workload w = make_workload("chat", o);
+  const std::uint64_t memory = std::uint64_t{1} << 30;
+  const Summary unset = run_spec(w, layout, "vllm-eagle", 7, 0.65, memory, std::nullopt);
+  const Summary jenga = run_spec(w, layout, "vllm-eagle", 7, 0.65, memory, false);
+  const Summary packed = run_spec(w, layout, "vllm-eagle", 7, 0.65, memory, true);
+  CHECK(unset.steps == jenga.steps);
+  CHECK(unset.prefill_tokens == jenga.prefill_tokens);
+  CHECK(unset.evictions == jenga.evictions);
+  CHECK(packed.evictions != jenga.evictions);
 }
 
 TEST_CASE("speculative: bad input", "[sim][speculative]") {
