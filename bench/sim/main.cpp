@@ -59,6 +59,10 @@ constexpr const char* kUsage = R"(usage: kvmm-sim --model PRESET|config.json --w
                       kvmm: KVCacheManagerOptions::pack_small_pages (default auto: on
                       unless the model has draft groups; off: Jenga's step order, a
                       fresh large page per request first)
+  --sparse-state-checkpoints on|off
+                      kvmm: KVCacheManagerOptions::sparse_state_checkpoints (default
+                      off: every Mamba checkpoint cached; on: only those at the prompt's
+                      end and at cache boundaries)
   --boundaries B      kvmm's retention at shared-prefix boundaries: none (Jenga's rule),
                       hinted (the trace's boundaries as RequestExtras::cache_boundaries),
                       learned (the manager's defaults: learned_boundaries = 4096 and
@@ -129,7 +133,8 @@ int run(int argc, char** argv) {
   std::uint64_t max_large_page_bytes = 0;  // 0: the library's default
   bool fit_tokens_per_page = true;
   std::string pack_small_pages = "auto";  // on, off or auto (the manager's default)
-  std::uint32_t prefix_match_unit = 0;    // 0: the policy's default
+  bool sparse_state_checkpoints = false;
+  std::uint32_t prefix_match_unit = 0;                                         // 0: the policy's default
   std::uint32_t question_min = 16, question_max = 64, retention_interval = 0;  // interval 0: the policy's default
   std::uint32_t hit_unit = 0;
   std::optional<std::uint32_t> learned_tail;  // none: the manager's default
@@ -213,6 +218,9 @@ int run(int argc, char** argv) {
     } else if (a == "--pack-small-pages") {
       if (v != "on" && v != "off" && v != "auto") kvmm::fail("{} = '{}': expected on, off or auto", a, v);
       pack_small_pages = v;
+    } else if (a == "--sparse-state-checkpoints") {
+      if (v != "on" && v != "off") kvmm::fail("{} = '{}': expected on or off", a, v);
+      sparse_state_checkpoints = v == "on";
     } else if (a == "--speculative")
       speculative = to_u32(a, parse_uint(a, v), 0);
     else if (a == "--accept-rate") {
@@ -296,6 +304,7 @@ int run(int argc, char** argv) {
   po.prefix_match_unit = prefix_match_unit;
   po.hit_unit = hit_unit;
   if (pack_small_pages != "auto") po.pack_small_pages = pack_small_pages == "on";
+  po.sparse_state_checkpoints = sparse_state_checkpoints;
   if (learned_tail) po.learned_tail = *learned_tail;
   po.tag_states = speculative > 0;
   po.max_model_len = 1;

@@ -125,6 +125,8 @@ struct PolicyOptions {
   // kvmm: KVCacheManagerOptions::pack_small_pages (packing; off: Jenga's step order;
   // unset: the manager's default, on unless the layout has draft groups).
   std::optional<bool> pack_small_pages = std::nullopt;
+  // kvmm: KVCacheManagerOptions::sparse_state_checkpoints.
+  bool sparse_state_checkpoints = false;
   // kvmm: KVCacheManagerOptions::hit_unit (hits ending inside a page; 0 = off).
   std::uint32_t hit_unit = 0;
   // kvmm with learned boundaries: KVCacheManagerOptions::learned_tail_tokens.
