@@ -148,7 +148,7 @@ struct KVCacheManagerOptions {
   // checkpoints held 12.5% of memory on average and 5.9% at the steps that preempted;
   // this option cuts its steps 7,257 -> 7,190 (vllm-0.33: 7,125). Off by default: it
   // costs conversations the hits on the previous turn's answer (Jamba chat at 8 GiB 51.2%
-  // -> 41.1% of first-admission tokens, Qwen3-Next chat at 11 GiB 15.6% -> 12.9% and 0.7%
+  // -> 41.1% of first-admission tokens, Qwen3-Next chat at 11 GiB 15.5% -> 12.9% and 0.7%
   // more steps; docs/results/sim.md, "Where kvmm still trails"). O(1) per checkpoint.
   bool sparse_state_checkpoints = false;
 
