@@ -97,8 +97,8 @@ TEST_CASE("sparse state checkpoints: a boundary's checkpoint and a hit's stay ca
 TEST_CASE("sparse state checkpoints: seeded random runs keep every invariant", "[manager][sparse_states]") {
   // Full attention 512 B pages (one per large page), state pages 128 B (four per large
   // page): cached checkpoints share large pages with running requests' states.
-  const KVLayout lay = KVLayout::plan(
-      {LayerGroup::full_attention("full", 1, 1, 8, 2, 16), LayerGroup::mamba_state("m", 1, 128, 16)});
+  const KVLayout lay =
+      KVLayout::plan({LayerGroup::full_attention("full", 1, 1, 8, 2, 16), LayerGroup::mamba_state("m", 1, 128, 16)});
   REQUIRE(lay.small_pages_per_large_page(kState) == 4);
   for (const std::uint32_t seed : {1u, 2u, 3u}) {
     for (const bool sparse : {false, true}) {
