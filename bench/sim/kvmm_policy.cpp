@@ -481,6 +481,7 @@ class KvmmPolicy final : public Policy {
     // isolates the EAGLE rule.
     a.pack_small_pages = o.pack_small_pages;
     a.pack_small_pages = a.packs_small_pages(layout);
+    a.sparse_state_checkpoints = o.sparse_state_checkpoints;
     return a;
   }
 

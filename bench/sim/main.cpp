@@ -65,6 +65,10 @@ constexpr const char* kUsage = R"(usage: kvmm-sim --model PRESET|config.json --w
                       every group's page has one size as in vLLM's hybrid allocator
                       (auto: the gcd of their layer counts, if that gives equal pages;
                       default 0: off, one group per layer kind)
+  --sparse-state-checkpoints on|off
+                      kvmm: KVCacheManagerOptions::sparse_state_checkpoints (default
+                      off: every Mamba checkpoint cached; on: only those at the prompt's
+                      end and at cache boundaries)
   --boundaries B      kvmm's retention at shared-prefix boundaries: none (Jenga's rule),
                       hinted (the trace's boundaries as RequestExtras::cache_boundaries),
                       learned (the manager's defaults: learned_boundaries = 4096 and
@@ -135,7 +139,8 @@ int run(int argc, char** argv) {
   std::uint64_t max_large_page_bytes = 0;  // 0: the library's default
   bool fit_tokens_per_page = true;
   std::string pack_small_pages = "auto";  // on, off or auto (the manager's default)
-  std::uint32_t prefix_match_unit = 0;    // 0: the policy's default
+  bool sparse_state_checkpoints = false;
+  std::uint32_t prefix_match_unit = 0;                                         // 0: the policy's default
   std::uint32_t question_min = 16, question_max = 64, retention_interval = 0;  // interval 0: the policy's default
   std::uint32_t hit_unit = 0;
   std::uint32_t slice = 0;                    // --slice-layers: 0 off, kSliceAuto
@@ -223,6 +228,9 @@ int run(int argc, char** argv) {
     } else if (a == "--slice-layers") {
       slice = v == "auto" ? kSliceAuto : to_u32(a, parse_uint(a, v), 0);
       if (slice == kSliceAuto && v != "auto") kvmm::fail("{} = '{}': expected a layer count or auto", a, v);
+    } else if (a == "--sparse-state-checkpoints") {
+      if (v != "on" && v != "off") kvmm::fail("{} = '{}': expected on or off", a, v);
+      sparse_state_checkpoints = v == "on";
     } else if (a == "--speculative")
       speculative = to_u32(a, parse_uint(a, v), 0);
     else if (a == "--accept-rate") {
@@ -307,6 +315,7 @@ int run(int argc, char** argv) {
   po.hit_unit = hit_unit;
   po.slice_layers = slice;
   if (pack_small_pages != "auto") po.pack_small_pages = pack_small_pages == "on";
+  po.sparse_state_checkpoints = sparse_state_checkpoints;
   if (learned_tail) po.learned_tail = *learned_tail;
   po.tag_states = speculative > 0;
   po.max_model_len = 1;

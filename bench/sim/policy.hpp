@@ -129,6 +129,8 @@ struct PolicyOptions {
   // layer_slicing.hpp; 0 = off, kSliceAuto = the gcd of their layer counts when that gives
   // every group one page size).
   std::uint32_t slice_layers = 0;
+  // kvmm: KVCacheManagerOptions::sparse_state_checkpoints.
+  bool sparse_state_checkpoints = false;
   // kvmm: KVCacheManagerOptions::hit_unit (hits ending inside a page; 0 = off).
   std::uint32_t hit_unit = 0;
   // kvmm with learned boundaries: KVCacheManagerOptions::learned_tail_tokens.

@@ -63,6 +63,7 @@ RequestId Lifecycle::add_request(std::span<const std::uint32_t> tokens, const Re
   q.images.rank.clear();
   for (std::size_t k = 0; k < extras.items.size(); ++k) q.images.rank.push_back(m_.next_rank());
   q.prio = std::min<std::uint32_t>(extras.priority, SmallLru::kLevels - 1);
+  q.prompt = std::max<std::uint64_t>(extras.prompt_tokens, tokens.size());
   m_.retention.set_boundaries(q, extras.cache_boundaries, std::max<std::uint64_t>(extras.prompt_tokens, tokens.size()));
   q.was_reset = false;
   clear_progress(q);  // progress, hit, tier hit, images' progress
@@ -181,6 +182,13 @@ void Lifecycle::release_out_of_window(Row s, Request& q, std::uint64_t c0, std::
     // Prompt tails hold token windows only: a state group's checkpoint is a whole state
     // (8.7 MB a checkpoint on Jamba), a cost no tail length bounds.
     const bool tail = !grp.spec.is_state();
+    // Sparse state checkpoints: the checkpoints this request computed (past its hit's),
+    // but for those at its prompt's end, leave the cache as it passes them.
+    const bool sparse = m_.options_.sparse_state_checkpoints && grp.spec.is_state() && !grp.tagged;
+    const std::uint64_t own_lo = q.hit.tokens / grp.P;
+    auto at_prompt_end = [&](std::uint64_t i) {
+      return i + 1 == q.prompt / grp.P || (q.prompt > 0 && i + 1 == (q.prompt - 1) / grp.P);
+    };
     for (std::uint64_t i = new_lo; i-- > q.progress.lo[g];) {
       if (i >= q.progress.lo[g] + kReleaseAhead && pages[i - kReleaseAhead] != kNullPage)
         prefetch_release(m_.store_, grp, pages[i - kReleaseAhead]);
@@ -191,6 +199,7 @@ void Lifecycle::release_out_of_window(Row s, Request& q, std::uint64_t c0, std::
         ++q.keep.held_in[g];
       } else {
         m_.rows_.release(g, s, i, i >= touch_lo && c > c0 ? m_.step_ : q.progress.last_step, q.prio);
+        if (sparse && i >= own_lo && !at_prompt_end(i)) m_.store_.drop_cached(g, p);
       }
     }
     q.progress.lo[g] = new_lo;
@@ -237,6 +246,7 @@ RequestId Lifecycle::fork(RequestId parent) {
   // request's state).
   q.ids = pq.ids;
   q.prio = pq.prio;
+  q.prompt = pq.prompt;
   q.was_reset = pq.was_reset;
   q.hit = pq.hit;
   q.hit.pending = false;  // checked above

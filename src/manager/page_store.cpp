@@ -277,6 +277,13 @@ void PageStore::evict_small(GroupId g, PageId p) {
   grp.alloc.free(p);
 }
 
+void PageStore::drop_cached(GroupId g, PageId p) {
+  const Group& grp = groups_[g];
+  if (grp.pg[p].ref != 0 || !grp.pg[p].hashed) return;
+  evict_small(g, p);
+  if (const LargePageId lp = grp.large_of(p); grp.n > 1 && pool_.owner_unchecked(lp) == g) refresh_large(g, lp);
+}
+
 void PageStore::evict_large(LargePageId lp) {
   const GroupId g = pool_.owner(lp);
   const Group& grp = groups_[g];

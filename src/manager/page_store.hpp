@@ -106,6 +106,9 @@ class PageStore {
   // step the longest prefix is evicted first, so the evictor appends in O(1)).
   void release_row(GroupId g, std::span<const PageId> pages, std::uint64_t t, std::uint32_t prio);
   void evict_small(GroupId g, PageId p);
+  // Evicts p now if it is cached and no one uses it (else nothing), its large page re-filed
+  // (KVCacheManagerOptions::sparse_state_checkpoints). O(n).
+  void drop_cached(GroupId g, PageId p);
   // Evicts every cached small page of a large page with no used one; the last returns it
   // to the pool.
   void evict_large(LargePageId lp);

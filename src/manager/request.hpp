@@ -181,7 +181,8 @@ struct Request {
   Phase swapped_from = Phase::kFree;  // the phase swap_in returns to
   bool was_reset = false;             // reset (preempted) since add: its lookups find its own pages
   std::uint32_t prio = 0;
-  RequestHashes ids;  // token ids, extra keys and block-hash chains
+  std::uint64_t prompt = 0;  // the prompt's tokens (RequestExtras::prompt_tokens or the ids given)
+  RequestHashes ids;         // token ids, extra keys and block-hash chains
   Progress progress;
   Hit hit;
   TierHit tier;

@@ -137,6 +137,20 @@ struct KVCacheManagerOptions {
   // partial last page (held by it alone, after a full page, a unit or more filled), so
   // the next turn of a conversation hits into it. 0: off (the default), hits end on pages.
   std::uint32_t hit_unit = 0;
+  // Sparse state checkpoints: a recurrent-state group (Mamba; not one with tagged
+  // checkpoints) keeps in the cache, of the checkpoints a request computes, only those at
+  // its prompt's end (the last within prompt - 1 tokens and the last within the prompt)
+  // and those a cache boundary (hinted, learned) holds; every other one is evicted as the
+  // request passes it instead of cached (kvmm-sim's vllm-0.33 model keeps the same
+  // positions, docs/sim.md). Under two-level paging a cached state page in a large page
+  // that a running request's state also uses is memory no other group can take: on
+  // kvmm-sim's Jamba-1.5-Mini ShareGPT (4 GiB, nothing shared) the cached 512-token
+  // checkpoints held 12.5% of memory on average and 5.9% at the steps that preempted;
+  // this option cuts its steps 7,257 -> 7,190 (vllm-0.33: 7,125). Off by default: it
+  // costs conversations the hits on the previous turn's answer (Jamba chat at 8 GiB 51.2%
+  // -> 41.1% of first-admission tokens, Qwen3-Next chat at 11 GiB 15.5% -> 12.9% and 0.7%
+  // more steps; docs/results/sim.md, "Where kvmm still trails"). O(1) per checkpoint.
+  bool sparse_state_checkpoints = false;
 
   // pack_small_pages resolved for a layout: its value when set, else whether no group of
   // the layout is a draft or successor-keyed. O(groups).
