@@ -30,6 +30,9 @@ struct AttnArgs {
   std::uint16_t* o;
   float* ws_o;    // [rows, q_heads, num_splits, head_dim] when num_splits > 1
   float* ws_lse;  // [rows, q_heads, num_splits], log2 domain
+  // The tensor-core decode's in-kernel split merge (tc_decode.cuh): one arrival counter
+  // per (row, kv head x head chunk), zero between launches; nullptr: merge_kernel merges.
+  std::uint32_t* merge_counters;
   const std::uint32_t* kv_lens;
   const std::uint32_t* q_indptr;  // nullptr: decode
   std::uint32_t batch;

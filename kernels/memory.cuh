@@ -10,11 +10,16 @@
 //   cp_async_commit / cp_async_wait<N>   close the thread's open group / wait until at
 //                        most N of its groups are pending (sm_80+; the data of a copy is
 //                        visible to other threads only after the wait and a barrier)
+//   stg / ldcg           4-byte global store, and load at L2 (ld.global.cg, coherent across
+//                        SMs): words one CTA hands to another (split partials), published
+//                        by __threadfence() and an atomic, read after an atomic and a fence
+//                        (the emulation checks that order: simt_global.hpp)
 // Every wrapper costs what its instruction costs on the device; on the host, one log
 // record per lane when logging. New kernels access memory only through these.
 #pragma once
 
 #if defined(KVMM_SIMT_HOST)
+#include "simt_global.hpp"
 #include "simt_host.hpp"  // host emulation of the device code, for CI without a GPU
 #include "simt_traffic.hpp"
 #include "simt_warp.hpp"
@@ -114,6 +119,30 @@ __device__ __forceinline__ void cp_async_wait() {
   __trap();
 #else
   asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending) : "memory");
+#endif
+}
+
+// A 4-byte global store of a word another CTA reads through ldcg (not logged as traffic).
+template <typename V>
+__device__ __forceinline__ void stg(V* p, const V& v) {
+  static_assert(sizeof(V) == 4);
+#if defined(KVMM_SIMT_HOST)
+  simt::GlobalOrder::get().store(p, sizeof(V));
+#endif
+  *p = v;
+}
+
+// A 4-byte global load at L2 (ld.global.cg: no stale L1 or read-only-cache line) of a word
+// another CTA stored through stg.
+template <typename V>
+__device__ __forceinline__ V ldcg(const V* p) {
+  static_assert(sizeof(V) == 4);
+#if defined(KVMM_SIMT_HOST)
+  V v;
+  simt::GlobalOrder::get().load(p, sizeof(V), &v);
+  return v;
+#else
+  return __ldcg(p);
 #endif
 }
 

@@ -13,7 +13,10 @@
 // and rendezvous again. Lanes of one warp at different collectives, a collective or CTA
 // barrier that some lanes left by exiting, or a wait nothing can release are reported.
 // A seeded schedule (set_schedule_seed) permutes the order in which the threads of a CTA
-// run between barriers, so an ordering bug shows up under one of several seeds.
+// run between barriers, so an ordering bug shows up under one of several seeds; a seeded
+// block order (set_block_order_seed) permutes the order in which the CTAs of a grid run
+// (one after another), so the CTA that arrives last at a cross-CTA hand-off differs
+// (global atomics, fences and their visibility model: simt_global.hpp).
 #pragma once
 
 #include "kvmm/kernels/dtype.hpp"
@@ -222,6 +225,7 @@ class Emulator {
     if (!released && at_cta == live) {
       if (cta_mismatch || any_done) return -1;
       for (unsigned i = 0; i < n; ++i) fibers_[i].runnable = !fibers_[i].done;
+      ++cta_barriers_;
       released = true;
     }
     return released ? 1 : -1;
@@ -232,8 +236,23 @@ class Emulator {
     seed_ = seed;
     rng_.seed(seed);
   }
+  // 0 (the default): CTAs run in x, y, z order; else a permutation per launch from `seed`.
+  void set_block_order_seed(std::uint64_t seed) {
+    block_seed_ = seed;
+    block_rng_.seed(seed);
+  }
+  std::uint64_t block_order_seed() const { return block_seed_; }
+  std::mt19937_64& block_rng() { return block_rng_; }
+  // The CTAs of the latest launch in the order they ran.
+  std::vector<dim3>& block_order() { return block_order_; }
   void add_hooks(BlockHooks h) { hooks_.push_back(h); }
   unsigned current() const { return current_; }
+  // CTA barriers released so far (all CTAs): a thread that runs after one was released
+  // passed it, as every live thread of the CTA waited there.
+  std::uint64_t cta_barriers() const { return cta_barriers_; }
+  // Launches begun so far (simt::launch): memory written by an earlier launch is visible.
+  std::uint64_t launches() const { return launches_; }
+  void begin_launch() { ++launches_; }
   LaneRecord& record(unsigned thread) { return lanes_[thread]; }
 
   // Runs thread i until its next barrier or its end. Out of line, so that no local of
@@ -330,24 +349,33 @@ class Emulator {
   std::vector<LaneRecord> lanes_;
   std::vector<unsigned> order_;
   std::array<unsigned, kNamedBarriers> named_arrived_{}, named_count_{};
-  std::uint64_t seed_ = 0;
-  std::mt19937_64 rng_;
+  std::uint64_t seed_ = 0, block_seed_ = 0, cta_barriers_ = 0, launches_ = 0;
+  std::mt19937_64 rng_, block_rng_;
+  std::vector<dim3> block_order_;
   std::vector<BlockHooks> hooks_;
   jmp_buf main_;
   unsigned current_ = 0;
   const std::function<void()>* body_ = nullptr;
 };
 
-// Runs every CTA of `grid` with `threads` threads; false on divergence.
+// Runs every CTA of `grid` with `threads` threads, one after another, in x, y, z order or
+// in the seeded block order's permutation; false on divergence.
 inline bool launch(dim3 grid, unsigned threads, const std::function<void()>& body) {
+  Emulator& e = Emulator::get();
+  e.begin_launch();
   gridDim = grid;
   blockDim = dim3(threads);
+  std::vector<dim3>& blocks = e.block_order();
+  blocks.clear();
+  blocks.reserve(std::size_t{grid.x} * grid.y * grid.z);
   for (unsigned z = 0; z < grid.z; ++z)
     for (unsigned y = 0; y < grid.y; ++y)
-      for (unsigned x = 0; x < grid.x; ++x) {
-        blockIdx = dim3(x, y, z);
-        if (!Emulator::get().run_block(body)) return false;
-      }
+      for (unsigned x = 0; x < grid.x; ++x) blocks.emplace_back(x, y, z);
+  if (e.block_order_seed() != 0) std::shuffle(blocks.begin(), blocks.end(), e.block_rng());
+  for (const dim3& idx : blocks) {
+    blockIdx = idx;
+    if (!e.run_block(body)) return false;
+  }
   return true;
 }
 

@@ -2,7 +2,7 @@
 // default decode, the kernel with its dynamic shared memory (over 48 KiB: the attribute
 // is raised once per instance; swapped operands with 32-token warp tiles at 2 stages for
 // groups of at most 8 at head dims 64 and 128 (64-token ones at 64), the 16-row form otherwise), then the split
-// merge.
+// merge: a merge_kernel launch, or none when the last CTA merges (merge_counters).
 #include "attention_dispatch.cuh"
 #include "tc_decode_api.hpp"
 
@@ -57,15 +57,18 @@ void launch_tc_typed(const device::AttnArgs& a, const Addr& kv, dim3 grid, std::
     launch_tc<T, 128>(a, kv, grid, s);
   else
     launch_tc<T, 256>(a, kv, grid, s);
-  if (a.num_splits > 1) device::merge_kernel<T><<<dim3(grid.x, a.q_heads), d, 0, s>>>(a, d);
+  if (a.num_splits > 1 && a.merge_counters == nullptr)
+    device::merge_kernel<T><<<dim3(grid.x, a.q_heads), d, 0, s>>>(a, d);
 }
 
 template <typename Addr>
 void launch(const QueryBatch& q, const AttentionOptions& opt, const SplitKV& split, std::uint32_t kv_heads,
-            std::uint32_t d, DType dtype, const Addr& kv, std::uint32_t stages, Stream stream, const char* name) {
+            std::uint32_t d, DType dtype, const Addr& kv, std::uint32_t stages, std::uint32_t* counters, Stream stream,
+            const char* name) {
   check_tc_stages(name, stages, d);
   if (q.rows == 0) return;
-  const device::AttnArgs a = device::make_tc_args(q, opt, split, kv_heads, d);
+  device::AttnArgs a = device::make_tc_args(q, opt, split, kv_heads, d);
+  if (a.num_splits > 1) a.merge_counters = counters;
   const dim3 grid(q.batch, kv_heads * a.head_chunks, a.num_splits);
   if (dtype == DType::kF16)
     launch_tc_typed<device::Half>(a, kv, grid, d, stages, device::to_cuda(stream));
@@ -76,7 +79,8 @@ void launch(const QueryBatch& q, const AttentionOptions& opt, const SplitKV& spl
 
 }  // namespace
 
-void paged_decode_attention_tc(const PagedAttentionParams& p, Stream stream, std::uint32_t stages) {
+void paged_decode_attention_tc(const PagedAttentionParams& p, Stream stream, std::uint32_t stages,
+                               std::uint32_t* merge_counters) {
   check_params(p, false, true);
   const device::TcPagedAddr kv{
       static_cast<const char*>(p.cache.k),
@@ -87,17 +91,18 @@ void paged_decode_attention_tc(const PagedAttentionParams& p, Stream stream, std
       p.table.pages,
       p.table.dense_stride,
       device::FastDiv::make(p.cache.tokens_per_page)};
-  launch(p.query, p.options, p.split, p.cache.kv_heads, p.cache.head_dim, p.cache.dtype, kv, stages, stream,
-         "paged_decode_attention_tc");
+  launch(p.query, p.options, p.split, p.cache.kv_heads, p.cache.head_dim, p.cache.dtype, kv, stages, merge_counters,
+         stream, "paged_decode_attention_tc");
 }
 
-void contiguous_decode_attention_tc(const ContiguousAttentionParams& p, Stream stream, std::uint32_t stages) {
+void contiguous_decode_attention_tc(const ContiguousAttentionParams& p, Stream stream, std::uint32_t stages,
+                                    std::uint32_t* merge_counters) {
   check_params(p, false, true);
   const device::ContiguousAddr kv{
       static_cast<const char*>(p.cache.k), static_cast<const char*>(p.cache.v), p.cache.slot_stride_bytes,
       static_cast<std::uint32_t>(token_row_bytes(p.cache.kv_heads, p.cache.head_dim, p.cache.dtype)), p.slot_idx};
-  launch(p.query, p.options, p.split, p.cache.kv_heads, p.cache.head_dim, p.cache.dtype, kv, stages, stream,
-         "contiguous_decode_attention_tc");
+  launch(p.query, p.options, p.split, p.cache.kv_heads, p.cache.head_dim, p.cache.dtype, kv, stages, merge_counters,
+         stream, "contiguous_decode_attention_tc");
 }
 
 }  // namespace kvmm::kernels::experimental

@@ -18,8 +18,9 @@
 //   P re-packed to T in registers as the A operand (two 16x8 C tiles are one
 //   16x16 A tile), V through ldmatrix.x4.trans (two n-tiles each), D/8 n-tiles.
 // The warps' states merge through shared memory (reusing the ring) at the end;
-// split pieces are written as today's kernel writes them (merge_kernel combines
-// them). Page rows are addressed with a multiply-shift division by
+// split pieces are written as today's kernel writes them, then merged by
+// merge_kernel or, with a.merge_counters, by the last CTA of each (request, kv
+// head x head chunk) inside this kernel (tc_merge_last). Page rows are addressed with a multiply-shift division by
 // tokens_per_page (FastDiv), never a hardware division. Costs per 16 tokens and
 // warp at D 128: 48 HMMA, 24 LDSM (x4: 8 Q, 8 K, 8 V), 16 LDGSTS.128 and the
 // softmax; at most 128 registers; shared memory kWarps x kTcStages x 2 x 16 x D
@@ -33,6 +34,7 @@
 // 0.0296 (sm_80).
 #pragma once
 
+#include "tc_decode_merge.cuh"
 #include "tc_decode_swap.cuh"
 
 #include <cmath>
@@ -42,8 +44,10 @@ namespace kvmm::kernels::device {
 template <int D, int kStages = kTcStages, bool kSwap = false, int kSub = 1>
 inline constexpr std::uint32_t tc_smem_bytes() {
   // + Q (16-row form), + the sub-tile offsets of each warp's tile (kSub > 1: kSpread)
+  // (kSub 4: per warp 16-byte slots of the sub-tiles' offsets, kSpread, or 64 8-byte row
+  // offsets, kRowSpread)
   const std::uint32_t ring = kTcWarps * kStages * 2 * kSub * kTcTile * D * 2 + (kSwap ? 0 : kTcRows * D * 2) +
-                             (kSub == 4 ? kTcWarps * kSub * 16 : 0);
+                             (kSub == 4 ? kTcWarps * kTcTile * kSub * 8 : 0);
   const std::uint32_t merge = kTcWarps * kTcRows * (D + 2) * 4;
   return ring > merge ? ring : merge;
 }
@@ -221,8 +225,14 @@ __global__ void __launch_bounds__(kTcThreads, D == 256 ? 1 : 4) tc_decode_kernel
   // reads sub-tile l % kSub's and forms its offset; issueN broadcasts them by shuffles), one
   // lookup per lane and tile instead of kSub per lane.
   constexpr bool kSpread = kTileInPage && kSub == 4;
+  // kRowSpread (pages that do not hold whole sub-tiles, kSub 4): lane l looks up rows l and
+  // l + 32 of the 64-token tile (two lookups per lane and tile, not one per sub-tile) and
+  // publishes their offsets in the warp's 64 row slots in shared memory (row 16 u + i at
+  // slot 4 i + u, so that a lane's four V rows, and its four K rows, are 32 contiguous
+  // bytes: two 16-byte reads each); two ballots give the tile's 64-bit row mask.
+  constexpr bool kRowSpread = !kTileInPage && kSub == 4;
   struct Ahead {
-    TcPre p[kSpread ? 1 : kSub];
+    TcPre p[kSpread ? 1 : kRowSpread ? 2 : kSub];
   };
   auto lookupN = [&](std::uint32_t t) {
     Ahead out;
@@ -232,6 +242,14 @@ __global__ void __launch_bounds__(kTcThreads, D == 256 ? 1 : 4) tc_decode_kernel
       // token instead, so that every lane loads (one warp request, one instruction per lane).
       const bool in_piece = tok0 + kTcTile > piece.lo && tok0 < piece.hi;
       out.p[0] = t < tiles ? tc_pre(kv, r, in_piece ? tok0 : piece.lo) : TcPre{0u, 0u};
+    } else if constexpr (kRowSpread) {
+      // Rows past the piece read the entry of its last token (every lane loads).
+      KVMM_UNROLL
+      for (int hf = 0; hf < 2; ++hf) {
+        const std::uint32_t tok =
+            first + t * kStep + 32u * static_cast<std::uint32_t>(hf) + static_cast<std::uint32_t>(lane);
+        out.p[hf] = t < tiles ? tc_pre(kv, r, min(tok, piece.hi - 1)) : TcPre{0u, 0u};
+      }
     } else {
       KVMM_UNROLL
       for (int u = 0; u < kSub; ++u) {
@@ -284,6 +302,34 @@ __global__ void __launch_bounds__(kTcThreads, D == 256 ? 1 : 4) tc_decode_kernel
       // warp's accesses stay one instruction per lane); every lane reads them all back
       // (broadcast reads of 16 bytes).
       [[maybe_unused]] uint4 slot[kSpread ? kSub : 1];
+      if constexpr (kRowSpread) {
+        // this warp's 64 row slots, after the ring
+        std::uint64_t* slots = reinterpret_cast<std::uint64_t*>(smem + kTcWarps * kStages * kStageBytes) + warp * 64;
+        const std::uint32_t rel0 = first + t * kStep + static_cast<std::uint32_t>(lane) - piece.lo;
+        std::uint64_t m64 = 0;
+        KVMM_UNROLL
+        for (int hf = 0; hf < 2; ++hf) {
+          const long long off = tc_off(kv, r, pre.p[hf]);
+          const bool ok = rel0 + 32u * static_cast<std::uint32_t>(hf) < len && off >= 0;
+          const std::uint32_t row = static_cast<std::uint32_t>(lane + 32 * hf);
+          sts(slots + (row & 15u) * 4 + (row >> 4), ok ? static_cast<std::uint64_t>(off) + head_off : std::uint64_t{0});
+          m64 |= std::uint64_t{__ballot_sync(0xffffffffu, ok)} << (32 * hf);
+        }
+        __syncwarp();
+        const uint4* s4 = reinterpret_cast<const uint4*>(slots);
+        const uint4 va = lds(s4 + 2 * lrow), vb = lds(s4 + 2 * lrow + 1);
+        const uint4 ka = lds(s4 + 2 * krow), kb = lds(s4 + 2 * krow + 1);
+        const uint4 vs4[2] = {va, vb}, ks4[2] = {ka, kb};
+        KVMM_UNROLL
+        for (int u = 0; u < kSub; ++u) {
+          const uint4& vv = vs4[u >> 1];
+          const uint4& kk = ks4[u >> 1];
+          v_off[u] = ((u & 1) ? (std::uint64_t{vv.w} << 32 | vv.z) : (std::uint64_t{vv.y} << 32 | vv.x)) + hb * 16;
+          k_off[u] = ((u & 1) ? (std::uint64_t{kk.w} << 32 | kk.z) : (std::uint64_t{kk.y} << 32 | kk.x)) + khb * 16;
+          valid[u] = ((m64 >> (16 * u + static_cast<int>(lrow))) & 1u) != 0;
+        }
+        tile_mask = static_cast<Mask>(m64);
+      }
       if constexpr (kSpread) {
         const long long my_off = tc_off(kv, r, pre.p[0]);
         const std::uint64_t my_base = my_off >= 0 ? static_cast<std::uint64_t>(my_off) + head_off : 0u;
@@ -294,7 +340,7 @@ __global__ void __launch_bounds__(kTcThreads, D == 256 ? 1 : 4) tc_decode_kernel
         for (int u = 0; u < kSub; ++u) slot[u] = lds(sub_off + u);
       }
       KVMM_UNROLL
-      for (int u = 0; u < kSub; ++u) {
+      for (int u = 0; u < (kRowSpread ? 0 : kSub); ++u) {
         if constexpr (kSpread) {
           const std::uint64_t base = std::uint64_t{slot[u].y} << 32 | slot[u].x;
           valid[u] = rel + kTcTile * u < slot[u].z;
@@ -541,10 +587,11 @@ __global__ void __launch_bounds__(kTcThreads, D == 256 ? 1 : 4) tc_decode_kernel
     if (a.num_splits == 1) {
       a.o[head * D + d] = T::from_float(value);
     } else {
-      a.ws_o[(head * a.num_splits + blockIdx.z) * D + d] = value;
-      if (d == 0) a.ws_lse[head * a.num_splits + blockIdx.z] = big_l > 0.0f ? big_m + log2f(big_l) : -INFINITY;
+      stg(a.ws_o + (head * a.num_splits + blockIdx.z) * D + d, value);
+      if (d == 0) stg(a.ws_lse + head * a.num_splits + blockIdx.z, big_l > 0.0f ? big_m + log2f(big_l) : -INFINITY);
     }
   }
+  if (a.num_splits > 1 && a.merge_counters != nullptr) tc_merge_last<T, D>(a, smem, b, qh0, hg);
 }
 
 }  // namespace kvmm::kernels::device

@@ -47,9 +47,10 @@ LIMITS = [
     # HMMA and LDSM present, no local memory, at most 128 registers (__launch_bounds__(128,
     # 4); Q is read from shared memory by ldmatrix, not held in registers).
     # At D 256 O alone takes 128 registers per lane: up to 255 (one CTA per SM). The bf16
-    # instances keep frames of 8-16 bytes (up to 2 LDL and 3 STL, outside the loop, nvcc
-    # 13.0): named and bounded here.
-    (r"tc_decode_kernel.*Li256E", r"sm_", dict(regs=255, stack=16, local=5, local_in_loop=0, smem=2048,
+    # instances keep frames of 8-16 bytes (up to 3 LDL and 3 STL, outside the loop, nvcc
+    # 13.0; the in-kernel split merge added one to sm_90's contiguous instance): named and
+    # bounded here.
+    (r"tc_decode_kernel.*Li256E", r"sm_", dict(regs=255, stack=16, local=6, local_in_loop=0, smem=2048,
                                                need=["HMMA", "LDSM", "LDGSTS.128"], cp_async_only=True)),
     # The 3-stage ring's sm_90 instances keep an 8-byte frame (1 LDL, 1 STL, outside the
     # loop, nvcc 13.0): named and bounded here.
@@ -71,13 +72,14 @@ LIMITS = [
     # variants (no soft cap): the main loop (two warp tiles, unrolled over the stages) holds 96
     # HMMA, 64 LDSM and 64 LDGSTS.128 (per 16 tokens 12, 8 and 8) and at most 0.03 instructions
     # per K/V byte where pages hold whole sub-tiles (16-token multiples) or the cache is
-    # contiguous; pages of other sizes (each row finds its page) at most 0.036.
+    # contiguous; pages of other sizes (each row finds its page; lane l looks up rows l and
+    # l + 32 of the tile) at most 0.033 (0.032 with nvcc 13.0; the issue asks 0.03).
     (r"^nocap:.*tc_decode_kernel.*Li64E.*ELb1ELi2ELb1ELi4EEEv", r"sm_",
      dict(regs=128, stack=0, local=0, local_in_loop=0, smem=2048, loop_per_byte=0.03,
           need=["HMMA", "LDSM.x4", "LDSM.x4.T", "LDGSTS.128", "MOVM"], cp_async_only=True,
           loop_exact={"HMMA": 96, "LDSM": 64, "LDGSTS.128": 64})),
     (r"^nocap:.*tc_decode_kernel.*Li64E.*ELb0ELi2ELb1ELi4EEEv", r"sm_",
-     dict(regs=128, stack=0, local=0, local_in_loop=0, smem=2048, loop_per_byte=0.036,
+     dict(regs=128, stack=0, local=0, local_in_loop=0, smem=2048, loop_per_byte=0.033,
           need=["HMMA", "LDSM.x4", "LDSM.x4.T", "LDGSTS.128", "MOVM"], cp_async_only=True,
           loop_exact={"HMMA": 96, "LDSM": 64, "LDGSTS.128": 64})),
     (r"tc_decode_kernel.*Li64E.*ELi2ELb1ELi4EEEv", r"sm_", dict(regs=128, stack=0, local=0, local_in_loop=0, smem=2048,

@@ -95,7 +95,7 @@ void BM_copy_d2d(benchmark::State& state) {
 // A decode batch with every request at context `ctx`.
 struct DecodeSetup {
   std::uint32_t batch, ctx, splits;
-  Device q, o, lens, ws;
+  Device q, o, lens, ws, counters;
   DecodeSetup(std::uint32_t b, std::uint32_t c)
       : batch(b),
         ctx(c),
@@ -103,7 +103,9 @@ struct DecodeSetup {
         q(std::size_t{b} * kQHeads * kDim * 2),
         o(std::size_t{b} * kQHeads * kDim * 2),
         lens(b * 4),
-        ws(attention_workspace_bytes(b, kQHeads, kDim, splits)) {
+        ws(attention_workspace_bytes(b, kQHeads, kDim, splits)),
+        counters(experimental::tc_merge_counters(b, kQHeads) * 4) {
+    if (counters.p != nullptr) cudaMemset(counters.p, 0, experimental::tc_merge_counters(b, kQHeads) * 4);
     bench::fill_random_bf16(q.p, std::size_t{b} * kQHeads * kDim * 2, 11);
     upload(lens, std::vector<std::uint32_t>(b, c));
   }
@@ -120,8 +122,9 @@ void report(benchmark::State& state, double bytes, std::uint32_t splits) {
   state.counters["copy_GBps"] = g_copy_gbps / 1e9;
 }
 
-// tc: 0 the default kernel, else the tensor-core kernel with a ring of `tc` stages per warp.
-void decode_paged(benchmark::State& state, int tc) {
+// tc: 0 the default kernel, else the tensor-core kernel with a ring of `tc` stages per warp;
+// in_kernel: its split pieces merged by the last CTA of each (request, kv head), one launch.
+void decode_paged(benchmark::State& state, int tc, bool in_kernel) {
   const auto batch = static_cast<std::uint32_t>(state.range(0));
   const auto ctx = static_cast<std::uint32_t>(state.range(1));
   const auto tpp = static_cast<std::uint32_t>(state.range(2));
@@ -152,7 +155,8 @@ void decode_paged(benchmark::State& state, int tc) {
   p.split = SplitKV{d.splits, d.ws.p};
   time_loop(state, [&] {
     if (tc != 0)
-      experimental::paged_decode_attention_tc(p, nullptr, static_cast<std::uint32_t>(tc));
+      experimental::paged_decode_attention_tc(p, nullptr, static_cast<std::uint32_t>(tc),
+                                              in_kernel ? d.counters.as<std::uint32_t>() : nullptr);
     else
       paged_decode_attention(p, nullptr);
   });
@@ -282,7 +286,7 @@ int main(int argc, char** argv) {
   for (std::int64_t tpp : {1, 16, 64, 256})
     for (std::int64_t batch : {1, 16, 64, 256})
       for (std::int64_t ctx : {1024, 4096, 32768})
-        benchmark::RegisterBenchmark("decode_paged", decode_paged, 0)
+        benchmark::RegisterBenchmark("decode_paged", decode_paged, 0, false)
             ->Args({batch, ctx, tpp})
             ->ArgNames({"batch", "ctx", "tpp"})
             ->UseManualTime()
@@ -298,16 +302,24 @@ int main(int argc, char** argv) {
   for (std::int64_t tpp : {1, 16})
     for (std::int64_t batch : {1, 16, 64, 256})
       for (std::int64_t ctx : {1024, 4096, 32768})
-        benchmark::RegisterBenchmark("decode_paged_tc", decode_paged, 2)
+        benchmark::RegisterBenchmark("decode_paged_tc", decode_paged, 2, false)
             ->Args({batch, ctx, tpp})
             ->ArgNames({"batch", "ctx", "tpp"})
             ->UseManualTime()
             ->Unit(benchmark::kMicrosecond);
+  // Its split pieces merged inside the kernel by the last CTA (one launch, not two).
+  for (std::int64_t batch : {1, 16, 64, 256})
+    for (std::int64_t ctx : {1024, 4096, 32768})
+      benchmark::RegisterBenchmark("decode_paged_tcm", decode_paged, 2, true)
+          ->Args({batch, ctx, 16})
+          ->ArgNames({"batch", "ctx", "tpp"})
+          ->UseManualTime()
+          ->Unit(benchmark::kMicrosecond);
   // Its deeper rings (3 and 4 stages per warp: 2 and 1 CTAs per SM at head dim 128).
   for (int stages : {3, 4})
     for (std::int64_t batch : {1, 16, 64, 256})
       for (std::int64_t ctx : {1024, 4096, 32768})
-        benchmark::RegisterBenchmark(stages == 3 ? "decode_paged_tc3" : "decode_paged_tc4", decode_paged, stages)
+        benchmark::RegisterBenchmark(stages == 3 ? "decode_paged_tc3" : "decode_paged_tc4", decode_paged, stages, false)
             ->Args({batch, ctx, 16})
             ->ArgNames({"batch", "ctx", "tpp"})
             ->UseManualTime()

@@ -1,8 +1,9 @@
 // The tensor-core decode kernel (kernels/tc_decode.cuh, issue 36) through the host
 // emulation against the CPU references: masks, GQA 1..16 and 24 (two head chunks), head
 // dims 64/128/256, page sizes 1-512 (17 and 48 included), null pages, CSR and dense
-// tables, variable lengths, splits with the merge kernel, soft cap, both dtypes, under
-// two lane schedules; its contiguous form bit-equal to the paged one; the multiply-shift
+// tables, variable lengths, splits with the merge kernel or merged by the last CTA inside
+// the kernel (several CTA orders, a replay on the counters a launch left), soft cap, both
+// dtypes, under two lane schedules; its contiguous form bit-equal to the paged one; the multiply-shift
 // division; the lane map against the swizzle. Its traffic: tests/kernels/traffic_test.cpp.
 #if defined(__SANITIZE_ADDRESS__)
 // Fiber stacks switched with longjmp confuse AddressSanitizer: release CI job only.
@@ -13,6 +14,7 @@
 #include "../../kernels/tc_decode_api.hpp"
 #include "kernels/kernel_fixture.hpp"
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <set>
 #include <type_traits>
@@ -65,15 +67,18 @@ bool run_tc(const dev::AttnArgs& a, const Addr& kv, dim3 grid, std::uint32_t d, 
   return run_tc<T, Addr, false>(a, kv, grid, d, stages, tile32);
 }
 
-// The launch sequence of the tensor-core decode, emulated: the kernel, then the merge.
+// The launch sequence of the tensor-core decode, emulated: the kernel, then the merge
+// unless `counters` is set (the last CTA of each (request, kv head) merges).
 template <typename Addr>
 bool emulate_tc(const QueryBatch& q, const AttentionOptions& opt, const SplitKV& split, std::uint32_t kv_heads,
-                std::uint32_t d, DType dtype, const Addr& kv, int stages = 2, bool swap = true, bool tile32 = true) {
-  const dev::AttnArgs a = dev::make_tc_args(q, opt, split, kv_heads, d);
+                std::uint32_t d, DType dtype, const Addr& kv, int stages = 2, bool swap = true, bool tile32 = true,
+                std::uint32_t* counters = nullptr) {
+  dev::AttnArgs a = dev::make_tc_args(q, opt, split, kv_heads, d);
+  if (a.num_splits > 1) a.merge_counters = counters;
   const dim3 grid(q.batch, kv_heads * a.head_chunks, a.num_splits);
   bool ok = dtype == DType::kF16 ? run_tc<dev::Half>(a, kv, grid, d, stages, swap, tile32)
                                  : run_tc<dev::BFloat>(a, kv, grid, d, stages, swap, tile32);
-  if (ok && split.num_splits > 1) {
+  if (ok && split.num_splits > 1 && a.merge_counters == nullptr) {
     ok = simt::launch(dim3(q.rows, q.q_heads), d, [&] {
       if (dtype == DType::kF16)
         dev::merge_kernel<dev::Half>(a, d);
@@ -85,7 +90,7 @@ bool emulate_tc(const QueryBatch& q, const AttentionOptions& opt, const SplitKV&
 }
 
 std::vector<std::uint16_t> tc_paged(Scenario& s, std::uint32_t splits, bool csr, int stages = 2, bool swap = true,
-                                    bool tile32 = true) {
+                                    bool tile32 = true, std::uint32_t* counters = nullptr) {
   std::vector<std::uint16_t> o(s.out_elems(), 0xffff);
   PagedAttentionParams p = s.paged_params(o.data(), splits, csr);
   std::vector<float> ws(attention_workspace_bytes(s.rows, s.q_heads, s.cfg.head_dim, splits) / 4 + 4);
@@ -99,12 +104,12 @@ std::vector<std::uint16_t> tc_paged(Scenario& s, std::uint32_t splits, bool csr,
                             p.table.pages,
                             p.table.dense_stride,
                             dev::FastDiv::make(p.cache.tokens_per_page)};
-  REQUIRE(
-      emulate_tc(p.query, p.options, p.split, s.cfg.kv_heads, s.cfg.head_dim, s.cfg.dtype, kv, stages, swap, tile32));
+  REQUIRE(emulate_tc(p.query, p.options, p.split, s.cfg.kv_heads, s.cfg.head_dim, s.cfg.dtype, kv, stages, swap, tile32,
+                     counters));
   return o;
 }
 
-std::vector<std::uint16_t> tc_contiguous(Scenario& s, std::uint32_t splits) {
+std::vector<std::uint16_t> tc_contiguous(Scenario& s, std::uint32_t splits, std::uint32_t* counters = nullptr) {
   std::vector<std::uint16_t> o(s.out_elems(), 0xffff);
   ContiguousAttentionParams p = s.contiguous_params(o.data(), splits);
   std::vector<float> ws(attention_workspace_bytes(s.rows, s.q_heads, s.cfg.head_dim, splits) / 4 + 4);
@@ -112,7 +117,8 @@ std::vector<std::uint16_t> tc_contiguous(Scenario& s, std::uint32_t splits) {
   check_params(p, false, true);
   const dev::ContiguousAddr kv{static_cast<const char*>(p.cache.k), static_cast<const char*>(p.cache.v),
                                p.cache.slot_stride_bytes, static_cast<std::uint32_t>(s.row_bytes()), p.slot_idx};
-  REQUIRE(emulate_tc(p.query, p.options, p.split, s.cfg.kv_heads, s.cfg.head_dim, s.cfg.dtype, kv));
+  REQUIRE(emulate_tc(p.query, p.options, p.split, s.cfg.kv_heads, s.cfg.head_dim, s.cfg.dtype, kv, 2, true, true,
+                     counters));
   return o;
 }
 
@@ -331,6 +337,117 @@ TEST_CASE("emulated tensor-core decode: rings of 3 and 4 stages give the 2-stage
     CHECK(tc_paged(s, splits, false, 4) == two);
   }
   simt::Emulator::get().set_schedule_seed(0);
+}
+
+namespace {
+// The piece (blockIdx.z) of the CTA that ran last for (request 0, kv head 0) in the latest
+// emulated launch: the one that merged.
+std::uint32_t last_piece() {
+  std::uint32_t z = 0;
+  for (const dim3& idx : simt::Emulator::get().block_order())
+    if (idx.x == 0 && idx.y == 0) z = idx.z;
+  return z;
+}
+bool all_zero(const std::vector<std::uint32_t>& v) {
+  return std::all_of(v.begin(), v.end(), [](std::uint32_t x) { return x == 0; });
+}
+}  // namespace
+
+TEST_CASE("emulated tensor-core decode: split pieces merged by the last CTA inside the kernel",
+          "[kernels][simt][tc_decode]") {
+  // Under four CTA orders (the last-arriving piece differs) and two lane schedules: the
+  // in-kernel merge gives merge_kernel's bits, within 4 ulp of the CPU reference, with no
+  // visibility violation (simt_global.hpp: partials fenced before the arrival, read after
+  // the acquire), and leaves every counter zero. Both forms (swapped, 16-row), head dims
+  // 64/128/256, two head chunks (group 24), pages of 1-64 tokens, null pages, every mask.
+  struct Case {
+    std::uint32_t tpp, group, d, splits;
+    MaskKind mask;
+    DType dtype;
+    NullMode nulls;
+  };
+  const Case cases[] = {
+      {16, 4, 128, 3, MaskKind::kCausal, DType::kBF16, NullMode::kNone},
+      {17, 8, 64, 5, MaskKind::kSlidingWindow, DType::kF16, NullMode::kRandom},
+      {1, 16, 128, 2, MaskKind::kChunkedLocal, DType::kBF16, NullMode::kOutOfWindow},
+      {64, 2, 64, 7, MaskKind::kCausal, DType::kF16, NullMode::kRandom},
+      {32, 24, 256, 4, MaskKind::kSlidingWindow, DType::kBF16, NullMode::kNone},
+  };
+  std::uint32_t index = 0;
+  for (const Case& k : cases) {
+    ++index;
+    ScenarioConfig c;
+    c.options.mask = k.mask;
+    c.options.window = 170;
+    c.options.chunk = 130;
+    c.group = k.group;
+    c.tokens_per_page = k.tpp;
+    c.head_dim = k.d;
+    c.dtype = k.dtype;
+    c.kv_heads = k.group >= 8 ? 1 : 2;
+    c.batch = 3;
+    c.max_kv_len = 400;
+    c.nulls = k.nulls;
+    c.seed = 9800 + index;
+    Scenario s(c);
+    s.fill_host_caches();
+    INFO("case " << index << " tpp " << k.tpp << " group " << k.group << " d " << k.d << " splits " << k.splits);
+    std::vector<std::uint16_t> ref(s.out_elems());
+    cpu::paged_decode_attention(s.paged_params(ref.data(), k.splits, true));
+    const auto separate = tc_paged(s, k.splits, index % 2 == 0);
+    std::set<std::uint32_t> mergers;
+    for (auto [blocks, lanes] : {std::pair{0ull, 0ull}, {11ull, 7ull}, {12ull, 0ull}, {13ull, 3ull}}) {
+      simt::Emulator::get().set_schedule_seed(lanes);
+      simt::Emulator::get().set_block_order_seed(blocks);
+      simt::GlobalOrder::get().reset_violations();
+      std::vector<std::uint32_t> counters(experimental::tc_merge_counters(s.rows, s.q_heads), 0u);
+      const auto got = tc_paged(s, k.splits, index % 2 == 0, 2, true, true, counters.data());
+      mergers.insert(last_piece());
+      CHECK(got == separate);
+      CHECK(max_rel_error(c.dtype, got, widen(c.dtype, ref), 1e-2) <= 4.0 * unit_roundoff(c.dtype));
+      CHECK(simt::GlobalOrder::get().violations() == 0);
+      CHECK(all_zero(counters));
+      if (!s.any_null) CHECK(tc_contiguous(s, k.splits, counters.data()) == got);
+    }
+    CHECK(mergers.size() > 1);  // the merging piece moved with the CTA order
+  }
+  simt::Emulator::get().set_schedule_seed(0);
+  simt::Emulator::get().set_block_order_seed(0);
+}
+
+TEST_CASE("emulated tensor-core decode: a replay with new lengths on the same counters gives the eager bits",
+          "[kernels][simt][tc_decode]") {
+  // A captured launch is replayed with the same arguments and new contents: the counters
+  // the first launch left are the next one's start. Shorter lengths on the same tables,
+  // another CTA order: the replay equals an eager launch on fresh counters, the separate
+  // merge, and the CPU reference.
+  ScenarioConfig c;
+  c.options.mask = MaskKind::kCausal;
+  c.group = 4;
+  c.tokens_per_page = 16;
+  c.head_dim = 128;
+  c.kv_heads = 2;
+  c.batch = 4;
+  c.max_kv_len = 500;
+  c.seed = 9900;
+  Scenario s(c);
+  s.fill_host_caches();
+  const std::uint32_t splits = 4;
+  std::vector<std::uint32_t> counters(experimental::tc_merge_counters(s.rows, s.q_heads), 0u);
+  simt::Emulator::get().set_block_order_seed(21);
+  (void)tc_paged(s, splits, true, 2, true, true, counters.data());
+  REQUIRE(all_zero(counters));
+  for (std::uint32_t b = 0; b < c.batch; ++b) s.kv_lens[b] = std::max(1u, s.kv_lens[b] * 2 / 3 - 7 * b);
+  simt::Emulator::get().set_block_order_seed(22);
+  const auto replay = tc_paged(s, splits, true, 2, true, true, counters.data());
+  CHECK(all_zero(counters));
+  simt::Emulator::get().set_block_order_seed(0);
+  std::vector<std::uint32_t> fresh(counters.size(), 0u);
+  CHECK(tc_paged(s, splits, true, 2, true, true, fresh.data()) == replay);
+  CHECK(tc_paged(s, splits, true) == replay);
+  std::vector<std::uint16_t> ref(s.out_elems());
+  cpu::paged_decode_attention(s.paged_params(ref.data(), splits, true));
+  CHECK(max_rel_error(c.dtype, replay, widen(c.dtype, ref), 1e-2) <= 4.0 * unit_roundoff(c.dtype));
 }
 
 TEST_CASE("the tensor-core decode's launchers reject ring depths they do not build", "[kernels][tc_decode]") {

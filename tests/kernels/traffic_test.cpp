@@ -347,12 +347,21 @@ TEST_CASE("tensor-core decode at head dim 64 (64-token warp tiles): K/V at the m
       }
     }
   // Null pages (every third): their rows are not read; pages of 17 tokens (each row finds
-  // its page): K/V at the minimum.
+  // its page, the rows' lookups spread over the lanes): K/V at the minimum.
   const TcTraffic n = tc_traffic<64>(true, 1, 3, 16, true);
   CHECK(n.rep.global.at("kv").bytes_requested == n.pages_used * 16 * 2 * 64 * 2 * 2);
-  const TcTraffic r = tc_traffic<64>(true, 3, 0, 17, true);
-  CHECK(r.rep.global.at("kv").bytes_requested == r.kv_min);
-  CHECK(r.rep.global.at("kv").sectors * 32 == r.rep.global.at("kv").bytes_requested);
+  for (std::uint32_t splits : {1u, 3u}) {
+    INFO("17-token pages, splits " << splits);
+    const TcTraffic r = tc_traffic<64>(true, splits, 0, 17, true);
+    CHECK(r.rep.global.at("kv").bytes_requested == r.kv_min);
+    CHECK(r.rep.global.at("kv").sectors * 32 == r.rep.global.at("kv").bytes_requested);
+    // Two page-id requests per 64-token tile (lane l: rows l and l + 32): 4 tiles per
+    // (request, kv head), plus two per tile a split boundary cuts; every page id read.
+    const simt::GlobalStats& pg = r.rep.global.at("pages");
+    CHECK(pg.requests >= 2 * 4 * 2 * 2);
+    CHECK(pg.requests <= 2 * 4 * 2 * 2 + (splits - 1) * 2 * 2 * 2);
+    CHECK(pg.unique_bytes == 2 * 16 * 4);
+  }
 }
 
 TEST_CASE("tensor-core decode, pages of 17 tokens (each row finds its page): K/V at the minimum, whole sectors",

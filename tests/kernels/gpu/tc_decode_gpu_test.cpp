@@ -1,14 +1,18 @@
 // The tensor-core decode (kernels/tc_decode.cuh) on a GPU: against the CPU references on
 // random inputs with NaN-poisoned outputs (masks, GQA 1/4/8/16, page sizes 1/16/17/64,
 // null pages, CSR and dense tables, splits, soft cap, both dtypes, D 64/128), the
-// contiguous form equal to the paged one bit for bit, and a launch captured in a CUDA
-// graph replayed with new context lengths equal to an eager launch bit for bit. Part of
+// contiguous form equal to the paged one bit for bit, split pieces merged by the last CTA
+// inside the kernel equal to the separate merge bit for bit, and a launch captured in a
+// CUDA graph (both merges) replayed with new context lengths equal to an eager launch bit
+// for bit, the in-kernel merge's counters left zero. Part of
 // kvmm_test_gpu (skipped without a device); the same checks run through the emulator in
 // tests/kernels/tc_decode_test.cpp.
 #include "../../../kernels/tc_decode_api.hpp"
 #include "kernels/kernel_fixture.hpp"
 
 #include <catch2/catch.hpp>
+
+#include <algorithm>
 
 #include <cuda_runtime.h>
 
@@ -53,7 +57,7 @@ std::vector<double> widen(DType t, const std::vector<std::uint16_t>& x) {
 // A decode scenario's inputs on the device (caches copied from the host-filled ones).
 struct TcDevice {
   Scenario& s;
-  Dev q, lens, indptr, indices, dense, slots, arena, ck, cv, out, ws;
+  Dev q, lens, indptr, indices, dense, slots, arena, ck, cv, out, ws, counters;
   explicit TcDevice(Scenario& sc)
       : s(sc),
         q(sc.q),
@@ -66,7 +70,10 @@ struct TcDevice {
         ck(sc.cont_k.blocks),
         cv(sc.cont_v.blocks),
         out(sc.out_elems() * 2),
-        ws(attention_workspace_bytes(sc.rows, sc.q_heads, sc.cfg.head_dim, 64)) {}
+        ws(attention_workspace_bytes(sc.rows, sc.q_heads, sc.cfg.head_dim, 64)),
+        counters(experimental::tc_merge_counters(sc.rows, sc.q_heads) * 4) {
+    TC_CUDA_OK(cudaMemset(counters.p, 0, counters.n));  // once: every launch leaves them zero
+  }
   PagedAttentionParams paged(std::uint32_t splits, bool csr) {
     PagedAttentionParams p;
     p.query = s.query(q.p, out.p, lens.as<std::uint32_t>(), nullptr);
@@ -77,10 +84,12 @@ struct TcDevice {
     p.split = SplitKV{splits, ws.p};
     return p;
   }
+  // in_kernel: the last CTA of each (request, kv head) merges the split pieces.
   std::vector<std::uint16_t> run_paged(std::uint32_t splits, bool csr, cudaStream_t st = nullptr,
-                                       std::uint32_t stages = 2) {
+                                       std::uint32_t stages = 2, bool in_kernel = false) {
     TC_CUDA_OK(cudaMemset(out.p, 0xff, out.n));
-    experimental::paged_decode_attention_tc(paged(splits, csr), st, stages);
+    experimental::paged_decode_attention_tc(paged(splits, csr), st, stages,
+                                            in_kernel ? counters.as<std::uint32_t>() : nullptr);
     return out.get<std::uint16_t>(s.out_elems());
   }
   std::vector<std::uint16_t> run_contiguous(std::uint32_t splits) {
@@ -130,6 +139,11 @@ TEST_CASE("tensor-core decode matches the CPU references on the GPU", "[gpu][att
         const auto got = d.run_paged(splits, index % 2 == 0);
         CHECK(max_rel_error(c.dtype, got, widen(c.dtype, ref), 1e-2) <= 4.0 * unit_roundoff(c.dtype));
         if (!s.any_null) CHECK(d.run_contiguous(splits) == got);
+        if (splits > 1) {
+          CHECK(d.run_paged(splits, index % 2 == 0, nullptr, 2, true) == got);
+          const auto counters = d.counters.get<std::uint32_t>(experimental::tc_merge_counters(s.rows, s.q_heads));
+          CHECK(std::all_of(counters.begin(), counters.end(), [](std::uint32_t x) { return x == 0; }));
+        }
       }
 }
 
@@ -169,37 +183,42 @@ TEST_CASE("tensor-core decode on the GPU: head dim 256, rings of 3 and 4 stages,
 }
 
 TEST_CASE("a captured tensor-core decode replays with new lengths as an eager launch", "[gpu][attention][tc_decode]") {
-  ScenarioConfig c;
-  c.dtype = DType::kBF16;
-  c.head_dim = 128;
-  c.group = 4;
-  c.tokens_per_page = 16;
-  c.batch = 4;
-  c.max_kv_len = 900;
-  c.seed = 77;
-  Scenario s(c);
-  s.fill_host_caches();
-  TcDevice d(s);
-  cudaStream_t st;
-  TC_CUDA_OK(cudaStreamCreate(&st));
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  TC_CUDA_OK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-  experimental::paged_decode_attention_tc(d.paged(4, true), st);
-  TC_CUDA_OK(cudaStreamEndCapture(st, &graph));
-  TC_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
-  std::vector<std::uint32_t> lens = s.kv_lens;
-  for (int step = 0; step < 3; ++step) {
-    for (auto& l : lens) l = l > 37 ? l - 37 : l;  // shorter contexts, same tables
-    TC_CUDA_OK(cudaMemcpy(d.lens.p, lens.data(), lens.size() * 4, cudaMemcpyHostToDevice));
-    TC_CUDA_OK(cudaMemset(d.out.p, 0xff, d.out.n));
-    TC_CUDA_OK(cudaGraphLaunch(exec, st));
-    TC_CUDA_OK(cudaStreamSynchronize(st));
-    const auto replayed = d.out.get<std::uint16_t>(s.out_elems());
-    const auto eager = d.run_paged(4, true);
-    CHECK(replayed == eager);
+  for (bool in_kernel : {false, true}) {
+    INFO("in-kernel merge " << in_kernel);
+    ScenarioConfig c;
+    c.dtype = DType::kBF16;
+    c.head_dim = 128;
+    c.group = 4;
+    c.tokens_per_page = 16;
+    c.batch = 4;
+    c.max_kv_len = 900;
+    c.seed = 77;
+    Scenario s(c);
+    s.fill_host_caches();
+    TcDevice d(s);
+    cudaStream_t st;
+    TC_CUDA_OK(cudaStreamCreate(&st));
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    TC_CUDA_OK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+    experimental::paged_decode_attention_tc(d.paged(4, true), st, 2,
+                                            in_kernel ? d.counters.as<std::uint32_t>() : nullptr);
+    TC_CUDA_OK(cudaStreamEndCapture(st, &graph));
+    TC_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+    std::vector<std::uint32_t> lens = s.kv_lens;
+    for (int step = 0; step < 3; ++step) {
+      for (auto& l : lens) l = l > 37 ? l - 37 : l;  // shorter contexts, same tables
+      TC_CUDA_OK(cudaMemcpy(d.lens.p, lens.data(), lens.size() * 4, cudaMemcpyHostToDevice));
+      TC_CUDA_OK(cudaMemset(d.out.p, 0xff, d.out.n));
+      TC_CUDA_OK(cudaGraphLaunch(exec, st));
+      TC_CUDA_OK(cudaStreamSynchronize(st));
+      const auto replayed = d.out.get<std::uint16_t>(s.out_elems());
+      const auto eager = d.run_paged(4, true, nullptr, 2, in_kernel);
+      CHECK(replayed == eager);
+      CHECK(d.run_paged(4, true) == replayed);  // the separate merge's bits
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(st);
   }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
-  cudaStreamDestroy(st);
 }
