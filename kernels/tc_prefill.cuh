@@ -41,6 +41,10 @@ inline constexpr int kPfRows = 16 * kPfWarps;  // packed rows per Q tile at one 
 inline constexpr int kPfTile = 64;             // tokens per KV tile
 inline constexpr int kPfStages = 2;
 inline constexpr int kPfSlots = 4;  // page-entry and null-flag slots: tile t's are slot t % 4
+// Lazy rescale (FA4): a row's reference maximum moves only when a tile's maximum passes it
+// by more than this (log2 units), so P's weights stay below 2^8 (no overflow in fp32 O and
+// the sum; bf16/fp16 P keeps its relative precision) and O is rescaled only on such jumps.
+inline constexpr float kPfLazy = 8.0f;
 
 // Whether every 64-token KV tile lies in one page (one page entry per tile).
 inline bool pf_tile_in_page(const TcPagedAddr& kv) { return kv.tpp.d % kPfTile == 0; }
@@ -456,15 +460,20 @@ __global__ void __launch_bounds__(kPfThreads, 2) tc_prefill_kernel(AttnArgs a, A
       for (int mt = 0; mt < kMt; ++mt) KVMM_UNROLL
       for (int nt = 0; nt < kNt; ++nt) KVMM_UNROLL
       for (int i = 0; i < 4; ++i) mx[2 * mt + (i >> 1)] = fmaxf(mx[2 * mt + (i >> 1)], s[mt][nt][i]);
-      // The rows' new maxima in log2 units (the old one or the sub-tile's, scaled: the same
-      // product as when it was the sub-tile's); a row with no key yet (-inf) is
+      // The rows' reference maxima in log2 units, moved lazily (FA4): only when the sub-tile's
+      // scaled maximum passes the row's reference by more than kPfLazy (then to it: the same
+      // product as when it was the sub-tile's), so weights stay below 2^kPfLazy and a tile
+      // rescales O only when a row's maximum jumps (the first tile of a row with no key yet
+      // too, but its O and sum are 0: no rescale counted). Exact: O and the sum share the
+      // reference, and O is normalised once by the sum. A row with no key yet (-inf) is
       // exponentiated against 0 (its weights are exp2(-inf) = 0).
       float msc[kRows], m0[kRows];
       KVMM_UNROLL
       for (int k = 0; k < kRows; ++k) {
         mx[k] = fmaxf(mx[k], __shfl_xor_sync(0xffffffffu, mx[k], 1));
         mx[k] = fmaxf(mx[k], __shfl_xor_sync(0xffffffffu, mx[k], 2));
-        msc[k] = fmaxf(st[k].m, mx[k] * sc);
+        const float ms = mx[k] * sc;
+        msc[k] = ms > st[k].m + kPfLazy ? ms : st[k].m;
         m0[k] = msc[k] == -INFINITY ? 0.0f : msc[k];
       }
       // The weights, packed at once as P's A fragments (k-step nt / 2, word 2 (nt % 2) +
@@ -495,10 +504,16 @@ __global__ void __launch_bounds__(kPfThreads, 2) tc_prefill_kernel(AttnArgs a, A
         // o = 0 and l = 0, so its factor (0 or 1) changes nothing.
         corr[k] = tc_exp2(st[k].m - m0[k]);
         st[k].l = st[k].l * corr[k] + sum[k];
+        rescale = rescale || (msc[k] != st[k].m && st[k].m != -INFINITY);
         st[k].m = msc[k];
-        rescale = rescale || corr[k] != 1.0f;
       }
-      if (__any_sync(0xffffffffu, rescale)) {
+      rescale = __any_sync(0xffffffffu, rescale);
+#if defined(KVMM_CENSUS_INTERIOR)
+      // Census builds: an interior tile's path in the steady state, where no row's maximum
+      // jumps (the flags and the vote stay; the rescale is compiled out).
+      rescale = false;
+#endif
+      if (rescale) {
         KVMM_UNROLL
         for (int mt = 0; mt < kMt; ++mt) KVMM_UNROLL
         for (int n = 0; n < kNd; ++n) {
