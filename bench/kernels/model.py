@@ -178,9 +178,10 @@ PF_ROWS = 64
 def tc_prefill_facts(census, variant, mt=1):
     """Loop warp-instructions and HMMA per 64-token KV tile and warp (16-token pages: the
     `row` instance), registers and CTAs per SM of the tensor-core prefill: `loop` counts the
-    whole loop (a boundary tile's path: the element-mask block included), `inner` the
-    interior-tile path (census_interior.cu: the mask block compiled out; the whole loop if
-    that census is absent)."""
+    whole loop (a boundary tile's path: the element-mask block and O's rescale included),
+    `inner` the interior-tile path (census_interior.cu: the mask block and the rescale
+    compiled out, the steady state of the lazy rescale, where no row's maximum passes its
+    reference by more than kPfLazy; the whole loop if that census is absent)."""
     name = f"sm_90 tc_prefill<BFloat,D128,TcPagedAddr,row,{variant}{',M' + str(mt) if mt > 1 else ''}>"
     k = census[f"{name} nocap"]
     inner = census.get(f"{name} interior", k)
