@@ -243,19 +243,22 @@ TEST_CASE("emulated tensor-core prefill rescales O when a row's maximum jumps", 
   // Keys scaled up along the sequence (token t by 1 + t / 24): the rows' maxima grow by more
   // than the lazy-rescale threshold again and again, so O is rescaled mid-sequence (the
   // random cases of the test above rarely do after a row's first tile).
-  for (const DType dtype : {DType::kBF16, DType::kF16}) {
+  // Page sizes 16 and 17 (row instances: the steady state without maxima and its rare
+  // path) and 64 (one page entry per tile: at 32 rows per warp the maxima on every tile).
+  for (const std::uint32_t tpp : {16u, 17u, 64u}) {
+    const DType dtype = tpp == 17 ? DType::kF16 : DType::kBF16;
     ScenarioConfig c;
     c.prefill = true;
     c.options.mask = MaskKind::kCausal;
     c.group = 4;
-    c.tokens_per_page = dtype == DType::kBF16 ? 16 : 17;
+    c.tokens_per_page = tpp;
     c.head_dim = 128;
     c.dtype = dtype;
     c.kv_heads = 2;
     c.batch = 2;
     c.max_kv_len = 420;
     c.max_q_len = 150;
-    c.seed = dtype == DType::kBF16 ? 9301 : 9302;
+    c.seed = tpp == 16 ? 9301 : tpp == 17 ? 9302 : 9303;
     Scenario s(c);
     for (std::uint32_t b = 0; b < c.batch; ++b) {
       const std::size_t tok_elems = std::size_t{c.kv_heads} * c.head_dim;
@@ -265,7 +268,7 @@ TEST_CASE("emulated tensor-core prefill rescales O when a row's maximum jumps", 
     }
     s.fill_host_caches();
     const std::uint32_t jumps = lazy_jumps(s);
-    INFO("bf16 " << (dtype == DType::kBF16) << " rows " << s.rows << " jumps " << jumps);
+    INFO("tpp " << tpp << " bf16 " << (dtype == DType::kBF16) << " rows " << s.rows << " jumps " << jumps);
     REQUIRE(jumps > 0);  // the data does drive rescales
     std::vector<std::uint16_t> ref(s.out_elems());
     cpu::paged_prefill_attention(s.paged_params(ref.data(), 1, true));
