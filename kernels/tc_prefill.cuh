@@ -12,9 +12,11 @@
 //   by the 128-byte XOR rule (tc_swz) so that ldmatrix reads are conflict-free; null
 //   pages and rows outside the piece are zero-filled (source size 0) and masked;
 //   S = Q K^T: A = Q, B = K by ldmatrix.x4 (two n-tiles per load), 8 n-tiles x D/16
-//   k-steps x kMt m-tiles; the online softmax on the C fragments (quad shuffles), base 2,
-//   ex2.approx (tc_exp2), the scale folded into the exponent's FFMA, a row with no key
-//   yet exponentiated against 0 (no select per element); P re-packed in registers as
+//   k-steps x kMt m-tiles; the online softmax on the C fragments, base 2, ex2.approx
+//   (tc_exp2), the scale folded into the exponent's FFMA, lazy references (FA4: moved
+//   only when a maximum passes them by more than kPfLazy) and in the steady state no
+//   maxima at all (the lanes' partial sums bound the weights; a rare path takes the
+//   maxima, quad shuffles, and rescales O); P re-packed in registers as
 //   the A operand of O += P V, V by ldmatrix.x4.trans; O normalised once at the end.
 //   ldmatrix addresses: one XOR per k-step from the lane's offset (pf_swz_step).
 // Masks: the CTA walks the union of its rows' key ranges (causal/window/chunked; its split
