@@ -12,9 +12,11 @@
 //   by the 128-byte XOR rule (tc_swz) so that ldmatrix reads are conflict-free; null
 //   pages and rows outside the piece are zero-filled (source size 0) and masked;
 //   S = Q K^T: A = Q, B = K by ldmatrix.x4 (two n-tiles per load), 8 n-tiles x D/16
-//   k-steps x kMt m-tiles; the online softmax on the C fragments (quad shuffles), base 2,
-//   ex2.approx (tc_exp2), the scale folded into the exponent's FFMA, a row with no key
-//   yet exponentiated against 0 (no select per element); P re-packed in registers as
+//   k-steps x kMt m-tiles; the online softmax on the C fragments, base 2, ex2.approx
+//   (tc_exp2), the scale folded into the exponent's FFMA, lazy references (FA4: moved
+//   only when a maximum passes them by more than kPfLazy) and in the steady state no
+//   maxima at all (the lanes' partial sums bound the weights; a rare path takes the
+//   maxima, quad shuffles, and rescales O); P re-packed in registers as
 //   the A operand of O += P V, V by ldmatrix.x4.trans; O normalised once at the end.
 //   ldmatrix addresses: one XOR per k-step from the lane's offset (pf_swz_step).
 // Masks: the CTA walks the union of its rows' key ranges (causal/window/chunked; its split
@@ -41,6 +43,14 @@ inline constexpr int kPfRows = 16 * kPfWarps;  // packed rows per Q tile at one 
 inline constexpr int kPfTile = 64;             // tokens per KV tile
 inline constexpr int kPfStages = 2;
 inline constexpr int kPfSlots = 4;  // page-entry and null-flag slots: tile t's are slot t % 4
+// Lazy rescale (FA4): a row's reference maximum moves only when a tile's maximum passes it
+// by more than this (log2 units), so P's weights stay below 2^8 (no overflow in fp32 O and
+// the sum; bf16/fp16 P keeps its relative precision) and O is rescaled only on such jumps.
+inline constexpr float kPfLazy = 8.0f;
+// The steady state's check: a lane's part of a row's sum over a tile (16 weights at most)
+// at most 2^kPfLazy bounds each weight by it, so the row's reference holds; over it, the
+// warp takes the rare path (the maxima, then the rule above).
+inline constexpr float kPfLazyBound = 256.0f;
 
 // Whether every 64-token KV tile lies in one page (one page entry per tile).
 inline bool pf_tile_in_page(const TcPagedAddr& kv) { return kv.tpp.d % kPfTile == 0; }
@@ -140,6 +150,10 @@ __global__ void __launch_bounds__(kPfThreads, 2) tc_prefill_kernel(AttnArgs a, A
   constexpr int kSubTok = kPfTile;
   constexpr int kSubs = kPfTile / kSubTok;
   constexpr int kNt = kSubTok / 8;  // n-tiles of S per step
+  // The steady state without maxima (below): not in the 32-row instances with one page
+  // entry per tile, where its rare path's second S pushes ptxas -O1 past 255 registers
+  // (a stack frame, nvcc 13.0): they take the maxima on every tile.
+  constexpr bool kSteady = !(kMt == 2 && kTileInPage);
 #if defined(KVMM_SIMT_HOST)
   unsigned char* smem = simt::dynamic_shared(pf_smem_bytes<D, kMt>());
 #else
@@ -339,9 +353,17 @@ __global__ void __launch_bounds__(kPfThreads, 2) tc_prefill_kernel(AttnArgs a, A
   for (int mt = 0; mt < kMt; ++mt) KVMM_UNROLL
   for (int n = 0; n < kNd; ++n) KVMM_UNROLL
   for (int i = 0; i < 4; ++i) o[mt][n][i] = 0.0f;
-  SoftmaxState<float> st[kRows];  // row k: m-tile k / 2, row gid + 8 (k % 2); log2 units
+  // Row k: m-tile k / 2, row gid + 8 (k % 2); log2 units. A row with no key in the piece
+  // (a padding row past the tile's tokens or the group, or an empty range) starts at
+  // reference 0, not -inf: it never sends the warp to the rare path (its weights are 0 on
+  // the boundary tiles that mask it, and it is on no other: every tile of the warp is a
+  // boundary tile then, but for padding rows, whose Q is 0: weights 1 against 0).
+  SoftmaxState<float> st[kRows];
   KVMM_UNROLL
-  for (int k = 0; k < kRows; ++k) st[k] = SoftmaxState<float>{-INFINITY, 0.0f};
+  for (int k = 0; k < kRows; ++k) {
+    const KeyRange rk = rkey[16 * kMt * warp + 16 * (k >> 1) + gid + 8 * (k & 1)];
+    st[k] = SoftmaxState<float>{rk.lo < rk.hi ? -INFINITY : 0.0f, 0.0f};
+  }
 #if defined(KVMM_CENSUS_NO_SOFT_CAP)
   constexpr bool soft_cap = false;  // census builds: the benchmarks' path, without the tanh branch
 #else
@@ -391,124 +413,156 @@ __global__ void __launch_bounds__(kPfThreads, 2) tc_prefill_kernel(AttnArgs a, A
     KVMM_UNROLL
     for (int u = 0; u < kSubs; ++u) {
       // S = Q K^T: kNt n-tiles of 8 tokens; ldmatrix.x4 gives two n-tiles' B fragments,
-      // each used by kMt m-tiles.
+      // each used by kMt m-tiles; then the soft cap and the element mask. A lambda: the
+      // rare path below computes S again (its registers die in P's packing).
       float s[kMt][kNt][4];
-      KVMM_UNROLL
-      for (int mt = 0; mt < kMt; ++mt) KVMM_UNROLL
-      for (int nt = 0; nt < kNt; ++nt) KVMM_UNROLL
-      for (int i = 0; i < 4; ++i) s[mt][nt][i] = 0.0f;
-      KVMM_UNROLL
-      for (int kst = 0; kst < D / 16; ++kst) {
-        std::uint32_t qf[kMt][4];
-        KVMM_UNROLL
-        for (int mt = 0; mt < kMt; ++mt) {
-          if constexpr (kMt == 1) {
-            KVMM_UNROLL
-            for (int i = 0; i < 4; ++i) qf[mt][i] = qa[kst][i];
-          } else {
-            // Row 16 kMt warp + 16 mt + lane % 16, chunk 2 kst + lane / 16 (pf_swz_step).
-            ldmatrix<4, false>(qf[mt], qs + pf_swz_step(q_off_t, kst) + mt * 16 * D * 2);
-          }
-        }
-        const std::uint32_t k_at = pf_swz_step(k_off_t, kst);
-        KVMM_UNROLL
-        for (int np = 0; np < kNt / 2; ++np) {
-          // Lanes 8m .. 8m + 7 address matrix m: tokens kSubTok u + 8 (2 np + m / 2) + 0..7,
-          // chunk 2 kst + m % 2.
-          std::uint32_t kb[4];
-          ldmatrix<4, false>(kb, ks + k_at + (u * kNt / 2 + np) * 16 * D * 2);
-          const std::uint32_t b0[2] = {kb[0], kb[1]}, b1[2] = {kb[2], kb[3]};
-          KVMM_UNROLL
-          for (int mt = 0; mt < kMt; ++mt) {
-            mma_16816<T>(s[mt][2 * np], qf[mt], b0, s[mt][2 * np]);
-            mma_16816<T>(s[mt][2 * np + 1], qf[mt], b1, s[mt][2 * np + 1]);
-          }
-        }
-      }
-      // Soft cap and mask: this lane's columns are tokens kSubTok u + 8 nt + 2 tig + (i &
-      // 1), rows 2 mt + (i >> 1). Without a soft cap the scale is applied inside the
-      // exponent (one FFMA, FA2's trick): the maximum is taken over raw dots (scale > 0
-      // keeps the order).
-      if (soft_cap) {
+      auto scores = [&] {
         KVMM_UNROLL
         for (int mt = 0; mt < kMt; ++mt) KVMM_UNROLL
         for (int nt = 0; nt < kNt; ++nt) KVMM_UNROLL
-        for (int i = 0; i < 4; ++i) s[mt][nt][i] = a.cap_log2 * tanhf(s[mt][nt][i] * a.scale_div_cap);
-      }
-      if (!full) {  // a boundary tile (its own block, so interior tiles run none of it)
+        for (int i = 0; i < 4; ++i) s[mt][nt][i] = 0.0f;
         KVMM_UNROLL
-        for (int mt = 0; mt < kMt; ++mt) {
-          const KeyRange kr[2] = {rkey[16 * kMt * warp + 16 * mt + gid], rkey[16 * kMt * warp + 16 * mt + gid + 8]};
+        for (int kst = 0; kst < D / 16; ++kst) {
+          std::uint32_t qf[kMt][4];
           KVMM_UNROLL
+          for (int mt = 0; mt < kMt; ++mt) {
+            if constexpr (kMt == 1) {
+              KVMM_UNROLL
+              for (int i = 0; i < 4; ++i) qf[mt][i] = qa[kst][i];
+            } else {
+              // Row 16 kMt warp + 16 mt + lane % 16, chunk 2 kst + lane / 16 (pf_swz_step).
+              ldmatrix<4, false>(qf[mt], qs + pf_swz_step(q_off_t, kst) + mt * 16 * D * 2);
+            }
+          }
+          const std::uint32_t k_at = pf_swz_step(k_off_t, kst);
+          KVMM_UNROLL
+          for (int np = 0; np < kNt / 2; ++np) {
+            // Lanes 8m .. 8m + 7 address matrix m: tokens kSubTok u + 8 (2 np + m / 2) + 0..7,
+            // chunk 2 kst + m % 2.
+            std::uint32_t kb[4];
+            ldmatrix<4, false>(kb, ks + k_at + (u * kNt / 2 + np) * 16 * D * 2);
+            const std::uint32_t b0[2] = {kb[0], kb[1]}, b1[2] = {kb[2], kb[3]};
+            KVMM_UNROLL
+            for (int mt = 0; mt < kMt; ++mt) {
+              mma_16816<T>(s[mt][2 * np], qf[mt], b0, s[mt][2 * np]);
+              mma_16816<T>(s[mt][2 * np + 1], qf[mt], b1, s[mt][2 * np + 1]);
+            }
+          }
+        }
+        // Soft cap and mask: this lane's columns are tokens kSubTok u + 8 nt + 2 tig + (i &
+        // 1), rows 2 mt + (i >> 1). Without a soft cap the scale is applied inside the
+        // exponent (one FFMA, FA2's trick): the maximum is taken over raw dots (scale > 0
+        // keeps the order).
+        if (soft_cap) {
+          KVMM_UNROLL
+          for (int mt = 0; mt < kMt; ++mt) KVMM_UNROLL
           for (int nt = 0; nt < kNt; ++nt) KVMM_UNROLL
-          for (int i = 0; i < 4; ++i) {
-            const std::uint32_t col = static_cast<std::uint32_t>(kSubTok * u + 8 * nt + 2 * tig + (i & 1));
-            const std::uint32_t tok = tok0 + col;
-            // one predicate, no branch per element
-            if ((tok < kr[i >> 1].lo) | (tok >= kr[i >> 1].hi) | (fl[col] != 0)) s[mt][nt][i] = -INFINITY;
+          for (int i = 0; i < 4; ++i) s[mt][nt][i] = a.cap_log2 * tanhf(s[mt][nt][i] * a.scale_div_cap);
+        }
+        if (!full) {  // a boundary tile (its own block, so interior tiles run none of it)
+          KVMM_UNROLL
+          for (int mt = 0; mt < kMt; ++mt) {
+            const KeyRange kr[2] = {rkey[16 * kMt * warp + 16 * mt + gid], rkey[16 * kMt * warp + 16 * mt + gid + 8]};
+            KVMM_UNROLL
+            for (int nt = 0; nt < kNt; ++nt) KVMM_UNROLL
+            for (int i = 0; i < 4; ++i) {
+              const std::uint32_t col = static_cast<std::uint32_t>(kSubTok * u + 8 * nt + 2 * tig + (i & 1));
+              const std::uint32_t tok = tok0 + col;
+              // one predicate, no branch per element
+              if ((tok < kr[i >> 1].lo) | (tok >= kr[i >> 1].hi) | (fl[col] != 0)) s[mt][nt][i] = -INFINITY;
+            }
+          }
+        }
+      };
+      // The weights against the rows' references m0 (a row with no key yet: 0), packed at
+      // once as P's A fragments (k-step nt / 2, word 2 (nt % 2) + row half) with the split
+      // P's remainders, and this lane's part of each row's sum: S's registers die here.
+      float m0[kRows], sum[kRows];
+      std::uint32_t pa[kMt][kNt / 2][4], pl[kMt][kNt / 2][4];  // [m-tile][k-step kk][word]
+      auto weights = [&] {
+        KVMM_UNROLL
+        for (int k = 0; k < kRows; ++k) sum[k] = 0.0f;
+        KVMM_UNROLL
+        for (int mt = 0; mt < kMt; ++mt) KVMM_UNROLL
+        for (int nt = 0; nt < kNt; ++nt) KVMM_UNROLL
+        for (int hf = 0; hf < 2; ++hf) {
+          const int k = 2 * mt + hf;
+          const float x0 = tc_exp2(fmaf(s[mt][nt][2 * hf], sc, -m0[k]));
+          const float x1 = tc_exp2(fmaf(s[mt][nt][2 * hf + 1], sc, -m0[k]));
+          sum[k] += x0 + x1;
+          const std::uint32_t w = pf_pack2<T>(x0, x1);
+          pa[mt][nt >> 1][2 * (nt & 1) + hf] = w;
+          if constexpr (kSplitP) pl[mt][nt >> 1][2 * (nt & 1) + hf] = pf_pack2<T>(x0 - T::lo(w), x1 - T::hi(w));
+        }
+      };
+      // The steady state: no maximum taken. The weights against the rows' lazy references
+      // (FA4: a reference moves only when a tile's maximum passes it by more than kPfLazy
+      // in log2 units); a lane's part of a row's sum at most 2^kPfLazy bounds each of its
+      // weights by it, so the reference holds. A row over it (or NaN), or one with no key
+      // yet (-inf reference), sends the warp to the rare path.
+      bool rare = true;
+      if constexpr (kSteady) {
+        scores();
+        rare = false;
+        KVMM_UNROLL
+        for (int k = 0; k < kRows; ++k) {
+          m0[k] = st[k].m;
+          rare = rare || st[k].m == -INFINITY;
+        }
+        weights();
+        KVMM_UNROLL
+        for (int k = 0; k < kRows; ++k) rare = rare || !(sum[k] <= kPfLazyBound);
+        rare = __any_sync(0xffffffffu, rare);
+#if defined(KVMM_CENSUS_INTERIOR)
+        // Census builds: an interior tile's path in the steady state, where no row's maximum
+        // passes its reference (the checks and the vote stay; the rare path is compiled out).
+        rare = false;
+#endif
+      }
+      if (rare) {
+        // The rare path: S again, the rows' maxima, the references moved where a maximum
+        // passes them by more than kPfLazy (to it: the same product as when it was the
+        // sub-tile's), the weights again, and O and the sums rescaled. A row with no key yet
+        // (-inf) is exponentiated against 0 (its weights are exp2(-inf) = 0); its O and sum
+        // are 0, so its factor (0 or 1) changes nothing.
+        scores();
+        float mx[kRows];
+        KVMM_UNROLL
+        for (int k = 0; k < kRows; ++k) mx[k] = -INFINITY;
+        KVMM_UNROLL
+        for (int mt = 0; mt < kMt; ++mt) KVMM_UNROLL
+        for (int nt = 0; nt < kNt; ++nt) KVMM_UNROLL
+        for (int i = 0; i < 4; ++i) mx[2 * mt + (i >> 1)] = fmaxf(mx[2 * mt + (i >> 1)], s[mt][nt][i]);
+        float corr[kRows];
+        bool rescale = false;
+        KVMM_UNROLL
+        for (int k = 0; k < kRows; ++k) {
+          mx[k] = fmaxf(mx[k], __shfl_xor_sync(0xffffffffu, mx[k], 1));
+          mx[k] = fmaxf(mx[k], __shfl_xor_sync(0xffffffffu, mx[k], 2));
+          const float ms = mx[k] * sc;
+          const float msc = ms > st[k].m + kPfLazy ? ms : st[k].m;
+          m0[k] = msc == -INFINITY ? 0.0f : msc;
+          corr[k] = tc_exp2(st[k].m - m0[k]);
+          st[k].l *= corr[k];
+          rescale = rescale || (msc != st[k].m && st[k].m != -INFINITY);
+          st[k].m = msc;
+        }
+        weights();
+        if (__any_sync(0xffffffffu, rescale)) {
+          KVMM_UNROLL
+          for (int mt = 0; mt < kMt; ++mt) KVMM_UNROLL
+          for (int n = 0; n < kNd; ++n) {
+            o[mt][n][0] *= corr[2 * mt];
+            o[mt][n][1] *= corr[2 * mt];
+            o[mt][n][2] *= corr[2 * mt + 1];
+            o[mt][n][3] *= corr[2 * mt + 1];
           }
         }
       }
-      float mx[kRows];  // the sub-tile's raw maxima
+      // st[k].l is this lane's part of the row's sum (its columns), reduced over the quad
+      // once after the loop: the sum is linear in the rescales, so no shuffle per tile.
       KVMM_UNROLL
-      for (int k = 0; k < kRows; ++k) mx[k] = -INFINITY;
-      KVMM_UNROLL
-      for (int mt = 0; mt < kMt; ++mt) KVMM_UNROLL
-      for (int nt = 0; nt < kNt; ++nt) KVMM_UNROLL
-      for (int i = 0; i < 4; ++i) mx[2 * mt + (i >> 1)] = fmaxf(mx[2 * mt + (i >> 1)], s[mt][nt][i]);
-      // The rows' new maxima in log2 units (the old one or the sub-tile's, scaled: the same
-      // product as when it was the sub-tile's); a row with no key yet (-inf) is
-      // exponentiated against 0 (its weights are exp2(-inf) = 0).
-      float msc[kRows], m0[kRows];
-      KVMM_UNROLL
-      for (int k = 0; k < kRows; ++k) {
-        mx[k] = fmaxf(mx[k], __shfl_xor_sync(0xffffffffu, mx[k], 1));
-        mx[k] = fmaxf(mx[k], __shfl_xor_sync(0xffffffffu, mx[k], 2));
-        msc[k] = fmaxf(st[k].m, mx[k] * sc);
-        m0[k] = msc[k] == -INFINITY ? 0.0f : msc[k];
-      }
-      // The weights, packed at once as P's A fragments (k-step nt / 2, word 2 (nt % 2) +
-      // row half) with the split P's remainders: S's registers die here.
-      float sum[kRows];
-      KVMM_UNROLL
-      for (int k = 0; k < kRows; ++k) sum[k] = 0.0f;
-      std::uint32_t pa[kMt][kNt / 2][4], pl[kMt][kNt / 2][4];  // [m-tile][k-step kk][word]
-      KVMM_UNROLL
-      for (int mt = 0; mt < kMt; ++mt) KVMM_UNROLL
-      for (int nt = 0; nt < kNt; ++nt) KVMM_UNROLL
-      for (int hf = 0; hf < 2; ++hf) {
-        const int k = 2 * mt + hf;
-        const float x0 = tc_exp2(fmaf(s[mt][nt][2 * hf], sc, -m0[k]));
-        const float x1 = tc_exp2(fmaf(s[mt][nt][2 * hf + 1], sc, -m0[k]));
-        sum[k] += x0 + x1;
-        const std::uint32_t w = pf_pack2<T>(x0, x1);
-        pa[mt][nt >> 1][2 * (nt & 1) + hf] = w;
-        if constexpr (kSplitP) pl[mt][nt >> 1][2 * (nt & 1) + hf] = pf_pack2<T>(x0 - T::lo(w), x1 - T::hi(w));
-      }
-      bool rescale = false;
-      float corr[kRows];
-      KVMM_UNROLL
-      for (int k = 0; k < kRows; ++k) {
-        // st[k].l is this lane's part of the row's sum (its columns), reduced over the quad
-        // once after the loop: the sum is linear in the rescales, so no shuffle per tile.
-        // Against m0 (0 for a row with no key yet): no select; a row without keys has
-        // o = 0 and l = 0, so its factor (0 or 1) changes nothing.
-        corr[k] = tc_exp2(st[k].m - m0[k]);
-        st[k].l = st[k].l * corr[k] + sum[k];
-        st[k].m = msc[k];
-        rescale = rescale || corr[k] != 1.0f;
-      }
-      if (__any_sync(0xffffffffu, rescale)) {
-        KVMM_UNROLL
-        for (int mt = 0; mt < kMt; ++mt) KVMM_UNROLL
-        for (int n = 0; n < kNd; ++n) {
-          o[mt][n][0] *= corr[2 * mt];
-          o[mt][n][1] *= corr[2 * mt];
-          o[mt][n][2] *= corr[2 * mt + 1];
-          o[mt][n][3] *= corr[2 * mt + 1];
-        }
-      }
-      // O += P V over kNt / 2 k-steps of 16 tokens: C tiles 2 kk and 2 kk + 1 form P's A
+      for (int k = 0; k < kRows; ++k) st[k].l += sum[k];
       // fragment; each V fragment serves kMt m-tiles.
       KVMM_UNROLL
       for (int kk = 0; kk < kNt / 2; ++kk) {

@@ -40,7 +40,10 @@ pf=$(echo "$model" | awk '/^Predicted H100 times of the tensor-core prefill/ {on
   echo "## Tensor-core prefill: predicted H100 times (not measured)"
   echo
   echo "**Predicted**, same command: loop counts of the census variants (no soft cap; the"
-  echo "interior-tile path from the census_interior builds), the issue efficiency eta_p fitted on the"
+  echo "interior-tile path from the census_interior builds: no element mask and the steady state"
+  echo "without maxima, whose rare path (S again, the maxima, O rescaled) runs on a warp's first tile,"
+  echo "charged the whole loop like boundary tiles, and where a row's maximum passes its lazy"
+  echo "reference by more than 8 in log2 units, on no other tile in the tests' random data), the issue efficiency eta_p fitted on the"
   echo "old prefill kernel's four measured H100 rows, an HMMA every 6 cycles per scheduler"
   echo "(assumed). No GPU ran these kernels. Target (issue 37): >= 250 TFLOP/s at chunk 2048, ctx"
   echo "8192 (torch SDPA measured 275)."

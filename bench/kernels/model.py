@@ -178,9 +178,10 @@ PF_ROWS = 64
 def tc_prefill_facts(census, variant, mt=1):
     """Loop warp-instructions and HMMA per 64-token KV tile and warp (16-token pages: the
     `row` instance), registers and CTAs per SM of the tensor-core prefill: `loop` counts the
-    whole loop (a boundary tile's path: the element-mask block included), `inner` the
-    interior-tile path (census_interior.cu: the mask block compiled out; the whole loop if
-    that census is absent)."""
+    whole loop (a boundary tile's path: the element-mask block and O's rescale included),
+    `inner` the interior-tile path (census_interior.cu: the mask block and the rescale
+    compiled out, the steady state of the lazy rescale, where no row's maximum passes its
+    reference by more than kPfLazy; the whole loop if that census is absent)."""
     name = f"sm_90 tc_prefill<BFloat,D128,TcPagedAddr,row,{variant}{',M' + str(mt) if mt > 1 else ''}>"
     k = census[f"{name} nocap"]
     inner = census.get(f"{name} interior", k)
@@ -188,7 +189,8 @@ def tc_prefill_facts(census, variant, mt=1):
     rows = PF_ROWS * mt  # the Q tile; at 2 m-tiles per warp it sits in shared memory
     smem = 2 * 2 * PF_TILE * HEAD_DIM * 2 + (rows * HEAD_DIM * 2 if mt > 1 else 0) + 4 * PF_TILE * 9 + 64 + 8 * rows + 40
     per_sm = min(REGS_PER_SM // (regs * THREADS), SMEM_PER_SM // (smem + 1024), MAX_CTAS_PER_SM)  # + the system reserve
-    return dict(loop=k["loop"]["instrs"], inner=inner["loop"]["instrs"], hmma=k["loop"]["HMMA"], ctas_per_sm=per_sm,
+    return dict(loop=k["loop"]["instrs"], inner=inner["loop"]["instrs"], hmma=k["loop"]["HMMA"],
+                hmma_inner=inner["loop"]["HMMA"], ctas_per_sm=per_sm,
                 regs=regs, stack=k["res"]["stack"], mt=mt)
 
 
@@ -196,7 +198,8 @@ def predict_tc_prefill(row, f, eta):
     """(us, warp-tiles, CTAs, issue us, tensor us) of the bench's prefill_paged shape: every
     warp walks the KV tiles up to its last row's causal end (tile skipping); tiles below its
     first row's end are interior (no element masked: f["inner"] instructions), the rest
-    boundary tiles (f["loop"]); T = max(issue at eta, the tensor pipe at HMMA_CYCLES per
+    boundary tiles (f["loop"]), and so is each warp's first tile (no reference maximum yet:
+    the rare path); T = max(issue at eta, the tensor pipe at HMMA_CYCLES per
     HMMA) over the machine's schedulers."""
     chunk, ctx = row["chunk"], row["ctx"]
     warp_tiles, boundary, ctas = 0, 0, 0
@@ -210,14 +213,18 @@ def predict_tc_prefill(row, f, eta):
                 continue  # a warp without rows skips every tile
             tiles = -(-(ctx - chunk + t0 + last + 1) // PF_TILE)
             warp_tiles += tiles
-            boundary += tiles - (ctx - chunk + t0 + w * tokens_per_warp + 1) // PF_TILE
+            edge = tiles - (ctx - chunk + t0 + w * tokens_per_warp + 1) // PF_TILE
+            # + the warp's first tile when it is interior: its rows start with no reference
+            # maximum, so it takes the rare path (S twice, the maxima) like a boundary tile
+            boundary += edge + (1 if tiles > edge else 0)
         ctas += 1
     warp_tiles *= KV_HEADS
     boundary *= KV_HEADS
     ctas *= KV_HEADS
     fill = min(1.0, ctas / (f["ctas_per_sm"] * SMS))
     t_issue = ((warp_tiles - boundary) * f["inner"] + boundary * f["loop"]) / (eta * fill * R)
-    t_tensor = warp_tiles * f["hmma"] * HMMA_CYCLES / (fill * SMS * SCHEDULERS * CLOCK)
+    t_tensor = ((warp_tiles - boundary) * f["hmma_inner"] + boundary * f["hmma"]) * HMMA_CYCLES / (
+        fill * SMS * SCHEDULERS * CLOCK)
     return max(t_issue, t_tensor) * 1e6, warp_tiles, ctas, t_issue * 1e6, t_tensor * 1e6
 
 
@@ -235,8 +242,8 @@ def tc_prefill_table(rows, census, eta_p, eta0):
         spill += "; ptxas -O1 (TcPrefillRows::k32)" if mt > 1 else ""
         lines += [f"Predicted H100 times of the tensor-core prefill, {variant}, {16 * mt} rows per warp{spill} "
                   f"(model, not measured; loop {f['inner']} "
-                  f"warp-instructions on interior tiles, {f['loop']} on boundary tiles, with {f['hmma']} HMMA per "
-                  f"64-token KV tile and warp; {f['regs']} registers, "
+                  f"warp-instructions on interior tiles, {f['loop']} on boundary tiles, with {f['hmma_inner']} HMMA per "
+                  f"64-token KV tile and warp ({f['hmma']} on boundary tiles); {f['regs']} registers, "
                   f"{f['ctas_per_sm']} CTAs/SM; HMMA every {HMMA_CYCLES} cycles per scheduler, assumed)",
                   "",
                   "| chunk | ctx | CTAs | warp-tiles | issue us at eta_p / tensor us | predicted us (eta_p) | "

@@ -3,7 +3,8 @@
 // 3 and 24, which pack unevenly), head dims 64/128, page sizes 1/16/17/64/512, null pages,
 // CSR and dense tables, chunk sizes 1-300 in ragged batches, splits with the merge kernel,
 // soft cap, both dtypes; its contiguous form bit-equal to the paged one; the one-rounded-P
-// variant (FA2's numerics) within its own bound. Both kernels: 32 rows per warp (the
+// variant (FA2's numerics) within its own bound; keys growing along the sequence so that
+// the lazy rescale (kPfLazy) fires mid-sequence. Both kernels: 32 rows per warp (the
 // default, kMt 2) and 16 (the first, kMt 1).
 #if defined(__SANITIZE_ADDRESS__)
 // Fiber stacks switched with longjmp confuse AddressSanitizer: release CI job only.
@@ -106,6 +107,39 @@ std::vector<double> widen(DType t, const std::vector<std::uint16_t>& x) {
   return out;
 }
 
+// Times some row's running maximum of its scaled logits (log2 units, over 64-token tiles
+// from key 0: causal, unsplit) jumps by more than the kernel's lazy-rescale threshold after
+// its first tile: how often the kernel must rescale O (computed here from the data alone).
+std::uint32_t lazy_jumps(const Scenario& s) {
+  const std::uint32_t d = s.cfg.head_dim, group = s.cfg.group;
+  const double sc = 1.4426950408889634 / std::sqrt(double(d));
+  std::uint32_t jumps = 0;
+  for (std::uint32_t b = 0; b < s.cfg.batch; ++b) {
+    const std::uint32_t q_len = s.q_indptr[b + 1] - s.q_indptr[b];
+    for (std::uint32_t i = 0; i < q_len; ++i) {
+      const std::uint32_t pos = s.kv_lens[b] - q_len + i;
+      for (std::uint32_t qh = 0; qh < s.q_heads; ++qh) {
+        const std::uint16_t* qv = &s.q[(std::size_t{s.q_indptr[b] + i} * s.q_heads + qh) * d];
+        double ref = -INFINITY;
+        for (std::uint32_t t0 = 0; t0 <= pos; t0 += dev::kPfTile) {
+          double mx = -INFINITY;
+          for (std::uint32_t t = t0; t < std::min(t0 + dev::kPfTile, pos + 1); ++t) {
+            const std::uint16_t* kv = &s.k_tok[b][(std::size_t{t} * s.cfg.kv_heads + qh / group) * d];
+            double dot = 0.0;
+            for (std::uint32_t e = 0; e < d; ++e) dot += to_float(s.cfg.dtype, qv[e]) * to_float(s.cfg.dtype, kv[e]);
+            mx = std::max(mx, dot * sc);
+          }
+          if (mx > ref + dev::kPfLazy) {
+            jumps += ref != -INFINITY ? 1u : 0u;
+            ref = mx;
+          }
+        }
+      }
+    }
+  }
+  return jumps;
+}
+
 struct Case {
   MaskKind mask;
   std::uint32_t group, tpp, max_q, max_kv, batch;
@@ -202,6 +236,47 @@ TEST_CASE("emulated tensor-core prefill matches the CPU references", "[kernels][
     if (!s.any_null && index % 2 == 1) CHECK(pf_contiguous(s, splits) == got);
     if (!s.any_null && index % 4 == 1) CHECK(pf_contiguous<1>(s, splits) == got16);
     simt::Emulator::get().set_schedule_seed(0);
+  }
+}
+
+TEST_CASE("emulated tensor-core prefill rescales O when a row's maximum jumps", "[kernels][simt][tc_prefill]") {
+  // Keys scaled up along the sequence (token t by 1 + t / 24): the rows' maxima grow by more
+  // than the lazy-rescale threshold again and again, so O is rescaled mid-sequence (the
+  // random cases of the test above rarely do after a row's first tile).
+  // Page sizes 16 and 17 (row instances: the steady state without maxima and its rare
+  // path) and 64 (one page entry per tile: at 32 rows per warp the maxima on every tile).
+  for (const std::uint32_t tpp : {16u, 17u, 64u}) {
+    const DType dtype = tpp == 17 ? DType::kF16 : DType::kBF16;
+    ScenarioConfig c;
+    c.prefill = true;
+    c.options.mask = MaskKind::kCausal;
+    c.group = 4;
+    c.tokens_per_page = tpp;
+    c.head_dim = 128;
+    c.dtype = dtype;
+    c.kv_heads = 2;
+    c.batch = 2;
+    c.max_kv_len = 420;
+    c.max_q_len = 150;
+    c.seed = tpp == 16 ? 9301 : tpp == 17 ? 9302 : 9303;
+    Scenario s(c);
+    for (std::uint32_t b = 0; b < c.batch; ++b) {
+      const std::size_t tok_elems = std::size_t{c.kv_heads} * c.head_dim;
+      for (std::size_t e = 0; e < s.k_tok[b].size(); ++e)
+        s.k_tok[b][e] =
+            from_float(dtype, to_float(dtype, s.k_tok[b][e]) * (1.0f + static_cast<float>(e / tok_elems) / 24.0f));
+    }
+    s.fill_host_caches();
+    const std::uint32_t jumps = lazy_jumps(s);
+    INFO("tpp " << tpp << " bf16 " << (dtype == DType::kBF16) << " rows " << s.rows << " jumps " << jumps);
+    REQUIRE(jumps > 0);  // the data does drive rescales
+    std::vector<std::uint16_t> ref(s.out_elems());
+    cpu::paged_prefill_attention(s.paged_params(ref.data(), 1, true));
+    const auto want = widen(dtype, ref);
+    CHECK(max_rel_error(dtype, pf_paged(s, 1, true), want, 1e-2) <= 4.0 * unit_roundoff(dtype));
+    CHECK(max_rel_error(dtype, pf_paged<true, 1>(s, 1, true), want, 1e-2) <= 4.0 * unit_roundoff(dtype));
+    CHECK(max_rel_error(dtype, pf_paged<false>(s, 1, true), want, 1e-2) <= 32.0 * unit_roundoff(dtype));
+    CHECK(max_rel_error(dtype, pf_paged(s, 2, false), want, 1e-2) <= 4.0 * unit_roundoff(dtype));  // split pieces
   }
 }
 

@@ -2,7 +2,8 @@
 // on random inputs with NaN-poisoned outputs (masks, GQA 1/4/8, page sizes 1/16/17/64/512,
 // null pages, CSR and dense tables, ragged chunks up to 600 tokens, splits, soft cap, both
 // dtypes, D 64/128), the contiguous form equal to the paged one bit for bit, and the
-// one-rounded-P variant (bf16, D 128) within its looser bound. Part of
+// one-rounded-P variant (bf16, D 128) within its looser bound; keys growing along the
+// sequence so that the lazy rescale fires. Part of
 // kvmm_test_gpu (skipped without a device); the same checks run through the emulator in
 // tests/kernels/tc_prefill_test.cpp.
 #include "../../../kernels/tc_prefill_api.hpp"
@@ -141,4 +142,41 @@ TEST_CASE("tensor-core prefill matches the CPU references on the GPU", "[gpu][at
           CHECK(max_rel_error(c.dtype, wide, pf_widen(c.dtype, ref), 1e-2) <= 4.0 * unit_roundoff(c.dtype));
         }
       }
+}
+
+TEST_CASE("tensor-core prefill rescales O on the GPU when a row's maximum jumps", "[gpu][attention][tc_prefill]") {
+  // Keys scaled up along the sequence (token t by 1 + t / 24), as the emulator test: the
+  // rows' maxima pass the lazy-rescale reference again and again (ex2.approx and the
+  // device's ordering of the rescale included).
+  for (const DType dtype : {DType::kBF16, DType::kF16}) {
+    ScenarioConfig c;
+    c.prefill = true;
+    c.options.mask = MaskKind::kCausal;
+    c.group = 4;
+    c.tokens_per_page = dtype == DType::kBF16 ? 16 : 17;
+    c.head_dim = 128;
+    c.dtype = dtype;
+    c.kv_heads = 2;
+    c.batch = 3;
+    c.max_kv_len = 900;
+    c.max_q_len = 600;
+    c.seed = dtype == DType::kBF16 ? 8901 : 8902;
+    Scenario s(c);
+    const std::size_t tok_elems = std::size_t{c.kv_heads} * c.head_dim;
+    for (std::uint32_t b = 0; b < c.batch; ++b)
+      for (std::size_t e = 0; e < s.k_tok[b].size(); ++e)
+        s.k_tok[b][e] =
+            from_float(dtype, to_float(dtype, s.k_tok[b][e]) * (1.0f + static_cast<float>(e / tok_elems) / 24.0f));
+    s.fill_host_caches();
+    PfDevice d(s);
+    std::vector<std::uint16_t> ref(s.out_elems());
+    cpu::paged_prefill_attention(s.paged_params(ref.data(), 1, true));
+    const auto want = pf_widen(dtype, ref);
+    INFO("bf16 " << (dtype == DType::kBF16) << " rows " << s.rows);
+    for (const auto rows : {experimental::TcPrefillRows::k16, experimental::TcPrefillRows::k32})
+      CHECK(max_rel_error(dtype, d.run_paged(1, true, false, rows), want, 1e-2) <= 4.0 * unit_roundoff(dtype));
+    if (dtype == DType::kBF16)
+      CHECK(max_rel_error(dtype, d.run_paged(1, true, true, experimental::TcPrefillRows::k32), want, 1e-2) <=
+            32.0 * unit_roundoff(dtype));
+  }
 }

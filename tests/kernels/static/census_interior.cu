@@ -1,7 +1,9 @@
 // Census-only instantiations of the tensor-core prefill (bf16, head dim 128, 16-token
-// pages) compiled with KVMM_CENSUS_INTERIOR: the element-mask block is compiled out, so
-// the main loop's counts are those of an interior KV tile (every element visible to every
-// row of the warp), the path all but a warp's boundary tiles take. With census_variants.cu
+// pages) compiled with KVMM_CENSUS_INTERIOR: the element-mask block and the rare path
+// are compiled out, so the main loop's counts are those of an interior KV tile (every
+// element visible to every row of the warp) in the steady state (no maxima: no row's
+// weight over 2^kPfLazy against its lazy reference), the path all but a warp's boundary
+// tiles and its first take (and the tiles where a maximum jumps). With census_variants.cu
 // (the whole loop, mask block included) the time model (bench/kernels/model.py) charges
 // boundary tiles the one and interior tiles the other. Built as a static library for the
 // SASS census only; nothing links it.
