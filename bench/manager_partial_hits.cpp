@@ -91,9 +91,7 @@ void BM_PartialLookup(benchmark::State& state) {
   if (hit != want) state.SkipWithError("unexpected hit length");
   state.counters["hit_tokens"] = static_cast<double>(hit);
 }
-BENCHMARK(BM_PartialLookup)
-    ->ArgsProduct({{0, 16, 4, 1}, {0, 64}})
-    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_PartialLookup)->ArgsProduct({{0, 16, 4, 1}, {0, 64}})->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 
