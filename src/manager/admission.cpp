@@ -58,7 +58,7 @@ std::uint64_t Admission::lookup_prefix(RequestId r, std::uint64_t cap) {
 // How far past p, a page boundary every group accepted, the hit goes inside page p / P
 // (hit_unit): the longest unit prefix of q's tokens there that every group holds cached
 // (a cached page with those first tokens after the same chain). Records each group's
-// source page in q.hit. Ascending: a longer prefix cached implies the shorter ones indexed.
+// source page in q.hit; a group's page matching more than the shortest serves it too.
 std::uint64_t Admission::inside_page(Request& q, std::uint64_t p, std::uint64_t limit) {
   q.hit.partial = 0;
   const std::uint64_t P = m_.groups_[0].P, u = m_.partial_.unit();
@@ -66,22 +66,10 @@ std::uint64_t Admission::inside_page(Request& q, std::uint64_t p, std::uint64_t 
   q.hit.partial_src.assign(m_.groups_.size(), kNullPage);
   q.hit.partial_full.resize(m_.groups_.size());
   const BlockHash parent = q.ids.chain(m_.groups_[0].hash_class)[p / P - 1];
-  std::uint64_t e = 0;
-  for (std::uint64_t next = u; next < P && p + next <= limit; next += u) {
-    GroupId g = 0;
-    BlockHash full;
-    for (; g < m_.groups_.size(); ++g) {
-      const PageId src = m_.partial_.find(m_.groups_, g, parent, q.ids, p, next, &full);
-      if (src == kNullPage) break;
-      if (q.hit.partial_src[g] == src) continue;  // the same page serves the longer prefix too
-      q.hit.partial_src[g] = src;
-      q.hit.partial_full[g] = full;
-    }
-    if (g < m_.groups_.size()) break;
-    e = next;
-  }
-  // A group that served a longer prefix than every group did keeps that page: its first
-  // e tokens match as well.
+  std::uint64_t e = std::min<std::uint64_t>(P - 1, limit - p) / u * u;
+  for (GroupId g = 0; g < m_.groups_.size() && e > 0; ++g)
+    e = std::min(
+        e, m_.partial_.longest(m_.groups_, g, parent, q.ids, p, e, &q.hit.partial_src[g], &q.hit.partial_full[g]));
   if (e == 0) std::fill(q.hit.partial_src.begin(), q.hit.partial_src.end(), kNullPage);
   q.hit.partial = e;
   return e;

@@ -1,4 +1,4 @@
-// The randomized manager test's reference model (randomized_test.cpp): its layout, its
+// The randomized manager test's reference model (reference_model.hpp): its layout, its
 // requests, and the rules it checks the manager against, written out plainly.
 #pragma once
 

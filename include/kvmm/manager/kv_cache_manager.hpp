@@ -132,8 +132,9 @@ struct KVCacheManagerOptions {
   // group's tokens_per_page, and every decoder group must be full attention or a sliding
   // window of one page size (a recurrent state has no partial page; images, draft groups
   // and successor-keyed groups are not split): else kvmm::Error at construction. Keeps each request's token
-  // ids (4 bytes a token) and (P / hit_unit - 1) 16-byte keys per cached page; a lookup
-  // probes at most P / hit_unit keys per group. free() then also caches the request's
+  // ids and a copy of each cached page's (4 bytes a token), one index entry per cached
+  // page under its parent page's hash; a lookup compares the ids of the cached pages
+  // after its last full page (one find, then O(P) per page listed there). free() then also caches the request's
   // partial last page (held by it alone, after a full page, a unit or more filled), so
   // the next turn of a conversation hits into it. 0: off (the default), hits end on pages.
   std::uint32_t hit_unit = 0;
