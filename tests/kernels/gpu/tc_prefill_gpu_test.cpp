@@ -175,8 +175,12 @@ TEST_CASE("tensor-core prefill rescales O on the GPU when a row's maximum jumps"
     INFO("bf16 " << (dtype == DType::kBF16) << " rows " << s.rows);
     for (const auto rows : {experimental::TcPrefillRows::k16, experimental::TcPrefillRows::k32})
       CHECK(max_rel_error(dtype, d.run_paged(1, true, false, rows), want, 1e-2) <= 4.0 * unit_roundoff(dtype));
+    // P rounded once (opt-in, FA2's numerics): the emulator's 32 units do not hold on the
+    // device, whose tensor cores accumulate in their own order and precision: 36.8 units
+    // measured on an H200 (2026-11-28, docs/results/kernels-h200.md) on this test, 1.15x
+    // the emulator's bound, so the device's bound is 48 (the split-P default keeps 4 above).
     if (dtype == DType::kBF16)
       CHECK(max_rel_error(dtype, d.run_paged(1, true, true, experimental::TcPrefillRows::k32), want, 1e-2) <=
-            32.0 * unit_roundoff(dtype));
+            48.0 * unit_roundoff(dtype));
   }
 }
