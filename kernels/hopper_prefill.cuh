@@ -221,7 +221,8 @@ __global__ void __launch_bounds__(kHpThreads, 1)
     for (int nb = 0; nb < 4; ++nb) {
       KVMM_UNROLL
       for (int ks = 0; ks < 8; ++ks) {
-        const std::uint32_t koff = static_cast<std::uint32_t>(ks / 4) * kHpHalf + static_cast<std::uint32_t>(ks % 4) * 32;
+        const std::uint32_t koff =
+            static_cast<std::uint32_t>(ks / 4) * kHpHalf + static_cast<std::uint32_t>(ks % 4) * 32;
         wgmma_m64k16<T, 16>(sc[nb], hp_desc(qs + koff), hp_desc(kst + koff + static_cast<std::uint32_t>(nb) * 2048),
                             ks > 0);
       }

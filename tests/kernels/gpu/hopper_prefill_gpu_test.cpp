@@ -71,8 +71,8 @@ TEST_CASE("sm_90a prefill matches the CPU reference on the GPU", "[gpu][attentio
       c.nulls = index % 3 == 2 ? NullMode::kRandom : NullMode::kNone;
       Scenario s(c);
       s.fill_host_caches();
-      HpDev q(s.q), lens(s.kv_lens), q_indptr(s.q_indptr), indptr(s.csr_indptr), indices(s.csr_indices),
-          dense(s.dense), arena(s.arena.blocks), out(s.out_elems() * 2 + 64);
+      HpDev q(s.q), lens(s.kv_lens), q_indptr(s.q_indptr), indptr(s.csr_indptr), indices(s.csr_indices), dense(s.dense),
+          arena(s.arena.blocks), out(s.out_elems() * 2 + 64);
       HP_CUDA_OK(cudaMemset(out.p, 0xff, out.n));
       const bool csr = index % 2 == 0;
       PagedAttentionParams p;
