@@ -77,14 +77,15 @@ __host__ __device__ __forceinline__ std::uint32_t hp_swz(std::uint32_t off) { re
 // A K-major operand in 128-byte swizzled rows (8-row atoms of 1024 bytes, packed).
 __device__ __forceinline__ SmemDesc hp_desc(const unsigned char* p) { return make_smem_desc(p, 16, 1024, true); }
 
-// mbar_wait with a guard: a phase that has not completed after 2^24 polls (seconds) traps,
+// mbar_wait with a guard: a phase that has not completed after 2^22 polls (a tile takes
+// microseconds; the guard fires after tenths of a second to seconds) traps,
 // so a pipeline bug on a GPU fails its launch instead of hanging the process.
 __device__ __forceinline__ void hp_wait(std::uint64_t* bar, std::uint32_t parity) {
 #if defined(KVMM_SIMT_HOST)
   mbar_wait(bar, parity);  // the emulator reports a wait nothing completes
 #else
   for (std::uint32_t n = 0; !mbar_try_wait(bar, parity); ++n)
-    if (n == (1u << 24)) __trap();
+    if (n == (1u << 22)) __trap();
 #endif
 }
 
@@ -150,15 +151,22 @@ __global__ void __launch_bounds__(kHpThreads, 1)
         if (i >= kHpStages) hp_wait(&empty[s], (i / kHpStages - 1) & 1u);
         unsigned char* kst = smem + kHpK + s * 2 * kHpHalf;
         unsigned char* vst = smem + kHpV + s * 2 * kHpHalf;
+        // Boxes past the CTA's keys load the last page again (masked by causality).
+        auto page_of = [&](std::uint32_t c) {
+          return __ldg(row_pages + min(i * kHpTile + c * kv.box_tokens, keys - 1) / kv.tpp);
+        };
+        // The tile's null-page mask first, then the expected bytes, then the loads (the
+        // canonical order: the phase cannot complete before its bytes are declared).
         std::uint64_t nulls = 0;
+        for (std::uint32_t c = 0; c < boxes; ++c)
+          if (page_of(c) == kNull) nulls |= (~std::uint64_t{0} >> (64 - kv.box_tokens)) << (c * kv.box_tokens);
+        nullmask[s] = nulls;  // ordered before the consumers' reads by the barrier's phase
+        mbar_arrive_expect_tx(&full[s], 4 * kHpHalf);
         for (std::uint32_t c = 0; c < boxes; ++c) {
-          const std::uint32_t tok = i * kHpTile + c * kv.box_tokens;
-          // Boxes past the CTA's keys load the last page again (masked by causality).
-          const std::uint32_t page = __ldg(row_pages + min(tok, keys - 1) / kv.tpp);
-          if (page == kNull) nulls |= (~std::uint64_t{0} >> (64 - kv.box_tokens)) << (c * kv.box_tokens);
+          const std::uint32_t page = page_of(c);
           // A null page: coordinate -1, outside the tensor, zero-filled (and masked).
           const int pc = page == kNull ? -1 : static_cast<int>(page);
-          const int tin = static_cast<int>(tok % kv.tpp);
+          const int tin = static_cast<int>((i * kHpTile + c * kv.box_tokens) % kv.tpp);
           for (int half = 0; half < 2; ++half) {
             const std::uint32_t dst = static_cast<std::uint32_t>(half) * kHpHalf + c * kv.box_tokens * 128;
             tma_load<5>(kst + dst, map, {64 * half, static_cast<int>(h), tin, static_cast<int>(kv.k_plane), pc},
@@ -167,8 +175,6 @@ __global__ void __launch_bounds__(kHpThreads, 1)
                         &full[s]);
           }
         }
-        nullmask[s] = nulls;  // ordered before the consumers' reads by the barrier's phase
-        mbar_arrive_expect_tx(&full[s], 4 * kHpHalf);
       }
     }
     return;
