@@ -359,6 +359,10 @@ int main(int argc, char** argv) {
             ->ArgNames({"chunk", "ctx"})
             ->UseManualTime()
             ->Unit(benchmark::kMicrosecond);
+  for (std::int64_t n : {1, 16, 64})
+    benchmark::RegisterBenchmark("copy_pages", BM_copy_pages)->Arg(n)->UseManualTime()->Unit(benchmark::kMicrosecond);
+  // Last: the sm_90a scaffold, not yet run on a GPU (a trapped launch spoils the context
+  // for whatever runs after it in this process).
   for (std::int64_t chunk : {512, 2048})
     for (std::int64_t ctx : {2048, 8192})
       benchmark::RegisterBenchmark("prefill_paged_h90", BM_prefill_paged, false, false, false, true)
@@ -366,8 +370,6 @@ int main(int argc, char** argv) {
           ->ArgNames({"chunk", "ctx"})
           ->UseManualTime()
           ->Unit(benchmark::kMicrosecond);
-  for (std::int64_t n : {1, 16, 64})
-    benchmark::RegisterBenchmark("copy_pages", BM_copy_pages)->Arg(n)->UseManualTime()->Unit(benchmark::kMicrosecond);
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();
