@@ -6,9 +6,9 @@
 // warpgroups:
 //   warpgroup 0, the producer (setmaxnreg.dec to 40 registers): one thread walks the
 //     CTA's 64-token KV tiles, waits for the stage's `empty` barrier, looks the pages up,
-//     issues per page chunk of min(tpp, 64) tokens 2 + 2 TMA boxes (the two 64-element
-//     halves of K and of V, 128-byte swizzled), a null-page bit mask of the tile, then
-//     arrive.expect_tx on the stage's `full` barrier; two stages.
+//     writes the tile's null-page bit mask, arrives with the tile's bytes (expect_tx) on
+//     the stage's `full` barrier, then issues per page chunk of min(tpp, 64) tokens 2 + 2
+//     TMA boxes (the two 64-element halves of K and of V, 128-byte swizzled); two stages.
 //   warpgroup 1, the consumer (setmaxnreg.inc to 232): Q tile -> shared memory (swizzled,
 //     K-major) once; per tile: S = Q K^T by 32 wgmma m64n16k16 (A = Q, B = K straight
 //     from the TMA stage), V transposed into a K-major V^T buffer meanwhile (the wgmma
@@ -20,9 +20,9 @@
 // The scaffold's costs against FA3: n16 wgmma (FA3: one n64..n256 per k-step), a
 // generic-proxy V transpose and P through shared memory per tile, one consumer warpgroup
 // waiting on each wgmma group: correctness and the instruction mix first, speed later.
-// Supported: causal mask, no soft cap, one split, num_splits 1; pages of 8, 16, 32 or a
+// Supported: causal mask, no soft cap, one split; pages of 8, 16, 32 or a
 // multiple of 64 tokens (each TMA box lands on a 1024-byte swizzle atom); null pages.
-// Shared memory: kHpSmemBytes (about 113 KiB).
+// Shared memory: kHpSmemBytes (about 113 KiB); 232 registers (census), one CTA per SM.
 #pragma once
 
 #include "attention_dispatch.cuh"  // make_args
