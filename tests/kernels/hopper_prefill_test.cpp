@@ -4,17 +4,21 @@
 // ragged chunks in one launch (some longer than their Q tile), CSR and dense tables, null
 // pages; within tc_prefill's bound (4 units of bf16 roundoff: P applied in two parts).
 // The emulated TMA poisons a stage until its barrier's phase completes and wgmma's
-// accumulators until wgmma.wait_group, so a missing wait shows as NaN. Also: the
-// launch plan refuses what the scaffold does not build, with kvmm::Error.
+// accumulators until wgmma.wait_group, so a missing wait shows as NaN. The kernel also
+// runs on the whole group's map of prefill_tma.hpp (a middle layer by its K plane). And
+// the launch plan refuses what the scaffold does not build, with kvmm::Error.
 #if defined(__SANITIZE_ADDRESS__)
 // Fiber stacks switched with longjmp confuse AddressSanitizer: release CI job only.
 #else
 #pragma GCC diagnostic ignored "-Wunknown-pragmas"
 #define KVMM_SIMT_HOST 1
 #include "../../kernels/hopper_prefill.cuh"
+#include "../../kernels/prefill_tma.hpp"
 #include "kernels/kernel_fixture.hpp"
 
 #include <catch2/catch.hpp>
+
+#include <cstring>
 
 using namespace kvmm;
 using namespace kvmm::kernels;
@@ -93,6 +97,42 @@ TEST_CASE("sm_90a prefill: long chunks wrap both stages many times", "[kernels][
   cpu::paged_prefill_attention(s.paged_params(ref.data(), 1, true));
   const auto got = hp_paged(s, true);
   CHECK(max_rel_error(c.dtype, got, widen(c.dtype, ref), 1e-2) <= 4.0 * unit_roundoff(c.dtype));
+}
+
+TEST_CASE("sm_90a prefill through the group's tensor map (prefill_tma.hpp): a layer by its K plane",
+          "[kernels][simt][hopper_prefill][tma]") {
+  // One map for the whole 3-layer group (group_tensor_map_spec), the kernel pointed at
+  // layer 1 by coordinate 3 = 2 (its K) and 3 (its V); layers 0 and 2 hold poison.
+  for (std::uint32_t tpp : {16u, 64u}) {
+    ScenarioConfig c = hp_config(4, tpp, 9400 + tpp);
+    c.nulls = NullMode::kRandom;
+    Scenario s(c);
+    const KVLayout layout = KVLayout::plan({LayerGroup::full_attention("g", 3, c.kv_heads, 128, 2, tpp)});
+    const std::uint64_t page_bytes = layout.small_page_bytes(0);
+    Buffer arena;
+    arena.resize(s.num_pages * page_bytes);
+    std::memset(arena.data(), 0x7b, arena.size());
+    auto* base = static_cast<char*>(arena.data());
+    const PagedKVCache cache{
+        base + layout.k_offset(0, 1), base + layout.v_offset(0, 1), page_bytes, tpp, c.kv_heads, 128, DType::kBF16};
+    const Scenario::Writes w = s.writes();
+    cpu::write_kv(PagedWriteParams{cache, w.k.data(), w.v.data(), w.page_ids.data(), w.offsets.data(),
+                                   static_cast<std::uint32_t>(w.page_ids.size())});
+    std::vector<std::uint16_t> ref(s.out_elems()), got(s.out_elems(), 0xffff);
+    PagedAttentionParams p = s.paged_params(ref.data(), 1, true);
+    p.cache = cache;
+    cpu::paged_prefill_attention(p);
+    p.query.o = got.data();
+    check_params(p, true, true);
+    dev::HpLaunch l = dev::hp_plan(p, s.num_pages);
+    const dev::TensorMapSpec group = dev::group_tensor_map_spec(layout, 0, base, s.num_pages);
+    for (int d = 0; d < 5; ++d) CHECK(group.box[d] == l.map.box[d]);  // the kernel's boxes either way
+    const dev::TensorMap map = dev::host_tensor_map(group);
+    l.kv.k_plane = 2;  // layer 1's K
+    REQUIRE(simt::launch(l.grid, dev::kHpThreads, [&] { dev::hopper_prefill_kernel<dev::BFloat>(map, l.args, l.kv); }));
+    INFO("tpp " << tpp << " nulls " << s.any_null);
+    CHECK(max_rel_error(c.dtype, got, widen(c.dtype, ref), 1e-2) <= 4.0 * unit_roundoff(c.dtype));
+  }
 }
 
 TEST_CASE("sm_90a prefill refuses what it does not build", "[kernels][hopper_prefill]") {
