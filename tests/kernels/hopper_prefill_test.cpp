@@ -14,7 +14,7 @@
 #define KVMM_SIMT_HOST 1
 #include "../../kernels/hopper_prefill.cuh"
 #include "../../kernels/prefill_tma.hpp"
-#include "kernels/kernel_fixture.hpp"
+#include "kernels/hopper_prefill_config.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -44,22 +44,6 @@ std::vector<std::uint16_t> hp_paged(Scenario& s, bool csr) {
   return o;
 }
 
-ScenarioConfig hp_config(std::uint32_t group, std::uint32_t tpp, std::uint64_t seed) {
-  ScenarioConfig c;
-  c.dtype = DType::kBF16;
-  c.head_dim = 128;
-  c.prefill = true;
-  c.options.mask = MaskKind::kCausal;
-  c.group = group;
-  c.kv_heads = group >= 8 ? 1 : 2;
-  c.tokens_per_page = tpp;
-  c.batch = 3;
-  c.max_kv_len = 200;
-  c.max_q_len = 90;
-  c.seed = seed;
-  return c;
-}
-
 }  // namespace
 
 TEST_CASE("sm_90a prefill (wgmma + TMA + mbarrier) matches the CPU reference under the emulator",
@@ -69,7 +53,7 @@ TEST_CASE("sm_90a prefill (wgmma + TMA + mbarrier) matches the CPU reference und
     for (std::uint32_t tpp : {16u, 64u, 8u, 128u}) {
       if (group != 4 && (tpp == 8 || tpp == 128)) continue;  // the odd page sizes at GQA 4 only
       ++index;
-      ScenarioConfig c = hp_config(group, tpp, 9100 + index);
+      ScenarioConfig c = hp_config(group, tpp, 9100 + index, 3, 200, 90);
       c.nulls = index % 3 == 2 ? NullMode::kRandom : NullMode::kNone;
       Scenario s(c);
       s.fill_host_caches();
@@ -86,10 +70,7 @@ TEST_CASE("sm_90a prefill (wgmma + TMA + mbarrier) matches the CPU reference und
 TEST_CASE("sm_90a prefill: long chunks wrap both stages many times", "[kernels][simt][hopper_prefill]") {
   // Chunks of up to 300 tokens over contexts of up to 320 at GQA 4 (Q tiles of 16 tokens,
   // up to 5 KV tiles each, so each stage's barriers pass several phases).
-  ScenarioConfig c = hp_config(4, 16, 9200);
-  c.batch = 2;
-  c.max_kv_len = 320;
-  c.max_q_len = 300;
+  ScenarioConfig c = hp_config(4, 16, 9200, 2, 320, 300);
   Scenario s(c);
   REQUIRE(s.rows >= 100);  // the seed gives long chunks
   s.fill_host_caches();
@@ -104,7 +85,7 @@ TEST_CASE("sm_90a prefill through the group's tensor map (prefill_tma.hpp): a la
   // One map for the whole 3-layer group (group_tensor_map_spec), the kernel pointed at
   // layer 1 by coordinate 3 = 2 (its K) and 3 (its V); layers 0 and 2 hold poison.
   for (std::uint32_t tpp : {16u, 64u}) {
-    ScenarioConfig c = hp_config(4, tpp, 9400 + tpp);
+    ScenarioConfig c = hp_config(4, tpp, 9400 + tpp, 3, 200, 90);
     c.nulls = NullMode::kRandom;
     Scenario s(c);
     const KVLayout layout = KVLayout::plan({LayerGroup::full_attention("g", 3, c.kv_heads, 128, 2, tpp)});
@@ -136,7 +117,7 @@ TEST_CASE("sm_90a prefill through the group's tensor map (prefill_tma.hpp): a la
 }
 
 TEST_CASE("sm_90a prefill refuses what it does not build", "[kernels][hopper_prefill]") {
-  Scenario s(hp_config(4, 16, 9300));
+  Scenario s(hp_config(4, 16, 9300, 3, 200, 90));
   std::vector<std::uint16_t> o(s.out_elems());
   const PagedAttentionParams ok = s.paged_params(o.data(), 1, true);
   CHECK_NOTHROW(dev::hp_plan(ok));

@@ -7,7 +7,7 @@
 // kvmm::Error. Part of kvmm_test_gpu (skipped without a device); the same kernel runs
 // through the emulator in tests/kernels/hopper_prefill_test.cpp.
 #include "../../../kernels/hopper_prefill_api.hpp"
-#include "kernels/kernel_fixture.hpp"
+#include "kernels/hopper_prefill_config.hpp"
 
 #include <catch2/catch.hpp>
 #include <kvmm/error.hpp>
@@ -39,22 +39,6 @@ struct HpDev {
   }
 };
 
-ScenarioConfig hp_gpu_config(std::uint32_t group, std::uint32_t tpp, std::uint64_t seed) {
-  ScenarioConfig c;
-  c.dtype = DType::kBF16;
-  c.head_dim = 128;
-  c.prefill = true;
-  c.options.mask = MaskKind::kCausal;
-  c.group = group;
-  c.kv_heads = group >= 8 ? 1 : 2;
-  c.tokens_per_page = tpp;
-  c.batch = 4;
-  c.max_kv_len = 700;
-  c.max_q_len = 500;
-  c.seed = seed;
-  return c;
-}
-
 }  // namespace
 
 TEST_CASE("sm_90a prefill matches the CPU reference on the GPU", "[gpu][attention][hopper][hopper_prefill]") {
@@ -67,7 +51,7 @@ TEST_CASE("sm_90a prefill matches the CPU reference on the GPU", "[gpu][attentio
   for (std::uint32_t group : {1u, 4u, 8u})
     for (std::uint32_t tpp : {8u, 16u, 64u, 128u}) {
       ++index;
-      ScenarioConfig c = hp_gpu_config(group, tpp, 9700 + index);
+      ScenarioConfig c = hp_config(group, tpp, 9700 + index, 4, 700, 500);
       c.nulls = index % 3 == 2 ? NullMode::kRandom : NullMode::kNone;
       Scenario s(c);
       s.fill_host_caches();
