@@ -102,22 +102,10 @@ __global__ void __launch_bounds__(kHpThreads, 1)
   std::uint64_t* empty = full + kHpStages;
   std::uint64_t* nullmask = reinterpret_cast<std::uint64_t*>(smem + kHpNull);
 
-  // The request and Q tile of this CTA, as tc_prefill_kernel: the largest b with
-  // q_indptr[b] / tq + b <= x.
+  // The request and Q tile of this CTA, as tc_prefill_kernel.
   const std::uint32_t tq = a.rows_per_cta;
-  const std::uint32_t x = blockIdx.x;
-  std::uint32_t lo = 0, hi_b = a.batch;
-  while (hi_b - lo > 1) {
-    const std::uint32_t mid = (lo + hi_b) / 2;
-    if (__ldg(a.q_indptr + mid) / tq + mid <= x)
-      lo = mid;
-    else
-      hi_b = mid;
-  }
-  const std::uint32_t b = lo;
-  const std::uint32_t q_begin = __ldg(a.q_indptr + b);
-  const std::uint32_t q_len = __ldg(a.q_indptr + b + 1) - q_begin;
-  const std::uint32_t t0 = (x - (q_begin / tq + b)) * tq;
+  const PfTile tile = pf_find_tile(a, blockIdx.x);
+  const std::uint32_t b = tile.b, q_begin = tile.q_begin, q_len = tile.q_len, t0 = tile.t0;
   if (t0 >= q_len) return;  // an idle virtual tile: the whole CTA
   const std::uint32_t ntok = min(tq, q_len - t0);
   const std::uint32_t kv_len = __ldg(a.kv_lens + b);
