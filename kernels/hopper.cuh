@@ -15,6 +15,9 @@
 //   wgmma_fence / wgmma_commit / wgmma_wait<N> / wgmma_m64k16<T, N>
 //                     wgmma.mma_async.sync.aligned.m64nNk16.f32.{bf16,f16} with A and B
 //                     K-major in shared memory (N = 8 or 16; scale-d = accumulate)
+//   setmaxnreg_dec<N> / setmaxnreg_inc<N>   setmaxnreg.{dec,inc}.sync.aligned.u32 N: a
+//                     warpgroup gives registers back to the CTA's pool or takes them
+//                     (producer/consumer register reallocation; no-ops on the host)
 // Each wrapper is one instruction on the device (mbar_wait: a try_wait loop).
 #pragma once
 
@@ -351,6 +354,29 @@ __device__ __forceinline__ void wgmma_m64k16(float (&d)[N / 2], SmemDesc a, Smem
     }
   }
 #else
+  __trap();
+#endif
+}
+
+// Register reallocation (sm_90a): every thread of the warpgroup executes it; N a multiple
+// of 8 in 24..256. inc blocks until the CTA's pool holds the registers, so the kernel's
+// entry count times its threads must cover the warpgroups' counts after reallocation.
+template <int N>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  static_assert(N % 8 == 0 && N >= 24 && N <= 256);
+#if !defined(KVMM_SIMT_HOST) && defined(KVMM_SM90A_PRESENT)
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+#elif !defined(KVMM_SIMT_HOST)
+  __trap();
+#endif
+}
+
+template <int N>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  static_assert(N % 8 == 0 && N >= 24 && N <= 256);
+#if !defined(KVMM_SIMT_HOST) && defined(KVMM_SM90A_PRESENT)
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+#elif !defined(KVMM_SIMT_HOST)
   __trap();
 #endif
 }

@@ -134,6 +134,26 @@ inline constexpr std::uint32_t pf_smem_bytes() {
          kPfSlots * kPfTile + kPfWarps * 16 + kPfRows * kMt * 8 + 8 + 32;
 }
 
+// The request b of virtual Q tile x (ragged q_indptr: request b's tiles are x =
+// q_indptr[b] / tq + b + j, tq = a.rows_per_cta tokens each), its rows and the tile's
+// first token t0 in it (t0 >= q_len: an idle tile). A binary search over the batch.
+struct PfTile {
+  std::uint32_t b, q_begin, q_len, t0;
+};
+__device__ __forceinline__ PfTile pf_find_tile(const AttnArgs& a, std::uint32_t x) {
+  const std::uint32_t tq = a.rows_per_cta;
+  std::uint32_t lo = 0, hi = a.batch;
+  while (hi - lo > 1) {  // the largest b with q_indptr[b] / tq + b <= x
+    const std::uint32_t mid = (lo + hi) / 2;
+    if (__ldg(a.q_indptr + mid) / tq + mid <= x)
+      lo = mid;
+    else
+      hi = mid;
+  }
+  const std::uint32_t q_begin = __ldg(a.q_indptr + lo);
+  return PfTile{lo, q_begin, __ldg(a.q_indptr + lo + 1) - q_begin, (x - (q_begin / tq + lo)) * tq};
+}
+
 template <typename T, int D, typename Addr, bool kTileInPage, bool kSplitP, int kMt = 1>
 __global__ void __launch_bounds__(kPfThreads, 2) tc_prefill_kernel(AttnArgs a, Addr kv) {
   static_assert(D == 64 || D == 128);
@@ -175,22 +195,11 @@ __global__ void __launch_bounds__(kPfThreads, 2) tc_prefill_kernel(AttnArgs a, A
   static_assert(sizeof(Lookup) <= 32);
   Lookup* lk = reinterpret_cast<Lookup*>(tile_meta + 2);
 
-  // The request and Q tile of this CTA: the largest b with q_indptr[b] / tq + b <= x.
+  // The request and Q tile of this CTA.
   const std::uint32_t tq = a.rows_per_cta;
-  const std::uint32_t x = blockIdx.x;
-  std::uint32_t lo = 0, hi = a.batch;
-  while (hi - lo > 1) {
-    const std::uint32_t mid = (lo + hi) / 2;
-    if (__ldg(a.q_indptr + mid) / tq + mid <= x)
-      lo = mid;
-    else
-      hi = mid;
-  }
-  const std::uint32_t b = lo;
-  const std::uint32_t q_begin = __ldg(a.q_indptr + b);
-  const std::uint32_t q_len = __ldg(a.q_indptr + b + 1) - q_begin;
-  const std::uint32_t t0 = (x - (q_begin / tq + b)) * tq;  // first token of the tile in the request
-  if (t0 >= q_len) return;                                 // whole CTA: an idle virtual tile
+  const PfTile tile = pf_find_tile(a, blockIdx.x);
+  const std::uint32_t b = tile.b, q_begin = tile.q_begin, q_len = tile.q_len, t0 = tile.t0;
+  if (t0 >= q_len) return;  // whole CTA: an idle virtual tile
   const std::uint32_t ntok = min(tq, q_len - t0);
   const std::uint32_t kv_len = __ldg(a.kv_lens + b);
   const std::uint32_t hc = min(a.group, kQRows);

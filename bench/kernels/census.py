@@ -143,6 +143,17 @@ LIMITS = [
     # the TMA tile load and the mbarrier compile to theirs.
     (r"hopper_probe_kernel", r"sm_90a", dict(regs=128, stack=0, local=0, smem=8192,
                                              need=["HGMMA", "UTMALDG", "SYNCS", "WARPGROUP"])),
+    # The sm_90a prefill scaffold (kernels/hopper_prefill.cuh, built for sm_90a alone into
+    # kvmm_cuda): warpgroup MMA, 5-D TMA loads, mbarriers, register reallocation
+    # (USETMAXREG: the producer's dec, the consumer's inc), no local memory. 232 registers:
+    # the consumer's setmaxnreg target, which ptxas takes as the kernel's count (256
+    # threads x 232 covers the producer's 40 plus the consumer's 232 per thread). The main
+    # loop (the consumer's, per 64-token tile) holds 32 wgmma m64n16k16 for S and 2 x 32 for
+    # P V (P's two parts); its one inner loop is the full barrier's try_wait spin, one trip
+    # when the stage has landed.
+    (r"hopper_prefill_kernel", r"sm_90a", dict(regs=232, stack=0, local=0, local_in_loop=0, smem=2048,
+                                               need=["HGMMA", "UTMALDG", "SYNCS", "WARPGROUP", "USETMAXREG"],
+                                               inner_trips=[1], loop_exact={"HGMMA": 96})),
 ]
 
 INSTR = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_.]*)([^;]*);")
@@ -279,7 +290,7 @@ def short(fn):
     if m:  # kTileInPage ("tile": one page entry per 64-token tile, "row"), kSplitP ("splitP" or "P"), kMt (M2: 32 rows per warp)
         return (f"tc_prefill<{m.group(2)},D{m.group(3)},{m.group(4)},{'tile' if m.group(5) == '1' else 'row'},"
                 f"{'splitP' if m.group(6) == '1' else 'P'}{',M' + m.group(7) if m.group(7) != '1' else ''}>")
-    m = re.search(r"(merge_kernel|write_kv_kernel|copy_pages_kernel|tc_probe_kernel|hopper_probe_kernel)\w*?(BFloat|Half)?", fn)
+    m = re.search(r"(merge_kernel|write_kv_kernel|copy_pages_kernel|tc_probe_kernel|hopper_probe_kernel|hopper_prefill_kernel)\w*?(BFloat|Half)?", fn)
     return (m.group(1) + (f"<{m.group(2)}>" if m.group(2) else "")) if m else fn[:60]
 
 

@@ -56,10 +56,12 @@ add_test(NAME kernels_model
 set_tests_properties(kernels_model PROPERTIES FIXTURES_REQUIRED kernels_census)
 
 # The GPU tests of the tensor-core decode and prefill (tests/kernels/gpu) join kvmm_test_gpu.
-# So does the GPU run of the sm_90a probe (its launcher lives in kvmm_hopper_probe).
+# So does the GPU run of the sm_90a probe (its launcher lives in kvmm_hopper_probe), and
+# the sm_90a prefill's (through kvmm_cuda's experimental entry point).
 if(TARGET kvmm_test_gpu)
   target_sources(kvmm_test_gpu PRIVATE ${CMAKE_CURRENT_LIST_DIR}/../gpu/tc_decode_gpu_test.cpp
                                        ${CMAKE_CURRENT_LIST_DIR}/../gpu/tc_prefill_gpu_test.cpp
-                                       ${CMAKE_CURRENT_LIST_DIR}/../gpu/hopper_gpu_test.cpp)
+                                       ${CMAKE_CURRENT_LIST_DIR}/../gpu/hopper_gpu_test.cpp
+                                       ${CMAKE_CURRENT_LIST_DIR}/../gpu/hopper_prefill_gpu_test.cpp)
   target_link_libraries(kvmm_test_gpu PRIVATE kvmm_hopper_probe)
 endif()

@@ -1,0 +1,391 @@
+// The sm_90a prefill scaffold (issue 37 item 2): paged causal prefill attention on
+// warpgroup MMA with K/V tiles brought by TMA through a 5-D tensor map of the page-layer
+// layout (prefill_tma.hpp's shape) and completed on mbarriers; bf16, head dim 128, GQA
+// rows packed as in tc_prefill.cuh (a Q tile is 64 packed rows: tq tokens of one request
+// x hc q heads of the kv head's group). One CTA = (Q tile, kv head, head chunk), two
+// warpgroups:
+//   warpgroup 0, the producer (setmaxnreg.dec to 40 registers): one thread walks the
+//     CTA's 64-token KV tiles, waits for the stage's `empty` barrier, looks the pages up,
+//     writes the tile's null-page bit mask, arrives with the tile's bytes (expect_tx) on
+//     the stage's `full` barrier, then issues per page chunk of min(tpp, 64) tokens 2 + 2
+//     TMA boxes (the two 64-element halves of K and of V, 128-byte swizzled); two stages.
+//   warpgroup 1, the consumer (setmaxnreg.inc to 232): Q tile -> shared memory (swizzled,
+//     K-major) once; per tile: S = Q K^T by 32 wgmma m64n16k16 (A = Q, B = K straight
+//     from the TMA stage), V transposed into a K-major V^T buffer meanwhile (the wgmma
+//     wrappers take K-major B only), the online softmax in registers (base 2, causal and
+//     null-page masks per element), P written to shared memory as its bf16-rounded part
+//     and the rounded remainder (tc_prefill's kSplitP numerics), O += P V by 2 x 32
+//     wgmma m64n16k16 (A = P, B = V^T); arrives on the stage's `empty` barrier; O
+//     normalised once at the end.
+// The scaffold's costs against FA3: n16 wgmma (FA3: one n64..n256 per k-step), a
+// generic-proxy V transpose and P through shared memory per tile, one consumer warpgroup
+// waiting on each wgmma group: correctness and the instruction mix first, speed later.
+// Supported: causal mask, no soft cap, one split; pages of 8, 16, 32 or a
+// multiple of 64 tokens (each TMA box lands on a 1024-byte swizzle atom); null pages.
+// Shared memory: kHpSmemBytes (about 113 KiB); 232 registers (census), one CTA per SM.
+#pragma once
+
+#include "attention_dispatch.cuh"  // make_args
+#include "hopper.cuh"
+#include "named_barrier.cuh"
+#include "tc_prefill.cuh"  // AttnArgs, pf_args, pf_grid_x, tc_exp2
+
+#include <cstdint>
+#include <string>
+
+#if defined(KVMM_SIMT_HOST)
+#define KVMM_GRID_CONSTANT
+#else
+#define KVMM_GRID_CONSTANT __grid_constant__
+#endif
+
+namespace kvmm::kernels::device {
+
+inline constexpr int kHpThreads = 256;              // warpgroup 0: producer, 1: consumer
+inline constexpr std::uint32_t kHpRows = 64;        // packed rows per Q tile (wgmma M)
+inline constexpr std::uint32_t kHpTile = 64;        // tokens per KV tile
+inline constexpr std::uint32_t kHpStages = 2;       // K/V stages
+inline constexpr std::uint32_t kHpHalf = 64 * 128;  // 64 rows x 128 bytes: one swizzled block
+// Shared memory, from a 1024-byte aligned base: K and V stages [stage][d half][64 tokens]
+// [128 B], Q [d half][64 rows][128 B], P [hi/lo][64 rows][64 tokens], V^T [128 dims]
+// [64 tokens], then full[stage], empty[stage] and the stages' null-page masks.
+inline constexpr std::uint32_t kHpK = 0;
+inline constexpr std::uint32_t kHpV = kHpK + kHpStages * 2 * kHpHalf;
+inline constexpr std::uint32_t kHpQ = kHpV + kHpStages * 2 * kHpHalf;
+inline constexpr std::uint32_t kHpP = kHpQ + 2 * kHpHalf;
+inline constexpr std::uint32_t kHpVt = kHpP + 2 * kHpHalf;
+inline constexpr std::uint32_t kHpBar = kHpVt + 2 * kHpHalf;
+inline constexpr std::uint32_t kHpNull = kHpBar + 2 * kHpStages * 8;
+inline constexpr std::uint32_t kHpSmemBytes = kHpNull + kHpStages * 8 + 1024;  // + alignment slack
+inline constexpr int kHpProducerRegs = 40;
+inline constexpr int kHpConsumerRegs = 232;
+
+// The page side of a launch: the request's page table, the page size, and the plane
+// (coordinate 3 of the tensor map) of the layer's K; its V is the next plane.
+struct HpKV {
+  const std::uint32_t* indptr;  // CSR, or nullptr: dense rows of dense_stride
+  const std::uint32_t* pages;
+  std::uint32_t dense_stride;
+  std::uint32_t tpp;
+  std::uint32_t box_tokens;  // min(tpp, 64): tokens per TMA box
+  std::uint32_t k_plane;
+};
+
+// The 128-byte swizzle on an offset from a 1024-byte aligned base.
+__host__ __device__ __forceinline__ std::uint32_t hp_swz(std::uint32_t off) { return off ^ (((off >> 7) & 7u) << 4); }
+
+// A K-major operand in 128-byte swizzled rows (8-row atoms of 1024 bytes, packed).
+__device__ __forceinline__ SmemDesc hp_desc(const unsigned char* p) { return make_smem_desc(p, 16, 1024, true); }
+
+// mbar_wait with a guard: a phase that has not completed after 2^22 polls (a tile takes
+// microseconds; the guard fires after tenths of a second to seconds) traps,
+// so a pipeline bug on a GPU fails its launch instead of hanging the process.
+__device__ __forceinline__ void hp_wait(std::uint64_t* bar, std::uint32_t parity) {
+#if defined(KVMM_SIMT_HOST)
+  mbar_wait(bar, parity);  // the emulator reports a wait nothing completes
+#else
+  for (std::uint32_t n = 0; !mbar_try_wait(bar, parity); ++n)
+    if (n == (1u << 22)) __trap();
+#endif
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kHpThreads, 1)
+    hopper_prefill_kernel(const KVMM_GRID_CONSTANT TensorMap map, AttnArgs a, HpKV kv) {
+#if defined(KVMM_SIMT_HOST)
+  unsigned char* smem = simt::dynamic_shared(kHpSmemBytes);
+#else
+  extern __shared__ __align__(1024) unsigned char hp_smem_raw[];
+  unsigned char* smem = hp_smem_raw + ((1024u - (smem_u32(hp_smem_raw) & 1023u)) & 1023u);
+#endif
+  std::uint64_t* full = reinterpret_cast<std::uint64_t*>(smem + kHpBar);
+  std::uint64_t* empty = full + kHpStages;
+  std::uint64_t* nullmask = reinterpret_cast<std::uint64_t*>(smem + kHpNull);
+
+  // The request and Q tile of this CTA, as tc_prefill_kernel.
+  const std::uint32_t tq = a.rows_per_cta;
+  const PfTile tile = pf_find_tile(a, blockIdx.x);
+  const std::uint32_t b = tile.b, q_begin = tile.q_begin, q_len = tile.q_len, t0 = tile.t0;
+  if (t0 >= q_len) return;  // an idle virtual tile: the whole CTA
+  const std::uint32_t ntok = min(tq, q_len - t0);
+  const std::uint32_t kv_len = __ldg(a.kv_lens + b);
+  const std::uint32_t hc = min(a.group, kHpRows);
+  const std::uint32_t h = blockIdx.y / a.head_chunks;
+  const std::uint32_t g0 = (blockIdx.y % a.head_chunks) * hc;
+  const std::uint32_t hg = min(hc, a.group - g0);
+  const std::uint32_t qh0 = h * a.group + g0;
+  const bool fits = q_len <= kv_len;  // else no row sees a key (outputs 0, as the references)
+  const std::uint32_t p0 = kv_len - q_len + t0;
+  const std::uint32_t keys = fits ? p0 + ntok : 0;  // causal: the CTA's keys are [0, keys)
+  const std::uint32_t ntiles = (keys + kHpTile - 1) / kHpTile;
+
+  if (threadIdx.x == 0) {
+    for (std::uint32_t s = 0; s < kHpStages; ++s) {
+      mbar_init(&full[s], 1);
+      mbar_init(&empty[s], 128);
+    }
+    fence_mbarrier_init();
+  }
+  __syncthreads();
+
+  if (threadIdx.x < 128) {  // the producer warpgroup
+    setmaxnreg_dec<kHpProducerRegs>();
+    if (threadIdx.x == 0) {
+      const std::uint32_t* row_pages =
+          kv.indptr != nullptr ? kv.pages + __ldg(kv.indptr + b) : kv.pages + std::uint64_t{b} * kv.dense_stride;
+      const std::uint32_t boxes = kHpTile / kv.box_tokens;
+      for (std::uint32_t i = 0; i < ntiles; ++i) {
+        const std::uint32_t s = i % kHpStages;
+        if (i >= kHpStages) hp_wait(&empty[s], (i / kHpStages - 1) & 1u);
+        unsigned char* kst = smem + kHpK + s * 2 * kHpHalf;
+        unsigned char* vst = smem + kHpV + s * 2 * kHpHalf;
+        // Boxes past the CTA's keys load the last page again (masked by causality).
+        auto page_of = [&](std::uint32_t c) {
+          return __ldg(row_pages + min(i * kHpTile + c * kv.box_tokens, keys - 1) / kv.tpp);
+        };
+        // The tile's null-page mask first, then the expected bytes, then the loads (the
+        // canonical order: the phase cannot complete before its bytes are declared).
+        std::uint64_t nulls = 0;
+        for (std::uint32_t c = 0; c < boxes; ++c)
+          if (page_of(c) == kNull) nulls |= (~std::uint64_t{0} >> (64 - kv.box_tokens)) << (c * kv.box_tokens);
+        nullmask[s] = nulls;  // ordered before the consumers' reads by the barrier's phase
+        mbar_arrive_expect_tx(&full[s], 4 * kHpHalf);
+        for (std::uint32_t c = 0; c < boxes; ++c) {
+          const std::uint32_t page = page_of(c);
+          // A null page: coordinate -1, outside the tensor, zero-filled (and masked).
+          const int pc = page == kNull ? -1 : static_cast<int>(page);
+          const int tin = static_cast<int>((i * kHpTile + c * kv.box_tokens) % kv.tpp);
+          for (int half = 0; half < 2; ++half) {
+            const std::uint32_t dst = static_cast<std::uint32_t>(half) * kHpHalf + c * kv.box_tokens * 128;
+            tma_load<5>(kst + dst, map, {64 * half, static_cast<int>(h), tin, static_cast<int>(kv.k_plane), pc},
+                        &full[s]);
+            tma_load<5>(vst + dst, map, {64 * half, static_cast<int>(h), tin, static_cast<int>(kv.k_plane + 1), pc},
+                        &full[s]);
+          }
+        }
+      }
+    }
+    return;
+  }
+
+  // The consumer warpgroup.
+  setmaxnreg_inc<kHpConsumerRegs>();
+  const std::uint32_t ct = threadIdx.x - 128;
+  const std::uint32_t warp = ct / 32, lane = ct % 32;
+  unsigned char* qs = smem + kHpQ;
+  unsigned char* ph = smem + kHpP;
+  unsigned char* pl = ph + kHpHalf;
+  unsigned char* vt = smem + kHpVt;
+
+  // Q tile -> shared memory, K-major, swizzled; rows outside the tile zero.
+  for (std::uint32_t e = ct; e < kHpRows * 16; e += 128) {
+    const std::uint32_t r = e / 16, c = e % 16, tok = r / hc, hd = r % hc;
+    uint4 val = make_uint4(0, 0, 0, 0);
+    if (tok < ntok && hd < hg)
+      val = *reinterpret_cast<const uint4*>(a.q + (std::uint64_t{q_begin + t0 + tok} * a.q_heads + qh0 + hd) * 128 +
+                                            c * 8);
+    *reinterpret_cast<uint4*>(qs + (c / 8) * kHpHalf + hp_swz(r * 128 + (c % 8) * 16)) = val;
+  }
+  fence_proxy_async();  // generic writes before wgmma's (async proxy) reads
+  bar_sync(1, 128);
+
+  // This thread's two rows (wgmma D layout: lane / 4 and + 8 of the warp's 16): the key
+  // limit (keys below it are visible; 0 for rows outside the tile).
+  std::uint32_t lim[2];
+  for (int k = 0; k < 2; ++k) {
+    const std::uint32_t r = 16 * warp + lane / 4 + 8 * static_cast<std::uint32_t>(k), tok = r / hc, hd = r % hc;
+    lim[k] = fits && tok < ntok && hd < hg ? p0 + tok + 1 : 0;
+  }
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  float o[8][8];
+  for (auto& n : o)
+    for (float& v : n) v = 0.0f;
+
+  for (std::uint32_t i = 0; i < ntiles; ++i) {
+    const std::uint32_t s = i % kHpStages;
+    hp_wait(&full[s], (i / kHpStages) & 1u);
+    const unsigned char* kst = smem + kHpK + s * 2 * kHpHalf;
+    const unsigned char* vst = smem + kHpV + s * 2 * kHpHalf;
+    // S = Q K^T: 4 n-blocks of 16 keys x 8 k-steps of 16 dims.
+    float sc[4][8];
+    for (auto& n : sc)
+      for (float& v : n) v = 0.0f;
+    wgmma_fence();
+    KVMM_UNROLL
+    for (int nb = 0; nb < 4; ++nb) {
+      KVMM_UNROLL
+      for (int ks = 0; ks < 8; ++ks) {
+        const std::uint32_t koff =
+            static_cast<std::uint32_t>(ks / 4) * kHpHalf + static_cast<std::uint32_t>(ks % 4) * 32;
+        wgmma_m64k16<T, 16>(sc[nb], hp_desc(qs + koff), hp_desc(kst + koff + static_cast<std::uint32_t>(nb) * 2048),
+                            ks > 0);
+      }
+    }
+    wgmma_commit();
+    // Meanwhile V^T: this thread's dim row ct, 8 tokens per 16-byte store.
+    {
+      const std::uint32_t vsrc = (ct / 64) * kHpHalf, dcol = (ct % 64) * 2;
+      KVMM_UNROLL
+      for (std::uint32_t c = 0; c < 8; ++c) {
+        std::uint32_t w[4];
+        KVMM_UNROLL
+        for (std::uint32_t j = 0; j < 4; ++j) {
+          const std::uint32_t t = 8 * c + 2 * j;
+          const std::uint32_t e0 = *reinterpret_cast<const std::uint16_t*>(vst + vsrc + hp_swz(t * 128 + dcol));
+          const std::uint32_t e1 = *reinterpret_cast<const std::uint16_t*>(vst + vsrc + hp_swz((t + 1) * 128 + dcol));
+          w[j] = e0 | (e1 << 16);
+        }
+        *reinterpret_cast<uint4*>(vt + hp_swz(ct * 128 + c * 16)) = make_uint4(w[0], w[1], w[2], w[3]);
+      }
+    }
+    fence_proxy_async();
+    wgmma_wait<0>();
+
+    // The online softmax (base 2): scale, masks, the rows' maxima over the quad.
+    const std::uint64_t nm = nullmask[s];
+    float mx[2] = {m[0], m[1]};
+    KVMM_UNROLL
+    for (int nb = 0; nb < 4; ++nb) {
+      KVMM_UNROLL
+      for (int r = 0; r < 8; ++r) {
+        const int k = (r & 3) >> 1;
+        const std::uint32_t tl = static_cast<std::uint32_t>(16 * nb + 8 * (r >> 2) + (r & 1)) + 2 * (lane % 4);
+        float xv = sc[nb][r] * a.scale_log2;
+        if (i * kHpTile + tl >= lim[k] || ((nm >> tl) & 1u) != 0) xv = -INFINITY;
+        sc[nb][r] = xv;
+        mx[k] = fmaxf(mx[k], xv);
+      }
+    }
+    float ref[2], alpha[2];
+    for (int k = 0; k < 2; ++k) {
+      mx[k] = fmaxf(mx[k], __shfl_xor_sync(0xffffffffu, mx[k], 1));
+      mx[k] = fmaxf(mx[k], __shfl_xor_sync(0xffffffffu, mx[k], 2));
+      ref[k] = mx[k] == -INFINITY ? 0.0f : mx[k];
+      alpha[k] = tc_exp2(m[k] - ref[k]);  // m = -inf: 0 (O and l are 0 then)
+      m[k] = mx[k];
+      l[k] *= alpha[k];
+    }
+    KVMM_UNROLL
+    for (auto& n : o) {
+      KVMM_UNROLL
+      for (int r = 0; r < 8; ++r) n[r] *= alpha[(r & 3) >> 1];
+    }
+    mbar_arrive(&empty[s]);  // K read (the S group retired) and V read (the transpose)
+    // P as its T-rounded part and the rounded remainder, [row][token] swizzled.
+    KVMM_UNROLL
+    for (int nb = 0; nb < 4; ++nb) {
+      KVMM_UNROLL
+      for (int r = 0; r < 8; r += 2) {
+        const int k = (r & 3) >> 1;
+        const float x0 = tc_exp2(sc[nb][r] - ref[k]), x1 = tc_exp2(sc[nb][r + 1] - ref[k]);
+        l[k] += x0 + x1;
+        const std::uint32_t hi = pack2<T>(x0, x1);
+        const std::uint32_t lo_w = pack2<T>(x0 - T::lo(hi), x1 - T::hi(hi));
+        const std::uint32_t row = 16 * warp + lane / 4 + 8 * static_cast<std::uint32_t>(k);
+        const std::uint32_t tl = static_cast<std::uint32_t>(16 * nb + 8 * (r >> 2)) + 2 * (lane % 4);
+        const std::uint32_t off = hp_swz(row * 128 + tl * 2);
+        *reinterpret_cast<std::uint32_t*>(ph + off) = hi;
+        *reinterpret_cast<std::uint32_t*>(pl + off) = lo_w;
+      }
+    }
+    fence_proxy_async();
+    bar_sync(1, 128);  // P and V^T of every consumer thread written
+    // O += P V: 8 n-blocks of 16 dims x 4 k-steps of 16 keys, P's two parts.
+    wgmma_fence();
+    KVMM_UNROLL
+    for (int n = 0; n < 8; ++n) {
+      KVMM_UNROLL
+      for (int ks = 0; ks < 4; ++ks) {
+        const SmemDesc dv = hp_desc(vt + static_cast<std::uint32_t>(n) * 2048 + static_cast<std::uint32_t>(ks) * 32);
+        wgmma_m64k16<T, 16>(o[n], hp_desc(ph + static_cast<std::uint32_t>(ks) * 32), dv, true);
+        wgmma_m64k16<T, 16>(o[n], hp_desc(pl + static_cast<std::uint32_t>(ks) * 32), dv, true);
+      }
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    bar_sync(1, 128);  // every warp's P V retired before P and V^T are rewritten
+  }
+
+  // O / l, rows of the tile only.
+  for (int k = 0; k < 2; ++k) {
+    l[k] += __shfl_xor_sync(0xffffffffu, l[k], 1);
+    l[k] += __shfl_xor_sync(0xffffffffu, l[k], 2);
+  }
+  for (int k = 0; k < 2; ++k) {
+    const std::uint32_t r = 16 * warp + lane / 4 + 8 * static_cast<std::uint32_t>(k), tok = r / hc, hd = r % hc;
+    if (tok >= ntok || hd >= hg) continue;
+    const std::uint64_t head = std::uint64_t{q_begin + t0 + tok} * a.q_heads + qh0 + hd;
+    const float inv = l[k] > 0.0f ? 1.0f / l[k] : 0.0f;
+    KVMM_UNROLL
+    for (int n = 0; n < 8; ++n) {
+      KVMM_UNROLL
+      for (int j = 0; j < 2; ++j) {
+        const std::uint32_t col = static_cast<std::uint32_t>(16 * n + 8 * j) + 2 * (lane % 4);
+        *reinterpret_cast<std::uint32_t*>(a.o + head * 128 + col) =
+            pack2<T>(o[n][4 * j + 2 * k] * inv, o[n][4 * j + 2 * k + 1] * inv);
+      }
+    }
+  }
+}
+
+}  // namespace kvmm::kernels::device
+
+// Host side -----------------------------------------------------------------------------
+
+namespace kvmm::kernels::device {
+
+// What one launch needs: the 5-D tensor map of the layer's pages (prefill_tma.hpp's
+// dimensions with the layer folded into the base: planes 0 = K and 1 = V at v - k bytes,
+// num_pages pages page_stride_bytes apart; 0: 2^31 - 1), the kernel's arguments and grid.
+struct HpLaunch {
+  TensorMapSpec map;
+  AttnArgs args;
+  HpKV kv;
+  dim3 grid;
+};
+
+// Checks what the scaffold supports, raising kvmm::Error (naming the argument and value)
+// for anything else; p already passed check_params. O(1).
+inline HpLaunch hp_plan(const PagedAttentionParams& p, std::uint64_t num_pages = 0) {
+  constexpr const char* kName = "paged_prefill_attention_hopper";
+  auto refuse = [&](const std::string& what) { kvmm::kernels::detail::launch_failed(kName, what.c_str()); };
+  const PagedKVCache& c = p.cache;
+  if (c.dtype != DType::kBF16) refuse("dtype: only bf16 is built");
+  if (c.head_dim != 128) refuse("head_dim = " + std::to_string(c.head_dim) + ": only 128 is built");
+  if (p.query.q_indptr == nullptr) refuse("query.q_indptr = nullptr: a prefill kernel");
+  if (p.options.mask != MaskKind::kCausal) refuse("options.mask: only the causal mask is built");
+  if (p.options.soft_cap > 0.0f) refuse("options.soft_cap = " + std::to_string(p.options.soft_cap) + ": not built");
+  if (p.split.num_splits != 1) refuse("split.num_splits = " + std::to_string(p.split.num_splits) + ": must be 1");
+  const std::uint32_t tpp = c.tokens_per_page;
+  if (!(tpp % kHpTile == 0 || (tpp % 8 == 0 && kHpTile % tpp == 0)))
+    refuse("cache.tokens_per_page = " + std::to_string(tpp) + ": must be 8, 16, 32 or a multiple of 64");
+  const auto k = reinterpret_cast<std::uintptr_t>(c.k), v = reinterpret_cast<std::uintptr_t>(c.v);
+  if (v <= k || (v - k) % 16 != 0 || (v - k) >= (std::uint64_t{1} << 40))
+    refuse("cache.v - cache.k = " + std::to_string(static_cast<long long>(v - k)) +
+           " bytes: must be a positive multiple of 16 below 2^40 (V after K, as the page-layer layout)");
+  if (c.page_stride_bytes % 16 != 0 || k % 16 != 0)
+    refuse("cache.page_stride_bytes = " + std::to_string(c.page_stride_bytes) +
+           ": the page stride and cache.k must be multiples of 16 bytes");
+  HpLaunch l{};
+  const std::uint64_t row = std::uint64_t{c.kv_heads} * c.head_dim * 2;
+  l.map.base = c.k;
+  l.map.rank = 5;
+  if (num_pages > (std::uint64_t{1} << 32)) refuse("num_pages = " + std::to_string(num_pages) + ": at most 2^32");
+  const std::uint64_t pages = num_pages != 0 ? num_pages : (std::uint64_t{1} << 31) - 1;
+  const std::uint64_t dims[5] = {c.head_dim, c.kv_heads, tpp, 2, pages};
+  const std::uint64_t strides[5] = {0, std::uint64_t{c.head_dim} * 2, row, v - k, c.page_stride_bytes};
+  const unsigned box[5] = {64, 1, tpp < kHpTile ? tpp : kHpTile, 1, 1};
+  for (int d = 0; d < 5; ++d) {
+    l.map.dims[d] = dims[d];
+    l.map.strides[d] = strides[d];
+    l.map.box[d] = box[d];
+  }
+  l.map.elem_bytes = 2;
+  l.map.swizzle128 = true;
+  l.args = pf_args(make_args(p.query, p.options, p.split, c.kv_heads, c.head_dim), kHpRows);
+  l.kv = HpKV{p.table.indptr, p.table.pages, p.table.dense_stride, tpp, box[2], 0};
+  l.grid = dim3(pf_grid_x(p.query.rows, p.query.batch, l.args.group, kHpRows), c.kv_heads * l.args.head_chunks, 1);
+  return l;
+}
+
+}  // namespace kvmm::kernels::device
