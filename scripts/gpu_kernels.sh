@@ -118,7 +118,7 @@ case $mode in
     bench
     if [[ -f $B/kernels_census.json ]]; then
       step model 20 "$sum" python3 bench/kernels/model.py --table --check --census "$B/kernels_census.json" \
-        --measured "$out/bench.txt"
+        --measured "$out/bench.txt" --measured-tc "$out/bench.txt"
     fi
     ;;&
   profile | all)
