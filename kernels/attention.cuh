@@ -48,6 +48,11 @@ struct AttnArgs {
   float scale_div_cap;  // soft cap: logit2 = cap_log2 * tanh(dot * scale_div_cap)
   float cap_log2;
   bool soft_cap;
+  // The tensor-core decode's grid order (tc_decode.cuh, its swapped form only): false,
+  // (request, kv head x head chunk, split) as blockIdx (x, y, z); true, (kv head x head
+  // chunk, request, split), so the CTAs of one request's kv heads, which read the same
+  // token rows, are adjacent.
+  bool heads_first;
 };
 
 // Paged addressing: byte offset of (token, kv head 0) from the layer's K/V base, or -1

@@ -1,8 +1,10 @@
 // Launchers of the tensor-core decode attention (tc_decode.cuh): validation as the
 // default decode, the kernel with its dynamic shared memory (over 48 KiB: the attribute
 // is raised once per instance; swapped operands with 32-token warp tiles at 2 stages for
-// groups of at most 8 at head dims 64 and 128 (64-token ones at 64), the 16-row form otherwise), then the split
-// merge: a merge_kernel launch, or none when the last CTA merges (merge_counters).
+// groups of at most 8 at head dims 64 and 128 (64-token ones at 64), or 16-token ones when
+// TcDecodeShape::tile_tokens is 16; the 16-row form otherwise), the grid in either order
+// (TcDecodeShape::heads_first), then the split merge: a merge_kernel launch, or none when
+// the last CTA merges (merge_counters).
 #include "attention_dispatch.cuh"
 #include "tc_decode_api.hpp"
 
@@ -17,10 +19,13 @@ void launch_instance(const device::AttnArgs& a, const Addr& kv, dim3 grid, cudaS
   static const bool raised = [] {
     void (*kernel)(device::AttnArgs, Addr) = device::tc_decode_kernel<T, D, Addr, kTileInPage, kStages, kSwap, kSub>;
     cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
-    // The whole unified L1 as shared memory: the rings are sized for 3 CTAs per SM at D 128
-    // (tc_smem_bytes), which the driver's default split of L1 does not give (the H200 run of
-    // 2026-11-28 showed 4 resident warps per SM, one CTA). The L1 cache left over is unused
-    // by this kernel: its K/V loads are cp.async.cg, which bypass L1.
+    // The whole unified L1 as shared memory (228 KiB per SM on sm_90, 1 KiB of it reserved
+    // per CTA), so that the CTAs per SM are what the ring allows, not the driver's default
+    // split: at D 128, 32-token warp tiles at 2 stages (128 KiB per CTA, the default) and 4
+    // stages of 16 (128 KiB) fit ONE CTA (4 warps) per SM whatever the carveout (the H200
+    // run of 2026-11-28 measured 4 resident warps per SM); 3 stages of 16 (96 KiB) fit 2,
+    // 16-token tiles at 2 stages (64 KiB, TcDecodeShape::tile_tokens 16) fit 3. The L1 cache
+    // left over is unused by this kernel: its K/V loads are cp.async.cg, which bypass L1.
     cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
     return true;
   }();
@@ -38,54 +43,64 @@ void launch_form(const device::AttnArgs& a, const Addr& kv, dim3 grid, cudaStrea
 }
 
 // Swapped operands for groups of at most 8 at head dims 64 and 128 (device::tc_swap), with
-// 32-token warp tiles (64 at head dim 64) at 2 stages (device::tc_sub); the 16-row form with
-// 16-token tiles otherwise.
+// 32-token warp tiles (64 at head dim 64) at 2 stages (device::tc_sub), or 16-token ones
+// (tile16); the 16-row form with 16-token tiles otherwise.
 template <typename T, int D, typename Addr, int kStages = device::kTcStages>
-void launch_tc(const device::AttnArgs& a, const Addr& kv, dim3 grid, cudaStream_t s) {
+void launch_tc(const device::AttnArgs& a, const Addr& kv, dim3 grid, bool tile16, cudaStream_t s) {
   if constexpr (D <= 128) {
-    if (device::tc_swap(a, D))
+    if (device::tc_swap(a, D)) {
+      if constexpr (kStages == 2) {
+        if (tile16) return launch_form<T, D, Addr, kStages, true, 1>(a, kv, grid, s);
+      }
       return launch_form<T, D, Addr, kStages, true, device::tc_sub(D, kStages)>(a, kv, grid, s);
+    }
   }
   launch_form<T, D, Addr, kStages, false, 1>(a, kv, grid, s);
 }
 
 template <typename T, typename Addr>
 void launch_tc_typed(const device::AttnArgs& a, const Addr& kv, dim3 grid, std::uint32_t d, std::uint32_t stages,
-                     cudaStream_t s) {
+                     bool tile16, cudaStream_t s) {
   if (d == 64)
-    launch_tc<T, 64>(a, kv, grid, s);
+    launch_tc<T, 64>(a, kv, grid, tile16, s);
   else if (d == 128 && stages == 3)
-    launch_tc<T, 128, Addr, 3>(a, kv, grid, s);
+    launch_tc<T, 128, Addr, 3>(a, kv, grid, tile16, s);
   else if (d == 128 && stages == 4)
-    launch_tc<T, 128, Addr, 4>(a, kv, grid, s);
+    launch_tc<T, 128, Addr, 4>(a, kv, grid, tile16, s);
   else if (d == 128)
-    launch_tc<T, 128>(a, kv, grid, s);
+    launch_tc<T, 128>(a, kv, grid, tile16, s);
   else
-    launch_tc<T, 256>(a, kv, grid, s);
+    launch_tc<T, 256>(a, kv, grid, tile16, s);
   if (a.num_splits > 1 && a.merge_counters == nullptr)
-    device::merge_kernel<T><<<dim3(grid.x, a.q_heads), d, 0, s>>>(a, d);
+    device::merge_kernel<T><<<dim3(a.batch, a.q_heads), d, 0, s>>>(a, d);
 }
 
 template <typename Addr>
 void launch(const QueryBatch& q, const AttentionOptions& opt, const SplitKV& split, std::uint32_t kv_heads,
-            std::uint32_t d, DType dtype, const Addr& kv, std::uint32_t stages, std::uint32_t* counters, Stream stream,
-            const char* name) {
+            std::uint32_t d, DType dtype, const Addr& kv, std::uint32_t stages, std::uint32_t* counters,
+            TcDecodeShape shape, Stream stream, const char* name) {
   check_tc_stages(name, stages, d);
+  check_tc_shape(name, shape, q.batch, kv_heads * ((q.q_heads / kv_heads + device::kTcRows - 1) / device::kTcRows));
   if (q.rows == 0) return;
   device::AttnArgs a = device::make_tc_args(q, opt, split, kv_heads, d);
   if (a.num_splits > 1) a.merge_counters = counters;
-  const dim3 grid(q.batch, kv_heads * a.head_chunks, a.num_splits);
+  // kv heads along x for the swapped form only (tc_decode.cuh); the 16-row form and D 256
+  // keep the request-major grid.
+  a.heads_first = shape.heads_first && d <= 128 && device::tc_swap(a, d);
+  const dim3 grid = a.heads_first ? dim3(kv_heads * a.head_chunks, q.batch, a.num_splits)
+                                  : dim3(q.batch, kv_heads * a.head_chunks, a.num_splits);
+  const bool tile16 = shape.tile_tokens == 16;
   if (dtype == DType::kF16)
-    launch_tc_typed<device::Half>(a, kv, grid, d, stages, device::to_cuda(stream));
+    launch_tc_typed<device::Half>(a, kv, grid, d, stages, tile16, device::to_cuda(stream));
   else
-    launch_tc_typed<device::BFloat>(a, kv, grid, d, stages, device::to_cuda(stream));
+    launch_tc_typed<device::BFloat>(a, kv, grid, d, stages, tile16, device::to_cuda(stream));
   device::check_launch(name);
 }
 
 }  // namespace
 
 void paged_decode_attention_tc(const PagedAttentionParams& p, Stream stream, std::uint32_t stages,
-                               std::uint32_t* merge_counters) {
+                               std::uint32_t* merge_counters, TcDecodeShape shape) {
   check_params(p, false, true);
   const device::TcPagedAddr kv{
       static_cast<const char*>(p.cache.k),
@@ -97,17 +112,17 @@ void paged_decode_attention_tc(const PagedAttentionParams& p, Stream stream, std
       p.table.dense_stride,
       device::FastDiv::make(p.cache.tokens_per_page)};
   launch(p.query, p.options, p.split, p.cache.kv_heads, p.cache.head_dim, p.cache.dtype, kv, stages, merge_counters,
-         stream, "paged_decode_attention_tc");
+         shape, stream, "paged_decode_attention_tc");
 }
 
 void contiguous_decode_attention_tc(const ContiguousAttentionParams& p, Stream stream, std::uint32_t stages,
-                                    std::uint32_t* merge_counters) {
+                                    std::uint32_t* merge_counters, TcDecodeShape shape) {
   check_params(p, false, true);
   const device::ContiguousAddr kv{
       static_cast<const char*>(p.cache.k), static_cast<const char*>(p.cache.v), p.cache.slot_stride_bytes,
       static_cast<std::uint32_t>(token_row_bytes(p.cache.kv_heads, p.cache.head_dim, p.cache.dtype)), p.slot_idx};
   launch(p.query, p.options, p.split, p.cache.kv_heads, p.cache.head_dim, p.cache.dtype, kv, stages, merge_counters,
-         stream, "contiguous_decode_attention_tc");
+         shape, stream, "contiguous_decode_attention_tc");
 }
 
 }  // namespace kvmm::kernels::experimental

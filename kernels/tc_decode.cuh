@@ -52,8 +52,10 @@ inline constexpr std::uint32_t tc_smem_bytes() {
   return ring > merge ? ring : merge;
 }
 
-// kStages: the ring's depth per warp (2: 3 CTAs per SM at D 128; 3 and 4 keep more
-// bytes in flight at 2 and 1 CTAs per SM; the same arithmetic in the same order).
+// kStages: the ring's depth per warp (2: 3 CTAs per SM at D 128 with 16-token tiles, the
+// 16-row form's or kSub 1's; ONE with the swapped form's 32-token tiles, kSub 2, 128 KiB;
+// 3 and 4 stages of 16 tokens keep more bytes in flight per warp at 2 and 1 CTAs per SM;
+// the same arithmetic in the same order).
 // Registers: at most 128 at D 64 and 128 (4 CTAs' worth; the ring allows 3 per SM); at D
 // 256 O alone is 128 per lane, so up to 255 (one CTA per SM, as its 136 KiB of shared
 // memory allows anyway). kTileInPage: every 16-token tile (tiles start at multiples of 16)
@@ -84,9 +86,14 @@ __global__ void __launch_bounds__(kTcThreads, D == 256 ? 1 : 4) tc_decode_kernel
   extern __shared__ __align__(128) unsigned char tc_smem[];
   unsigned char* smem = tc_smem;
 #endif
-  const std::uint32_t b = blockIdx.x;
-  const std::uint32_t h = blockIdx.y / a.head_chunks;
-  const std::uint32_t g0 = (blockIdx.y % a.head_chunks) * kTcRows;
+  // (request, kv head x head chunk) from the grid: the swapped form takes either order
+  // (a.heads_first), the 16-row form, at the 128-register edge, only request-major (the
+  // launchers never ask it for another).
+  const bool heads_x = kSwap && a.heads_first;
+  const std::uint32_t b = heads_x ? blockIdx.y : blockIdx.x;
+  const std::uint32_t hy = heads_x ? blockIdx.x : blockIdx.y;
+  const std::uint32_t h = hy / a.head_chunks;
+  const std::uint32_t g0 = (hy % a.head_chunks) * kTcRows;
   const std::uint32_t hg = min(static_cast<std::uint32_t>(kTcRows), a.group - g0);
   const std::uint32_t qh0 = h * a.group + g0;
   const std::uint32_t kv_len = __ldg(a.kv_lens + b);
@@ -591,7 +598,7 @@ __global__ void __launch_bounds__(kTcThreads, D == 256 ? 1 : 4) tc_decode_kernel
       if (d == 0) stg(a.ws_lse + head * a.num_splits + blockIdx.z, big_l > 0.0f ? big_m + log2f(big_l) : -INFINITY);
     }
   }
-  if (a.num_splits > 1 && a.merge_counters != nullptr) tc_merge_last<T, D>(a, smem, b, qh0, hg);
+  if (a.num_splits > 1 && a.merge_counters != nullptr) tc_merge_last<T, D>(a, smem, b, heads_x, qh0, hg);
 }
 
 }  // namespace kvmm::kernels::device

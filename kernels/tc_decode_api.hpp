@@ -18,10 +18,22 @@ namespace kvmm::kernels::experimental {
 // the last CTA of each (request, kv head) merges the pieces inside the kernel (one
 // launch) and leaves its counter zero again, so launches, graph replays included, need no
 // memset in between; nullptr: a separate merge_kernel launch merges them (the same bits).
+// shape: the CTA's work shape (TcDecodeShape; the default is today's), the same results.
+struct TcDecodeShape {
+  // Tokens per warp tile of the swapped form at 2 stages: 0, the default (32 at head dim
+  // 128, 64 at 64: 128 KiB of ring per CTA at 128, one CTA and 4 warps per SM); 16: 16-token
+  // tiles (64 KiB at 128, 3 CTAs and 12 warps per SM, 1.4x the loop instructions per byte).
+  // Rings of 3 and 4 stages and the 16-row form use 16-token tiles either way.
+  std::uint32_t tile_tokens = 0;
+  // The grid's order: false, requests along x (today); true, kv heads along x, so the CTAs
+  // of one request's kv heads, which read the same token rows, run side by side (the
+  // swapped form: groups of at most 8 at head dims 64 and 128; others ignore it).
+  bool heads_first = false;
+};
 void paged_decode_attention_tc(const PagedAttentionParams& p, Stream stream, std::uint32_t stages = 2,
-                               std::uint32_t* merge_counters = nullptr);
+                               std::uint32_t* merge_counters = nullptr, TcDecodeShape shape = {});
 void contiguous_decode_attention_tc(const ContiguousAttentionParams& p, Stream stream, std::uint32_t stages = 2,
-                                    std::uint32_t* merge_counters = nullptr);
+                                    std::uint32_t* merge_counters = nullptr, TcDecodeShape shape = {});
 
 // Arrival counters the in-kernel split merge needs for a batch of `rows` decode rows of
 // `q_heads` q heads (one per row, kv head and 16-head chunk; at most rows x q_heads).
@@ -30,5 +42,9 @@ inline std::size_t tc_merge_counters(std::uint32_t rows, std::uint32_t q_heads) 
 // Raises kvmm::Error naming `kernel`, stages and head_dim unless the ring can hold
 // `stages` at `head_dim` (src/kernels/tc_decode_check.cpp).
 void check_tc_stages(const char* kernel, std::uint32_t stages, std::uint32_t head_dim);
+
+// Raises kvmm::Error naming `kernel` and shape.tile_tokens unless it is 0 or 16, or
+// shape.heads_first with more than 65535 kv heads x head chunks or requests (grid y).
+void check_tc_shape(const char* kernel, const TcDecodeShape& shape, std::uint32_t rows, std::uint32_t grid_heads);
 
 }  // namespace kvmm::kernels::experimental

@@ -32,13 +32,15 @@ namespace kvmm::kernels::device {
 #define KVMM_TC_UNROLL4 _Pragma("unroll 4")
 #endif
 template <typename T, int D>
-__device__ __forceinline__ void tc_merge_last(const AttnArgs& a, unsigned char* smem, std::uint32_t b,
+__device__ __forceinline__ void tc_merge_last(const AttnArgs& a, unsigned char* smem, std::uint32_t b, bool hf,
                                               std::uint32_t qh0, std::uint32_t hg) {
   std::uint32_t* last = reinterpret_cast<std::uint32_t*>(smem);
   __threadfence();  // this thread's partial stores, before the CTA's arrival
   __syncthreads();  // every thread's fence, before thread 0 counts the arrival
   if (threadIdx.x == 0) {
-    std::uint32_t* counter = a.merge_counters + std::uint64_t{b} * gridDim.y + blockIdx.y;
+    // (row b, kv head x head chunk) of this CTA in the grid's order (hf: kv heads along x)
+    std::uint32_t* counter =
+        a.merge_counters + std::uint64_t{b} * (hf ? gridDim.x : gridDim.y) + (hf ? blockIdx.x : blockIdx.y);
     const bool is_last = atomicAdd(counter, 1u) == a.num_splits - 1;
     if (is_last) atomicExch(counter, 0u);
     __threadfence();  // acquire: the other pieces' partials, before this CTA reads them

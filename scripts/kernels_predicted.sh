@@ -12,7 +12,7 @@ build=${1:-build/release}
 census=$build/kernels_census.json
 [[ -f $census ]] || { echo "kernels_predicted: no $census (run: ctest --test-dir $build -R kernels_static)" >&2; exit 1; }
 out=docs/results/kernels-predicted.md
-cmd="python3 bench/kernels/model.py --table --census $census --measured docs/results/kernels-h100.md"
+cmd="python3 bench/kernels/model.py --table --census $census --measured docs/results/kernels-h100.md --measured-tc docs/results/kernels-h200.md"
 # From the tensor-core decode's caption through the end of its table.
 model=$($cmd)  # once: awk leaving early must not break the pipe under pipefail
 table=$(echo "$model" | awk '/^Predicted H100 times of the tensor-core decode/ {on = 1} on && /^\|/ {seen = 1}
@@ -22,6 +22,10 @@ table=$(echo "$model" | awk '/^Predicted H100 times of the tensor-core decode/ {
 pf=$(echo "$model" | awk '/^Predicted H100 times of the tensor-core prefill/ {on = 1; print; print ""; next}
                  on && /^\|/ {print; seen = 1; next} on && seen {on = 0; seen = 0; print ""}')
 [[ -n $pf ]] || { echo "kernels_predicted: the census holds no tensor-core prefill" >&2; exit 1; }
+# The tensor-core decode against the H200 run (issue 36): its caption and table.
+gpu=$(echo "$model" | awk '/^Tensor-core decode on the GPU of/ {on = 1} on && /^\|/ {seen = 1}
+                  on && seen && !/^\|/ {exit} on {print}')
+[[ -n $gpu ]] || { echo "kernels_predicted: no tensor-core decode rows in docs/results/kernels-h200.md" >&2; exit 1; }
 {
   echo "# Tensor-core decode: predicted H100 times (not measured)"
   echo
@@ -36,6 +40,16 @@ pf=$(echo "$model" | awk '/^Predicted H100 times of the tensor-core prefill/ {on
   echo "4k and 32k, batch 256 ctx 1k and 4k; batch 1 ctx 32k <= 84 us; paged/contiguous <= 1.05."
   echo
   echo "$table"
+  echo
+  echo "## Tensor-core decode: measured on an H200 against the occupancy and pattern limits"
+  echo
+  echo "**Measured** columns: \`docs/results/kernels-h200.md\` (H200, 2026-11-28, kvmm \`ae1de18\`)."
+  echo "**Predicted** columns (H1, H2): the same command; each hypothesis fitted on the 16"
+  echo "\`decode_paged_tc\` / \`decode_contiguous_tc\` rows, every other row predicted; rows with"
+  echo "measured \`-\` (the CTA shapes \`_t16\`, \`_hf\`, \`_t16hf\`) are predictions for the next GPU"
+  echo "run. H2's \`_hf\` rows assume that the pattern's cost is DRAM row locality (docs/kernels.md)."
+  echo
+  echo "$gpu"
   echo
   echo "## Tensor-core prefill: predicted H100 times (not measured)"
   echo

@@ -125,8 +125,9 @@ void report(benchmark::State& state, double bytes, std::uint32_t splits) {
 }
 
 // tc: 0 the default kernel, else the tensor-core kernel with a ring of `tc` stages per warp;
-// in_kernel: its split pieces merged by the last CTA of each (request, kv head), one launch.
-void decode_paged(benchmark::State& state, int tc, bool in_kernel) {
+// in_kernel: its split pieces merged by the last CTA of each (request, kv head), one launch;
+// shape: its warp tiles and grid order (TcDecodeShape; {} the default).
+void decode_paged(benchmark::State& state, int tc, bool in_kernel, experimental::TcDecodeShape shape) {
   const auto batch = static_cast<std::uint32_t>(state.range(0));
   const auto ctx = static_cast<std::uint32_t>(state.range(1));
   const auto tpp = static_cast<std::uint32_t>(state.range(2));
@@ -158,7 +159,7 @@ void decode_paged(benchmark::State& state, int tc, bool in_kernel) {
   time_loop(state, [&] {
     if (tc != 0)
       experimental::paged_decode_attention_tc(p, nullptr, static_cast<std::uint32_t>(tc),
-                                              in_kernel ? d.counters.as<std::uint32_t>() : nullptr);
+                                              in_kernel ? d.counters.as<std::uint32_t>() : nullptr, shape);
     else
       paged_decode_attention(p, nullptr);
   });
@@ -299,7 +300,7 @@ int main(int argc, char** argv) {
   for (std::int64_t tpp : {1, 16, 64, 256})
     for (std::int64_t batch : {1, 16, 64, 256})
       for (std::int64_t ctx : {1024, 4096, 32768})
-        benchmark::RegisterBenchmark("decode_paged", decode_paged, 0, false)
+        benchmark::RegisterBenchmark("decode_paged", decode_paged, 0, false, experimental::TcDecodeShape{})
             ->Args({batch, ctx, tpp})
             ->ArgNames({"batch", "ctx", "tpp"})
             ->UseManualTime()
@@ -315,7 +316,7 @@ int main(int argc, char** argv) {
   for (std::int64_t tpp : {1, 16})
     for (std::int64_t batch : {1, 16, 64, 256})
       for (std::int64_t ctx : {1024, 4096, 32768})
-        benchmark::RegisterBenchmark("decode_paged_tc", decode_paged, 2, false)
+        benchmark::RegisterBenchmark("decode_paged_tc", decode_paged, 2, false, experimental::TcDecodeShape{})
             ->Args({batch, ctx, tpp})
             ->ArgNames({"batch", "ctx", "tpp"})
             ->UseManualTime()
@@ -323,7 +324,7 @@ int main(int argc, char** argv) {
   // Its split pieces merged inside the kernel by the last CTA (one launch, not two).
   for (std::int64_t batch : {1, 16, 64, 256})
     for (std::int64_t ctx : {1024, 4096, 32768})
-      benchmark::RegisterBenchmark("decode_paged_tcm", decode_paged, 2, true)
+      benchmark::RegisterBenchmark("decode_paged_tcm", decode_paged, 2, true, experimental::TcDecodeShape{})
           ->Args({batch, ctx, 16})
           ->ArgNames({"batch", "ctx", "tpp"})
           ->UseManualTime()
@@ -332,11 +333,27 @@ int main(int argc, char** argv) {
   for (int stages : {3, 4})
     for (std::int64_t batch : {1, 16, 64, 256})
       for (std::int64_t ctx : {1024, 4096, 32768})
-        benchmark::RegisterBenchmark(stages == 3 ? "decode_paged_tc3" : "decode_paged_tc4", decode_paged, stages, false)
+        benchmark::RegisterBenchmark(stages == 3 ? "decode_paged_tc3" : "decode_paged_tc4", decode_paged, stages, false,
+                                     experimental::TcDecodeShape{})
             ->Args({batch, ctx, 16})
             ->ArgNames({"batch", "ctx", "tpp"})
             ->UseManualTime()
             ->Unit(benchmark::kMicrosecond);
+  // Its CTA shapes (issue 36, the H200 run of 2026-11-28: one CTA of 4 warps per SM at the
+  // default 128 KiB ring): _t16 16-token warp tiles (64 KiB, 3 CTAs per SM), _hf the grid
+  // with kv heads along x (a request's kv heads side by side), _t16hf both.
+  for (const char* name : {"decode_paged_tc_t16", "decode_paged_tc_hf", "decode_paged_tc_t16hf"}) {
+    const std::string n = name;
+    const experimental::TcDecodeShape shape{n.find("t16") != std::string::npos ? 16u : 0u,
+                                            n.find("hf") != std::string::npos};
+    for (std::int64_t batch : {1, 16, 64, 256})
+      for (std::int64_t ctx : {1024, 4096, 32768})
+        benchmark::RegisterBenchmark(name, decode_paged, 2, false, shape)
+            ->Args({batch, ctx, 16})
+            ->ArgNames({"batch", "ctx", "tpp"})
+            ->UseManualTime()
+            ->Unit(benchmark::kMicrosecond);
+  }
   for (std::int64_t batch : {1, 16, 64, 256})
     for (std::int64_t ctx : {1024, 4096, 32768})
       benchmark::RegisterBenchmark("decode_contiguous_tc", decode_contiguous, true)

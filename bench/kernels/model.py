@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Time model of kvmm's decode attention on an H100: predicted, never measured.
+"""Time model of kvmm's decode attention on an H100 (and H200): predicted, never measured.
 
 T = max(T_issue, T_dram) per launch, with
   T_issue = main-loop warp-instructions per 4 KiB of K+V (the SASS census, census.py,
@@ -26,7 +26,12 @@ tokens). eta_p is fitted separately (one constant over the measured prefill rows
 the G = 8 loop runs 2 CTAs per SM, 8 warps, so its issue efficiency is its own); every
 measured prefill row must be within +-15% too.
 
-  python3 bench/kernels/model.py --census kernels_census.json --measured bench.txt [--check] [--table]
+--measured-tc: a GPU run's rows of the tensor-core decode (docs/results/kernels-h200.md):
+its occupancy/latency and read-pattern limits, two hypotheses fitted on them (tc_gpu_table);
+--check then also asks the 16 fitted rows within +-15% under both.
+
+  python3 bench/kernels/model.py --census kernels_census.json --measured bench.txt [--measured-tc gpu.txt]
+      [--check] [--table]
 """
 import argparse
 import json
@@ -281,6 +286,159 @@ def fit_eta0(rows, facts, copy):
     return eta0
 
 
+# The tensor-core decode on a GPU (issue 36; first measured on an H200, 2026-11-28,
+# docs/results/kernels-h200-2026-11-28.txt): 0.62-0.66 of copy where the issue bound above
+# predicts 1.00, with ONE CTA (4 warps) resident per SM (ncu: 6.25% warps active). Two limits
+# the issue bound leaves out, per launch, wave by wave (CTAs per SM from registers and the
+# ring's shared memory):
+#   occupancy / latency: a warp's cp.async ring keeps about (stages - 1/2) tiles in flight
+#     (stages - 1 ahead while it computes, one more while it waits), so an SM holding n
+#     warps reads at most n x in-flight / L bytes per second (Little's law, L the loaded
+#     latency of a K/V read);
+#   pattern: the DRAM reaches e x copy for this kernel's reads (256 B of each 2 KiB token row
+#     per CTA, the row's other kv heads read by other CTAs, in today's grid order often a
+#     wave later); e = 1 for sequential reads.
+# Plus T0 per launch (the launch, the first and last CTAs' fixed latency), twice with a
+# separate merge launch (splits > 1, no in-kernel merge). Two hypotheses fit the same rows:
+#   H1 (occupancy): e = 1, L fitted;  H2 (pattern): L = TC_L_PHYS (assumed), e fitted.
+# Both are fitted on the 16 checked shapes of decode_paged_tc and decode_contiguous_tc (T0
+# with them); the other measured tensor-core rows (tc3, tc4, tcm) are predictions checked
+# against their measurements; the new shapes (TcDecodeShape: _t16, _hf, _t16hf) are
+# predictions only. H2 predicts _hf at e = 1: an assumption (that the pattern's cost is DRAM
+# row locality, which the heads-first grid order restores), not a result.
+TC_L_PHYS = 0.8e-6  # loaded K/V read latency under H2: assumed (H200 ~4.8 TB/s x 0.8 us ~ 3.8 MB in flight)
+TC_ROW = KV_HEADS * HEAD_DIM * ELEM  # bytes of one token row of one layer's K (all kv heads)
+# bench row -> (census instance, stages, tokens per warp tile, heads_first)
+TC_BENCH = {
+    "decode_paged_tc": ("TcPagedAddr,tile,swap,T32", 2, 32, False),
+    "decode_paged_tcm": ("TcPagedAddr,tile,swap,T32", 2, 32, False),
+    "decode_contiguous_tc": ("ContiguousAddr,tile,swap,T32", 2, 32, False),
+    "decode_paged_tc3": ("TcPagedAddr,tile,S3,swap", 3, 16, False),
+    "decode_paged_tc4": ("TcPagedAddr,tile,S4,swap", 4, 16, False),
+    "decode_paged_tc_t16": ("TcPagedAddr,tile,swap", 2, 16, False),
+    "decode_paged_tc_hf": ("TcPagedAddr,tile,swap,T32", 2, 32, True),
+    "decode_paged_tc_t16hf": ("TcPagedAddr,tile,swap", 2, 16, True),
+}
+TC_FIT = ("decode_paged_tc", "decode_contiguous_tc")
+TC_NEW = ("decode_paged_tc_t16", "decode_paged_tc_hf", "decode_paged_tc_t16hf")
+
+
+def tc_shape_facts(census, name):
+    """Per bench row: loop instructions per K/V byte (the no-soft-cap census where it exists,
+    else the shipped instance), CTAs per SM, bytes in flight per warp."""
+    inst, stages, tile, hf = TC_BENCH[name]
+    key = f"sm_90 tc_decode<BFloat,D128,{inst}>"
+    k = census.get(key + " nocap") or census.get(key)
+    if k is None:
+        return None
+    smem = 4 * stages * 2 * tile * HEAD_DIM * ELEM + 1024  # the ring (4 warps, K and V) + the system reserve
+    per_sm = min(REGS_PER_SM // (k["res"]["regs"] * THREADS), SMEM_PER_SM // smem, MAX_CTAS_PER_SM)
+    tile_bytes = tile * HEAD_DIM * ELEM * 2  # K and V of one kv head
+    return dict(per_byte=k["loop"]["instrs"] / (k["loop"]["LDGSTS.128"] * 16 * 32), per_sm=per_sm, smem=smem,
+                inflight=(stages - 0.5) * tile_bytes, heads_first=hf, stages=stages, tile=tile)
+
+
+def tc_rows(path):
+    """Measured tensor-core decode rows of a bench_kernels output (16-token pages)."""
+    txt = open(path).read()
+    copy = re.search(r"copy_GBps=([\d.]+)k", txt)
+    rows = []
+    for m in re.finditer(r"^(decode_\w+?)/batch:(\d+)/ctx:(\d+)(?:/tpp:(\d+))?/manual_time\s+([\d.]+) us.*?splits=(\d+)",
+                         txt, re.M):
+        name, b, ctx, tpp, us, splits = m.groups()
+        if name in TC_BENCH and tpp in (None, "16"):
+            rows.append(dict(name=name, batch=int(b), ctx=int(ctx), us=float(us), splits=int(splits)))
+    return rows, float(copy.group(1)) * 1e12 if copy else None
+
+
+def tc_predict(row, f, copy, lat, e, t0, hf_restores=False):
+    """(us, waves) of one launch: waves of CTAs (per_sm x SMS at a time), each at the rate
+    min(issue, in-flight / lat per warp, e x copy for the machine), plus t0 per launch."""
+    kv_bytes = row["batch"] * row["ctx"] * KV_HEADS * HEAD_DIM * ELEM * 2
+    ctas = row["batch"] * KV_HEADS * row["splits"]
+    per_cta = kv_bytes / ctas
+    slots = f["per_sm"] * SMS
+    eff = 1.0 if (hf_restores and f["heads_first"]) else e
+    issue_sm = SCHEDULERS * CLOCK / f["per_byte"]  # one warp-instruction per scheduler-cycle at most
+    t, left, waves = t0 * (2 if row["splits"] > 1 and row["name"] != "decode_paged_tcm" else 1), ctas, 0
+    while left > 0:
+        n = min(left, slots)
+        per_sm = n / SMS  # CTAs per SM in this wave (the tail wave: fewer)
+        sm_rate = min(per_sm * 4 * f["inflight"] / lat, issue_sm * min(1.0, per_sm * 4 / SCHEDULERS))
+        t += n * per_cta / min(SMS * sm_rate, eff * copy)
+        left -= n
+        waves += 1
+    return t * 1e6, waves
+
+
+def tc_fit(rows, facts, copy, free):
+    """Least squares on log time over the fit rows: free = 'L' (H1: e = 1) or 'e' (H2: L =
+    TC_L_PHYS), with T0; a grid search (two parameters, smooth, bounded)."""
+    best = None
+    for i in range(0, 121):
+        x = (0.2e-6 * 1.04 ** i) if free == "L" else 0.40 + 0.005 * i
+        if free == "e" and x > 1.0:
+            break
+        for t0 in [0.5e-6 * j for j in range(0, 41)]:
+            lat, e = (x, 1.0) if free == "L" else (TC_L_PHYS, x)
+            err = sum(math.log(tc_predict(r, facts[r["name"]], copy, lat, e, t0)[0] / r["us"]) ** 2 for r in rows)
+            if best is None or err < best[0]:
+                best = (err, lat, e, t0)
+    return best[1:]
+
+
+def tc_gpu_table(census, path, tolerance):
+    """(markdown lines, failures) of the tensor-core decode against a GPU run's rows."""
+    rows, copy = tc_rows(path)
+    facts = {n: tc_shape_facts(census, n) for n in TC_BENCH}
+    fit = [r for r in rows if r["name"] in TC_FIT and (r["batch"], r["ctx"]) in CHECKED]
+    if len(fit) != 16 or copy is None or any(facts[n] is None for n in TC_FIT):
+        return [], [f"tc: {len(fit)} of the 16 fit rows (decode_paged_tc, decode_contiguous_tc) in {path}"]
+    h1 = tc_fit(fit, facts, copy, "L")
+    h2 = tc_fit(fit, facts, copy, "e")
+    f0 = facts["decode_paged_tc"]
+    lines = [f"Tensor-core decode on the GPU of `{path}` (copy {copy / 1e9:.0f} GB/s): measured against the model "
+             f"(bench/kernels/model.py). H1 occupancy: e = 1, L = {h1[0] * 1e6:.2f} us fitted, T0 = {h1[2] * 1e6:.1f} us per launch; "
+             f"H2 pattern: L = {TC_L_PHYS * 1e6:.1f} us assumed, e = {h2[1]:.3f} fitted, T0 = {h2[2] * 1e6:.1f} us per launch "
+             f"(both fitted on the 16 decode_paged_tc / decode_contiguous_tc rows; the others predicted). "
+             f"Default shape: {f0['per_sm']} CTA(s) per SM ({f0['smem'] // 1024} KiB each), "
+             f"{f0['inflight'] / 1024:.0f} KiB in flight per warp, {f0['per_byte']:.3f} loop instructions per byte.",
+             "",
+             "| row | batch | ctx | splits | CTAs/SM | waves | measured us | H1 us | H2 us | "
+             "measured of copy | H1 of copy | H2 of copy |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    bad = []
+    have = {(r["name"], r["batch"], r["ctx"]) for r in rows}
+    shapes = sorted(CHECKED)
+    pred_rows = list(rows)
+    for n in TC_NEW:  # predictions for the new shapes where no measurement exists
+        if facts[n] is None:
+            continue
+        for b, c in shapes:
+            if (n, b, c) not in have:
+                ref = next((r for r in rows if r["name"] == "decode_paged_tc" and r["batch"] == b and r["ctx"] == c), None)
+                if ref is not None:
+                    pred_rows.append(dict(name=n, batch=b, ctx=c, us=None, splits=ref["splits"]))
+    order = list(TC_BENCH)
+    for r in sorted(pred_rows, key=lambda r: (order.index(r["name"]), r["batch"], r["ctx"])):
+        f = facts[r["name"]]
+        if f is None:
+            continue
+        kv = r["batch"] * r["ctx"] * KV_HEADS * HEAD_DIM * ELEM * 2
+        u1, waves = tc_predict(r, f, copy, h1[0], h1[1], h1[2])
+        u2, _ = tc_predict(r, f, copy, h2[0], h2[1], h2[2], hf_restores=True)
+        meas = f"{r['us']:.0f}" if r["us"] is not None else "-"
+        mfrac = f"{kv / (r['us'] * 1e-6) / copy:.2f}" if r["us"] is not None else "-"
+        lines.append(f"| {r['name']} | {r['batch']} | {r['ctx']} | {r['splits']} | {f['per_sm']} | {waves} | {meas} | "
+                     f"{u1:.0f} | {u2:.0f} | {mfrac} | {kv / (u1 * 1e-6) / copy:.2f} | {kv / (u2 * 1e-6) / copy:.2f} |")
+        if r["name"] in TC_FIT and r["us"] is not None and (r["batch"], r["ctx"]) in CHECKED:
+            for h, u in (("H1", u1), ("H2", u2)):
+                if abs(u / r["us"] - 1) > tolerance:
+                    bad.append(f"tc {h} {r['name']} b{r['batch']} ctx{r['ctx']}: predicted {u:.0f} us, measured "
+                               f"{r['us']:.0f} us")
+    return lines, bad
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--census", required=True)
@@ -288,6 +446,7 @@ def main():
     ap.add_argument("--check", action="store_true")
     ap.add_argument("--table", action="store_true")
     ap.add_argument("--tolerance", type=float, default=0.15)
+    ap.add_argument("--measured-tc", help="a GPU run's bench_kernels output with the tensor-core decode rows")
     args = ap.parse_args()
     census = json.load(open(args.census))
     facts = {a: kernel_facts(census, a) for a in ("PagedAddr", "ContiguousAddr")}
@@ -320,8 +479,12 @@ def main():
     if any(k.startswith("sm_90 tc_decode") for k in census):
         tc_lines, _ = tc_table(checked, census, copy, eta0)
     pf_lines = tc_prefill_table(measured_prefill(args.measured), census, eta_p, eta0)
+    gpu_lines = []
+    if args.measured_tc:
+        gpu_lines, g_bad = tc_gpu_table(census, args.measured_tc, args.tolerance)
+        bad += g_bad
     if args.table or not args.check:
-        print("\n".join(lines + [""] + p_lines + [""] + tc_lines + [""] + pf_lines))
+        print("\n".join(lines + [""] + p_lines + [""] + tc_lines + [""] + pf_lines + [""] + gpu_lines))
     if args.check:
         for b in bad:
             print("FAIL", b)

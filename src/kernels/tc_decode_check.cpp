@@ -11,4 +11,13 @@ void check_tc_stages(const char* kernel, std::uint32_t stages, std::uint32_t hea
          head_dim);
 }
 
+void check_tc_shape(const char* kernel, const TcDecodeShape& shape, std::uint32_t rows, std::uint32_t grid_heads) {
+  if (shape.tile_tokens != 0 && shape.tile_tokens != 16)
+    fail("{}: shape.tile_tokens = {}: 0 (the default warp tiles) or 16", kernel, shape.tile_tokens);
+  const std::uint32_t y = shape.heads_first ? rows : grid_heads;
+  if (y > 65535)
+    fail("{}: {} = {} with shape.heads_first = {}: the grid's y holds at most 65535", kernel,
+         shape.heads_first ? "rows" : "kv heads x head chunks", y, shape.heads_first);
+}
+
 }  // namespace kvmm::kernels::experimental

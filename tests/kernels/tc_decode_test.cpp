@@ -68,14 +68,17 @@ bool run_tc(const dev::AttnArgs& a, const Addr& kv, dim3 grid, std::uint32_t d, 
 }
 
 // The launch sequence of the tensor-core decode, emulated: the kernel, then the merge
-// unless `counters` is set (the last CTA of each (request, kv head) merges).
+// unless `counters` is set (the last CTA of each (request, kv head) merges); the grid
+// with kv heads along x when `heads_first` (TcDecodeShape::heads_first), as the launcher.
 template <typename Addr>
 bool emulate_tc(const QueryBatch& q, const AttentionOptions& opt, const SplitKV& split, std::uint32_t kv_heads,
                 std::uint32_t d, DType dtype, const Addr& kv, int stages = 2, bool swap = true, bool tile32 = true,
-                std::uint32_t* counters = nullptr) {
+                std::uint32_t* counters = nullptr, bool heads_first = false) {
   dev::AttnArgs a = dev::make_tc_args(q, opt, split, kv_heads, d);
   if (a.num_splits > 1) a.merge_counters = counters;
-  const dim3 grid(q.batch, kv_heads * a.head_chunks, a.num_splits);
+  a.heads_first = heads_first && swap && dev::tc_swap(a, d);  // as the launcher: the swapped form only
+  const dim3 grid = a.heads_first ? dim3(kv_heads * a.head_chunks, q.batch, a.num_splits)
+                                  : dim3(q.batch, kv_heads * a.head_chunks, a.num_splits);
   bool ok = dtype == DType::kF16 ? run_tc<dev::Half>(a, kv, grid, d, stages, swap, tile32)
                                  : run_tc<dev::BFloat>(a, kv, grid, d, stages, swap, tile32);
   if (ok && split.num_splits > 1 && a.merge_counters == nullptr) {
@@ -90,7 +93,7 @@ bool emulate_tc(const QueryBatch& q, const AttentionOptions& opt, const SplitKV&
 }
 
 std::vector<std::uint16_t> tc_paged(Scenario& s, std::uint32_t splits, bool csr, int stages = 2, bool swap = true,
-                                    bool tile32 = true, std::uint32_t* counters = nullptr) {
+                                    bool tile32 = true, std::uint32_t* counters = nullptr, bool heads_first = false) {
   std::vector<std::uint16_t> o(s.out_elems(), 0xffff);
   PagedAttentionParams p = s.paged_params(o.data(), splits, csr);
   std::vector<float> ws(attention_workspace_bytes(s.rows, s.q_heads, s.cfg.head_dim, splits) / 4 + 4);
@@ -105,11 +108,12 @@ std::vector<std::uint16_t> tc_paged(Scenario& s, std::uint32_t splits, bool csr,
                             p.table.dense_stride,
                             dev::FastDiv::make(p.cache.tokens_per_page)};
   REQUIRE(emulate_tc(p.query, p.options, p.split, s.cfg.kv_heads, s.cfg.head_dim, s.cfg.dtype, kv, stages, swap, tile32,
-                     counters));
+                     counters, heads_first));
   return o;
 }
 
-std::vector<std::uint16_t> tc_contiguous(Scenario& s, std::uint32_t splits, std::uint32_t* counters = nullptr) {
+std::vector<std::uint16_t> tc_contiguous(Scenario& s, std::uint32_t splits, std::uint32_t* counters = nullptr,
+                                         bool heads_first = false) {
   std::vector<std::uint16_t> o(s.out_elems(), 0xffff);
   ContiguousAttentionParams p = s.contiguous_params(o.data(), splits);
   std::vector<float> ws(attention_workspace_bytes(s.rows, s.q_heads, s.cfg.head_dim, splits) / 4 + 4);
@@ -118,7 +122,7 @@ std::vector<std::uint16_t> tc_contiguous(Scenario& s, std::uint32_t splits, std:
   const dev::ContiguousAddr kv{static_cast<const char*>(p.cache.k), static_cast<const char*>(p.cache.v),
                                p.cache.slot_stride_bytes, static_cast<std::uint32_t>(s.row_bytes()), p.slot_idx};
   REQUIRE(emulate_tc(p.query, p.options, p.split, s.cfg.kv_heads, s.cfg.head_dim, s.cfg.dtype, kv, 2, true, true,
-                     counters));
+                     counters, heads_first));
   return o;
 }
 
@@ -335,6 +339,8 @@ TEST_CASE("emulated tensor-core decode: rings of 3 and 4 stages give the 2-stage
     CHECK(max_rel_error(c.dtype, two, widen(c.dtype, ref), 1e-2) <= 4.0 * unit_roundoff(c.dtype));
     CHECK(tc_paged(s, splits, true, 3) == two);
     CHECK(tc_paged(s, splits, false, 4) == two);
+    // The grid with kv heads along x (TcDecodeShape::heads_first): the same CTAs' work.
+    CHECK(tc_paged(s, splits, true, 2, true, false, nullptr, true) == two);
   }
   simt::Emulator::get().set_schedule_seed(0);
 }
@@ -408,6 +414,12 @@ TEST_CASE("emulated tensor-core decode: split pieces merged by the last CTA insi
       CHECK(simt::GlobalOrder::get().violations() == 0);
       CHECK(all_zero(counters));
       if (!s.any_null) CHECK(tc_contiguous(s, k.splits, counters.data()) == got);
+      // kv heads along the grid's x (TcDecodeShape::heads_first): the counters are indexed
+      // by (request, kv head x head chunk) either way; the same bits, counters zero again.
+      CHECK(tc_paged(s, k.splits, index % 2 == 0, 2, true, true, counters.data(), true) == got);
+      CHECK(simt::GlobalOrder::get().violations() == 0);
+      CHECK(all_zero(counters));
+      if (!s.any_null) CHECK(tc_contiguous(s, k.splits, nullptr, true) == got);
     }
     CHECK(mergers.size() > 1);  // the merging piece moved with the CTA order
   }
@@ -448,6 +460,28 @@ TEST_CASE("emulated tensor-core decode: a replay with new lengths on the same co
   std::vector<std::uint16_t> ref(s.out_elems());
   cpu::paged_decode_attention(s.paged_params(ref.data(), splits, true));
   CHECK(max_rel_error(c.dtype, replay, widen(c.dtype, ref), 1e-2) <= 4.0 * unit_roundoff(c.dtype));
+}
+
+TEST_CASE("the tensor-core decode's launchers reject shapes they do not build", "[kernels][tc_decode]") {
+  experimental::check_tc_shape("k", {}, 1, 8);
+  experimental::check_tc_shape("k", {16, true}, 65535, 8);
+  experimental::check_tc_shape("k", {0, false}, 100000, 8);
+  for (std::uint32_t t : {1u, 8u, 32u, 64u}) {
+    INFO("tile_tokens " << t);
+    try {
+      experimental::check_tc_shape("paged_decode_attention_tc", {t, false}, 1, 8);
+      FAIL("no error");
+    } catch (const Error& e) {
+      CHECK(std::string(e.what()).find("paged_decode_attention_tc: shape.tile_tokens = " + std::to_string(t)) !=
+            std::string::npos);
+    }
+  }
+  try {
+    experimental::check_tc_shape("contiguous_decode_attention_tc", {0, true}, 70000, 8);
+    FAIL("no error");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("rows = 70000") != std::string::npos);
+  }
 }
 
 TEST_CASE("the tensor-core decode's launchers reject ring depths they do not build", "[kernels][tc_decode]") {

@@ -84,12 +84,14 @@ struct TcDevice {
     p.split = SplitKV{splits, ws.p};
     return p;
   }
-  // in_kernel: the last CTA of each (request, kv head) merges the split pieces.
+  // in_kernel: the last CTA of each (request, kv head) merges the split pieces; shape: the
+  // warp tiles and grid order (TcDecodeShape).
   std::vector<std::uint16_t> run_paged(std::uint32_t splits, bool csr, cudaStream_t st = nullptr,
-                                       std::uint32_t stages = 2, bool in_kernel = false) {
+                                       std::uint32_t stages = 2, bool in_kernel = false,
+                                       experimental::TcDecodeShape shape = {}) {
     TC_CUDA_OK(cudaMemset(out.p, 0xff, out.n));
     experimental::paged_decode_attention_tc(paged(splits, csr), st, stages,
-                                            in_kernel ? counters.as<std::uint32_t>() : nullptr);
+                                            in_kernel ? counters.as<std::uint32_t>() : nullptr, shape);
     return out.get<std::uint16_t>(s.out_elems());
   }
   std::vector<std::uint16_t> run_contiguous(std::uint32_t splits) {
@@ -144,6 +146,14 @@ TEST_CASE("tensor-core decode matches the CPU references on the GPU", "[gpu][att
           const auto counters = d.counters.get<std::uint32_t>(experimental::tc_merge_counters(s.rows, s.q_heads));
           CHECK(std::all_of(counters.begin(), counters.end(), [](std::uint32_t x) { return x == 0; }));
         }
+        // The CTA shapes (TcDecodeShape): the grid with kv heads along x gives the same bits;
+        // 16-token warp tiles (another summation order where groups <= 8 take 32 or 64) the
+        // same bound, and with both the 16-token bits, the split merge in the kernel too.
+        CHECK(d.run_paged(splits, index % 2 == 0, nullptr, 2, false, {0, true}) == got);
+        const auto t16 = d.run_paged(splits, index % 2 == 0, nullptr, 2, false, {16, false});
+        CHECK(max_rel_error(c.dtype, t16, widen(c.dtype, ref), 1e-2) <= 4.0 * unit_roundoff(c.dtype));
+        if (group > 8) CHECK(t16 == got);
+        CHECK(d.run_paged(splits, index % 2 == 0, nullptr, 2, splits > 1, {16, true}) == t16);
       }
 }
 
@@ -180,6 +190,7 @@ TEST_CASE("tensor-core decode on the GPU: head dim 256, rings of 3 and 4 stages,
       CHECK(max_rel_error(c.dtype, four, widen(c.dtype, ref), 1e-2) <= 4.0 * unit_roundoff(c.dtype));
       CHECK(three == four);
       if (c.group > 8) CHECK(three == two);
+      CHECK(d.run_paged(splits, true, nullptr, 2, false, {16, false}) == three);  // 16-token tiles at 2 stages
     } else {
       CHECK_THROWS_AS(d.run_paged(splits, true, nullptr, 3), Error);
     }

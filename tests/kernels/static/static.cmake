@@ -2,7 +2,8 @@
 # usage (registers, stack/spills, shared memory) and a SASS census of every kernel for
 # sm_80 and sm_90 through cuobjdump (PyPI nvidia-cuda-cuobjdump + nvidia-cuda-nvdisasm,
 # pinned, installed by scripts/kernel_tools.sh into KVMM_CUDA_TOOLS_VENV), checked
-# against per-kernel limits; then the time model against the committed H100 rows.
+# against per-kernel limits; then the time model against the committed H100 rows and the
+# tensor-core decode's occupancy and pattern limits against the committed H200 rows.
 find_package(Python3 COMPONENTS Interpreter REQUIRED)
 # The checks themselves on synthetic listings (no CUDA needed): each limit fires.
 add_test(NAME kernels_census_selftest COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/bench/kernels/census.py --self-test)
@@ -52,7 +53,8 @@ add_test(NAME kernels_static
 set_tests_properties(kernels_static PROPERTIES FIXTURES_SETUP kernels_census)
 add_test(NAME kernels_model
   COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/bench/kernels/model.py --check
-    --census ${census_json} --measured ${PROJECT_SOURCE_DIR}/docs/results/kernels-h100.md)
+    --census ${census_json} --measured ${PROJECT_SOURCE_DIR}/docs/results/kernels-h100.md
+    --measured-tc ${PROJECT_SOURCE_DIR}/docs/results/kernels-h200.md)
 set_tests_properties(kernels_model PROPERTIES FIXTURES_REQUIRED kernels_census)
 
 # The GPU tests of the tensor-core decode and prefill (tests/kernels/gpu) join kvmm_test_gpu.
