@@ -39,6 +39,7 @@ class Admission {
   void begin_backing(Row s);
   AllocateResult refused(RequestId r, const Request& q, std::uint32_t num_new_tokens);
   AllocateResult allocate_at(RequestId r, Row s, std::uint32_t num_new_tokens, std::uint32_t lookahead);
+  AllocateResult allocate_once(RequestId r, Row s, std::uint32_t num_new_tokens, std::uint32_t lookahead);
   bool would_allocate(RequestId r, std::uint32_t num_new_tokens, std::uint32_t lookahead);
 
  private:

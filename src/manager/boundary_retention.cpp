@@ -8,6 +8,12 @@
 
 namespace kvmm::detail {
 
+// The options and layout are the core's first members: set before this unit.
+BoundaryRetention::BoundaryRetention(ManagerCore& m)
+    : m_(m),
+      budget_(static_cast<std::uint64_t>(m.options_.retention_budget * static_cast<double>(m.options_.num_large_pages) *
+                                         static_cast<double>(m.layout_.large_page_bytes()))) {}
+
 void BoundaryRetention::update_anchor() {
   m_.anchor_ = kNoGroup;
   for (GroupId g = 0; g < m_.groups_.size() && m_.anchor_ == kNoGroup; ++g)
@@ -98,6 +104,7 @@ void BoundaryRetention::drop_tail(Request& q) {
     if (!tail_only(q.keep.held[k])) continue;
     m_.rows_.drop(q.keep.held[k].group, q.keep.held[k].page, m_.step_, q.prio);
     --q.keep.held_in[q.keep.held[k].group];
+    forget(q.keep.held[k]);
   }
   std::erase_if(q.keep.held, tail_only);
 }
@@ -110,10 +117,43 @@ void BoundaryRetention::note_end(const Request& q) {
 }
 
 void BoundaryRetention::release_held(Request& q) {
-  for (auto it = q.keep.held.rbegin(); it != q.keep.held.rend(); ++it)
+  for (auto it = q.keep.held.rbegin(); it != q.keep.held.rend(); ++it) {
     m_.rows_.drop(it->group, it->page, q.progress.last_step, q.prio);
+    forget(*it);
+  }
   q.keep.held.clear();
   std::fill(q.keep.held_in.begin(), q.keep.held_in.end(), 0);
+}
+
+void BoundaryRetention::forget(const HeldPage& h) { held_bytes_ -= m_.layout_.small_page_bytes(h.group); }
+
+bool BoundaryRetention::hold(Row s, Request& q, GroupId g, std::uint64_t i) {
+  const std::uint64_t bytes = m_.layout_.small_page_bytes(g);
+  if (bytes > budget_ - held_bytes_) return false;                  // held_bytes_ <= budget_ always
+  q.keep.held.push_back(HeldPage{g, m_.rows_.detach(g, s, i), i});  // keeps its reference until free
+  ++q.keep.held_in[g];
+  held_bytes_ += bytes;
+  return true;
+}
+
+// Released with time 0: the key is the page's own last use (release keeps the later of the
+// two), older than the prefix it was held for, at level 0, evicted before every higher
+// retention priority. Last held first, as at free.
+bool BoundaryRetention::release_under_pressure() {
+  if (held_bytes_ == 0) return false;
+  for (Row s{0}; s.index < m_.reqs_.capacity(); ++s.index) {
+    Request& q = m_.reqs_[s];
+    if (!q.active() || q.keep.held.empty()) continue;
+    for (auto it = q.keep.held.rbegin(); it != q.keep.held.rend(); ++it) {
+      m_.rows_.drop(it->group, it->page, 0, 0);
+      forget(*it);
+      ++released_;
+    }
+    q.keep.held.clear();
+    std::fill(q.keep.held_in.begin(), q.keep.held_in.end(), 0);
+  }
+  m_.log(LogLevel::kDebug, "memory short: the pages held for retention were released");
+  return true;
 }
 
 }  // namespace kvmm::detail
