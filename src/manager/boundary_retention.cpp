@@ -129,31 +129,49 @@ void BoundaryRetention::forget(const HeldPage& h) { held_bytes_ -= m_.layout_.sm
 
 bool BoundaryRetention::hold(Row s, Request& q, GroupId g, std::uint64_t i) {
   const std::uint64_t bytes = m_.layout_.small_page_bytes(g);
-  if (bytes > budget_ - held_bytes_) return false;                  // held_bytes_ <= budget_ always
-  q.keep.held.push_back(HeldPage{g, m_.rows_.detach(g, s, i), i});  // keeps its reference until free
+  if (bytes > budget_ - held_bytes_) return false;                            // held_bytes_ <= budget_ always
+  q.keep.held.push_back(HeldPage{g, m_.rows_.detach(g, s, i), i, m_.step_});  // keeps its reference until free
   ++q.keep.held_in[g];
   held_bytes_ += bytes;
   return true;
 }
 
-// Released with time 0: the key is the page's own last use (release keeps the later of the
-// two), older than the prefix it was held for, at level 0, evicted before every higher
-// retention priority. Last held first, as at free.
-bool BoundaryRetention::release_under_pressure() {
-  if (held_bytes_ == 0) return false;
-  for (Row s{0}; s.index < m_.reqs_.capacity(); ++s.index) {
-    Request& q = m_.reqs_[s];
-    if (!q.active() || q.keep.held.empty()) continue;
-    for (auto it = q.keep.held.rbegin(); it != q.keep.held.rend(); ++it) {
-      m_.rows_.drop(it->group, it->page, 0, 0);
-      forget(*it);
-      ++released_;
-    }
-    q.keep.held.clear();
-    std::fill(q.keep.held_in.begin(), q.keep.held_in.end(), 0);
+// Oldest hold first, until `want` bytes went back: kOwn takes row self's list from its front
+// (held in step order), kAll sorts every request's holds by step. Released at time 0 (the
+// key is the page's own last use: release keeps the later of the two) and level 0, so the
+// retried allocate evicts them before any other cached page; still cached until then.
+std::uint64_t BoundaryRetention::release_under_pressure(Row self, std::uint64_t want) {
+  const RetentionRelease mode = m_.options_.retention_release;
+  if (held_bytes_ == 0 || mode == RetentionRelease::kOff) return 0;
+  cand_.clear();
+  const bool own = mode == RetentionRelease::kOwn;
+  for (Row s{own ? self.index : 0}; s.index < (own ? self.index + 1 : m_.reqs_.capacity()); ++s.index) {
+    const Request& q = m_.reqs_[s];
+    if (!q.active()) continue;
+    for (std::uint32_t k = 0; k < q.keep.held.size(); ++k) cand_.push_back({q.keep.held[k].step, s.index, k});
   }
-  m_.log(LogLevel::kDebug, "memory short: the pages held for retention were released");
-  return true;
+  if (mode == RetentionRelease::kAll)
+    std::stable_sort(cand_.begin(), cand_.end(),
+                     [](const Candidate& a, const Candidate& b) { return a.step < b.step; });
+  std::uint64_t done = 0;
+  std::size_t n = 0;
+  for (; n < cand_.size() && done < want; ++n) {
+    Request& q = m_.reqs_[Row{cand_[n].row}];
+    HeldPage& h = q.keep.held[cand_[n].k];
+    m_.rows_.drop(h.group, h.page, 0, 0);
+    done += m_.layout_.small_page_bytes(h.group);
+    forget(h);
+    --q.keep.held_in[h.group];
+    h.page = kNullPage;  // erased below, once per row
+    ++released_;
+  }
+  cand_.resize(n);  // the released ones: erase them from each row's list once
+  std::sort(cand_.begin(), cand_.end(), [](const Candidate& a, const Candidate& b) { return a.row < b.row; });
+  for (std::size_t k = 0; k < n; ++k)
+    if (k == 0 || cand_[k].row != cand_[k - 1].row)
+      std::erase_if(m_.reqs_[Row{cand_[k].row}].keep.held, [](const HeldPage& h) { return h.page == kNullPage; });
+  if (done > 0) m_.log(LogLevel::kDebug, "memory short: {} bytes held for retention released", done);
+  return done;
 }
 
 }  // namespace kvmm::detail

@@ -61,7 +61,7 @@ void Model::op_refuse() {
   const std::uint64_t evicted = evictions;
   REQUIRE_FALSE(kv_.allocate(r, 1u << 20));
   // Nothing changed but, if pages were held for retention, their release (pressure).
-  const bool released = released_held();
+  const bool released = released_held(r);
   take_events();
   settle_released();
   REQUIRE(evictions == evicted);
@@ -82,6 +82,7 @@ void Model::op_reset(RequestId r) {
   ++resets;
   RefRequest& q = reqs_[r];
   q.swapped = false;
+  q.admitted = false;
   for (GroupId g = 0; g < ng_; ++g) {
     q.registered[g] = 0;
     REQUIRE(kv_.page_table(r, g).empty());
@@ -109,6 +110,7 @@ void Model::lookup(RequestId r, bool pin) {
   for (GroupId g = 0; g < ng_; ++g) REQUIRE(kv_.page_table(r, g).empty());
   if (!pin) return;
   REQUIRE(kv_.allocate(r, 0));
+  reqs_[r].admitted = true;
   // The hit maps exactly the pages the policies require, the rest is null.
   const auto h4 = chain(reqs_[r], 4, hasher_), h8 = chain(reqs_[r], 8, hasher_);
   const std::uint64_t lo[kMaxGroups] = {0, (got > kWindow ? got - kWindow : 0) / 4, got >= 8 ? got / 8 - 1 : 0, 0};
@@ -166,8 +168,9 @@ void Model::op_step(RequestId r) {
   // become (those held and used by nothing else, hashed), the bound must hold as well.
   std::vector<std::uint32_t> held_refs[kMaxGroups];
   for (GroupId g = 0; g < ng_; ++g) held_refs[g].assign(pages(g), 0);
-  for (const auto& [o, oq] : reqs_)
-    for (const auto& [g, p] : oq.held) ++held_refs[g][p];
+  for (const auto& [o, oq] : reqs_)  // those retention_release may release: a running r's only
+    if (q.admitted && (release_ == RetentionRelease::kAll || (release_ == RetentionRelease::kOwn && o == r)))
+      for (const auto& [g, p] : oq.held) ++held_refs[g][p];
   std::uint64_t reclaimable = 0, reclaimable_released = 0;
   for (std::uint32_t lp = 0; lp < kv_.large_pages().capacity(); ++lp) {
     const GroupId h = kv_.large_pages().owner(LargePageId{lp});
@@ -188,9 +191,10 @@ void Model::op_step(RequestId r) {
   const Snap s = snap();
   const std::uint64_t evicted = evictions;
   const bool ok = static_cast<bool>(kv_.allocate(r, n, lookahead));
-  const bool released = released_held();
+  const bool released = released_held(r);
   take_events();
   settle_released();
+  if (released) REQUIRE(q.admitted);
   if (released) REQUIRE_FALSE(must_fit);  // only when memory as it stood could not serve it
   if (!ok) {
     ++failures;
@@ -215,6 +219,7 @@ void Model::op_step(RequestId r) {
     }
     return;
   }
+  q.admitted = true;
   // Copy-on-write: each copy replaced a shared page at the write position.
   for (const PageCopy& c : kv_.copies()) {
     ++cows;

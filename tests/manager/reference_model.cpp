@@ -13,7 +13,7 @@
 namespace kvmm::test {
 
 Model::Model(std::uint64_t seed, std::uint32_t large_pages, int layout, std::uint32_t learned, std::uint32_t tail,
-             const BlockHashOptions& block_hash, bool pack, double budget)
+             const BlockHashOptions& block_hash, bool pack, double budget, RetentionRelease release)
     : rng_(seed),
       tail_(tail),
       hasher_(block_hash),
@@ -26,8 +26,10 @@ Model::Model(std::uint64_t seed, std::uint32_t large_pages, int layout, std::uin
                                   .prompt_tail_tokens = tail,
                                   .learned_tail_tokens = 0,  // the model holds the fixed tail
                                   .retention_budget = budget,
+                                  .retention_release = release,
                                   .block_hash = block_hash,
                                   .miss_reasons = 64}) {
+  release_ = release;
   budget_ = static_cast<std::uint64_t>(budget * static_cast<double>(large_pages) *
                                        static_cast<double>(kv_.layout().large_page_bytes()));
   ng_ = static_cast<GroupId>(kv_.layout().num_groups());
@@ -259,20 +261,32 @@ std::uint64_t Model::held_bytes() const {
   return b;
 }
 
-bool Model::released_held() {
-  bool had = false, has = false;
-  for (const auto& [r, q] : reqs_) {
-    had = had || !q.held.empty();
-    has = has || !kvmm::testing::ManagerInspector(kv_).held_pages(r).empty();
-  }
-  if (!had || has) return false;  // an allocate adds no held page: none released
-  ++pressure_releases;
+bool Model::released_held(RequestId r) {
   std::vector<std::pair<GroupId, PageId>> released;
-  for (auto& [r, q] : reqs_) {
-    released.insert(released.end(), q.held.begin(), q.held.end());
-    q.held.clear();
-    q.held_index.clear();
+  for (auto& [o, q] : reqs_) {
+    std::map<std::pair<GroupId, PageId>, std::uint32_t> now;  // what the manager still holds
+    for (const auto& gp : kvmm::testing::ManagerInspector(kv_).held_pages(o)) ++now[gp];
+    std::vector<std::pair<GroupId, PageId>> kept;
+    std::vector<std::uint64_t> kept_index;
+    for (std::size_t k = 0; k < q.held.size(); ++k) {
+      if (auto it = now.find(q.held[k]); it != now.end() && it->second > 0) {
+        --it->second;
+        kept.push_back(q.held[k]);
+        kept_index.push_back(q.held_index[k]);
+      } else {
+        released.push_back(q.held[k]);
+      }
+    }
+    REQUIRE(kept.size() == kvmm::testing::ManagerInspector(kv_).held_pages(o).size());  // an allocate holds nothing new
+    if (kept.size() == q.held.size()) continue;
+    // Only as retention_release says: the allocating request's own (kOwn) or anyone's (kAll).
+    REQUIRE(release_ != RetentionRelease::kOff);
+    if (release_ == RetentionRelease::kOwn) REQUIRE(o == r);
+    q.held = std::move(kept);
+    q.held_index = std::move(kept_index);
   }
+  if (released.empty()) return false;
+  ++pressure_releases;
   // Evictable once released (cached then, perhaps by a hand-over from another released
   // page): no holder before the operation but the holds.
   std::map<std::pair<GroupId, PageId>, std::uint32_t> times;

@@ -24,7 +24,8 @@ namespace kvmm::test {
 class Model {
  public:
   Model(std::uint64_t seed, std::uint32_t large_pages, int layout = 0, std::uint32_t learned = 0,
-        std::uint32_t tail = 0, const BlockHashOptions& block_hash = {}, bool pack = true, double budget = 0.25);
+        std::uint32_t tail = 0, const BlockHashOptions& block_hash = {}, bool pack = true, double budget = 0.25,
+        RetentionRelease release = RetentionRelease::kOwn);
 
   void run(int ops);
 
@@ -84,10 +85,11 @@ class Model {
   // Bytes of the pages the model's requests hold for retention (the manager's bound:
   // budget_). O(held pages).
   std::uint64_t held_bytes() const;
-  // After an allocate: whether it released every held page (retention under pressure).
-  // Then the model's held pages go, and those nothing else used may be evicted (or hand
-  // their hash over to a copy) in the allocate's events. O(held pages + requests).
-  bool released_held();
+  // After r's allocate: whether it released held pages (retention under pressure: r's own
+  // with kOwn, anyone's with kAll, none with kOff). Then those leave the model's holds,
+  // and those nothing else used may be evicted (or hand their hash over to a copy) in the
+  // allocate's events. O(held pages log + requests).
+  bool released_held(RequestId r);
   // After the allocate's events: the released pages still cached are evictable for the
   // rest of the operation (a commit's page with the same content may take one over).
   void settle_released();
@@ -120,7 +122,8 @@ class Model {
   int op_index_ = 0;
   RequestId last_added_ = 0;
   const char* last_op_ = "";
-  std::uint64_t budget_ = 0;  // KVCacheManagerOptions::retention_budget of the pool's bytes
+  std::uint64_t budget_ = 0;                           // KVCacheManagerOptions::retention_budget of the pool's bytes
+  RetentionRelease release_ = RetentionRelease::kOwn;  // KVCacheManagerOptions::retention_release
 };
 
 }  // namespace kvmm::test

@@ -1,9 +1,10 @@
 // Memory held for retention (issue 34 item 2): bounded by
 // KVCacheManagerOptions::retention_budget, counted in counters().retention_bytes and
-// prometheus_text, and released before anything else when a running request's allocate
-// cannot be served otherwise (an admission refused leaves it held): the held pages are
-// evicted first and the ordinary cached pages the allocate does not need survive. The randomized model test checks the bound and the release at
-// every operation (reference_model.cpp).
+// prometheus_text, and released when a running request's allocate cannot be served
+// otherwise (retention_release: its own held pages by default, anyone's with kAll; an
+// admission refused leaves them held): the held pages are evicted first and the ordinary
+// cached pages the allocate does not need survive. The randomized model test checks the
+// bound and the release at every operation (reference_model.cpp).
 #include "kvmm/manager/kv_cache_manager.hpp"
 #include "kvmm/manager/metrics.hpp"
 #include "kvmm/testing/manager_inspector.hpp"
@@ -30,12 +31,13 @@ KVLayout layout() {
       {LayerGroup::full_attention("full", 1, 1, 8, 2, 1), LayerGroup::sliding_window("sw", 1, 1, 8, 2, 1, 2)});
 }
 
-KVCacheManager manager(double budget) {
+KVCacheManager manager(double budget, RetentionRelease release = RetentionRelease::kAll) {
   return KVCacheManager(layout(), {.num_large_pages = kLargePages,
                                    .max_requests = 4,
                                    .learned_boundaries = 0,
                                    .prompt_tail_tokens = 0,
-                                   .retention_budget = budget});
+                                   .retention_budget = budget,
+                                   .retention_release = release});
 }
 
 // Request a: 4 prompt tokens with boundaries 2 and 4, then 2 decoded: its window pages of
@@ -69,7 +71,7 @@ void run_b(KVCacheManager& kv) {
 
 }  // namespace
 
-TEST_CASE("pages held for retention are released and evicted first when an allocate needs their memory",
+TEST_CASE("with kAll, pages held for retention are released and evicted first when an allocate needs their memory",
           "[manager][retention][pressure]") {
   KVCacheManager kv = manager(0.25);
   const testing::ManagerInspector in(kv);
@@ -118,7 +120,7 @@ TEST_CASE("pages held for retention are released and evicted first when an alloc
   CHECK(in.cache_boundaries(a) == std::vector<std::uint64_t>{2, 4});
 }
 
-TEST_CASE("an allocate that fails even without retention leaves it released and changes nothing else",
+TEST_CASE("with kAll, an allocate that fails even without retention leaves it released and changes nothing else",
           "[manager][retention][pressure]") {
   KVCacheManager kv = manager(0.25);
   const testing::ManagerInspector in(kv);
@@ -136,6 +138,35 @@ TEST_CASE("an allocate that fails even without retention leaves it released and 
   CHECK(kv.counters().retention_released_pages == 4);
   CHECK(kv.stats().groups[kSw].evictable_pages == 5);  // still cached, with token 4's
   kv.check_invariants();
+}
+
+TEST_CASE("by default a running request's refused allocate releases its own held pages, never another's",
+          "[manager][retention][pressure]") {
+  for (const RetentionRelease release : {RetentionRelease::kOwn, RetentionRelease::kOff}) {
+    INFO("release " << static_cast<int>(release));
+    KVCacheManager kv = manager(0.25, release);
+    const testing::ManagerInspector in(kv);
+    const RequestId a = run_a(kv);
+    REQUIRE(in.held_pages(a).size() == 4);
+    run_b(kv);  // 5 ordinary cached pages, nothing free
+    // c, running, needs 6 pages: only a's held pages could make room; they are not c's.
+    kv.begin_step();
+    const RequestId c = kv.add_request(std::vector<std::uint32_t>{90, 91, 92});
+    REQUIRE(kv.lookup_prefix(c) == 0);
+    REQUIRE(kv.allocate(c, 0));
+    CHECK_FALSE(kv.would_allocate(c, 3));
+    CHECK(kv.allocate(c, 3).kind == AllocateStatus::kNoMemory);
+    CHECK(in.held_pages(a).size() == 4);
+    CHECK(kv.counters().retention_released_pages == 0);
+    // a needs 8 pages (4 tokens, both groups): the 5 cached and its own 4 held make 9.
+    const bool fits = kv.would_allocate(a, 4);
+    CHECK(fits == (release == RetentionRelease::kOwn));
+    CHECK(static_cast<bool>(kv.allocate(a, 4)) == fits);
+    CHECK(in.held_pages(a).size() == (fits ? 0u : 4u));
+    CHECK(kv.counters().retention_released_pages == (fits ? 4u : 0u));
+    CHECK(kv.counters().retention_bytes == (fits ? 0 : 4 * kv.layout().small_page_bytes(kSw)));
+    kv.check_invariants();
+  }
 }
 
 TEST_CASE("retention_budget bounds the memory held for retention", "[manager][retention][pressure]") {
@@ -164,4 +195,7 @@ TEST_CASE("retention_budget outside [0, 1] is refused with its value", "[manager
     CHECK(e.find("must be in [0, 1]") != std::string::npos);
   }
   CHECK(error_of([] { manager(1.0); }) == "no error");
+  const std::string e = error_of([] { manager(0.25, static_cast<RetentionRelease>(3)); });
+  CHECK(e == "retention_release = 3: must be kOff, kOwn or kAll");
+  CHECK(KVCacheManagerOptions{}.retention_release == RetentionRelease::kOwn);
 }

@@ -37,6 +37,14 @@ class TierAdmission;
 
 enum class LogLevel : std::uint8_t { kDebug, kInfo, kWarning };
 
+// KVCacheManagerOptions::retention_release: which pages held for retention a running
+// request's refused allocate releases before it refuses.
+enum class RetentionRelease : std::uint8_t {
+  kOff,  // none: held pages stay until their request ends (kvmm before issue 34)
+  kOwn,  // the refused request's own
+  kAll,  // any request's
+};
+
 struct KVCacheManagerOptions {
   std::uint32_t num_large_pages = 0;       // device pool
   std::uint32_t num_host_large_pages = 0;  // host pool of the same layout, for swap_out
@@ -114,20 +122,24 @@ struct KVCacheManagerOptions {
   // The bound on memory held for retention (issue 34): the pages requests hold past their
   // windows for cache boundaries (hinted, learned, prompt tails: window pages and state
   // checkpoints) take at most this fraction of the device pool's bytes, all requests
-  // together; a page that would pass it is released as Jenga's rule releases it. Released
-  // under pressure before anything else: a running request's allocate (or would_allocate)
-  // that memory as it stands cannot serve first releases every held page into the evictor
-  // (still cached, at the lowest retention level, keyed by its last use) and tries once
-  // more, so retention never makes an engine preempt. An admission refused leaves them
-  // held (the request waits; releasing for every refused queue head undid retention in
-  // kvmm-sim: Gemma-2 arXiv-QA 71.9% -> 45.6% first-admission hits). What it costs per request: at
-  // most the pages a hit at each of its boundaries needs (one window, or one state
-  // checkpoint, per boundary) plus those of the prompt tail (~2 x prompt_tail_tokens, or
-  // up to learned_tail_tokens, of window tokens per windowed group) while it runs, and
-  // this fraction overall; O(1) per page held, O(held pages) per release.
+  // together; a page that would pass it is released as Jenga's rule releases it (O(1) per
+  // page). What it costs per request: at most the pages a hit at each of its boundaries
+  // needs (one window, or one state checkpoint, per boundary) plus those of the prompt
+  // tail (up to learned_tail_tokens of window tokens per windowed group) while it runs; in
+  // kvmm-sim every request together held 2-7% of the pool at peak (Gemma-3 agentic 17%),
+  // so 0.25 never bound (docs/manager.md's retention section).
   // counters().retention_bytes is what is held now. Must be in [0, 1] (0: nothing held,
   // Jenga's rule), else kvmm::Error.
   double retention_budget = 0.25;
+  // Which held pages a running request's refused allocate (or would_allocate) releases
+  // before it answers kNoMemory (the engine would preempt): kOwn (default) its own, kAll
+  // any request's, oldest hold first, as many as the allocation needs, then it tries again
+  // (O(held pages); kAll O(H log H)). Released pages stay cached, evicted before any other.
+  // kAll costs arXiv-QA 30% more steps (Gemma-2: 2,276 -> 2,992, hits 71.9% -> 52.0%):
+  // the few held pages are the articles' windows, worth more than a preempted request;
+  // kOwn costs no kvmm-sim row more than 0.3% steps. counters().retention_released_pages
+  // counts them. Else kvmm::Error.
+  RetentionRelease retention_release = RetentionRelease::kOwn;
   // The function behind the block hashes (the prefix cache's keys, KV events' hashes, tier
   // keys): XXH3-128 (default, fastest), SHA-256 or keyed BLAKE2b (a per-deployment secret
   // key), for every page or only salted requests' (block_hasher.hpp; what each guarantees:
@@ -222,30 +234,29 @@ struct CacheStats {
 // attempts of a blocked queue head, which a scheduler repeats every step: hit rates over
 // admitted requests do not count a prompt once per retry.
 struct ManagerCounters {
-  std::uint64_t lookups = 0;                 // kvmm_lookups_total: lookup_prefix calls
-  std::uint64_t lookup_tokens = 0;           // kvmm_lookup_tokens_total: prompt tokens looked up
-  std::uint64_t hit_tokens = 0;              // kvmm_hit_tokens_total: tokens those lookups hit
-  std::uint64_t admissions = 0;              // kvmm_admissions_total: first successful allocates
-  std::uint64_t admitted_lookup_tokens = 0;  // kvmm_admitted_lookup_tokens_total
-  std::uint64_t admitted_hit_tokens = 0;     // kvmm_admitted_hit_tokens_total
-  std::uint64_t refused_admissions = 0;      // kvmm_refused_admissions_total: first allocates refused
-  std::uint64_t refused_allocations = 0;     // kvmm_refused_allocations_total: every refused allocate
-  std::uint64_t lost_hits = 0;               // kvmm_lost_hits_total: hits evicted before their allocate
-  std::uint64_t cow_copies = 0;              // kvmm_cow_copies_total
-  std::uint64_t swapped_out_pages = 0;       // kvmm_swapped_out_pages_total
-  std::uint64_t swapped_in_pages = 0;        // kvmm_swapped_in_pages_total
-  std::uint64_t evicted_pages = 0;           // kvmm_evicted_pages_total (every group)
-  std::uint64_t tier_hit_tokens = 0;         // kvmm_tier_hit_tokens_total: tokens extend_prefix added
-  std::uint64_t tier_loaded_pages = 0;       // kvmm_tier_loaded_pages_total: loads finished kOk
-  std::uint64_t tier_failed_pages = 0;       // kvmm_tier_failed_pages_total: loads finished otherwise
-  std::uint64_t tier_cut_tokens = 0;         // kvmm_tier_cut_tokens_total: hit tokens a failed load cut
-  std::uint64_t retention_released_pages =
-      0;                                  // kvmm_retention_released_pages_total: held pages released under pressure
-  std::uint64_t retention_bytes = 0;      // kvmm_retention_bytes (gauge): bytes of pages held for retention now
-  std::uint32_t active_requests = 0;      // kvmm_active_requests (gauge)
-  std::uint32_t free_large_pages = 0;     // kvmm_free_large_pages (gauge)
-  std::uint32_t large_pages = 0;          // kvmm_large_pages (gauge)
-  std::vector<std::uint32_t> used_pages;  // kvmm_used_pages{group="name"} (gauge)
+  std::uint64_t lookups = 0;                   // kvmm_lookups_total: lookup_prefix calls
+  std::uint64_t lookup_tokens = 0;             // kvmm_lookup_tokens_total: prompt tokens looked up
+  std::uint64_t hit_tokens = 0;                // kvmm_hit_tokens_total: tokens those lookups hit
+  std::uint64_t admissions = 0;                // kvmm_admissions_total: first successful allocates
+  std::uint64_t admitted_lookup_tokens = 0;    // kvmm_admitted_lookup_tokens_total
+  std::uint64_t admitted_hit_tokens = 0;       // kvmm_admitted_hit_tokens_total
+  std::uint64_t refused_admissions = 0;        // kvmm_refused_admissions_total: first allocates refused
+  std::uint64_t refused_allocations = 0;       // kvmm_refused_allocations_total: every refused allocate
+  std::uint64_t lost_hits = 0;                 // kvmm_lost_hits_total: hits evicted before their allocate
+  std::uint64_t cow_copies = 0;                // kvmm_cow_copies_total
+  std::uint64_t swapped_out_pages = 0;         // kvmm_swapped_out_pages_total
+  std::uint64_t swapped_in_pages = 0;          // kvmm_swapped_in_pages_total
+  std::uint64_t evicted_pages = 0;             // kvmm_evicted_pages_total (every group)
+  std::uint64_t tier_hit_tokens = 0;           // kvmm_tier_hit_tokens_total: tokens extend_prefix added
+  std::uint64_t tier_loaded_pages = 0;         // kvmm_tier_loaded_pages_total: loads finished kOk
+  std::uint64_t tier_failed_pages = 0;         // kvmm_tier_failed_pages_total: loads finished otherwise
+  std::uint64_t tier_cut_tokens = 0;           // kvmm_tier_cut_tokens_total: hit tokens a failed load cut
+  std::uint64_t retention_released_pages = 0;  // kvmm_retention_released_pages_total: by pressure
+  std::uint64_t retention_bytes = 0;           // kvmm_retention_bytes (gauge): held for retention now
+  std::uint32_t active_requests = 0;           // kvmm_active_requests (gauge)
+  std::uint32_t free_large_pages = 0;          // kvmm_free_large_pages (gauge)
+  std::uint32_t large_pages = 0;               // kvmm_large_pages (gauge)
+  std::vector<std::uint32_t> used_pages;       // kvmm_used_pages{group="name"} (gauge)
   std::vector<std::uint32_t> evictable_pages;  // kvmm_evictable_pages{group="name"} (gauge)
   // With KVCacheManagerOptions::miss_reasons, per MissReason: kvmm_lookup_stops_total{reason}
   // (lookups whose hit stopped for it) and kvmm_missed_tokens_total{reason} (limit - hit).
@@ -262,11 +273,11 @@ struct TokenRange {
 };
 
 // What allocate did. kOk: the pages are there. kNoMemory: refused, nothing changed (free,
-// preempt or wait) but, for a running request, the pages held for retention, released
-// first (still cached, no page table changed: KVCacheManagerOptions::retention_budget). kHitLost: the first
-// allocate found pages of its lookup's hit evicted by other requests' allocations since
-// lookup_prefix; nothing changed, and the engine resets the request and looks it up
-// again (a normal path, counted as lost_hits).
+// preempt or wait) but, for a running request, pages held for retention released first
+// (still cached, no page table changed: KVCacheManagerOptions::retention_release).
+// kHitLost: the first allocate found pages of its lookup's hit evicted by other requests'
+// allocations since lookup_prefix; nothing changed, and the engine resets the request
+// and looks it up again (a normal path, counted as lost_hits).
 enum class AllocateStatus : std::uint8_t { kOk, kNoMemory, kHitLost };
 std::string_view to_string(AllocateStatus status);  // "ok", "no_memory", "hit_lost"
 
@@ -358,7 +369,7 @@ class KVCacheManager {
   // false also where the hit was evicted since lookup_prefix (allocate would return
   // kHitLost). Not for a pending tier hit nor with a large_page_source. Cost: allocate's
   // check (+ O(hit pages)). Where only memory held for retention stands in the way, it is
-  // released as allocate would release it (the pages stay cached; retention_budget).
+  // released as allocate would release it (the pages stay cached; retention_release).
   bool would_allocate(RequestId r, std::uint32_t num_new_tokens, std::uint32_t lookahead = 0);
   // Tokens [0, num_computed_tokens) now hold KV: full pages become cached, pages out of
   // every policy's need are released. Raises kvmm::Error past the allocated tokens, and for
