@@ -228,6 +228,8 @@ void bind_stats(py::module_& m) {
       .def_readonly("swapped_out_pages", &ManagerCounters::swapped_out_pages)
       .def_readonly("swapped_in_pages", &ManagerCounters::swapped_in_pages)
       .def_readonly("evicted_pages", &ManagerCounters::evicted_pages)
+      .def_readonly("retention_released_pages", &ManagerCounters::retention_released_pages)
+      .def_readonly("retention_bytes", &ManagerCounters::retention_bytes)
       .def_readonly("active_requests", &ManagerCounters::active_requests)
       .def_readonly("free_large_pages", &ManagerCounters::free_large_pages)
       .def_readonly("large_pages", &ManagerCounters::large_pages)
