@@ -9,6 +9,7 @@
 // keyed BLAKE2b for salted requests only, the prompt unsalted: XXH3-128's cost).
 // BM_LookupCached128kMissReasons: BM_LookupCached128k with the miss reasons on.
 #include "kvmm/manager/kv_cache_manager.hpp"
+#include "lookup_timing.hpp"
 
 #include <benchmark/benchmark.h>
 
@@ -21,20 +22,9 @@ using namespace kvmm;
 
 constexpr std::uint32_t kTokens = 128 * 1024;
 
-// The timed part: add_request + lookup_prefix + allocate(r, 0) of the cached prompt.
+// The timed part (lookup_timing.hpp); every page but the last, partial one is hit.
 void time_lookups(benchmark::State& state, KVCacheManager& kv, const std::vector<std::uint32_t>& tokens) {
-  std::uint64_t hit = 0;
-  for (auto _ : state) {
-    const RequestId r = kv.add_request(tokens);
-    hit = kv.lookup_prefix(r);
-    if (!kv.allocate(r, 0)) state.SkipWithError("admission refused");
-    benchmark::DoNotOptimize(hit);
-    state.PauseTiming();
-    kv.free(r);
-    state.ResumeTiming();
-  }
-  if (hit != kTokens - 16) state.SkipWithError("prompt not fully hit");
-  state.counters["hit_tokens"] = static_cast<double>(hit);
+  if (kvmm::bench::time_lookups(state, kv, tokens) != kTokens - 16) state.SkipWithError("prompt not fully hit");
 }
 
 // Prefills the 128k-token prompt once and frees it: every full page is cached.

@@ -7,6 +7,7 @@
 // 40 tokens in (the hit ends inside it, a copy planned), with arg 1 other cached pages
 // after the same parent page (siblings a lookup may have to tell apart); free() untimed.
 #include "kvmm/manager/kv_cache_manager.hpp"
+#include "lookup_timing.hpp"
 
 #include <benchmark/benchmark.h>
 
@@ -77,19 +78,9 @@ void BM_PartialLookup(benchmark::State& state) {
   std::vector<std::uint32_t> f = second;
   for (std::uint32_t i = 40; i < kP; ++i) f[i] = 9'000'000 + i;
   const std::vector<std::uint32_t> follower = with(f);
-  std::uint64_t hit = 0;
-  for (auto _ : state) {
-    const RequestId r = kv.add_request(follower);
-    hit = kv.lookup_prefix(r);
-    if (!kv.allocate(r, 0)) state.SkipWithError("admission refused");
-    benchmark::DoNotOptimize(hit);
-    state.PauseTiming();
-    kv.free(r);
-    state.ResumeTiming();
-  }
+  const std::uint64_t hit = kvmm::bench::time_lookups(state, kv, follower);
   const std::uint64_t want = unit == 0 ? kP : kP + 40 / unit * unit;
   if (hit != want) state.SkipWithError("unexpected hit length");
-  state.counters["hit_tokens"] = static_cast<double>(hit);
 }
 BENCHMARK(BM_PartialLookup)->ArgsProduct({{0, 16, 4, 1}, {0, 64}})->Unit(benchmark::kMicrosecond);
 

@@ -15,8 +15,13 @@ template <typename T, int D, typename Addr, bool kTileInPage, int kStages, bool 
 void launch_instance(const device::AttnArgs& a, const Addr& kv, dim3 grid, cudaStream_t s) {
   constexpr std::uint32_t bytes = device::tc_smem_bytes<D, kStages, kSwap, kSub>();
   static const bool raised = [] {
-    cudaFuncSetAttribute(device::tc_decode_kernel<T, D, Addr, kTileInPage, kStages, kSwap, kSub>,
-                         cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+    void (*kernel)(device::AttnArgs, Addr) = device::tc_decode_kernel<T, D, Addr, kTileInPage, kStages, kSwap, kSub>;
+    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+    // The whole unified L1 as shared memory: the rings are sized for 3 CTAs per SM at D 128
+    // (tc_smem_bytes), which the driver's default split of L1 does not give (the H200 run of
+    // 2026-11-28 showed 4 resident warps per SM, one CTA). The L1 cache left over is unused
+    // by this kernel: its K/V loads are cp.async.cg, which bypass L1.
+    cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
     return true;
   }();
   (void)raised;

@@ -172,8 +172,14 @@ TEST_CASE("tensor-core decode on the GPU: head dim 256, rings of 3 and 4 stages,
     const auto two = d.run_paged(splits, true);
     CHECK(max_rel_error(c.dtype, two, widen(c.dtype, ref), 1e-2) <= 4.0 * unit_roundoff(c.dtype));
     if (c.head_dim == 128) {
-      CHECK(d.run_paged(splits, true, nullptr, 3) == two);
-      CHECK(d.run_paged(splits, false, nullptr, 4) == two);
+      // Groups of at most 8 take 32-token warp tiles at 2 stages and 16-token ones at 3 and
+      // 4 (tc_sub), another summation order: the same bound, bit-equal only for group 16.
+      const auto three = d.run_paged(splits, true, nullptr, 3);
+      const auto four = d.run_paged(splits, false, nullptr, 4);
+      CHECK(max_rel_error(c.dtype, three, widen(c.dtype, ref), 1e-2) <= 4.0 * unit_roundoff(c.dtype));
+      CHECK(max_rel_error(c.dtype, four, widen(c.dtype, ref), 1e-2) <= 4.0 * unit_roundoff(c.dtype));
+      CHECK(three == four);
+      if (c.group > 8) CHECK(three == two);
     } else {
       CHECK_THROWS_AS(d.run_paged(splits, true, nullptr, 3), Error);
     }
