@@ -137,7 +137,8 @@ struct KVCacheManagerOptions {
   // (O(held pages); kAll O(H log H)). Released pages stay cached, evicted before any other.
   // kAll costs arXiv-QA 30% more steps (Gemma-2: 2,276 -> 2,992, hits 71.9% -> 52.0%):
   // the few held pages are the articles' windows, worth more than a preempted request;
-  // kOwn costs no kvmm-sim row more than 0.3% steps. counters().retention_released_pages
+  // kOwn costs no row of sim.md's tables more than 0.3% steps (the MTP hybrid's chat at
+  // 8 GiB: 1.6 points of hits over 8 seeds, docs/manager.md). counters().retention_released_pages
   // counts them. Else kvmm::Error.
   RetentionRelease retention_release = RetentionRelease::kOwn;
   // The function behind the block hashes (the prefix cache's keys, KV events' hashes, tier
