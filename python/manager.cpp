@@ -151,11 +151,23 @@ BlockHashOptions block_hash_from(const py::object& v) {
   throw py::value_error("block_hash function = '" + f + "': expected 'xxh3-128', 'sha256' or 'blake2b-keyed'");
 }
 
+const char* retention_release_name(RetentionRelease r) {
+  return r == RetentionRelease::kOwn ? "own" : r == RetentionRelease::kAll ? "all" : "off";
+}
+
+RetentionRelease retention_release_from(const std::string& s) {
+  if (s == "own") return RetentionRelease::kOwn;
+  if (s == "all") return RetentionRelease::kAll;
+  if (s == "off") return RetentionRelease::kOff;
+  throw py::value_error("retention_release = '" + s + "': expected 'own', 'all' or 'off'");
+}
+
 KVCacheManagerOptions options_from(std::uint32_t num_large_pages, std::uint32_t num_host_large_pages,
                                    std::uint32_t max_requests, bool prefix_caching, bool record_events,
                                    const py::object& log, std::uint64_t seed, std::uint32_t learned_boundaries,
                                    std::uint32_t prompt_tail_tokens, bool record_kv_events,
-                                   const py::object& block_hash, std::uint32_t miss_reasons, std::uint32_t hit_unit) {
+                                   const py::object& block_hash, std::uint32_t miss_reasons, std::uint32_t hit_unit,
+                                   double retention_budget, const std::string& retention_release) {
   KVCacheManagerOptions o{.num_large_pages = num_large_pages,
                           .num_host_large_pages = num_host_large_pages,
                           .max_requests = max_requests,
@@ -167,6 +179,8 @@ KVCacheManagerOptions options_from(std::uint32_t num_large_pages, std::uint32_t 
   o.record_kv_events = record_kv_events;
   o.miss_reasons = miss_reasons;
   o.hit_unit = hit_unit;
+  o.retention_budget = retention_budget;
+  o.retention_release = retention_release_from(retention_release);
   o.block_hash = block_hash_from(block_hash);
   if (!log.is_none()) {
     if (!PyCallable_Check(log.ptr())) throw py::type_error("log: expected a callable(level: str, message: str)");
@@ -228,6 +242,8 @@ void bind_stats(py::module_& m) {
       .def_readonly("swapped_out_pages", &ManagerCounters::swapped_out_pages)
       .def_readonly("swapped_in_pages", &ManagerCounters::swapped_in_pages)
       .def_readonly("evicted_pages", &ManagerCounters::evicted_pages)
+      .def_readonly("retention_released_pages", &ManagerCounters::retention_released_pages)
+      .def_readonly("retention_bytes", &ManagerCounters::retention_bytes)
       .def_readonly("active_requests", &ManagerCounters::active_requests)
       .def_readonly("free_large_pages", &ManagerCounters::free_large_pages)
       .def_readonly("large_pages", &ManagerCounters::large_pages)
@@ -484,25 +500,28 @@ void bind_manager(py::module_& m) {
   bind_stats(m);
   const KVCacheManagerOptions d;
   py::class_<Manager> c(m, "KVCacheManager", "What a scheduler calls each step (see docs/python.md)");
-  c.def(
-      py::init([](const KVLayout& layout, std::uint32_t num_large_pages, std::uint32_t num_host_large_pages,
-                  std::uint32_t max_requests, bool prefix_caching, bool record_events, const py::object& log,
-                  std::uint64_t seed, const py::object& arena, std::uint32_t learned_boundaries,
-                  std::uint32_t prompt_tail_tokens, bool record_kv_events, const py::object& block_hash,
-                  std::uint32_t miss_reasons, std::uint32_t hit_unit) {
-        if (!arena.is_none() && !py::isinstance<Arena>(arena)) throw py::type_error("arena: expected a kvmm.Arena");
-        return std::make_unique<Manager>(
-            layout,
-            options_from(num_large_pages, num_host_large_pages, max_requests, prefix_caching, record_events, log, seed,
-                         learned_boundaries, prompt_tail_tokens, record_kv_events, block_hash, miss_reasons, hit_unit),
-            arena);
-      }),
-      py::arg("layout"), py::kw_only(), py::arg("num_large_pages") = 0, py::arg("num_host_large_pages") = 0,
-      py::arg("max_requests") = d.max_requests, py::arg("prefix_caching") = d.prefix_caching,
-      py::arg("record_events") = d.record_events, py::arg("log") = py::none(), py::arg("seed") = d.seed,
-      py::arg("arena") = py::none(), py::arg("learned_boundaries") = d.learned_boundaries,
-      py::arg("prompt_tail_tokens") = d.prompt_tail_tokens, py::arg("record_kv_events") = d.record_kv_events,
-      py::arg("block_hash") = py::none(), py::arg("miss_reasons") = d.miss_reasons, py::arg("hit_unit") = d.hit_unit);
+  c.def(py::init([](const KVLayout& layout, std::uint32_t num_large_pages, std::uint32_t num_host_large_pages,
+                    std::uint32_t max_requests, bool prefix_caching, bool record_events, const py::object& log,
+                    std::uint64_t seed, const py::object& arena, std::uint32_t learned_boundaries,
+                    std::uint32_t prompt_tail_tokens, bool record_kv_events, const py::object& block_hash,
+                    std::uint32_t miss_reasons, std::uint32_t hit_unit, double retention_budget,
+                    const std::string& retention_release) {
+          if (!arena.is_none() && !py::isinstance<Arena>(arena)) throw py::type_error("arena: expected a kvmm.Arena");
+          return std::make_unique<Manager>(
+              layout,
+              options_from(num_large_pages, num_host_large_pages, max_requests, prefix_caching, record_events, log,
+                           seed, learned_boundaries, prompt_tail_tokens, record_kv_events, block_hash, miss_reasons,
+                           hit_unit, retention_budget, retention_release),
+              arena);
+        }),
+        py::arg("layout"), py::kw_only(), py::arg("num_large_pages") = 0, py::arg("num_host_large_pages") = 0,
+        py::arg("max_requests") = d.max_requests, py::arg("prefix_caching") = d.prefix_caching,
+        py::arg("record_events") = d.record_events, py::arg("log") = py::none(), py::arg("seed") = d.seed,
+        py::arg("arena") = py::none(), py::arg("learned_boundaries") = d.learned_boundaries,
+        py::arg("prompt_tail_tokens") = d.prompt_tail_tokens, py::arg("record_kv_events") = d.record_kv_events,
+        py::arg("block_hash") = py::none(), py::arg("miss_reasons") = d.miss_reasons, py::arg("hit_unit") = d.hit_unit,
+        py::arg("retention_budget") = d.retention_budget,
+        py::arg("retention_release") = retention_release_name(d.retention_release));
   c.attr("MAX_TOKENS") = KVCacheManager::kMaxTokens;
   c.attr("MAX_REQUESTS") = KVCacheManager::kMaxRequests;
   bind_requests(c);

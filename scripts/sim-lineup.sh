@@ -103,10 +103,10 @@ then sit in large pages other requests still use, where no state can take them e
 (`KVCacheManagerOptions::pack_small_pages`): a page comes from the request's own large
 pages, then any free slot of the group, then the group's least recently used cached page
 if its large page holds a page in use, and only then from a fresh or evicted large page.
-One-group free falls to 0.02-0.13%, and kvmm takes fewer steps than vLLM's rule on every
+One-group free falls to 0.02-0.14%, and kvmm takes fewer steps than vLLM's rule on every
 hybrid run where memory binds (ShareGPT 11 GiB 6,761 against 6,960, 16 GiB 5,563 against
-5,723, chat 11 GiB 6,552 against 6,561) and ties where it does not (chat 16 GiB, with
-35.8% first-admission hits against vllm-0.33's 23.7%). Padding matters little next to it:
+5,723, chat 11 GiB 6,544 against 6,561) and ties where it does not (chat 16 GiB, with
+35.3% first-admission hits against vllm-0.33's 23.7%). Padding matters little next to it:
 the padded plan (`--fit-tokens-per-page off`) and the 76 MiB limit take 0-1.3% more
 steps than the default.
 The MLA and gpt-oss rows are about waste: one MLA group (DeepSeek-V3) pages exactly like

@@ -120,17 +120,23 @@ cat <<'MD'
 - **The MTP hybrid** is where vLLM's rule costs most: dropping the last block of a hit
   moves the hit below the checkpoint kvmm holds at the previous turn's end (the learned
   boundary), back to the last checkpoint on the 512-token grid, or to nothing. kvmm keeps
-  the whole hit: three to four times the first-admission hit rate and 5-35% less prefill
+  the whole hit: 2.9-3.6 times the first-admission hit rate and 5-35% less prefill
   on both traces at both budgets (both rows on kvmm's default plan of this model: 8-token
   attention and draft pages, one state page per large page; vLLM's dropped block is still
   the 16 tokens asked for). The MTP draft needs almost no recompute there (8 positions on
   chat: its pages are cached with the target's and keyed with the next token, which the
-  next turn has).
+  next turn has). Since issue 34 a running request's refused allocate releases its own
+  held retention pages (`retention_release = kOwn`): mtp-chat-8's kvmm row moved from
+  9.32% / 474,106 prefill / 2,295 steps (`--retention-release off` reproduces it) to the
+  row above (one held page released, then another admission order); over seeds 1-8
+  (`--seed`, commit 9f7ddc0) kOwn against off: 22,725 against 22,716 steps (+0.04%),
+  first-admission hits 12.45% against 14.02% (mean), prefill 3,948,966 against 3,901,739
+  (+1.2%); vllm-eagle 3.25% against 3.11%.
 - **EAGLE-3 with memory to spare** (24 GiB): kvmm hits the last block vLLM's rule drops
   (16 tokens per hit: small against chat and agentic prompts of thousands of tokens): a
   little more hit and 1-4% less prefill; a handful of draft positions recomputed.
 - **EAGLE-3 under pressure** (8 GiB, every session at step 0): kvmm and the baseline are
-  even. Over seeds 1-8 of eagle-chat-8 (same command with \`--seed\`, commit 59472d6): prefill
+  even. Over seeds 1-8 of eagle-chat-8 (same command with `--seed`, commit 59472d6): prefill
   3,792,182 against 3,791,277 tokens (+0.02%), first-admission hit 18.24% against 18.27%
   (mean), preemptions 247 against 237, steps 16,828 against 16,821; per seed kvmm preempts
   24-37 times, the baseline 27-34, each ahead on some seeds (seed 1, the row above: 37
@@ -143,7 +149,7 @@ cat <<'MD'
   were evicted first among pages of the same age, and 32 EAGLE pages share a 2 MiB large
   page, so each large page freed that way lost 512 draft positions whose target pages
   stayed cached, each recomputed at its next hit. A draft page now ages as its target's
-  (\`DraftRole::evict_sooner_steps\` > 0 restores the priority); the EAGLE rows recompute
+  (`DraftRole::evict_sooner_steps` > 0 restores the priority); the EAGLE rows recompute
   16-224 draft positions.
 - **Draft share of the cache** stays near the draft's share of the layout's bytes per token
   (EAGLE head: 1 of 33 layers, 3%) in both rows: with full-attention drafts nothing here

@@ -75,7 +75,27 @@ class KvmmPolicy final : public Policy {
     return out;
   }
 
-  void begin_step() override { kv_.begin_step(); }
+  std::string retention_line() const override {
+    if (!caching_) return {};
+    const ManagerCounters c = kv_.counters();
+    const double pool =
+        static_cast<double>(kv_.large_pages().capacity()) * static_cast<double>(kv_.layout().large_page_bytes());
+    return fmt::format(
+        "retention: held {:.2f} GB mean, {:.2f} GB peak ({:.1f}% of the pool); {} held pages released under pressure",
+        held_steps_ ? static_cast<double>(held_sum_) / static_cast<double>(held_steps_) / 1e9 : 0.0,
+        static_cast<double>(held_peak_) / 1e9, 100.0 * static_cast<double>(held_peak_) / pool,
+        c.retention_released_pages);
+  }
+
+  void begin_step() override {
+    kv_.begin_step();
+    if (caching_) {  // reporting only (retention_line)
+      const std::uint64_t held = kv_.counters().retention_bytes;
+      held_sum_ += held;
+      held_peak_ = std::max(held_peak_, held);
+      ++held_steps_;
+    }
+  }
 
   void add_request(std::uint32_t id, const SeqInfo& info) override {
     if (id >= reqs_.size()) reqs_.resize(std::size_t{id} + 1);
@@ -474,6 +494,8 @@ class KvmmPolicy final : public Policy {
     a.learned_boundaries = learn ? kLearnedBoundaryEntries : 0;
     a.prompt_tail_tokens = learn ? KVCacheManagerOptions{}.prompt_tail_tokens : 0;
     a.learned_tail_tokens = learn ? o.learned_tail : 0;
+    a.retention_budget = o.retention_budget;
+    a.retention_release = o.retention_release;
     a.miss_reasons = kMissReasonSlots;  // reporting only: no decision reads it
     a.hit_unit = o.hit_unit;
     // Unset: the manager's default for the model's layout, also for vllm-eagle, whose
@@ -610,6 +632,7 @@ class KvmmPolicy final : public Policy {
   mutable std::vector<std::vector<std::uint64_t>> stamp_;
   mutable std::vector<std::vector<std::uint64_t>> need_;
   mutable std::vector<std::pair<PageId, std::uint64_t>> front_;  // scratch of usage()
+  std::uint64_t held_sum_ = 0, held_peak_ = 0, held_steps_ = 0;  // retention_bytes per step (retention_line)
 };
 
 }  // namespace

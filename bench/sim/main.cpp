@@ -56,6 +56,12 @@ constexpr const char* kUsage = R"(usage: kvmm-sim --model PRESET|config.json --w
                       full-attention and sliding-window models of one page size only)
   --learned-tail N    kvmm: KVCacheManagerOptions::learned_tail_tokens (the prompt tail
                       that adapts to the suffixes seen; 0: off; default the manager's)
+  --retention-budget X
+                      kvmm: KVCacheManagerOptions::retention_budget, the bound on pages
+                      held for retention as a fraction of the pool (default 0.25)
+  --retention-release off|own|all
+                      kvmm: KVCacheManagerOptions::retention_release, which held pages a
+                      refused running request releases first (default own)
   --pack-small-pages on|off|auto
                       kvmm: KVCacheManagerOptions::pack_small_pages (default auto: on
                       unless the model has draft groups; off: Jenga's step order, a
@@ -145,6 +151,8 @@ int run(int argc, char** argv) {
   std::uint32_t hit_unit = 0;
   std::uint32_t slice = 0;                    // --slice-layers: 0 off, kSliceAuto
   std::optional<std::uint32_t> learned_tail;  // none: the manager's default
+  double retention_budget = kvmm::KVCacheManagerOptions{}.retention_budget;
+  kvmm::RetentionRelease retention_release = kvmm::KVCacheManagerOptions{}.retention_release;
   bool questions_given = false;
   std::vector<std::pair<std::string, std::uint32_t>> group_tpp;
   for (int i = 1; i < argc; ++i) {
@@ -194,6 +202,10 @@ int run(int argc, char** argv) {
       hit_unit = to_u32(a, parse_uint(a, v), 0);
     else if (a == "--learned-tail")
       learned_tail = to_u32(a, parse_uint(a, v), 0);
+    else if (a == "--retention-budget")
+      retention_budget = parse_double(a, v);
+    else if (a == "--retention-release")
+      retention_release = parse_retention_release(v);
     else if (a == "--boundaries")
       boundaries = parse_boundary_mode(v);
     else if (a == "--token-budget")
@@ -317,6 +329,8 @@ int run(int argc, char** argv) {
   if (pack_small_pages != "auto") po.pack_small_pages = pack_small_pages == "on";
   po.sparse_state_checkpoints = sparse_state_checkpoints;
   if (learned_tail) po.learned_tail = *learned_tail;
+  po.retention_budget = retention_budget;
+  po.retention_release = retention_release;
   po.tag_states = speculative > 0;
   po.max_model_len = 1;
   po.max_encoder_tokens = 1;
@@ -374,6 +388,7 @@ int run(int argc, char** argv) {
         if (m.lookups > 0) line += fmt::format(" {} {} ({} tok)", m.reason, m.lookups, m.tokens);
       fmt::print("{:<15}   misses:{}\n", "", line.empty() ? " none" : line);
     }
+    if (const std::string line = policy->retention_line(); !line.empty()) fmt::print("{:<15}   {}\n", "", line);
     csv_summary += fmt::format(
         "{},{},{},{},{:.4f},{:.4f},{},{:.3f},{:.4f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{:.6f},{},{:.3f},"
         "{:.6f},{}\n",

@@ -41,6 +41,13 @@ BoundaryMode parse_boundary_mode(std::string_view s) {
   fail("boundaries = '{}': unknown; known: none, hinted, learned, both", s);
 }
 
+RetentionRelease parse_retention_release(std::string_view s) {
+  if (s == "off") return RetentionRelease::kOff;
+  if (s == "own") return RetentionRelease::kOwn;
+  if (s == "all") return RetentionRelease::kAll;
+  fail("retention-release = '{}': unknown; known: off, own, all", s);
+}
+
 std::uint64_t needed_bytes(const LayerGroup& g, std::uint64_t T, std::uint64_t E) {
   switch (g.kind) {
     case LayerKind::kFullAttention:

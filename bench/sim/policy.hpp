@@ -85,6 +85,10 @@ class Policy {
     std::uint64_t lookups = 0, tokens = 0;
   };
   virtual std::vector<MissCount> miss_reasons() const { return {}; }
+  // kvmm: memory held for retention (KVCacheManager counters' retention_bytes sampled at
+  // every step: mean and peak) and the held pages released under pressure; empty for the
+  // block models.
+  virtual std::string retention_line() const { return {}; }
 
   // Speculative decoding (SchedulerOptions::speculative, docs/sim.md): a decode step's
   // allocation of num_new verified-to-be tokens plus `lookahead` draft tokens. Only
@@ -105,6 +109,7 @@ enum class BoundaryMode : std::uint8_t { kNone, kHinted, kLearned, kBoth };
 inline constexpr std::uint32_t kLearnedBoundaryEntries = 4096;
 // "none" | "hinted" | "learned" | "both"; raises kvmm::Error naming the value otherwise.
 BoundaryMode parse_boundary_mode(std::string_view s);
+RetentionRelease parse_retention_release(std::string_view s);  // off, own, all
 
 // The retention interval vllm-0.33-tuned uses unless told (chosen on arXiv-QA, docs/results/sim.md).
 inline constexpr std::uint32_t kTunedRetentionInterval = 4096;
@@ -135,6 +140,10 @@ struct PolicyOptions {
   std::uint32_t hit_unit = 0;
   // kvmm with learned boundaries: KVCacheManagerOptions::learned_tail_tokens.
   std::uint32_t learned_tail = KVCacheManagerOptions{}.learned_tail_tokens;
+  // kvmm: KVCacheManagerOptions::retention_budget and retention_release (the bound on pages
+  // held for retention and which of them a refused running request releases).
+  double retention_budget = KVCacheManagerOptions{}.retention_budget;
+  RetentionRelease retention_release = KVCacheManagerOptions{}.retention_release;
   // kvmm: the engine tags each tagged-checkpoint state at the verified count it holds
   // (KVCacheManager::tag_state after commit; speculative mode only, so runs without it
   // are unchanged).

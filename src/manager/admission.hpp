@@ -39,7 +39,10 @@ class Admission {
   void begin_backing(Row s);
   AllocateResult refused(RequestId r, const Request& q, std::uint32_t num_new_tokens);
   AllocateResult allocate_at(RequestId r, Row s, std::uint32_t num_new_tokens, std::uint32_t lookahead);
+  std::uint64_t need_bytes() const;
+  AllocateResult allocate_once(RequestId r, Row s, std::uint32_t num_new_tokens, std::uint32_t lookahead);
   bool would_allocate(RequestId r, std::uint32_t num_new_tokens, std::uint32_t lookahead);
+  bool would_allocate_once(RequestId r, std::uint32_t num_new_tokens, std::uint32_t lookahead);
 
  private:
   ManagerCore& m_;

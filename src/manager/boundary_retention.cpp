@@ -8,6 +8,12 @@
 
 namespace kvmm::detail {
 
+// The options and layout are the core's first members: set before this unit.
+BoundaryRetention::BoundaryRetention(ManagerCore& m)
+    : m_(m),
+      budget_(static_cast<std::uint64_t>(m.options_.retention_budget * static_cast<double>(m.options_.num_large_pages) *
+                                         static_cast<double>(m.layout_.large_page_bytes()))) {}
+
 void BoundaryRetention::update_anchor() {
   m_.anchor_ = kNoGroup;
   for (GroupId g = 0; g < m_.groups_.size() && m_.anchor_ == kNoGroup; ++g)
@@ -98,6 +104,7 @@ void BoundaryRetention::drop_tail(Request& q) {
     if (!tail_only(q.keep.held[k])) continue;
     m_.rows_.drop(q.keep.held[k].group, q.keep.held[k].page, m_.step_, q.prio);
     --q.keep.held_in[q.keep.held[k].group];
+    forget(q.keep.held[k]);
   }
   std::erase_if(q.keep.held, tail_only);
 }
@@ -110,10 +117,61 @@ void BoundaryRetention::note_end(const Request& q) {
 }
 
 void BoundaryRetention::release_held(Request& q) {
-  for (auto it = q.keep.held.rbegin(); it != q.keep.held.rend(); ++it)
+  for (auto it = q.keep.held.rbegin(); it != q.keep.held.rend(); ++it) {
     m_.rows_.drop(it->group, it->page, q.progress.last_step, q.prio);
+    forget(*it);
+  }
   q.keep.held.clear();
   std::fill(q.keep.held_in.begin(), q.keep.held_in.end(), 0);
+}
+
+void BoundaryRetention::forget(const HeldPage& h) { held_bytes_ -= m_.layout_.small_page_bytes(h.group); }
+
+bool BoundaryRetention::hold(Row s, Request& q, GroupId g, std::uint64_t i) {
+  const std::uint64_t bytes = m_.layout_.small_page_bytes(g);
+  if (bytes > budget_ - held_bytes_) return false;                            // held_bytes_ <= budget_ always
+  q.keep.held.push_back(HeldPage{g, m_.rows_.detach(g, s, i), i, m_.step_});  // keeps its reference until free
+  ++q.keep.held_in[g];
+  held_bytes_ += bytes;
+  return true;
+}
+
+// Oldest hold first, until `want` bytes went back: kOwn takes row self's list from its front
+// (held in step order), kAll sorts every request's holds by step. Released at time 0 (the
+// key is the page's own last use: release keeps the later of the two) and level 0, so the
+// retried allocate evicts them before any other cached page; still cached until then.
+std::uint64_t BoundaryRetention::release_under_pressure(Row self, std::uint64_t want) {
+  const RetentionRelease mode = m_.options_.retention_release;
+  if (held_bytes_ == 0 || mode == RetentionRelease::kOff) return 0;
+  cand_.clear();
+  const bool own = mode == RetentionRelease::kOwn;
+  for (Row s{own ? self.index : 0}; s.index < (own ? self.index + 1 : m_.reqs_.capacity()); ++s.index) {
+    const Request& q = m_.reqs_[s];
+    if (!q.active()) continue;
+    for (std::uint32_t k = 0; k < q.keep.held.size(); ++k) cand_.push_back({q.keep.held[k].step, s.index, k});
+  }
+  if (mode == RetentionRelease::kAll)
+    std::stable_sort(cand_.begin(), cand_.end(),
+                     [](const Candidate& a, const Candidate& b) { return a.step < b.step; });
+  std::uint64_t done = 0;
+  std::size_t n = 0;
+  for (; n < cand_.size() && done < want; ++n) {
+    Request& q = m_.reqs_[Row{cand_[n].row}];
+    HeldPage& h = q.keep.held[cand_[n].k];
+    m_.rows_.drop(h.group, h.page, 0, 0);
+    done += m_.layout_.small_page_bytes(h.group);
+    forget(h);
+    --q.keep.held_in[h.group];
+    h.page = kNullPage;  // erased below, once per row
+    ++released_;
+  }
+  cand_.resize(n);  // the released ones: erase them from each row's list once
+  std::sort(cand_.begin(), cand_.end(), [](const Candidate& a, const Candidate& b) { return a.row < b.row; });
+  for (std::size_t k = 0; k < n; ++k)
+    if (k == 0 || cand_[k].row != cand_[k - 1].row)
+      std::erase_if(m_.reqs_[Row{cand_[k].row}].keep.held, [](const HeldPage& h) { return h.page == kNullPage; });
+  if (done > 0) m_.log(LogLevel::kDebug, "memory short: {} bytes held for retention released", done);
+  return done;
 }
 
 }  // namespace kvmm::detail

@@ -68,6 +68,10 @@ KVLayout ManagerCore::validated(KVLayout layout, const KVCacheManagerOptions& op
     fail("learned_tail_tokens = {}: at most {} tokens", options.learned_tail_tokens, 1u << 24);
   if (options.prompt_tail_tokens > (1u << 24))
     fail("prompt_tail_tokens = {}: at most {} tokens", options.prompt_tail_tokens, 1u << 24);
+  if (!(options.retention_budget >= 0.0 && options.retention_budget <= 1.0))
+    fail("retention_budget = {}: must be in [0, 1] (a fraction of the device pool's bytes)", options.retention_budget);
+  if (options.retention_release > RetentionRelease::kAll)
+    fail("retention_release = {}: must be kOff, kOwn or kAll", static_cast<int>(options.retention_release));
   if (options.max_requests == 0 || options.max_requests > KVCacheManager::kMaxRequests)
     fail("max_requests = {}: must be in [1, {}]", options.max_requests, KVCacheManager::kMaxRequests);
   std::uint64_t per_large = 0;

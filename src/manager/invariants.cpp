@@ -76,8 +76,16 @@ void ManagerCore::check_invariants() const {
   }
   store_.check_invariants(refs);
   std::uint32_t active = 0;
-  for (Row s{0}; s.index < reqs_.capacity(); ++s.index) active += reqs_[s].active();
+  std::uint64_t held_bytes = 0;  // retention: the held pages' bytes, within the bound
+  for (Row s{0}; s.index < reqs_.capacity(); ++s.index) {
+    active += reqs_[s].active();
+    if (reqs_[s].active())
+      for (const HeldPage& h : reqs_[s].keep.held) held_bytes += layout_.small_page_bytes(h.group);
+  }
   if (active != reqs_.num_active()) fail("invariant: {} active request rows, {} counted", active, reqs_.num_active());
+  if (held_bytes != retention.held_bytes() || held_bytes > retention.budget_bytes())
+    fail("invariant: pages held for retention take {} bytes, counted {}, bound {}", held_bytes, retention.held_bytes(),
+         retention.budget_bytes());
 }
 
 // Long by design (lint): an invariant checker, a list of independent recounts read top to bottom.

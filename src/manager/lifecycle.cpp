@@ -194,10 +194,7 @@ void Lifecycle::release_out_of_window(Row s, Request& q, std::uint64_t c0, std::
         prefetch_release(m_.store_, grp, pages[i - kReleaseAhead]);
       const PageId p = pages[i];
       if (p == kNullPage) continue;
-      if (holds && q.keep.bounds.held(*grp.policy, i, tail)) {
-        q.keep.held.push_back(HeldPage{g, m_.rows_.detach(g, s, i), i});  // keeps its reference until free
-        ++q.keep.held_in[g];
-      } else {
+      if (!(holds && q.keep.bounds.held(*grp.policy, i, tail) && m_.retention.hold(s, q, g, i))) {
         m_.rows_.release(g, s, i, i >= touch_lo && c > c0 ? m_.step_ : q.progress.last_step, q.prio);
         if (sparse && i >= own_lo && !at_prompt_end(i)) m_.store_.drop_cached(g, p);
       }

@@ -62,6 +62,9 @@ void append_prometheus_text(const ManagerCounters& c, const KVLayout& layout, st
   metric("tier_loaded_pages_total", "counter", "Tier loads finished verified", c.tier_loaded_pages);
   metric("tier_failed_pages_total", "counter", "Tier loads finished failed (recomputed)", c.tier_failed_pages);
   metric("tier_cut_tokens_total", "counter", "Hit tokens failed tier loads cut back", c.tier_cut_tokens);
+  metric("retention_released_pages_total", "counter", "Pages held for retention released under memory pressure",
+         c.retention_released_pages);
+  metric("retention_bytes", "gauge", "Bytes of pages held for cache boundaries past their windows", c.retention_bytes);
   metric("active_requests", "gauge", "Requests added and not freed", c.active_requests);
   metric("free_large_pages", "gauge", "Large pages in the pool", c.free_large_pages);
   metric("large_pages", "gauge", "Large pages the manager holds", c.large_pages);

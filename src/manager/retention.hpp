@@ -132,6 +132,7 @@ struct HeldPage {
   GroupId group;
   PageId page;
   std::uint64_t index;  // in the request's row
+  std::uint64_t step;   // when it was held (pressure releases the oldest first)
 };
 
 // Learned branch points: block hashes (of the anchor group, the first whole-prefix one) of

@@ -68,6 +68,8 @@ ManagerCounters ManagerCore::counters() const {
   c.active_requests = reqs_.num_active();
   c.free_large_pages = pool_.num_free();
   c.large_pages = pool_.capacity();
+  c.retention_bytes = retention.held_bytes();
+  c.retention_released_pages = retention.released_pages();
   c.used_pages.clear();
   c.evictable_pages.clear();
   for (const Group& grp : groups_) {

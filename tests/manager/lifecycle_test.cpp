@@ -179,8 +179,13 @@ TEST_CASE("a refused admission then reset leaves the manager as it found it", "[
       // x, y and z fit (19) without evicting.
       // Jenga's step order: packing would give z x's cached slot in the large page y holds
       // (an eviction), and the scenario needs every page of x still cached.
-      const KVCacheManagerOptions opt{
-          .num_large_pages = 24, .max_requests = 4, .record_events = true, .pack_small_pages = false};
+      // No retention: the refused allocate would release y's held window pages (the prompt
+      // tail's; retention_pressure_test.cpp), which b keeps.
+      const KVCacheManagerOptions opt{.num_large_pages = 24,
+                                      .max_requests = 4,
+                                      .record_events = true,
+                                      .pack_small_pages = false,
+                                      .retention_budget = 0};
       KVCacheManager a(*layout, opt), s(*layout, opt), b(*layout, opt);
       RequestId running = 0;
       for (KVCacheManager* kv : {&a, &s, &b}) {

@@ -109,8 +109,9 @@ TEST_CASE("copies and swaps are counted; the Prometheus text names every metric"
     CHECK(text.find("# HELP " + name + " ") != std::string::npos);
     CHECK(text.find("# TYPE " + name + " ") != std::string::npos);
   }
-  // 20 counters and gauges (4 of them a tier's), 2 per-group gauges of the one group, 2 x 9 per miss reason
-  CHECK(samples == 40);
+  // 22 counters and gauges (4 of them a tier's, 2 retention's), 2 per-group gauges of the one group, 2 x 9 per
+  // miss reason
+  CHECK(samples == 42);
   CHECK(prometheus_text(kv, "engine_kv").find("engine_kv_lookups_total 1\n") != std::string::npos);
   CHECK_THROWS_WITH(prometheus_text(kv, "9bad"), Catch::Contains("prefix = \"9bad\""));
 }

@@ -56,6 +56,7 @@ struct RefRequest {
   std::uint32_t lora = 0;
   std::uint64_t registered[kMaxGroups] = {0, 0, 0, 0};
   bool swapped = false;
+  bool admitted = false;  // a first allocate succeeded (reset undoes it): running allocates release retention
   std::vector<std::optional<BlockHash>> swapped_hash[kMaxGroups];
   std::vector<bool> swapped_null[kMaxGroups];
   std::vector<std::uint64_t> bounds;             // hinted cache boundaries

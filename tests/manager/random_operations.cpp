@@ -58,8 +58,17 @@ void Model::op_refuse() {
   before_op();
   last_op_ = "op_refuse";
   const Snap s = snap();
+  const std::uint64_t evicted = evictions;
   REQUIRE_FALSE(kv_.allocate(r, 1u << 20));
-  REQUIRE(snap() == s);
+  // Nothing changed but, if pages were held for retention, their release (pressure).
+  const bool released = released_held(r);
+  take_events();
+  settle_released();
+  REQUIRE(evictions == evicted);
+  if (released)
+    REQUIRE(snap().tables == s.tables);
+  else
+    REQUIRE(snap() == s);
   ++refusals;
   op_reset(r);
 }
@@ -73,6 +82,7 @@ void Model::op_reset(RequestId r) {
   ++resets;
   RefRequest& q = reqs_[r];
   q.swapped = false;
+  q.admitted = false;
   for (GroupId g = 0; g < ng_; ++g) {
     q.registered[g] = 0;
     REQUIRE(kv_.page_table(r, g).empty());
@@ -100,6 +110,7 @@ void Model::lookup(RequestId r, bool pin) {
   for (GroupId g = 0; g < ng_; ++g) REQUIRE(kv_.page_table(r, g).empty());
   if (!pin) return;
   REQUIRE(kv_.allocate(r, 0));
+  reqs_[r].admitted = true;
   // The hit maps exactly the pages the policies require, the rest is null.
   const auto h4 = chain(reqs_[r], 4, hasher_), h8 = chain(reqs_[r], 8, hasher_);
   const std::uint64_t lo[kMaxGroups] = {0, (got > kWindow ? got - kWindow : 0) / 4, got >= 8 ? got / 8 - 1 : 0, 0};
@@ -153,26 +164,49 @@ void Model::op_step(RequestId r) {
   // wholly evictable ones (Jenga §5.4 step 3) and, of groups that need nothing (whose
   // steps 1 and 4 cannot take a slot of them first), ones of cached and empty slots
   // with nothing used (step 6).
-  std::uint64_t reclaimable = 0;
+  // Retention's pages are evictable under pressure: counted as the cached pages they
+  // become (those held and used by nothing else, hashed), the bound must hold as well.
+  std::vector<std::uint32_t> held_refs[kMaxGroups];
+  for (GroupId g = 0; g < ng_; ++g) held_refs[g].assign(pages(g), 0);
+  for (const auto& [o, oq] : reqs_)  // those retention_release may release: a running r's only
+    if (q.admitted && (release_ == RetentionRelease::kAll || (release_ == RetentionRelease::kOwn && o == r)))
+      for (const auto& [g, p] : oq.held) ++held_refs[g][p];
+  std::uint64_t reclaimable = 0, reclaimable_released = 0;
   for (std::uint32_t lp = 0; lp < kv_.large_pages().capacity(); ++lp) {
     const GroupId h = kv_.large_pages().owner(LargePageId{lp});
     if (h == kNoGroup) continue;
-    std::uint32_t used = 0, cached = 0;
+    std::uint32_t used = 0, cached = 0, held_only = 0;
     for (PageId sp = lp * n_[h]; sp < (lp + 1) * n_[h]; ++sp) {
       used += kvmm::testing::ManagerInspector(kv_).page_state(h, sp) == PageState::kUsed;
       cached += kvmm::testing::ManagerInspector(kv_).page_state(h, sp) == PageState::kEvictable;
+      held_only += held_refs[h][sp] > 0 && held_refs[h][sp] == refs_[h][sp] && page_hash_[h].count(sp);
     }
     reclaimable += cached == n_[h] || (used == 0 && cached > 0 && need_of[h] == 0);
+    used -= held_only;
+    cached += held_only;
+    reclaimable_released += cached == n_[h] || (used == 0 && cached > 0 && need_of[h] == 0);
   }
   const bool must_fit = large_needed <= kv_.large_pages().num_free() + reclaimable;
+  const bool must_fit_released = large_needed <= kv_.large_pages().num_free() + reclaimable_released;
   const Snap s = snap();
+  const std::uint64_t evicted = evictions;
   const bool ok = static_cast<bool>(kv_.allocate(r, n, lookahead));
+  const bool released = released_held(r);
   take_events();
+  settle_released();
+  if (released) REQUIRE(q.admitted);
+  if (released) REQUIRE_FALSE(must_fit);  // only when memory as it stood could not serve it
   if (!ok) {
     ++failures;
     REQUIRE_FALSE(must_fit);
-    REQUIRE(snap() == s);
-    REQUIRE(events_.empty());
+    REQUIRE_FALSE(must_fit_released);
+    REQUIRE(evictions == evicted);
+    if (released) {
+      REQUIRE(snap().tables == s.tables);
+    } else {
+      REQUIRE(snap() == s);
+      REQUIRE(events_.empty());
+    }
     // The scheduler preempts: swap the request out, reset it or drop it (recompute later).
     const std::uint64_t choice = rng_() % 3;
     if (choice < 2) {
@@ -185,6 +219,7 @@ void Model::op_step(RequestId r) {
     }
     return;
   }
+  q.admitted = true;
   // Copy-on-write: each copy replaced a shared page at the write position.
   for (const PageCopy& c : kv_.copies()) {
     ++cows;

@@ -26,7 +26,14 @@ TEST_CASE("model-based randomized test against a reference model", "[manager][ra
             layout, seed == 2 || seed == 5 || seed == 6 ? 16 : 0,
             seed == 2 || seed == 6   ? 6
             : seed == 4 || seed == 7 ? 12
-                                     : 0);
+                                     : 0,
+            {}, true,
+            seed == 2 || seed == 4 ? 0.05 : 0.25,  // a retention bound that binds (1 window page)
+            // Which held pages a refused running allocate releases: seed 1 none, 3 and 5
+            // any request's, the others (the default) the request's own.
+            seed == 1                ? RetentionRelease::kOff
+            : seed == 3 || seed == 5 ? RetentionRelease::kAll
+                                     : RetentionRelease::kOwn);
     m.run(35000);
     total_ops += 35000;
     // The run exercised what it claims to.
@@ -38,6 +45,11 @@ TEST_CASE("model-based randomized test against a reference model", "[manager][ra
     CHECK(m.refusals > 50);
     CHECK(m.holds > 100);
     CHECK(m.handovers > 10);
+    if (seed == 1)
+      CHECK(m.pressure_releases == 0);
+    else
+      CHECK(m.pressure_releases > 10);
+    if (seed == 2 || seed == 4) CHECK(m.over_bound > 10);
     // The reasons the random traffic must reach (the counters agree with the reports).
     for (MissReason why : {MissReason::kNone, MissReason::kPageFloor, MissReason::kNotCached, MissReason::kEvicted}) {
       CHECK(m.reports[static_cast<std::size_t>(why)] > 0);
@@ -60,7 +72,8 @@ TEST_CASE("model-based randomized test against a reference model", "[manager][ra
     WARN("seed " << seed << ": lookups " << m.lookups << " hits " << m.hits << " evictions " << m.evictions
                  << " failed allocations " << m.failures << " copies " << m.cows << " swaps " << m.swaps << " resets "
                  << m.resets << " refused admissions " << m.refusals << " commits holding pages " << m.holds
-                 << " hand-overs " << m.handovers);
+                 << " hand-overs " << m.handovers << " retention released under pressure " << m.pressure_releases
+                 << " pages over the retention bound " << m.over_bound);
   }
   CHECK(total_ops >= 200000);
 }

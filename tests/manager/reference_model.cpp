@@ -13,7 +13,7 @@
 namespace kvmm::test {
 
 Model::Model(std::uint64_t seed, std::uint32_t large_pages, int layout, std::uint32_t learned, std::uint32_t tail,
-             const BlockHashOptions& block_hash, bool pack)
+             const BlockHashOptions& block_hash, bool pack, double budget, RetentionRelease release)
     : rng_(seed),
       tail_(tail),
       hasher_(block_hash),
@@ -25,8 +25,13 @@ Model::Model(std::uint64_t seed, std::uint32_t large_pages, int layout, std::uin
                                   .pack_small_pages = pack,
                                   .prompt_tail_tokens = tail,
                                   .learned_tail_tokens = 0,  // the model holds the fixed tail
+                                  .retention_budget = budget,
+                                  .retention_release = release,
                                   .block_hash = block_hash,
                                   .miss_reasons = 64}) {
+  release_ = release;
+  budget_ = static_cast<std::uint64_t>(budget * static_cast<double>(large_pages) *
+                                       static_cast<double>(kv_.layout().large_page_bytes()));
   ng_ = static_cast<GroupId>(kv_.layout().num_groups());
   for (GroupId g = 0; g < ng_; ++g) n_[g] = kv_.layout().small_pages_per_large_page(g);
   for (auto& base : bases_) {
@@ -79,6 +84,7 @@ void Model::count_refs() {
 }
 
 void Model::before_op() {
+  for (auto& r : released_) r.clear();
   count_refs();
   for (GroupId g = 0; g < ng_; ++g) {
     evictable_[g].clear();
@@ -117,7 +123,10 @@ void Model::take_events(bool resetting) {
     forget(e.group, e.page);
     if (resetting) continue;
     INFO("group " << e.group << " page " << e.page);
-    if (evictable_[e.group].count(e.page)) {
+    // A page retention released this operation: evicted, or handed over to its copy.
+    const bool handed = i + 1 < events_.size() && events_[i + 1].kind == CacheEventKind::kStored &&
+                        events_[i + 1].group == e.group && events_[i + 1].hash == e.hash;
+    if (evictable_[e.group].count(e.page) || (released_[e.group].count(e.page) && !handed)) {
       ++evictions;
       continue;
     }
@@ -154,6 +163,9 @@ void Model::after_op() {
       REQUIRE(kvmm::testing::ManagerInspector(kv_).page_state(g, p) == state(g, p));
     }
   }
+  // Retention: what the manager counts held is what the model holds, within the bound.
+  REQUIRE(kv_.counters().retention_bytes == held_bytes());
+  REQUIRE(held_bytes() <= budget_);
   kv_.check_invariants();
 }
 
@@ -219,11 +231,19 @@ void Model::check_held(RequestId r, RefRequest& q) {
       q.held.erase(q.held.begin() + static_cast<std::ptrdiff_t>(k));
       q.held_index.erase(q.held_index.begin() + static_cast<std::ptrdiff_t>(k));
     }
+  // Pages leave a window last first, each held while the bound (every request's held
+  // pages together) has room for it.
+  std::uint64_t bytes = held_bytes();
   for (GroupId g = 0; g < ng_; ++g) {
     const auto& before = tables_before_.at({r, g});
     const auto after = kv_.page_table(r, g);
-    for (std::uint64_t i = 0; i < before.size() && i < after.size(); ++i)
+    for (std::uint64_t i = std::min(before.size(), after.size()); i-- > 0;)
       if (before[i] != kNullPage && after[i] == kNullPage && held_by_rule(g, i, g == kMamba ? bounds : with_tail)) {
+        if (bytes + kv_.layout().small_page_bytes(g) > budget_) {
+          ++over_bound;
+          continue;
+        }
+        bytes += kv_.layout().small_page_bytes(g);
         q.held.emplace_back(g, before[i]);
         q.held_index.push_back(i);
       }
@@ -232,6 +252,56 @@ void Model::check_held(RequestId r, RefRequest& q) {
   std::sort(got.begin(), got.end()), std::sort(want.begin(), want.end());
   REQUIRE(got == want);
   if (!q.held.empty()) ++holds;
+}
+
+std::uint64_t Model::held_bytes() const {
+  std::uint64_t b = 0;
+  for (const auto& [r, q] : reqs_)
+    for (const auto& [g, p] : q.held) b += kv_.layout().small_page_bytes(g);
+  return b;
+}
+
+bool Model::released_held(RequestId r) {
+  std::vector<std::pair<GroupId, PageId>> released;
+  for (auto& [o, q] : reqs_) {
+    std::map<std::pair<GroupId, PageId>, std::uint32_t> now;  // what the manager still holds
+    for (const auto& gp : kvmm::testing::ManagerInspector(kv_).held_pages(o)) ++now[gp];
+    std::vector<std::pair<GroupId, PageId>> kept;
+    std::vector<std::uint64_t> kept_index;
+    for (std::size_t k = 0; k < q.held.size(); ++k) {
+      if (auto it = now.find(q.held[k]); it != now.end() && it->second > 0) {
+        --it->second;
+        kept.push_back(q.held[k]);
+        kept_index.push_back(q.held_index[k]);
+      } else {
+        released.push_back(q.held[k]);
+      }
+    }
+    REQUIRE(kept.size() == kvmm::testing::ManagerInspector(kv_).held_pages(o).size());  // an allocate holds nothing new
+    if (kept.size() == q.held.size()) continue;
+    // Only as retention_release says: the allocating request's own (kOwn) or anyone's (kAll).
+    REQUIRE(release_ != RetentionRelease::kOff);
+    if (release_ == RetentionRelease::kOwn) REQUIRE(o == r);
+    q.held = std::move(kept);
+    q.held_index = std::move(kept_index);
+  }
+  if (released.empty()) return false;
+  ++pressure_releases;
+  // Evictable once released (cached then, perhaps by a hand-over from another released
+  // page): no holder before the operation but the holds.
+  std::map<std::pair<GroupId, PageId>, std::uint32_t> times;
+  for (const auto& gp : released) ++times[gp];
+  for (const auto& [gp, n] : times)
+    if (refs_[gp.first][gp.second] == n) released_[gp.first].insert(gp.second);
+  return true;
+}
+
+void Model::settle_released() {
+  for (GroupId g = 0; g < ng_; ++g) {
+    for (PageId p : released_[g])
+      if (page_hash_[g].count(p)) evictable_[g].insert(p);
+    released_[g].clear();
+  }
 }
 
 }  // namespace kvmm::test

@@ -24,12 +24,13 @@ namespace kvmm::test {
 class Model {
  public:
   Model(std::uint64_t seed, std::uint32_t large_pages, int layout = 0, std::uint32_t learned = 0,
-        std::uint32_t tail = 0, const BlockHashOptions& block_hash = {}, bool pack = true);
+        std::uint32_t tail = 0, const BlockHashOptions& block_hash = {}, bool pack = true, double budget = 0.25,
+        RetentionRelease release = RetentionRelease::kOwn);
 
   void run(int ops);
 
   std::uint64_t holds = 0, handovers = 0, hits = 0, lookups = 0, evictions = 0, failures = 0, cows = 0, swaps = 0,
-                resets = 0, refusals = 0;
+                resets = 0, refusals = 0, pressure_releases = 0, over_bound = 0;
   std::array<std::uint64_t, kNumMissReasons> reports{};  // lookups per miss reason
   const KVCacheManager& kv() const { return kv_; }
 
@@ -81,6 +82,17 @@ class Model {
   // group, any length within the prompt's last tail_ tokens until the request computed
   // tail_ tokens past its prompt, when the pages only the tail held go) needs them.
   void check_held(RequestId r, RefRequest& q);
+  // Bytes of the pages the model's requests hold for retention (the manager's bound:
+  // budget_). O(held pages).
+  std::uint64_t held_bytes() const;
+  // After r's allocate: whether it released held pages (retention under pressure: r's own
+  // with kOwn, anyone's with kAll, none with kOff). Then those leave the model's holds,
+  // and those nothing else used may be evicted (or hand their hash over to a copy) in the
+  // allocate's events. O(held pages log + requests).
+  bool released_held(RequestId r);
+  // After the allocate's events: the released pages still cached are evictable for the
+  // rest of the operation (a commit's page with the same content may take one over).
+  void settle_released();
   void op_free(RequestId r);
   void op_fork();
   void op_swap_out() {
@@ -102,6 +114,7 @@ class Model {
   std::map<HashKey, PageId> cached_[kMaxGroups];
   std::map<PageId, BlockHash> page_hash_[kMaxGroups];
   std::set<PageId> evictable_[kMaxGroups];
+  std::set<PageId> released_[kMaxGroups];  // held pages released by this operation's allocate
   std::vector<std::uint32_t> refs_[kMaxGroups];
   std::map<PinId, std::vector<std::pair<GroupId, PageId>>> pins_;
   std::map<std::pair<RequestId, GroupId>, std::vector<PageId>> tables_before_;
@@ -109,6 +122,8 @@ class Model {
   int op_index_ = 0;
   RequestId last_added_ = 0;
   const char* last_op_ = "";
+  std::uint64_t budget_ = 0;                           // KVCacheManagerOptions::retention_budget of the pool's bytes
+  RetentionRelease release_ = RetentionRelease::kOwn;  // KVCacheManagerOptions::retention_release
 };
 
 }  // namespace kvmm::test

@@ -443,7 +443,7 @@ def test_prompt_in_chunks_and_hf_config_file(tmp_path):
 def test_retention_options():
     """learned_boundaries and prompt_tail_tokens reach the manager: a prompt longer than the
     window keeps the window pages a hit within its tail needs (used until free) only when
-    the tail is on; bad values raise naming the option."""
+    the tail is on, counted in counters().retention_bytes; bad values raise naming the option."""
     lay = small_layout(tpp=4, window=8)
     used = {}
     for tail in (0, 16):
@@ -454,11 +454,27 @@ def test_retention_options():
         assert kv.allocate(r, 40)
         kv.commit(r, 40)
         used[tail] = kv.stats().groups[1].used_pages
+        held = used[tail] - 2  # the pages out of the window that the tail holds
+        assert kv.counters().retention_bytes == held * lay.small_page_bytes(1)
         kv.free(r)
         assert kv.stats().groups[1].used_pages == 0
+        assert kv.counters().retention_bytes == 0 and kv.counters().retention_released_pages == 0
     # window 8 after 40 tokens: pages 8 and 9 in the table; a tail of 16 tokens (hits at 24..40)
     # also holds pages 4..7.
     assert used[0] == 2 and used[16] == 6
+    # retention_budget 0 holds nothing past the window (Jenga's rule), whatever the tail.
+    kv = kvmm.KVCacheManager(lay, num_large_pages=64, learned_boundaries=0, prompt_tail_tokens=16,
+                             retention_budget=0.0, retention_release="off")
+    kv.begin_step()
+    r = kv.add_request(np.arange(40, dtype=np.uint32))
+    kv.lookup_prefix(r)
+    assert kv.allocate(r, 40)
+    kv.commit(r, 40)
+    assert kv.stats().groups[1].used_pages == 2 and kv.counters().retention_bytes == 0
+    with pytest.raises(kvmm.Error, match="retention_budget = 1.5"):
+        kvmm.KVCacheManager(lay, num_large_pages=8, retention_budget=1.5)
+    with pytest.raises(ValueError, match="retention_release = 'some': expected 'own', 'all' or 'off'"):
+        kvmm.KVCacheManager(lay, num_large_pages=8, retention_release="some")
     with pytest.raises(kvmm.Error, match="prompt_tail_tokens = 16777217"):
         kvmm.KVCacheManager(lay, num_large_pages=8, prompt_tail_tokens=2**24 + 1)
     with pytest.raises(kvmm.Error, match="learned_boundaries = 16777217"):

@@ -37,6 +37,14 @@ class TierAdmission;
 
 enum class LogLevel : std::uint8_t { kDebug, kInfo, kWarning };
 
+// KVCacheManagerOptions::retention_release: which pages held for retention a running
+// request's refused allocate releases before it refuses.
+enum class RetentionRelease : std::uint8_t {
+  kOff,  // none: held pages stay until their request ends (kvmm before issue 34)
+  kOwn,  // the refused request's own
+  kAll,  // any request's
+};
+
 struct KVCacheManagerOptions {
   std::uint32_t num_large_pages = 0;       // device pool
   std::uint32_t num_host_large_pages = 0;  // host pool of the same layout, for swap_out
@@ -111,6 +119,28 @@ struct KVCacheManagerOptions {
   // ends, a 2 MiB table of evicted keys (one slot written per eviction), O(1) per admission
   // and free. 0: off (the tail is prompt_tail_tokens). Numbers: docs/results/sim.md.
   std::uint32_t learned_tail_tokens = 2048;
+  // The bound on memory held for retention (issue 34): the pages requests hold past their
+  // windows for cache boundaries (hinted, learned, prompt tails: window pages and state
+  // checkpoints) take at most this fraction of the device pool's bytes, all requests
+  // together; a page that would pass it is released as Jenga's rule releases it (O(1) per
+  // page). What it costs per request: at most the pages a hit at each of its boundaries
+  // needs (one window, or one state checkpoint, per boundary) plus those of the prompt
+  // tail (up to learned_tail_tokens of window tokens per windowed group) while it runs; in
+  // kvmm-sim every request together held 2-7% of the pool at peak (Gemma-3 agentic 17%),
+  // so 0.25 never bound (docs/manager.md's retention section).
+  // counters().retention_bytes is what is held now. Must be in [0, 1] (0: nothing held,
+  // Jenga's rule), else kvmm::Error.
+  double retention_budget = 0.25;
+  // Which held pages a running request's refused allocate (or would_allocate) releases
+  // before it answers kNoMemory (the engine would preempt): kOwn (default) its own, kAll
+  // any request's, oldest hold first, as many as the allocation needs, then it tries again
+  // (O(held pages); kAll O(H log H)). Released pages stay cached, evicted before any other.
+  // kAll costs arXiv-QA 30% more steps (Gemma-2: 2,276 -> 2,992, hits 71.9% -> 52.0%):
+  // the few held pages are the articles' windows, worth more than a preempted request;
+  // kOwn costs no row of sim.md's tables more than 0.3% steps (the MTP hybrid's chat at
+  // 8 GiB: 1.6 points of hits over 8 seeds, docs/manager.md). counters().retention_released_pages
+  // counts them. Else kvmm::Error.
+  RetentionRelease retention_release = RetentionRelease::kOwn;
   // The function behind the block hashes (the prefix cache's keys, KV events' hashes, tier
   // keys): XXH3-128 (default, fastest), SHA-256 or keyed BLAKE2b (a per-deployment secret
   // key), for every page or only salted requests' (block_hasher.hpp; what each guarantees:
@@ -236,6 +266,8 @@ struct ManagerCounters {
   std::uint64_t tier_loaded_pages = 0;         // kvmm_tier_loaded_pages_total: loads finished kOk
   std::uint64_t tier_failed_pages = 0;         // kvmm_tier_failed_pages_total: loads finished otherwise
   std::uint64_t tier_cut_tokens = 0;           // kvmm_tier_cut_tokens_total: hit tokens a failed load cut
+  std::uint64_t retention_released_pages = 0;  // kvmm_retention_released_pages_total: by pressure
+  std::uint64_t retention_bytes = 0;           // kvmm_retention_bytes (gauge): held for retention now
   std::uint32_t active_requests = 0;           // kvmm_active_requests (gauge)
   std::uint32_t free_large_pages = 0;          // kvmm_free_large_pages (gauge)
   std::uint32_t large_pages = 0;               // kvmm_large_pages (gauge)
@@ -256,9 +288,11 @@ struct TokenRange {
 };
 
 // What allocate did. kOk: the pages are there. kNoMemory: refused, nothing changed (free,
-// preempt or wait). kHitLost: the first allocate found pages of its lookup's hit evicted
-// by other requests' allocations since lookup_prefix; nothing changed, and the engine
-// resets the request and looks it up again (a normal path, counted as lost_hits).
+// preempt or wait) but, for a running request, pages held for retention released first
+// (still cached, no page table changed: KVCacheManagerOptions::retention_release).
+// kHitLost: the first allocate found pages of its lookup's hit evicted by other requests'
+// allocations since lookup_prefix; nothing changed, and the engine resets the request
+// and looks it up again (a normal path, counted as lost_hits).
 enum class AllocateStatus : std::uint8_t { kOk, kNoMemory, kHitLost };
 std::string_view to_string(AllocateStatus status);  // "ok", "no_memory", "hit_lost"
 
@@ -349,7 +383,8 @@ class KVCacheManager {
   // call sees (a pending hit is pinned and given back as a refused allocate gives it back).
   // false also where the hit was evicted since lookup_prefix (allocate would return
   // kHitLost). Not for a pending tier hit nor with a large_page_source. Cost: allocate's
-  // check (+ O(hit pages)).
+  // check (+ O(hit pages)). Where only memory held for retention stands in the way, it is
+  // released as allocate would release it (the pages stay cached; retention_release).
   bool would_allocate(RequestId r, std::uint32_t num_new_tokens, std::uint32_t lookahead = 0);
   // Tokens [0, num_computed_tokens) now hold KV: full pages become cached, pages out of
   // every policy's need are released. Raises kvmm::Error past the allocated tokens, and for
