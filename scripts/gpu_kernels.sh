@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # One prepared GPU check of kvmm's attention kernels (H100/H200), in two calls of at most
 # 6 minutes each on the same machine, with the Debian kit of ../shared/tools/device-kit.sh
-# (.device-kit/) carried beside the checkout:
+# (.device-kit/) carried beside the checkout. kvmm needs libsodium, which the kit's default
+# list lacks: prepare it with `../shared/tools/device-kit.sh libsodium-dev libsodium23`.
+# One call of `all` (KVMM_GPU_BUDGET=560, timeout 590 s) took 185 s on an H200 (2026-11-28).
+# The two calls:
 #   call 1 (timeout 360 s): source .device-kit/setup.sh && bash scripts/gpu_kernels.sh core
 #       build (sm_90), SASS census against the CPU-side one, GPU tests, benchmarks in decimal
 #       units beside the copy rate of the same run, predicted-vs-measured table
