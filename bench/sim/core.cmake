@@ -12,6 +12,7 @@ if(NOT TARGET kvmm_sim_core)
     ${CMAKE_CURRENT_LIST_DIR}/block_engines.cpp
     ${CMAKE_CURRENT_LIST_DIR}/kvmm_policy.cpp
     ${CMAKE_CURRENT_LIST_DIR}/speculative.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/synthetic_ids.cpp
     ${CMAKE_CURRENT_LIST_DIR}/layer_slicing.cpp
     ${CMAKE_CURRENT_LIST_DIR}/policy.cpp
     ${CMAKE_CURRENT_LIST_DIR}/scheduler.cpp)

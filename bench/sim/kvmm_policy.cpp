@@ -1,13 +1,13 @@
 // The kvmm policy: kvmm's real KVCacheManager (two-level LCM paging, request-aware
 // placement, per-layer-kind prefix caching: full attention, sliding window, chunked local,
 // Mamba checkpoints, images of cross-attention / vision groups) behind the simulator's
-// policy interface, one manager call per policy call. Workloads without token ids get
-// synthetic ids from (prefix stream, position) or (request, position), so shared prefixes
-// hash equal and nothing else does; image spans become RequestExtras::items.
+// policy interface, one manager call per policy call. Requests' token ids and image items
+// come from sim/synthetic_ids.hpp (synthetic where the workload has no token ids).
 #include "sim/layer_slicing.hpp"
 #include "sim/policy.hpp"
 #include "sim/scheduler.hpp"
 #include "sim/speculative.hpp"
+#include "sim/synthetic_ids.hpp"
 
 #include "kvmm/error.hpp"
 #include "kvmm/manager/kv_cache_manager.hpp"
@@ -109,8 +109,9 @@ class KvmmPolicy final : public Policy {
       q.info = info;
       q.items.clear();
       q.prompt_ids.clear();
-      build_items(q);
-      if (caching_ && info.token_ids != nullptr && !info.token_ids->empty()) build_prompt_ids(q);
+      synthetic_items(q.info, cross_, q.items);
+      if (caching_ && info.token_ids != nullptr && !info.token_ids->empty())
+        trace_prompt_ids(*info.token_ids, q.items, cross_, q.prompt_ids);
       // With caching the manager gets the ids at lookup_prefix, as many as the scheduler
       // knows, and hashes them from ids_ (no copy kept); later ones come with commit.
       q.handle = kNoRequest;
@@ -129,7 +130,7 @@ class KvmmPolicy final : public Policy {
     // The manager looks up at most (token ids known - 1) tokens.
     const std::uint64_t known = std::uint64_t{max_hit} + 1;
     if (q.handle == kNoRequest) {
-      register_request(q, write_ids(q, 0, known, ids_));
+      register_request(q, synthetic_ids(q.prompt_ids, q.info, 0, known, ids_));
     } else if (caching_) {
       feed_ids(q, known);
     }
@@ -507,74 +508,11 @@ class KvmmPolicy final : public Policy {
     return a;
   }
 
-  // Image k of a request: decoder-token span (inlined images shift later text; with
-  // cross-attention the span sits at its text offset, pushed past the previous image so
-  // items never overlap). Its hash is the shared stream's (with its offset and length)
-  // when the prefix covers it.
-  void build_items(Req& q) {
-    if (q.info.images == nullptr) return;
-    std::uint64_t shift = 0, end = 0;
-    for (std::size_t k = 0; k < q.info.images->size(); ++k) {
-      const ImageSpan& s = (*q.info.images)[k];
-      if (s.length == 0) continue;
-      const std::uint64_t off = cross_ ? std::max<std::uint64_t>(s.offset, end) : s.offset + shift;
-      const bool shared =
-          q.info.prefix_len > 0 && (cross_ ? s.offset < q.info.prefix_len : off + s.length <= q.info.prefix_len);
-      const std::uint64_t key =
-          shared ? mix64(mix64(q.info.prefix_id ^ (std::uint64_t{s.length} << 40)) ^ (0x1a9e000000000000ULL + off))
-                 : mix64(mix64(0x7e57000000000000ULL + q.info.uid) ^ (0x1a9e000000000000ULL + k));
-      q.items.push_back(MultimodalItem{BlockHash{key, mix64(key)}, off, s.length});
-      shift += s.length;
-      end = off + s.length;
-    }
-  }
-
-  // A token-id trace: text ids in order, image positions (inlined models) get a
-  // placeholder id; the image's hash tells images apart.
-  void build_prompt_ids(Req& q) {
-    const std::vector<std::uint32_t>& text = *q.info.token_ids;
-    std::size_t t = 0;
-    for (const MultimodalItem& m : q.items) {
-      if (cross_) break;
-      while (q.prompt_ids.size() < m.offset && t < text.size()) q.prompt_ids.push_back(text[t++]);
-      q.prompt_ids.insert(q.prompt_ids.end(), m.length, 0xfffffff0u);
-    }
-    q.prompt_ids.insert(q.prompt_ids.end(), text.begin() + static_cast<std::ptrdiff_t>(t), text.end());
-  }
-
-  // Token id at position t: the trace's, else the shared stream's inside the prefix, else
-  // the request's own stream. Even and odd positions carry the two halves of a 64-bit
-  // stream key, so two streams collide only if their 64-bit keys do. Writes the ids of
-  // positions [from, to) of stream `key` to out[t - from]. A plain loop: the earlier
-  // 8-lane running-sum version was miscompiled by GCC 12.2 at -O3 (lanes 4-7 got lanes
-  // 0-3's ids), so ids written in bulk (a lookup's prompt) disagreed with ids fed one
-  // decode step at a time, and a chat turn never hit the pages of its parent's answer.
-  static void fill_stream(std::uint32_t* out, std::uint64_t from, std::uint64_t to, std::uint64_t key) {
-    constexpr std::uint32_t kStep = 0x9e3779b1u;  // id(t) = half(t) + t * kStep (mod 2^32)
-    const auto even = static_cast<std::uint32_t>(key), odd = static_cast<std::uint32_t>(key >> 32);
-    for (std::uint64_t t = from; t < to; ++t)
-      *out++ = ((t & 1) != 0 ? odd : even) + static_cast<std::uint32_t>(t) * kStep;
-  }
-
-  // Writes the ids of positions [from, n) to the front of out (grown, never shrunk: no
-  // zero fill of a long prompt after a short feed): three ranges, each a plain loop: the
-  // trace's ids, the shared stream, the request's own stream.
-  std::span<const std::uint32_t> write_ids(const Req& q, std::uint64_t from, std::uint64_t n,
-                                           std::vector<std::uint32_t>& out) const {
-    if (out.size() < n - from) out.resize(n - from);
-    const std::uint64_t a = std::clamp<std::uint64_t>(q.prompt_ids.size(), from, n);
-    const std::uint64_t b = std::clamp<std::uint64_t>(q.info.prefix_len, a, n);
-    for (std::uint64_t t = from; t < a; ++t) out[t - from] = q.prompt_ids[t];
-    fill_stream(out.data() + (a - from), a, b, mix64(q.info.prefix_id));
-    fill_stream(out.data() + (b - from), b, n, mix64(0x7e57000000000000ULL + q.info.uid));
-    return {out.data(), n - from};
-  }
-
   // Appends the ids of positions [known, n) to the request's manager request.
   void feed_ids(Req& q, std::uint64_t n) {
     const std::uint64_t have = kv_.num_tokens(q.handle);
     if (n <= have) return;
-    kv_.append_tokens(q.handle, write_ids(q, have, n, ids_));
+    kv_.append_tokens(q.handle, synthetic_ids(q.prompt_ids, q.info, have, n, ids_));
   }
 
   void register_request(Req& q, std::span<const std::uint32_t> ids) {
