@@ -62,12 +62,6 @@ class DeviceBuffer {
   std::size_t bytes_ = 0;
 };
 
-std::vector<double> widen(DType t, const std::vector<std::uint16_t>& x) {
-  std::vector<double> out(x.size());
-  for (std::size_t i = 0; i < x.size(); ++i) out[i] = to_float(t, x[i]);
-  return out;
-}
-
 // A scenario's inputs on the device; caches filled by the write_kv kernels.
 struct DeviceScenario {
   Scenario& s;

@@ -27,12 +27,6 @@ namespace dev = kvmm::kernels::device;
 
 namespace {
 
-std::vector<double> widen(DType t, const std::vector<std::uint16_t>& x) {
-  std::vector<double> out(x.size());
-  for (std::size_t i = 0; i < x.size(); ++i) out[i] = to_float(t, x[i]);
-  return out;
-}
-
 // The launch of kernels/sm90a/hopper_prefill.cu, emulated (host pointers).
 std::vector<std::uint16_t> hp_paged(Scenario& s, bool csr) {
   std::vector<std::uint16_t> o(s.out_elems(), 0xffff);

@@ -372,4 +372,11 @@ void write_step_kv(EngineGroup& g, const PagedKVCache& cache, const std::vector<
 
 inline double unit_roundoff(DType t) { return t == DType::kF16 ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8); }
 
+// Stored fp16/bf16 outputs as doubles, for max_rel_error against a reference.
+inline std::vector<double> widen(DType t, const std::vector<std::uint16_t>& x) {
+  std::vector<double> out(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) out[i] = to_float(t, x[i]);
+  return out;
+}
+
 }  // namespace kvmm::test

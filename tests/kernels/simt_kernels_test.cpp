@@ -90,12 +90,6 @@ std::vector<std::uint16_t> run_contiguous(Scenario& s, std::uint32_t splits) {
   return o;
 }
 
-std::vector<double> widen(DType t, const std::vector<std::uint16_t>& x) {
-  std::vector<double> out(x.size());
-  for (std::size_t i = 0; i < x.size(); ++i) out[i] = to_float(t, x[i]);
-  return out;
-}
-
 }  // namespace
 
 TEST_CASE("emulated attention kernels match the CPU references", "[kernels][simt]") {

@@ -126,12 +126,6 @@ std::vector<std::uint16_t> tc_contiguous(Scenario& s, std::uint32_t splits, std:
   return o;
 }
 
-std::vector<double> widen(DType t, const std::vector<std::uint16_t>& x) {
-  std::vector<double> out(x.size());
-  for (std::size_t i = 0; i < x.size(); ++i) out[i] = to_float(t, x[i]);
-  return out;
-}
-
 }  // namespace
 
 TEST_CASE("FastDiv divides exactly by every page size kvmm plans", "[kernels][tc_decode]") {

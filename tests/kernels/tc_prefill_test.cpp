@@ -101,12 +101,6 @@ std::vector<std::uint16_t> pf_contiguous(Scenario& s, std::uint32_t splits) {
   return o;
 }
 
-std::vector<double> widen(DType t, const std::vector<std::uint16_t>& x) {
-  std::vector<double> out(x.size());
-  for (std::size_t i = 0; i < x.size(); ++i) out[i] = to_float(t, x[i]);
-  return out;
-}
-
 // Times some row's running maximum of its scaled logits (log2 units, over 64-token tiles
 // from key 0: causal, unsplit) jumps by more than the kernel's lazy-rescale threshold after
 // its first tile: how often the kernel must rescale O (computed here from the data alone).

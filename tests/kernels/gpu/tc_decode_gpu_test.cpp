@@ -48,12 +48,6 @@ struct Dev {
   }
 };
 
-std::vector<double> widen(DType t, const std::vector<std::uint16_t>& x) {
-  std::vector<double> out(x.size());
-  for (std::size_t i = 0; i < x.size(); ++i) out[i] = to_float(t, x[i]);
-  return out;
-}
-
 // A decode scenario's inputs on the device (caches copied from the host-filled ones).
 struct TcDevice {
   Scenario& s;

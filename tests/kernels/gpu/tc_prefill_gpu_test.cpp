@@ -45,12 +45,6 @@ struct PfDev {
   }
 };
 
-std::vector<double> pf_widen(DType t, const std::vector<std::uint16_t>& x) {
-  std::vector<double> out(x.size());
-  for (std::size_t i = 0; i < x.size(); ++i) out[i] = to_float(t, x[i]);
-  return out;
-}
-
 // A prefill scenario's inputs on the device (caches copied from the host-filled ones).
 struct PfDevice {
   Scenario& s;
@@ -129,17 +123,17 @@ TEST_CASE("tensor-core prefill matches the CPU references on the GPU", "[gpu][at
         std::vector<std::uint16_t> ref(s.out_elems());
         cpu::paged_prefill_attention(s.paged_params(ref.data(), splits, true));
         const auto got = d.run_paged(splits, index % 2 == 0);
-        CHECK(max_rel_error(c.dtype, got, pf_widen(c.dtype, ref), 1e-2) <= 4.0 * unit_roundoff(c.dtype));
+        CHECK(max_rel_error(c.dtype, got, widen(c.dtype, ref), 1e-2) <= 4.0 * unit_roundoff(c.dtype));
         if (!s.any_null) CHECK(d.run_contiguous(splits) == got);
         if (c.dtype == DType::kBF16 && c.head_dim == 128) {  // P rounded once: the looser bound of the emulator test
           const auto once = d.run_paged(splits, true, true);
-          CHECK(max_rel_error(c.dtype, once, pf_widen(c.dtype, ref), 1e-2) <= 32.0 * unit_roundoff(c.dtype));
+          CHECK(max_rel_error(c.dtype, once, widen(c.dtype, ref), 1e-2) <= 32.0 * unit_roundoff(c.dtype));
           const auto once32 = d.run_paged(splits, true, true, experimental::TcPrefillRows::k32);
-          CHECK(max_rel_error(c.dtype, once32, pf_widen(c.dtype, ref), 1e-2) <= 32.0 * unit_roundoff(c.dtype));
+          CHECK(max_rel_error(c.dtype, once32, widen(c.dtype, ref), 1e-2) <= 32.0 * unit_roundoff(c.dtype));
         }
         if (c.head_dim == 128) {  // 32 rows per warp: the same bound as the 16-row form
           const auto wide = d.run_paged(splits, index % 2 == 0, false, experimental::TcPrefillRows::k32);
-          CHECK(max_rel_error(c.dtype, wide, pf_widen(c.dtype, ref), 1e-2) <= 4.0 * unit_roundoff(c.dtype));
+          CHECK(max_rel_error(c.dtype, wide, widen(c.dtype, ref), 1e-2) <= 4.0 * unit_roundoff(c.dtype));
         }
       }
 }
@@ -171,7 +165,7 @@ TEST_CASE("tensor-core prefill rescales O on the GPU when a row's maximum jumps"
     PfDevice d(s);
     std::vector<std::uint16_t> ref(s.out_elems());
     cpu::paged_prefill_attention(s.paged_params(ref.data(), 1, true));
-    const auto want = pf_widen(dtype, ref);
+    const auto want = widen(dtype, ref);
     INFO("bf16 " << (dtype == DType::kBF16) << " rows " << s.rows);
     for (const auto rows : {experimental::TcPrefillRows::k16, experimental::TcPrefillRows::k32})
       CHECK(max_rel_error(dtype, d.run_paged(1, true, false, rows), want, 1e-2) <= 4.0 * unit_roundoff(dtype));
