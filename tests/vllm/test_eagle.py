@@ -10,6 +10,7 @@ its drop rule drops the block. The stand-in worker's content check
 (kv_content.py) records in a draft slot the key of position p + 1: a hit that returns a draft
 page computed for another next token fails."""
 
+import contextlib
 from unittest import mock
 
 import pytest
@@ -19,6 +20,16 @@ from harness import Setup, Trace, VOCAB, expected_outputs, make_trace, run
 from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
 
 BLOCK = 16
+
+
+@contextlib.contextmanager
+def no_eagle_rule():
+    """vLLM's EAGLE groups treated as plain groups, in the adapter and in its layout (each
+    module calls eagle_groups by its own name)."""
+    none = ({}, [], 0)
+    with mock.patch("kvmm.integrations.vllm.eagle_groups", return_value=none), \
+            mock.patch("kvmm.integrations.vllm_layout.eagle_groups", return_value=none):
+        yield
 
 
 def spec(is_draft: bool = False) -> FullAttentionSpec:
@@ -82,7 +93,7 @@ def test_content_check_catches_a_draft_page_for_another_next_token():
     """The check can fail: with the draft group cached like a target group (no successor key,
     no drop), C is admitted on A's draft page 1, whose last slot was computed from A's token
     32, and the worker's content check says so."""
-    with mock.patch("kvmm.integrations.vllm.eagle_groups", return_value=({}, [], 0)):
+    with no_eagle_rule():
         with pytest.raises(AssertionError, match="another context at position 31"):
             run(SETUP, exact_trace(), kvmm=True, kcc=draft_layout(48))
 
@@ -117,7 +128,7 @@ def test_the_merged_layout_is_a_keyed_target_group():
 def test_content_check_catches_a_merged_block_for_another_next_token():
     """The check can fail on the merged layout too: with the group keyed by the chain alone
     (no successor key, no drop), C is admitted on A's block 1, computed from A's token 32."""
-    with mock.patch("kvmm.integrations.vllm.eagle_groups", return_value=({}, [], 0)):
+    with no_eagle_rule():
         with pytest.raises(AssertionError, match="another context at position 31"):
             run(SETUP, exact_trace(), kvmm=True, kcc=merged_layout(48))
 
