@@ -18,8 +18,8 @@ enum Uid : std::int64_t { kQ = 1, kK, kV, kO, kSeqQ, kSeqKV, kTableK, kTableV, k
 
 void check(fe::error_t e, const char* stage, const std::string& what) {
   if (e.is_good()) return;
-  fail("cuDNN SDPA (cudnnGetVersion {}): {}: {} (frontend error code {}); graph: {}",
-       cudnnGetVersion(), stage, e.get_message(), static_cast<int>(e.get_code()), what);
+  fail("cuDNN SDPA (cudnnGetVersion {}): {}: {} (frontend error code {}); graph: {}", cudnnGetVersion(), stage,
+       e.get_message(), static_cast<int>(e.get_code()), what);
 }
 
 std::shared_ptr<fe::graph::Tensor_attributes> index_tensor(fe::graph::Graph& g, const char* name, std::int64_t uid,
@@ -64,9 +64,10 @@ CudnnPagedPrefill::CudnnPagedPrefill(const CudnnPrefillShape& shape) : impl_(std
     fail("dtype = {}: cuDNN's paged SDPA takes fp16/bf16", static_cast<int>(s.dtype));
   if (s.batch == 0 || s.q_heads == 0 || s.kv_heads == 0 || s.head_dim == 0 || s.tokens_per_page == 0 ||
       s.max_q_len == 0 || s.pages_per_seq == 0 || s.num_pages == 0)
-    fail("CudnnPrefillShape: batch {}, q_heads {}, kv_heads {}, head_dim {}, tokens_per_page {}, max_q_len {}, "
-         "pages_per_seq {}, num_pages {}: every one must be >= 1",
-         s.batch, s.q_heads, s.kv_heads, s.head_dim, s.tokens_per_page, s.max_q_len, s.pages_per_seq, s.num_pages);
+    fail(
+        "CudnnPrefillShape: batch {}, q_heads {}, kv_heads {}, head_dim {}, tokens_per_page {}, max_q_len {}, "
+        "pages_per_seq {}, num_pages {}: every one must be >= 1",
+        s.batch, s.q_heads, s.kv_heads, s.head_dim, s.tokens_per_page, s.max_q_len, s.pages_per_seq, s.num_pages);
   if (s.q_heads % s.kv_heads != 0) fail("q_heads = {} is not a multiple of kv_heads = {}", s.q_heads, s.kv_heads);
   cudnn_container_strides(s.layout, s.page_stride, s.kv_heads, s.tokens_per_page, s.head_dim, 2, m.kv_strides);
   const std::string what = describe();
@@ -85,13 +86,18 @@ CudnnPagedPrefill::CudnnPagedPrefill(const CudnnPrefillShape& shape) : impl_(std
   const std::vector<std::int64_t> qo_dims = {b, hq, sq, d}, qo_strides = {sq * hq * d, d, hq * d, 1};
   auto q_off = index_tensor(*g, "q_offsets", kQOffsets, b + 1);
   auto o_off = index_tensor(*g, "o_offsets", kOOffsets, b + 1);
-  auto q = g->tensor(
-      fe::graph::Tensor_attributes().set_name("Q").set_uid(kQ).set_dim(qo_dims).set_stride(qo_strides).set_ragged_offset(
-          q_off));
+  auto q = g->tensor(fe::graph::Tensor_attributes()
+                         .set_name("Q")
+                         .set_uid(kQ)
+                         .set_dim(qo_dims)
+                         .set_stride(qo_strides)
+                         .set_ragged_offset(q_off));
   const std::vector<std::int64_t> kv_dims = {pages, hk, t, d},
                                   kv_str = {m.kv_strides[0], m.kv_strides[1], m.kv_strides[2], m.kv_strides[3]};
-  auto k = g->tensor(fe::graph::Tensor_attributes().set_name("K_container").set_uid(kK).set_dim(kv_dims).set_stride(kv_str));
-  auto v = g->tensor(fe::graph::Tensor_attributes().set_name("V_container").set_uid(kV).set_dim(kv_dims).set_stride(kv_str));
+  auto k =
+      g->tensor(fe::graph::Tensor_attributes().set_name("K_container").set_uid(kK).set_dim(kv_dims).set_stride(kv_str));
+  auto v =
+      g->tensor(fe::graph::Tensor_attributes().set_name("V_container").set_uid(kV).set_dim(kv_dims).set_stride(kv_str));
   auto seq_q = index_tensor(*g, "seq_len_q", kSeqQ, b);
   auto seq_kv = index_tensor(*g, "seq_len_kv", kSeqKV, b);
   auto table = [&](const char* name, std::int64_t uid) {
@@ -137,8 +143,7 @@ void CudnnPagedPrefill::run(const CudnnPrefillArgs& a, void* workspace, Stream s
       a.seq_len_q == nullptr || a.seq_len_kv == nullptr || a.q_offsets == nullptr)
     fail("CudnnPrefillArgs: a device pointer is null");
   if (m.workspace > 0 && workspace == nullptr) fail("workspace = null: the graph needs {} bytes", m.workspace);
-  if (const cudnnStatus_t st = cudnnSetStream(m.handle, static_cast<cudaStream_t>(stream));
-      st != CUDNN_STATUS_SUCCESS)
+  if (const cudnnStatus_t st = cudnnSetStream(m.handle, static_cast<cudaStream_t>(stream)); st != CUDNN_STATUS_SUCCESS)
     fail("cudnnSetStream: {}", cudnnGetErrorString(st));
   auto* offsets = const_cast<std::int32_t*>(a.q_offsets);
   auto* table = const_cast<std::int32_t*>(a.page_table);

@@ -143,41 +143,41 @@ TEST_CASE("cuDNN's paged SDPA over kvmm's page tables matches the CPU reference 
                         {64, 4, DType::kBF16, 4}, {64, 8, DType::kBF16, 4}, {64, 4, DType::kF16, 4},
                         {1, 4, DType::kBF16, 4},  {17, 4, DType::kBF16, 4}, {16, 4, DType::kBF16, 1}};
   for (const Case& cs : cases) {
-        const std::uint32_t tpp = cs.tpp, group = cs.group;
-        const DType dtype = cs.dtype;
-        ++index;
-        ScenarioConfig c;
-        c.prefill = true;
-        c.options.mask = MaskKind::kCausal;
-        c.group = group;
-        c.tokens_per_page = tpp;
-        c.head_dim = 128;
-        c.dtype = dtype;
-        c.kv_heads = group >= 8 ? 1 : 2;
-        c.batch = cs.batch;
-        c.max_kv_len = 900;
-        c.max_q_len = 600;
-        c.nulls = NullMode::kNone;
-        c.seed = 9100 + index;
-        Scenario s(c);
-        s.fill_host_caches();
-        const bool must = (tpp == 16 || tpp == 64) && cs.batch > 1;  // what the issue asks for
-        required += must;
-        const Outcome pl = run_cudnn(s, CudnnKVLayout::kPageLayer);
-        std::printf("cudnn scenario %u: tpp %u group %u %s batch %u rows %u: page-layer %s err %.2f units: %s\n", index, tpp,
-                    group, dtype == DType::kBF16 ? "bf16" : "fp16", cs.batch, s.rows, pl.ran ? "ran" : "REFUSED", pl.err,
-                    pl.message.c_str());
-        const bool pl_ok = pl.ran && pl.err <= kBound;
-        page_layer_ok += pl_ok && must;
-        if (!pl_ok) {  // the nearest layout cuDNN's samples take, for the comparison
-          const Outcome hm = run_cudnn(s, CudnnKVLayout::kHeadMajor);
-          std::printf("cudnn scenario %u: tpp %u group %u: head-major %s err %.2f units: %s\n", index, tpp, group,
-                      hm.ran ? "ran" : "REFUSED", hm.err, hm.message.c_str());
-          head_major_ok += hm.ran && hm.err <= kBound && must;
-          INFO("scenario " << index << " tpp " << tpp << " group " << group << ": page-layer: " << pl.message
-                           << "; head-major: " << hm.message);
-          if (must) CHECK((hm.ran && hm.err <= kBound));
-        }
+    const std::uint32_t tpp = cs.tpp, group = cs.group;
+    const DType dtype = cs.dtype;
+    ++index;
+    ScenarioConfig c;
+    c.prefill = true;
+    c.options.mask = MaskKind::kCausal;
+    c.group = group;
+    c.tokens_per_page = tpp;
+    c.head_dim = 128;
+    c.dtype = dtype;
+    c.kv_heads = group >= 8 ? 1 : 2;
+    c.batch = cs.batch;
+    c.max_kv_len = 900;
+    c.max_q_len = 600;
+    c.nulls = NullMode::kNone;
+    c.seed = 9100 + index;
+    Scenario s(c);
+    s.fill_host_caches();
+    const bool must = (tpp == 16 || tpp == 64) && cs.batch > 1;  // what the issue asks for
+    required += must;
+    const Outcome pl = run_cudnn(s, CudnnKVLayout::kPageLayer);
+    std::printf("cudnn scenario %u: tpp %u group %u %s batch %u rows %u: page-layer %s err %.2f units: %s\n", index,
+                tpp, group, dtype == DType::kBF16 ? "bf16" : "fp16", cs.batch, s.rows, pl.ran ? "ran" : "REFUSED",
+                pl.err, pl.message.c_str());
+    const bool pl_ok = pl.ran && pl.err <= kBound;
+    page_layer_ok += pl_ok && must;
+    if (!pl_ok) {  // the nearest layout cuDNN's samples take, for the comparison
+      const Outcome hm = run_cudnn(s, CudnnKVLayout::kHeadMajor);
+      std::printf("cudnn scenario %u: tpp %u group %u: head-major %s err %.2f units: %s\n", index, tpp, group,
+                  hm.ran ? "ran" : "REFUSED", hm.err, hm.message.c_str());
+      head_major_ok += hm.ran && hm.err <= kBound && must;
+      INFO("scenario " << index << " tpp " << tpp << " group " << group << ": page-layer: " << pl.message
+                       << "; head-major: " << hm.message);
+      if (must) CHECK((hm.ran && hm.err <= kBound));
+    }
   }
   std::printf("cudnn summary: %u of %u required scenarios on kvmm's page-layer layout, %u more only head-major\n",
               page_layer_ok, required, head_major_ok);
