@@ -132,7 +132,15 @@ case $mode in
     fi
     ;;&
   cudnn) # cuDNN's paged SDPA: its own build flags, in the same build folder
-    croot=${KVMM_CUDNN_ROOT:-$(python3 -c 'import nvidia.cudnn as m; print(list(m.__path__)[0])' 2>/dev/null)}
+    # cuDNN: KVMM_CUDNN_ROOT, else python3's nvidia-cudnn package (torch's), else any
+    # site-packages nvidia/**/libcudnn.so.9, else the CUDA toolkit's (empty root)
+    croot=${KVMM_CUDNN_ROOT:-$(python3 -c 'import glob, os, site
+try:
+    import nvidia.cudnn as m
+    print(list(m.__path__)[0])
+except ImportError:
+    hits = [f for d in site.getsitepackages() for f in glob.glob(d + "/nvidia/**/libcudnn.so.9", recursive=True)]
+    print(os.path.dirname(os.path.dirname(hits[0])) if hits else "")' 2>/dev/null)}
     fe=$(realpath -m "${KVMM_CUDNN_FRONTEND_INCLUDE:-.device-kit/cudnn-frontend/include}")
     say "- cudnn: root '${croot:-none (CUDA toolkit)}', frontend $fe"
     step configure 90 "$out/build.log" cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=Release -DKVMM_CUDA=ON \
@@ -150,10 +158,10 @@ case $mode in
     # libcudnn's sub-libraries (and the runtime-compiled engines' nvrtc) beside it / in the toolkit
     export LD_LIBRARY_PATH="${croot:+$croot/lib:}${CUDA_HOME:-/usr/local/cuda}/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     # cuDNN's own log at level 2 (errors and warnings: why an engine refuses a graph) to the log
-    step cudnn-test 90 "$out/tests.log" env CUDNN_LOGLEVEL_DBG=2 CUDNN_LOGDEST_DBG=stderr "$B/tests/kvmm_test_gpu_cudnn"
+    step cudnn-test 100 "$out/tests.log" env CUDNN_LOGLEVEL_DBG=2 CUDNN_LOGDEST_DBG=stderr "$B/tests/kvmm_test_gpu_cudnn"
     grep -E '^cuDNN|^cudnn|FAILED|passed|failed' "$out/tests.log" | head -40 >>"$sum"
     grep -m 12 -E '^(E|W)! ' "$out/tests.log" | cut -c1-300 >>"$sum"
-    step bench 60 "$out/bench.txt" "$B/bench/kernels/bench_kernels" --benchmark_min_time=0.2 \
+    step bench 50 "$out/bench.txt" "$B/bench/kernels/bench_kernels" --benchmark_min_time=0.2 \
       --benchmark_filter='prefill_paged_(tc|tc32_1|cudnn|cudnn_hm)/chunk:(512|2048)/ctx:(2048|8192)/'
     grep -E 'cuDNN|prefill_paged' "$out/bench.txt" | cut -c1-200 >>"$sum"
     ;;
