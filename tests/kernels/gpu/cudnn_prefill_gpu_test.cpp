@@ -16,6 +16,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdio>
+#include <exception>
 #include <string>
 
 using namespace kvmm;
@@ -112,7 +113,7 @@ Outcome run_cudnn(Scenario& s, CudnnKVLayout layout) {
       return r;
     }
     r.message = graph.describe();
-  } catch (const kvmm::Error& e) {
+  } catch (const std::exception& e) {  // kvmm::Error, or whatever the frontend throws
     r.message = e.what();
     return r;
   }
