@@ -10,13 +10,19 @@
 // kvmm::kNullPage (-1 as int32) only in pages no query sees. cudnn_paged_kv checks what
 // cuDNN needs of these (2-byte elements, head_dim <= 256, an element-aligned page stride,
 // page ids and strides within int32 / int64) and raises kvmm::Error naming the value
-// otherwise. Building the cuDNN graph itself is GPU-side work not done yet. Host code, O(layers).
+// otherwise. cudnn_container_strides gives the same strides from a kernel's PagedKVCache
+// (any page stride), and those of the head-major packed container cuDNN's own samples use;
+// cudnn_prefill_index turns kvmm's q_indptr / kv_lens into the int32 sequence lengths and
+// ragged Q/O offsets the graph reads. The graph itself: kernels/cudnn_prefill.hpp.
+// Host code, O(layers) / O(batch).
 #pragma once
 
 #include "kvmm/error.hpp"
 #include "kvmm/spec/kv_layout.hpp"
 
+#include <algorithm>
 #include <cstdint>
+#include <vector>
 
 namespace kvmm::kernels {
 
@@ -63,6 +69,71 @@ inline CudnnPagedKV cudnn_paged_kv(const KVLayout& layout, GroupId g, std::uint3
   out.page_table_dims[2] = pages_per_seq;
   out.page_table_dims[3] = 1;
   return out;
+}
+
+// How the K (or V) container is laid out in memory for cuDNN: kvmm's page-layer arena as
+// it is (token-major inside a page, pages page_stride bytes apart), or the head-major packed
+// container of cuDNN's samples ([pages, kv_heads, tokens, head_dim], no gaps).
+enum class CudnnKVLayout : std::uint8_t { kPageLayer, kHeadMajor };
+
+// Element strides of a [pages, kv_heads, page_size, head_dim] container of e-byte elements.
+inline void cudnn_container_strides(CudnnKVLayout layout, std::uint64_t page_stride_bytes, std::uint32_t kv_heads,
+                                    std::uint32_t tokens_per_page, std::uint32_t head_dim, std::uint32_t e,
+                                    std::int64_t (&strides)[4]) {
+  if (e == 0) fail("dtype bytes = 0");
+  const std::int64_t hd = head_dim, tok = std::int64_t{kv_heads} * head_dim;
+  if (layout == CudnnKVLayout::kPageLayer) {
+    if (page_stride_bytes % e != 0)
+      fail("page_stride = {} bytes: not a whole number of {}-byte elements", page_stride_bytes, e);
+    if (page_stride_bytes / e < std::uint64_t(tok) * tokens_per_page)
+      fail("page_stride = {} bytes: smaller than a page's {} tokens of {} bytes", page_stride_bytes, tokens_per_page,
+           tok * e);
+    strides[0] = static_cast<std::int64_t>(page_stride_bytes / e);
+    strides[1] = hd;
+    strides[2] = tok;
+  } else {
+    strides[0] = tok * tokens_per_page;
+    strides[1] = std::int64_t{tokens_per_page} * hd;
+    strides[2] = hd;
+  }
+  strides[3] = 1;
+}
+
+// The int32 index arrays of cuDNN's padded / ragged SDPA from kvmm's query batch: per
+// request its chunk length (q_indptr[b+1] - q_indptr[b]) and context length (kv_lens[b],
+// chunk included), and q_offsets[b] = q_indptr[b] x q_heads x head_dim, the element offset
+// of request b's first row in kvmm's packed [rows, q_heads, head_dim] Q and O.
+struct CudnnPrefillIndex {
+  std::vector<std::int32_t> seq_len_q, seq_len_kv, q_offsets;
+  std::uint32_t max_q_len = 0, max_kv_len = 0;
+};
+
+inline CudnnPrefillIndex cudnn_prefill_index(const std::vector<std::uint32_t>& q_indptr,
+                                             const std::vector<std::uint32_t>& kv_lens, std::uint32_t q_heads,
+                                             std::uint32_t head_dim) {
+  if (q_indptr.size() != kv_lens.size() + 1)
+    fail("q_indptr.size() = {}: must be kv_lens.size() + 1 = {}", q_indptr.size(), kv_lens.size() + 1);
+  if (q_indptr.empty() || q_indptr[0] != 0) fail("q_indptr[0] must be 0");
+  CudnnPrefillIndex x;
+  const std::uint64_t row = std::uint64_t{q_heads} * head_dim;
+  for (std::size_t b = 0; b < kv_lens.size(); ++b) {
+    if (q_indptr[b + 1] < q_indptr[b])
+      fail("q_indptr[{}] = {} < q_indptr[{}] = {}", b + 1, q_indptr[b + 1], b, q_indptr[b]);
+    const std::uint32_t q_len = q_indptr[b + 1] - q_indptr[b];
+    if (q_len > kv_lens[b])
+      fail("request {}: chunk of {} tokens longer than its context kv_lens = {}", b, q_len, kv_lens[b]);
+    if (kv_lens[b] > 0x7fffffffu) fail("kv_lens[{}] = {}: over int32", b, kv_lens[b]);
+    x.seq_len_q.push_back(static_cast<std::int32_t>(q_len));
+    x.seq_len_kv.push_back(static_cast<std::int32_t>(kv_lens[b]));
+    x.max_q_len = std::max(x.max_q_len, q_len);
+    x.max_kv_len = std::max(x.max_kv_len, kv_lens[b]);
+  }
+  for (const std::uint32_t start : q_indptr) {
+    const std::uint64_t off = start * row;
+    if (off > 0x7fffffffu) fail("q_offsets: {} rows x {} elements = {}: over int32", start, row, off);
+    x.q_offsets.push_back(static_cast<std::int32_t>(off));
+  }
+  return x;
 }
 
 }  // namespace kvmm::kernels

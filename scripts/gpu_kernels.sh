@@ -15,6 +15,12 @@
 # PyPI ones prepared here and carried in the kit:
 #   KVMM_CUDA_TOOLS_VENV=$PWD/.device-kit/cuobjdump scripts/kernel_tools.sh
 # then prefix the calls with KVMM_CUDA_TOOLS_VENV=.device-kit/cuobjdump.
+# cuDNN's paged SDPA (issue 37 item 3), one call (timeout 300 s; ~90 s build, then < 200 s):
+#   scripts/cudnn_frontend.sh --kit .device-kit/cudnn-frontend     # here, before the call
+#   source .device-kit/setup.sh && bash scripts/gpu_kernels.sh cudnn
+#       builds kvmm_test_gpu_cudnn + bench_kernels against the frontend headers of the kit
+#       (KVMM_CUDNN_FRONTEND_INCLUDE) and the cuDNN of python3's nvidia-cudnn pip package
+#       (or KVMM_CUDNN_ROOT), runs the cuDNN GPU test, then the cuDNN and tensor-core prefill rows.
 # Without a GPU: `bash scripts/gpu_kernels.sh --dry-run` (CI) checks the script's syntax,
 # runs its parsers on the committed H100 output (docs/results/kernels-h100.md) and the
 # model on the census of this build (KVMM_CENSUS_JSON), and prints the plan; it measures
@@ -39,6 +45,7 @@ if [[ $mode == --dry-run ]]; then
   fi
   echo "plan: core (budget 330 s): configure+build sm_90 | census | kvmm_test_gpu | bench_kernels (filtered) | model"
   echo "plan: profile (budget 300 s): sdpa_bench.py | ncu x3 | compute-sanitizer racecheck, synccheck [sanitize]"
+  echo "plan: cudnn (budget 280 s): configure+build kvmm_test_gpu_cudnn bench_kernels | kvmm_test_gpu_cudnn | prefill cudnn + tc rows"
   exit 0
 fi
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
@@ -52,7 +59,7 @@ sum=$out/summary.md
 : >"$sum"
 B=$PWD/build-gpu
 start=$SECONDS
-case $mode in core) budget=330 ;; profile) budget=300 ;; *) budget=${KVMM_GPU_BUDGET:-540} ;; esac
+case $mode in core) budget=330 ;; profile) budget=300 ;; cudnn) budget=280 ;; *) budget=${KVMM_GPU_BUDGET:-540} ;; esac
 say() { printf '%s\n' "$*" | tee -a "$sum"; }
 step() { # step NAME SECONDS LOGFILE CMD...: the timeout is capped by what is left of the budget
   local name=$1 lim=$2 log=$3
@@ -124,6 +131,40 @@ case $mode in
         --measured "$out/bench.txt" --measured-tc "$out/bench.txt"
     fi
     ;;&
+  cudnn) # cuDNN's paged SDPA: its own build flags, in the same build folder
+    # cuDNN: KVMM_CUDNN_ROOT, else python3's nvidia-cudnn package (torch's), else any
+    # site-packages nvidia/**/libcudnn.so.9, else the CUDA toolkit's (empty root)
+    croot=${KVMM_CUDNN_ROOT:-$(python3 -c 'import glob, os, site
+try:
+    import nvidia.cudnn as m
+    print(list(m.__path__)[0])
+except ImportError:
+    hits = [f for d in site.getsitepackages() for f in glob.glob(d + "/nvidia/**/libcudnn.so.9", recursive=True)]
+    print(os.path.dirname(os.path.dirname(hits[0])) if hits else "")' 2>/dev/null)}
+    fe=$(realpath -m "${KVMM_CUDNN_FRONTEND_INCLUDE:-.device-kit/cudnn-frontend/include}")
+    say "- cudnn: root '${croot:-none (CUDA toolkit)}', frontend $fe"
+    step configure 90 "$out/build.log" cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=Release -DKVMM_CUDA=ON \
+      -DKVMM_CUDA_ARCHITECTURES="${KVMM_GPU_ARCHS:-90}" -DKVMM_BUILD_TESTS=ON -DKVMM_BUILD_BENCH=ON \
+      -DKVMM_BUILD_EXAMPLES=OFF -DKVMM_PYTHON=OFF -DKVMM_CUDNN=ON -DKVMM_CUDNN_ROOT="$croot" \
+      -DKVMM_CUDNN_FRONTEND_INCLUDE_DIR="$fe" || {
+      tail -30 "$out/build.log" | tee -a "$sum"
+      exit 1
+    }
+    grep -E 'kvmm: cuDNN' "$out/build.log" >>"$sum"
+    step build 200 "$out/build.log" cmake --build "$B" -j"$(nproc)" --target kvmm_test_gpu_cudnn bench_kernels || {
+      grep -E 'error|Error' "$out/build.log" | head -30 | tee -a "$sum"
+      exit 1
+    }
+    # libcudnn's sub-libraries (and the runtime-compiled engines' nvrtc) beside it / in the toolkit
+    export LD_LIBRARY_PATH="${croot:+$croot/lib:}${CUDA_HOME:-/usr/local/cuda}/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    # cuDNN's own log at level 2 (errors and warnings: why an engine refuses a graph) to the log
+    step cudnn-test 100 "$out/tests.log" env CUDNN_LOGLEVEL_DBG=2 CUDNN_LOGDEST_DBG=stderr "$B/tests/kvmm_test_gpu_cudnn"
+    grep -E '^cuDNN|^cudnn|FAILED|passed|failed' "$out/tests.log" | head -40 >>"$sum"
+    grep -m 12 -E '^(E|W)! ' "$out/tests.log" | cut -c1-300 >>"$sum"
+    step bench 50 "$out/bench.txt" "$B/bench/kernels/bench_kernels" --benchmark_min_time=0.2 \
+      --benchmark_filter='prefill_paged_(tc|tc32_1|cudnn|cudnn_hm)/chunk:(512|2048)/ctx:(2048|8192)/'
+    grep -E 'cuDNN|prefill_paged' "$out/bench.txt" | cut -c1-200 >>"$sum"
+    ;;
   profile | all)
     build || exit 1
     step sdpa 90 "$out/sdpa.txt" env PYTHONUNBUFFERED=1 python3 bench/kernels/sdpa_bench.py

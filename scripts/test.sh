@@ -28,6 +28,8 @@ fi
 
 echo "== CUDA binary tools for the kernel static checks (cuobjdump/nvdisasm, pinned, /opt/kvmm-venvs/cuobjdump)"
 scripts/kernel_tools.sh
+echo "== cuDNN frontend headers for the cuDNN paged-SDPA prefill (pinned nvidia-cudnn-frontend, /opt/kvmm-venvs/cudnn-frontend-1.32.0)"
+scripts/cudnn_frontend.sh
 
 echo "== release build (-Werror) and tests"
 cmake -S . -B "$build/release" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVMM_WERROR=ON \

@@ -9,6 +9,9 @@
 #include "../../kernels/tc_decode_api.hpp"       // the tensor-core decode, selectable beside the default
 #include "../../kernels/tc_prefill_api.hpp"      // the tensor-core prefill, likewise
 #include "fill.hpp"
+#ifdef KVMM_BENCH_CUDNN
+#include "../../kernels/cudnn_prefill.hpp"  // cuDNN's paged SDPA over the same pages (issue 37 item 3)
+#endif
 
 #include <kvmm/error.hpp>
 #include <kvmm/kernels/attention.hpp>
@@ -19,6 +22,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <exception>
 #include <numeric>
 #include <random>
 #include <string>
@@ -241,6 +245,63 @@ void BM_prefill_paged(benchmark::State& state, bool tc, bool round_p_once, bool 
       benchmark::Counter(4.0 * keys * kQHeads * kDim * double(state.iterations()) / 1e12, benchmark::Counter::kIsRate);
 }
 
+#ifdef KVMM_BENCH_CUDNN
+// BM_prefill_paged's request through cuDNN's paged SDPA (kernels/cudnn_prefill.hpp), the
+// graph built once before the loop: the page-layer arena itself (head_major false: the
+// strides of kvmm's layout) or a head-major packed container of the same pages (the layout
+// of cuDNN's samples). A refused graph skips the row with cuDNN's message.
+void BM_prefill_cudnn(benchmark::State& state, bool head_major) {
+  const auto chunk = static_cast<std::uint32_t>(state.range(0));
+  const auto ctx = static_cast<std::uint32_t>(state.range(1));
+  const std::uint32_t tpp = 16, pages = (ctx + tpp - 1) / tpp;
+  const std::uint64_t stride = head_major ? 2 * tpp * kRowBytes : std::uint64_t{kLayers} * 2 * tpp * kRowBytes;
+  Device arena(pages * stride), table(pages * 4), q(std::size_t{chunk} * kQHeads * kDim * 2),
+      o(std::size_t{chunk} * kQHeads * kDim * 2), seq_q(4), seq_kv(4), offsets(8);
+  if (arena.p == nullptr) return state.SkipWithError("cudaMalloc failed");
+  bench::fill_random_bf16(arena.p, pages * stride, 4);
+  bench::fill_random_bf16(q.p, std::size_t{chunk} * kQHeads * kDim * 2, 5);
+  std::vector<std::int32_t> ids(pages);
+  std::iota(ids.begin(), ids.end(), 0);
+  upload(table, ids);
+  upload(seq_q, std::vector<std::int32_t>{static_cast<std::int32_t>(chunk)});
+  upload(seq_kv, std::vector<std::int32_t>{static_cast<std::int32_t>(ctx)});
+  upload(offsets, std::vector<std::int32_t>{0, static_cast<std::int32_t>(chunk * kQHeads * kDim)});
+  experimental::CudnnPrefillShape shape;
+  shape.q_heads = kQHeads;
+  shape.kv_heads = kKvHeads;
+  shape.head_dim = kDim;
+  shape.tokens_per_page = tpp;
+  shape.max_q_len = chunk;
+  shape.pages_per_seq = pages;
+  shape.num_pages = pages;
+  shape.page_stride = stride;
+  shape.layout = head_major ? CudnnKVLayout::kHeadMajor : CudnnKVLayout::kPageLayer;
+  experimental::CudnnPrefillArgs a;
+  a.q = q.p;
+  a.o = o.p;
+  // Page-layer: K then V of layer 0 inside each page; head-major: two packed containers.
+  a.k = arena.p;
+  a.v = head_major ? arena.as<char>() + std::uint64_t{pages} * tpp * kRowBytes : arena.as<char>() + tpp * kRowBytes;
+  a.page_table = table.as<std::int32_t>();
+  a.seq_len_q = seq_q.as<std::int32_t>();
+  a.seq_len_kv = seq_kv.as<std::int32_t>();
+  a.q_offsets = offsets.as<std::int32_t>();
+  try {
+    const experimental::CudnnPagedPrefill graph(shape);
+    Device ws(graph.workspace_bytes());
+    graph.run(a, ws.p, nullptr);
+    if (!ok(cudaDeviceSynchronize(), state)) return;
+    time_loop(state, [&] { graph.run(a, ws.p, nullptr); });
+  } catch (const std::exception& e) {
+    return state.SkipWithError(e.what());
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()) * chunk);
+  const double keys = double(chunk) * (ctx - chunk) + double(chunk) * (chunk + 1) / 2;  // as BM_prefill_paged
+  state.counters["TFLOPs"] =
+      benchmark::Counter(4.0 * keys * kQHeads * kDim * double(state.iterations()) / 1e12, benchmark::Counter::kIsRate);
+}
+#endif
+
 // All copy-on-write copies of a step in one launch: `n` 16-token pages of a 32-layer group.
 void BM_copy_pages(benchmark::State& state) {
   const auto n = static_cast<std::uint32_t>(state.range(0));
@@ -376,6 +437,18 @@ int main(int argc, char** argv) {
             ->ArgNames({"chunk", "ctx"})
             ->UseManualTime()
             ->Unit(benchmark::kMicrosecond);
+#ifdef KVMM_BENCH_CUDNN
+  std::printf("bench_kernels: cuDNN runtime %d, headers %d\n", experimental::cudnn_runtime_version(),
+              experimental::cudnn_header_version());
+  for (std::int64_t chunk : {512, 2048})
+    for (std::int64_t ctx : {2048, 8192})
+      for (const bool hm : {false, true})
+        benchmark::RegisterBenchmark(hm ? "prefill_paged_cudnn_hm" : "prefill_paged_cudnn", BM_prefill_cudnn, hm)
+            ->Args({chunk, ctx})
+            ->ArgNames({"chunk", "ctx"})
+            ->UseManualTime()
+            ->Unit(benchmark::kMicrosecond);
+#endif
   for (std::int64_t n : {1, 16, 64})
     benchmark::RegisterBenchmark("copy_pages", BM_copy_pages)->Arg(n)->UseManualTime()->Unit(benchmark::kMicrosecond);
   // Last: the sm_90a scaffold, not yet run on a GPU (a trapped launch spoils the context
