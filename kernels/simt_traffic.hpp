@@ -51,7 +51,14 @@ struct GlobalStats {
   long long unique_bytes = 0;
   long long sectors = 0;  // 32-byte sectors, summed over requests
   long long unique_sectors = 0;
+  // Sectors counted per half-warp for requests of 16 bytes per lane (the others as
+  // `sectors`): a sector two half-warps both touch counts twice. The H200's L1TEX counters
+  // for the tensor-core decode's 16-byte cp.async (2026-11-28: 24.0 sectors per K/V
+  // request, exactly 16 + 8) match this rule, not `sectors` (16): a hypothesis the
+  // `decode_paged_tc_sect` bench row tests on a device.
+  long long half_warp_sectors = 0;
   double sectors_per_request() const { return requests ? double(sectors) / double(requests) : 0.0; }
+  double half_warp_sectors_per_request() const { return requests ? double(half_warp_sectors) / double(requests) : 0.0; }
 };
 
 struct SharedStats {
@@ -120,21 +127,30 @@ class TrafficLog {
         continue;
       }
       if (first.space == Space::kGlobal) {
-        std::map<std::string, std::vector<std::uintptr_t>> sectors;
+        std::map<std::string, std::vector<std::uintptr_t>> sectors, halves[2];
+        bool wide = true;  // every active lane accesses 16 bytes
         for (const Access* a : lanes) {
           if (a->bytes == 0) continue;
           const std::string name = region_of(a->addr);
           GlobalStats& s = rep.global[name];
           s.bytes_requested += a->bytes;
           spans[name].emplace_back(a->addr, a->addr + a->bytes);
-          for (std::uintptr_t sec = a->addr / 32; sec <= (a->addr + a->bytes - 1) / 32; ++sec)
+          wide = wide && a->bytes == 16;
+          for (std::uintptr_t sec = a->addr / 32; sec <= (a->addr + a->bytes - 1) / 32; ++sec) {
             sectors[name].push_back(sec);
+            halves[(a->thread % 32) / 16][name].push_back(sec);
+          }
         }
-        for (auto& [name, v] : sectors) {
+        auto unique_count = [](std::vector<std::uintptr_t>& v) {
           std::sort(v.begin(), v.end());
+          return static_cast<long long>(std::unique(v.begin(), v.end()) - v.begin());
+        };
+        for (auto& [name, v] : sectors) {
           GlobalStats& s = rep.global[name];
           ++s.requests;
-          s.sectors += std::unique(v.begin(), v.end()) - v.begin();
+          const long long n = unique_count(v);
+          s.sectors += n;
+          s.half_warp_sectors += wide ? unique_count(halves[0][name]) + unique_count(halves[1][name]) : n;
         }
       } else {
         const auto [wave, ideal] = wavefronts(lanes);

@@ -34,6 +34,33 @@ void launch_instance(const device::AttnArgs& a, const Addr& kv, dim3 grid, cudaS
       <<<grid, device::kTcThreads, bytes, s>>>(a, kv);
 }
 
+template <int kProbe>
+void launch_probe_instance(const device::AttnArgs& a, const device::TcPagedAddr& kv, dim3 grid, cudaStream_t s) {
+  constexpr std::uint32_t bytes = device::tc_smem_bytes<128, 2, true, 2>();
+  static const bool raised = [] {
+    void (*kernel)(device::AttnArgs, device::TcPagedAddr) = device::tc_decode_probe_kernel<kProbe>;
+    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+    cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+    return true;
+  }();
+  (void)raised;
+  device::tc_decode_probe_kernel<kProbe><<<grid, device::kTcThreads, bytes, s>>>(a, kv);
+}
+
+// The limiter probes (TcDecodeShape::probe, issue 36): bf16, D 128, 2 stages, swapped form
+// with 32-token warp tiles in pages of whole sub-tiles (launch() checks that).
+void launch_probe(const device::AttnArgs& a, const device::TcPagedAddr& kv, dim3 grid, std::uint32_t probe,
+                  cudaStream_t s) {
+  if (probe == device::kTcProbeLoadOnly)
+    launch_probe_instance<device::kTcProbeLoadOnly>(a, kv, grid, s);
+  else if (probe == device::kTcProbeMathOnly)
+    launch_probe_instance<device::kTcProbeMathOnly>(a, kv, grid, s);
+  else
+    launch_probe_instance<device::kTcProbeSectors>(a, kv, grid, s);
+  if (a.num_splits > 1 && a.merge_counters == nullptr)
+    device::merge_kernel<device::BFloat><<<dim3(a.batch, a.q_heads), 128, 0, s>>>(a, 128);
+}
+
 template <typename T, int D, typename Addr, int kStages, bool kSwap, int kSub>
 void launch_form(const device::AttnArgs& a, const Addr& kv, dim3 grid, cudaStream_t s) {
   if (device::tc_tile_in_page(kv))
@@ -90,6 +117,18 @@ void launch(const QueryBatch& q, const AttentionOptions& opt, const SplitKV& spl
   const dim3 grid = a.heads_first ? dim3(kv_heads * a.head_chunks, q.batch, a.num_splits)
                                   : dim3(q.batch, kv_heads * a.head_chunks, a.num_splits);
   const bool tile16 = shape.tile_tokens == 16;
+  if constexpr (std::is_same_v<Addr, device::TcPagedAddr>) {
+    if (shape.probe != 0) {
+      check_tc_probe(name, shape,
+                     dtype == DType::kBF16 && d == 128 && stages == 2 && !tile16 && device::tc_swap(a, d) &&
+                         device::tc_tile_in_page(kv));
+      launch_probe(a, kv, grid, shape.probe, device::to_cuda(stream));
+      device::check_launch(name);
+      return;
+    }
+  } else {
+    check_tc_probe(name, shape, false);
+  }
   if (dtype == DType::kF16)
     launch_tc_typed<device::Half>(a, kv, grid, d, stages, tile16, device::to_cuda(stream));
   else

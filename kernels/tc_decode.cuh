@@ -61,14 +61,32 @@ inline constexpr std::uint32_t tc_smem_bytes() {
 // memory allows anyway). kTileInPage: every 16-token tile (tiles start at multiples of 16)
 // lies in one page or slot (tokens_per_page a multiple of 16, or contiguous): one page
 // entry per tile, rows at base + row x row_bytes; else each row finds its page.
-template <typename T, int D, typename Addr, bool kTileInPage, int kStages = kTcStages, bool kSwap = false, int kSub = 1>
-__global__ void __launch_bounds__(kTcThreads, D == 256 ? 1 : 4) tc_decode_kernel(AttnArgs a, Addr kv) {
+// Probes of the limiter (issue 36, experimental::TcDecodeShape::probe; only the swapped
+// form with sub-tiles in pages, kSub 2, takes them: the launchers run them at bf16, D 128,
+// 2 stages). kTcProbeLoadOnly: the same grid, ring, page lookups and cp.async, no math (one
+// shared word per tile folded into O, so every stage is read): the memory pipeline's
+// ceiling. kTcProbeMathOnly: the same loop without the K/V cp.async (the ring zeroed once:
+// logits 0, the rescale untaken as on real data after the first tiles): the math chain's
+// ceiling. kTcProbeSectors: the plain layout's copy takes the exchanged layout's lane map
+// (lanes 0-15 copy rows 0-7, lanes 16-31 rows 8-15, both 16-byte halves of a row's 32 bytes
+// in one half-warp), so each half-warp of a request touches 8 sectors, not 16 (the default
+// plain map gives lanes l and l + 16 the two halves of row l: 32 sectors counted per
+// half-warp, 24 per request on average; simt::GlobalStats::half_warp_sectors); the same
+// shared contents, so the same bits.
+enum : int { kTcProbeNone = 0, kTcProbeLoadOnly = 1, kTcProbeMathOnly = 2, kTcProbeSectors = 3 };
+
+// The kernel's body (tc_decode_kernel below, and tc_decode_probe_kernel for the probes: their
+// own kernels, so the shipped instances' names, which the census matches, stay as they were).
+template <typename T, int D, typename Addr, bool kTileInPage, int kStages, bool kSwap, int kSub, int kProbe>
+__device__ __forceinline__ void tc_decode_body(const AttnArgs& a, const Addr& kv) {
   static_assert(D == 64 || D == 128 || D == 256);
   static_assert(!kSwap || D <= 128, "swapped operands: head dims 64 and 128");
   static_assert(kSub == 1 || (kSub == 2 && kSwap) || (kSub == 4 && kSwap && D == 64 && kStages == 2),
                 "32-token warp tiles: swapped operands only; 64-token ones at D 64 and 2 stages");
   static_assert(kStages >= 2 && (kSub == 4 || kStages * 16 * kSub <= 64),
                 "a ring of 2-4 stages (16 mask bits per sub-tile in 64)");
+  static_assert(kProbe == kTcProbeNone || (kSwap && kSub == 2 && kTileInPage),
+                "probes: the swapped form with 32-token warp tiles in pages of whole sub-tiles");
   constexpr int kNd = D / 8;  // n-tiles of O
   constexpr std::uint32_t kTileBytes = kTcTile * D * 2;
   constexpr std::uint32_t kStageBytes = 2 * kSub * kTileBytes;  // kSub x (K tile, V tile)
@@ -86,6 +104,12 @@ __global__ void __launch_bounds__(kTcThreads, D == 256 ? 1 : 4) tc_decode_kernel
   extern __shared__ __align__(128) unsigned char tc_smem[];
   unsigned char* smem = tc_smem;
 #endif
+  if constexpr (kProbe == kTcProbeMathOnly) {
+    // No K/V is copied: the ring holds zeros (finite logits and values) for the whole launch.
+    for (std::uint32_t i = threadIdx.x; i < kTcWarps * kStages * 2 * kSub * kTcTile * D * 2 / 16; i += kTcThreads)
+      sts(reinterpret_cast<uint4*>(smem) + i, uint4{0u, 0u, 0u, 0u});
+    __syncthreads();
+  }
   // (request, kv head x head chunk) from the grid: the swapped form takes either order
   // (a.heads_first), the 16-row form, at the 128-register edge, only request-major (the
   // launchers never ask it for another).
@@ -159,6 +183,12 @@ __global__ void __launch_bounds__(kTcThreads, D == 256 ? 1 : 4) tc_decode_kernel
   std::uint32_t soff[4];
   KVMM_UNROLL
   for (int q = 0; q < 4; ++q) soff[q] = tc_lane_offset<D>(lrow, hb, q);
+  // kTcProbeSectors: the plain layout's slots of this lane's exchanged-map row (krow, khb).
+  [[maybe_unused]] std::uint32_t soff_k[kProbe == kTcProbeSectors ? 4 : 1];
+  if constexpr (kProbe == kTcProbeSectors) {
+    KVMM_UNROLL
+    for (int q = 0; q < 4; ++q) soff_k[q] = tc_lane_offset<D>(krow, khb, q);
+  }
   // Global offsets of this lane's V and K rows in a tile (< 16 rows x 2^27 bytes).
   const std::uint32_t goff_v = lrow * kv.row_bytes + hb * 16, goff_k = krow * kv.row_bytes + khb * 16;
 
@@ -282,10 +312,15 @@ __global__ void __launch_bounds__(kTcThreads, D == 256 ? 1 : 4) tc_decode_kernel
     unsigned char* xs = kSwap ? vs : ks;
     unsigned char* ps = kSwap ? ks : vs;
     const std::uint32_t x_src = ((m >> krow) & 1u) != 0 ? 16u : 0u, p_src = valid ? 16u : 0u;
-    KVMM_UNROLL
-    for (int j = 0; j < D / 16; ++j) {
-      cp_async<16>(tc_at(xs, soff, j), xp + 32 * j, x_src);
-      cp_async<16>(tc_at(ps, soff, j), pp + 32 * j, p_src);
+    if constexpr (kProbe != kTcProbeMathOnly) {  // math-only: no K/V loads
+      KVMM_UNROLL
+      for (int j = 0; j < D / 16; ++j) {
+        cp_async<16>(tc_at(xs, soff, j), xp + 32 * j, x_src);
+        if constexpr (kProbe == kTcProbeSectors)  // the plain layout by the exchanged lane map
+          cp_async<16>(tc_at(ps, soff_k, j), (kSwap ? kv.k : kv.v) + k_off + 32 * j, x_src);
+        else
+          cp_async<16>(tc_at(ps, soff, j), pp + 32 * j, p_src);
+      }
     }
   };
   auto issueN = [&](std::uint32_t t, int st) {
@@ -417,6 +452,7 @@ __global__ void __launch_bounds__(kTcThreads, D == 256 ? 1 : 4) tc_decode_kernel
   // Logits are compared unscaled (the scale is positive) and scaled inside the exponent: p
   // = exp2(x f - m) with m the running maximum of x f (x = the dot, or the capped logit).
   const float f = soft_cap ? 1.0f : a.scale_log2;
+  [[maybe_unused]] std::uint32_t sink = 0;  // kTcProbeLoadOnly: one word of every stage
   KVMM_UNROLL
   for (int p = 0; p < kStages - 1; ++p) issue(static_cast<std::uint32_t>(warp + p * kTcWarps), p);
   // Iteration `it` of this warp's tiles, in stage `stage` (= it % kStages). With kSub 2 the
@@ -435,7 +471,9 @@ __global__ void __launch_bounds__(kTcThreads, D == 256 ? 1 : 4) tc_decode_kernel
     if (tm == 0) return;  // a null tile: nothing was copied
     const unsigned char* ks = ring + stage * kStageBytes;
     const unsigned char* vs = ks + kTileBytes;
-    if constexpr (kSwap) {
+    if constexpr (kProbe == kTcProbeLoadOnly) {
+      sink ^= lds(reinterpret_cast<const std::uint32_t*>(ks + soff[0]));
+    } else if constexpr (kSwap) {
       tc_swap_tile<T, D, kSub>(o, st, qb, ks, soff, tm, gid, f, a);
     } else {
       // S = Q K^T over two n-tiles of 8 tokens: per k-step one ldmatrix.x4 gives K rows 0-7
@@ -534,6 +572,7 @@ __global__ void __launch_bounds__(kTcThreads, D == 256 ? 1 : 4) tc_decode_kernel
     });
   }
   cp_async_wait<0>();
+  if constexpr (kProbe == kTcProbeLoadOnly) o[0][0] += sink == 0x7fc00001u ? 1.0f : 0.0f;  // keeps the reads live
   __syncthreads();
 
   // Merge the warps' states: per warp and row m, l and the O row, in the freed ring.
@@ -599,6 +638,18 @@ __global__ void __launch_bounds__(kTcThreads, D == 256 ? 1 : 4) tc_decode_kernel
     }
   }
   if (a.num_splits > 1 && a.merge_counters != nullptr) tc_merge_last<T, D>(a, smem, b, heads_x, qh0, hg);
+}
+
+template <typename T, int D, typename Addr, bool kTileInPage, int kStages = kTcStages, bool kSwap = false, int kSub = 1>
+__global__ void __launch_bounds__(kTcThreads, D == 256 ? 1 : 4) tc_decode_kernel(AttnArgs a, Addr kv) {
+  tc_decode_body<T, D, Addr, kTileInPage, kStages, kSwap, kSub, kTcProbeNone>(a, kv);
+}
+
+// The limiter probes (kTcProbe*) of the default shape at bf16, D 128: paged, 16-token
+// multiples, swapped operands, 32-token warp tiles, 2 stages.
+template <int kProbe>
+__global__ void __launch_bounds__(kTcThreads, 4) tc_decode_probe_kernel(AttnArgs a, TcPagedAddr kv) {
+  tc_decode_body<BFloat, 128, TcPagedAddr, true, 2, true, 2, kProbe>(a, kv);
 }
 
 }  // namespace kvmm::kernels::device

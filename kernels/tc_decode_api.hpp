@@ -29,6 +29,12 @@ struct TcDecodeShape {
   // of one request's kv heads, which read the same token rows, run side by side (the
   // swapped form: groups of at most 8 at head dims 64 and 128; others ignore it).
   bool heads_first = false;
+  // Limiter probes (issue 36; 0, the kernel): 1 load-only (the same grid, ring and cp.async,
+  // no math: wrong outputs), 2 math-only (the same loop with no K/V loads: wrong outputs), 3
+  // the sector-friendly copy lane map (the same bits). Only at bf16, head dim 128, 2 stages,
+  // tile_tokens 0, groups of at most 8 and paged caches whose pages hold whole 16-token
+  // tiles; anything else with probe != 0 raises kvmm::Error (check_tc_probe).
+  std::uint32_t probe = 0;
 };
 void paged_decode_attention_tc(const PagedAttentionParams& p, Stream stream, std::uint32_t stages = 2,
                                std::uint32_t* merge_counters = nullptr, TcDecodeShape shape = {});
@@ -46,5 +52,9 @@ void check_tc_stages(const char* kernel, std::uint32_t stages, std::uint32_t hea
 // Raises kvmm::Error naming `kernel` and shape.tile_tokens unless it is 0 or 16, or
 // shape.heads_first with more than 65535 kv heads x head chunks or requests (grid y).
 void check_tc_shape(const char* kernel, const TcDecodeShape& shape, std::uint32_t rows, std::uint32_t grid_heads);
+
+// Raises kvmm::Error naming `kernel` and shape.probe unless it is 0, or 1-3 where `runs` (the
+// launch is one the probes are built for: TcDecodeShape::probe).
+void check_tc_probe(const char* kernel, const TcDecodeShape& shape, bool runs);
 
 }  // namespace kvmm::kernels::experimental

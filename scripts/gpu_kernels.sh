@@ -11,6 +11,13 @@
 #   call 2 (timeout 330 s): source .device-kit/setup.sh && bash scripts/gpu_kernels.sh profile
 #       torch SDPA on the same shapes, ncu on three kernels, compute-sanitizer racecheck and
 #       synccheck on the [sanitize] tests; reuses build-gpu/ (ignored; rebuilt if gone)
+# One call of `limiter` (issue 36: what holds the tensor-core decode at 0.64 of copy; builds
+# bench_kernels only, budget KVMM_GPU_BUDGET or 300 s, about 90 s of it the build):
+#   source .device-kit/setup.sh && KVMM_GPU_BUDGET=280 bash scripts/gpu_kernels.sh limiter
+#       the decode rows with the probes of TcDecodeShape::probe (load-only, math-only, the
+#       sector lane map) beside the default and contiguous tc rows, then ncu (stall reasons,
+#       scheduler, memory tables, occupancy) on the default tc kernel, the contiguous one, the
+#       load-only and sector-map probes and the old kernel, one launch each
 # The census needs cuobjdump + nvdisasm: the GPU machine's toolkit on PATH, or the pinned
 # PyPI ones prepared here and carried in the kit:
 #   KVMM_CUDA_TOOLS_VENV=$PWD/.device-kit/cuobjdump scripts/kernel_tools.sh
@@ -46,6 +53,8 @@ if [[ $mode == --dry-run ]]; then
   echo "plan: core (budget 330 s): configure+build sm_90 | census | kvmm_test_gpu | bench_kernels (filtered) | model"
   echo "plan: profile (budget 300 s): sdpa_bench.py | ncu x3 | compute-sanitizer racecheck, synccheck [sanitize]"
   echo "plan: cudnn (budget 280 s): configure+build kvmm_test_gpu_cudnn bench_kernels | kvmm_test_gpu_cudnn | prefill cudnn + tc rows"
+  echo "plan: limiter (budget KVMM_GPU_BUDGET or 300 s): configure+build bench_kernels | decode probe rows | ncu x5 (sections) + stall metrics x2"
+  echo "limiter filter: $(sed -n 's/^ *local filter=.\(copy_d2d|decode_paged_tc_(loadonly.*\).$/\1/p' "$0")"
   exit 0
 fi
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
@@ -59,7 +68,10 @@ sum=$out/summary.md
 : >"$sum"
 B=$PWD/build-gpu
 start=$SECONDS
-case $mode in core) budget=330 ;; profile) budget=300 ;; cudnn) budget=280 ;; *) budget=${KVMM_GPU_BUDGET:-540} ;; esac
+case $mode in
+  core) budget=330 ;; profile) budget=300 ;; cudnn) budget=${KVMM_GPU_BUDGET:-280} ;; limiter) budget=${KVMM_GPU_BUDGET:-300} ;;
+  *) budget=${KVMM_GPU_BUDGET:-540} ;;
+esac
 say() { printf '%s\n' "$*" | tee -a "$sum"; }
 step() { # step NAME SECONDS LOGFILE CMD...: the timeout is capped by what is left of the budget
   local name=$1 lim=$2 log=$3
@@ -104,6 +116,45 @@ bench() {
   python3 bench/kernels/bench_table.py "$out/bench.txt" | tee -a "$sum"
 }
 
+build_bench() { # limiter: bench_kernels alone (an existing build-gpu/ is brought up to date, not trusted)
+  [[ -f $B/CMakeCache.txt ]] || step configure 90 "$out/build.log" cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=Release -DKVMM_CUDA=ON \
+    -DKVMM_CUDA_ARCHITECTURES="${KVMM_GPU_ARCHS:-90}" -DKVMM_BUILD_TESTS=OFF -DKVMM_BUILD_BENCH=ON \
+    -DKVMM_BUILD_EXAMPLES=OFF -DKVMM_PYTHON=OFF || return 1
+  step build 200 "$out/build.log" cmake --build "$B" -j"$(nproc)" --target bench_kernels
+}
+
+# The tensor-core decode's limiter (issue 36): the probes (decode_paged_tc_loadonly: the same
+# cp.async ring without math; _mathonly: the same loop without K/V loads; _sect: the copy lane
+# map whose half-warps touch whole sectors) beside the default and contiguous tc rows and
+# 16-token tiles at full waves (batch 256), then ncu with stall reasons on five kernels.
+limiter() {
+  local filter='copy_d2d|decode_paged_tc_(loadonly|mathonly|sect)/batch:(16|64|256)/ctx:(4096|32768)/tpp:16/|decode_paged_tc/batch:(16|64|256)/ctx:(4096|32768)/tpp:16/|decode_contiguous_tc/batch:(16|64|256)/ctx:(4096|32768)/|decode_paged_tc_t16/batch:256/ctx:(4096|32768)/tpp:16/|decode_paged/batch:64/ctx:4096/tpp:16/'
+  step bench 120 "$out/bench.txt" "$B/bench/kernels/bench_kernels" --benchmark_filter="$filter" --benchmark_min_time=0.2
+  python3 bench/kernels/bench_table.py "$out/bench.txt" | tee -a "$sum"
+  local metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,smsp__inst_executed.sum,smsp__warps_eligible.avg.per_cycle_active,sm__warps_active.avg.pct_of_peak_sustained_active,l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum,l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum,lts__t_sectors_srcunit_tex_op_read.sum,lts__t_requests_srcunit_tex_op_read.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active
+  local kernels='attention_kernel|tc_decode_kernel|tc_decode_probe_kernel' f
+  for f in 'decode_paged_tc/batch:64/ctx:4096/tpp:16/' 'decode_paged_tc_sect/batch:64/ctx:4096/tpp:16/' \
+    'decode_paged_tc_loadonly/batch:64/ctx:4096/tpp:16/' 'decode_contiguous_tc/batch:64/ctx:4096/' \
+    'decode_paged/batch:64/ctx:4096/tpp:16/'; do
+    step "ncu $f" 40 "$out/ncu.txt" ncu --clock-control none --section WarpStateStats --section SchedulerStats \
+      --section MemoryWorkloadAnalysis_Tables --section Occupancy --metrics "$metrics" -k regex:"$kernels" \
+      --launch-skip 2 --launch-count 1 "$B/bench/kernels/bench_kernels" --benchmark_filter="$f" \
+      --benchmark_min_time=0.01
+  done
+  # Every stall reason of the default kernel and the load-only probe (a second pass: a metric
+  # name this ncu lacks fails only this step).
+  for f in 'decode_paged_tc/batch:64/ctx:4096/tpp:16/' 'decode_paged_tc_loadonly/batch:64/ctx:4096/tpp:16/'; do
+    step "ncu stalls $f" 40 "$out/ncu_stalls.txt" ncu --clock-control none \
+      --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' -k regex:"$kernels" \
+      --launch-skip 2 --launch-count 1 "$B/bench/kernels/bench_kernels" --benchmark_filter="$f" \
+      --benchmark_min_time=0.01
+  done
+  grep -E '^  [a-z_]+(<|\()|tc_decode|attention_kernel|gpu__time|dram__|inst_executed.sum|warps_eligible|warps_active|l1tex__t_|lts__t_|hmma|Warp Cycles Per|Issued Warp|Eligible Warps|No Eligible|Achieved Occupancy|Theoretical Occupancy|Block Limit Shared|Global Load|LDGSTS|cycles being stalled|excessive sectors|uncoalesced' \
+    "$out/ncu.txt" | head -150 >>"$sum"
+  grep -E 'tc_decode|stalled_(long_scoreboard|barrier|short_scoreboard|wait|math_pipe_throttle|mio_throttle|lg_throttle|not_selected|selected|dispatch_stall|no_instruction|drain|membar|branch_resolving|sleeping|tex_throttle|imc_miss|misc)_per' \
+    "$out/ncu_stalls.txt" | head -60 >>"$sum"
+}
+
 profile_ncu() {
   local metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,sm__throughput.avg.pct_of_peak_sustained_elapsed,smsp__inst_executed.sum,smsp__warps_eligible.avg.per_cycle_active,sm__warps_active.avg.pct_of_peak_sustained_active,launch__registers_per_thread,launch__occupancy_limit_registers,l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum,l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum,smsp__sass_inst_executed_op_ldsm.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,lts__t_sectors_srcunit_tex_op_read.sum
   local f
@@ -117,6 +168,13 @@ profile_ncu() {
 }
 
 case $mode in
+  limiter)
+    build_bench || {
+      tail -40 "$out/build.log"
+      exit 1
+    }
+    limiter
+    ;;
   core | all)
     build || {
       tail -40 "$out/build.log"

@@ -90,6 +90,18 @@ LIMITS = [
                                                         cp_async_only=True)),
     (r"tc_decode_kernel", r"sm_", dict(regs=128, stack=0, local=0, local_in_loop=0, smem=2048,
                                        need=["HMMA", "LDSM", "LDGSTS.128"], cp_async_only=True)),
+    # The tensor-core decode's limiter probes (tc_decode_probe_kernel<kProbe>, issue 36; bf16 D
+    # 128, the swapped 32-token form): load-only (1) keeps the 16-byte cp.async and drops the
+    # tensor-core work; math-only (2) keeps the tensor-core loop without K/V loads (on sm_90
+    # nvcc 13.0 puts its 8-byte frame's LDL/STL in the loop: a probe, named and bounded here);
+    # the sector lane map (3) is the default's instruction mix (about 20 more per 64 tokens).
+    (r"tc_decode_probe_kernelILi1E", r"sm_", dict(regs=128, stack=0, local=0, local_in_loop=0, smem=2048,
+                                                 need=["LDGSTS.128"], cp_async_only=True)),
+    (r"tc_decode_probe_kernelILi2E", r"sm_", dict(regs=128, stack=8, local=2, local_in_loop=2, smem=2048,
+                                                 need=["HMMA", "LDSM.x4", "LDSM.x4.T", "MOVM"])),
+    (r"tc_decode_probe_kernelILi3E", r"sm_", dict(regs=128, stack=8, local=2, local_in_loop=0, smem=2048,
+                                                 need=["HMMA", "LDSM.x4", "LDSM.x4.T", "LDGSTS.128", "MOVM"],
+                                                 cp_async_only=True)),
     # The tensor-core prefill (tc_prefill.cuh, issue 37): K/V through 16-byte cp.async only,
     # HMMA, LDSM.x4 and LDSM.x4.T present; <= 255 registers (2 CTAs per SM) and no local
     # memory at all. loop_exact: the main loop's tensor-core and shared-memory instructions

@@ -20,4 +20,15 @@ void check_tc_shape(const char* kernel, const TcDecodeShape& shape, std::uint32_
          shape.heads_first ? "rows" : "kv heads x head chunks", y, shape.heads_first);
 }
 
+void check_tc_probe(const char* kernel, const TcDecodeShape& shape, bool runs) {
+  if (shape.probe > 3)
+    fail("{}: shape.probe = {}: 0 (the kernel), 1 load-only, 2 math-only or 3 the sector lane map", kernel,
+         shape.probe);
+  if (shape.probe != 0 && !runs)
+    fail(
+        "{}: shape.probe = {} runs only at bf16, head_dim 128, 2 stages, tile_tokens 0, groups of at most 8 and "
+        "paged caches of 16-token multiples",
+        kernel, shape.probe);
+}
+
 }  // namespace kvmm::kernels::experimental

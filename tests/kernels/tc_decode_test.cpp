@@ -457,6 +457,20 @@ TEST_CASE("emulated tensor-core decode: a replay with new lengths on the same co
 }
 
 TEST_CASE("the tensor-core decode's launchers reject shapes they do not build", "[kernels][tc_decode]") {
+  // The limiter probes (TcDecodeShape::probe): 0 always, 1-3 where the launch is one they are
+  // built for, nothing else.
+  experimental::check_tc_probe("k", {}, false);
+  experimental::check_tc_probe("k", {0, false, 3}, true);
+  for (const auto& [probe, runs] : {std::pair{1u, false}, std::pair{3u, false}, std::pair{4u, true}}) {
+    INFO("probe " << probe << " runs " << runs);
+    try {
+      experimental::check_tc_probe("paged_decode_attention_tc", {0, false, probe}, runs);
+      FAIL("no error");
+    } catch (const Error& e) {
+      CHECK(std::string(e.what()).find("paged_decode_attention_tc: shape.probe = " + std::to_string(probe)) !=
+            std::string::npos);
+    }
+  }
   experimental::check_tc_shape("k", {}, 1, 8);
   experimental::check_tc_shape("k", {16, true}, 65535, 8);
   experimental::check_tc_shape("k", {0, false}, 100000, 8);

@@ -15,6 +15,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <numeric>
 #include <random>
 
@@ -208,15 +209,17 @@ struct TcTraffic {
   simt::TrafficReport rep;
   long long kv_min = 0, pages_used = 0;
   std::uint32_t ctas = 0;
+  std::vector<std::uint16_t> o;  // the outputs (bf16 bits)
 };
 
 // The tensor-core decode (bf16, D 128, or 64: swapped operands with 64-token warp tiles)
 // on 2 requests x 256 tokens, 2 kv heads, group 4; 16-token pages (permuted, page-layer
 // layout of 2 layers), or contiguous; `splits` pieces; `null_every` > 0: every such page of
 // the tables is null.
+// probe (D 128, paged, tpp 16, swap): the limiter probe kernel (dev::kTcProbe*) instead.
 template <std::uint32_t D = 128>
 TcTraffic tc_traffic(bool paged, std::uint32_t splits, std::uint32_t null_every, std::uint32_t tpp = 16,
-                     bool swap = false) {
+                     bool swap = false, int probe = dev::kTcProbeNone) {
   static_assert(D == 128 || D == 64);
   constexpr int kSub = dev::tc_sub(D, 2);
   constexpr std::uint32_t batch = 2, kv_heads = 2, group = 4, kv_len = 256, layers = 2;
@@ -255,6 +258,11 @@ TcTraffic tc_traffic(bool paged, std::uint32_t splits, std::uint32_t null_every,
                               indptr.data(), pages.data(),           0,           dev::FastDiv::make(tpp)};
     if (dev::tc_tile_in_page(kv))
       ok = simt::launch(grid, dev::kTcThreads, [&] {
+        if constexpr (D == 128) {
+          if (probe == dev::kTcProbeLoadOnly) return dev::tc_decode_probe_kernel<dev::kTcProbeLoadOnly>(a, kv);
+          if (probe == dev::kTcProbeMathOnly) return dev::tc_decode_probe_kernel<dev::kTcProbeMathOnly>(a, kv);
+          if (probe == dev::kTcProbeSectors) return dev::tc_decode_probe_kernel<dev::kTcProbeSectors>(a, kv);
+        }
         if (swap)
           dev::tc_decode_kernel<dev::BFloat, D, dev::TcPagedAddr, true, 2, true, kSub>(a, kv);
         else
@@ -280,6 +288,7 @@ TcTraffic tc_traffic(bool paged, std::uint32_t splits, std::uint32_t null_every,
   REQUIRE(ok);
   t.rep = log.analyse({{"kv", arena.data(), arena.size()}, {"pages", pages.data(), pages.size() * 4}});
   t.kv_min = std::int64_t{batch} * kv_len * kv_heads * D * 2 * 2;
+  t.o = o;
   return t;
 }
 
@@ -396,3 +405,39 @@ TEST_CASE("tensor-core decode, pages of 17 tokens (each row finds its page): K/V
 }
 
 #endif
+
+TEST_CASE("tensor-core decode limiter probes: the sector lane map, load-only and math-only traffic",
+          "[kernels][simt][traffic][tc_decode]") {
+  // The default swapped 32-token form (what decode_paged_tc runs): 16 sectors per K/V request,
+  // but counted per half-warp (simt::GlobalStats::half_warp_sectors, the rule the H200's
+  // 24.0 L1 sectors per request fit) K's plain lane map gives lanes l and l + 16 the two
+  // 16-byte halves of row l: 32, V's exchanged map 16; 24 on average.
+  const TcTraffic def = tc_traffic(true, 1, 0, 16, true);
+  const simt::GlobalStats& d = def.rep.global.at("kv");
+  CHECK(d.sectors_per_request() == 16.0);
+  CHECK(d.half_warp_sectors_per_request() == 24.0);
+  // The sector probe copies K by the exchanged map too: 16 either way, the same bytes and
+  // shared contents, so the same output bits.
+  const TcTraffic sect = tc_traffic(true, 1, 0, 16, true, dev::kTcProbeSectors);
+  const simt::GlobalStats& s = sect.rep.global.at("kv");
+  CHECK(sect.rep.misaligned == 0);
+  CHECK(s.bytes_requested == sect.kv_min);
+  CHECK(s.unique_bytes == sect.kv_min);
+  CHECK(s.sectors_per_request() == 16.0);
+  CHECK(s.half_warp_sectors_per_request() == 16.0);
+  CHECK(sect.rep.ldmatrix.wavefronts == sect.rep.ldmatrix.ideal);
+  CHECK(sect.o == def.o);
+  CHECK(std::any_of(def.o.begin(), def.o.end(), [](std::uint16_t v) { return (v & 0x7fffu) != 0; }));
+  // Load-only: the default's K/V requests exactly (the same map), no ldmatrix.
+  const TcTraffic load = tc_traffic(true, 1, 0, 16, true, dev::kTcProbeLoadOnly);
+  const simt::GlobalStats& l = load.rep.global.at("kv");
+  CHECK(l.bytes_requested == load.kv_min);
+  CHECK(l.requests == d.requests);
+  CHECK(l.half_warp_sectors_per_request() == 24.0);
+  CHECK(load.rep.ldmatrix.requests == 0);
+  // Math-only: no K/V byte read, the default's ldmatrix work.
+  const TcTraffic math = tc_traffic(true, 1, 0, 16, true, dev::kTcProbeMathOnly);
+  CHECK(math.rep.global.count("kv") == 0);
+  CHECK(math.rep.ldmatrix.requests == def.rep.ldmatrix.requests);
+  CHECK(math.rep.global.at("pages").requests == def.rep.global.at("pages").requests);
+}
