@@ -10,19 +10,18 @@
 //     the stage's `full` barrier, then issues per page chunk of min(tpp, 64) tokens 2 + 2
 //     TMA boxes (the two 64-element halves of K and of V, 128-byte swizzled); two stages.
 //   warpgroup 1, the consumer (setmaxnreg.inc to 232): Q tile -> shared memory (swizzled,
-//     K-major) once; per tile: S = Q K^T by 32 wgmma m64n16k16 (A = Q, B = K straight
-//     from the TMA stage), V transposed into a K-major V^T buffer meanwhile (the wgmma
-//     wrappers take K-major B only), the online softmax in registers (base 2, causal and
-//     null-page masks per element), P written to shared memory as its bf16-rounded part
-//     and the rounded remainder (tc_prefill's kSplitP numerics), O += P V by 2 x 32
-//     wgmma m64n16k16 (A = P, B = V^T); arrives on the stage's `empty` barrier; O
-//     normalised once at the end.
-// The scaffold's costs against FA3: n16 wgmma (FA3: one n64..n256 per k-step), a
-// generic-proxy V transpose and P through shared memory per tile, one consumer warpgroup
-// waiting on each wgmma group: correctness and the instruction mix first, speed later.
+//     K-major) once; per tile: S = Q K^T by 8 wgmma m64n64k16 (A = Q, B = K straight
+//     from the TMA stage), the online softmax in registers (base 2, causal and null-page
+//     masks per element), P kept in registers as its bf16-rounded part and the rounded
+//     remainder (tc_prefill's kSplitP numerics) in wgmma's A-fragment layout (S's
+//     accumulator pairs), O += P V by 16 wgmma m64n64k16 (A = P from registers, B = V
+//     straight from the TMA stage as an MN-major operand; 4 k-steps x 2 dim halves x P's
+//     two parts); arrives on the stage's `empty` barrier; O normalised once at the end.
+// Its costs against FA3: one consumer warpgroup that waits on each wgmma group (no
+// softmax/MMA overlap, no ping-pong), P's remainder doubles P V, two stages.
 // Supported: causal mask, no soft cap, one split; pages of 8, 16, 32 or a
 // multiple of 64 tokens (each TMA box lands on a 1024-byte swizzle atom); null pages.
-// Shared memory: kHpSmemBytes (about 113 KiB); 232 registers (census), one CTA per SM.
+// Shared memory: kHpSmemBytes (about 81 KiB); 232 registers (census), one CTA per SM.
 #pragma once
 
 #include "attention_dispatch.cuh"  // make_args
@@ -35,8 +34,10 @@
 
 #if defined(KVMM_SIMT_HOST)
 #define KVMM_GRID_CONSTANT
+#define KVMM_HP_ROLLED
 #else
 #define KVMM_GRID_CONSTANT __grid_constant__
+#define KVMM_HP_ROLLED _Pragma("unroll 1")
 #endif
 
 namespace kvmm::kernels::device {
@@ -47,14 +48,12 @@ inline constexpr std::uint32_t kHpTile = 64;        // tokens per KV tile
 inline constexpr std::uint32_t kHpStages = 2;       // K/V stages
 inline constexpr std::uint32_t kHpHalf = 64 * 128;  // 64 rows x 128 bytes: one swizzled block
 // Shared memory, from a 1024-byte aligned base: K and V stages [stage][d half][64 tokens]
-// [128 B], Q [d half][64 rows][128 B], P [hi/lo][64 rows][64 tokens], V^T [128 dims]
-// [64 tokens], then full[stage], empty[stage] and the stages' null-page masks.
+// [128 B], Q [d half][64 rows][128 B], then full[stage], empty[stage] and the stages'
+// null-page masks.
 inline constexpr std::uint32_t kHpK = 0;
 inline constexpr std::uint32_t kHpV = kHpK + kHpStages * 2 * kHpHalf;
 inline constexpr std::uint32_t kHpQ = kHpV + kHpStages * 2 * kHpHalf;
-inline constexpr std::uint32_t kHpP = kHpQ + 2 * kHpHalf;
-inline constexpr std::uint32_t kHpVt = kHpP + 2 * kHpHalf;
-inline constexpr std::uint32_t kHpBar = kHpVt + 2 * kHpHalf;
+inline constexpr std::uint32_t kHpBar = kHpQ + 2 * kHpHalf;
 inline constexpr std::uint32_t kHpNull = kHpBar + 2 * kHpStages * 8;
 inline constexpr std::uint32_t kHpSmemBytes = kHpNull + kHpStages * 8 + 1024;  // + alignment slack
 inline constexpr int kHpProducerRegs = 40;
@@ -150,6 +149,9 @@ __global__ void __launch_bounds__(kHpThreads, 1)
           if (page_of(c) == kNull) nulls |= (~std::uint64_t{0} >> (64 - kv.box_tokens)) << (c * kv.box_tokens);
         nullmask[s] = nulls;  // ordered before the consumers' reads by the barrier's phase
         mbar_arrive_expect_tx(&full[s], 4 * kHpHalf);
+        // Not unrolled: one thread issues these (the TMA operands' uniformity loops make
+        // each copy long), and the census's main loop stays the consumer's.
+        KVMM_HP_ROLLED
         for (std::uint32_t c = 0; c < boxes; ++c) {
           const std::uint32_t page = page_of(c);
           // A null page: coordinate -1, outside the tensor, zero-filled (and masked).
@@ -173,9 +175,6 @@ __global__ void __launch_bounds__(kHpThreads, 1)
   const std::uint32_t ct = threadIdx.x - 128;
   const std::uint32_t warp = ct / 32, lane = ct % 32;
   unsigned char* qs = smem + kHpQ;
-  unsigned char* ph = smem + kHpP;
-  unsigned char* pl = ph + kHpHalf;
-  unsigned char* vt = smem + kHpVt;
 
   // Q tile -> shared memory, K-major, swizzled; rows outside the tile zero.
   for (std::uint32_t e = ct; e < kHpRows * 16; e += 128) {
@@ -197,7 +196,9 @@ __global__ void __launch_bounds__(kHpThreads, 1)
     lim[k] = fits && tok < ntok && hd < hg ? p0 + tok + 1 : 0;
   }
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-  float o[8][8];
+  // O: two 64-dim halves in wgmma n64's D layout (register 4 j + i: dims 8 j + 2 (lane %
+  // 4) + (i & 1) of the half, row + 8 for i >= 2).
+  float o[2][32];
   for (auto& n : o)
     for (float& v : n) v = 0.0f;
 
@@ -206,55 +207,30 @@ __global__ void __launch_bounds__(kHpThreads, 1)
     hp_wait(&full[s], (i / kHpStages) & 1u);
     const unsigned char* kst = smem + kHpK + s * 2 * kHpHalf;
     const unsigned char* vst = smem + kHpV + s * 2 * kHpHalf;
-    // S = Q K^T: 4 n-blocks of 16 keys x 8 k-steps of 16 dims.
-    float sc[4][8];
-    for (auto& n : sc)
-      for (float& v : n) v = 0.0f;
+    // S = Q K^T: the tile's 64 keys per wgmma, 8 k-steps of 16 dims (A = Q, B = K as the
+    // TMA landed it: K-major, 128-byte swizzled).
+    float sc[32];
     wgmma_fence();
     KVMM_UNROLL
-    for (int nb = 0; nb < 4; ++nb) {
-      KVMM_UNROLL
-      for (int ks = 0; ks < 8; ++ks) {
-        const std::uint32_t koff =
-            static_cast<std::uint32_t>(ks / 4) * kHpHalf + static_cast<std::uint32_t>(ks % 4) * 32;
-        wgmma_m64k16<T, 16>(sc[nb], hp_desc(qs + koff), hp_desc(kst + koff + static_cast<std::uint32_t>(nb) * 2048),
-                            ks > 0);
-      }
+    for (int ks = 0; ks < 8; ++ks) {
+      const std::uint32_t koff = static_cast<std::uint32_t>(ks / 4) * kHpHalf + static_cast<std::uint32_t>(ks % 4) * 32;
+      wgmma_m64k16<T, 64>(sc, hp_desc(qs + koff), hp_desc(kst + koff), ks > 0);
     }
     wgmma_commit();
-    // Meanwhile V^T: this thread's dim row ct, 8 tokens per 16-byte store.
-    {
-      const std::uint32_t vsrc = (ct / 64) * kHpHalf, dcol = (ct % 64) * 2;
-      KVMM_UNROLL
-      for (std::uint32_t c = 0; c < 8; ++c) {
-        std::uint32_t w[4];
-        KVMM_UNROLL
-        for (std::uint32_t j = 0; j < 4; ++j) {
-          const std::uint32_t t = 8 * c + 2 * j;
-          const std::uint32_t e0 = *reinterpret_cast<const std::uint16_t*>(vst + vsrc + hp_swz(t * 128 + dcol));
-          const std::uint32_t e1 = *reinterpret_cast<const std::uint16_t*>(vst + vsrc + hp_swz((t + 1) * 128 + dcol));
-          w[j] = e0 | (e1 << 16);
-        }
-        *reinterpret_cast<uint4*>(vt + hp_swz(ct * 128 + c * 16)) = make_uint4(w[0], w[1], w[2], w[3]);
-      }
-    }
-    fence_proxy_async();
     wgmma_wait<0>();
 
-    // The online softmax (base 2): scale, masks, the rows' maxima over the quad.
+    // The online softmax (base 2): scale, masks, the rows' maxima over the quad. Register
+    // r of sc: key 8 (r / 4) + 2 (lane % 4) + (r & 1), row + 8 when r % 4 >= 2.
     const std::uint64_t nm = nullmask[s];
     float mx[2] = {m[0], m[1]};
     KVMM_UNROLL
-    for (int nb = 0; nb < 4; ++nb) {
-      KVMM_UNROLL
-      for (int r = 0; r < 8; ++r) {
-        const int k = (r & 3) >> 1;
-        const std::uint32_t tl = static_cast<std::uint32_t>(16 * nb + 8 * (r >> 2) + (r & 1)) + 2 * (lane % 4);
-        float xv = sc[nb][r] * a.scale_log2;
-        if (i * kHpTile + tl >= lim[k] || ((nm >> tl) & 1u) != 0) xv = -INFINITY;
-        sc[nb][r] = xv;
-        mx[k] = fmaxf(mx[k], xv);
-      }
+    for (int r = 0; r < 32; ++r) {
+      const int k = (r & 3) >> 1;
+      const std::uint32_t tl = static_cast<std::uint32_t>(8 * (r >> 2) + (r & 1)) + 2 * (lane % 4);
+      float xv = sc[r] * a.scale_log2;
+      if (i * kHpTile + tl >= lim[k] || ((nm >> tl) & 1u) != 0) xv = -INFINITY;
+      sc[r] = xv;
+      mx[k] = fmaxf(mx[k], xv);
     }
     float ref[2], alpha[2];
     for (int k = 0; k < 2; ++k) {
@@ -268,42 +244,38 @@ __global__ void __launch_bounds__(kHpThreads, 1)
     KVMM_UNROLL
     for (auto& n : o) {
       KVMM_UNROLL
-      for (int r = 0; r < 8; ++r) n[r] *= alpha[(r & 3) >> 1];
+      for (int r = 0; r < 32; ++r) n[r] *= alpha[(r & 3) >> 1];
     }
-    mbar_arrive(&empty[s]);  // K read (the S group retired) and V read (the transpose)
-    // P as its T-rounded part and the rounded remainder, [row][token] swizzled.
+    // P as its T-rounded part and the rounded remainder, kept in registers as wgmma's A
+    // fragments: k-step ks (keys 16 ks ..) is D registers 8 ks .. 8 ks + 7, register j of
+    // the fragment the pair 8 ks + 2 j, + 1 (rows g, g + 8, then keys + 8).
+    std::uint32_t phi[4][4], plo[4][4];
     KVMM_UNROLL
-    for (int nb = 0; nb < 4; ++nb) {
-      KVMM_UNROLL
-      for (int r = 0; r < 8; r += 2) {
-        const int k = (r & 3) >> 1;
-        const float x0 = tc_exp2(sc[nb][r] - ref[k]), x1 = tc_exp2(sc[nb][r + 1] - ref[k]);
-        l[k] += x0 + x1;
-        const std::uint32_t hi = pack2<T>(x0, x1);
-        const std::uint32_t lo_w = pack2<T>(x0 - T::lo(hi), x1 - T::hi(hi));
-        const std::uint32_t row = 16 * warp + lane / 4 + 8 * static_cast<std::uint32_t>(k);
-        const std::uint32_t tl = static_cast<std::uint32_t>(16 * nb + 8 * (r >> 2)) + 2 * (lane % 4);
-        const std::uint32_t off = hp_swz(row * 128 + tl * 2);
-        *reinterpret_cast<std::uint32_t*>(ph + off) = hi;
-        *reinterpret_cast<std::uint32_t*>(pl + off) = lo_w;
-      }
+    for (int r = 0; r < 32; r += 2) {
+      const int k = (r & 3) >> 1;
+      const float x0 = tc_exp2(sc[r] - ref[k]), x1 = tc_exp2(sc[r + 1] - ref[k]);
+      l[k] += x0 + x1;
+      const std::uint32_t hi = pack2<T>(x0, x1);
+      phi[r / 8][(r % 8) / 2] = hi;
+      plo[r / 8][(r % 8) / 2] = pack2<T>(x0 - T::lo(hi), x1 - T::hi(hi));
     }
-    fence_proxy_async();
-    bar_sync(1, 128);  // P and V^T of every consumer thread written
-    // O += P V: 8 n-blocks of 16 dims x 4 k-steps of 16 keys, P's two parts.
+    // O += P V: per k-step of 16 keys and 64-dim half, P's two parts (A from registers,
+    // B = V as the TMA landed it: MN-major, 128-byte swizzled, 8-token groups 1024 bytes
+    // apart; LBO = SBO so either field read for that stride gives the same address).
     wgmma_fence();
     KVMM_UNROLL
-    for (int n = 0; n < 8; ++n) {
+    for (int ks = 0; ks < 4; ++ks) {
       KVMM_UNROLL
-      for (int ks = 0; ks < 4; ++ks) {
-        const SmemDesc dv = hp_desc(vt + static_cast<std::uint32_t>(n) * 2048 + static_cast<std::uint32_t>(ks) * 32);
-        wgmma_m64k16<T, 16>(o[n], hp_desc(ph + static_cast<std::uint32_t>(ks) * 32), dv, true);
-        wgmma_m64k16<T, 16>(o[n], hp_desc(pl + static_cast<std::uint32_t>(ks) * 32), dv, true);
+      for (int hf = 0; hf < 2; ++hf) {
+        const SmemDesc dv = make_smem_desc(
+            vst + static_cast<std::uint32_t>(hf) * kHpHalf + static_cast<std::uint32_t>(ks) * 2048, 1024, 1024, true);
+        wgmma_m64n64k16_rs<T, true>(o[hf], phi[ks], dv, true);
+        wgmma_m64n64k16_rs<T, true>(o[hf], plo[ks], dv, true);
       }
     }
     wgmma_commit();
     wgmma_wait<0>();
-    bar_sync(1, 128);  // every warp's P V retired before P and V^T are rewritten
+    mbar_arrive(&empty[s]);  // K (S's group) and V (P V's group) read: the stage is free
   }
 
   // O / l, rows of the tile only.
@@ -317,12 +289,12 @@ __global__ void __launch_bounds__(kHpThreads, 1)
     const std::uint64_t head = std::uint64_t{q_begin + t0 + tok} * a.q_heads + qh0 + hd;
     const float inv = l[k] > 0.0f ? 1.0f / l[k] : 0.0f;
     KVMM_UNROLL
-    for (int n = 0; n < 8; ++n) {
+    for (int hf = 0; hf < 2; ++hf) {
       KVMM_UNROLL
-      for (int j = 0; j < 2; ++j) {
-        const std::uint32_t col = static_cast<std::uint32_t>(16 * n + 8 * j) + 2 * (lane % 4);
+      for (int j = 0; j < 8; ++j) {
+        const std::uint32_t col = static_cast<std::uint32_t>(64 * hf + 8 * j) + 2 * (lane % 4);
         *reinterpret_cast<std::uint32_t*>(a.o + head * 128 + col) =
-            pack2<T>(o[n][4 * j + 2 * k] * inv, o[n][4 * j + 2 * k + 1] * inv);
+            pack2<T>(o[hf][4 * j + 2 * k] * inv, o[hf][4 * j + 2 * k + 1] * inv);
       }
     }
   }
