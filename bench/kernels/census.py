@@ -148,12 +148,13 @@ LIMITS = [
     # (USETMAXREG: the producer's dec, the consumer's inc), no local memory. 232 registers:
     # the consumer's setmaxnreg target, which ptxas takes as the kernel's count (256
     # threads x 232 covers the producer's 40 plus the consumer's 232 per thread). The main
-    # loop (the consumer's, per 64-token tile) holds 32 wgmma m64n16k16 for S and 2 x 32 for
-    # P V (P's two parts); its one inner loop is the full barrier's try_wait spin, one trip
-    # when the stage has landed.
+    # loop (the consumer's, per 64-token tile) holds 8 wgmma m64n64k16 for S (8 k-steps)
+    # and 16 for P V (4 k-steps x 2 dim halves x P's two parts, A from registers, V
+    # MN-major); its one inner loop is the full barrier's try_wait spin, one trip when the
+    # stage has landed.
     (r"hopper_prefill_kernel", r"sm_90a", dict(regs=232, stack=0, local=0, local_in_loop=0, smem=2048,
                                                need=["HGMMA", "UTMALDG", "SYNCS", "WARPGROUP", "USETMAXREG"],
-                                               inner_trips=[1], loop_exact={"HGMMA": 96})),
+                                               inner_trips=[1], loop_exact={"HGMMA": 24})),
 ]
 
 INSTR = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_.]*)([^;]*);")
