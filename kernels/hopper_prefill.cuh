@@ -9,7 +9,7 @@
 //     writes the tile's null-page bit mask, arrives with the tile's bytes (expect_tx) on
 //     the stage's `full` barrier, then issues per page chunk of min(tpp, 64) tokens 2 + 2
 //     TMA boxes (the two 64-element halves of K and of V, 128-byte swizzled); two stages.
-//   warpgroup 1, the consumer (setmaxnreg.inc to 232): Q tile -> shared memory (swizzled,
+//   warpgroup 1, the consumer (setmaxnreg.inc to 216): Q tile -> shared memory (swizzled,
 //     K-major) once; per tile: S = Q K^T by 8 wgmma m64n64k16 (A = Q, B = K straight
 //     from the TMA stage), the online softmax in registers (base 2, causal and null-page
 //     masks per element), P kept in registers as its bf16-rounded part and the rounded
@@ -17,11 +17,14 @@
 //     accumulator pairs), O += P V by 16 wgmma m64n64k16 (A = P from registers, B = V
 //     straight from the TMA stage as an MN-major operand; 4 k-steps x 2 dim halves x P's
 //     two parts); arrives on the stage's `empty` barrier; O normalised once at the end.
-// Its costs against FA3: one consumer warpgroup that waits on each wgmma group (no
-// softmax/MMA overlap, no ping-pong), P's remainder doubles P V, two stages.
+// Two CTAs per SM (128 registers at launch: 2 x 256 x 128 fill the register file; the
+// producer's 88 given back are the consumer's 88 taken), so one CTA's softmax overlaps
+// the other's wgmma. Its costs against FA3: each consumer warpgroup waits on each of its
+// wgmma groups (no softmax/MMA overlap inside a warpgroup, no ordered ping-pong), P's
+// remainder doubles P V, two stages.
 // Supported: causal mask, no soft cap, one split; pages of 8, 16, 32 or a
 // multiple of 64 tokens (each TMA box lands on a 1024-byte swizzle atom); null pages.
-// Shared memory: kHpSmemBytes (about 81 KiB); 232 registers (census), one CTA per SM.
+// Shared memory: kHpSmemBytes (about 81 KiB); 128 registers (census), two CTAs per SM.
 #pragma once
 
 #include "attention_dispatch.cuh"  // make_args
@@ -57,7 +60,7 @@ inline constexpr std::uint32_t kHpBar = kHpQ + 2 * kHpHalf;
 inline constexpr std::uint32_t kHpNull = kHpBar + 2 * kHpStages * 8;
 inline constexpr std::uint32_t kHpSmemBytes = kHpNull + kHpStages * 8 + 1024;  // + alignment slack
 inline constexpr int kHpProducerRegs = 40;
-inline constexpr int kHpConsumerRegs = 232;
+inline constexpr int kHpConsumerRegs = 216;
 
 // The page side of a launch: the request's page table, the page size, and the plane
 // (coordinate 3 of the tensor map) of the layer's K; its V is the next plane.
@@ -89,7 +92,7 @@ __device__ __forceinline__ void hp_wait(std::uint64_t* bar, std::uint32_t parity
 }
 
 template <typename T>
-__global__ void __launch_bounds__(kHpThreads, 1)
+__global__ void __launch_bounds__(kHpThreads, 2)
     hopper_prefill_kernel(const KVMM_GRID_CONSTANT TensorMap map, AttnArgs a, HpKV kv) {
 #if defined(KVMM_SIMT_HOST)
   unsigned char* smem = simt::dynamic_shared(kHpSmemBytes);

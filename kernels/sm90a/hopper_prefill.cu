@@ -41,6 +41,8 @@ void launch(const device::HpLaunch& l, cudaStream_t stream) {
   auto* kernel = device::hopper_prefill_kernel<device::BFloat>;
   static const bool raised = [kernel] {
     cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(device::kHpSmemBytes));
+    // Two CTAs per SM (2 x 81 KiB): the largest shared-memory carveout.
+    cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
     return true;
   }();
   (void)raised;
