@@ -45,22 +45,24 @@
 
 namespace kvmm::kernels::device {
 
-inline constexpr int kHpThreads = 256;              // warpgroup 0: producer, 1: consumer
-inline constexpr std::uint32_t kHpRows = 64;        // packed rows per Q tile (wgmma M)
+inline constexpr int kHpThreads = 384;              // warpgroup 0: producer, 1 and 2: consumers
+inline constexpr std::uint32_t kHpRows = 128;       // packed rows per Q tile: 64 per consumer (wgmma M)
 inline constexpr std::uint32_t kHpTile = 64;        // tokens per KV tile
-inline constexpr std::uint32_t kHpStages = 2;       // K/V stages
+inline constexpr std::uint32_t kHpStages = 3;       // K/V stages
 inline constexpr std::uint32_t kHpHalf = 64 * 128;  // 64 rows x 128 bytes: one swizzled block
 // Shared memory, from a 1024-byte aligned base: K and V stages [stage][d half][64 tokens]
-// [128 B], Q [d half][64 rows][128 B], then full[stage], empty[stage] and the stages'
-// null-page masks.
+// [128 B], Q [consumer][d half][64 rows][128 B], then full[stage], empty[stage] and the
+// stages' null-page masks.
 inline constexpr std::uint32_t kHpK = 0;
 inline constexpr std::uint32_t kHpV = kHpK + kHpStages * 2 * kHpHalf;
 inline constexpr std::uint32_t kHpQ = kHpV + kHpStages * 2 * kHpHalf;
-inline constexpr std::uint32_t kHpBar = kHpQ + 2 * kHpHalf;
+inline constexpr std::uint32_t kHpBar = kHpQ + 4 * kHpHalf;
 inline constexpr std::uint32_t kHpNull = kHpBar + 2 * kHpStages * 8;
 inline constexpr std::uint32_t kHpSmemBytes = kHpNull + kHpStages * 8 + 1024;  // + alignment slack
-inline constexpr int kHpProducerRegs = 40;
-inline constexpr int kHpConsumerRegs = 216;
+// Registers: 168 per thread at launch (384 x 168 fill the register file), then the
+// producer gives 144 back (24) and each consumer takes 72 (240): 128 x (24 + 2 x 240).
+inline constexpr int kHpProducerRegs = 24;
+inline constexpr int kHpConsumerRegs = 240;
 
 // The page side of a launch: the request's page table, the page size, and the plane
 // (coordinate 3 of the tensor map) of the layer's K; its V is the next plane.
@@ -91,8 +93,91 @@ __device__ __forceinline__ void hp_wait(std::uint64_t* bar, std::uint32_t parity
 #endif
 }
 
+// S = Q K^T for one tile into sc (wgmma n64's D layout): the tile's 64 keys per wgmma, 8
+// k-steps of 16 dims (A = Q, B = K as the TMA landed it: K-major, 128-byte swizzled).
 template <typename T>
-__global__ void __launch_bounds__(kHpThreads, 2)
+__device__ __forceinline__ void hp_scores(float (&sc)[32], const unsigned char* qs, const unsigned char* kst) {
+  KVMM_UNROLL
+  for (int ks = 0; ks < 8; ++ks) {
+    const std::uint32_t koff = static_cast<std::uint32_t>(ks / 4) * kHpHalf + static_cast<std::uint32_t>(ks % 4) * 32;
+    wgmma_m64k16<T, 64>(sc, hp_desc(qs + koff), hp_desc(kst + koff), ks > 0);
+  }
+}
+
+// O += P V for one tile: per k-step of 16 keys and 64-dim half, P's two parts (A from
+// registers, B = V as the TMA landed it: MN-major, 128-byte swizzled, 8-token groups 1024
+// bytes apart; LBO = SBO so either field read for that stride gives the same address).
+template <typename T>
+__device__ __forceinline__ void hp_pv(float (&o)[2][32], const std::uint32_t (&phi)[4][4],
+                                      const std::uint32_t (&plo)[4][4], const unsigned char* vst) {
+  KVMM_UNROLL
+  for (int ks = 0; ks < 4; ++ks) {
+    KVMM_UNROLL
+    for (int hf = 0; hf < 2; ++hf) {
+      const SmemDesc dv = make_smem_desc(
+          vst + static_cast<std::uint32_t>(hf) * kHpHalf + static_cast<std::uint32_t>(ks) * 2048, 1024, 1024, true);
+      wgmma_m64n64k16_rs<T, true>(o[hf], phi[ks], dv, true);
+      wgmma_m64n64k16_rs<T, true>(o[hf], plo[ks], dv, true);
+    }
+  }
+}
+
+// What the softmax needs of this thread's two rows: their key limits, the lane, the scale.
+struct HpRows {
+  std::uint32_t lim0, lim1, lane;
+  float scale_log2;
+};
+
+// The online softmax (base 2) of tile i's scores, in place: scale, causal and null-page
+// masks, the rows' maxima over the quad, alpha = the old maximum's rescale (m and l
+// updated; O is the caller's), then sc = exp2(sc - reference) summed into l. Register r of
+// sc: key 8 (r / 4) + 2 (lane % 4) + (r & 1), row + 8 when r % 4 >= 2.
+__device__ __forceinline__ void hp_softmax(float (&sc)[32], float (&m)[2], float (&l)[2], float (&alpha)[2],
+                                           const HpRows& rows, std::uint32_t i, std::uint64_t nm) {
+  float mx[2] = {m[0], m[1]};
+  KVMM_UNROLL
+  for (int r = 0; r < 32; ++r) {
+    const int k = (r & 3) >> 1;
+    const std::uint32_t tl = static_cast<std::uint32_t>(8 * (r >> 2) + (r & 1)) + 2 * (rows.lane % 4);
+    float xv = sc[r] * rows.scale_log2;
+    if (i * kHpTile + tl >= (k == 0 ? rows.lim0 : rows.lim1) || ((nm >> tl) & 1u) != 0) xv = -INFINITY;
+    sc[r] = xv;
+    mx[k] = fmaxf(mx[k], xv);
+  }
+  float ref[2];
+  KVMM_UNROLL
+  for (int k = 0; k < 2; ++k) {
+    mx[k] = fmaxf(mx[k], __shfl_xor_sync(0xffffffffu, mx[k], 1));
+    mx[k] = fmaxf(mx[k], __shfl_xor_sync(0xffffffffu, mx[k], 2));
+    ref[k] = mx[k] == -INFINITY ? 0.0f : mx[k];
+    alpha[k] = tc_exp2(m[k] - ref[k]);  // m = -inf: 0 (O and l are 0 then)
+    m[k] = mx[k];
+    l[k] *= alpha[k];
+  }
+  KVMM_UNROLL
+  for (int r = 0; r < 32; r += 2) {
+    const int k = (r & 3) >> 1;
+    sc[r] = tc_exp2(sc[r] - ref[k]);
+    sc[r + 1] = tc_exp2(sc[r + 1] - ref[k]);
+    l[k] += sc[r] + sc[r + 1];
+  }
+}
+
+// P (the softmax's sc) as its T-rounded part and the rounded remainder in wgmma's A
+// fragments: k-step ks (keys 16 ks ..) is D registers 8 ks .. 8 ks + 7, fragment register
+// j the pair 8 ks + 2 j, + 1 (rows g, g + 8, then keys + 8).
+template <typename T>
+__device__ __forceinline__ void hp_pack(const float (&sc)[32], std::uint32_t (&phi)[4][4], std::uint32_t (&plo)[4][4]) {
+  KVMM_UNROLL
+  for (int r = 0; r < 32; r += 2) {
+    const std::uint32_t hi = pack2<T>(sc[r], sc[r + 1]);
+    phi[r / 8][(r % 8) / 2] = hi;
+    plo[r / 8][(r % 8) / 2] = pack2<T>(sc[r] - T::lo(hi), sc[r + 1] - T::hi(hi));
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kHpThreads, 1)
     hopper_prefill_kernel(const KVMM_GRID_CONSTANT TensorMap map, AttnArgs a, HpKV kv) {
 #if defined(KVMM_SIMT_HOST)
   unsigned char* smem = simt::dynamic_shared(kHpSmemBytes);
@@ -124,7 +209,7 @@ __global__ void __launch_bounds__(kHpThreads, 2)
   if (threadIdx.x == 0) {
     for (std::uint32_t s = 0; s < kHpStages; ++s) {
       mbar_init(&full[s], 1);
-      mbar_init(&empty[s], 128);
+      mbar_init(&empty[s], 256);  // both consumers
     }
     fence_mbarrier_init();
   }
@@ -173,23 +258,27 @@ __global__ void __launch_bounds__(kHpThreads, 2)
     return;
   }
 
-  // The consumer warpgroup.
+  // The consumer warpgroups: cw = 0 takes the tile's packed rows 0-63, cw = 1 rows 64-127;
+  // both read every K/V stage and both release it.
   setmaxnreg_inc<kHpConsumerRegs>();
-  const std::uint32_t ct = threadIdx.x - 128;
-  const std::uint32_t warp = ct / 32, lane = ct % 32;
-  unsigned char* qs = smem + kHpQ;
+  const std::uint32_t ct = threadIdx.x - 128, cw = ct / 128;
+  const std::uint32_t warp = ct / 32, lane = ct % 32;  // warp 0-7: rows 16 warp ..
+  unsigned char* qs = smem + kHpQ + cw * 2 * kHpHalf;
 
-  // Q tile -> shared memory, K-major, swizzled; rows outside the tile zero.
-  for (std::uint32_t e = ct; e < kHpRows * 16; e += 128) {
-    const std::uint32_t r = e / 16, c = e % 16, tok = r / hc, hd = r % hc;
+  // This consumer's 64 Q rows -> shared memory, K-major, swizzled; rows outside the tile zero.
+  for (std::uint32_t e = ct % 128; e < 64 * 16; e += 128) {
+    const std::uint32_t rl = e / 16, r = 64 * cw + rl, c = e % 16, tok = r / hc, hd = r % hc;
     uint4 val = make_uint4(0, 0, 0, 0);
     if (tok < ntok && hd < hg)
       val = *reinterpret_cast<const uint4*>(a.q + (std::uint64_t{q_begin + t0 + tok} * a.q_heads + qh0 + hd) * 128 +
                                             c * 8);
-    *reinterpret_cast<uint4*>(qs + (c / 8) * kHpHalf + hp_swz(r * 128 + (c % 8) * 16)) = val;
+    *reinterpret_cast<uint4*>(qs + (c / 8) * kHpHalf + hp_swz(rl * 128 + (c % 8) * 16)) = val;
   }
   fence_proxy_async();  // generic writes before wgmma's (async proxy) reads
-  bar_sync(1, 128);
+  if (cw == 0)          // constant ids: ptxas reserves the named barriers it sees
+    bar_sync(1, 128);
+  else
+    bar_sync(2, 128);
 
   // This thread's two rows (wgmma D layout: lane / 4 and + 8 of the warp's 16): the key
   // limit (keys below it are visible; 0 for rows outside the tile).
@@ -205,80 +294,47 @@ __global__ void __launch_bounds__(kHpThreads, 2)
   for (auto& n : o)
     for (float& v : n) v = 0.0f;
 
-  for (std::uint32_t i = 0; i < ntiles; ++i) {
-    const std::uint32_t s = i % kHpStages;
-    hp_wait(&full[s], (i / kHpStages) & 1u);
-    const unsigned char* kst = smem + kHpK + s * 2 * kHpHalf;
-    const unsigned char* vst = smem + kHpV + s * 2 * kHpHalf;
-    // S = Q K^T: the tile's 64 keys per wgmma, 8 k-steps of 16 dims (A = Q, B = K as the
-    // TMA landed it: K-major, 128-byte swizzled).
-    float sc[32];
+  // The tiles, software-pipelined as FA3's consumer: tile i's S group is issued, then
+  // tile i - 1's P V group; the softmax of S_i runs while P V_{i-1} is in flight
+  // (wgmma.wait_group 1), O is rescaled and P_i packed once that group retired (wait 0),
+  // which also frees tile i - 1's stage.
+  float sc[32];
+  std::uint32_t phi[4][4], plo[4][4];
+  float alpha[2];
+  const HpRows rows{lim[0], lim[1], lane, a.scale_log2};
+  if (ntiles > 0) {
+    hp_wait(&full[0], 0);
     wgmma_fence();
-    KVMM_UNROLL
-    for (int ks = 0; ks < 8; ++ks) {
-      const std::uint32_t koff = static_cast<std::uint32_t>(ks / 4) * kHpHalf + static_cast<std::uint32_t>(ks % 4) * 32;
-      wgmma_m64k16<T, 64>(sc, hp_desc(qs + koff), hp_desc(kst + koff), ks > 0);
-    }
+    hp_scores<T>(sc, qs, smem + kHpK);
     wgmma_commit();
     wgmma_wait<0>();
-
-    // The online softmax (base 2): scale, masks, the rows' maxima over the quad. Register
-    // r of sc: key 8 (r / 4) + 2 (lane % 4) + (r & 1), row + 8 when r % 4 >= 2.
-    const std::uint64_t nm = nullmask[s];
-    float mx[2] = {m[0], m[1]};
-    KVMM_UNROLL
-    for (int r = 0; r < 32; ++r) {
-      const int k = (r & 3) >> 1;
-      const std::uint32_t tl = static_cast<std::uint32_t>(8 * (r >> 2) + (r & 1)) + 2 * (lane % 4);
-      float xv = sc[r] * a.scale_log2;
-      if (i * kHpTile + tl >= lim[k] || ((nm >> tl) & 1u) != 0) xv = -INFINITY;
-      sc[r] = xv;
-      mx[k] = fmaxf(mx[k], xv);
-    }
-    float ref[2], alpha[2];
-    for (int k = 0; k < 2; ++k) {
-      mx[k] = fmaxf(mx[k], __shfl_xor_sync(0xffffffffu, mx[k], 1));
-      mx[k] = fmaxf(mx[k], __shfl_xor_sync(0xffffffffu, mx[k], 2));
-      ref[k] = mx[k] == -INFINITY ? 0.0f : mx[k];
-      alpha[k] = tc_exp2(m[k] - ref[k]);  // m = -inf: 0 (O and l are 0 then)
-      m[k] = mx[k];
-      l[k] *= alpha[k];
-    }
+    hp_softmax(sc, m, l, alpha, rows, 0, nullmask[0]);  // O is 0: no rescale
+    hp_pack<T>(sc, phi, plo);
+  }
+  for (std::uint32_t i = 1; i < ntiles; ++i) {
+    const std::uint32_t s = i % kHpStages, sp = (i - 1) % kHpStages;
+    hp_wait(&full[s], (i / kHpStages) & 1u);
+    wgmma_fence();
+    hp_scores<T>(sc, qs, smem + kHpK + s * 2 * kHpHalf);
+    wgmma_commit();
+    hp_pv<T>(o, phi, plo, smem + kHpV + sp * 2 * kHpHalf);
+    wgmma_commit();
+    wgmma_wait<1>();  // S_i retired, P V_{i-1} may still run
+    hp_softmax(sc, m, l, alpha, rows, i, nullmask[s]);
+    wgmma_wait<0>();
+    mbar_arrive(&empty[sp]);  // K_{i-1} (its S group) and V_{i-1} (its P V group) read
     KVMM_UNROLL
     for (auto& n : o) {
       KVMM_UNROLL
       for (int r = 0; r < 32; ++r) n[r] *= alpha[(r & 3) >> 1];
     }
-    // P as its T-rounded part and the rounded remainder, kept in registers as wgmma's A
-    // fragments: k-step ks (keys 16 ks ..) is D registers 8 ks .. 8 ks + 7, register j of
-    // the fragment the pair 8 ks + 2 j, + 1 (rows g, g + 8, then keys + 8).
-    std::uint32_t phi[4][4], plo[4][4];
-    KVMM_UNROLL
-    for (int r = 0; r < 32; r += 2) {
-      const int k = (r & 3) >> 1;
-      const float x0 = tc_exp2(sc[r] - ref[k]), x1 = tc_exp2(sc[r + 1] - ref[k]);
-      l[k] += x0 + x1;
-      const std::uint32_t hi = pack2<T>(x0, x1);
-      phi[r / 8][(r % 8) / 2] = hi;
-      plo[r / 8][(r % 8) / 2] = pack2<T>(x0 - T::lo(hi), x1 - T::hi(hi));
-    }
-    // O += P V: per k-step of 16 keys and 64-dim half, P's two parts (A from registers,
-    // B = V as the TMA landed it: MN-major, 128-byte swizzled, 8-token groups 1024 bytes
-    // apart; LBO = SBO so either field read for that stride gives the same address).
+    hp_pack<T>(sc, phi, plo);
+  }
+  if (ntiles > 0) {
     wgmma_fence();
-    KVMM_UNROLL
-    for (int ks = 0; ks < 4; ++ks) {
-      KVMM_UNROLL
-      for (int hf = 0; hf < 2; ++hf) {
-        const SmemDesc dv = make_smem_desc(
-            vst + static_cast<std::uint32_t>(hf) * kHpHalf + static_cast<std::uint32_t>(ks) * 2048, 1024, 1024, true);
-        wgmma_m64n64k16_rs<T, true>(o[hf], phi[ks], dv, true);
-        wgmma_m64n64k16_rs<T, true>(o[hf], plo[ks], dv, true);
-      }
-    }
+    hp_pv<T>(o, phi, plo, smem + kHpV + ((ntiles - 1) % kHpStages) * 2 * kHpHalf);
     wgmma_commit();
-    wgmma_wait<0>();
-    mbar_arrive(&empty[s]);  // K (S's group) and V (P V's group) read: the stage is free
+    wgmma_wait<0>();  // the last stage is not released: no tile follows
   }
 
   // O / l, rows of the tile only.
