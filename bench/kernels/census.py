@@ -145,15 +145,15 @@ LIMITS = [
                                              need=["HGMMA", "UTMALDG", "SYNCS", "WARPGROUP"])),
     # The sm_90a prefill scaffold (kernels/hopper_prefill.cuh, built for sm_90a alone into
     # kvmm_cuda): warpgroup MMA, 5-D TMA loads, mbarriers, register reallocation
-    # (USETMAXREG: the producer's dec, the consumer's inc), no local memory. At most 128
-    # registers at launch (__launch_bounds__(256, 2): two CTAs per SM fill the register
-    # file); after setmaxnreg the producer runs on 40 and the consumer on 216 (ptxas
-    # allocates that region up to its setmaxnreg count: R190 is its highest). The main
-    # loop (the consumer's, per 64-token tile) holds 8 wgmma m64n64k16 for S (8 k-steps)
-    # and 16 for P V (4 k-steps x 2 dim halves x P's two parts, A from registers, V
+    # (USETMAXREG: the producer's dec, the consumers' inc), no local memory. At most 168
+    # registers at launch (384 threads: a producer and two consumer warpgroups fill the
+    # register file); after setmaxnreg the producer runs on 24 and each consumer on 240
+    # (ptxas allocates those regions up to their setmaxnreg counts). The main loop (a
+    # consumer's, per 64-token tile) holds 8 wgmma m64n64k16 for S_i (8 k-steps) and 16
+    # for P V_{i-1} (4 k-steps x 2 dim halves x P's two parts, A from registers, V
     # MN-major); its one inner loop is the full barrier's try_wait spin, one trip when the
     # stage has landed.
-    (r"hopper_prefill_kernel", r"sm_90a", dict(regs=128, stack=0, local=0, local_in_loop=0, smem=2048,
+    (r"hopper_prefill_kernel", r"sm_90a", dict(regs=168, stack=0, local=0, local_in_loop=0, smem=2048,
                                                need=["HGMMA", "UTMALDG", "SYNCS", "WARPGROUP", "USETMAXREG"],
                                                inner_trips=[1], loop_exact={"HGMMA": 24})),
 ]
