@@ -135,14 +135,22 @@ struct HpRows {
 __device__ __forceinline__ void hp_softmax(float (&sc)[32], float (&m)[2], float (&l)[2], float (&alpha)[2],
                                            const HpRows& rows, std::uint32_t i, std::uint64_t nm) {
   float mx[2] = {m[0], m[1]};
-  KVMM_UNROLL
-  for (int r = 0; r < 32; ++r) {
-    const int k = (r & 3) >> 1;
-    const std::uint32_t tl = static_cast<std::uint32_t>(8 * (r >> 2) + (r & 1)) + 2 * (rows.lane % 4);
-    float xv = sc[r] * rows.scale_log2;
-    if (i * kHpTile + tl >= (k == 0 ? rows.lim0 : rows.lim1) || ((nm >> tl) & 1u) != 0) xv = -INFINITY;
-    sc[r] = xv;
-    mx[k] = fmaxf(mx[k], xv);
+  if (nm != 0 || (i + 1) * kHpTile > min(rows.lim0, rows.lim1)) {  // a tile with masked keys for this thread
+    KVMM_UNROLL
+    for (int r = 0; r < 32; ++r) {
+      const int k = (r & 3) >> 1;
+      const std::uint32_t tl = static_cast<std::uint32_t>(8 * (r >> 2) + (r & 1)) + 2 * (rows.lane % 4);
+      float xv = sc[r] * rows.scale_log2;
+      if (i * kHpTile + tl >= (k == 0 ? rows.lim0 : rows.lim1) || ((nm >> tl) & 1u) != 0) xv = -INFINITY;
+      sc[r] = xv;
+      mx[k] = fmaxf(mx[k], xv);
+    }
+  } else {  // every key of the tile visible to both rows: no per-element mask
+    KVMM_UNROLL
+    for (int r = 0; r < 32; ++r) {
+      sc[r] *= rows.scale_log2;
+      mx[(r & 3) >> 1] = fmaxf(mx[(r & 3) >> 1], sc[r]);
+    }
   }
   float ref[2];
   KVMM_UNROLL
@@ -191,7 +199,9 @@ __global__ void __launch_bounds__(kHpThreads, 1)
 
   // The request and Q tile of this CTA, as tc_prefill_kernel.
   const std::uint32_t tq = a.rows_per_cta;
-  const PfTile tile = pf_find_tile(a, blockIdx.x);
+  // Tiles in reverse order: the CTAs launched first hold a request's last tokens, which see
+  // the most keys (causal), so the grid's tail is made of short tiles.
+  const PfTile tile = pf_find_tile(a, gridDim.x - 1 - blockIdx.x);
   const std::uint32_t b = tile.b, q_begin = tile.q_begin, q_len = tile.q_len, t0 = tile.t0;
   if (t0 >= q_len) return;  // an idle virtual tile: the whole CTA
   const std::uint32_t ntok = min(tq, q_len - t0);
