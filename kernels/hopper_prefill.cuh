@@ -107,7 +107,7 @@ __device__ __forceinline__ void hp_scores(float (&sc)[32], const unsigned char* 
 // O += P V for one tile: per k-step of 16 keys and 64-dim half, P's two parts (A from
 // registers, B = V as the TMA landed it: MN-major, 128-byte swizzled, 8-token groups 1024
 // bytes apart; LBO = SBO so either field read for that stride gives the same address).
-template <typename T>
+template <typename T, bool kSplitP>
 __device__ __forceinline__ void hp_pv(float (&o)[2][32], const std::uint32_t (&phi)[4][4],
                                       const std::uint32_t (&plo)[4][4], const unsigned char* vst) {
   KVMM_UNROLL
@@ -117,7 +117,7 @@ __device__ __forceinline__ void hp_pv(float (&o)[2][32], const std::uint32_t (&p
       const SmemDesc dv = make_smem_desc(
           vst + static_cast<std::uint32_t>(hf) * kHpHalf + static_cast<std::uint32_t>(ks) * 2048, 1024, 1024, true);
       wgmma_m64n64k16_rs<T, true>(o[hf], phi[ks], dv, true);
-      wgmma_m64n64k16_rs<T, true>(o[hf], plo[ks], dv, true);
+      if constexpr (kSplitP) wgmma_m64n64k16_rs<T, true>(o[hf], plo[ks], dv, true);
     }
   }
 }
@@ -174,17 +174,19 @@ __device__ __forceinline__ void hp_softmax(float (&sc)[32], float (&m)[2], float
 // P (the softmax's sc) as its T-rounded part and the rounded remainder in wgmma's A
 // fragments: k-step ks (keys 16 ks ..) is D registers 8 ks .. 8 ks + 7, fragment register
 // j the pair 8 ks + 2 j, + 1 (rows g, g + 8, then keys + 8).
-template <typename T>
+template <typename T, bool kSplitP>
 __device__ __forceinline__ void hp_pack(const float (&sc)[32], std::uint32_t (&phi)[4][4], std::uint32_t (&plo)[4][4]) {
   KVMM_UNROLL
   for (int r = 0; r < 32; r += 2) {
     const std::uint32_t hi = pack2<T>(sc[r], sc[r + 1]);
     phi[r / 8][(r % 8) / 2] = hi;
-    plo[r / 8][(r % 8) / 2] = pack2<T>(sc[r] - T::lo(hi), sc[r + 1] - T::hi(hi));
+    if constexpr (kSplitP) plo[r / 8][(r % 8) / 2] = pack2<T>(sc[r] - T::lo(hi), sc[r + 1] - T::hi(hi));
   }
 }
 
-template <typename T>
+// kSplitP: P applied as its T-rounded part and the rounded remainder (tc_prefill's default
+// numerics, 16 wgmma per tile for P V); false: P rounded once (FA2/FA3's numerics, 8).
+template <typename T, bool kSplitP = true>
 __global__ void __launch_bounds__(kHpThreads, 1)
     hopper_prefill_kernel(const KVMM_GRID_CONSTANT TensorMap map, AttnArgs a, HpKV kv) {
 #if defined(KVMM_SIMT_HOST)
@@ -319,7 +321,7 @@ __global__ void __launch_bounds__(kHpThreads, 1)
     wgmma_commit();
     wgmma_wait<0>();
     hp_softmax(sc, m, l, alpha, rows, 0, nullmask[0]);  // O is 0: no rescale
-    hp_pack<T>(sc, phi, plo);
+    hp_pack<T, kSplitP>(sc, phi, plo);
   }
   for (std::uint32_t i = 1; i < ntiles; ++i) {
     const std::uint32_t s = i % kHpStages, sp = (i - 1) % kHpStages;
@@ -327,7 +329,7 @@ __global__ void __launch_bounds__(kHpThreads, 1)
     wgmma_fence();
     hp_scores<T>(sc, qs, smem + kHpK + s * 2 * kHpHalf);
     wgmma_commit();
-    hp_pv<T>(o, phi, plo, smem + kHpV + sp * 2 * kHpHalf);
+    hp_pv<T, kSplitP>(o, phi, plo, smem + kHpV + sp * 2 * kHpHalf);
     wgmma_commit();
     wgmma_wait<1>();  // S_i retired, P V_{i-1} may still run
     hp_softmax(sc, m, l, alpha, rows, i, nullmask[s]);
@@ -338,11 +340,11 @@ __global__ void __launch_bounds__(kHpThreads, 1)
       KVMM_UNROLL
       for (int r = 0; r < 32; ++r) n[r] *= alpha[(r & 3) >> 1];
     }
-    hp_pack<T>(sc, phi, plo);
+    hp_pack<T, kSplitP>(sc, phi, plo);
   }
   if (ntiles > 0) {
     wgmma_fence();
-    hp_pv<T>(o, phi, plo, smem + kHpV + ((ntiles - 1) % kHpStages) * 2 * kHpHalf);
+    hp_pv<T, kSplitP>(o, phi, plo, smem + kHpV + ((ntiles - 1) % kHpStages) * 2 * kHpHalf);
     wgmma_commit();
     wgmma_wait<0>();  // the last stage is not released: no tile follows
   }
@@ -383,6 +385,7 @@ struct HpLaunch {
   AttnArgs args;
   HpKV kv;
   dim3 grid;
+  bool split_p = true;  // false: the kSplitP = false instance (P rounded once)
 };
 
 // Checks what the scaffold supports, raising kvmm::Error (naming the argument and value)
