@@ -153,6 +153,10 @@ LIMITS = [
     # for P V_{i-1} (4 k-steps x 2 dim halves x P's two parts, A from registers, V
     # MN-major); its one inner loop is the full barrier's try_wait spin, one trip when the
     # stage has landed.
+    # Its round_p_once instance (kSplitP = false): 8 n64 wgmma for S, 8 for P V.
+    (r"hopper_prefill_kernel.*Lb0E", r"sm_90a", dict(regs=168, stack=0, local=0, local_in_loop=0, smem=2048,
+                                                     need=["HGMMA", "UTMALDG", "SYNCS", "WARPGROUP", "USETMAXREG"],
+                                                     inner_trips=[1], loop_exact={"HGMMA": 16})),
     (r"hopper_prefill_kernel", r"sm_90a", dict(regs=168, stack=0, local=0, local_in_loop=0, smem=2048,
                                                need=["HGMMA", "UTMALDG", "SYNCS", "WARPGROUP", "USETMAXREG"],
                                                inner_trips=[1], loop_exact={"HGMMA": 24})),
@@ -292,6 +296,9 @@ def short(fn):
     if m:  # kTileInPage ("tile": one page entry per 64-token tile, "row"), kSplitP ("splitP" or "P"), kMt (M2: 32 rows per warp)
         return (f"tc_prefill<{m.group(2)},D{m.group(3)},{m.group(4)},{'tile' if m.group(5) == '1' else 'row'},"
                 f"{'splitP' if m.group(6) == '1' else 'P'}{',M' + m.group(7) if m.group(7) != '1' else ''}>")
+    m = re.search(r"hopper_prefill_kernelINS1_\d+(\w+?)ELb([01])E", fn)
+    if m:  # kSplitP ("splitP" or "P")
+        return f"hopper_prefill<{m.group(1)},{'splitP' if m.group(2) == '1' else 'P'}>"
     m = re.search(r"(merge_kernel|write_kv_kernel|copy_pages_kernel|tc_probe_kernel|hopper_probe_kernel|hopper_prefill_kernel)\w*?(BFloat|Half)?", fn)
     return (m.group(1) + (f"<{m.group(2)}>" if m.group(2) else "")) if m else fn[:60]
 
