@@ -1,30 +1,31 @@
-// The sm_90a prefill scaffold (issue 37 item 2): paged causal prefill attention on
-// warpgroup MMA with K/V tiles brought by TMA through a 5-D tensor map of the page-layer
-// layout (prefill_tma.hpp's shape) and completed on mbarriers; bf16, head dim 128, GQA
-// rows packed as in tc_prefill.cuh (a Q tile is 64 packed rows: tq tokens of one request
-// x hc q heads of the kv head's group). One CTA = (Q tile, kv head, head chunk), two
-// warpgroups:
-//   warpgroup 0, the producer (setmaxnreg.dec to 40 registers): one thread walks the
+// The sm_90a prefill (issue 37 item 2): paged causal prefill attention on warpgroup MMA
+// with K/V tiles brought by TMA through a 5-D tensor map of the page-layer layout
+// (prefill_tma.hpp's shape) and completed on mbarriers; bf16, head dim 128, GQA rows packed
+// as in tc_prefill.cuh (a Q tile is 128 packed rows: tq tokens of one request x hc q heads
+// of the kv head's group). One CTA = (Q tile, kv head, head chunk), FA3's structure in
+// three warpgroups:
+//   warpgroup 0, the producer (setmaxnreg.dec to 24 registers): one thread walks the
 //     CTA's 64-token KV tiles, waits for the stage's `empty` barrier, looks the pages up,
 //     writes the tile's null-page bit mask, arrives with the tile's bytes (expect_tx) on
 //     the stage's `full` barrier, then issues per page chunk of min(tpp, 64) tokens 2 + 2
-//     TMA boxes (the two 64-element halves of K and of V, 128-byte swizzled); two stages.
-//   warpgroup 1, the consumer (setmaxnreg.inc to 216): Q tile -> shared memory (swizzled,
-//     K-major) once; per tile: S = Q K^T by 8 wgmma m64n64k16 (A = Q, B = K straight
-//     from the TMA stage), the online softmax in registers (base 2, causal and null-page
-//     masks per element), P kept in registers as its bf16-rounded part and the rounded
-//     remainder (tc_prefill's kSplitP numerics) in wgmma's A-fragment layout (S's
-//     accumulator pairs), O += P V by 16 wgmma m64n64k16 (A = P from registers, B = V
-//     straight from the TMA stage as an MN-major operand; 4 k-steps x 2 dim halves x P's
-//     two parts); arrives on the stage's `empty` barrier; O normalised once at the end.
-// Two CTAs per SM (128 registers at launch: 2 x 256 x 128 fill the register file; the
-// producer's 88 given back are the consumer's 88 taken), so one CTA's softmax overlaps
-// the other's wgmma. Its costs against FA3: each consumer warpgroup waits on each of its
-// wgmma groups (no softmax/MMA overlap inside a warpgroup, no ordered ping-pong), P's
-// remainder doubles P V, two stages.
+//     TMA boxes (the two 64-element halves of K and of V, 128-byte swizzled); three stages.
+//   warpgroups 1 and 2, the consumers (setmaxnreg.inc to 240), 64 of the tile's rows each,
+//     both reading every stage: Q rows -> shared memory (swizzled, K-major) once; per
+//     tile i: S_i = Q K_i^T by 8 wgmma m64n64k16 (A = Q, B = K straight from the TMA
+//     stage), then O += P_{i-1} V_{i-1} by 16 wgmma m64n64k16 (A = P from registers, B =
+//     V straight from the TMA stage as an MN-major operand; 4 k-steps x 2 dim halves x
+//     P's two parts), the online softmax of S_i in registers while that P V runs (base 2;
+//     causal and null-page masks per element on boundary tiles only), then O rescaled, P_i
+//     packed as its bf16-rounded part and the rounded remainder (tc_prefill's kSplitP
+//     numerics; kSplitP = false: rounded once, 8 wgmma for P V) in wgmma's A-fragment
+//     layout (S's accumulator pairs), and stage i - 1 released on `empty`; O normalised
+//     once at the end. Q tiles are launched longest (a request's last) first.
+// Its costs against FA3: the two consumers are not ordered against each other (FA3's
+// ping-pong barriers), P's remainder doubles P V by default, 64-key tiles (FA3: 128+).
 // Supported: causal mask, no soft cap, one split; pages of 8, 16, 32 or a
 // multiple of 64 tokens (each TMA box lands on a 1024-byte swizzle atom); null pages.
-// Shared memory: kHpSmemBytes (about 81 KiB); 128 registers (census), two CTAs per SM.
+// Shared memory: kHpSmemBytes (about 129 KiB); 168 registers at launch (census), one CTA
+// per SM.
 #pragma once
 
 #include "attention_dispatch.cuh"  // make_args
