@@ -19,9 +19,10 @@
 //     packed as its bf16-rounded part and the rounded remainder (tc_prefill's kSplitP
 //     numerics; kSplitP = false: rounded once, 8 wgmma for P V) in wgmma's A-fragment
 //     layout (S's accumulator pairs), and stage i - 1 released on `empty`; O normalised
-//     once at the end. Q tiles are launched longest (a request's last) first.
-// Its costs against FA3: the two consumers are not ordered against each other (FA3's
-// ping-pong barriers), P's remainder doubles P V by default, 64-key tiles (FA3: 128+).
+//     once at the end. The two consumers take turns issuing their wgmma groups (FA3's
+//     ping-pong on named barriers 3 and 4), so one's softmax runs under the other's.
+//     Q tiles are launched longest (a request's last) first.
+// Its costs against FA3: P's remainder doubles P V by default, 64-key tiles (FA3: 128+).
 // Supported: causal mask, no soft cap, one split; pages of 8, 16, 32 or a
 // multiple of 64 tokens (each TMA box lands on a 1024-byte swizzle atom); null pages.
 // Shared memory: kHpSmemBytes (about 129 KiB); 168 registers at launch (census), one CTA
@@ -315,11 +316,31 @@ __global__ void __launch_bounds__(kHpThreads, 1)
   std::uint32_t phi[4][4], plo[4][4];
   float alpha[2];
   const HpRows rows{lim[0], lim[1], lane, a.scale_log2};
+  // The consumers take turns issuing their wgmma groups (FA3's ping-pong): consumer cw
+  // waits on named barrier 3 + cw (its turn: its own 128 threads and the other's 128
+  // arrivals), issues, and arrives on the other's; so one's softmax runs under the
+  // other's groups. Each consumer issues ntiles + 1 times; consumer 0 goes first (the
+  // arrival below), and consumer 1 does not pass its last turn (nobody waits for it).
+  const auto my_turn = [cw] {
+    if (cw == 0)  // constant ids: ptxas reserves the named barriers it sees
+      bar_sync(3, 256);
+    else
+      bar_sync(4, 256);
+  };
+  const auto pass_turn = [cw] {
+    if (cw == 0)
+      bar_arrive(4, 256);
+    else
+      bar_arrive(3, 256);
+  };
   if (ntiles > 0) {
+    if (cw == 1) pass_turn();
     hp_wait(&full[0], 0);
+    my_turn();
     wgmma_fence();
     hp_scores<T>(sc, qs, smem + kHpK);
     wgmma_commit();
+    pass_turn();
     wgmma_wait<0>();
     hp_softmax(sc, m, l, alpha, rows, 0, nullmask[0]);  // O is 0: no rescale
     hp_pack<T, kSplitP>(sc, phi, plo);
@@ -327,11 +348,13 @@ __global__ void __launch_bounds__(kHpThreads, 1)
   for (std::uint32_t i = 1; i < ntiles; ++i) {
     const std::uint32_t s = i % kHpStages, sp = (i - 1) % kHpStages;
     hp_wait(&full[s], (i / kHpStages) & 1u);
+    my_turn();
     wgmma_fence();
     hp_scores<T>(sc, qs, smem + kHpK + s * 2 * kHpHalf);
     wgmma_commit();
     hp_pv<T, kSplitP>(o, phi, plo, smem + kHpV + sp * 2 * kHpHalf);
     wgmma_commit();
+    pass_turn();
     wgmma_wait<1>();  // S_i retired, P V_{i-1} may still run
     hp_softmax(sc, m, l, alpha, rows, i, nullmask[s]);
     wgmma_wait<0>();
@@ -344,9 +367,11 @@ __global__ void __launch_bounds__(kHpThreads, 1)
     hp_pack<T, kSplitP>(sc, phi, plo);
   }
   if (ntiles > 0) {
+    my_turn();
     wgmma_fence();
     hp_pv<T, kSplitP>(o, phi, plo, smem + kHpV + ((ntiles - 1) % kHpStages) * 2 * kHpHalf);
     wgmma_commit();
+    if (cw == 0) pass_turn();
     wgmma_wait<0>();  // the last stage is not released: no tile follows
   }
 

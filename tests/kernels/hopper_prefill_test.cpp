@@ -5,7 +5,8 @@
 // tc_prefill's bound (4 units of bf16 roundoff: P applied in two parts), and the
 // round_p_once instance within tc_prefill's P-once bound (32 units; 6-23 seen).
 // The emulated TMA poisons a stage until its barrier's phase completes and wgmma's
-// accumulators until wgmma.wait_group, so a missing wait shows as NaN. The kernel also
+// accumulators until wgmma.wait_group, so a missing wait shows as NaN; a second warp
+// schedule gives the same bits. The kernel also
 // runs on the whole group's map of prefill_tma.hpp (a middle layer by its K plane). And
 // the launch plan refuses what the kernel does not build, with kvmm::Error.
 #if defined(__SANITIZE_ADDRESS__)
@@ -85,6 +86,12 @@ TEST_CASE("sm_90a prefill: long chunks wrap both stages many times", "[kernels][
   cpu::paged_prefill_attention(s.paged_params(ref.data(), 1, true));
   const auto got = hp_paged(s, true);
   CHECK(max_rel_error(c.dtype, got, widen(c.dtype, ref), 1e-2) <= 4.0 * unit_roundoff(c.dtype));
+  // Another interleaving of the warps (the producer, the two consumers' turns and waits):
+  // the same bits.
+  simt::Emulator::get().set_schedule_seed(7);
+  const auto shuffled = hp_paged(s, true);
+  simt::Emulator::get().set_schedule_seed(0);
+  CHECK(shuffled == got);
 }
 
 TEST_CASE("sm_90a prefill through the group's tensor map (prefill_tma.hpp): a layer by its K plane",
