@@ -130,35 +130,33 @@ struct HpRows {
   float scale_log2;
 };
 
-// The online softmax (base 2) of tile i's scores, in place: scale, causal and null-page
-// masks, the rows' maxima over the quad, alpha = the old maximum's rescale (m and l
-// updated; O is the caller's), then sc = exp2(sc - reference) summed into l. Register r of
-// sc: key 8 (r / 4) + 2 (lane % 4) + (r & 1), row + 8 when r % 4 >= 2.
+// The online softmax (base 2) of tile i's scores, in place: causal and null-page masks,
+// the rows' maxima over the quad (of the raw scores: the scale is positive, so the
+// scaled maximum is the raw one's product), alpha = the old maximum's rescale (m, in
+// scaled units, and l updated; O is the caller's), then sc = exp2(sc x scale -
+// reference) by one FFMA each, summed into l. Register r of sc: key 8 (r / 4) + 2 (lane %
+// 4) + (r & 1), row + 8 when r % 4 >= 2.
 __device__ __forceinline__ void hp_softmax(float (&sc)[32], float (&m)[2], float (&l)[2], float (&alpha)[2],
                                            const HpRows& rows, std::uint32_t i, std::uint64_t nm) {
-  float mx[2] = {m[0], m[1]};
+  float mx[2] = {-INFINITY, -INFINITY};
   if (nm != 0 || (i + 1) * kHpTile > min(rows.lim0, rows.lim1)) {  // a tile with masked keys for this thread
     KVMM_UNROLL
     for (int r = 0; r < 32; ++r) {
       const int k = (r & 3) >> 1;
       const std::uint32_t tl = static_cast<std::uint32_t>(8 * (r >> 2) + (r & 1)) + 2 * (rows.lane % 4);
-      float xv = sc[r] * rows.scale_log2;
-      if (i * kHpTile + tl >= (k == 0 ? rows.lim0 : rows.lim1) || ((nm >> tl) & 1u) != 0) xv = -INFINITY;
-      sc[r] = xv;
-      mx[k] = fmaxf(mx[k], xv);
+      if (i * kHpTile + tl >= (k == 0 ? rows.lim0 : rows.lim1) || ((nm >> tl) & 1u) != 0) sc[r] = -INFINITY;
+      mx[k] = fmaxf(mx[k], sc[r]);
     }
   } else {  // every key of the tile visible to both rows: no per-element mask
     KVMM_UNROLL
-    for (int r = 0; r < 32; ++r) {
-      sc[r] *= rows.scale_log2;
-      mx[(r & 3) >> 1] = fmaxf(mx[(r & 3) >> 1], sc[r]);
-    }
+    for (int r = 0; r < 32; ++r) mx[(r & 3) >> 1] = fmaxf(mx[(r & 3) >> 1], sc[r]);
   }
   float ref[2];
   KVMM_UNROLL
   for (int k = 0; k < 2; ++k) {
     mx[k] = fmaxf(mx[k], __shfl_xor_sync(0xffffffffu, mx[k], 1));
     mx[k] = fmaxf(mx[k], __shfl_xor_sync(0xffffffffu, mx[k], 2));
+    mx[k] = fmaxf(m[k], mx[k] * rows.scale_log2);  // -inf stays -inf
     ref[k] = mx[k] == -INFINITY ? 0.0f : mx[k];
     alpha[k] = tc_exp2(m[k] - ref[k]);  // m = -inf: 0 (O and l are 0 then)
     m[k] = mx[k];
@@ -167,8 +165,8 @@ __device__ __forceinline__ void hp_softmax(float (&sc)[32], float (&m)[2], float
   KVMM_UNROLL
   for (int r = 0; r < 32; r += 2) {
     const int k = (r & 3) >> 1;
-    sc[r] = tc_exp2(sc[r] - ref[k]);
-    sc[r + 1] = tc_exp2(sc[r + 1] - ref[k]);
+    sc[r] = tc_exp2(fmaf(sc[r], rows.scale_log2, -ref[k]));  // a masked -inf: 0
+    sc[r + 1] = tc_exp2(fmaf(sc[r + 1], rows.scale_log2, -ref[k]));
     l[k] += sc[r] + sc[r + 1];
   }
 }
