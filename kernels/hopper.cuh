@@ -11,7 +11,8 @@
 //                     (__grid_constant__); on the device the driver's 128 opaque bytes
 //                     (cuTensorMapEncodeTiled, host side), on the host its description;
 //                     check_tensor_map raises kvmm::Error for a spec the hardware refuses
-//   SmemDesc, make_smem_desc   wgmma's 64-bit shared-memory matrix descriptor
+//   SmemDesc, make_smem_desc, desc_advance   wgmma's 64-bit shared-memory matrix
+//                     descriptor, built from an address or advanced by a byte offset
 //   wgmma_fence / wgmma_commit / wgmma_wait<N> / wgmma_m64k16<T, N, TransB>
 //                     wgmma.mma_async.sync.aligned.m64nNk16.f32.{bf16,f16} with A
 //                     K-major in shared memory, B K-major (N = 8, 16 or 64) or MN-major
@@ -268,6 +269,19 @@ __device__ __forceinline__ SmemDesc make_smem_desc(const void* smem, std::uint32
   return SmemDesc{smem_desc_bits(smem_u32(smem), lbo, sbo, swizzle128), smem};
 #else
   return SmemDesc{smem_desc_bits(smem_u32(smem), lbo, sbo, swizzle128)};
+#endif
+}
+
+// The descriptor of the same operand layout `bytes` further on (a multiple of 16; the start
+// stays in the 18-bit shared window, so the start field does not carry into bit 14): one
+// 32-bit add on the low word, instead of rebuilding the descriptor from an address (a
+// mask, a shift and an OR per wgmma).
+__device__ __forceinline__ SmemDesc desc_advance(SmemDesc d, std::uint32_t bytes) {
+  const std::uint64_t bits = (d.bits & 0xffffffff00000000ull) | (static_cast<std::uint32_t>(d.bits) + (bytes >> 4));
+#if defined(KVMM_SIMT_HOST)
+  return SmemDesc{bits, static_cast<const unsigned char*>(d.ptr) + bytes};
+#else
+  return SmemDesc{bits};
 #endif
 }
 

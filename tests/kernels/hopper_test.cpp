@@ -179,7 +179,7 @@ TEST_CASE("wgmma accumulator layout and descriptor fields per the PTX ISA", "[ke
       }
     CHECK(seen.size() == 64 * n);  // 128 threads x N/2 registers cover 64 x N once
   }
-  alignas(1024) static unsigned char smem[4096];
+  alignas(4096) static unsigned char smem[4096];  // within one 2^18-byte window (the start field's)
   const auto d = dev::make_smem_desc(smem + 1024 + 32, 128, 1024, true);
   const DescFields f = ptx_desc(d.bits);
   CHECK(f.start == ((reinterpret_cast<std::uintptr_t>(smem) + 1024 + 32) & 0x3ffff));
@@ -188,6 +188,10 @@ TEST_CASE("wgmma accumulator layout and descriptor fields per the PTX ISA", "[ke
   CHECK(f.base_offset == 0);
   CHECK(f.swizzle == 1);
   CHECK(ptx_desc(dev::make_smem_desc(smem, 256, 512, false).bits).swizzle == 0);
+  // desc_advance: the descriptor of the address `bytes` further on, as built from it.
+  for (std::uint32_t bytes : {0u, 16u, 32u, 96u, 1024u, 2048u + 32u, 3056u})
+    CHECK(dev::desc_advance(dev::make_smem_desc(smem, 1024, 1024, true), bytes).bits ==
+          dev::make_smem_desc(smem + bytes, 1024, 1024, true).bits);
 }
 
 TEST_CASE("emulated wgmma m64nNk16 equals a triple loop on the ISA's K-major layouts", "[kernels][simt][hopper]") {
