@@ -82,6 +82,9 @@ __host__ __device__ __forceinline__ std::uint32_t hp_swz(std::uint32_t off) { re
 
 // A K-major operand in 128-byte swizzled rows (8-row atoms of 1024 bytes, packed).
 __device__ __forceinline__ SmemDesc hp_desc(const unsigned char* p) { return make_smem_desc(p, 16, 1024, true); }
+// V as an MN-major operand: 128-byte swizzled rows of 64 dims, 8-token groups 1024 bytes
+// apart (LBO = SBO: either field read for that stride gives the same address at N = 64).
+__device__ __forceinline__ SmemDesc hp_vdesc(const unsigned char* p) { return make_smem_desc(p, 1024, 1024, true); }
 
 // mbar_wait with a guard: a phase that has not completed after 2^22 polls (a tile takes
 // microseconds; the guard fires after tenths of a second to seconds) traps,
@@ -97,27 +100,29 @@ __device__ __forceinline__ void hp_wait(std::uint64_t* bar, std::uint32_t parity
 
 // S = Q K^T for one tile into sc (wgmma n64's D layout): the tile's 64 keys per wgmma, 8
 // k-steps of 16 dims (A = Q, B = K as the TMA landed it: K-major, 128-byte swizzled).
+// qd, kd: the descriptors of the Q rows and of the stage's K (hp_desc), advanced per k-step.
 template <typename T>
-__device__ __forceinline__ void hp_scores(float (&sc)[32], const unsigned char* qs, const unsigned char* kst) {
+__device__ __forceinline__ void hp_scores(float (&sc)[32], SmemDesc qd, SmemDesc kd) {
   KVMM_UNROLL
   for (int ks = 0; ks < 8; ++ks) {
     const std::uint32_t koff = static_cast<std::uint32_t>(ks / 4) * kHpHalf + static_cast<std::uint32_t>(ks % 4) * 32;
-    wgmma_m64k16<T, 64>(sc, hp_desc(qs + koff), hp_desc(kst + koff), ks > 0);
+    wgmma_m64k16<T, 64>(sc, desc_advance(qd, koff), desc_advance(kd, koff), ks > 0);
   }
 }
 
 // O += P V for one tile: per k-step of 16 keys and 64-dim half, P's two parts (A from
 // registers, B = V as the TMA landed it: MN-major, 128-byte swizzled, 8-token groups 1024
 // bytes apart; LBO = SBO so either field read for that stride gives the same address).
+// vd: the stage's V as an MN-major operand (hp_vdesc), advanced per k-step and dim half.
 template <typename T, bool kSplitP>
 __device__ __forceinline__ void hp_pv(float (&o)[2][32], const std::uint32_t (&phi)[4][4],
-                                      const std::uint32_t (&plo)[4][4], const unsigned char* vst) {
+                                      const std::uint32_t (&plo)[4][4], SmemDesc vd) {
   KVMM_UNROLL
   for (int ks = 0; ks < 4; ++ks) {
     KVMM_UNROLL
     for (int hf = 0; hf < 2; ++hf) {
-      const SmemDesc dv = make_smem_desc(
-          vst + static_cast<std::uint32_t>(hf) * kHpHalf + static_cast<std::uint32_t>(ks) * 2048, 1024, 1024, true);
+      const SmemDesc dv =
+          desc_advance(vd, static_cast<std::uint32_t>(hf) * kHpHalf + static_cast<std::uint32_t>(ks) * 2048);
       wgmma_m64n64k16_rs<T, true>(o[hf], phi[ks], dv, true);
       if constexpr (kSplitP) wgmma_m64n64k16_rs<T, true>(o[hf], plo[ks], dv, true);
     }
@@ -273,7 +278,10 @@ __global__ void __launch_bounds__(kHpThreads, 1)
   // The consumer warpgroups: cw = 0 takes the tile's packed rows 0-63, cw = 1 rows 64-127;
   // both read every K/V stage and both release it.
   setmaxnreg_inc<kHpConsumerRegs>();
-  const std::uint32_t ct = threadIdx.x - 128, cw = ct / 128;
+  const std::uint32_t ct = threadIdx.x - 128;
+  // The consumer index, warp-uniform to the compiler (its descriptors can live in uniform
+  // registers).
+  const std::uint32_t cw = __shfl_sync(0xffffffffu, ct / 128, 0);
   const std::uint32_t warp = ct / 32, lane = ct % 32;  // warp 0-7: rows 16 warp ..
   unsigned char* qs = smem + kHpQ + cw * 2 * kHpHalf;
 
@@ -314,6 +322,8 @@ __global__ void __launch_bounds__(kHpThreads, 1)
   std::uint32_t phi[4][4], plo[4][4];
   float alpha[2];
   const HpRows rows{lim[0], lim[1], lane, a.scale_log2};
+  // The operands' descriptors, built once: Q, stage 0's K and V (advanced per stage and step).
+  const SmemDesc qd = hp_desc(qs), kd0 = hp_desc(smem + kHpK), vd0 = hp_vdesc(smem + kHpV);
   // The consumers take turns issuing their wgmma groups (FA3's ping-pong): consumer cw
   // waits on named barrier 3 + cw (its turn: its own 128 threads and the other's 128
   // arrivals), issues, and arrives on the other's; so one's softmax runs under the
@@ -336,7 +346,7 @@ __global__ void __launch_bounds__(kHpThreads, 1)
     hp_wait(&full[0], 0);
     my_turn();
     wgmma_fence();
-    hp_scores<T>(sc, qs, smem + kHpK);
+    hp_scores<T>(sc, qd, kd0);
     wgmma_commit();
     pass_turn();
     wgmma_wait<0>();
@@ -348,9 +358,9 @@ __global__ void __launch_bounds__(kHpThreads, 1)
     hp_wait(&full[s], (i / kHpStages) & 1u);
     my_turn();
     wgmma_fence();
-    hp_scores<T>(sc, qs, smem + kHpK + s * 2 * kHpHalf);
+    hp_scores<T>(sc, qd, desc_advance(kd0, s * 2 * kHpHalf));
     wgmma_commit();
-    hp_pv<T, kSplitP>(o, phi, plo, smem + kHpV + sp * 2 * kHpHalf);
+    hp_pv<T, kSplitP>(o, phi, plo, desc_advance(vd0, sp * 2 * kHpHalf));
     wgmma_commit();
     pass_turn();
     wgmma_wait<1>();  // S_i retired, P V_{i-1} may still run
@@ -367,7 +377,7 @@ __global__ void __launch_bounds__(kHpThreads, 1)
   if (ntiles > 0) {
     my_turn();
     wgmma_fence();
-    hp_pv<T, kSplitP>(o, phi, plo, smem + kHpV + ((ntiles - 1) % kHpStages) * 2 * kHpHalf);
+    hp_pv<T, kSplitP>(o, phi, plo, desc_advance(vd0, ((ntiles - 1) % kHpStages) * 2 * kHpHalf));
     wgmma_commit();
     if (cw == 0) pass_turn();
     wgmma_wait<0>();  // the last stage is not released: no tile follows
