@@ -144,7 +144,8 @@ struct HpRows {
 __device__ __forceinline__ void hp_softmax(float (&sc)[32], float (&m)[2], float (&l)[2], float (&alpha)[2],
                                            const HpRows& rows, std::uint32_t i, std::uint64_t nm) {
   float mx[2] = {-INFINITY, -INFINITY};
-  if (nm != 0 || (i + 1) * kHpTile > min(rows.lim0, rows.lim1)) {  // a tile with masked keys for this thread
+  // A tile with masked keys for a thread of the warp (decided per warp: no divergence).
+  if (__any_sync(0xffffffffu, nm != 0 || (i + 1) * kHpTile > min(rows.lim0, rows.lim1))) {
     KVMM_UNROLL
     for (int r = 0; r < 32; ++r) {
       const int k = (r & 3) >> 1;
