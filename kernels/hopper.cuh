@@ -11,10 +11,13 @@
 //                     (__grid_constant__); on the device the driver's 128 opaque bytes
 //                     (cuTensorMapEncodeTiled, host side), on the host its description;
 //                     check_tensor_map raises kvmm::Error for a spec the hardware refuses
-//   SmemDesc, make_smem_desc   wgmma's 64-bit shared-memory matrix descriptor
-//   wgmma_fence / wgmma_commit / wgmma_wait<N> / wgmma_m64k16<T, N>
-//                     wgmma.mma_async.sync.aligned.m64nNk16.f32.{bf16,f16} with A and B
-//                     K-major in shared memory (N = 8 or 16; scale-d = accumulate)
+//   SmemDesc, make_smem_desc, desc_advance   wgmma's 64-bit shared-memory matrix
+//                     descriptor, built from an address or advanced by a byte offset
+//   wgmma_fence / wgmma_commit / wgmma_wait<N> / wgmma_m64k16<T, N, TransB>
+//                     wgmma.mma_async.sync.aligned.m64nNk16.f32.{bf16,f16} with A
+//                     K-major in shared memory, B K-major (N = 8, 16 or 64) or MN-major
+//                     (TransB, N = 64; scale-d = accumulate)
+//   wgmma_m64n64k16_rs<T, TransB>   the same with A from registers (mma.sync's A fragment)
 //   setmaxnreg_dec<N> / setmaxnreg_inc<N>   setmaxnreg.{dec,inc}.sync.aligned.u32 N: a
 //                     warpgroup gives registers back to the CTA's pool or takes them
 //                     (producer/consumer register reallocation; no-ops on the host)
@@ -269,6 +272,19 @@ __device__ __forceinline__ SmemDesc make_smem_desc(const void* smem, std::uint32
 #endif
 }
 
+// The descriptor of the same operand layout `bytes` further on (a multiple of 16; the start
+// stays in the 18-bit shared window, so the start field does not carry into bit 14): one
+// 32-bit add on the low word, instead of rebuilding the descriptor from an address (a
+// mask, a shift and an OR per wgmma).
+__device__ __forceinline__ SmemDesc desc_advance(SmemDesc d, std::uint32_t bytes) {
+  const std::uint64_t bits = (d.bits & 0xffffffff00000000ull) | (static_cast<std::uint32_t>(d.bits) + (bytes >> 4));
+#if defined(KVMM_SIMT_HOST)
+  return SmemDesc{bits, static_cast<const unsigned char*>(d.ptr) + bytes};
+#else
+  return SmemDesc{bits};
+#endif
+}
+
 __device__ __forceinline__ void wgmma_fence() {
 #if !defined(KVMM_SIMT_HOST) && defined(KVMM_SM90A_PRESENT)
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
@@ -306,19 +322,50 @@ inline simt::DescView desc_view(const SmemDesc& s) {
 }
 #endif
 
+// The n64 forms' 32 accumulator operands (the asm statements below).
+#define KVMM_WG_D32                                                                                                 \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, " \
+  "%24, %25, %26, %27, %28, %29, %30, %31}"
+#define KVMM_WG_OUT32                                                                                         \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), \
+      "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),  \
+      "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), \
+      "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+
 // D (64 x N, fp32, N / 2 per thread) = A (64 x 16) * B (16 x N) (+ D when accumulate),
 // issued by the 4 warps of a warpgroup together; D is valid after wgmma_commit and
-// wgmma_wait. A and B K-major (B stored N rows of K).
-template <typename T, int N>
+// wgmma_wait. A K-major; B K-major (stored N rows of K), or with TransB (N = 64 only)
+// MN-major: K rows of N contiguous elements, under the 128-byte swizzle 8-row atoms of
+// 64 elements, 8-row groups SBO apart along K (64-element panels LBO apart along N:
+// none within N = 64).
+template <typename T, int N, bool TransB = false>
 __device__ __forceinline__ void wgmma_m64k16(float (&d)[N / 2], SmemDesc a, SmemDesc b,
                                              bool accumulate KVMM_SITE_PARAM) {
   static_assert(std::is_same_v<T, BFloat> || std::is_same_v<T, Half>);
-  static_assert(N == 8 || N == 16, "wgmma_m64k16: N = 8 or 16");
+  static_assert(N == 8 || N == 16 || N == 64, "wgmma_m64k16: N = 8, 16 or 64");
+  static_assert(!TransB || N == 64, "wgmma_m64k16: an MN-major B with N = 64 only");
 #if defined(KVMM_SIMT_HOST)
-  simt::wgmma_warp(std::is_same_v<T, BFloat>, N, d, desc_view(a), desc_view(b), accumulate, KVMM_SITE_LINE);
+  simt::wgmma_warp(std::is_same_v<T, BFloat>, N, d, desc_view(a), nullptr, desc_view(b), TransB, accumulate,
+                   KVMM_SITE_LINE);
 #elif defined(KVMM_SM90A_PRESENT)
   const std::uint32_t scale_d = accumulate ? 1u : 0u;
-  if constexpr (N == 8) {
+  if constexpr (N == 64) {
+    if constexpr (std::is_same_v<T, BFloat>) {
+      asm volatile(
+          "{\n .reg .pred p;\n setp.ne.b32 p, %34, 0;\n"
+          " wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " KVMM_WG_D32 ", %32, %33, p, 1, 1, 0, %35;\n}\n"
+          : KVMM_WG_OUT32
+          : "l"(a.bits), "l"(b.bits), "r"(scale_d), "n"(TransB ? 1 : 0)
+          : "memory");
+    } else {
+      asm volatile(
+          "{\n .reg .pred p;\n setp.ne.b32 p, %34, 0;\n"
+          " wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " KVMM_WG_D32 ", %32, %33, p, 1, 1, 0, %35;\n}\n"
+          : KVMM_WG_OUT32
+          : "l"(a.bits), "l"(b.bits), "r"(scale_d), "n"(TransB ? 1 : 0)
+          : "memory");
+    }
+  } else if constexpr (N == 8) {
     if constexpr (std::is_same_v<T, BFloat>) {
       asm volatile(
           "{\n .reg .pred p;\n setp.ne.b32 p, %6, 0;\n"
@@ -352,6 +399,41 @@ __device__ __forceinline__ void wgmma_m64k16(float (&d)[N / 2], SmemDesc a, Smem
           : "l"(a.bits), "l"(b.bits), "r"(scale_d)
           : "memory");
     }
+  }
+#else
+  __trap();
+#endif
+}
+
+// D (64 x 64) = A (64 x 16) * B (16 x 64) (+ D), A from registers: this thread's four
+// .b32 of two elements each, the layout of mma.m16n8k16's A fragment on the rows 16 *
+// (warp % 4) .. + 15 of the warp (PTX ISA: wgmma .m64nNk16 register fragment of A); B in
+// shared memory as wgmma_m64k16's (K-major, or MN-major with TransB).
+template <typename T, bool TransB = false>
+__device__ __forceinline__ void wgmma_m64n64k16_rs(float (&d)[32], const std::uint32_t (&a)[4], SmemDesc b,
+                                                   bool accumulate KVMM_SITE_PARAM) {
+  static_assert(std::is_same_v<T, BFloat> || std::is_same_v<T, Half>);
+#if defined(KVMM_SIMT_HOST)
+  simt::wgmma_warp(std::is_same_v<T, BFloat>, 64, d, simt::DescView{}, a, desc_view(b), TransB, accumulate,
+                   KVMM_SITE_LINE);
+#elif defined(KVMM_SM90A_PRESENT)
+  const std::uint32_t scale_d = accumulate ? 1u : 0u;
+  if constexpr (std::is_same_v<T, BFloat>) {
+    asm volatile(
+        "{\n .reg .pred p;\n setp.ne.b32 p, %37, 0;\n"
+        " wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " KVMM_WG_D32
+        ", {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
+        : KVMM_WG_OUT32
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b.bits), "r"(scale_d), "n"(TransB ? 1 : 0)
+        : "memory");
+  } else {
+    asm volatile(
+        "{\n .reg .pred p;\n setp.ne.b32 p, %37, 0;\n"
+        " wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " KVMM_WG_D32
+        ", {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
+        : KVMM_WG_OUT32
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b.bits), "r"(scale_d), "n"(TransB ? 1 : 0)
+        : "memory");
   }
 #else
   __trap();

@@ -25,10 +25,12 @@ bool hopper_prefill_built() {
 #endif
 }
 
-void paged_prefill_attention_hopper(const PagedAttentionParams& p, Stream stream, std::uint64_t num_pages) {
+void paged_prefill_attention_hopper(const PagedAttentionParams& p, Stream stream, std::uint64_t num_pages,
+                                    bool round_p_once) {
   constexpr const char* kName = "paged_prefill_attention_hopper";
   check_params(p, true, true);
-  const device::HpLaunch l = device::hp_plan(p, num_pages);
+  device::HpLaunch l = device::hp_plan(p, num_pages);
+  l.split_p = !round_p_once;
   int dev = 0, major = 0, minor = 0;
   if (cudaGetDevice(&dev) != cudaSuccess ||
       cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||

@@ -13,8 +13,11 @@
 namespace kvmm::kernels::experimental {
 
 // num_pages: pages in the cache's arena (the tensor map's page dimension; ids at or past
-// it read zeros); 0 leaves it at 2^31 - 1.
-void paged_prefill_attention_hopper(const PagedAttentionParams& p, Stream stream, std::uint64_t num_pages = 0);
+// it read zeros); 0 leaves it at 2^31 - 1. round_p_once: P rounded once to bf16 before
+// P V (FA2/FA3's numerics: a third fewer tensor-core instructions, a looser error bound);
+// by default P is applied as its bf16 part and the bf16 remainder (tc_prefill's numerics).
+void paged_prefill_attention_hopper(const PagedAttentionParams& p, Stream stream, std::uint64_t num_pages = 0,
+                                    bool round_p_once = false);
 
 // Whether this build holds the sm_90a kernel (KVMM_CUDA_ARCHITECTURES with 90).
 bool hopper_prefill_built();

@@ -10,8 +10,9 @@
 //   the destination's address bits as the hardware does), the destination poisoned (all
 //   bits set) and written only when the mbarrier phase that its complete_tx belongs to
 //   completes: a read not ordered by that barrier's wait sees NaN.
-// - wgmma.mma_async m64nNk16 (bf16/fp16, fp32 accumulate, A and B K-major in shared
-//   memory through matrix descriptors, no swizzle or the 128-byte swizzle): each warp of
+// - wgmma.mma_async m64nNk16 (bf16/fp16, fp32 accumulate, A K-major in shared memory
+//   through a matrix descriptor or in registers (mma.sync's A fragment), B K-major (no
+//   swizzle or the 128-byte swizzle) or MN-major (128-byte swizzle)): each warp of
 //   the warpgroup computes its 16 rows at issue (exact products, correctly rounded sum, as
 //   mma_16816); the accumulator registers are poisoned and written at the issuing
 //   thread's wgmma.wait_group; a wgmma that accumulates into registers still in flight
@@ -21,6 +22,7 @@
 
 #include "simt_host.hpp"
 #include "simt_traffic.hpp"
+#include "simt_warp.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -225,12 +227,37 @@ inline const unsigned char* desc_element(const DescView& v, unsigned row, unsign
   return reinterpret_cast<const unsigned char*>(swizzle128(a));
 }
 
-// One warp's part of wgmma m64nNk16: rows 16 (warp % 4) .. + 15 of D (N / 2 floats per lane).
-inline void wgmma_warp(bool bf16, int n, float* d, const DescView& a, const DescView& b, bool accumulate,
-                       std::uint32_t line) {
+// Byte address of element (k, n) of an MN-major operand (PTX ISA: the transposed
+// layouts, wgmma's imm-trans = 1) under the 128-byte swizzle: K rows of 64 contiguous
+// two-byte elements (128 bytes), 8 K rows per 1024-byte atom, atoms SBO apart along K,
+// 64-element panels LBO apart along N (M), the swizzle applied on the address bits.
+inline const unsigned char* desc_element_mn(const DescView& v, unsigned n, unsigned k) {
+  if (!v.swizzle128) throw std::logic_error("simt: an MN-major wgmma operand without the 128-byte swizzle");
+  const auto a =
+      reinterpret_cast<std::uintptr_t>(v.start) + (n / 64) * v.lbo + (k / 8) * v.sbo + (k % 8) * 128 + (n % 64) * 2;
+  return reinterpret_cast<const unsigned char*>(swizzle128(a));
+}
+
+// One warp's part of wgmma m64nNk16: rows 16 (warp % 4) .. + 15 of D (N / 2 floats per
+// lane). A from shared memory (`a`, K-major) or, when a_regs is set, from the warp's
+// registers (four .b32 per lane in mma.m16n8k16's A layout: the rendezvous gathers them);
+// B K-major or, with b_mn_major, MN-major.
+inline void wgmma_warp(bool bf16, int n, float* d, const DescView& a, const std::uint32_t* a_regs, const DescView& b,
+                       bool b_mn_major, bool accumulate, std::uint32_t line) {
   const unsigned lane = threadIdx.x % 32, w = (threadIdx.x / 32) % 4;
-  Emulator::get().warp_collective(
-      bf16 ? 3200 : 3202, [&](LaneRecord&) {}, [&](const LaneRecord*, unsigned) {});
+  std::uint16_t areg[16][16];  // the warp's 16 x 16 A from registers
+  Emulator::get().warp_collective((bf16 ? 3200 : 3202) + (a_regs != nullptr ? 4 : 0),
+                                  [&](LaneRecord& rec) {
+                                    if (a_regs != nullptr) std::copy(a_regs, a_regs + 4, rec.r);
+                                  },
+                                  [&](const LaneRecord* warp, unsigned) {
+                                    if (a_regs == nullptr) return;
+                                    for (unsigned r = 0; r < 16; ++r)
+                                      for (unsigned k = 0; k < 16; ++k) {
+                                        const Owner o = a_owner(r, k);
+                                        areg[r][k] = half_at(warp[o.lane].r, o.index);
+                                      }
+                                  });
   Hopper& h = Hopper::get();
   Hopper::Result r{d, std::vector<float>(static_cast<std::size_t>(n / 2))};
   for (int j = 0; j < n / 8; ++j) {
@@ -240,8 +267,12 @@ inline void wgmma_warp(bool bf16, int n, float* d, const DescView& a, const Desc
       double acc = accumulate ? h.pending_value(d, reg) : 0.0;
       for (unsigned k = 0; k < 16; ++k) {
         std::uint16_t ea, eb;
-        std::memcpy(&ea, desc_element(a, row, k), 2);
-        std::memcpy(&eb, desc_element(b, col, k), 2);
+        if (a_regs != nullptr) {
+          ea = areg[row % 16][k];
+        } else {
+          std::memcpy(&ea, desc_element(a, row, k), 2);
+        }
+        std::memcpy(&eb, b_mn_major ? desc_element_mn(b, col, k) : desc_element(b, col, k), 2);
         acc += (bf16 ? kernels::bf16_to_float(ea) : kernels::f16_to_float(ea)) *
                static_cast<double>(bf16 ? kernels::bf16_to_float(eb) : kernels::f16_to_float(eb));
       }

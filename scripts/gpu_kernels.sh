@@ -111,7 +111,7 @@ census() { # the real disassembly of this machine's build, against the limits; J
 }
 
 bench() {
-  local filter='copy_d2d|decode_paged/batch:(1|16|64|256)/ctx:(1024|4096|32768)/tpp:16/|decode_paged/batch:64/ctx:4096/tpp:(1|256)/|decode_contiguous/batch:(1|16|64|256)/ctx:(1024|4096|32768)/|decode_paged_tc/batch:(1|16|64|256)/ctx:(1024|4096|32768)/tpp:16/|decode_paged_tc/batch:64/ctx:4096/tpp:1/|decode_contiguous_tc/batch:(1|16|64|256)/ctx:(1024|4096|32768)/|decode_paged_tc(3|4)/batch:(16|64)/ctx:(4096|32768)/tpp:16/|decode_paged_tcm/batch:(1|16|64)/ctx:(4096|32768)/tpp:16/|decode_paged_tc_(t16|hf|t16hf)/batch:(16|64|256)/ctx:(4096|32768)/tpp:16/|decode_paged_tc_t16/batch:(1|64|256)/ctx:(1024|32768)/tpp:16/|prefill_paged(_tc|_tc1|_tc32|_tc32_1|_h90)?/chunk:(512|2048)/ctx:(2048|8192)/'
+  local filter='copy_d2d|decode_paged/batch:(1|16|64|256)/ctx:(1024|4096|32768)/tpp:16/|decode_paged/batch:64/ctx:4096/tpp:(1|256)/|decode_contiguous/batch:(1|16|64|256)/ctx:(1024|4096|32768)/|decode_paged_tc/batch:(1|16|64|256)/ctx:(1024|4096|32768)/tpp:16/|decode_paged_tc/batch:64/ctx:4096/tpp:1/|decode_contiguous_tc/batch:(1|16|64|256)/ctx:(1024|4096|32768)/|decode_paged_tc(3|4)/batch:(16|64)/ctx:(4096|32768)/tpp:16/|decode_paged_tcm/batch:(1|16|64)/ctx:(4096|32768)/tpp:16/|decode_paged_tc_(t16|hf|t16hf)/batch:(16|64|256)/ctx:(4096|32768)/tpp:16/|decode_paged_tc_t16/batch:(1|64|256)/ctx:(1024|32768)/tpp:16/|prefill_paged(_tc|_tc1|_tc32|_tc32_1|_h90|_h90_1)?/chunk:(512|2048)/ctx:(2048|8192)/'
   step bench 150 "$out/bench.txt" "$B/bench/kernels/bench_kernels" --benchmark_filter="$filter" --benchmark_min_time=0.2
   python3 bench/kernels/bench_table.py "$out/bench.txt" | tee -a "$sum"
 }

@@ -157,15 +157,21 @@ LIMITS = [
                                              need=["HGMMA", "UTMALDG", "SYNCS", "WARPGROUP"])),
     # The sm_90a prefill scaffold (kernels/hopper_prefill.cuh, built for sm_90a alone into
     # kvmm_cuda): warpgroup MMA, 5-D TMA loads, mbarriers, register reallocation
-    # (USETMAXREG: the producer's dec, the consumer's inc), no local memory. 232 registers:
-    # the consumer's setmaxnreg target, which ptxas takes as the kernel's count (256
-    # threads x 232 covers the producer's 40 plus the consumer's 232 per thread). The main
-    # loop (the consumer's, per 64-token tile) holds 32 wgmma m64n16k16 for S and 2 x 32 for
-    # P V (P's two parts); its one inner loop is the full barrier's try_wait spin, one trip
-    # when the stage has landed.
-    (r"hopper_prefill_kernel", r"sm_90a", dict(regs=232, stack=0, local=0, local_in_loop=0, smem=2048,
+    # (USETMAXREG: the producer's dec, the consumers' inc), no local memory. At most 168
+    # registers at launch (384 threads: a producer and two consumer warpgroups fill the
+    # register file); after setmaxnreg the producer runs on 24 and each consumer on 240
+    # (ptxas allocates those regions up to their setmaxnreg counts). The main loop (a
+    # consumer's, per 64-token tile) holds 8 wgmma m64n64k16 for S_i (8 k-steps) and 16
+    # for P V_{i-1} (4 k-steps x 2 dim halves x P's two parts, A from registers, V
+    # MN-major); its one inner loop is the full barrier's try_wait spin, one trip when the
+    # stage has landed.
+    # Its round_p_once instance (kSplitP = false): 8 n64 wgmma for S, 8 for P V.
+    (r"hopper_prefill_kernel.*Lb0E", r"sm_90a", dict(regs=168, stack=0, local=0, local_in_loop=0, smem=2048,
+                                                     need=["HGMMA", "UTMALDG", "SYNCS", "WARPGROUP", "USETMAXREG"],
+                                                     inner_trips=[1], loop_exact={"HGMMA": 16})),
+    (r"hopper_prefill_kernel", r"sm_90a", dict(regs=168, stack=0, local=0, local_in_loop=0, smem=2048,
                                                need=["HGMMA", "UTMALDG", "SYNCS", "WARPGROUP", "USETMAXREG"],
-                                               inner_trips=[1], loop_exact={"HGMMA": 96})),
+                                               inner_trips=[1], loop_exact={"HGMMA": 24})),
 ]
 
 INSTR = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_.]*)([^;]*);")
@@ -302,6 +308,9 @@ def short(fn):
     if m:  # kTileInPage ("tile": one page entry per 64-token tile, "row"), kSplitP ("splitP" or "P"), kMt (M2: 32 rows per warp)
         return (f"tc_prefill<{m.group(2)},D{m.group(3)},{m.group(4)},{'tile' if m.group(5) == '1' else 'row'},"
                 f"{'splitP' if m.group(6) == '1' else 'P'}{',M' + m.group(7) if m.group(7) != '1' else ''}>")
+    m = re.search(r"hopper_prefill_kernelINS1_\d+(\w+?)ELb([01])E", fn)
+    if m:  # kSplitP ("splitP" or "P")
+        return f"hopper_prefill<{m.group(1)},{'splitP' if m.group(2) == '1' else 'P'}>"
     m = re.search(r"(merge_kernel|write_kv_kernel|copy_pages_kernel|tc_probe_kernel|hopper_probe_kernel|hopper_prefill_kernel)\w*?(BFloat|Half)?", fn)
     return (m.group(1) + (f"<{m.group(2)}>" if m.group(2) else "")) if m else fn[:60]
 

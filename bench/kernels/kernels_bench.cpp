@@ -201,8 +201,9 @@ void decode_contiguous(benchmark::State& state, bool tc) {
 // One request: a chunk of `chunk` new tokens at the end of a `ctx`-token context, 16-token pages.
 // tc: the tensor-core prefill (issue 37) instead of the default kernel; round_p_once: its
 // FA2-numerics variant (P rounded once); wide: 32 rows per warp (TcPrefillRows::k32).
-// hopper: the sm_90a scaffold (experimental::paged_prefill_attention_hopper, issue 37 item
-// 2) instead; skipped on devices other than compute capability 9.0.
+// hopper: the sm_90a kernel (experimental::paged_prefill_attention_hopper, issue 37 item
+// 2) instead, round_p_once its P-once instance; skipped on devices other than compute
+// capability 9.0.
 void BM_prefill_paged(benchmark::State& state, bool tc, bool round_p_once, bool wide, bool hopper) {
   const auto chunk = static_cast<std::uint32_t>(state.range(0));
   const auto ctx = static_cast<std::uint32_t>(state.range(1));
@@ -224,14 +225,14 @@ void BM_prefill_paged(benchmark::State& state, bool tc, bool round_p_once, bool 
   p.table = PageTableView{nullptr, table.as<PageId>(), pages};
   if (hopper) {
     try {
-      experimental::paged_prefill_attention_hopper(p, nullptr, pages);
+      experimental::paged_prefill_attention_hopper(p, nullptr, pages, round_p_once);
     } catch (const kvmm::Error& e) {
       return state.SkipWithError(e.what());
     }
   }
   time_loop(state, [&] {
     if (hopper)
-      experimental::paged_prefill_attention_hopper(p, nullptr, pages);
+      experimental::paged_prefill_attention_hopper(p, nullptr, pages, round_p_once);
     else if (tc)
       experimental::paged_prefill_attention_tc(
           p, nullptr, round_p_once, wide ? experimental::TcPrefillRows::k32 : experimental::TcPrefillRows::k16);
@@ -467,13 +468,15 @@ int main(int argc, char** argv) {
     benchmark::RegisterBenchmark("copy_pages", BM_copy_pages)->Arg(n)->UseManualTime()->Unit(benchmark::kMicrosecond);
   // Last: the sm_90a scaffold, not yet run on a GPU (a trapped launch spoils the context
   // for whatever runs after it in this process).
-  for (std::int64_t chunk : {512, 2048})
-    for (std::int64_t ctx : {2048, 8192})
-      benchmark::RegisterBenchmark("prefill_paged_h90", BM_prefill_paged, false, false, false, true)
-          ->Args({chunk, ctx})
-          ->ArgNames({"chunk", "ctx"})
-          ->UseManualTime()
-          ->Unit(benchmark::kMicrosecond);
+  for (const bool once : {false, true})
+    for (std::int64_t chunk : {512, 2048})
+      for (std::int64_t ctx : {2048, 8192})
+        benchmark::RegisterBenchmark(once ? "prefill_paged_h90_1" : "prefill_paged_h90", BM_prefill_paged, false, once,
+                                     false, true)
+            ->Args({chunk, ctx})
+            ->ArgNames({"chunk", "ctx"})
+            ->UseManualTime()
+            ->Unit(benchmark::kMicrosecond);
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();

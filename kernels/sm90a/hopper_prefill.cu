@@ -1,4 +1,4 @@
-// The sm_90a prefill scaffold's instance and launcher (kernels/hopper_prefill.cuh),
+// The sm_90a prefill's two instances (P split or rounded once) and launcher (kernels/hopper_prefill.cuh),
 // compiled for sm_90a only (CMakeLists: the kvmm_hopper_prefill objects join kvmm_cuda
 // when KVMM_CUDA_ARCHITECTURES holds 90); called by hopper_prefill_api.cu after its
 // checks. The tensor map is encoded through the runtime's driver entry point (no link to
@@ -38,9 +38,14 @@ void launch(const device::HpLaunch& l, cudaStream_t stream) {
   device::TensorMap map;
   static_assert(sizeof t == sizeof map.opaque);
   std::memcpy(map.opaque, &t, sizeof t);
-  auto* kernel = device::hopper_prefill_kernel<device::BFloat>;
-  static const bool raised = [kernel] {
-    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(device::kHpSmemBytes));
+  auto* kernel = l.split_p ? device::hopper_prefill_kernel<device::BFloat, true>
+                           : device::hopper_prefill_kernel<device::BFloat, false>;
+  static const bool raised = [] {
+    for (auto* k :
+         {device::hopper_prefill_kernel<device::BFloat, true>, device::hopper_prefill_kernel<device::BFloat, false>}) {
+      cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(device::kHpSmemBytes));
+      cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+    }
     return true;
   }();
   (void)raised;

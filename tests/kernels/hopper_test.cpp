@@ -1,11 +1,12 @@
 // The sm_90 primitives (kernels/hopper.cuh) under the host emulation, against the PTX ISA
 // written independently in tests/kernels/ptx_layouts.hpp: the wgmma accumulator layout as
-// a bijection; the descriptor's bit fields; wgmma m64n{8,16}k16 on integer data equal to a
-// triple loop exactly, with A and B placed by the ISA's K-major layouts (no swizzle and
-// 128-byte swizzle, several k-steps); accumulators poisoned until wgmma.wait_group, chained
-// accumulation in flight; mbarrier phases and parity; the TMA tile load with zero fill
-// outside the tensor and the 128-byte swizzle, its data invisible before the barrier's
-// wait (a planted early read fails), a wait nobody completes reported; tensor-map checks.
+// a bijection; the descriptor's bit fields; wgmma m64n{8,16,64}k16 on integer data equal
+// to a triple loop exactly, with A and B placed by the ISA's K-major layouts (no swizzle
+// and 128-byte swizzle, several k-steps), and n64 with A from registers (the ISA's A
+// fragment) and B MN-major (the ISA's 128-byte swizzled MN-major layout); accumulators poisoned until wgmma.wait_group,
+// chained accumulation in flight; mbarrier phases and parity; the TMA tile load with zero fill outside the tensor and
+// the 128-byte swizzle, its data invisible before the barrier's wait (a planted early read fails), a wait nobody
+// completes reported; tensor-map checks.
 #if defined(__SANITIZE_ADDRESS__)
 // Fiber stacks switched with longjmp confuse AddressSanitizer: release CI job only.
 #else
@@ -89,10 +90,85 @@ void run_wgmma(bool swizzle, int ksteps, std::uint32_t seed) {
     }
 }
 
+// wgmma m64n64k16 with A from registers (placed by the ISA's register fragment of A) or
+// from shared memory (K-major, 128-byte swizzle), B MN-major under the 128-byte swizzle
+// (placed by the ISA's MN-major layout; `sbo` between 8-row K groups, packed or not) or
+// K-major: D = A B^T over K / 16 k-steps, equal to a triple loop.
+template <typename T>
+void run_wgmma_n64(bool reg_a, bool trans_b, int ksteps, unsigned sbo, std::uint32_t seed) {
+  constexpr bool bf16 = std::is_same_v<T, dev::BFloat>;
+  constexpr int N = 64;
+  const int K = 16 * ksteps;
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> small(-6, 6);
+  std::vector<float> A(64 * K), B(N * K);
+  for (float& x : A) x = static_cast<float>(small(rng));
+  for (float& x : B) x = static_cast<float>(small(rng));
+  alignas(1024) static unsigned char a_smem[64 * 64 * 2], b_smem[4 * 64 * 64 * 2];
+  std::memset(a_smem, 0xee, sizeof a_smem);
+  std::memset(b_smem, 0xee, sizeof b_smem);
+  for (int r = 0; r < 64; ++r)
+    for (int k = 0; k < K; ++k) {
+      const std::uint16_t h = to_bits(bf16, A[r * K + k]);
+      std::memcpy(a_smem + ptx_kmajor_sw128(r, k, 1024), &h, 2);
+    }
+  for (int n = 0; n < N; ++n)
+    for (int k = 0; k < K; ++k) {
+      const std::uint16_t h = to_bits(bf16, B[n * K + k]);
+      // The MN-major panel stride (LBO) is never used at N = 64: 0xee poison at 8192.
+      const unsigned off = trans_b ? ptx_mnmajor_sw128(n, k, 8192, sbo) : ptx_kmajor_sw128(n, k, 1024);
+      std::memcpy(b_smem + off, &h, 2);
+    }
+  std::vector<float> D(64 * N, NAN);
+  REQUIRE(simt::launch(dim3(1), 128, [&] {
+    float d[N / 2];
+    for (float& x : d) x = 1e30f;  // ignored: the first step does not accumulate
+    dev::wgmma_fence();
+    for (int s = 0; s < ksteps; ++s) {
+      const auto db = trans_b ? dev::make_smem_desc(b_smem + 2 * sbo * s, 8192, sbo, true)
+                              : dev::make_smem_desc(b_smem + 32u * s, 16, 1024, true);
+      if (reg_a) {
+        std::uint32_t a[4];
+        for (unsigned j = 0; j < 4; ++j) {
+          std::uint16_t h2[2];
+          for (unsigned e = 0; e < 2; ++e) {
+            const RC rc = ptx_wgmma_a(threadIdx.x, 2 * j + e);
+            h2[e] = to_bits(bf16, A[rc.row * K + 16 * s + rc.col]);
+          }
+          a[j] = h2[0] | (std::uint32_t{h2[1]} << 16);
+        }
+        if (trans_b)
+          dev::wgmma_m64n64k16_rs<T, true>(d, a, db, s > 0);
+        else
+          dev::wgmma_m64n64k16_rs<T, false>(d, a, db, s > 0);
+      } else {
+        const auto da = dev::make_smem_desc(a_smem + 32u * s, 16, 1024, true);
+        if (trans_b)
+          dev::wgmma_m64k16<T, N, true>(d, da, db, s > 0);
+        else
+          dev::wgmma_m64k16<T, N>(d, da, db, s > 0);
+      }
+    }
+    dev::wgmma_commit();
+    dev::wgmma_wait<0>();
+    for (unsigned i = 0; i < N / 2; ++i) {
+      const RC e = ptx_wgmma_d(threadIdx.x, i);
+      D[e.row * N + e.col] = d[i];
+    }
+  }));
+  for (int m = 0; m < 64; ++m)
+    for (int n = 0; n < N; ++n) {
+      double want = 0;
+      for (int k = 0; k < K; ++k) want += double(A[m * K + k]) * B[n * K + k];
+      INFO("m " << m << " n " << n << " reg_a " << reg_a << " trans_b " << trans_b << " sbo " << sbo);
+      REQUIRE(D[m * N + n] == static_cast<float>(want));
+    }
+}
+
 }  // namespace
 
 TEST_CASE("wgmma accumulator layout and descriptor fields per the PTX ISA", "[kernels][simt][hopper]") {
-  for (unsigned n : {8u, 16u}) {
+  for (unsigned n : {8u, 16u, 64u}) {
     std::set<std::pair<unsigned, unsigned> > seen;
     for (unsigned t = 0; t < 128; ++t)
       for (unsigned i = 0; i < n / 2; ++i) {
@@ -103,7 +179,7 @@ TEST_CASE("wgmma accumulator layout and descriptor fields per the PTX ISA", "[ke
       }
     CHECK(seen.size() == 64 * n);  // 128 threads x N/2 registers cover 64 x N once
   }
-  alignas(1024) static unsigned char smem[4096];
+  alignas(4096) static unsigned char smem[4096];  // within one 2^18-byte window (the start field's)
   const auto d = dev::make_smem_desc(smem + 1024 + 32, 128, 1024, true);
   const DescFields f = ptx_desc(d.bits);
   CHECK(f.start == ((reinterpret_cast<std::uintptr_t>(smem) + 1024 + 32) & 0x3ffff));
@@ -112,6 +188,10 @@ TEST_CASE("wgmma accumulator layout and descriptor fields per the PTX ISA", "[ke
   CHECK(f.base_offset == 0);
   CHECK(f.swizzle == 1);
   CHECK(ptx_desc(dev::make_smem_desc(smem, 256, 512, false).bits).swizzle == 0);
+  // desc_advance: the descriptor of the address `bytes` further on, as built from it.
+  for (std::uint32_t bytes : {0u, 16u, 32u, 96u, 1024u, 2048u + 32u, 3056u})
+    CHECK(dev::desc_advance(dev::make_smem_desc(smem, 1024, 1024, true), bytes).bits ==
+          dev::make_smem_desc(smem + bytes, 1024, 1024, true).bits);
 }
 
 TEST_CASE("emulated wgmma m64nNk16 equals a triple loop on the ISA's K-major layouts", "[kernels][simt][hopper]") {
@@ -120,6 +200,24 @@ TEST_CASE("emulated wgmma m64nNk16 equals a triple loop on the ISA's K-major lay
   run_wgmma<dev::Half, 16>(false, 2, 3);
   run_wgmma<dev::BFloat, 16>(true, 4, 4);  // 128-byte swizzle, 4 k-steps in one 128-byte row
   run_wgmma<dev::Half, 8>(true, 4, 5);
+  run_wgmma<dev::BFloat, 64>(true, 4, 6);  // n64: the S = Q K^T form of hopper_prefill.cuh
+}
+
+TEST_CASE("wgmma n64 with A from registers and an MN-major B equals a triple loop", "[kernels][simt][hopper]") {
+  // The A register fragment is a bijection onto 64 x 16 (one element per thread and slot).
+  std::set<std::pair<unsigned, unsigned> > seen;
+  for (unsigned t = 0; t < 128; ++t)
+    for (unsigned i = 0; i < 8; ++i) {
+      const RC e = ptx_wgmma_a(t, i);
+      REQUIRE(e.row < 64);
+      REQUIRE(e.col < 16);
+      seen.insert({e.row, e.col});
+    }
+  CHECK(seen.size() == 64 * 16);
+  run_wgmma_n64<dev::BFloat>(true, true, 4, 1024, 11);   // the P V form of hopper_prefill.cuh
+  run_wgmma_n64<dev::BFloat>(true, true, 2, 2048, 12);   // K groups not packed: SBO is the K stride
+  run_wgmma_n64<dev::Half>(false, true, 3, 1024, 13);    // shared A, MN-major B
+  run_wgmma_n64<dev::BFloat>(true, false, 4, 1024, 14);  // register A, K-major B
 }
 
 TEST_CASE("wgmma accumulators are poisoned until wgmma.wait_group", "[kernels][simt][hopper]") {

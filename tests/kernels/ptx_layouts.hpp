@@ -75,4 +75,23 @@ inline unsigned ptx_kmajor_sw128(unsigned row, unsigned k, unsigned sbo) {
   return (row / 8) * sbo + r * 128 + ((chunk ^ r) * 16) + (k * 2) % 16;
 }
 
+// wgmma .m64nNk16 A from registers (PTX ISA 9.7.15.5.1.1, "Matrix Fragments for
+// wgmma.m64nNk16", multiplicand A in registers: four .f16x2 registers a0..a7; figure
+// "WGMMA .m64nNk16 register fragment layout for matrix A"): warp w of the warpgroup holds
+// rows 16 w .. 16 w + 15, each warp's 16 x 16 piece laid out as mma.m16n8k16's A above.
+inline RC ptx_wgmma_a(unsigned t, unsigned i) {
+  const RC e = ptx_a(t % 32, i);
+  return RC{16 * (t / 32) + e.row, e.col};
+}
+// MN-major canonical layout under the 128-byte swizzle (the transposed operand, wgmma's
+// imm-trans = 1; PTX ISA 9.7.15.5.1.2, "Shared Memory Matrix Layout": "MN-major" 128B
+// swizzle): element (mn, k) with MN contiguous: each K row holds 64 two-byte MN elements
+// (128 bytes), 8 K rows form a 1024-byte atom, atoms SBO apart along K ("stride dimension
+// byte offset") and 64-element panels LBO apart along MN ("leading dimension byte
+// offset"); within an atom the 16-byte chunk c of row r is stored at chunk c XOR r.
+inline unsigned ptx_mnmajor_sw128(unsigned mn, unsigned k, unsigned lbo, unsigned sbo) {
+  const unsigned r = k % 8, chunk = ((mn % 64) * 2) / 16;
+  return (mn / 64) * lbo + (k / 8) * sbo + r * 128 + ((chunk ^ r) * 16) + ((mn % 64) * 2) % 16;
+}
+
 }  // namespace kvmm::test::ptx
