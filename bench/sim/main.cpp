@@ -66,10 +66,11 @@ constexpr const char* kUsage = R"(usage: kvmm-sim --model PRESET|config.json --w
                       kvmm: KVCacheManagerOptions::pack_small_pages (default auto: on
                       unless the model has draft groups; off: Jenga's step order, a
                       fresh large page per request first)
-  --slice-layers N|auto
-                      kvmm: cut each attention group into groups of N layers, so that
-                      every group's page has one size as in vLLM's hybrid allocator
-                      (auto: the gcd of their layer counts, if that gives equal pages;
+  --slice-layers N|auto|smallest
+                      kvmm: cut each attention group into groups of N layers (the
+                      remainder one smaller group), so that every group's page has one
+                      size as in vLLM's hybrid allocator (auto: the gcd of their layer
+                      counts, smallest: the fewest, if per-layer pages are equal;
                       default 0: off, one group per layer kind)
   --sparse-state-checkpoints on|off
                       kvmm: KVCacheManagerOptions::sparse_state_checkpoints (default
@@ -149,7 +150,7 @@ int run(int argc, char** argv) {
   std::uint32_t prefix_match_unit = 0;                                         // 0: the policy's default
   std::uint32_t question_min = 16, question_max = 64, retention_interval = 0;  // interval 0: the policy's default
   std::uint32_t hit_unit = 0;
-  std::uint32_t slice = 0;                    // --slice-layers: 0 off, kSliceAuto
+  std::uint32_t slice = 0;                    // --slice-layers: 0 off, kSliceAuto, kSliceSmallest
   std::optional<std::uint32_t> learned_tail;  // none: the manager's default
   double retention_budget = kvmm::KVCacheManagerOptions{}.retention_budget;
   kvmm::RetentionRelease retention_release = kvmm::KVCacheManagerOptions{}.retention_release;
@@ -238,8 +239,9 @@ int run(int argc, char** argv) {
       if (v != "on" && v != "off" && v != "auto") kvmm::fail("{} = '{}': expected on, off or auto", a, v);
       pack_small_pages = v;
     } else if (a == "--slice-layers") {
-      slice = v == "auto" ? kSliceAuto : to_u32(a, parse_uint(a, v), 0);
-      if (slice == kSliceAuto && v != "auto") kvmm::fail("{} = '{}': expected a layer count or auto", a, v);
+      slice = v == "auto" ? kSliceAuto : v == "smallest" ? kSliceSmallest : to_u32(a, parse_uint(a, v), 0);
+      if ((slice == kSliceAuto && v != "auto") || (slice == kSliceSmallest && v != "smallest"))
+        kvmm::fail("{} = '{}': expected a layer count, auto or smallest", a, v);
     } else if (a == "--sparse-state-checkpoints") {
       if (v != "on" && v != "off") kvmm::fail("{} = '{}': expected on or off", a, v);
       sparse_state_checkpoints = v == "on";
