@@ -62,6 +62,9 @@ constexpr const char* kUsage = R"(usage: kvmm-sim --model PRESET|config.json --w
   --retention-release off|own|all
                       kvmm: KVCacheManagerOptions::retention_release, which held pages a
                       refused running request releases first (default own)
+  --max-state-pages N kvmm's plan: LayoutOptions::max_state_pages_per_large_page, at
+                      most N recurrent-state pages per large page by fitting the
+                      attention pages (default the library's; 0: off)
   --pack-small-pages on|off|auto
                       kvmm: KVCacheManagerOptions::pack_small_pages (default auto: on
                       unless the model has draft groups; off: Jenga's step order, a
@@ -145,7 +148,8 @@ int run(int argc, char** argv) {
   std::string kv_cache_dtype = "auto";
   std::uint64_t max_large_page_bytes = 0;  // 0: the library's default
   bool fit_tokens_per_page = true;
-  std::string pack_small_pages = "auto";  // on, off or auto (the manager's default)
+  std::optional<std::uint32_t> max_state_pages;  // --max-state-pages (unset: the library's default)
+  std::string pack_small_pages = "auto";         // on, off or auto (the manager's default)
   bool sparse_state_checkpoints = false;
   std::uint32_t prefix_match_unit = 0;                                         // 0: the policy's default
   std::uint32_t question_min = 16, question_max = 64, retention_interval = 0;  // interval 0: the policy's default
@@ -235,6 +239,8 @@ int run(int argc, char** argv) {
     } else if (a == "--fit-tokens-per-page") {
       if (v != "on" && v != "off") kvmm::fail("{} = '{}': expected on or off", a, v);
       fit_tokens_per_page = v == "on";
+    } else if (a == "--max-state-pages") {
+      max_state_pages = to_u32(a, parse_uint(a, v), 0);
     } else if (a == "--pack-small-pages") {
       if (v != "on" && v != "off" && v != "auto") kvmm::fail("{} = '{}': expected on, off or auto", a, v);
       pack_small_pages = v;
@@ -272,6 +278,7 @@ int run(int argc, char** argv) {
   mo.kv_cache_dtype = kv_cache_dtype;
   mo.max_large_page_bytes = max_large_page_bytes;
   mo.fit_tokens_per_page = fit_tokens_per_page;
+  mo.max_state_pages_per_large_page = max_state_pages;
   const kvmm::KVLayout layout = load_model(model, mo);
   // The policies on kvmm's manager (kvmm, and vllm-eagle: vLLM's rules on kvmm's manager)
   // take kvmm's plan (tokens per page fitted where the LCM passes the limit); the other
