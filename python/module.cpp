@@ -288,14 +288,17 @@ void bind_layout(py::module_& m) {
   py::class_<KVLayout>(m, "KVLayout", "Where every byte of a model's KV memory lives (planned once)")
       .def_static(
           "plan",
-          [](std::vector<LayerGroup> groups, std::uint64_t max_large, std::uint64_t align, bool fit) {
+          [](std::vector<LayerGroup> groups, std::uint64_t max_large, std::uint64_t align, bool fit,
+             std::uint32_t max_states) {
             LayoutOptions o = layout_options(max_large, align);
             o.fit_tokens_per_page = fit;
+            o.max_state_pages_per_large_page = max_states;
             return KVLayout::plan(std::move(groups), o);
           },
           py::arg("groups"), py::arg("max_large_page_bytes") = d.max_large_page_bytes,
           py::arg("padded_page_alignment") = d.padded_page_alignment,
-          py::arg("fit_tokens_per_page") = d.fit_tokens_per_page)
+          py::arg("fit_tokens_per_page") = d.fit_tokens_per_page,
+          py::arg("max_state_pages_per_large_page") = d.max_state_pages_per_large_page)
       .def_property_readonly("num_groups", &KVLayout::num_groups)
       .def("group", &KVLayout::group, py::arg("g"))
       .def_property_readonly("groups", &KVLayout::groups)

@@ -131,7 +131,10 @@ cat <<'MD'
   row above (one held page released, then another admission order); over seeds 1-8
   (`--seed`, commit 9f7ddc0) kOwn against off: 22,725 against 22,716 steps (+0.04%),
   first-admission hits 12.45% against 14.02% (mean), prefill 3,948,966 against 3,901,739
-  (+1.2%); vllm-eagle 3.25% against 3.11%.
+  (+1.2%); vllm-eagle 3.25% against 3.11%. Over seeds 1-32 (commit f3897e5) the hits are
+  13.49% against 14.13% and the steps 92,909 against 92,965: a divergence of about two
+  released pages a run, not a loss (docs/manager.md, "Bounded, and released under
+  pressure").
 - **EAGLE-3 with memory to spare** (24 GiB): kvmm hits the last block vLLM's rule drops
   (16 tokens per hit: small against chat and agentic prompts of thousands of tokens): a
   little more hit and 1-4% less prefill; a handful of draft positions recomputed.

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <numeric>
 #include <utility>
 #include <vector>
@@ -21,7 +22,11 @@ bool sliceable(const KVLayout& layout, GroupId g) {
   return true;
 }
 
-std::uint32_t auto_slice_layers(const KVLayout& layout) {
+namespace {
+
+// The gcd (smallest = false) or the least (true) of the sliceable groups' layer counts, 0
+// when their pages' bytes per layer differ.
+std::uint32_t slice_width(const KVLayout& layout, bool smallest) {
   std::uint32_t n = 0;
   std::uint64_t per_layer = 0;
   for (GroupId g = 0; g < layout.num_groups(); ++g) {
@@ -30,13 +35,19 @@ std::uint32_t auto_slice_layers(const KVLayout& layout) {
     const std::uint64_t b = layout.small_page_bytes(g) / grp.num_layers;
     if (b * grp.num_layers != layout.small_page_bytes(g) || (per_layer != 0 && b != per_layer)) return 0;
     per_layer = b;
-    n = std::gcd(n, grp.num_layers);
+    n = smallest ? (n == 0 ? grp.num_layers : std::min(n, grp.num_layers)) : std::gcd(n, grp.num_layers);
   }
   return n;
 }
 
+}  // namespace
+
+std::uint32_t auto_slice_layers(const KVLayout& layout) { return slice_width(layout, false); }
+std::uint32_t smallest_slice_layers(const KVLayout& layout) { return slice_width(layout, true); }
+
 KVLayout slice_layers(const KVLayout& layout, std::uint32_t n, const LayoutOptions& options) {
   if (n == kSliceAuto) n = auto_slice_layers(layout);
+  if (n == kSliceSmallest) n = smallest_slice_layers(layout);
   bool cuts = false;
   for (GroupId g = 0; g < layout.num_groups() && n > 0; ++g)
     cuts |= sliceable(layout, g) && layout.group(g).num_layers > n;
@@ -49,13 +60,12 @@ KVLayout slice_layers(const KVLayout& layout, std::uint32_t n, const LayoutOptio
       groups.push_back(std::move(grp));
       continue;
     }
-    if (grp.num_layers % n != 0)
-      fail("slice_layers = {}: group '{}' has {} layers, not a multiple of it", n, grp.name, grp.num_layers);
     const std::string name = grp.name;
-    for (std::uint32_t k = 0; k < grp.num_layers / n; ++k) {
+    const std::uint32_t whole = grp.num_layers / n, rest = grp.num_layers % n;
+    for (std::uint32_t k = 0; k < whole + (rest > 0 ? 1 : 0); ++k) {
       LayerGroup part = grp;
       part.name = fmt::format("{}.{}", name, k);
-      part.num_layers = n;
+      part.num_layers = k < whole ? n : rest;
       groups.push_back(std::move(part));
     }
   }

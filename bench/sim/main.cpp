@@ -62,14 +62,18 @@ constexpr const char* kUsage = R"(usage: kvmm-sim --model PRESET|config.json --w
   --retention-release off|own|all
                       kvmm: KVCacheManagerOptions::retention_release, which held pages a
                       refused running request releases first (default own)
+  --max-state-pages N kvmm's plan: LayoutOptions::max_state_pages_per_large_page, at
+                      most N recurrent-state pages per large page by fitting the
+                      attention pages (default the library's; 0: off)
   --pack-small-pages on|off|auto
                       kvmm: KVCacheManagerOptions::pack_small_pages (default auto: on
                       unless the model has draft groups; off: Jenga's step order, a
                       fresh large page per request first)
-  --slice-layers N|auto
-                      kvmm: cut each attention group into groups of N layers, so that
-                      every group's page has one size as in vLLM's hybrid allocator
-                      (auto: the gcd of their layer counts, if that gives equal pages;
+  --slice-layers N|auto|smallest
+                      kvmm: cut each attention group into groups of N layers (the
+                      remainder one smaller group), so that every group's page has one
+                      size as in vLLM's hybrid allocator (auto: the gcd of their layer
+                      counts, smallest: the fewest, if per-layer pages are equal;
                       default 0: off, one group per layer kind)
   --sparse-state-checkpoints on|off
                       kvmm: KVCacheManagerOptions::sparse_state_checkpoints (default
@@ -144,12 +148,13 @@ int run(int argc, char** argv) {
   std::string kv_cache_dtype = "auto";
   std::uint64_t max_large_page_bytes = 0;  // 0: the library's default
   bool fit_tokens_per_page = true;
-  std::string pack_small_pages = "auto";  // on, off or auto (the manager's default)
+  std::optional<std::uint32_t> max_state_pages;  // --max-state-pages (unset: the library's default)
+  std::string pack_small_pages = "auto";         // on, off or auto (the manager's default)
   bool sparse_state_checkpoints = false;
   std::uint32_t prefix_match_unit = 0;                                         // 0: the policy's default
   std::uint32_t question_min = 16, question_max = 64, retention_interval = 0;  // interval 0: the policy's default
   std::uint32_t hit_unit = 0;
-  std::uint32_t slice = 0;                    // --slice-layers: 0 off, kSliceAuto
+  std::uint32_t slice = 0;                    // --slice-layers: 0 off, kSliceAuto, kSliceSmallest
   std::optional<std::uint32_t> learned_tail;  // none: the manager's default
   double retention_budget = kvmm::KVCacheManagerOptions{}.retention_budget;
   kvmm::RetentionRelease retention_release = kvmm::KVCacheManagerOptions{}.retention_release;
@@ -234,12 +239,15 @@ int run(int argc, char** argv) {
     } else if (a == "--fit-tokens-per-page") {
       if (v != "on" && v != "off") kvmm::fail("{} = '{}': expected on or off", a, v);
       fit_tokens_per_page = v == "on";
+    } else if (a == "--max-state-pages") {
+      max_state_pages = to_u32(a, parse_uint(a, v), 0);
     } else if (a == "--pack-small-pages") {
       if (v != "on" && v != "off" && v != "auto") kvmm::fail("{} = '{}': expected on, off or auto", a, v);
       pack_small_pages = v;
     } else if (a == "--slice-layers") {
-      slice = v == "auto" ? kSliceAuto : to_u32(a, parse_uint(a, v), 0);
-      if (slice == kSliceAuto && v != "auto") kvmm::fail("{} = '{}': expected a layer count or auto", a, v);
+      slice = v == "auto" ? kSliceAuto : v == "smallest" ? kSliceSmallest : to_u32(a, parse_uint(a, v), 0);
+      if ((slice == kSliceAuto && v != "auto") || (slice == kSliceSmallest && v != "smallest"))
+        kvmm::fail("{} = '{}': expected a layer count, auto or smallest", a, v);
     } else if (a == "--sparse-state-checkpoints") {
       if (v != "on" && v != "off") kvmm::fail("{} = '{}': expected on or off", a, v);
       sparse_state_checkpoints = v == "on";
@@ -270,6 +278,7 @@ int run(int argc, char** argv) {
   mo.kv_cache_dtype = kv_cache_dtype;
   mo.max_large_page_bytes = max_large_page_bytes;
   mo.fit_tokens_per_page = fit_tokens_per_page;
+  mo.max_state_pages_per_large_page = max_state_pages;
   const kvmm::KVLayout layout = load_model(model, mo);
   // The policies on kvmm's manager (kvmm, and vllm-eagle: vLLM's rules on kvmm's manager)
   // take kvmm's plan (tokens per page fitted where the LCM passes the limit); the other

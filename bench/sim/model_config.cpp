@@ -20,6 +20,7 @@ HfConfigOptions hf_options(const ModelOptions& o) {
   h.kv_cache_dtype = o.kv_cache_dtype;
   if (o.max_large_page_bytes > 0) h.layout.max_large_page_bytes = o.max_large_page_bytes;
   h.layout.fit_tokens_per_page = o.fit_tokens_per_page;
+  if (o.max_state_pages_per_large_page) h.layout.max_state_pages_per_large_page = *o.max_state_pages_per_large_page;
   return h;
 }
 
@@ -59,6 +60,7 @@ KVLayout load_model(const std::string& name_or_path, const ModelOptions& o) {
     p.kv_cache_dtype = o.kv_cache_dtype;
     if (o.max_large_page_bytes > 0) p.layout.max_large_page_bytes = o.max_large_page_bytes;
     p.layout.fit_tokens_per_page = o.fit_tokens_per_page;
+    if (o.max_state_pages_per_large_page) p.layout.max_state_pages_per_large_page = *o.max_state_pages_per_large_page;
     return presets::by_name(name_or_path, p);
   }();
   if (o.group_tokens_per_page.empty()) return layout;

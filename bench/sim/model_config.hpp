@@ -6,6 +6,7 @@
 
 #include "kvmm/spec/presets.hpp"
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -29,6 +30,9 @@ struct ModelOptions {
   // pad when the LCM passes the limit. Off for the policies of other engines' managers,
   // which page the model at the tokens per page asked for (kvmm-sim's main).
   bool fit_tokens_per_page = true;
+  // LayoutOptions::max_state_pages_per_large_page for the planner (unset: the library's
+  // default); applies where fit_tokens_per_page does (kvmm's plan).
+  std::optional<std::uint32_t> max_state_pages_per_large_page;
 };
 
 // Builds the layout of a Hugging Face config.json text; `file` names it in errors.

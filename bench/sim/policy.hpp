@@ -132,7 +132,7 @@ struct PolicyOptions {
   std::optional<bool> pack_small_pages = std::nullopt;
   // kvmm: each attention group cut into groups of this many layers (slice_layers,
   // layer_slicing.hpp; 0 = off, kSliceAuto = the gcd of their layer counts when that gives
-  // every group one page size).
+  // every group one page size, kSliceSmallest = the fewest layers of a group).
   std::uint32_t slice_layers = 0;
   // kvmm: KVCacheManagerOptions::sparse_state_checkpoints.
   bool sparse_state_checkpoints = false;

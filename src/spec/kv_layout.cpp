@@ -126,7 +126,8 @@ struct Fitted {
   std::uint64_t lcm = 1;
 };
 
-std::optional<Fitted> fit_tokens_per_page(const std::vector<LayerGroup>& groups, const LayoutOptions& options) {
+std::optional<Fitted> fit_tokens_per_page(const std::vector<LayerGroup>& groups, const LayoutOptions& options,
+                                          std::uint64_t limit) {
   std::uint64_t common = 0, smallest = std::numeric_limits<std::uint32_t>::max();
   for (const LayerGroup& g : groups) {
     if (g.is_state()) continue;
@@ -151,7 +152,7 @@ std::optional<Fitted> fit_tokens_per_page(const std::vector<LayerGroup>& groups,
       }
       f.lcm = lcm_sat(f.lcm, f.natural.back());
     }
-    if (valid && f.lcm <= options.max_large_page_bytes) return f;
+    if (valid && f.lcm <= limit) return f;
   }
   return std::nullopt;
 }
@@ -238,12 +239,30 @@ KVLayout KVLayout::plan(std::vector<LayerGroup> groups, const LayoutOptions& opt
     natural.push_back(g.natural_page_bytes());
     lcm = lcm_sat(lcm, natural.back());
   }
-  if (lcm > options.max_large_page_bytes && options.fit_tokens_per_page) {
-    if (std::optional<Fitted> f = fit_tokens_per_page(groups, options)) {
-      groups = std::move(f->groups);
-      natural = std::move(f->natural);
-      lcm = f->lcm;
-    }
+  // The largest large page that keeps every state group at max_state_pages_per_large_page
+  // pages or fewer (no limit when off or without state groups).
+  std::uint64_t state_limit = std::numeric_limits<std::uint64_t>::max();
+  if (options.max_state_pages_per_large_page > 0)
+    for (std::size_t g = 0; g < groups.size(); ++g)
+      if (groups[g].is_state()) {
+        std::uint64_t most = 0;
+        if (__builtin_mul_overflow(natural[g], std::uint64_t{options.max_state_pages_per_large_page}, &most))
+          most = std::numeric_limits<std::uint64_t>::max();
+        state_limit = std::min(state_limit, most);
+      }
+  const auto refit = [&](std::uint64_t limit) {
+    std::optional<Fitted> f = fit_tokens_per_page(groups, options, limit);
+    if (!f) return false;
+    groups = std::move(f->groups);
+    natural = std::move(f->natural);
+    lcm = f->lcm;
+    return true;
+  };
+  if (options.fit_tokens_per_page && lcm > std::min(options.max_large_page_bytes, state_limit)) {
+    // The state bound first (within the size limit); else, past the size limit, that alone.
+    if (!(state_limit < lcm && refit(std::min(options.max_large_page_bytes, state_limit))) &&
+        lcm > options.max_large_page_bytes)
+      refit(options.max_large_page_bytes);
   }
   layout.natural_lcm_ = lcm;
 

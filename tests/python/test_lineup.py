@@ -51,6 +51,20 @@ def test_planner_fits_tokens_per_page_instead_of_padding():
     assert kvmm.KVLayout.plan(asked).group(0).tokens_per_page == 8
 
 
+def test_planner_bounds_state_pages_per_large_page():
+    # Jamba-1.5-Mini: 133 16-token attention pages = 4 Mamba states per 33.25 MiB large page;
+    # max_state_pages_per_large_page=2 fits 8-token pages, 2 states per 16.6 MiB (issue 34).
+    lay = kvmm.presets.by_name("jamba-1.5-mini")
+    assert lay.small_pages_per_large_page(1) == 4 and lay.large_page_bytes == 34865152
+    groups = [lay.group(g) for g in range(lay.num_groups)]
+    two = kvmm.KVLayout.plan(groups, max_state_pages_per_large_page=2)
+    assert two.tokens_per_page_fitted and not two.padded
+    assert two.group(0).tokens_per_page == 8 and two.group(1).tokens_per_page == 512
+    assert two.small_pages_per_large_page(1) == 2 and two.large_page_bytes == 17432576
+    # One state needs 4-token pages, under the default floor of 8: the plain plan.
+    assert kvmm.KVLayout.plan(groups, max_state_pages_per_large_page=1).large_page_bytes == 34865152
+
+
 def test_lineup_configs_place_every_layer():
     gemma = kvmm.read_hf_config_file(str(DATA / "gemma-3n-e4b.defaults.json"))
     roles = [p.role for p in gemma.layers]

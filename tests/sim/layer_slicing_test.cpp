@@ -109,9 +109,42 @@ TEST_CASE("slice_layers: what it leaves alone and what it refuses", "[sim][slici
   REQUIRE(h2.num_groups() == 3);
   CHECK(h2.group(2).name == "mamba");
   CHECK(h2.group(2).num_layers == 6);
-  // A layer count that is not a multiple of n: an error naming both.
-  CHECK_THROWS_WITH(kvmm::sim::slice_layers(gemma_like(), 4),
-                    Catch::Contains("slice_layers = 4") && Catch::Contains("'local' has 6 layers"));
+}
+
+TEST_CASE("slice_layers: a remainder group, and the smallest group's width", "[sim][slicing]") {
+  // n = 4 of 6 local layers: local.0 of 4 layers (512 B pages), local.1 of the 2 left (256 B).
+  const KVLayout plain = gemma_like();
+  const KVLayout s4 = kvmm::sim::slice_layers(plain, 4);
+  REQUIRE(s4.num_groups() == 3);
+  CHECK(s4.group(1).name == "local.0");
+  CHECK(s4.group(1).num_layers == 4);
+  CHECK(s4.group(2).name == "local.1");
+  CHECK(s4.group(2).num_layers == 2);
+  CHECK(s4.small_page_bytes(1) == 512);
+  CHECK(s4.small_page_bytes(2) == 256);
+  CHECK(s4.large_page_bytes() == 512);
+  // Smallest: 3 full and 8 sliding layers (gcd 1) cut at 3: local 3 + 3 + 2, every page
+  // but the remainder's one full page's size.
+  const KVLayout odd = KVLayout::plan(
+      {LayerGroup::full_attention("global", 3, 1, 8, 2, 4), LayerGroup::sliding_window("local", 8, 1, 8, 2, 4, 8)});
+  CHECK(kvmm::sim::auto_slice_layers(odd) == 1);
+  CHECK(kvmm::sim::smallest_slice_layers(odd) == 3);
+  const KVLayout s = kvmm::sim::slice_layers(odd, kvmm::sim::kSliceSmallest);
+  REQUIRE(s.num_groups() == 4);
+  CHECK(s.group(0).num_layers == 3);
+  CHECK(s.group(1).num_layers == 3);
+  CHECK(s.group(2).num_layers == 3);
+  CHECK(s.group(3).name == "local.2");
+  CHECK(s.group(3).num_layers == 2);
+  CHECK(s.group(3).kind == kvmm::LayerKind::kSlidingWindow);
+  CHECK(s.large_page_bytes() == 3 * 128 * 2);  // lcm of 384 and 256 B
+  CHECK(s.small_pages_per_large_page(0) == 2);
+  CHECK(s.small_pages_per_large_page(3) == 3);
+  // Per-layer pages of different bytes: nothing to cut.
+  const KVLayout unequal = KVLayout::plan(
+      {LayerGroup::full_attention("global", 2, 1, 8, 2, 4), LayerGroup::sliding_window("local", 6, 1, 4, 2, 4, 8)});
+  CHECK(kvmm::sim::smallest_slice_layers(unequal) == 0);
+  CHECK(kvmm::sim::slice_layers(unequal, kvmm::sim::kSliceSmallest).num_groups() == 2);
 }
 
 TEST_CASE("kvmm policy with sliced layers: same hits with room, no one-group free memory under pressure",

@@ -46,6 +46,16 @@ struct LayoutOptions {
   // The smallest tokens_per_page fitting may choose (8: vLLM's smallest CUDA block size
   // but 1), >= 1.
   std::uint32_t min_fitted_tokens_per_page = 8;
+  // Recurrent-state groups (Mamba, linear attention): when a large page would hold more
+  // than this many of a state group's pages, the planner fits the token groups'
+  // tokens_per_page as above (exact pages, never padding, each >= min_fitted_tokens_per_page)
+  // to the smallest common divisor that brings it to this many or fewer; with no such
+  // divisor the layout stays as planned. A cached checkpoint in a large page whose other
+  // state pages running requests use is memory only the state group can take, so fewer
+  // states per large page strand less (issue 34: Jamba-1.5-Mini's 133 16-token attention
+  // pages = 4 states per 33.25 MiB large page; at 2, 8-token pages and 16.6 MiB: kvmm-sim's
+  // ShareGPT 4 GiB 7,257 -> 7,149 steps, chat 4 GiB 7,196 -> 6,952). 0 (the default): off.
+  std::uint32_t max_state_pages_per_large_page = 0;
 };
 
 class KVLayout {
