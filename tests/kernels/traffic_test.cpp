@@ -404,7 +404,6 @@ TEST_CASE("tensor-core decode, pages of 17 tokens (each row finds its page): K/V
   CHECK(n.rep.global.at("kv").bytes_requested == (rows + rows1) * 2 * 128 * 2 * 2);
 }
 
-#endif
 
 TEST_CASE("tensor-core decode limiter probes: the sector lane map, load-only and math-only traffic",
           "[kernels][simt][traffic][tc_decode]") {
@@ -441,3 +440,5 @@ TEST_CASE("tensor-core decode limiter probes: the sector lane map, load-only and
   CHECK(math.rep.ldmatrix.requests == def.rep.ldmatrix.requests);
   CHECK(math.rep.global.at("pages").requests == def.rep.global.at("pages").requests);
 }
+
+#endif
