@@ -404,7 +404,6 @@ TEST_CASE("tensor-core decode, pages of 17 tokens (each row finds its page): K/V
   CHECK(n.rep.global.at("kv").bytes_requested == (rows + rows1) * 2 * 128 * 2 * 2);
 }
 
-
 TEST_CASE("tensor-core decode limiter probes: the sector lane map, load-only and math-only traffic",
           "[kernels][simt][traffic][tc_decode]") {
   // The default swapped 32-token form (what decode_paged_tc runs): 16 sectors per K/V request,
