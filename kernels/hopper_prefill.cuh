@@ -65,6 +65,8 @@ inline constexpr std::uint32_t kHpSmemBytes = kHpNull + kHpStages * 8 + 1024;  /
 // Registers: 168 per thread at launch (384 x 168 fill the register file), then the
 // producer gives 144 back (24) and each consumer takes 72 (240): 128 x (24 + 2 x 240).
 inline constexpr int kHpProducerRegs = 24;
+// The consumers' ping-pong (their turns to issue wgmma groups); false: each issues freely.
+inline constexpr bool kHpPingPong = true;
 inline constexpr int kHpConsumerRegs = 240;
 
 // The page side of a launch: the request's page table, the page size, and the plane
@@ -333,12 +335,14 @@ __global__ void __launch_bounds__(kHpThreads, 1)
   // other's groups. Each consumer issues ntiles + 1 times; consumer 0 goes first (the
   // arrival below), and consumer 1 does not pass its last turn (nobody waits for it).
   const auto my_turn = [cw] {
+    if constexpr (!kHpPingPong) return;
     if (cw == 0)  // constant ids: ptxas reserves the named barriers it sees
       bar_sync(3, 256);
     else
       bar_sync(4, 256);
   };
   const auto pass_turn = [cw] {
+    if constexpr (!kHpPingPong) return;
     if (cw == 0)
       bar_arrive(4, 256);
     else
