@@ -14,7 +14,8 @@
 //     tile i: S_i = Q K_i^T by 8 wgmma m64n64k16 (A = Q, B = K straight from the TMA
 //     stage), then O += P_{i-1} V_{i-1} by 16 wgmma m64n64k16 (A = P from registers, B =
 //     V straight from the TMA stage as an MN-major operand; 4 k-steps x 2 dim halves x
-//     P's two parts), the online softmax of S_i in registers while that P V runs (base 2;
+//     P's two parts), the online softmax of S_i in registers, written to run under that
+//     P V (ptxas waits for it after the maxima: the exponentials run after it; base 2;
 //     causal and null-page masks per element on boundary tiles only), then O rescaled, P_i
 //     packed as its bf16-rounded part and the rounded remainder (tc_prefill's kSplitP
 //     numerics; kSplitP = false: rounded once, 8 wgmma for P V) in wgmma's A-fragment
@@ -64,6 +65,8 @@ inline constexpr std::uint32_t kHpSmemBytes = kHpNull + kHpStages * 8 + 1024;  /
 // Registers: 168 per thread at launch (384 x 168 fill the register file), then the
 // producer gives 144 back (24) and each consumer takes 72 (240): 128 x (24 + 2 x 240).
 inline constexpr int kHpProducerRegs = 24;
+// The consumers' ping-pong (their turns to issue wgmma groups); false: each issues freely.
+inline constexpr bool kHpPingPong = true;
 inline constexpr int kHpConsumerRegs = 240;
 
 // The page side of a launch: the request's page table, the page size, and the plane
@@ -316,9 +319,10 @@ __global__ void __launch_bounds__(kHpThreads, 1)
     for (float& v : n) v = 0.0f;
 
   // The tiles, software-pipelined as FA3's consumer: tile i's S group is issued, then
-  // tile i - 1's P V group; the softmax of S_i runs while P V_{i-1} is in flight
-  // (wgmma.wait_group 1), O is rescaled and P_i packed once that group retired (wait 0),
-  // which also frees tile i - 1's stage.
+  // tile i - 1's P V group; the softmax of S_i is written to run while P V_{i-1} is in
+  // flight (wgmma.wait_group 1; ptxas moves the wait 0 up to just after the maxima), O is
+  // rescaled and P_i packed once that group retired (wait 0), which also frees tile
+  // i - 1's stage.
   float sc[32];
   std::uint32_t phi[4][4], plo[4][4];
   float alpha[2];
@@ -331,12 +335,14 @@ __global__ void __launch_bounds__(kHpThreads, 1)
   // other's groups. Each consumer issues ntiles + 1 times; consumer 0 goes first (the
   // arrival below), and consumer 1 does not pass its last turn (nobody waits for it).
   const auto my_turn = [cw] {
+    if constexpr (!kHpPingPong) return;
     if (cw == 0)  // constant ids: ptxas reserves the named barriers it sees
       bar_sync(3, 256);
     else
       bar_sync(4, 256);
   };
   const auto pass_turn = [cw] {
+    if constexpr (!kHpPingPong) return;
     if (cw == 0)
       bar_arrive(4, 256);
     else
