@@ -85,8 +85,9 @@ __device__ __forceinline__ void tc_decode_body(const AttnArgs& a, const Addr& kv
                 "32-token warp tiles: swapped operands only; 64-token ones at D 64 and 2 stages");
   static_assert(kStages >= 2 && (kSub == 4 || kStages * 16 * kSub <= 64),
                 "a ring of 2-4 stages (16 mask bits per sub-tile in 64)");
-  static_assert(kProbe == kTcProbeNone || (kSwap && kSub == 2 && kTileInPage),
-                "probes: the swapped form with 32-token warp tiles in pages of whole sub-tiles");
+  static_assert(kProbe == kTcProbeNone || kProbe == kTcProbeSectors || (kSwap && kSub == 2 && kTileInPage),
+                "probes: the swapped form with 32-token warp tiles in pages of whole sub-tiles (the sector "
+                "map: any instance, which the emulator's traffic test compares with the shipped map)");
   constexpr int kNd = D / 8;  // n-tiles of O
   constexpr std::uint32_t kTileBytes = kTcTile * D * 2;
   constexpr std::uint32_t kStageBytes = 2 * kSub * kTileBytes;  // kSub x (K tile, V tile)
@@ -248,7 +249,10 @@ __device__ __forceinline__ void tc_decode_body(const AttnArgs& a, const Addr& kv
         KVMM_UNROLL
         for (int j = 0; j < D / 16; ++j) {
           cp_async<16>(tc_at(xs, soff, j), xp + 32 * j, x_src);
-          cp_async<16>(tc_at(ps, soff, j), pp + 32 * j, p_src);
+          if constexpr (kProbe == kTcProbeSectors)  // the plain layout by the exchanged lane map
+            cp_async<16>(tc_at(ps, soff_k, j), (kSwap ? kv.k : kv.v) + k_off + 32 * j, x_src);
+          else
+            cp_async<16>(tc_at(ps, soff, j), pp + 32 * j, p_src);
         }
       }
     }

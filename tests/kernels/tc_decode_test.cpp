@@ -212,6 +212,34 @@ TEST_CASE("the tensor-core decode's lane map lands on the swizzled chunks", "[ke
       }
       REQUIRE(slots.size() == 32);
     }
+    // The exchanged layout's copy map (the sector probe copies the plain layout by it too):
+    // lane l copies row krow = l % 8 + 8 (l / 16), 16-byte half khb = (l / 8) % 2 of each 32
+    // bytes; the exchanged slot (row, 2 j + hb) holds exactly that row and half, the plain
+    // layout's slot of it (krow, 2 j + khb) is the stage map's slot plus one per-lane constant
+    // for every j (so one register, not four, could address it); each half-warp copies 8
+    // rows' whole 32 bytes: 8 sectors, 16 per request.
+    for (int j = 0; j < D / 16; ++j) {
+      std::set<std::uint32_t> slots;
+      std::set<std::uint32_t> sectors[2];
+      for (std::uint32_t lane = 0; lane < 32; ++lane) {
+        const std::uint32_t row = lane & 15, hb = lane >> 4;
+        const std::uint32_t krow = (lane & 7) | ((lane >> 4) << 3), khb = (lane >> 3) & 1;
+        const int pdelta = static_cast<int>(dev::tc_lane_offset<D>(krow, khb, 0)) -
+                           static_cast<int>(dev::tc_lane_offset<D>(row, hb, 0));
+        const std::uint32_t at = dev::tc_lane_offset<D>(row, hb, j & 3) + 128 * static_cast<std::uint32_t>(j >> 2);
+        const std::uint32_t plain = static_cast<std::uint32_t>(static_cast<int>(at) + pdelta);
+        REQUIRE(plain == dev::tc_swz<D>(krow, static_cast<std::uint32_t>(2 * j) + khb));
+        slots.insert(plain / 16);
+        // exchanged slot (r, c): row r % 8 + 8 (c % 2), chunk c - c % 2 + r / 8
+        REQUIRE((row & 7) + 8 * ((2 * j + hb) % 2) == krow);
+        REQUIRE(row / 8 == khb);
+        // global bytes of the 32-byte row piece j: row krow x 4096 (any multiple of 32) + 32 j + 16 khb
+        sectors[lane / 16].insert((krow * 4096 + 32 * static_cast<std::uint32_t>(j) + 16 * khb) / 32);
+      }
+      REQUIRE(slots.size() == 32);
+      REQUIRE(sectors[0].size() == 8);
+      REQUIRE(sectors[1].size() == 8);
+    }
   };
   check(std::integral_constant<int, 64>{});
   check(std::integral_constant<int, 128>{});
