@@ -5,6 +5,8 @@
 # kvmm runs again with --boundaries none (Jenga's rule, kvmm before issue 17) and hinted
 # (rows "kvmm --boundaries ..."); the plain kvmm row is the default, learned.
 #   scripts/sim-table.sh [BUILD_DIR] [OUT_DIR]
+# KVMM_SIM_RUNS="name ..." (the names of the runs below) runs only those, and the summaries
+# print only their rows: for regenerating the rows one change moves (the others reproduce).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 source "$root/scripts/deps.sh"
@@ -40,6 +42,15 @@ runs=(
   "ministral-arxiv-q400 ministral-8b arxiv-qa 55 300 --question-tokens 400-1000"
   "gemma3-agentic gemma-3-27b agentic 40 1000 --rate 0.05"
 )
+if [ -n "${KVMM_SIM_RUNS:-}" ]; then
+  kept=()
+  for spec in "${runs[@]}"; do
+    read -r name _ <<<"$spec"
+    case " $KVMM_SIM_RUNS " in *" $name "*) kept+=("$spec") ;; esac
+  done
+  [ ${#kept[@]} -gt 0 ] || { echo "KVMM_SIM_RUNS=$KVMM_SIM_RUNS names no run" >&2; exit 2; }
+  runs=("${kept[@]}")
+fi
 # The baselines of the first summary (the engines of 2025) and of the second (today's).
 historical="paged-uniform max-page static-split unified-block"
 current="vllm-0.33 vllm-0.33-tuned trtllm-v2 sglang"

@@ -96,9 +96,12 @@ TEST_CASE("sparse state checkpoints: a boundary's checkpoint and a hit's stay ca
 
 TEST_CASE("sparse state checkpoints: seeded random runs keep every invariant", "[manager][sparse_states]") {
   // Full attention 512 B pages (one per large page), state pages 128 B (four per large
-  // page): cached checkpoints share large pages with running requests' states.
+  // page): cached checkpoints share large pages with running requests' states. The state
+  // bound (LayoutOptions::max_state_pages_per_large_page, 2 by default) off, or it would
+  // fit 8-token attention pages and two states per large page.
   const KVLayout lay =
-      KVLayout::plan({LayerGroup::full_attention("full", 1, 1, 8, 2, 16), LayerGroup::mamba_state("m", 1, 128, 16)});
+      KVLayout::plan({LayerGroup::full_attention("full", 1, 1, 8, 2, 16), LayerGroup::mamba_state("m", 1, 128, 16)},
+                     {.max_state_pages_per_large_page = 0});
   REQUIRE(lay.small_pages_per_large_page(kState) == 4);
   for (const std::uint32_t seed : {1u, 2u, 3u}) {
     for (const bool sparse : {false, true}) {

@@ -54,13 +54,19 @@ def test_planner_fits_tokens_per_page_instead_of_padding():
 def test_planner_bounds_state_pages_per_large_page():
     # Jamba-1.5-Mini: 133 16-token attention pages = 4 Mamba states per 33.25 MiB large page;
     # max_state_pages_per_large_page=2 fits 8-token pages, 2 states per 16.6 MiB (issue 34).
+    # 2 is the default: the preset plans 8-token pages; 0 turns the bound off.
     lay = kvmm.presets.by_name("jamba-1.5-mini")
-    assert lay.small_pages_per_large_page(1) == 4 and lay.large_page_bytes == 34865152
+    assert lay.tokens_per_page_fitted and lay.group(0).tokens_per_page == 8
+    assert lay.small_pages_per_large_page(1) == 2 and lay.large_page_bytes == 17432576
     groups = [lay.group(g) for g in range(lay.num_groups)]
-    two = kvmm.KVLayout.plan(groups, max_state_pages_per_large_page=2)
-    assert two.tokens_per_page_fitted and not two.padded
-    assert two.group(0).tokens_per_page == 8 and two.group(1).tokens_per_page == 512
-    assert two.small_pages_per_large_page(1) == 2 and two.large_page_bytes == 17432576
+    groups[0].tokens_per_page = lay.requested_tokens_per_page(0)  # the preset's 16
+    plain = kvmm.KVLayout.plan(groups, max_state_pages_per_large_page=0)
+    assert not plain.tokens_per_page_fitted and plain.group(0).tokens_per_page == 16
+    assert plain.small_pages_per_large_page(1) == 4 and plain.large_page_bytes == 34865152
+    for two in (kvmm.KVLayout.plan(groups, max_state_pages_per_large_page=2), kvmm.KVLayout.plan(groups)):
+        assert two.tokens_per_page_fitted and not two.padded
+        assert two.group(0).tokens_per_page == 8 and two.group(1).tokens_per_page == 512
+        assert two.small_pages_per_large_page(1) == 2 and two.large_page_bytes == 17432576
     # One state needs 4-token pages, under the default floor of 8: the plain plan.
     assert kvmm.KVLayout.plan(groups, max_state_pages_per_large_page=1).large_page_bytes == 34865152
 

@@ -111,8 +111,11 @@ TEST_CASE("fit: random hybrids take the smallest fitting divisor, else the padde
     if (rng() % 4 != 0) gs.push_back(LayerGroup::mamba_state("s", 1 + rng() % 40, 4096 * (1 + rng() % 300), 512));
     const std::uint64_t limit = std::uint64_t{1} << (22 + rng() % 5);
     const std::uint32_t floor = 1 + static_cast<std::uint32_t>(rng() % 8);
-    const LayoutOptions on{.max_large_page_bytes = limit, .min_fitted_tokens_per_page = floor};
-    const LayoutOptions off{.max_large_page_bytes = limit, .fit_tokens_per_page = false};
+    // The size limit alone: the state bound (on by default, state_pages_test.cpp) off.
+    const LayoutOptions on{
+        .max_large_page_bytes = limit, .min_fitted_tokens_per_page = floor, .max_state_pages_per_large_page = 0};
+    const LayoutOptions off{
+        .max_large_page_bytes = limit, .fit_tokens_per_page = false, .max_state_pages_per_large_page = 0};
 
     // Brute force: the smallest d > 1 dividing every token group's tokens_per_page, with
     // the smallest one / d >= floor, whose natural LCM fits.

@@ -19,8 +19,9 @@ using namespace kvmm;
 TEST_CASE("state pages: Jamba-1.5-Mini at 2 states per large page plans 8-token attention pages",
           "[spec][layout][fit][state]") {
   // Attention: 4 layers x 2 (K, V) x 8 KV heads x 128 x 2 B = 16 KiB per token; the Mamba
-  // state is 8,716,288 B = 133 x 64 KiB: 133 16-token pages = 4 states per 33.25 MiB.
-  const KVLayout plain = presets::jamba1_5_mini();
+  // state is 8,716,288 B = 133 x 64 KiB: 133 16-token pages = 4 states per 33.25 MiB
+  // with the option off (0).
+  const KVLayout plain = presets::jamba1_5_mini({.layout = {.max_state_pages_per_large_page = 0}});
   CHECK(plain.group(0).tokens_per_page == 16);
   CHECK(plain.large_page_bytes() == 34865152);
   CHECK(plain.small_pages_per_large_page(1) == 4);
@@ -37,6 +38,13 @@ TEST_CASE("state pages: Jamba-1.5-Mini at 2 states per large page plans 8-token 
   CHECK(two.small_pages_per_large_page(0) == 133);
   CHECK(two.small_pages_per_large_page(1) == 2);
   CHECK_FALSE(two.padded());
+  // 2 is the default: the preset's plain plan is this one.
+  const KVLayout dflt = presets::jamba1_5_mini();
+  CHECK(LayoutOptions{}.max_state_pages_per_large_page == 2);
+  CHECK(dflt.tokens_per_page_fitted());
+  CHECK(dflt.group(0).tokens_per_page == 8);
+  CHECK(dflt.large_page_bytes() == two.large_page_bytes());
+  CHECK(dflt.small_pages_per_large_page(1) == 2);
 
   // One state per large page needs 4-token pages: under the default floor of 8 there is no
   // such divisor, and the plan is the plain one.
@@ -95,7 +103,9 @@ TEST_CASE("state pages: random hybrids take the smallest divisor that bounds the
     const LayoutOptions on{.max_large_page_bytes = std::uint64_t{1} << 40,
                            .min_fitted_tokens_per_page = floor,
                            .max_state_pages_per_large_page = k};
-    const LayoutOptions plain{.max_large_page_bytes = std::uint64_t{1} << 40, .min_fitted_tokens_per_page = floor};
+    const LayoutOptions plain{.max_large_page_bytes = std::uint64_t{1} << 40,
+                              .min_fitted_tokens_per_page = floor,
+                              .max_state_pages_per_large_page = 0};
     const std::uint64_t bound = k * gs.back().natural_page_bytes();
 
     std::uint32_t common = 0, smallest = ~0u;

@@ -175,11 +175,11 @@ struct KVCacheManagerOptions {
   // request passes it instead of cached (kvmm-sim's vllm-0.33 model keeps the same
   // positions, docs/sim.md). Under two-level paging a cached state page in a large page
   // that a running request's state also uses is memory no other group can take: on
-  // kvmm-sim's Jamba-1.5-Mini ShareGPT (4 GiB, nothing shared) the cached 512-token
-  // checkpoints held 12.5% of memory on average and 5.9% at the steps that preempted;
-  // this option cuts its steps 7,257 -> 7,190 (vllm-0.33: 7,125). Off by default: it
-  // costs conversations the hits on the previous turn's answer (Jamba chat at 8 GiB 51.2%
-  // -> 41.1% of first-admission tokens, Qwen3-Next chat at 11 GiB 15.5% -> 12.9% and 0.7%
+  // kvmm-sim's Jamba-1.5-Mini ShareGPT (4 GiB) with 4 states per large page (the layout
+  // bound max_state_pages_per_large_page = 0) checkpoints held 12.5% of memory, and this
+  // option cut steps 7,257 -> 7,190; at the default bound 2 it costs 7,149 -> 7,203. Off
+  // by default: it costs conversations the hits on the previous turn's answer (Jamba chat
+  // at 8 GiB 59.3% -> 49.8% of first-admission tokens, Qwen3-Next chat 11 GiB 15.5% -> 12.9%, 0.7%
   // more steps; docs/results/sim.md, "Where kvmm still trails"). O(1) per checkpoint.
   bool sparse_state_checkpoints = false;
 
