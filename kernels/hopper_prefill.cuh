@@ -33,7 +33,7 @@
 #include "attention_dispatch.cuh"  // make_args
 #include "hopper.cuh"
 #include "named_barrier.cuh"
-#include "tc_prefill.cuh"  // AttnArgs, pf_args, pf_grid_x, tc_exp2
+#include "tc_prefill_common.cuh"  // AttnArgs, pf_args, pf_grid_x, pf_find_tile, tc_exp2
 
 #include <cstdint>
 #include <string>
