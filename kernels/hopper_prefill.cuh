@@ -296,7 +296,7 @@ __global__ void __launch_bounds__(kHpThreads, 1)
     if (tok < ntok && hd < hg)
       val = *reinterpret_cast<const uint4*>(a.q + (std::uint64_t{q_begin + t0 + tok} * a.q_heads + qh0 + hd) * 128 +
                                             c * 8);
-    *reinterpret_cast<uint4*>(qs + (c / 8) * kHpHalf + hp_swz(rl * 128 + (c % 8) * 16)) = val;
+    sts(reinterpret_cast<uint4*>(qs + (c / 8) * kHpHalf + hp_swz(rl * 128 + (c % 8) * 16)), val);  // logged: wavefronts
   }
   fence_proxy_async();  // generic writes before wgmma's (async proxy) reads
   if (cw == 0)          // constant ids: ptxas reserves the named barriers it sees

@@ -362,6 +362,10 @@ def check(kernels, require_probes=False, limits=None):
     for (arch, fn), k in sorted(kernels.items()):
         lim = limits_of(arch, fn, limits)
         if lim is None:
+            # A kernel some row names, built for an architecture none of its rows allows (an
+            # sm_90a-only kernel compiled for sm_80/sm_90 would be dispatched where it must not).
+            if any(re.search(rx, fn) for rx, _, _ in limits):
+                errors.append(f"{arch} {short(fn)}: built for {arch}, which no census row of this kernel allows")
             continue  # kernels kvmm does not own (none today) are listed, not checked
         r, a, lp = k["res"], k["all"], k["loop"]
         name = f"{arch} {short(fn)}"
@@ -431,12 +435,14 @@ def self_test():
     kv = ["LDG.E.128.CONSTANT R4, [R2.64]"] * 8 + ["LDG.E.CONSTANT R9, [R2.64]"] * 4
     g4 = "_ZN4kvmm7kernels6device16attention_kernelINS1_6BFloatELi128ELi4ENS1_9PagedAddrEEEvNS1_8AttnArgsET2_"
     probe = "_ZN4kvmm4test15tc_probe_kernelEPKNS0_9TcProbeInEPNS0_10TcProbeOutE"
+    hp = "_ZN4kvmm7kernels6device21hopper_prefill_kernelINS1_6BFloatELb1EEEvNS1_9TensorMapENS1_8AttnArgsENS1_4HpKVE"
     cases = {
         "clean": (listing(g4, loop(kv + ["FFMA R1, R2, R3, R4"])), 128, 0),
         "spill in loop": (listing(g4, loop(kv + ["STL [R1], R2", "LDL R2, [R1]"])), 128, 0),
         "narrow K/V": (listing(g4, loop(["LDG.E.64.CONSTANT R4, [R2.64]"] * 16)), 128, 0),
         "registers": (listing(g4, loop(kv)), 168, 0),
         "probe without HMMA": (listing(probe, ["LDSM.16.M88 R1, [R2]", "LDGSTS.E.BYPASS.128 [R1], [R2.64]"]), 32, 0),
+        "sm_90a kernel built for sm_90": (listing(hp, loop(["HGMMA.64x64x16.F32.BF16 R24, gdesc[UR4], R24"])), 168, 0),
     }
     bad = 0
     for name, (sass, regs, stack) in cases.items():

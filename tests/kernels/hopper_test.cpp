@@ -105,7 +105,7 @@ void run_wgmma(bool swizzle, int ksteps, std::uint32_t seed) {
   };
   place(a_smem, o.A, 64);
   place(b_smem, o.B, N);
-  check_wgmma<N>(o, ksteps, "swizzle " + std::to_string(swizzle), [&](float (&d)[N / 2], int s) {
+  check_wgmma<N>(o, ksteps, "swizzle " + std::to_string(swizzle), [&](float(&d)[N / 2], int s) {
     const unsigned step_a = swizzle ? 32u * s : static_cast<unsigned>(s) * 8 * sbo_none;
     const unsigned step_b = swizzle ? 32u * s : static_cast<unsigned>(s) * (N / 8) * sbo_none;
     const auto da = dev::make_smem_desc(a_smem + step_a, lbo, swizzle ? sbo_sw : sbo_none, swizzle);
@@ -139,9 +139,9 @@ void run_wgmma_n64(bool reg_a, bool trans_b, int ksteps, unsigned sbo, std::uint
       const unsigned off = trans_b ? ptx_mnmajor_sw128(n, k, 8192, sbo) : ptx_kmajor_sw128(n, k, 1024);
       std::memcpy(b_smem + off, &h, 2);
     }
-  const std::string what = "reg_a " + std::to_string(reg_a) + " trans_b " + std::to_string(trans_b) + " sbo " +
-                           std::to_string(sbo);
-  check_wgmma<N>(o, ksteps, what, [&](float (&d)[N / 2], int s) {
+  const std::string what =
+      "reg_a " + std::to_string(reg_a) + " trans_b " + std::to_string(trans_b) + " sbo " + std::to_string(sbo);
+  check_wgmma<N>(o, ksteps, what, [&](float(&d)[N / 2], int s) {
     const auto db = trans_b ? dev::make_smem_desc(b_smem + 2 * sbo * s, 8192, sbo, true)
                             : dev::make_smem_desc(b_smem + 32u * s, 16, 1024, true);
     if (reg_a) {
