@@ -383,9 +383,9 @@ __global__ void __launch_bounds__(kPfThreads, 2) tc_prefill_kernel(AttnArgs a, A
           const float x0 = tc_exp2(fmaf(s[mt][nt][2 * hf], sc, -m0[k]));
           const float x1 = tc_exp2(fmaf(s[mt][nt][2 * hf + 1], sc, -m0[k]));
           sum[k] += x0 + x1;
-          const std::uint32_t w = pf_pack2<T>(x0, x1);
+          const std::uint32_t w = tc_pack2<T>(x0, x1);
           pa[mt][nt >> 1][2 * (nt & 1) + hf] = w;
-          if constexpr (kSplitP) pl[mt][nt >> 1][2 * (nt & 1) + hf] = pf_pack2<T>(x0 - T::lo(w), x1 - T::hi(w));
+          if constexpr (kSplitP) pl[mt][nt >> 1][2 * (nt & 1) + hf] = tc_pack2<T>(x0 - T::lo(w), x1 - T::hi(w));
         }
       };
       // The steady state: no maximum taken. The weights against the rows' lazy references

@@ -10,7 +10,6 @@
 #include "tc_decode_common.cuh"  // FastDiv, TcPagedAddr, tc_swz, tc_exp2, the mma/ldmatrix wrappers
 
 #include <cstdint>
-#include <type_traits>
 
 namespace kvmm::kernels::device {
 
@@ -72,24 +71,6 @@ __device__ __forceinline__ std::uint32_t pf_opaque(std::uint32_t x) {
   asm volatile("mov.b32 %0, %0;" : "+r"(x));
 #endif
   return x;
-}
-
-// pack2<T> (tensor_core.cuh) as one cvt.rn.{bf16x2,f16x2}.f32 on the device: the same
-// round-to-nearest-even of each half, one instruction per pair (nvcc emits two
-// conversions and a permute for pack2 where the packed word is unpacked again, as the
-// split P's remainder does).
-template <typename T>
-__device__ __forceinline__ std::uint32_t pf_pack2(float lo, float hi) {
-#if defined(KVMM_SIMT_HOST) || !defined(__CUDA_ARCH__) || __CUDA_ARCH__ < 800
-  return pack2<T>(lo, hi);
-#else
-  std::uint32_t r;
-  if constexpr (std::is_same_v<T, BFloat>)
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-  else
-    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
-#endif
 }
 
 // The page lookup's inputs, kept in shared memory (read by warps 0-1 once per tile) rather
