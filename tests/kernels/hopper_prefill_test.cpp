@@ -1,14 +1,16 @@
 // The sm_90a prefill (kernels/hopper_prefill.cuh: wgmma, TMA, mbarrier, a producer and
 // two consumer warpgroups) through the host emulation against the CPU reference
-// cpu::paged_prefill_attention: causal, GQA 1/4/8, page sizes 8/16/64/128, ragged chunks
-// in one launch (some longer than their Q tile), CSR and dense tables, null pages; within
-// tc_prefill's bound (4 units of bf16 roundoff: P applied in two parts), and the
-// round_p_once instance within tc_prefill's P-once bound (32 units; 6-23 seen).
+// cpu::paged_prefill_attention: causal, GQA 1/4/8, page sizes 8/16/32/64/128/512, ragged
+// chunks in one launch (one token to longer than their Q tile), CSR and dense tables, null
+// pages; within tc_prefill's bound (4 units of bf16 roundoff: P applied in two parts), and
+// the round_p_once instance within tc_prefill's P-once bound (32 units; 6-23 seen).
 // The emulated TMA poisons a stage until its barrier's phase completes and wgmma's
 // accumulators until wgmma.wait_group, so a missing wait shows as NaN; a second warp
 // schedule gives the same bits. The kernel also
 // runs on the whole group's map of prefill_tma.hpp (a middle layer by its K plane). And
-// the launch plan refuses what the kernel does not build, with kvmm::Error.
+// the launch plan refuses what the kernel does not build, with kvmm::Error. Its traffic:
+// each Q tile's 64-token KV tiles once, DRAM-unique bytes the keys in whole TMA boxes, Q's
+// shared stores at the ideal wavefronts.
 #if defined(__SANITIZE_ADDRESS__)
 // Fiber stacks switched with longjmp confuse AddressSanitizer: release CI job only.
 #else
