@@ -15,7 +15,7 @@
 //     stage), then O += P_{i-1} V_{i-1} by 16 wgmma m64n64k16 (A = P from registers, B =
 //     V straight from the TMA stage as an MN-major operand; 4 k-steps x 2 dim halves x
 //     P's two parts), the online softmax of S_i in registers, written to run under that
-//     P V (ptxas waits for it after the maxima: the exponentials run after it; base 2;
+//     P V (its maxima and exponentials before the wait for P V: census; base 2;
 //     causal and null-page masks per element on boundary tiles only), then O rescaled, P_i
 //     packed as its bf16-rounded part and the rounded remainder (tc_prefill's kSplitP
 //     numerics; kSplitP = false: rounded once, 8 wgmma for P V) in wgmma's A-fragment
@@ -33,7 +33,7 @@
 #include "attention_dispatch.cuh"  // make_args
 #include "hopper.cuh"
 #include "named_barrier.cuh"
-#include "tc_prefill.cuh"  // AttnArgs, pf_args, pf_grid_x, tc_exp2
+#include "tc_prefill_common.cuh"  // AttnArgs, pf_args, pf_grid_x, pf_find_tile, tc_exp2
 
 #include <cstdint>
 #include <string>
@@ -147,6 +147,30 @@ struct HpRows {
 __device__ __forceinline__ void hp_softmax(float (&sc)[32], float (&m)[2], float (&l)[2], float (&alpha)[2],
                                            const HpRows& rows, std::uint32_t i, std::uint64_t nm) {
   float mx[2] = {-INFINITY, -INFINITY};
+  // The rows' maxima over the quad, the new references, O's factors, then the weights and
+  // this lane's part of the sums; run at the end of each arm of the mask branch below, not
+  // after it: ptxas hoists the caller's wgmma.wait_group 0 (of P V_{i-1}) to the top of
+  // the block that follows the branch, so exponentials there would wait for that P V.
+  const auto weights = [&] {
+    float ref[2];
+    KVMM_UNROLL
+    for (int k = 0; k < 2; ++k) {
+      mx[k] = fmaxf(mx[k], __shfl_xor_sync(0xffffffffu, mx[k], 1));
+      mx[k] = fmaxf(mx[k], __shfl_xor_sync(0xffffffffu, mx[k], 2));
+      mx[k] = fmaxf(m[k], mx[k] * rows.scale_log2);  // -inf stays -inf
+      ref[k] = mx[k] == -INFINITY ? 0.0f : mx[k];
+      alpha[k] = tc_exp2(m[k] - ref[k]);  // m = -inf: 0 (O and l are 0 then)
+      m[k] = mx[k];
+      l[k] *= alpha[k];
+    }
+    KVMM_UNROLL
+    for (int r = 0; r < 32; r += 2) {
+      const int k = (r & 3) >> 1;
+      sc[r] = tc_exp2(fmaf(sc[r], rows.scale_log2, -ref[k]));  // a masked -inf: 0
+      sc[r + 1] = tc_exp2(fmaf(sc[r + 1], rows.scale_log2, -ref[k]));
+      l[k] += sc[r] + sc[r + 1];
+    }
+  };
   // A tile with masked keys for a thread of the warp (decided per warp: no divergence).
   if (__any_sync(0xffffffffu, nm != 0 || (i + 1) * kHpTile > min(rows.lim0, rows.lim1))) {
     KVMM_UNROLL
@@ -156,27 +180,11 @@ __device__ __forceinline__ void hp_softmax(float (&sc)[32], float (&m)[2], float
       if (i * kHpTile + tl >= (k == 0 ? rows.lim0 : rows.lim1) || ((nm >> tl) & 1u) != 0) sc[r] = -INFINITY;
       mx[k] = fmaxf(mx[k], sc[r]);
     }
+    weights();
   } else {  // every key of the tile visible to both rows: no per-element mask
     KVMM_UNROLL
     for (int r = 0; r < 32; ++r) mx[(r & 3) >> 1] = fmaxf(mx[(r & 3) >> 1], sc[r]);
-  }
-  float ref[2];
-  KVMM_UNROLL
-  for (int k = 0; k < 2; ++k) {
-    mx[k] = fmaxf(mx[k], __shfl_xor_sync(0xffffffffu, mx[k], 1));
-    mx[k] = fmaxf(mx[k], __shfl_xor_sync(0xffffffffu, mx[k], 2));
-    mx[k] = fmaxf(m[k], mx[k] * rows.scale_log2);  // -inf stays -inf
-    ref[k] = mx[k] == -INFINITY ? 0.0f : mx[k];
-    alpha[k] = tc_exp2(m[k] - ref[k]);  // m = -inf: 0 (O and l are 0 then)
-    m[k] = mx[k];
-    l[k] *= alpha[k];
-  }
-  KVMM_UNROLL
-  for (int r = 0; r < 32; r += 2) {
-    const int k = (r & 3) >> 1;
-    sc[r] = tc_exp2(fmaf(sc[r], rows.scale_log2, -ref[k]));  // a masked -inf: 0
-    sc[r + 1] = tc_exp2(fmaf(sc[r + 1], rows.scale_log2, -ref[k]));
-    l[k] += sc[r] + sc[r + 1];
+    weights();
   }
 }
 
@@ -296,7 +304,7 @@ __global__ void __launch_bounds__(kHpThreads, 1)
     if (tok < ntok && hd < hg)
       val = *reinterpret_cast<const uint4*>(a.q + (std::uint64_t{q_begin + t0 + tok} * a.q_heads + qh0 + hd) * 128 +
                                             c * 8);
-    *reinterpret_cast<uint4*>(qs + (c / 8) * kHpHalf + hp_swz(rl * 128 + (c % 8) * 16)) = val;
+    sts(reinterpret_cast<uint4*>(qs + (c / 8) * kHpHalf + hp_swz(rl * 128 + (c % 8) * 16)), val);  // logged: wavefronts
   }
   fence_proxy_async();  // generic writes before wgmma's (async proxy) reads
   if (cw == 0)          // constant ids: ptxas reserves the named barriers it sees
@@ -320,7 +328,8 @@ __global__ void __launch_bounds__(kHpThreads, 1)
 
   // The tiles, software-pipelined as FA3's consumer: tile i's S group is issued, then
   // tile i - 1's P V group; the softmax of S_i is written to run while P V_{i-1} is in
-  // flight (wgmma.wait_group 1; ptxas moves the wait 0 up to just after the maxima), O is
+  // flight (wgmma.wait_group 1; the exponentials sit inside hp_softmax's mask branch, so
+  // ptxas keeps the wait 0 after them: census row ex2_before_pv_wait), O is
   // rescaled and P_i packed once that group retired (wait 0), which also frees tile
   // i - 1's stage.
   float sc[32];

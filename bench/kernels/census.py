@@ -166,12 +166,16 @@ LIMITS = [
     # MN-major); its one inner loop is the full barrier's try_wait spin, one trip when the
     # stage has landed.
     # Its round_p_once instance (kSplitP = false): 8 n64 wgmma for S, 8 for P V.
+    # ex2_before_pv_wait: the tile's exponentials are issued before the wait for P V_{i-1}
+    # (FA3's intra-warpgroup overlap; hp_softmax runs them inside each arm of its mask
+    # branch, since ptxas hoists the wait to the top of the block after it).
     (r"hopper_prefill_kernel.*Lb0E", r"sm_90a", dict(regs=168, stack=0, local=0, local_in_loop=0, smem=2048,
                                                      need=["HGMMA", "UTMALDG", "SYNCS", "WARPGROUP", "USETMAXREG"],
-                                                     inner_trips=[1], loop_exact={"HGMMA": 16})),
+                                                     inner_trips=[1], loop_exact={"HGMMA": 16},
+                                                     ex2_before_pv_wait=True)),
     (r"hopper_prefill_kernel", r"sm_90a", dict(regs=168, stack=0, local=0, local_in_loop=0, smem=2048,
                                                need=["HGMMA", "UTMALDG", "SYNCS", "WARPGROUP", "USETMAXREG"],
-                                               inner_trips=[1], loop_exact={"HGMMA": 24})),
+                                               inner_trips=[1], loop_exact={"HGMMA": 24}, ex2_before_pv_wait=True)),
 ]
 
 INSTR = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_.]*)([^;]*);")
@@ -202,6 +206,12 @@ def classes(op, operands):
     elif fam == "LDSM":
         n = 4 if op.endswith(".4") else 2 if op.endswith(".2") else 1
         out += ["LDSM", f"LDSM.x{n}" + (".T" if ".MT88" in op else "")]
+    elif fam == "MUFU":
+        out += ["MUFU"] + (["MUFU.EX2"] if ".EX2" in op else [])
+    elif fam == "WARPGROUP":
+        # wgmma.wait_group 0: every wgmma group of the warpgroup retired
+        out += ["WARPGROUP"] + (["WGMMA.WAIT0"] if op == "WARPGROUP.DEPBAR.LE" and re.search(r"gsb0,\s*0x0$",
+                                                                                          operands.strip()) else [])
     else:
         out.append(fam)
     return out
@@ -362,6 +372,10 @@ def check(kernels, require_probes=False, limits=None):
     for (arch, fn), k in sorted(kernels.items()):
         lim = limits_of(arch, fn, limits)
         if lim is None:
+            # A kernel some row names, built for an architecture none of its rows allows (an
+            # sm_90a-only kernel compiled for sm_80/sm_90 would be dispatched where it must not).
+            if any(re.search(rx, fn) for rx, _, _ in limits):
+                errors.append(f"{arch} {short(fn)}: built for {arch}, which no census row of this kernel allows")
             continue  # kernels kvmm does not own (none today) are listed, not checked
         r, a, lp = k["res"], k["all"], k["loop"]
         name = f"{arch} {short(fn)}"
@@ -387,6 +401,17 @@ def check(kernels, require_probes=False, limits=None):
             if kv_bytes == 0 or lp["instrs"] / kv_bytes > lim["loop_per_byte"]:
                 errors.append(f"{name}: main loop {lp['instrs']} instructions per {kv_bytes} B of K/V "
                               f"> {lim['loop_per_byte']} per byte")
+        if lim.get("ex2_before_pv_wait"):
+            # FA3's intra-warpgroup overlap: the main loop's exponentials (the softmax of S_i)
+            # all come before its first wgmma.wait_group 0 (the wait for P V_{i-1}), so they
+            # run under this consumer's own P V, not after it.
+            body = sorted(k["body"])
+            wait = next((addr for addr, cl in body if "WGMMA.WAIT0" in cl), None)
+            before = sum(1 for addr, cl in body if "MUFU.EX2" in cl and (wait is None or addr < wait))
+            after = sum(1 for addr, cl in body if "MUFU.EX2" in cl and wait is not None and addr > wait)
+            if wait is None or after > 0 or before < 32:
+                errors.append(f"{name}: {after} MUFU.EX2 after the main loop's wgmma.wait_group 0 "
+                              f"({before} before it; designed: the tile's exponentials, >= 32, all before)")
         for cls, n in lim.get("loop_exact", {}).items():
             if lp[cls] != n:
                 errors.append(f"{name}: {lp[cls]} {cls} in the main loop, designed {n}")
@@ -431,12 +456,14 @@ def self_test():
     kv = ["LDG.E.128.CONSTANT R4, [R2.64]"] * 8 + ["LDG.E.CONSTANT R9, [R2.64]"] * 4
     g4 = "_ZN4kvmm7kernels6device16attention_kernelINS1_6BFloatELi128ELi4ENS1_9PagedAddrEEEvNS1_8AttnArgsET2_"
     probe = "_ZN4kvmm4test15tc_probe_kernelEPKNS0_9TcProbeInEPNS0_10TcProbeOutE"
+    hp = "_ZN4kvmm7kernels6device21hopper_prefill_kernelINS1_6BFloatELb1EEEvNS1_9TensorMapENS1_8AttnArgsENS1_4HpKVE"
     cases = {
         "clean": (listing(g4, loop(kv + ["FFMA R1, R2, R3, R4"])), 128, 0),
         "spill in loop": (listing(g4, loop(kv + ["STL [R1], R2", "LDL R2, [R1]"])), 128, 0),
         "narrow K/V": (listing(g4, loop(["LDG.E.64.CONSTANT R4, [R2.64]"] * 16)), 128, 0),
         "registers": (listing(g4, loop(kv)), 168, 0),
         "probe without HMMA": (listing(probe, ["LDSM.16.M88 R1, [R2]", "LDGSTS.E.BYPASS.128 [R1], [R2.64]"]), 32, 0),
+        "sm_90a kernel built for sm_90": (listing(hp, loop(["HGMMA.64x64x16.F32.BF16 R24, gdesc[UR4], R24"])), 168, 0),
     }
     bad = 0
     for name, (sass, regs, stack) in cases.items():
@@ -475,7 +502,17 @@ def self_test():
     stale = check(parse_text(res, listing(g4, loop(kv))), limits=declared)
     print(f"self-test inner loop declared but absent: {'flagged' if stale else 'passed'} {stale[:1]}")
     bad += (not undeclared) + bool(ok) + (n_loop != 25) + (n_ffma != 8) + (not stale)
-    print(f"census self-test: {len(cases) + 5 - bad} of {len(cases) + 5} as expected")
+    # The exponentials against the wait for P V: before it passes, after it fails.
+    hp_row = [(r"hopper_prefill_kernel", r"sm_90a", dict(regs=168, stack=0, local=0, smem=2048, ex2_before_pv_wait=True))]
+    hp_res = f"arch = sm_90a\n Function {hp}:\n  REG:168 STACK:0 SHARED:0 LOCAL:0"
+    ex2 = ["MUFU.EX2 R88, R88"] * 32
+    w1, w0 = "WARPGROUP.DEPBAR.LE gsb0, 0x1", "WARPGROUP.DEPBAR.LE gsb0, 0x0"
+    early = check(parse_text(hp_res, listing(hp, loop([w1] + ex2 + [w0, "FMUL R24, R24, R17"]), "sm_90a")), limits=hp_row)
+    late = check(parse_text(hp_res, listing(hp, loop([w1, w0] + ex2 + ["FMUL R24, R24, R17"]), "sm_90a")), limits=hp_row)
+    print(f"self-test exponentials before the P V wait: {'flagged' if early else 'passed'} {early[:1]}; "
+          f"after it: {'flagged' if late else 'passed'} {late[:1]}")
+    bad += bool(early) + (not late)
+    print(f"census self-test: {len(cases) + 7 - bad} of {len(cases) + 7} as expected")
     return bad == 0
 
 

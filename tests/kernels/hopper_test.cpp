@@ -21,6 +21,8 @@
 #include <cmath>
 #include <random>
 #include <set>
+#include <string>
+#include <vector>
 
 using namespace kvmm;
 namespace dev = kvmm::kernels::device;
@@ -30,17 +32,58 @@ namespace {
 
 std::uint16_t to_bits(bool bf16, float f) { return bf16 ? kernels::float_to_bf16(f) : kernels::float_to_f16(f); }
 
-// One wgmma test: A (64 x K) and B (N x K) K-major at `a_smem` / `b_smem` in the given
-// layout, D = A B^T over K / 16 k-steps, checked against a triple loop.
+// A wgmma test's operands: A (64 x K) and B (N x K), K = 16 ksteps, small integers
+// (exact in both dtypes and in fp32 sums).
+struct WgmmaOperands {
+  int K;
+  std::vector<float> A, B;
+};
+WgmmaOperands wgmma_operands(int n, int ksteps, std::uint32_t seed) {
+  WgmmaOperands o{16 * ksteps, {}, {}};
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> small(-6, 6);
+  o.A.resize(static_cast<std::size_t>(64 * o.K));
+  o.B.resize(static_cast<std::size_t>(n * o.K));
+  for (float& x : o.A) x = static_cast<float>(small(rng));
+  for (float& x : o.B) x = static_cast<float>(small(rng));
+  return o;
+}
+
+// Runs one warpgroup (128 emulated threads): accumulators set to garbage the first step
+// must ignore, the fence, step(d, s) for each k-step (chained on accumulators still in
+// flight), commit, wait; gathers D by the ISA's accumulator layout and checks D = A B^T
+// against a triple loop, exactly. `what` names the case in a failure.
+template <int N, typename Step>
+void check_wgmma(const WgmmaOperands& o, int ksteps, const std::string& what, Step step) {
+  std::vector<float> D(64 * N, NAN);
+  REQUIRE(simt::launch(dim3(1), 128, [&] {
+    float d[N / 2];
+    for (float& x : d) x = 1e30f;
+    dev::wgmma_fence();
+    for (int s = 0; s < ksteps; ++s) step(d, s);
+    dev::wgmma_commit();
+    dev::wgmma_wait<0>();
+    for (unsigned i = 0; i < N / 2; ++i) {
+      const RC e = ptx_wgmma_d(threadIdx.x, i);
+      D[e.row * N + e.col] = d[i];
+    }
+  }));
+  for (int m = 0; m < 64; ++m)
+    for (int n = 0; n < N; ++n) {
+      double want = 0;
+      for (int k = 0; k < o.K; ++k) want += double(o.A[m * o.K + k]) * o.B[n * o.K + k];
+      INFO("m " << m << " n " << n << " " << what);
+      REQUIRE(D[m * N + n] == static_cast<float>(want));
+    }
+}
+
+// wgmma m64nNk16 with A and B K-major in shared memory, without swizzle or under the
+// 128-byte swizzle (placed by the ISA's K-major layouts).
 template <typename T, int N>
 void run_wgmma(bool swizzle, int ksteps, std::uint32_t seed) {
   constexpr bool bf16 = std::is_same_v<T, dev::BFloat>;
-  const int K = 16 * ksteps;
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int> small(-6, 6);
-  std::vector<float> A(64 * K), B(N * K);
-  for (float& x : A) x = static_cast<float>(small(rng));
-  for (float& x : B) x = static_cast<float>(small(rng));
+  const WgmmaOperands o = wgmma_operands(N, ksteps, seed);
+  const int K = o.K;
   alignas(1024) static unsigned char a_smem[64 * 64 * 2], b_smem[64 * 64 * 2];
   std::memset(a_smem, 0xee, sizeof a_smem);
   std::memset(b_smem, 0xee, sizeof b_smem);
@@ -60,109 +103,69 @@ void run_wgmma(bool swizzle, int ksteps, std::uint32_t seed) {
         std::memcpy(smem + off, &h, 2);
       }
   };
-  place(a_smem, A, 64);
-  place(b_smem, B, N);
-  std::vector<float> D(64 * N, NAN);
-  REQUIRE(simt::launch(dim3(1), 128, [&] {
-    float d[N / 2];
-    for (float& x : d) x = 1e30f;  // must be ignored: the first step does not accumulate
-    dev::wgmma_fence();
-    for (int s = 0; s < ksteps; ++s) {
-      const unsigned step_a = swizzle ? 32u * s : static_cast<unsigned>(s) * 8 * sbo_none;
-      const unsigned step_b = swizzle ? 32u * s : static_cast<unsigned>(s) * (N / 8) * sbo_none;
-      const auto da = dev::make_smem_desc(a_smem + step_a, lbo, swizzle ? sbo_sw : sbo_none, swizzle);
-      const auto db = dev::make_smem_desc(b_smem + step_b, lbo, swizzle ? sbo_sw : sbo_none, swizzle);
-      dev::wgmma_m64k16<T, N>(d, da, db, s > 0);  // chained on accumulators still in flight
-    }
-    dev::wgmma_commit();
-    dev::wgmma_wait<0>();
-    for (unsigned i = 0; i < N / 2; ++i) {
-      const RC e = ptx_wgmma_d(threadIdx.x, i);
-      D[e.row * N + e.col] = d[i];
-    }
-  }));
-  for (int m = 0; m < 64; ++m)
-    for (int n = 0; n < N; ++n) {
-      double want = 0;
-      for (int k = 0; k < K; ++k) want += double(A[m * K + k]) * B[n * K + k];
-      INFO("m " << m << " n " << n << " swizzle " << swizzle);
-      REQUIRE(D[m * N + n] == static_cast<float>(want));
-    }
+  place(a_smem, o.A, 64);
+  place(b_smem, o.B, N);
+  check_wgmma<N>(o, ksteps, "swizzle " + std::to_string(swizzle), [&](float(&d)[N / 2], int s) {
+    const unsigned step_a = swizzle ? 32u * s : static_cast<unsigned>(s) * 8 * sbo_none;
+    const unsigned step_b = swizzle ? 32u * s : static_cast<unsigned>(s) * (N / 8) * sbo_none;
+    const auto da = dev::make_smem_desc(a_smem + step_a, lbo, swizzle ? sbo_sw : sbo_none, swizzle);
+    const auto db = dev::make_smem_desc(b_smem + step_b, lbo, swizzle ? sbo_sw : sbo_none, swizzle);
+    dev::wgmma_m64k16<T, N>(d, da, db, s > 0);
+  });
 }
 
 // wgmma m64n64k16 with A from registers (placed by the ISA's register fragment of A) or
 // from shared memory (K-major, 128-byte swizzle), B MN-major under the 128-byte swizzle
 // (placed by the ISA's MN-major layout; `sbo` between 8-row K groups, packed or not) or
-// K-major: D = A B^T over K / 16 k-steps, equal to a triple loop.
+// K-major.
 template <typename T>
 void run_wgmma_n64(bool reg_a, bool trans_b, int ksteps, unsigned sbo, std::uint32_t seed) {
   constexpr bool bf16 = std::is_same_v<T, dev::BFloat>;
   constexpr int N = 64;
-  const int K = 16 * ksteps;
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int> small(-6, 6);
-  std::vector<float> A(64 * K), B(N * K);
-  for (float& x : A) x = static_cast<float>(small(rng));
-  for (float& x : B) x = static_cast<float>(small(rng));
+  const WgmmaOperands o = wgmma_operands(N, ksteps, seed);
+  const int K = o.K;
   alignas(1024) static unsigned char a_smem[64 * 64 * 2], b_smem[4 * 64 * 64 * 2];
   std::memset(a_smem, 0xee, sizeof a_smem);
   std::memset(b_smem, 0xee, sizeof b_smem);
   for (int r = 0; r < 64; ++r)
     for (int k = 0; k < K; ++k) {
-      const std::uint16_t h = to_bits(bf16, A[r * K + k]);
+      const std::uint16_t h = to_bits(bf16, o.A[r * K + k]);
       std::memcpy(a_smem + ptx_kmajor_sw128(r, k, 1024), &h, 2);
     }
   for (int n = 0; n < N; ++n)
     for (int k = 0; k < K; ++k) {
-      const std::uint16_t h = to_bits(bf16, B[n * K + k]);
+      const std::uint16_t h = to_bits(bf16, o.B[n * K + k]);
       // The MN-major panel stride (LBO) is never used at N = 64: 0xee poison at 8192.
       const unsigned off = trans_b ? ptx_mnmajor_sw128(n, k, 8192, sbo) : ptx_kmajor_sw128(n, k, 1024);
       std::memcpy(b_smem + off, &h, 2);
     }
-  std::vector<float> D(64 * N, NAN);
-  REQUIRE(simt::launch(dim3(1), 128, [&] {
-    float d[N / 2];
-    for (float& x : d) x = 1e30f;  // ignored: the first step does not accumulate
-    dev::wgmma_fence();
-    for (int s = 0; s < ksteps; ++s) {
-      const auto db = trans_b ? dev::make_smem_desc(b_smem + 2 * sbo * s, 8192, sbo, true)
-                              : dev::make_smem_desc(b_smem + 32u * s, 16, 1024, true);
-      if (reg_a) {
-        std::uint32_t a[4];
-        for (unsigned j = 0; j < 4; ++j) {
-          std::uint16_t h2[2];
-          for (unsigned e = 0; e < 2; ++e) {
-            const RC rc = ptx_wgmma_a(threadIdx.x, 2 * j + e);
-            h2[e] = to_bits(bf16, A[rc.row * K + 16 * s + rc.col]);
-          }
-          a[j] = h2[0] | (std::uint32_t{h2[1]} << 16);
+  const std::string what =
+      "reg_a " + std::to_string(reg_a) + " trans_b " + std::to_string(trans_b) + " sbo " + std::to_string(sbo);
+  check_wgmma<N>(o, ksteps, what, [&](float(&d)[N / 2], int s) {
+    const auto db = trans_b ? dev::make_smem_desc(b_smem + 2 * sbo * s, 8192, sbo, true)
+                            : dev::make_smem_desc(b_smem + 32u * s, 16, 1024, true);
+    if (reg_a) {
+      std::uint32_t a[4];
+      for (unsigned j = 0; j < 4; ++j) {
+        std::uint16_t h2[2];
+        for (unsigned e = 0; e < 2; ++e) {
+          const RC rc = ptx_wgmma_a(threadIdx.x, 2 * j + e);
+          h2[e] = to_bits(bf16, o.A[rc.row * K + 16 * s + rc.col]);
         }
-        if (trans_b)
-          dev::wgmma_m64n64k16_rs<T, true>(d, a, db, s > 0);
-        else
-          dev::wgmma_m64n64k16_rs<T, false>(d, a, db, s > 0);
-      } else {
-        const auto da = dev::make_smem_desc(a_smem + 32u * s, 16, 1024, true);
-        if (trans_b)
-          dev::wgmma_m64k16<T, N, true>(d, da, db, s > 0);
-        else
-          dev::wgmma_m64k16<T, N>(d, da, db, s > 0);
+        a[j] = h2[0] | (std::uint32_t{h2[1]} << 16);
       }
+      if (trans_b)
+        dev::wgmma_m64n64k16_rs<T, true>(d, a, db, s > 0);
+      else
+        dev::wgmma_m64n64k16_rs<T, false>(d, a, db, s > 0);
+    } else {
+      const auto da = dev::make_smem_desc(a_smem + 32u * s, 16, 1024, true);
+      if (trans_b)
+        dev::wgmma_m64k16<T, N, true>(d, da, db, s > 0);
+      else
+        dev::wgmma_m64k16<T, N>(d, da, db, s > 0);
     }
-    dev::wgmma_commit();
-    dev::wgmma_wait<0>();
-    for (unsigned i = 0; i < N / 2; ++i) {
-      const RC e = ptx_wgmma_d(threadIdx.x, i);
-      D[e.row * N + e.col] = d[i];
-    }
-  }));
-  for (int m = 0; m < 64; ++m)
-    for (int n = 0; n < N; ++n) {
-      double want = 0;
-      for (int k = 0; k < K; ++k) want += double(A[m * K + k]) * B[n * K + k];
-      INFO("m " << m << " n " << n << " reg_a " << reg_a << " trans_b " << trans_b << " sbo " << sbo);
-      REQUIRE(D[m * N + n] == static_cast<float>(want));
-    }
+  });
 }
 
 }  // namespace
