@@ -80,11 +80,15 @@ struct LayoutOptions {
   // "<group>.<k>", layers in slot order), and the cut groups are planned instead. A cached
   // page of a group with many pages per large page keeps its large page from the other
   // groups (Gemma-3-27B: 10 global layers, 26 1.25 MiB pages per 32.5 MiB large page); cut
-  // at 10 layers every page but a 0.25 MiB remainder is 6.5 MiB (kvmm-sim: chat, agentic and
-  // multi-turn 1.05x / 1.02x / 1.04x vLLM 0.33's steps -> 1.005x / 1.005x / 1.010x). On the
-  // presets only Gemma-3-27B is dense (Ministral-8B's full group has 3 pages per large page
-  // and stays whole: cut, it costs 1.7% steps on arXiv-QA with 400-1,000-token questions).
-  // Cost: one page table per group per request (Gemma-3-27B: 7 instead of 2). kOff: as given.
+  // at 10 layers, every page but a 0.25 MiB remainder is 1.25 MiB, one to a large page
+  // (kvmm-sim: chat, agentic and multi-turn 1.05x / 1.02x / 1.04x vLLM 0.33's steps ->
+  // 1.005x / 1.010x / 1.005x). Of the presets only Gemma-3-27B is cut: where else a group is
+  // dense it is the only sliceable one (Jamba, Qwen3-Next, the state-heavy presets) or the
+  // per-layer bytes differ (spec-70b-1b); Ministral-8B's full group has 3 pages per large
+  // page and stays whole (cut, it costs 1.7% steps on arXiv-QA with 400-1,000-token
+  // questions). The threshold 8 lies between those two measured points, nothing between
+  // them was measured. Cost: one page table per group per request (Gemma-3-27B: 7, not 2).
+  // kOff: the groups as given.
   SliceLayers slice_layers = SliceLayers::kSmallestWhenDense;
   // Small pages per large page above which a sliceable group is dense, >= 1.
   std::uint32_t slice_above_pages_per_large_page = 8;
