@@ -190,8 +190,11 @@ void bind_buffer(py::module_& m) {
 
 namespace {
 
-LayoutOptions layout_options(std::uint64_t max_large_page_bytes, std::uint64_t alignment) {
-  return {.max_large_page_bytes = max_large_page_bytes, .padded_page_alignment = alignment};
+LayoutOptions layout_options(std::uint64_t max_large_page_bytes, std::uint64_t alignment,
+                             SliceLayers slice = LayoutOptions{}.slice_layers) {
+  LayoutOptions o{.max_large_page_bytes = max_large_page_bytes, .padded_page_alignment = alignment};
+  o.slice_layers = slice;
+  return o;
 }
 
 void bind_layer_group(py::module_& m) {
@@ -253,6 +256,8 @@ void bind_layer_group(py::module_& m) {
           [](LayerGroup& g, std::optional<DraftRole> d) { g.draft = std::move(d); },
           "A draft group's DraftRole, None for other groups (docs/speculative.md)")
       .def_readwrite("tagged_checkpoints", &LayerGroup::tagged_checkpoints)
+      .def_readwrite("layers", &LayerGroup::layers,
+                     "The model layer index of each page slot; empty: KVLayout.plan numbers them")
       .def_readwrite("successor_tokens", &LayerGroup::successor_tokens,
                      "A target group keyed with this many ids after each page, as a draft's (EAGLE / MTP layers "
                      "sharing the target's pages; full attention only; docs/speculative.md)")
@@ -285,21 +290,47 @@ void bind_layer_group(py::module_& m) {
 
 void bind_layout(py::module_& m) {
   const LayoutOptions d;
+  py::enum_<SliceLayers>(m, "SliceLayers", "LayoutOptions::slice_layers (kvmm/spec/layer_slicing.hpp)")
+      .value("OFF", SliceLayers::kOff)
+      .value("SMALLEST_WHEN_DENSE", SliceLayers::kSmallestWhenDense);
   py::class_<KVLayout>(m, "KVLayout", "Where every byte of a model's KV memory lives (planned once)")
       .def_static(
           "plan",
           [](std::vector<LayerGroup> groups, std::uint64_t max_large, std::uint64_t align, bool fit,
-             std::uint32_t max_states) {
+             std::uint32_t max_states, SliceLayers slice, std::uint32_t slice_above) {
             LayoutOptions o = layout_options(max_large, align);
             o.fit_tokens_per_page = fit;
             o.max_state_pages_per_large_page = max_states;
+            o.slice_layers = slice;
+            o.slice_above_pages_per_large_page = slice_above;
             return KVLayout::plan(std::move(groups), o);
           },
           py::arg("groups"), py::arg("max_large_page_bytes") = d.max_large_page_bytes,
           py::arg("padded_page_alignment") = d.padded_page_alignment,
           py::arg("fit_tokens_per_page") = d.fit_tokens_per_page,
-          py::arg("max_state_pages_per_large_page") = d.max_state_pages_per_large_page)
+          py::arg("max_state_pages_per_large_page") = d.max_state_pages_per_large_page,
+          py::arg("slice_layers") = d.slice_layers,
+          py::arg("slice_above_pages_per_large_page") = d.slice_above_pages_per_large_page)
       .def_property_readonly("num_groups", &KVLayout::num_groups)
+      .def_property_readonly("num_model_layers", &KVLayout::num_model_layers)
+      .def(
+          "layer_group",
+          [](const KVLayout& l, std::uint32_t i) {
+            const LayerSlot s = l.layer_group(i);
+            return py::make_tuple(s.group, s.slot);
+          },
+          py::arg("model_layer"), "(group, slot) of a model layer: the first group holding it")
+      .def(
+          "layer_slots",
+          [](const KVLayout& l, std::uint32_t i) {
+            py::list out;
+            for (const LayerSlot& s : l.layer_slots(i)) out.append(py::make_tuple(s.group, s.slot));
+            return out;
+          },
+          py::arg("model_layer"), "[(group, slot)] of every group holding a model layer")
+      .def("model_layer", &KVLayout::model_layer, py::arg("g"), py::arg("slot"))
+      .def("source_group", &KVLayout::source_group, py::arg("g"))
+      .def_property_readonly("sliced", &KVLayout::sliced)
       .def("group", &KVLayout::group, py::arg("g"))
       .def_property_readonly("groups", &KVLayout::groups)
       .def("find_group", &KVLayout::find_group, py::arg("name"))
@@ -332,13 +363,13 @@ void bind_presets(py::module_& m) {
   py::module_ p = m.def_submodule("presets", "Layouts of published models");
   const presets::PresetOptions d;
   auto opts = [](std::uint32_t tpp, std::uint32_t dtype, std::uint32_t state_dtype, std::uint32_t interval, bool vision,
-                 std::uint64_t max_large, std::uint64_t align, std::string kv_cache_dtype) {
+                 std::uint64_t max_large, std::uint64_t align, std::string kv_cache_dtype, SliceLayers slice) {
     return presets::PresetOptions{.tokens_per_page = tpp,
                                   .dtype_bytes = dtype,
                                   .state_dtype_bytes = state_dtype,
                                   .mamba_checkpoint_interval = interval,
                                   .vision_embedding = vision,
-                                  .layout = layout_options(max_large, align),
+                                  .layout = layout_options(max_large, align, slice),
                                   .kv_cache_dtype = std::move(kv_cache_dtype)};
   };
   p.def("names", &presets::names);
@@ -348,15 +379,16 @@ void bind_presets(py::module_& m) {
       "by_name",
       [opts](std::string_view name, std::uint32_t tpp, std::uint32_t dtype, std::uint32_t state_dtype,
              std::uint32_t interval, bool vision, std::uint64_t max_large, std::uint64_t align,
-             std::string kv_cache_dtype) {
+             std::string kv_cache_dtype, SliceLayers slice) {
         return presets::by_name(
-            name, opts(tpp, dtype, state_dtype, interval, vision, max_large, align, std::move(kv_cache_dtype)));
+            name, opts(tpp, dtype, state_dtype, interval, vision, max_large, align, std::move(kv_cache_dtype), slice));
       },
       py::arg("name"), py::kw_only(), py::arg("tokens_per_page") = d.tokens_per_page,
       py::arg("dtype_bytes") = d.dtype_bytes, py::arg("state_dtype_bytes") = d.state_dtype_bytes,
       py::arg("mamba_checkpoint_interval") = d.mamba_checkpoint_interval,
       py::arg("vision_embedding") = d.vision_embedding, py::arg("max_large_page_bytes") = d.layout.max_large_page_bytes,
-      py::arg("padded_page_alignment") = d.layout.padded_page_alignment, py::arg("kv_cache_dtype") = d.kv_cache_dtype);
+      py::arg("padded_page_alignment") = d.layout.padded_page_alignment, py::arg("kv_cache_dtype") = d.kv_cache_dtype,
+      py::arg("slice_layers") = d.layout.slice_layers);
 }
 
 void bind_hf_config(py::module_& m) {
@@ -395,12 +427,13 @@ void bind_hf_config(py::module_& m) {
       .def_readonly("attention", &ModelSpec::attention);
   const HfConfigOptions d;
   auto opts = [](std::uint32_t tpp, std::uint32_t dtype, std::uint32_t state_dtype, std::uint32_t interval,
-                 std::uint64_t max_large, std::uint64_t align, std::string kv_cache_dtype, bool python_literals) {
+                 std::uint64_t max_large, std::uint64_t align, std::string kv_cache_dtype, bool python_literals,
+                 SliceLayers slice) {
     HfConfigOptions o{.tokens_per_page = tpp,
                       .dtype_bytes = dtype,
                       .state_dtype_bytes = state_dtype,
                       .mamba_checkpoint_interval = interval,
-                      .layout = layout_options(max_large, align)};
+                      .layout = layout_options(max_large, align, slice)};
     o.kv_cache_dtype = std::move(kv_cache_dtype);
     o.python_literals = python_literals;
     return o;
@@ -409,10 +442,10 @@ void bind_hf_config(py::module_& m) {
       "read_hf_config",
       [opts](std::string_view text, std::string_view source, std::uint32_t tpp, std::uint32_t dtype,
              std::uint32_t state_dtype, std::uint32_t interval, std::uint64_t max_large, std::uint64_t align,
-             std::string kv_cache_dtype, bool python_literals) {
-        return read_hf_config(
-            text, source,
-            opts(tpp, dtype, state_dtype, interval, max_large, align, std::move(kv_cache_dtype), python_literals));
+             std::string kv_cache_dtype, bool python_literals, SliceLayers slice) {
+        return read_hf_config(text, source,
+                              opts(tpp, dtype, state_dtype, interval, max_large, align, std::move(kv_cache_dtype),
+                                   python_literals, slice));
       },
       py::arg("json_text"), py::arg("source") = "<memory>", py::kw_only(),
       py::arg("tokens_per_page") = d.tokens_per_page, py::arg("dtype_bytes") = d.dtype_bytes,
@@ -420,21 +453,21 @@ void bind_hf_config(py::module_& m) {
       py::arg("mamba_checkpoint_interval") = d.mamba_checkpoint_interval,
       py::arg("max_large_page_bytes") = d.layout.max_large_page_bytes,
       py::arg("padded_page_alignment") = d.layout.padded_page_alignment, py::arg("kv_cache_dtype") = d.kv_cache_dtype,
-      py::arg("python_literals") = d.python_literals);
+      py::arg("python_literals") = d.python_literals, py::arg("slice_layers") = d.layout.slice_layers);
   m.def(
       "read_hf_config_file",
       [opts](const std::string& path, std::uint32_t tpp, std::uint32_t dtype, std::uint32_t state_dtype,
              std::uint32_t interval, std::uint64_t max_large, std::uint64_t align, std::string kv_cache_dtype,
-             bool python_literals) {
+             bool python_literals, SliceLayers slice) {
         return read_hf_config_file(path, opts(tpp, dtype, state_dtype, interval, max_large, align,
-                                              std::move(kv_cache_dtype), python_literals));
+                                              std::move(kv_cache_dtype), python_literals, slice));
       },
       py::arg("path"), py::kw_only(), py::arg("tokens_per_page") = d.tokens_per_page,
       py::arg("dtype_bytes") = d.dtype_bytes, py::arg("state_dtype_bytes") = d.state_dtype_bytes,
       py::arg("mamba_checkpoint_interval") = d.mamba_checkpoint_interval,
       py::arg("max_large_page_bytes") = d.layout.max_large_page_bytes,
       py::arg("padded_page_alignment") = d.layout.padded_page_alignment, py::arg("kv_cache_dtype") = d.kv_cache_dtype,
-      py::arg("python_literals") = d.python_literals);
+      py::arg("python_literals") = d.python_literals, py::arg("slice_layers") = d.layout.slice_layers);
   m.def("hf_config_model_types", &hf_config_model_types);
 }
 

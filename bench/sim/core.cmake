@@ -13,7 +13,6 @@ if(NOT TARGET kvmm_sim_core)
     ${CMAKE_CURRENT_LIST_DIR}/kvmm_policy.cpp
     ${CMAKE_CURRENT_LIST_DIR}/speculative.cpp
     ${CMAKE_CURRENT_LIST_DIR}/synthetic_ids.cpp
-    ${CMAKE_CURRENT_LIST_DIR}/layer_slicing.cpp
     ${CMAKE_CURRENT_LIST_DIR}/policy.cpp
     ${CMAKE_CURRENT_LIST_DIR}/scheduler.cpp)
   target_include_directories(kvmm_sim_core PUBLIC ${CMAKE_CURRENT_LIST_DIR}/..)

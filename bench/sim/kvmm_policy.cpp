@@ -3,7 +3,7 @@
 // Mamba checkpoints, images of cross-attention / vision groups) behind the simulator's
 // policy interface, one manager call per policy call. Requests' token ids and image items
 // come from sim/synthetic_ids.hpp (synthetic where the workload has no token ids).
-#include "sim/layer_slicing.hpp"
+#include "kvmm/spec/layer_slicing.hpp"
 #include "sim/policy.hpp"
 #include "sim/scheduler.hpp"
 #include "sim/speculative.hpp"
@@ -25,11 +25,19 @@ namespace {
 // Slots of the manager's miss-reason key tables (2 x 32 B each: 4 MB).
 constexpr std::uint32_t kMissReasonSlots = 1u << 16;
 
+// The width PolicyOptions::slice_layers cuts the model's layout (planned unsliced,
+// model_config.cpp) at: kSliceLibraryDefault is the library planner's rule on it (taken
+// before vllm-eagle strips the draft roles, which would make a draft group sliceable).
+std::uint32_t slice_width(const KVLayout& layout, std::uint32_t slice) {
+  return slice == kSliceLibraryDefault ? dense_slice_layers(layout, LayoutOptions{}.slice_above_pages_per_large_page)
+                                       : slice;
+}
+
 class KvmmPolicy final : public Policy {
  public:
   // vllm_eagle: vLLM's rules for speculative decoding (make_vllm_eagle_policy).
   KvmmPolicy(const KVLayout& layout, const PolicyOptions& o, bool vllm_eagle = false)
-      : plan_(slice_layers(vllm_eagle ? without_draft_roles(layout) : layout, o.slice_layers)),
+      : plan_(slice_layers(vllm_eagle ? without_draft_roles(layout) : layout, slice_width(layout, o.slice_layers))),
         kv_(plan_, options(layout, plan_, o)),
         vllm_eagle_(vllm_eagle),
         block_tokens_(vllm_block_tokens(layout)),

@@ -1,7 +1,7 @@
 // kvmm-sim: replays a serving workload through kvmm and through models of today's
 // engines' KV memory policies, with one scheduler, and writes per-step CSV and summary
 // JSON per policy. Usage: kvmm-sim --help; docs/sim.md describes models and workloads.
-#include "sim/layer_slicing.hpp"
+#include "kvmm/spec/layer_slicing.hpp"
 #include "sim/model_config.hpp"
 #include "sim/policy.hpp"
 #include "sim/scheduler.hpp"
@@ -26,6 +26,8 @@
 namespace {
 
 using namespace kvmm::sim;
+using kvmm::kSliceAuto;
+using kvmm::kSliceSmallest;
 
 constexpr const char* kUsage = R"(usage: kvmm-sim --model PRESET|config.json --workload NAME|trace.jsonl [options]
 
@@ -69,12 +71,14 @@ constexpr const char* kUsage = R"(usage: kvmm-sim --model PRESET|config.json --w
                       kvmm: KVCacheManagerOptions::pack_small_pages (default auto: on
                       unless the model has draft groups; off: Jenga's step order, a
                       fresh large page per request first)
-  --slice-layers N|auto|smallest
+  --slice-layers N|auto|smallest|default|off
                       kvmm: cut each attention group into groups of N layers (the
                       remainder one smaller group), so that every group's page has one
                       size as in vLLM's hybrid allocator (auto: the gcd of their layer
-                      counts, smallest: the fewest, if per-layer pages are equal;
-                      default 0: off, one group per layer kind)
+                      counts, smallest: the fewest, if per-layer pages are equal; off or
+                      0: one group per layer kind; default: the library planner's rule,
+                      LayoutOptions::slice_layers: smallest when a group has more than 8
+                      pages per large page, so Gemma-3-27B only)
   --sparse-state-checkpoints on|off
                       kvmm: KVCacheManagerOptions::sparse_state_checkpoints (default
                       off: every Mamba checkpoint cached; on: only those at the prompt's
@@ -154,8 +158,8 @@ int run(int argc, char** argv) {
   std::uint32_t prefix_match_unit = 0;                                         // 0: the policy's default
   std::uint32_t question_min = 16, question_max = 64, retention_interval = 0;  // interval 0: the policy's default
   std::uint32_t hit_unit = 0;
-  std::uint32_t slice = 0;                    // --slice-layers: 0 off, kSliceAuto, kSliceSmallest
-  std::optional<std::uint32_t> learned_tail;  // none: the manager's default
+  std::uint32_t slice = kSliceLibraryDefault;  // --slice-layers: 0 off, kSliceAuto, kSliceSmallest
+  std::optional<std::uint32_t> learned_tail;   // none: the manager's default
   double retention_budget = kvmm::KVCacheManagerOptions{}.retention_budget;
   kvmm::RetentionRelease retention_release = kvmm::KVCacheManagerOptions{}.retention_release;
   bool questions_given = false;
@@ -245,9 +249,14 @@ int run(int argc, char** argv) {
       if (v != "on" && v != "off" && v != "auto") kvmm::fail("{} = '{}': expected on, off or auto", a, v);
       pack_small_pages = v;
     } else if (a == "--slice-layers") {
-      slice = v == "auto" ? kSliceAuto : v == "smallest" ? kSliceSmallest : to_u32(a, parse_uint(a, v), 0);
-      if ((slice == kSliceAuto && v != "auto") || (slice == kSliceSmallest && v != "smallest"))
-        kvmm::fail("{} = '{}': expected a layer count, auto or smallest", a, v);
+      slice = v == "auto"       ? kSliceAuto
+              : v == "smallest" ? kSliceSmallest
+              : v == "default"  ? kSliceLibraryDefault
+              : v == "off"      ? 0
+                                : to_u32(a, parse_uint(a, v), 0);
+      if ((slice == kSliceAuto && v != "auto") || (slice == kSliceSmallest && v != "smallest") ||
+          (slice == kSliceLibraryDefault && v != "default"))
+        kvmm::fail("{} = '{}': expected a layer count, auto, smallest, default or off", a, v);
     } else if (a == "--sparse-state-checkpoints") {
       if (v != "on" && v != "off") kvmm::fail("{} = '{}': expected on or off", a, v);
       sparse_state_checkpoints = v == "on";

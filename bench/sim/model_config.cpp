@@ -1,5 +1,7 @@
 // kvmm-sim's model loading: presets by name, Hugging Face configs through the library's
 // reader (kvmm::read_hf_config), per-group tokens-per-page overrides. One-off, milliseconds.
+// Layouts are planned unsliced (LayoutOptions::slice_layers off): the engines' models page
+// the model's own groups, and kvmm's policy applies the library's slicing rule itself.
 #include "sim/model_config.hpp"
 
 #include "kvmm/error.hpp"
@@ -21,6 +23,7 @@ HfConfigOptions hf_options(const ModelOptions& o) {
   if (o.max_large_page_bytes > 0) h.layout.max_large_page_bytes = o.max_large_page_bytes;
   h.layout.fit_tokens_per_page = o.fit_tokens_per_page;
   if (o.max_state_pages_per_large_page) h.layout.max_state_pages_per_large_page = *o.max_state_pages_per_large_page;
+  h.layout.slice_layers = SliceLayers::kOff;  // kvmm's policy slices (PolicyOptions::slice_layers)
   return h;
 }
 
@@ -61,12 +64,14 @@ KVLayout load_model(const std::string& name_or_path, const ModelOptions& o) {
     if (o.max_large_page_bytes > 0) p.layout.max_large_page_bytes = o.max_large_page_bytes;
     p.layout.fit_tokens_per_page = o.fit_tokens_per_page;
     if (o.max_state_pages_per_large_page) p.layout.max_state_pages_per_large_page = *o.max_state_pages_per_large_page;
+    p.layout.slice_layers = SliceLayers::kOff;
     return presets::by_name(name_or_path, p);
   }();
   if (o.group_tokens_per_page.empty()) return layout;
   // Sizes chosen per group are kept: padded rather than fitted.
   LayoutOptions lo;
   lo.fit_tokens_per_page = false;
+  lo.slice_layers = SliceLayers::kOff;
   if (o.max_large_page_bytes > 0) lo.max_large_page_bytes = o.max_large_page_bytes;
   return with_group_tokens_per_page(layout, o.group_tokens_per_page, lo);
 }

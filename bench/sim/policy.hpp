@@ -7,6 +7,7 @@
 
 #include "kvmm/manager/kv_cache_manager.hpp"
 #include "kvmm/spec/kv_layout.hpp"
+#include "kvmm/spec/layer_slicing.hpp"
 #include "sim/workload.hpp"
 
 #include <cstdint>
@@ -113,6 +114,9 @@ RetentionRelease parse_retention_release(std::string_view s);  // off, own, all
 
 // The retention interval vllm-0.33-tuned uses unless told (chosen on arXiv-QA, docs/results/sim.md).
 inline constexpr std::uint32_t kTunedRetentionInterval = 4096;
+// PolicyOptions::slice_layers: the library's default rule (kvmm::dense_slice_layers at
+// LayoutOptions' default threshold).
+inline constexpr std::uint32_t kSliceLibraryDefault = 0xfffffffdu;
 
 struct PolicyOptions {
   std::uint64_t memory_bytes = std::uint64_t{40} << 30;
@@ -130,10 +134,12 @@ struct PolicyOptions {
   // kvmm: KVCacheManagerOptions::pack_small_pages (packing; off: Jenga's step order;
   // unset: the manager's default, on unless the layout has draft groups).
   std::optional<bool> pack_small_pages = std::nullopt;
-  // kvmm: each attention group cut into groups of this many layers (slice_layers,
-  // layer_slicing.hpp; 0 = off, kSliceAuto = the gcd of their layer counts when that gives
-  // every group one page size, kSliceSmallest = the fewest layers of a group).
-  std::uint32_t slice_layers = 0;
+  // kvmm: each attention group cut into groups of this many layers (kvmm::slice_layers,
+  // kvmm/spec/layer_slicing.hpp; 0 = off, kSliceAuto = the gcd of their layer counts when
+  // that gives every group one page size, kSliceSmallest = the fewest layers of a group);
+  // kSliceLibraryDefault: the library planner's default rule (LayoutOptions::slice_layers,
+  // kvmm::dense_slice_layers: Gemma-3-27B cut at 10 layers, the other presets whole).
+  std::uint32_t slice_layers = kSliceLibraryDefault;
   // kvmm: KVCacheManagerOptions::sparse_state_checkpoints.
   bool sparse_state_checkpoints = false;
   // kvmm: KVCacheManagerOptions::hit_unit (hits ending inside a page; 0 = off).

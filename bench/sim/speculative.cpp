@@ -8,7 +8,9 @@ namespace kvmm::sim {
 KVLayout without_draft_roles(const KVLayout& layout) {
   std::vector<LayerGroup> groups = layout.groups();
   for (LayerGroup& g : groups) g.draft.reset();
-  return KVLayout::plan(std::move(groups));
+  LayoutOptions o;
+  o.slice_layers = SliceLayers::kOff;  // the policy slices (PolicyOptions::slice_layers)
+  return KVLayout::plan(std::move(groups), o);
 }
 
 std::uint64_t vllm_block_tokens(const KVLayout& l) {

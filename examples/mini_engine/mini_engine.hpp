@@ -80,7 +80,7 @@ class Model {
 
   // The kvmm layout of this model: one group per layer kind (full, sliding, recurrent).
   kvmm::KVLayout layout() const;
-  // Group of a layer and its index inside the group.
+  // Group of a layer and its index inside the group (layout()'s layer map).
   kvmm::GroupId group_of(std::uint32_t layer) const { return group_[layer]; }
   std::uint32_t index_in_group(std::uint32_t layer) const { return index_[layer]; }
   std::uint32_t state_floats() const { return cfg_.hidden * cfg_.state_dim; }

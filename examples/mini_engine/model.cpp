@@ -71,16 +71,15 @@ Model::Model(ModelConfig config) : cfg_(std::move(config)) {
   const std::uint32_t H = cfg_.hidden, qd = cfg_.q_heads * cfg_.head_dim, kd = cfg_.kv_heads * cfg_.head_dim;
   embed_ = random_matrix(rng, cfg_.vocab, H, 1.0f);
   unembed_ = random_matrix(rng, H, cfg_.vocab, 1.0f / std::sqrt(float(H)));
-  // Group ids in the order layout() plans them: full, sliding, recurrent (present ones).
-  std::uint32_t count[3] = {0, 0, 0};
-  for (LayerType t : cfg_.layers) ++count[static_cast<int>(t)];
-  kvmm::GroupId gid[3] = {0, 0, 0};
-  for (kvmm::GroupId next = 0, t = 0; t < 3; ++t)
-    if (count[t] > 0) gid[t] = next++;
-  std::uint32_t seen[3] = {0, 0, 0};
+  // Group and slot of each layer: the planned layout's layer map (its groups name their
+  // layers; the planner may slice them, LayoutOptions::slice_layers).
+  const kvmm::KVLayout planned = layout();
+  for (std::uint32_t i = 0; i < cfg_.layers.size(); ++i) {
+    const kvmm::LayerSlot s = planned.layer_group(i);
+    group_.push_back(s.group);
+    index_.push_back(s.slot);
+  }
   for (LayerType t : cfg_.layers) {
-    group_.push_back(gid[static_cast<int>(t)]);
-    index_.push_back(seen[static_cast<int>(t)]++);
     Layer l;
     if (t == LayerType::kRecurrent) {
       const std::uint32_t S = cfg_.state_dim;
@@ -104,7 +103,11 @@ Model::Model(ModelConfig config) : cfg_(std::move(config)) {
 
 kvmm::KVLayout Model::layout() const {
   std::uint32_t count[3] = {0, 0, 0};
-  for (LayerType t : cfg_.layers) ++count[static_cast<int>(t)];
+  std::vector<std::uint32_t> members[3];
+  for (std::uint32_t i = 0; i < cfg_.layers.size(); ++i) {
+    ++count[static_cast<int>(cfg_.layers[i])];
+    members[static_cast<int>(cfg_.layers[i])].push_back(i);
+  }
   std::vector<kvmm::LayerGroup> groups;
   const std::uint32_t P = cfg_.tokens_per_page;
   if (count[0] > 0)
@@ -115,6 +118,10 @@ kvmm::KVLayout Model::layout() const {
   if (count[2] > 0)
     groups.push_back(
         kvmm::LayerGroup::mamba_state("recurrent", count[2], std::uint64_t{state_floats()} * sizeof(float), P));
+  for (kvmm::LayerGroup& g : groups)
+    g.layers = members[g.kind == kvmm::LayerKind::kFullAttention   ? 0
+                       : g.kind == kvmm::LayerKind::kSlidingWindow ? 1
+                                                                   : 2];
   return kvmm::KVLayout::plan(std::move(groups));
 }
 

@@ -48,14 +48,16 @@ class Model:
 
     def layout(self, kvmm):
         n = self.num_layers // 2
-        return kvmm.KVLayout.plan([
-            kvmm.LayerGroup.full_attention("full", n, 1, self.head_dim, 4, self.tpp),
-            kvmm.LayerGroup.sliding_window("sliding", n, 1, self.head_dim, 4, self.tpp, self.window),
-        ])
+        full = kvmm.LayerGroup.full_attention("full", n, 1, self.head_dim, 4, self.tpp)
+        sliding = kvmm.LayerGroup.sliding_window("sliding", n, 1, self.head_dim, 4, self.tpp, self.window)
+        full.layers = [i for i, k in enumerate(self.kinds) if k == "full"]  # which model layers each holds
+        sliding.layers = [i for i, k in enumerate(self.kinds) if k == "sliding"]
+        self._layout = kvmm.KVLayout.plan([full, sliding])
+        return self._layout
 
     def place(self, layer):
-        """(group, index in group) of a model layer."""
-        return (0 if self.kinds[layer] == "full" else 1), layer // 2
+        """(group, index in group) of a model layer: the planned layout's layer map."""
+        return self._layout.layer_group(layer)
 
     def forward(self, tokens, positions, kv_io):
         """tokens, positions: the new tokens of one request. kv_io(layer, k, v, positions)

@@ -48,7 +48,7 @@ std::size_t pair_runs(std::span<const PageRun> src, std::span<const PageRun> dst
 }
 
 std::uint64_t layout_fingerprint(const KVLayout& layout) {
-  constexpr std::uint64_t kFormat = 1;  // raise when the page-layer layout changes meaning
+  constexpr std::uint64_t kFormat = 2;  // raise when the page-layer layout changes meaning (2: the layer map)
   detail::Fingerprint f;
   f.str("kvmm.layout").u64(kFormat).u64(layout.num_groups());
   for (GroupId g = 0; g < layout.num_groups(); ++g) {
@@ -58,6 +58,7 @@ std::uint64_t layout_fingerprint(const KVLayout& layout) {
     f.u64(grp.state_bytes_per_layer).u64(grp.embedding_bytes_per_token);
     f.u64(layout.natural_page_bytes(g)).u64(layout.small_page_bytes(g));
     for (std::uint32_t l = 0; l < grp.num_layers; ++l) {
+      if (l < grp.layers.size()) f.u64(grp.layers[l]);  // which model layer the slot holds
       if (grp.is_state())
         f.u64(layout.state_offset(g, l));
       else if (grp.kind != LayerKind::kVisionEmbedding)

@@ -1,7 +1,9 @@
 // From a family reader's Reading to a ModelSpec (hf_reader.hpp): one group per slot (full,
 // sliding, chunked, cross, state, then the indexer) and KV format, each decoder layer's
 // placement (own pages, another layer's, none; plus a second cache), the attention
-// parameters per group and the planned layout. Linear in the number of layers.
+// parameters per group and the planned layout. Each group names its decoder layers
+// (LayerGroup::layers), so placements are read off the planned layout's layer map, sliced
+// or not (LayoutOptions::slice_layers). Linear in the number of layers.
 #include "hf_reader.hpp"
 
 #include <fmt/ranges.h>
@@ -164,14 +166,20 @@ ModelSpec assemble(std::string model_type, const Reading& r, const HfConfigOptio
     const Slot s = slot_of(r.kinds[i]);
     return std::pair<std::size_t, std::size_t>{s, s == kState ? 0 : fmt_of[i]};
   };
+  // The decoder layers each group holds, in model order (a layer with an auxiliary state
+  // in the state group as well).
+  std::map<std::pair<std::size_t, std::size_t>, std::vector<std::uint32_t>> members;
   for (std::size_t i = 0; i < n; ++i) {
-    if (flag(r.no_cache, i) || owner(i) >= 0) continue;
-    ++count[key_of(i)];
+    if (flag(r.no_cache, i)) continue;
+    if (owner(i) < 0) {
+      ++count[key_of(i)];
+      members[key_of(i)].push_back(static_cast<std::uint32_t>(i));
+    }
+    if (flag(r.aux_state, i)) {
+      ++count[{kState, 0}];
+      members[{kState, 0}].push_back(static_cast<std::uint32_t>(i));
+    }
   }
-  std::uint32_t aux_states = 0;
-  for (std::size_t i = 0; i < n; ++i)
-    if (!flag(r.no_cache, i) && flag(r.aux_state, i)) ++aux_states;
-  if (aux_states > 0) count[{kState, 0}] += aux_states;
 
   ModelSpec m;
   m.model_type = std::move(model_type);
@@ -186,13 +194,13 @@ ModelSpec assemble(std::string model_type, const Reading& r, const HfConfigOptio
     group_of[key] = static_cast<GroupId>(groups.size());
     groups.push_back(slot == kState ? state_group(name, layers, r, o)
                                     : attention_group(slot, name, layers, r, formats[key.second], o));
+    groups.back().layers = members.at(key);
     AttentionParams a = slot == kState ? AttentionParams{} : r.attn;
     if (slot != kSliding) a.sliding_window = 0;
     if (slot != kChunked) a.attention_chunk = 0;
     m.attention.push_back(a);
   }
   // DSA: one indexer group over the MLA layers, tied to their group.
-  GroupId indexer = kNoAuxGroup;
   if (r.indexer) {
     if (formats_in_slot[kFull] != 1)
       fail(
@@ -201,7 +209,6 @@ ModelSpec assemble(std::string model_type, const Reading& r, const HfConfigOptio
           formats_in_slot[kFull]);
     const GroupId mla = group_of.begin()->first.first == kFull ? group_of.begin()->second : kNoAuxGroup;
     if (mla == kNoAuxGroup) fail("{}: an indexer needs full-attention layers", m.model_type);
-    indexer = static_cast<GroupId>(groups.size());
     groups.push_back(
         LayerGroup::indexer("indexer", groups[mla].num_layers, r.indexer_attn.num_kv_heads, r.indexer_attn.head_dim,
                             parse_kv_cache_dtype(o.indexer_cache_dtype, "HfConfigOptions.indexer_cache_dtype"),
@@ -209,8 +216,14 @@ ModelSpec assemble(std::string model_type, const Reading& r, const HfConfigOptio
     m.attention.push_back(r.indexer_attn);
   }
 
-  // Placements: own pages in model order, then shared layers point at their owner's.
-  std::map<GroupId, std::uint32_t> next;
+  m.layout = KVLayout::plan(std::move(groups), o.layout);
+  // Attention parameters per planned group (a sliced group's are its source group's).
+  std::vector<AttentionParams> source_attention = std::move(m.attention);
+  m.attention.clear();
+  for (GroupId g = 0; g < m.layout.num_groups(); ++g) m.attention.push_back(source_attention[m.layout.source_group(g)]);
+  // Placements from the layout's layer map (the group first in group order, then the
+  // second cache: an indexer, or a hybrid layer's state); shared layers point at their
+  // owner's.
   m.layers.resize(n);
   for (std::size_t i = 0; i < n; ++i) {
     LayerPlacement& p = m.layers[i];
@@ -219,15 +232,12 @@ ModelSpec assemble(std::string model_type, const Reading& r, const HfConfigOptio
       continue;
     }
     if (owner(i) >= 0) continue;
-    p.group = group_of.at(key_of(i));
-    p.index = next[p.group]++;
-    if (indexer != kNoAuxGroup && slot_of(r.kinds[i]) == kFull) {
-      p.aux_group = indexer;
-      p.aux_index = next[indexer]++;
-    }
-    if (flag(r.aux_state, i)) {
-      p.aux_group = group_of.at({kState, 0});
-      p.aux_index = next[p.aux_group]++;
+    const std::span<const LayerSlot> slots = m.layout.layer_slots(static_cast<std::uint32_t>(i));
+    p.group = slots[0].group;
+    p.index = slots[0].slot;
+    if (slots.size() > 1) {
+      p.aux_group = slots[1].group;
+      p.aux_index = slots[1].slot;
     }
   }
   for (std::size_t i = 0; i < n; ++i) {
@@ -242,7 +252,6 @@ ModelSpec assemble(std::string model_type, const Reading& r, const HfConfigOptio
     p.kv_owner = static_cast<std::uint32_t>(own);
     m.layers[i] = p;
   }
-  m.layout = KVLayout::plan(std::move(groups), o.layout);
   return m;
 }
 
@@ -259,6 +268,9 @@ void validate_layers(const ModelSpec& spec) {
     if (index >= used[g].size())
       fail("layers[{}]: index {} in group '{}', which has {} layers", i, index, l.group(g).name, used[g].size());
     if (used[g][index]) fail("layers[{}]: slot {} of group '{}' is already taken", i, index, l.group(g).name);
+    if (l.model_layer(g, index) != i)
+      fail("layers[{}]: slot {} of group '{}' holds model layer {} in the layout's layer map", i, index,
+           l.group(g).name, l.model_layer(g, index));
     used[g][index] = true;
   };
   if (spec.attention.size() != l.num_groups())

@@ -2,6 +2,7 @@
 
 #include "kvmm/checked.hpp"
 #include "kvmm/error.hpp"
+#include "kvmm/spec/layer_slicing.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -177,6 +178,47 @@ std::string describe_storage(const LayerGroup& g) {
   }
 }
 
+// What holds a model layer: at most one of each per layer (a hybrid layer's attention and
+// state, an MLA layer and its indexer).
+int holder_class(const LayerGroup& g) {
+  if (g.is_state()) return 1;
+  return g.storage == KvStorage::kKeyOnly ? 2 : 0;
+}
+
+// LayerGroup::layers: the given ones checked (distinct, at most one holder of each class per
+// model layer, an indexer's equal to its attention group's), the empty ones numbered after
+// the largest given index in group order (an indexer's copied from its attention group).
+void assign_layers(std::vector<LayerGroup>& groups) {
+  std::uint64_t next = 0;
+  for (const LayerGroup& g : groups)
+    for (std::uint32_t l : g.layers) next = std::max<std::uint64_t>(next, std::uint64_t{l} + 1);
+  for (LayerGroup& g : groups) {
+    if (!g.layers.empty() || g.kind == LayerKind::kVisionEmbedding || g.storage == KvStorage::kKeyOnly) continue;
+    if (next + g.num_layers > LayerGroup::kMaxModelLayers)
+      fail("LayerGroup '{}': numbering its {} layers from {} passes {} model layers", g.name, g.num_layers, next,
+           LayerGroup::kMaxModelLayers);
+    for (std::uint32_t k = 0; k < g.num_layers; ++k) g.layers.push_back(static_cast<std::uint32_t>(next + k));
+    next += g.num_layers;
+  }
+  for (LayerGroup& g : groups) {
+    if (g.storage != KvStorage::kKeyOnly) continue;
+    const auto owner =
+        std::find_if(groups.begin(), groups.end(), [&](const LayerGroup& o) { return o.name == g.tied_to; });
+    if (g.layers.empty()) g.layers = owner->layers;
+    if (g.layers != owner->layers)
+      fail("LayerGroup '{}': layers [{}] differ from those of its attention group '{}' [{}]", g.name,
+           fmt::join(g.layers, ", "), owner->name, fmt::join(owner->layers, ", "));
+  }
+  std::map<std::pair<std::uint32_t, int>, const LayerGroup*> holder;
+  for (const LayerGroup& g : groups)
+    for (std::size_t k = 0; k < g.layers.size(); ++k) {
+      const auto [it, fresh] = holder.try_emplace({g.layers[k], holder_class(g)}, &g);
+      if (!fresh)
+        fail("LayerGroup '{}': layers[{}] = {}: model layer {} is already held by {} '{}'", g.name, k, g.layers[k],
+             g.layers[k], it->second == &g ? "this group, at another slot of" : "group", it->second->name);
+    }
+}
+
 }  // namespace
 
 GroupId KVLayout::check(GroupId g) const {
@@ -186,7 +228,7 @@ GroupId KVLayout::check(GroupId g) const {
 
 // Long by design (lint): the planner's checks in the order its error messages are documented, then the LCM.
 // NOLINTBEGIN(readability-function-cognitive-complexity)
-KVLayout KVLayout::plan(std::vector<LayerGroup> groups, const LayoutOptions& options) {
+KVLayout KVLayout::plan_groups(std::vector<LayerGroup> groups, const LayoutOptions& options) {
   // NOLINTEND(readability-function-cognitive-complexity)
   if (groups.empty()) fail("groups: empty, a layout needs at least one layer group");
   if (options.max_large_page_bytes == 0 || options.max_large_page_bytes > LayoutOptions::kMaxLargePageBytes)
@@ -197,6 +239,10 @@ KVLayout KVLayout::plan(std::vector<LayerGroup> groups, const LayoutOptions& opt
   if (options.padded_page_alignment == 0) fail("padded_page_alignment = 0, must be >= 1");
   if (options.fit_tokens_per_page && options.min_fitted_tokens_per_page == 0)
     fail("min_fitted_tokens_per_page = 0, must be >= 1 when fit_tokens_per_page is on");
+  if (options.slice_layers != SliceLayers::kOff && options.slice_layers != SliceLayers::kSmallestWhenDense)
+    fail("slice_layers = {}: not a SliceLayers", static_cast<unsigned>(options.slice_layers));
+  if (options.slice_layers != SliceLayers::kOff && options.slice_above_pages_per_large_page == 0)
+    fail("slice_above_pages_per_large_page = 0: must be >= 1 (SliceLayers::kOff turns slicing off)");
   std::set<std::string_view> names;
   for (const LayerGroup& g : groups) {
     g.validate();
@@ -229,6 +275,8 @@ KVLayout KVLayout::plan(std::vector<LayerGroup> groups, const LayoutOptions& opt
           g.name, g.tied_to, to_string(g.kind), g.window, g.chunk, g.num_layers, to_string(owner->kind), owner->window,
           owner->chunk, owner->num_layers);
   }
+
+  assign_layers(groups);
 
   KVLayout layout;
   std::vector<std::uint32_t> requested;
@@ -312,7 +360,52 @@ KVLayout KVLayout::plan(std::vector<LayerGroup> groups, const LayoutOptions& opt
     layout.sizes_.push_back(s);
   }
   layout.groups_ = std::move(groups);
+  layout.num_sources_ = layout.groups_.size();
+  for (std::size_t g = 0; g < layout.num_sources_; ++g) layout.sources_.push_back(g);
+  layout.map_layers();
   return layout;
+}
+
+KVLayout KVLayout::plan(std::vector<LayerGroup> groups, const LayoutOptions& options) {
+  KVLayout layout = plan_groups(std::move(groups), options);
+  if (options.slice_layers != SliceLayers::kSmallestWhenDense) return layout;
+  const std::uint32_t n = dense_slice_layers(layout, options.slice_above_pages_per_large_page);
+  return n == 0 ? layout : slice_layers(layout, n, options);
+}
+
+void KVLayout::map_layers() {
+  std::uint32_t n = 0;
+  for (const LayerGroup& g : groups_)
+    for (std::uint32_t l : g.layers) n = std::max(n, l + 1);
+  layer_begin_.assign(std::size_t{n} + 2, 0);
+  for (const LayerGroup& g : groups_)
+    for (std::uint32_t l : g.layers) ++layer_begin_[std::size_t{l} + 2];
+  for (std::size_t i = 2; i < layer_begin_.size(); ++i) layer_begin_[i] += layer_begin_[i - 1];
+  layer_slots_.assign(layer_begin_.back(), LayerSlot{});
+  for (GroupId g = 0; g < groups_.size(); ++g)  // group order within each layer
+    for (std::uint32_t k = 0; k < groups_[g].layers.size(); ++k)
+      layer_slots_[layer_begin_[std::size_t{groups_[g].layers[k]} + 1]++] = LayerSlot{g, k};
+  layer_begin_.pop_back();
+}
+
+LayerSlot KVLayout::layer_group(std::uint32_t model_layer) const {
+  const std::span<const LayerSlot> s = layer_slots(model_layer);
+  if (s.empty())
+    fail("model_layer = {}: {}", model_layer,
+         model_layer >= num_model_layers() ? fmt::format("the layout maps {} model layers", num_model_layers())
+                                           : std::string("no group holds it (a layer without pages of its own)"));
+  return s.front();
+}
+
+std::span<const LayerSlot> KVLayout::layer_slots(std::uint32_t model_layer) const {
+  if (model_layer >= num_model_layers()) return {};
+  return {layer_slots_.data() + layer_begin_[model_layer], layer_slots_.data() + layer_begin_[model_layer + 1]};
+}
+
+std::uint32_t KVLayout::model_layer(GroupId g, std::uint32_t slot) const {
+  const LayerGroup& grp = group(g);
+  if (slot >= grp.layers.size()) fail("slot = {}: group '{}' holds {} model layers", slot, grp.name, grp.layers.size());
+  return grp.layers[slot];
 }
 
 std::optional<GroupId> KVLayout::find_group(std::string_view name) const {

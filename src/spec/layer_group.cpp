@@ -422,6 +422,15 @@ void LayerGroup::validate() const {
       if (kind == LayerKind::kChunkedLocal && chunk == 0)
         fail("LayerGroup '{}': chunk = 0, a chunked-local group needs chunk >= 1", n);
   }
+  if (kind == LayerKind::kVisionEmbedding && !layers.empty())
+    fail("LayerGroup '{}': layers has {} entries: a vision-embedding group holds no model layer (must be empty)", n,
+         layers.size());
+  if (!layers.empty() && layers.size() != num_layers)
+    fail("LayerGroup '{}': layers has {} entries, num_layers = {}: one model layer index per slot", n, layers.size(),
+         num_layers);
+  for (std::size_t k = 0; k < layers.size(); ++k)
+    if (layers[k] >= kMaxModelLayers)
+      fail("LayerGroup '{}': layers[{}] = {}: model layer indices must be below {}", n, k, layers[k], kMaxModelLayers);
   validate_speculative(*this);
   if (tagged_checkpoints && !is_state())
     fail("LayerGroup '{}': tagged_checkpoints: a {} group has no checkpoints (recurrent-state groups only)", n,

@@ -5,6 +5,9 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <utility>
+#include <vector>
+
 namespace kvmm::presets {
 
 namespace {
@@ -29,6 +32,22 @@ LayerGroup llama_full(std::string name, std::uint32_t layers, std::uint32_t kv_h
   return LayerGroup::full_attention(std::move(name), layers, kv_heads, head_dim, o.dtype_bytes, o.tokens_per_page);
 }
 
+// The decoder layers of `total` for which pred(i) holds, in model order (the
+// LayerGroup::layers of an interleaved model's groups; the others by default are numbered
+// in group order).
+template <typename Pred>
+std::vector<std::uint32_t> layers_where(std::uint32_t total, Pred pred) {
+  std::vector<std::uint32_t> out;
+  for (std::uint32_t i = 0; i < total; ++i)
+    if (pred(i)) out.push_back(i);
+  return out;
+}
+
+LayerGroup holding(LayerGroup g, std::vector<std::uint32_t> layers) {
+  g.layers = std::move(layers);
+  return g;
+}
+
 }  // namespace
 
 KVLayout llama3_1_8b(const PresetOptions& o) {
@@ -49,8 +68,11 @@ KVLayout llama3_2_1b(const PresetOptions& o) {
 KVLayout llama3_2_11b_vision(const PresetOptions& o) {
   checked(o);
   // text_config: 40 layers, cross_attention_layers = [3, 8, 13, 18, 23, 28, 33, 38].
-  std::vector<LayerGroup> g{llama_full("self", 32, 8, 128, o),
-                            LayerGroup::cross_attention("cross", 8, 8, 128, o.dtype_bytes, o.tokens_per_page)};
+  const auto cross = [](std::uint32_t i) { return i % 5 == 3; };
+  std::vector<LayerGroup> g{
+      holding(llama_full("self", 32, 8, 128, o), layers_where(40, [&](std::uint32_t i) { return !cross(i); })),
+      holding(LayerGroup::cross_attention("cross", 8, 8, 128, o.dtype_bytes, o.tokens_per_page),
+              layers_where(40, cross))};
   if (o.vision_embedding)
     g.push_back(LayerGroup::vision_embedding("vision", std::uint64_t{4096} * o.dtype_bytes, o.tokens_per_page));
   return KVLayout::plan(std::move(g), o.layout);
@@ -59,25 +81,36 @@ KVLayout llama3_2_11b_vision(const PresetOptions& o) {
 KVLayout gemma2_27b(const PresetOptions& o) {
   checked(o);
   // 46 layers, even layers sliding (window 4096), odd layers global; 16 KV heads x 128.
-  return KVLayout::plan({LayerGroup::full_attention("global", 23, 16, 128, o.dtype_bytes, o.tokens_per_page),
-                         LayerGroup::sliding_window("local", 23, 16, 128, o.dtype_bytes, o.tokens_per_page, 4096)},
-                        o.layout);
+  const auto odd = [](std::uint32_t i) { return i % 2 == 1; };
+  return KVLayout::plan(
+      {holding(LayerGroup::full_attention("global", 23, 16, 128, o.dtype_bytes, o.tokens_per_page),
+               layers_where(46, odd)),
+       holding(LayerGroup::sliding_window("local", 23, 16, 128, o.dtype_bytes, o.tokens_per_page, 4096),
+               layers_where(46, [&](std::uint32_t i) { return !odd(i); }))},
+      o.layout);
 }
 
 KVLayout gemma3_27b(const PresetOptions& o) {
   checked(o);
   // 62 layers, sliding_window_pattern 6: layers 5, 11, ..., 59 global (10), 52 local.
-  return KVLayout::plan({LayerGroup::full_attention("global", 10, 16, 128, o.dtype_bytes, o.tokens_per_page),
-                         LayerGroup::sliding_window("local", 52, 16, 128, o.dtype_bytes, o.tokens_per_page, 1024)},
-                        o.layout);
+  const auto global = [](std::uint32_t i) { return i % 6 == 5; };
+  return KVLayout::plan(
+      {holding(LayerGroup::full_attention("global", 10, 16, 128, o.dtype_bytes, o.tokens_per_page),
+               layers_where(62, global)),
+       holding(LayerGroup::sliding_window("local", 52, 16, 128, o.dtype_bytes, o.tokens_per_page, 1024),
+               layers_where(62, [&](std::uint32_t i) { return !global(i); }))},
+      o.layout);
 }
 
 KVLayout ministral_8b(const PresetOptions& o) {
   checked(o);
-  // 36 layers, interleaved 128k full : 32k sliding x 3.
-  return KVLayout::plan({LayerGroup::full_attention("full", 9, 8, 128, o.dtype_bytes, o.tokens_per_page),
-                         LayerGroup::sliding_window("sliding", 27, 8, 128, o.dtype_bytes, o.tokens_per_page, 32768)},
-                        o.layout);
+  // 36 layers, interleaved 128k full : 32k sliding x 3 (layers 0, 4, ..., 32 full).
+  const auto full = [](std::uint32_t i) { return i % 4 == 0; };
+  return KVLayout::plan(
+      {holding(LayerGroup::full_attention("full", 9, 8, 128, o.dtype_bytes, o.tokens_per_page), layers_where(36, full)),
+       holding(LayerGroup::sliding_window("sliding", 27, 8, 128, o.dtype_bytes, o.tokens_per_page, 32768),
+               layers_where(36, [&](std::uint32_t i) { return !full(i); }))},
+      o.layout);
 }
 
 KVLayout jamba1_5_mini(const PresetOptions& o) {
@@ -86,9 +119,11 @@ KVLayout jamba1_5_mini(const PresetOptions& o) {
   // Mamba state per layer: conv [d_inner, d_conv-1] + SSM [d_inner, d_state].
   constexpr std::uint64_t d_inner = std::uint64_t{2} * 4096, d_state = 16, d_conv = 4;
   const std::uint64_t state = (d_inner * (d_conv - 1) + d_inner * d_state) * o.state_dtype_bytes;
-  return KVLayout::plan(
-      {llama_full("attention", 4, 8, 128, o), LayerGroup::mamba_state("mamba", 28, state, o.mamba_checkpoint_interval)},
-      o.layout);
+  const auto attn = [](std::uint32_t i) { return i % 8 == 4; };
+  return KVLayout::plan({holding(llama_full("attention", 4, 8, 128, o), layers_where(32, attn)),
+                         holding(LayerGroup::mamba_state("mamba", 28, state, o.mamba_checkpoint_interval),
+                                 layers_where(32, [&](std::uint32_t i) { return !attn(i); }))},
+                        o.layout);
 }
 
 KVLayout speculative_70b_1b(const PresetOptions& o) {

@@ -157,6 +157,14 @@ TEST_CASE("page descriptors: the layout fingerprint changes with everything that
       KVLayout::plan({LayerGroup::sliding_window("swa", 1, 1, 32, 2, 16, 64),
                       LayerGroup::full_attention("full", 2, 1, 64, 2, 16)}),
       KVLayout::plan({LayerGroup::full_attention("full", 2, 1, 64, 2, 16)}),
+      // The same pages holding other model layers (LayerGroup::layers: the layer map).
+      [] {
+        LayerGroup full = LayerGroup::full_attention("full", 2, 1, 64, 2, 16);
+        LayerGroup swa = LayerGroup::sliding_window("swa", 1, 1, 32, 2, 16, 64);
+        full.layers = {0, 2};
+        swa.layers = {1};
+        return KVLayout::plan({full, swa});
+      }(),
   };
   for (std::size_t i = 0; i < others.size(); ++i) {
     INFO("variant " << i);

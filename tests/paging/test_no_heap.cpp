@@ -39,18 +39,26 @@ TEST_CASE("no heap allocation on the large- and small-page paths") {
 }
 
 TEST_CASE("no heap allocation per decode step once page tables have grown") {
-  PagedKVAllocator kv(presets::gemma3_27b({.tokens_per_page = 16}), {.num_large_pages = 4096, .max_requests = 64});
-  std::vector<RequestId> reqs;
-  for (int i = 0; i < 64; ++i) reqs.push_back(kv.add_request());
-  // Warm-up: every slot grows to its longest page table once.
-  for (RequestId r : reqs) REQUIRE(kv.append_tokens(r, 2048));
-  for (RequestId r : reqs) kv.free_request(r);
-  reqs.clear();
-  for (int i = 0; i < 64; ++i) reqs.push_back(kv.add_request());
-  const std::uint64_t before = kvmm::test::heap_allocations();
-  for (int step = 0; step < 2000; ++step)
-    for (RequestId r : reqs) REQUIRE(kv.append_tokens(r, 1));
-  for (RequestId r : reqs) kv.free_request(r);
-  CHECK(kvmm::test::heap_allocations() == before);
-  kv.check_invariants();
+  // Gemma-3 whole (two groups, 32.5 MiB large pages: 4096 hold every request) and as the
+  // default plans it (LayoutOptions::slice_layers: seven groups, 1.25 MiB large pages, 26
+  // times as many for the same memory).
+  for (const auto slice : {SliceLayers::kOff, SliceLayers::kSmallestWhenDense}) {
+    const KVLayout layout = presets::gemma3_27b({.tokens_per_page = 16, .layout = {.slice_layers = slice}});
+    CAPTURE(layout.num_groups());
+    const std::uint32_t large = slice == SliceLayers::kOff ? 4096 : 4096 * 26;
+    PagedKVAllocator kv(layout, {.num_large_pages = large, .max_requests = 64});
+    std::vector<RequestId> reqs;
+    for (int i = 0; i < 64; ++i) reqs.push_back(kv.add_request());
+    // Warm-up: every slot grows to its longest page table once.
+    for (RequestId r : reqs) REQUIRE(kv.append_tokens(r, 2048));
+    for (RequestId r : reqs) kv.free_request(r);
+    reqs.clear();
+    for (int i = 0; i < 64; ++i) reqs.push_back(kv.add_request());
+    const std::uint64_t before = kvmm::test::heap_allocations();
+    for (int step = 0; step < 2000; ++step)
+      for (RequestId r : reqs) REQUIRE(kv.append_tokens(r, 1));
+    for (RequestId r : reqs) kv.free_request(r);
+    CHECK(kvmm::test::heap_allocations() == before);
+    kv.check_invariants();
+  }
 }

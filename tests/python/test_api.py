@@ -47,6 +47,50 @@ def test_hf_config_reader():
     assert "llama" in kvmm.hf_config_model_types()
 
 
+def test_layer_map_and_slicing():
+    # Gemma-3-27B: the default plan cuts the 52 local layers at the 10 global ones' count.
+    cut = kvmm.presets.by_name("gemma-3-27b")
+    whole = kvmm.presets.by_name("gemma-3-27b", slice_layers=kvmm.SliceLayers.OFF)
+    assert (cut.num_groups, whole.num_groups) == (7, 2)
+    assert cut.sliced and not whole.sliced
+    assert whole.small_pages_per_large_page(0) == 26
+    assert [cut.group(g).num_layers for g in range(7)] == [10] * 6 + [2]
+    assert cut.group(0).layers == list(range(5, 62, 6))
+    assert cut.layer_group(5) == (0, 0) and cut.layer_group(61) == (6, 1) and whole.layer_group(61) == (1, 51)
+    assert [cut.source_group(g) for g in range(7)] == [0] + [1] * 6
+    assert cut.num_model_layers == 62
+    seen = sorted(cut.model_layer(g, k) for g in range(7) for k in range(cut.group(g).num_layers))
+    assert seen == list(range(62))
+    # The threshold: 26 pages per large page are dense above 25, not above 26.
+    assert not kvmm.presets.by_name("gemma-3-27b", slice_layers=kvmm.SliceLayers.OFF).sliced
+    full = kvmm.LayerGroup.full_attention("global", 10, 16, 128, 2, 16)
+    local = kvmm.LayerGroup.sliding_window("local", 52, 16, 128, 2, 16, 1024)
+    assert kvmm.KVLayout.plan([full, local], slice_above_pages_per_large_page=25).sliced
+    assert not kvmm.KVLayout.plan([full, local], slice_above_pages_per_large_page=26).sliced
+    # Layers given by the caller: kept; numbered in group order otherwise.
+    full.layers = [1, 3]
+    full.num_layers = 2
+    local.num_layers = 2
+    lay = kvmm.KVLayout.plan([full, local])
+    assert lay.group(1).layers == [4, 5] and lay.layer_group(3) == (0, 1) and lay.layer_slots(2) == []
+    with pytest.raises(kvmm.Error, match=r"model_layer = 2: no group holds it"):
+        lay.layer_group(2)
+    local.layers = [3, 4]
+    with pytest.raises(kvmm.Error, match=r"LayerGroup 'local': layers\[0\] = 3: model layer 3 is already held"):
+        kvmm.KVLayout.plan([full, local])
+    with pytest.raises(kvmm.Error, match=r"slice_above_pages_per_large_page = 0"):
+        kvmm.KVLayout.plan([full], slice_above_pages_per_large_page=0)
+    # The HF reader's placements follow the sliced map.
+    cfg = {"model_type": "gemma3_text", "num_hidden_layers": 62, "num_attention_heads": 32,
+           "num_key_value_heads": 16, "head_dim": 128, "hidden_size": 5376, "sliding_window": 1024,
+           "sliding_window_pattern": 6}
+    spec = kvmm.read_hf_config(json.dumps(cfg))
+    assert spec.layout.num_groups == 7 and len(spec.attention) == 7
+    assert [(p.group, p.index) for p in spec.layers] == [spec.layout.layer_group(i) for i in range(62)]
+    assert spec.attention[6].sliding_window == 1024 and spec.attention[0].sliding_window == 0
+    assert kvmm.read_hf_config(json.dumps(cfg), slice_layers=kvmm.SliceLayers.OFF).layout.num_groups == 2
+
+
 def run_prompt(kv, tokens):
     r = kv.add_request(np.asarray(tokens, dtype=np.uint32))
     hit = kv.lookup_prefix(r)

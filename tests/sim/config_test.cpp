@@ -55,7 +55,7 @@ TEST_CASE("HF config reader matches the presets for every family", "[sim][config
       "num_attention_heads": 32, "num_key_value_heads": 16, "head_dim": 128, "hidden_size": 5376,
       "sliding_window": 1024, "sliding_window_pattern": 6}})",
                                     "g3.json"),
-              p::gemma3_27b());
+              p::gemma3_27b({.layout = {.slice_layers = kvmm::SliceLayers::kOff}}));  // kvmm-sim plans unsliced
   same_layout(layout_from_hf_config(R"({"model_type": "mistral", "num_hidden_layers": 36, "num_attention_heads": 32,
       "num_key_value_heads": 8, "head_dim": 128, "hidden_size": 4096, "sliding_window": 32768,
       "layer_types": [)" + ministral_layer_types() +

@@ -1,11 +1,12 @@
-// Layer slicing (bench/sim/layer_slicing.hpp, kvmm-sim --slice-layers): the sliced layout's
-// groups and page sizes by hand, its errors, and runs of the kvmm policy on a multi-turn
-// trace: with memory to spare slicing changes nothing but the paging (same steps, hits and
+// Layer slicing in kvmm-sim (--slice-layers, the library's kvmm/spec/layer_slicing.hpp,
+// whose layouts tests/spec/layer_slicing_test.cpp checks): runs of the kvmm policy on a
+// multi-turn trace: with memory to spare slicing changes nothing but the paging (same steps, hits and
 // prefill), and under pressure no memory is ever free to one group only.
 #include "sim_test_util.hpp"
 
 #include "kvmm/error.hpp"
-#include "sim/layer_slicing.hpp"
+#include "kvmm/spec/layer_slicing.hpp"
+#include "sim/model_config.hpp"
 #include "sim/workload.hpp"
 
 #include <catch2/catch.hpp>
@@ -14,9 +15,9 @@
 #include <optional>
 #include <sstream>
 
+using kvmm::kSliceAuto;
 using kvmm::KVLayout;
 using kvmm::LayerGroup;
-using kvmm::sim::kSliceAuto;
 
 namespace {
 
@@ -69,84 +70,6 @@ kvmm::sim::Workload multi_turn(std::uint32_t n) {
 
 }  // namespace
 
-TEST_CASE("slice_layers: equal layer counts give every group one page size", "[sim][slicing]") {
-  const KVLayout plain = gemma_like();
-  REQUIRE(plain.large_page_bytes() == 768);
-  CHECK(kvmm::sim::auto_slice_layers(plain) == 2);  // gcd(2, 6), both 64 B per token-page layer
-  const KVLayout s = kvmm::sim::slice_layers(plain, kSliceAuto);
-  REQUIRE(s.num_groups() == 4);
-  CHECK(s.group(0).name == "global");  // 2 layers already: left whole
-  CHECK(s.group(1).name == "local.0");
-  CHECK(s.group(3).name == "local.2");
-  for (kvmm::GroupId g = 0; g < s.num_groups(); ++g) {
-    CAPTURE(g);
-    CHECK(s.group(g).num_layers == 2);
-    CHECK(s.group(g).tokens_per_page == 4);
-    CHECK(s.small_page_bytes(g) == 256);
-    CHECK(s.small_pages_per_large_page(g) == 1);
-  }
-  CHECK(s.group(2).kind == kvmm::LayerKind::kSlidingWindow);
-  CHECK(s.group(2).window == 8);
-  CHECK(s.large_page_bytes() == 256);
-  // n = 0: the layout as it is; n = 1: every layer its own group.
-  CHECK(kvmm::sim::slice_layers(plain, 0).num_groups() == 2);
-  CHECK(kvmm::sim::slice_layers(plain, 1).num_groups() == 8);
-  CHECK(kvmm::sim::slice_layers(plain, 1).large_page_bytes() == 128);
-}
-
-TEST_CASE("slice_layers: what it leaves alone and what it refuses", "[sim][slicing][errors]") {
-  // Per-layer pages of different bytes (8 and 4 B per token and layer): no equal pages, auto off.
-  const KVLayout unequal = KVLayout::plan(
-      {LayerGroup::full_attention("global", 2, 1, 8, 2, 4), LayerGroup::sliding_window("local", 6, 1, 4, 2, 4, 8)});
-  CHECK(kvmm::sim::auto_slice_layers(unequal) == 0);
-  CHECK(kvmm::sim::slice_layers(unequal, kSliceAuto).num_groups() == 2);
-  // A Mamba group is never cut, nor counted for auto.
-  const KVLayout hybrid =
-      KVLayout::plan({LayerGroup::full_attention("attn", 4, 1, 8, 2, 4), LayerGroup::mamba_state("mamba", 6, 512, 16)});
-  CHECK(!kvmm::sim::sliceable(hybrid, 1));
-  CHECK(kvmm::sim::auto_slice_layers(hybrid) == 4);
-  const KVLayout h2 = kvmm::sim::slice_layers(hybrid, 2);
-  REQUIRE(h2.num_groups() == 3);
-  CHECK(h2.group(2).name == "mamba");
-  CHECK(h2.group(2).num_layers == 6);
-}
-
-TEST_CASE("slice_layers: a remainder group, and the smallest group's width", "[sim][slicing]") {
-  // n = 4 of 6 local layers: local.0 of 4 layers (512 B pages), local.1 of the 2 left (256 B).
-  const KVLayout plain = gemma_like();
-  const KVLayout s4 = kvmm::sim::slice_layers(plain, 4);
-  REQUIRE(s4.num_groups() == 3);
-  CHECK(s4.group(1).name == "local.0");
-  CHECK(s4.group(1).num_layers == 4);
-  CHECK(s4.group(2).name == "local.1");
-  CHECK(s4.group(2).num_layers == 2);
-  CHECK(s4.small_page_bytes(1) == 512);
-  CHECK(s4.small_page_bytes(2) == 256);
-  CHECK(s4.large_page_bytes() == 512);
-  // Smallest: 3 full and 8 sliding layers (gcd 1) cut at 3: local 3 + 3 + 2, every page
-  // but the remainder's one full page's size.
-  const KVLayout odd = KVLayout::plan(
-      {LayerGroup::full_attention("global", 3, 1, 8, 2, 4), LayerGroup::sliding_window("local", 8, 1, 8, 2, 4, 8)});
-  CHECK(kvmm::sim::auto_slice_layers(odd) == 1);
-  CHECK(kvmm::sim::smallest_slice_layers(odd) == 3);
-  const KVLayout s = kvmm::sim::slice_layers(odd, kvmm::sim::kSliceSmallest);
-  REQUIRE(s.num_groups() == 4);
-  CHECK(s.group(0).num_layers == 3);
-  CHECK(s.group(1).num_layers == 3);
-  CHECK(s.group(2).num_layers == 3);
-  CHECK(s.group(3).name == "local.2");
-  CHECK(s.group(3).num_layers == 2);
-  CHECK(s.group(3).kind == kvmm::LayerKind::kSlidingWindow);
-  CHECK(s.large_page_bytes() == 3 * 128 * 2);  // lcm of 384 and 256 B
-  CHECK(s.small_pages_per_large_page(0) == 2);
-  CHECK(s.small_pages_per_large_page(3) == 3);
-  // Per-layer pages of different bytes: nothing to cut.
-  const KVLayout unequal = KVLayout::plan(
-      {LayerGroup::full_attention("global", 2, 1, 8, 2, 4), LayerGroup::sliding_window("local", 6, 1, 4, 2, 4, 8)});
-  CHECK(kvmm::sim::smallest_slice_layers(unequal) == 0);
-  CHECK(kvmm::sim::slice_layers(unequal, kvmm::sim::kSliceSmallest).num_groups() == 2);
-}
-
 TEST_CASE("kvmm policy with sliced layers: same hits with room, no one-group free memory under pressure",
           "[sim][slicing][kvmm]") {
   const kvmm::sim::Workload w = multi_turn(20);
@@ -187,4 +110,25 @@ TEST_CASE("kvmm policy with sliced layers: same hits with room, no one-group fre
     CHECK(plain_free > 0);  // the plain layout does strand memory in one group's large pages
     CHECK(sliced.summary.preemptions <= plain.summary.preemptions);
   }
+}
+
+TEST_CASE("kvmm policy: the library's slicing rule by default, --slice-layers overrides it", "[sim][slicing][kvmm]") {
+  // kvmm-sim plans its models unsliced (the engines' models page the model's own groups).
+  const KVLayout g3 = kvmm::sim::load_model("gemma-3-27b");
+  REQUIRE(g3.num_groups() == 2);
+  auto groups_of = [&](const KVLayout& l, std::uint32_t slice) {
+    kvmm::sim::PolicyOptions po;
+    po.memory_bytes = std::uint64_t{2} << 30;
+    po.max_seqs = 8;
+    if (slice != kvmm::sim::kSliceLibraryDefault) po.slice_layers = slice;
+    return kvmm::sim::make_policy("kvmm", l, po)->describe();
+  };
+  const std::string dflt = groups_of(g3, kvmm::sim::kSliceLibraryDefault);
+  CHECK(dflt == groups_of(g3, kvmm::kSliceSmallest));
+  CHECK(dflt.find("local.5") != std::string::npos);
+  CHECK(groups_of(g3, 0).find("local.0") == std::string::npos);
+  // Ministral-8B (3 full pages per large page) stays whole by default.
+  const KVLayout mi = kvmm::sim::load_model("ministral-8b");
+  CHECK(groups_of(mi, kvmm::sim::kSliceLibraryDefault) == groups_of(mi, 0));
+  CHECK(groups_of(mi, kvmm::kSliceSmallest) != groups_of(mi, 0));
 }

@@ -5,6 +5,7 @@
 #include "kvmm/error.hpp"
 #include "kvmm/spec/kv_layout.hpp"
 #include "kvmm/spec/presets.hpp"
+#include "spec/layout_test_util.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -15,6 +16,8 @@
 #include <vector>
 
 using namespace kvmm;
+using spectest::divided;
+using spectest::lcm_of;
 
 TEST_CASE("fit: Qwen3-Next at the default limit plans 8-token attention pages, one state page per large page",
           "[spec][layout][fit][lineup]") {
@@ -82,22 +85,6 @@ TEST_CASE("fit: DeepSeek-V3.2 in fp8_ds_mla at 64 tokens per page plans 32", "[s
   CHECK_FALSE(l.padded());
 }
 
-namespace {
-
-std::uint64_t lcm_of(const std::vector<LayerGroup>& gs) {
-  std::uint64_t m = 1;
-  for (const LayerGroup& g : gs) m = std::lcm(m, g.natural_page_bytes());
-  return m;
-}
-
-std::vector<LayerGroup> divided(std::vector<LayerGroup> gs, std::uint32_t d) {
-  for (LayerGroup& g : gs)
-    if (!g.is_state()) g.tokens_per_page /= d;
-  return gs;
-}
-
-}  // namespace
-
 TEST_CASE("fit: random hybrids take the smallest fitting divisor, else the padded plan", "[spec][layout][fit]") {
   std::mt19937_64 rng(32);
   int fitted = 0, padded = 0, exact = 0;
@@ -112,10 +99,14 @@ TEST_CASE("fit: random hybrids take the smallest fitting divisor, else the padde
     const std::uint64_t limit = std::uint64_t{1} << (22 + rng() % 5);
     const std::uint32_t floor = 1 + static_cast<std::uint32_t>(rng() % 8);
     // The size limit alone: the state bound (on by default, state_pages_test.cpp) off.
-    const LayoutOptions on{
-        .max_large_page_bytes = limit, .min_fitted_tokens_per_page = floor, .max_state_pages_per_large_page = 0};
-    const LayoutOptions off{
-        .max_large_page_bytes = limit, .fit_tokens_per_page = false, .max_state_pages_per_large_page = 0};
+    const LayoutOptions on{.max_large_page_bytes = limit,
+                           .min_fitted_tokens_per_page = floor,
+                           .max_state_pages_per_large_page = 0,
+                           .slice_layers = SliceLayers::kOff};
+    const LayoutOptions off{.max_large_page_bytes = limit,
+                            .fit_tokens_per_page = false,
+                            .max_state_pages_per_large_page = 0,
+                            .slice_layers = SliceLayers::kOff};
 
     // Brute force: the smallest d > 1 dividing every token group's tokens_per_page, with
     // the smallest one / d >= floor, whose natural LCM fits.

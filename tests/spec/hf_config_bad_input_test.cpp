@@ -226,7 +226,15 @@ TEST_CASE("hf config: random configs of every family match the per-layer referen
   for (int iter = 0; iter < 2000; ++iter) {
     const Generated g = generate(rng);
     INFO("iteration " << iter << ": " << g.json);
-    const ModelSpec m = read_hf_config(g.json, "random.json");
+    HfConfigOptions whole;  // one group per kind (the sliced default is checked below)
+    whole.layout.slice_layers = SliceLayers::kOff;
+    const ModelSpec m = read_hf_config(g.json, "random.json", whole);
+    // By default a dense group may be cut (LayoutOptions::slice_layers): each layer keeps its
+    // kind and its slot holds it in the layout's map.
+    const ModelSpec cut = read_hf_config(g.json, "random.json");
+    validate_layers(cut);
+    REQUIRE(cut.layers.size() == g.kinds.size());
+    for (std::size_t i = 0; i < g.kinds.size(); ++i) REQUIRE(cut.layout.group(cut.layers[i].group).kind == g.kinds[i]);
     REQUIRE(m.layers.size() == g.kinds.size());
     REQUIRE(m.attention.size() == m.layout.num_groups());
     std::vector<std::uint32_t> seen(m.layout.num_groups(), 0);

@@ -151,9 +151,12 @@ TEST_CASE("hf config: Gemma 2 alternates local and global with soft cap and scal
 }
 
 TEST_CASE("hf config: gemma-3-27b-it reads its text_config, 5 local : 1 global", "[spec][hf_config]") {
-  const ModelSpec g = read_data("gemma-3-27b-it.config.json");
+  // Unsliced here (layer_map_test.cpp checks the default: the local layers cut at 10).
+  HfConfigOptions whole;
+  whole.layout.slice_layers = SliceLayers::kOff;
+  const ModelSpec g = read_data("gemma-3-27b-it.config.json", whole);
   CHECK(g.model_type == "gemma3");
-  same_layout(g.layout, presets::gemma3_27b());
+  same_layout(g.layout, presets::gemma3_27b({.layout = {.slice_layers = SliceLayers::kOff}}));
   REQUIRE(g.layers.size() == 62);
   std::uint32_t global = 0, local = 0;
   for (std::uint32_t i = 0; i < 62; ++i) {
@@ -260,10 +263,15 @@ TEST_CASE("hf config: options reach every group", "[spec][hf_config]") {
 
 TEST_CASE("hf config: sparse configs take the transformers class defaults", "[spec][hf_config]") {
   // gemma-3-4b-it's text_config names few keys; Gemma3TextConfig supplies 8 heads, 4 KV
-  // heads, head_dim 256, query_pre_attn_scalar 256 and sliding_window_pattern 6.
-  const ModelSpec g = read_hf_config(R"({"model_type": "gemma3", "text_config": {"hidden_size": 2560,
-      "intermediate_size": 10240, "model_type": "gemma3_text", "num_hidden_layers": 34, "sliding_window": 1024}})",
-                                     "gemma-3-4b");
+  // heads, head_dim 256, query_pre_attn_scalar 256 and sliding_window_pattern 6. Its 5
+  // global layers put 29 pages in a large page, so by default the 29 local layers are cut
+  // at 5 (5 x 5 + 4: 7 groups, LayoutOptions::slice_layers); whole here.
+  const std::string g34 = R"({"model_type": "gemma3", "text_config": {"hidden_size": 2560,
+      "intermediate_size": 10240, "model_type": "gemma3_text", "num_hidden_layers": 34, "sliding_window": 1024}})";
+  CHECK(read_hf_config(g34, "gemma-3-4b").layout.num_groups() == 7);
+  HfConfigOptions whole;
+  whole.layout.slice_layers = SliceLayers::kOff;
+  const ModelSpec g = read_hf_config(g34, "gemma-3-4b", whole);
   REQUIRE(g.layout.num_groups() == 2);
   CHECK(g.layout.group(0).num_layers == 5);  // layers 5, 11, 17, 23, 29
   CHECK(g.layout.group(1).num_layers == 29);

@@ -5,6 +5,7 @@
 // Qwen3-Next, and a seeded comparison against a brute-force search.
 #include "kvmm/spec/kv_layout.hpp"
 #include "kvmm/spec/presets.hpp"
+#include "spec/layout_test_util.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -15,6 +16,8 @@
 #include <vector>
 
 using namespace kvmm;
+using spectest::divided;
+using spectest::lcm_of;
 
 TEST_CASE("state pages: Jamba-1.5-Mini at 2 states per large page plans 8-token attention pages",
           "[spec][layout][fit][state]") {
@@ -69,22 +72,6 @@ TEST_CASE("state pages: Jamba-1.5-Mini at 2 states per large page plans 8-token 
   CHECK(q.small_pages_per_large_page(1) == 1);
 }
 
-namespace {
-
-std::uint64_t lcm_of(const std::vector<LayerGroup>& gs) {
-  std::uint64_t m = 1;
-  for (const LayerGroup& g : gs) m = std::lcm(m, g.natural_page_bytes());
-  return m;
-}
-
-std::vector<LayerGroup> divided(std::vector<LayerGroup> gs, std::uint32_t d) {
-  for (LayerGroup& g : gs)
-    if (!g.is_state()) g.tokens_per_page /= d;
-  return gs;
-}
-
-}  // namespace
-
 TEST_CASE("state pages: random hybrids take the smallest divisor that bounds the states, else the plain plan",
           "[spec][layout][fit][state]") {
   std::mt19937_64 rng(34);
@@ -102,10 +89,12 @@ TEST_CASE("state pages: random hybrids take the smallest divisor that bounds the
     // A size limit that never binds: only the state bound fits.
     const LayoutOptions on{.max_large_page_bytes = std::uint64_t{1} << 40,
                            .min_fitted_tokens_per_page = floor,
-                           .max_state_pages_per_large_page = k};
+                           .max_state_pages_per_large_page = k,
+                           .slice_layers = SliceLayers::kOff};
     const LayoutOptions plain{.max_large_page_bytes = std::uint64_t{1} << 40,
                               .min_fitted_tokens_per_page = floor,
-                              .max_state_pages_per_large_page = 0};
+                              .max_state_pages_per_large_page = 0,
+                              .slice_layers = SliceLayers::kOff};
     const std::uint64_t bound = k * gs.back().natural_page_bytes();
 
     std::uint32_t common = 0, smallest = ~0u;

@@ -118,8 +118,9 @@ ModelSpec read_hf_config_file(const std::string& path, const HfConfigOptions& op
 // The model_type values read_hf_config accepts, in a stable order.
 const std::vector<std::string>& hf_config_model_types();
 // Checks a ModelSpec's layer map against its layout: every group and index in range, each
-// group's indices used exactly once, every shared layer's owner an owning layer of the same
-// group and slot. kvmm::Error naming the layer and field otherwise (read_hf_config's output
+// group's indices used exactly once and holding that layer in the layout's map
+// (KVLayout::model_layer), every shared layer's owner an owning layer of the same group and
+// slot. kvmm::Error naming the layer and field otherwise (read_hf_config's output
 // always passes; an engine that edits the map calls it).
 void validate_layers(const ModelSpec& spec);
 

@@ -9,6 +9,10 @@
 // Planning is a one-off search (milliseconds); every accessor afterwards is O(1). Groups with element formats,
 // latents (MLA), indexers and recurrent-state tensors are sized by LayerGroup; an indexer's
 // tied_to must name an attention group with the same kind, window, chunk and layers.
+// The planner also maps model layers to groups (LayerGroup::layers; layer_group(i): group
+// and page slot of model layer i) and, by default, cuts a decoder attention group whose
+// pages would be more than 8 to a large page into groups of the smallest group's layer
+// count (LayoutOptions::slice_layers, layer_slicing.hpp): the map says where each layer went.
 #pragma once
 
 #include "kvmm/spec/layer_group.hpp"
@@ -16,11 +20,19 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace kvmm {
+
+// LayoutOptions::slice_layers: may the planner cut attention groups into groups of equal
+// layer counts (layer_slicing.hpp)?
+enum class SliceLayers : std::uint8_t {
+  kOff,                // every group as given
+  kSmallestWhenDense,  // cut at the smallest group's count when a group is dense (below)
+};
 
 struct LayoutOptions {
   // The largest max_large_page_bytes accepted: 1 TiB, more than one device holds. It also
@@ -60,7 +72,38 @@ struct LayoutOptions {
   // ShareGPT 0.9% more steps (free attention slots inside attention large pages). 0: off
   // (the plan as without the option).
   std::uint32_t max_state_pages_per_large_page = 2;
+  // kSmallestWhenDense (the default, issue 34): when a sliceable group (decoder full,
+  // sliding or chunked attention, not a draft, successor-keyed or indexed group) would have
+  // more than slice_above_pages_per_large_page small pages per large page, and every
+  // sliceable group's page has the same bytes per layer, each sliceable group is cut into
+  // groups of the smallest one's layer count (the remainder as one smaller group; names
+  // "<group>.<k>", layers in slot order), and the cut groups are planned instead. A cached
+  // page of a group with many pages per large page keeps its large page from the other
+  // groups (Gemma-3-27B: 10 global layers, 26 1.25 MiB pages per 32.5 MiB large page); cut
+  // at 10 layers, every page but a 0.25 MiB remainder is 1.25 MiB, one to a large page
+  // (kvmm-sim: chat, agentic and multi-turn 1.05x / 1.02x / 1.04x vLLM 0.33's steps ->
+  // 1.005x / 1.010x / 1.005x). Of the presets only Gemma-3-27B is cut: where else a group is
+  // dense it is the only sliceable one (Jamba, Qwen3-Next, the state-heavy presets) or the
+  // per-layer bytes differ (spec-70b-1b); Ministral-8B's full group has 3 pages per large
+  // page and stays whole (cut, it costs 1.7% steps on arXiv-QA with 400-1,000-token
+  // questions). The threshold 8 lies between those two measured points, nothing between
+  // them was measured. Cost: one page table per group per request (Gemma-3-27B: 7, not 2).
+  // kOff: the groups as given.
+  SliceLayers slice_layers = SliceLayers::kSmallestWhenDense;
+  // Small pages per large page above which a sliceable group is dense, >= 1.
+  std::uint32_t slice_above_pages_per_large_page = 8;
 };
+
+// Where one model layer lives: its group and its slot in the group's page-layer layout.
+struct LayerSlot {
+  GroupId group = 0;
+  std::uint32_t slot = 0;
+  bool operator==(const LayerSlot&) const = default;
+};
+
+class KVLayout;
+// layer_slicing.hpp: the layout with its sliceable groups cut into groups of n layers.
+KVLayout slice_layers(const KVLayout& layout, std::uint32_t n, const LayoutOptions& options);
 
 class KVLayout {
  public:
@@ -108,6 +151,22 @@ class KVLayout {
   // scale regions (0 for a group without in-page scales). Never LCM padding.
   std::uint64_t alignment_bytes(GroupId g) const;
 
+  // The layer map (O(1) each). num_model_layers: 1 + the largest model layer index a group
+  // holds (0 when none). layer_group(i): the first group, in group order, holding model
+  // layer i and its slot; kvmm::Error naming i when i is past the map or held by no group (a
+  // shared-KV or MLP-only layer). layer_slots(i): every group holding it (an attention group
+  // and its indexer, or a hybrid layer's attention and state), empty when none.
+  // model_layer(g, slot) = group(g).layers[slot].
+  std::uint32_t num_model_layers() const { return static_cast<std::uint32_t>(layer_begin_.size()) - 1; }
+  bool holds_layer(std::uint32_t model_layer) const { return !layer_slots(model_layer).empty(); }
+  LayerSlot layer_group(std::uint32_t model_layer) const;
+  std::span<const LayerSlot> layer_slots(std::uint32_t model_layer) const;
+  std::uint32_t model_layer(GroupId g, std::uint32_t slot) const;
+  // The index, in the groups plan() was given, of the group whose layers group g holds
+  // (g itself unless the planner sliced); sliced() says whether it did.
+  std::size_t source_group(GroupId g) const { return sources_[check(g)]; }
+  bool sliced() const { return groups_.size() != num_sources_; }
+
   // Multi-line human-readable summary (sizes, pages per large page, padding).
   std::string describe() const;
 
@@ -118,8 +177,15 @@ class KVLayout {
     std::uint32_t per_large = 0;
     std::uint32_t requested_tokens = 0;
   };
+  friend KVLayout slice_layers(const KVLayout& layout, std::uint32_t n, const LayoutOptions& options);
+  static KVLayout plan_groups(std::vector<LayerGroup> groups, const LayoutOptions& options);
+  void map_layers();
   GroupId check(GroupId g) const;
   std::vector<LayerGroup> groups_;
+  std::vector<std::size_t> sources_;
+  std::size_t num_sources_ = 0;
+  std::vector<std::uint32_t> layer_begin_ = {0};  // CSR over model layers into layer_slots_
+  std::vector<LayerSlot> layer_slots_;
   std::vector<Sizes> sizes_;
   std::uint64_t large_page_bytes_ = 0;
   std::uint64_t natural_lcm_ = 0;

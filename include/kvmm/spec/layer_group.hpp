@@ -123,6 +123,16 @@ struct LayerGroup {
   // never merely because the verified tokens passed it (a state written in a step with
   // drafts may hold rejected tokens).
   bool tagged_checkpoints = false;
+  // Which model layers the group's page slots hold: layers[k] is the model layer index of
+  // slot k (the `layer` of KVLayout::k_offset / state_offset). Empty: KVLayout::plan numbers
+  // them (after the largest index any group gives, in group order; an indexer takes its
+  // attention group's). Otherwise num_layers distinct indices below kMaxModelLayers; a
+  // vision-embedding group holds no model layer (empty). KVLayout::group(g).layers is
+  // always filled; the layer map (KVLayout::layer_group) is built from it.
+  std::vector<std::uint32_t> layers = {};
+  // The largest model layer index + 1 a group may name (the layer map is dense: 1 Mi
+  // layers, 4 MiB of map at most).
+  static constexpr std::uint32_t kMaxModelLayers = std::uint32_t{1} << 20;
 
   static LayerGroup full_attention(std::string name, std::uint32_t layers, std::uint32_t kv_heads,
                                    std::uint32_t head_dim, std::uint32_t dtype_bytes, std::uint32_t tokens_per_page);

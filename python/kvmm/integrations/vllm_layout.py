@@ -98,8 +98,9 @@ def layout_from_kv_cache_config(config: KVCacheConfig, kvmm_layout: bool = False
         groups[d].draft = kvmm.DraftRole(groups[t].name, successor_tokens=successor_tokens)
     for k in keyed:
         groups[k].successor_tokens = successor_tokens
-    # vLLM chose each group's block size: kvmm must not fit another one.
-    layout = kvmm.KVLayout.plan(groups, fit_tokens_per_page=False)
+    # vLLM chose each group's block size and its groups (ids shared with vLLM): kvmm must
+    # neither fit another size nor slice a group (LayoutOptions::slice_layers).
+    layout = kvmm.KVLayout.plan(groups, fit_tokens_per_page=False, slice_layers=kvmm.SliceLayers.OFF)
     for g in range(layout.num_groups if not kvmm_layout else 0):
         if layout.small_pages_per_large_page(g) != 1:
             raise NotImplementedError(

@@ -1,5 +1,5 @@
-// Layer slicing (see layer_slicing.hpp).
-#include "sim/layer_slicing.hpp"
+// Layer slicing (see kvmm/spec/layer_slicing.hpp).
+#include "kvmm/spec/layer_slicing.hpp"
 
 #include "kvmm/error.hpp"
 
@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-namespace kvmm::sim {
+namespace kvmm {
 
 bool sliceable(const KVLayout& layout, GroupId g) {
   const LayerGroup& grp = layout.group(g);
@@ -40,36 +40,56 @@ std::uint32_t slice_width(const KVLayout& layout, bool smallest) {
   return n;
 }
 
+bool cuts(const KVLayout& layout, std::uint32_t n) {
+  for (GroupId g = 0; g < layout.num_groups() && n > 0; ++g)
+    if (sliceable(layout, g) && layout.group(g).num_layers > n) return true;
+  return false;
+}
+
 }  // namespace
 
 std::uint32_t auto_slice_layers(const KVLayout& layout) { return slice_width(layout, false); }
 std::uint32_t smallest_slice_layers(const KVLayout& layout) { return slice_width(layout, true); }
 
+std::uint32_t dense_slice_layers(const KVLayout& layout, std::uint32_t above) {
+  bool dense = false;
+  for (GroupId g = 0; g < layout.num_groups(); ++g)
+    dense |= sliceable(layout, g) && layout.small_pages_per_large_page(g) > above;
+  const std::uint32_t n = dense ? smallest_slice_layers(layout) : 0;
+  return cuts(layout, n) ? n : 0;
+}
+
 KVLayout slice_layers(const KVLayout& layout, std::uint32_t n, const LayoutOptions& options) {
   if (n == kSliceAuto) n = auto_slice_layers(layout);
   if (n == kSliceSmallest) n = smallest_slice_layers(layout);
-  bool cuts = false;
-  for (GroupId g = 0; g < layout.num_groups() && n > 0; ++g)
-    cuts |= sliceable(layout, g) && layout.group(g).num_layers > n;
-  if (!cuts) return layout;  // as planned (its options kept: nothing to re-plan)
+  if (!cuts(layout, n)) return layout;  // as planned (its options kept: nothing to re-plan)
   std::vector<LayerGroup> groups;
+  std::vector<std::size_t> sources;
+  std::vector<std::uint32_t> requested;
   for (GroupId g = 0; g < layout.num_groups(); ++g) {
-    LayerGroup grp = layout.group(g);
-    grp.tokens_per_page = layout.group(g).tokens_per_page;  // as planned (fitted or not)
-    if (n == 0 || !sliceable(layout, g) || grp.num_layers <= n) {
-      groups.push_back(std::move(grp));
-      continue;
-    }
-    const std::string name = grp.name;
+    const LayerGroup& grp = layout.group(g);  // its tokens_per_page as planned (fitted or not)
     const std::uint32_t whole = grp.num_layers / n, rest = grp.num_layers % n;
-    for (std::uint32_t k = 0; k < whole + (rest > 0 ? 1 : 0); ++k) {
+    const std::uint32_t parts = !sliceable(layout, g) || grp.num_layers <= n ? 1 : whole + (rest > 0 ? 1 : 0);
+    for (std::uint32_t k = 0; k < parts; ++k) {
       LayerGroup part = grp;
-      part.name = fmt::format("{}.{}", name, k);
-      part.num_layers = k < whole ? n : rest;
+      if (parts > 1) {
+        part.name = fmt::format("{}.{}", grp.name, k);
+        part.num_layers = k < whole ? n : rest;
+        const auto first = grp.layers.begin() + std::ptrdiff_t{k} * n;
+        part.layers.assign(first, first + part.num_layers);
+      }
       groups.push_back(std::move(part));
+      sources.push_back(layout.source_group(g));
+      requested.push_back(layout.requested_tokens_per_page(g));
     }
   }
-  return KVLayout::plan(std::move(groups), options);
+  LayoutOptions once = options;
+  once.slice_layers = SliceLayers::kOff;
+  KVLayout out = KVLayout::plan_groups(std::move(groups), once);
+  for (std::size_t g = 0; g < out.sizes_.size(); ++g) out.sizes_[g].requested_tokens = requested[g];
+  out.sources_ = std::move(sources);
+  out.num_sources_ = layout.num_sources_;
+  return out;
 }
 
-}  // namespace kvmm::sim
+}  // namespace kvmm
