@@ -31,8 +31,8 @@
 // 32-token warp tiles (kSub 2: two 16-token sub-tiles per stage, one softmax and rescale
 // per 32 tokens, the loop unrolled over the stages): 24 HMMA, 16 LDSM and 4 MOVM per 16
 // tokens at D 128, 0.026 static main-loop instructions per K/V byte (sm_90, paged); at D 64
-// 64-token warp tiles (kSub 4, their page entries spread over the lanes): 0.028 (sm_90) and
-// 0.0296 (sm_80).
+// 64-token warp tiles (kSub 4, their page entries spread over the lanes): 0.029 (sm_90) and
+// 0.0300 (sm_80), with the sector map (docs/kernels.md).
 #pragma once
 
 #include "tc_decode_merge.cuh"
@@ -47,7 +47,7 @@ namespace kvmm::kernels::device {
 // 3 and 4 stages of 16 tokens keep more bytes in flight per warp at 2 and 1 CTAs per SM;
 // the same arithmetic in the same order).
 // Registers: at most 128 at D 64 and 128 (4 CTAs' worth; the ring allows 3 per SM); at D
-// 256 O alone is 128 per lane, so up to 255 (one CTA per SM, as its 136 KiB of shared
+// 256 O alone is 128 per lane, so up to 255 (one CTA per SM, as its 138 KiB of shared
 // memory allows anyway). kTileInPage: every 16-token tile (tiles start at multiples of 16)
 // lies in one page or slot (tokens_per_page a multiple of 16, or contiguous): one page
 // entry per tile, rows at base + row x row_bytes; else each row finds its page.
