@@ -7,6 +7,7 @@
 // the last CTA merges (merge_counters).
 #include "attention_dispatch.cuh"
 #include "tc_decode_api.hpp"
+#include "tc_decode_probe.cuh"
 
 #include <type_traits>
 
@@ -56,7 +57,7 @@ void launch_probe(const device::AttnArgs& a, const device::TcPagedAddr& kv, dim3
   else if (probe == device::kTcProbeMathOnly)
     launch_probe_instance<device::kTcProbeMathOnly>(a, kv, grid, s);
   else
-    launch_probe_instance<device::kTcProbeSectors>(a, kv, grid, s);
+    launch_probe_instance<device::kTcProbePlainMap>(a, kv, grid, s);
   if (a.num_splits > 1 && a.merge_counters == nullptr)
     device::merge_kernel<device::BFloat><<<dim3(a.batch, a.q_heads), 128, 0, s>>>(a, 128);
 }

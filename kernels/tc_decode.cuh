@@ -6,10 +6,11 @@
 //   K and V rows of the tile -> shared memory by 16-byte cp.async (zero fill
 //   for null pages and tokens past the piece), a ring of kTcStages stages per
 //   warp, rows swizzled by the 128-byte XOR rule so that ldmatrix reads them
-//   conflict-free; one lane map for every stage access (lane l: row l % 16,
-//   chunks 2 j + l / 16), so a lane copies one row (one page lookup, one mask
-//   bit: a warp ballot gives the tile's row mask) at immediate global offsets
-//   and four per-lane shared offsets serve all of it; S = Q K^T: A = Q and B =
+//   conflict-free; one lane map for every stage read (lane l: row l % 16,
+//   chunks 2 j + l / 16: four per-lane shared offsets serve all of it), the
+//   copies by the sector map (lane l: row l % 8 + 8 (l / 16), half (l / 8) % 2:
+//   a half-warp copies 8 whole 32-byte rows, 16 L1 sectors per request) at
+//   immediate global offsets (a warp ballot gives the tile's row mask); S = Q K^T: A = Q and B =
 //   K through ldmatrix.x4 (K rows [token][d] are B's column-major layout; one
 //   x4 per k-step covers both 8-token n-tiles), D/16 k-steps; the online
 //   softmax on the C fragments (a lane holds rows g and g+8, 4 tokens each; row
@@ -24,14 +25,14 @@
 // tokens_per_page (FastDiv), never a hardware division. Costs per 16 tokens and
 // warp at D 128: 48 HMMA, 24 LDSM (x4: 8 Q, 8 K, 8 V), 16 LDGSTS.128 and the
 // softmax; at most 128 registers; shared memory kWarps x kTcStages x 2 x 16 x D
-// x 2 bytes of ring plus 16 x D x 2 of Q.
+// x 2 bytes of ring plus 16 x D x 2 of Q and 2 KiB of sector-map slots.
 // Groups of at most 8 at D 64 and 128 take the swapped form (kSwap, tc_decode_swap.cuh:
 // tokens in M, q heads in N, Q^T in registers, K and V trading layouts) and at 2 stages
 // 32-token warp tiles (kSub 2: two 16-token sub-tiles per stage, one softmax and rescale
 // per 32 tokens, the loop unrolled over the stages): 24 HMMA, 16 LDSM and 4 MOVM per 16
 // tokens at D 128, 0.026 static main-loop instructions per K/V byte (sm_90, paged); at D 64
-// 64-token warp tiles (kSub 4, their page entries spread over the lanes): 0.028 (sm_90) and
-// 0.0296 (sm_80).
+// 64-token warp tiles (kSub 4, their page entries spread over the lanes): 0.029 (sm_90) and
+// 0.0300 (sm_80), with the sector map (docs/kernels.md).
 #pragma once
 
 #include "tc_decode_merge.cuh"
@@ -41,42 +42,21 @@
 
 namespace kvmm::kernels::device {
 
-template <int D, int kStages = kTcStages, bool kSwap = false, int kSub = 1>
-inline constexpr std::uint32_t tc_smem_bytes() {
-  // + Q (16-row form), + the sub-tile offsets of each warp's tile (kSub > 1: kSpread)
-  // (kSub 4: per warp 16-byte slots of the sub-tiles' offsets, kSpread, or 64 8-byte row
-  // offsets, kRowSpread)
-  const std::uint32_t ring = kTcWarps * kStages * 2 * kSub * kTcTile * D * 2 + (kSwap ? 0 : kTcRows * D * 2) +
-                             (kSub == 4 ? kTcWarps * kTcTile * kSub * 8 : 0);
-  const std::uint32_t merge = kTcWarps * kTcRows * (D + 2) * 4;
-  return ring > merge ? ring : merge;
-}
-
 // kStages: the ring's depth per warp (2: 3 CTAs per SM at D 128 with 16-token tiles, the
 // 16-row form's or kSub 1's; ONE with the swapped form's 32-token tiles, kSub 2, 128 KiB;
 // 3 and 4 stages of 16 tokens keep more bytes in flight per warp at 2 and 1 CTAs per SM;
 // the same arithmetic in the same order).
 // Registers: at most 128 at D 64 and 128 (4 CTAs' worth; the ring allows 3 per SM); at D
-// 256 O alone is 128 per lane, so up to 255 (one CTA per SM, as its 136 KiB of shared
+// 256 O alone is 128 per lane, so up to 255 (one CTA per SM, as its 138 KiB of shared
 // memory allows anyway). kTileInPage: every 16-token tile (tiles start at multiples of 16)
 // lies in one page or slot (tokens_per_page a multiple of 16, or contiguous): one page
 // entry per tile, rows at base + row x row_bytes; else each row finds its page.
-// Probes of the limiter (issue 36, experimental::TcDecodeShape::probe; only the swapped
-// form with sub-tiles in pages, kSub 2, takes them: the launchers run them at bf16, D 128,
-// 2 stages). kTcProbeLoadOnly: the same grid, ring, page lookups and cp.async, no math (one
-// shared word per tile folded into O, so every stage is read): the memory pipeline's
-// ceiling. kTcProbeMathOnly: the same loop without the K/V cp.async (the ring zeroed once:
-// logits 0, the rescale untaken as on real data after the first tiles): the math chain's
-// ceiling. kTcProbeSectors: the plain layout's copy takes the exchanged layout's lane map
-// (lanes 0-15 copy rows 0-7, lanes 16-31 rows 8-15, both 16-byte halves of a row's 32 bytes
-// in one half-warp), so each half-warp of a request touches 8 sectors, not 16 (the default
-// plain map gives lanes l and l + 16 the two halves of row l: 32 sectors counted per
-// half-warp, 24 per request on average; simt::GlobalStats::half_warp_sectors); the same
-// shared contents, so the same bits.
-enum : int { kTcProbeNone = 0, kTcProbeLoadOnly = 1, kTcProbeMathOnly = 2, kTcProbeSectors = 3 };
+// Probes of the limiter (issue 36, tc_decode_probe.cuh: what each changes in the body).
+enum : int { kTcProbeNone = 0, kTcProbeLoadOnly = 1, kTcProbeMathOnly = 2, kTcProbePlainMap = 3 };
 
-// The kernel's body (tc_decode_kernel below, and tc_decode_probe_kernel for the probes: their
-// own kernels, so the shipped instances' names, which the census matches, stay as they were).
+// The kernel's body (tc_decode_kernel below, and tc_decode_probe_kernel in tc_decode_probe.cuh
+// for the probes: their own kernels, so the shipped instances' names, which the census
+// matches, stay as they were).
 template <typename T, int D, typename Addr, bool kTileInPage, int kStages, bool kSwap, int kSub, int kProbe>
 __device__ __forceinline__ void tc_decode_body(const AttnArgs& a, const Addr& kv) {
   static_assert(D == 64 || D == 128 || D == 256);
@@ -85,7 +65,7 @@ __device__ __forceinline__ void tc_decode_body(const AttnArgs& a, const Addr& kv
                 "32-token warp tiles: swapped operands only; 64-token ones at D 64 and 2 stages");
   static_assert(kStages >= 2 && (kSub == 4 || kStages * 16 * kSub <= 64),
                 "a ring of 2-4 stages (16 mask bits per sub-tile in 64)");
-  static_assert(kProbe == kTcProbeNone || kProbe == kTcProbeSectors || (kSwap && kSub == 2 && kTileInPage),
+  static_assert(kProbe == kTcProbeNone || kProbe == kTcProbePlainMap || (kSwap && kSub == 2 && kTileInPage),
                 "probes: the swapped form with 32-token warp tiles in pages of whole sub-tiles (the sector "
                 "map: any instance, which the emulator's traffic test compares with the shipped map)");
   constexpr int kNd = D / 8;  // n-tiles of O
@@ -169,27 +149,52 @@ __device__ __forceinline__ void tc_decode_body(const AttnArgs& a, const Addr& kv
   const std::uint32_t tiles = piece.hi > first ? (piece.hi - first + kStep - 1) / kStep : 0u;
   unsigned char* ring = smem + warp * kStages * kStageBytes;
 
-  // One lane map for every access to a stage: lane l serves row l % 16 and chunk 2 j + l /
-  // 16 for j = 0 .. D / 16 - 1, in the cp.async of K and V, in the K ldmatrix.x4 of k-step
-  // j (both n-tiles) and in the V ldmatrix.x4.trans of n-tiles 2 j, 2 j + 1. Under the
-  // swizzle those chunks lie at four per-lane offsets plus immediates (tc_at). A lane
-  // copies one V row (one page lookup, one mask bit) at immediate global offsets 32 j. K is
+  // One lane map for every read of a stage: lane l serves row l % 16 and chunk 2 j + l /
+  // 16 for j = 0 .. D / 16 - 1, in the K ldmatrix.x4 of k-step j (both n-tiles) and in the
+  // V ldmatrix.x4.trans of n-tiles 2 j, 2 j + 1 (and the exchanged tile's cp.async). Under
+  // the swizzle those chunks lie at four per-lane offsets plus immediates (tc_at). K is
   // stored with bit 3 of the row and bit 0 of the chunk exchanged (slot (r, c) holds K row
   // (r % 8) + 8 (c % 2), chunk c - c % 2 + r / 8), so that the ldmatrix.x4 of a k-step
   // returns each n-tile's two B registers side by side (what HMMA reads): lane l copies K
-  // row krow = l % 8 + 8 (l / 16), chunk 2 j + (l / 8) % 2.
+  // row krow = l % 8 + 8 (l / 16), chunk 2 j + (l / 8) % 2, at immediate global offsets
+  // 32 j. V (plain layout) is copied by that lane map too (the sector map, below).
   const std::uint32_t lrow = static_cast<std::uint32_t>(lane & 15), hb = static_cast<std::uint32_t>(lane >> 4);
   const std::uint32_t krow = static_cast<std::uint32_t>((lane & 7) | ((lane >> 4) << 3));
   const std::uint32_t khb = static_cast<std::uint32_t>((lane >> 3) & 1);
   std::uint32_t soff[4];
   KVMM_UNROLL
   for (int q = 0; q < 4; ++q) soff[q] = tc_lane_offset<D>(lrow, hb, q);
-  // kTcProbeSectors: the plain layout's slots of this lane's exchanged-map row (krow, khb).
-  [[maybe_unused]] std::uint32_t soff_k[kProbe == kTcProbeSectors ? 4 : 1];
-  if constexpr (kProbe == kTcProbeSectors) {
-    KVMM_UNROLL
-    for (int q = 0; q < 4; ++q) soff_k[q] = tc_lane_offset<D>(krow, khb, q);
+  // The sector map (tc_sector_map: every instance but kTcProbePlainMap's and the 16-row
+  // form's at 3 stages, which it spills on sm_80): the plain layout's slots of
+  // this lane's exchanged-map row (krow, khb) are the stage map's plus one per-lane constant
+  // (tc_lane_offset: rows krow vs lrow, chunk bit khb vs hb; the same for every q). Read from
+  // this lane's 16 bytes after the ring per tile copied, so they hold no register in the
+  // loop (held, they spill the 128-register instances): kSub > 1 (stage offsets constant)
+  // the four offsets from smem (one LDS.128), kSub 1 the constant (one LDS.32, then four
+  // adds to the stage map's).
+  constexpr bool kSect = kProbe != kTcProbePlainMap && tc_sector_map<kStages, kSwap>();
+  const std::uint32_t ring_off = static_cast<std::uint32_t>(warp) * kStages * kStageBytes;
+  unsigned char* sk_at = smem + tc_sect_at<D, kStages, kSwap, kSub>() + threadIdx.x * 16;
+  if constexpr (kSect) {
+    const std::uint32_t delta = tc_lane_offset<D>(krow, khb, 0) - soff[0];
+    if constexpr (kSub > 1)
+      sts(reinterpret_cast<uint4*>(sk_at), uint4{ring_off + soff[0] + delta, ring_off + soff[1] + delta,
+                                                 ring_off + soff[2] + delta, ring_off + soff[3] + delta});
+    else
+      sts(reinterpret_cast<std::uint32_t*>(sk_at), delta);
   }
+  auto sect = [&](std::uint32_t(&sk)[4]) {
+    if constexpr (!kSect) {
+      sk[0] = sk[1] = sk[2] = sk[3] = 0u;
+    } else if constexpr (kSub > 1) {
+      const uint4 v = lds(reinterpret_cast<const uint4*>(sk_at));
+      sk[0] = v.x, sk[1] = v.y, sk[2] = v.z, sk[3] = v.w;
+    } else {
+      const std::uint32_t dl = lds(reinterpret_cast<const std::uint32_t*>(sk_at));
+      KVMM_UNROLL
+      for (int q = 0; q < 4; ++q) sk[q] = ring_off + soff[q] + dl;
+    }
+  };
   // Global offsets of this lane's V and K rows in a tile (< 16 rows x 2^27 bytes).
   const std::uint32_t goff_v = lrow * kv.row_bytes + hb * 16, goff_k = krow * kv.row_bytes + khb * 16;
 
@@ -200,6 +205,29 @@ __device__ __forceinline__ void tc_decode_body(const AttnArgs& a, const Addr& kv
   // kTileInPage the tile's page entry is read once.
   std::uint64_t masks = 0;
   [[maybe_unused]] std::uint64_t stage_masks[kMaskPerStage ? kStages : 1] = {};
+  // The cp.async of sub-tile u of stage st: row mask m, this lane's row valid, its
+  // exchanged-row and plain-row byte offsets.
+  auto copy = [&](int st, int u, std::uint32_t m, bool valid, std::uint64_t k_off, std::uint64_t v_off,
+                  const std::uint32_t(&sk)[4]) {
+    unsigned char* ks = ring + st * kStageBytes + u * 2 * kTileBytes;
+    unsigned char* vs = ks + kTileBytes;
+    // The exchanged layout (rows krow) holds K, or V with kSwap; the plain one the other.
+    const char* xp = (kSwap ? kv.v : kv.k) + k_off;
+    const char* pp = (kSwap ? kv.k : kv.v) + v_off;
+    unsigned char* xs = kSwap ? vs : ks;
+    unsigned char* ps = kSwap ? ks : vs;
+    const std::uint32_t x_src = ((m >> krow) & 1u) != 0 ? 16u : 0u, p_src = valid ? 16u : 0u;
+    if constexpr (kProbe != kTcProbeMathOnly) {  // math-only: no K/V loads
+      KVMM_UNROLL
+      for (int j = 0; j < D / 16; ++j) {
+        cp_async<16>(tc_at(xs, soff, j), xp + 32 * j, x_src);
+        if constexpr (kSect)  // the plain layout by the exchanged lane map: ring + sk + immediates
+          cp_async<16>(tc_at(smem + (ps - ring), sk, j), (kSwap ? kv.k : kv.v) + k_off + 32 * j, x_src);
+        else
+          cp_async<16>(tc_at(ps, soff, j), pp + 32 * j, p_src);
+      }
+    }
+  };
   // kSub 1: one page entry per tile (or per lane's row), read a tile ahead.
   // The page entry of tile t (kTileInPage: the tile's first row; else this lane's row,
   // clamped into the piece); nothing is read for tiles past the end.
@@ -212,8 +240,6 @@ __device__ __forceinline__ void tc_decode_body(const AttnArgs& a, const Addr& kv
     const TcPre pre = ahead1;
     ahead1 = lookup1(t + kTcWarps);  // this warp's next tile: in flight while this one computes
     if (t < tiles) {
-      unsigned char* ks = ring + st * 2 * kTileBytes;
-      unsigned char* vs = ks + kTileBytes;
       const std::uint32_t tok0 = first + t * kTcTile;
       const std::uint32_t tok = tok0 + lrow;
       bool valid = tok >= piece.lo && tok < piece.hi;
@@ -240,20 +266,9 @@ __device__ __forceinline__ void tc_decode_body(const AttnArgs& a, const Addr& kv
       const std::uint32_t m = __ballot_sync(0xffffffffu, valid) & 0xffffu;
       masks = (masks & ~(std::uint64_t{0xffffu} << (16 * st))) | (std::uint64_t{m} << (16 * st));
       if (m != 0) {
-        // The exchanged layout (rows krow) holds K, or V with kSwap; the plain one the other.
-        const char* xp = (kSwap ? kv.v : kv.k) + k_off;
-        const char* pp = (kSwap ? kv.k : kv.v) + v_off;
-        unsigned char* xs = kSwap ? vs : ks;
-        unsigned char* ps = kSwap ? ks : vs;
-        const std::uint32_t x_src = ((m >> krow) & 1u) != 0 ? 16u : 0u, p_src = valid ? 16u : 0u;
-        KVMM_UNROLL
-        for (int j = 0; j < D / 16; ++j) {
-          cp_async<16>(tc_at(xs, soff, j), xp + 32 * j, x_src);
-          if constexpr (kProbe == kTcProbeSectors)  // the plain layout by the exchanged lane map
-            cp_async<16>(tc_at(ps, soff_k, j), (kSwap ? kv.k : kv.v) + k_off + 32 * j, x_src);
-          else
-            cp_async<16>(tc_at(ps, soff, j), pp + 32 * j, p_src);
-        }
+        std::uint32_t sk[4];
+        sect(sk);
+        copy(st, 0, m, valid, k_off, v_off, sk);
       }
     }
     cp_async_commit();
@@ -305,28 +320,6 @@ __device__ __forceinline__ void tc_decode_body(const AttnArgs& a, const Addr& kv
   [[maybe_unused]] Ahead aheadN = kSub > 1 ? lookupN(static_cast<std::uint32_t>(warp)) : Ahead{};
   // kSpread: this warp's kSub slots of sub-tile offsets, after the ring (16-byte aligned).
   [[maybe_unused]] uint4* sub_off = reinterpret_cast<uint4*>(smem + kTcWarps * kStages * kStageBytes) + warp * kSub;
-  // The cp.async of sub-tile u of stage st: row mask m, this lane's row valid, its
-  // exchanged-row and plain-row byte offsets.
-  auto copy = [&](int st, int u, std::uint32_t m, bool valid, std::uint64_t k_off, std::uint64_t v_off) {
-    unsigned char* ks = ring + st * kStageBytes + u * 2 * kTileBytes;
-    unsigned char* vs = ks + kTileBytes;
-    // The exchanged layout (rows krow) holds K, or V with kSwap; the plain one the other.
-    const char* xp = (kSwap ? kv.v : kv.k) + k_off;
-    const char* pp = (kSwap ? kv.k : kv.v) + v_off;
-    unsigned char* xs = kSwap ? vs : ks;
-    unsigned char* ps = kSwap ? ks : vs;
-    const std::uint32_t x_src = ((m >> krow) & 1u) != 0 ? 16u : 0u, p_src = valid ? 16u : 0u;
-    if constexpr (kProbe != kTcProbeMathOnly) {  // math-only: no K/V loads
-      KVMM_UNROLL
-      for (int j = 0; j < D / 16; ++j) {
-        cp_async<16>(tc_at(xs, soff, j), xp + 32 * j, x_src);
-        if constexpr (kProbe == kTcProbeSectors)  // the plain layout by the exchanged lane map
-          cp_async<16>(tc_at(ps, soff_k, j), (kSwap ? kv.k : kv.v) + k_off + 32 * j, x_src);
-        else
-          cp_async<16>(tc_at(ps, soff, j), pp + 32 * j, p_src);
-      }
-    }
-  };
   auto issueN = [&](std::uint32_t t, int st) {
     const Ahead pre = aheadN;
     aheadN = lookupN(t + kTcWarps);  // this warp's next tile: in flight while this one computes
@@ -416,9 +409,11 @@ __device__ __forceinline__ void tc_decode_body(const AttnArgs& a, const Addr& kv
         tile_mask |= static_cast<Mask>(__ballot_sync(0xffffffffu, valid[u]) & 0xffffu) << (16 * u);
       }
       if (tile_mask != 0) {
+        std::uint32_t sk[4];
+        sect(sk);
         KVMM_UNROLL
         for (int u = 0; u < kSub; ++u)
-          copy(st, u, static_cast<std::uint32_t>(tile_mask >> (16 * u)), valid[u], k_off[u], v_off[u]);
+          copy(st, u, static_cast<std::uint32_t>(tile_mask >> (16 * u)), valid[u], k_off[u], v_off[u], sk);
       }
       if constexpr (kMaskPerStage)
         stage_masks[st] = tile_mask;
@@ -579,81 +574,13 @@ __device__ __forceinline__ void tc_decode_body(const AttnArgs& a, const Addr& kv
   if constexpr (kProbe == kTcProbeLoadOnly) o[0][0] += sink == 0x7fc00001u ? 1.0f : 0.0f;  // keeps the reads live
   __syncthreads();
 
-  // Merge the warps' states: per warp and row m, l and the O row, in the freed ring.
-  float* mw = reinterpret_cast<float*>(smem);  // [warps][16]
-  float* lw = mw + kTcWarps * kTcRows;         // [warps][16]
-  float* ow = lw + kTcWarps * kTcRows;         // [warps][16][D]
-  if constexpr (kSwap) {
-    if (gid == 0) {
-      KVMM_UNROLL
-      for (int h2 = 0; h2 < 2; ++h2) {
-        mw[warp * kTcRows + 2 * tig + h2] = st[h2].m;
-        lw[warp * kTcRows + 2 * tig + h2] = st[h2].l;
-      }
-    }
-    KVMM_UNROLL
-    for (int mt = 0; mt < kOt; ++mt) {
-      KVMM_UNROLL
-      for (int i = 0; i < 4; ++i) {
-        const int row = 2 * tig + (i & 1), col = 16 * mt + gid + ((i & 2) ? 8 : 0);
-        ow[(warp * kTcRows + row) * D + col] = o[mt][i];
-      }
-    }
-  } else {
-    if (tig == 0) {
-      mw[warp * kTcRows + gid] = st[0].m;
-      mw[warp * kTcRows + gid + 8] = st[1].m;
-      lw[warp * kTcRows + gid] = st[0].l;
-      lw[warp * kTcRows + gid + 8] = st[1].l;
-    }
-    KVMM_UNROLL
-    for (int n = 0; n < kNd; ++n) {
-      KVMM_UNROLL
-      for (int i = 0; i < 4; ++i) {
-        const int row = gid + ((i & 2) ? 8 : 0), col = 8 * n + 2 * tig + (i & 1);
-        ow[(warp * kTcRows + row) * D + col] = o[n][i];
-      }
-    }
-  }
-  __syncthreads();
-  const int ng = static_cast<int>(hg);
-  for (int idx = static_cast<int>(threadIdx.x); idx < ng * D; idx += kTcThreads) {
-    const int row = idx / D, d = idx % D;
-    float big_m = -INFINITY;
-    KVMM_UNROLL
-    for (int w = 0; w < kTcWarps; ++w) big_m = fmaxf(big_m, mw[w * kTcRows + row]);
-    float big_l = 0.0f, out = 0.0f;
-    if (big_m != -INFINITY) {
-      KVMM_UNROLL
-      for (int w = 0; w < kTcWarps; ++w) {
-        const SoftmaxState<float> sw{mw[w * kTcRows + row], lw[w * kTcRows + row]};
-        const float wt = softmax_weight(sw, big_m, Exp2{});
-        big_l = fmaf(sw.l, wt, big_l);
-        out = fmaf(ow[(w * kTcRows + row) * D + d], wt, out);
-      }
-    }
-    const float value = big_l > 0.0f ? out / big_l : 0.0f;
-    const std::uint64_t head = std::uint64_t{b} * a.q_heads + qh0 + static_cast<std::uint32_t>(row);
-    if (a.num_splits == 1) {
-      a.o[head * D + d] = T::from_float(value);
-    } else {
-      stg(a.ws_o + (head * a.num_splits + blockIdx.z) * D + d, value);
-      if (d == 0) stg(a.ws_lse + head * a.num_splits + blockIdx.z, big_l > 0.0f ? big_m + log2f(big_l) : -INFINITY);
-    }
-  }
+  tc_merge_warps<T, D, kSwap>(a, smem, o, st, warp, gid, tig, b, qh0, hg);
   if (a.num_splits > 1 && a.merge_counters != nullptr) tc_merge_last<T, D>(a, smem, b, heads_x, qh0, hg);
 }
 
 template <typename T, int D, typename Addr, bool kTileInPage, int kStages = kTcStages, bool kSwap = false, int kSub = 1>
 __global__ void __launch_bounds__(kTcThreads, D == 256 ? 1 : 4) tc_decode_kernel(AttnArgs a, Addr kv) {
   tc_decode_body<T, D, Addr, kTileInPage, kStages, kSwap, kSub, kTcProbeNone>(a, kv);
-}
-
-// The limiter probes (kTcProbe*) of the default shape at bf16, D 128: paged, 16-token
-// multiples, swapped operands, 32-token warp tiles, 2 stages.
-template <int kProbe>
-__global__ void __launch_bounds__(kTcThreads, 4) tc_decode_probe_kernel(AttnArgs a, TcPagedAddr kv) {
-  tc_decode_body<BFloat, 128, TcPagedAddr, true, 2, true, 2, kProbe>(a, kv);
 }
 
 }  // namespace kvmm::kernels::device

@@ -31,7 +31,9 @@ struct TcDecodeShape {
   bool heads_first = false;
   // Limiter probes (issue 36; 0, the kernel): 1 load-only (the same grid, ring and cp.async,
   // no math: wrong outputs), 2 math-only (the same loop with no K/V loads: wrong outputs), 3
-  // the sector-friendly copy lane map (the same bits). Only at bf16, head dim 128, 2 stages,
+  // the copy lane map shipped before the sector map (K or V's plain layout copied with lanes
+  // l and l + 16 on the two halves of row l: 24 L1 sectors per request, not 16; the same
+  // bits). Only at bf16, head dim 128, 2 stages,
   // tile_tokens 0, groups of at most 8 and paged caches whose pages hold whole 16-token
   // tiles; anything else with probe != 0 raises kvmm::Error (check_tc_probe).
   std::uint32_t probe = 0;

@@ -128,6 +128,18 @@ __host__ __device__ __forceinline__ std::uint32_t tc_lane_offset(std::uint32_t r
   return (row * (D * 2) + ((hb ^ (row & 7u)) << 4)) ^ (static_cast<std::uint32_t>(q) << 5);
 }
 
+// x + y by an add the compiler cannot move out of a loop (the device's IADD, recomputed where
+// it stands instead of held in a register).
+__device__ __forceinline__ std::uint32_t tc_opaque_add(std::uint32_t x, std::uint32_t y) {
+#if defined(KVMM_SIMT_HOST) || !defined(__CUDA_ARCH__)
+  return x + y;
+#else
+  std::uint32_t r;
+  asm volatile("add.u32 %0, %1, %2;" : "=r"(r) : "r"(x), "r"(y));
+  return r;
+#endif
+}
+
 // Chunk 2 j + hb of this lane's row in a stage at `base` (j a compile-time
 // constant after unrolling: one register plus an immediate).
 template <typename P>
@@ -168,5 +180,33 @@ __device__ __forceinline__ float tc_exp2(float x) {
 struct TcExp2 {
   __device__ __forceinline__ float operator()(float x) const { return tc_exp2(x); }
 };
+
+// Where the lanes' sector-map slots start (16 bytes per thread, tc_decode_body): after the
+// ring, Q (16-row form) and, kSub 4, per warp the 16-byte slots of the sub-tiles' offsets
+// (kSpread) or 64 8-byte row offsets (kRowSpread).
+template <int D, int kStages, bool kSwap, int kSub>
+inline constexpr std::uint32_t tc_sect_at() {
+  return kTcWarps * kStages * 2 * kSub * kTcTile * D * 2 + (kSwap ? 0 : kTcRows * D * 2) +
+         (kSub == 4 ? kTcWarps * kTcTile * kSub * 8 : 0);
+}
+
+// Whether a decode instance copies K/V by the sector lane map (each half-warp of a K/V
+// cp.async request copies whole 32-byte sectors: 16 L1 sectors per request, not the plain
+// map's 24; the same bits; tc_decode_body): all but the 16-row form at 3 stages, which the
+// map's per-tile LDS and adds push past 128 registers on sm_80 (an 8-byte frame, nvcc 13.0;
+// docs/kernels.md). There the plain map (kTcProbePlainMap) stays.
+template <int kStages, bool kSwap>
+inline constexpr bool tc_sector_map() {
+  return kSwap || kStages != 3;
+}
+
+// The decode's dynamic shared memory (tc_decode.cuh): ring, Q, kSub 4's slots, the sector
+// map's slots; or the warps' merge, whichever is larger.
+template <int D, int kStages = kTcStages, bool kSwap = false, int kSub = 1>
+inline constexpr std::uint32_t tc_smem_bytes() {
+  const std::uint32_t ring = tc_sect_at<D, kStages, kSwap, kSub>() + kTcThreads * 16;
+  const std::uint32_t merge = kTcWarps * kTcRows * (D + 2) * 4;
+  return ring > merge ? ring : merge;
+}
 
 }  // namespace kvmm::kernels::device

@@ -1,7 +1,8 @@
-// The tensor-core decode's split merge inside the kernel (tc_decode.cuh, issue 36): the
-// last CTA of each (request, kv head x head chunk) to arrive merges the pieces, as
-// merge_kernel would. Device code only; per launch one fence, one barrier pair and one
-// atomic per CTA, and hg x D x num_splits partial reads by the last CTA.
+// The tensor-core decode's merges (tc_decode.cuh, issue 36): of a CTA's warps at its end
+// (tc_merge_warps), and of the split pieces inside the kernel (tc_merge_last: the last CTA
+// of each (request, kv head x head chunk) to arrive merges the pieces, as merge_kernel
+// would). Device code only; per launch one fence, one barrier pair and one atomic per CTA,
+// and hg x D x num_splits partial reads by the last CTA.
 #pragma once
 
 #include "tc_decode_common.cuh"
@@ -66,6 +67,79 @@ __device__ __forceinline__ void tc_merge_last(const AttnArgs& a, unsigned char* 
       }
     }
     a.o[head * D + d] = T::from_float(weight > 0.0f ? out / weight : 0.0f);
+  }
+}
+
+// The CTA's merge of its warps' states (the body's end, after the barrier that ends the
+// ring's use): per warp and row m, l and the O row into `smem`, then each thread combines
+// the warps' parts of its output elements as merge_kernel would and writes the output (one
+// piece) or its piece's partial (split pieces). o holds the C fragments of the 16-row form
+// (kOt = D / 8) or, kSwap, O^T's (kOt = D / 16). Costs 16 x D x kTcWarps x 4 bytes of shared
+// stores and loads, and hg x D output elements.
+template <typename T, int D, bool kSwap, int kOt>
+__device__ __forceinline__ void tc_merge_warps(const AttnArgs& a, unsigned char* smem, const float (&o)[kOt][4],
+                                               const SoftmaxState<float> (&st)[2], int warp, int gid, int tig,
+                                               std::uint32_t b, std::uint32_t qh0, std::uint32_t hg) {
+  float* mw = reinterpret_cast<float*>(smem);  // [warps][16]
+  float* lw = mw + kTcWarps * kTcRows;         // [warps][16]
+  float* ow = lw + kTcWarps * kTcRows;         // [warps][16][D]
+  if constexpr (kSwap) {
+    if (gid == 0) {
+      KVMM_UNROLL
+      for (int h2 = 0; h2 < 2; ++h2) {
+        mw[warp * kTcRows + 2 * tig + h2] = st[h2].m;
+        lw[warp * kTcRows + 2 * tig + h2] = st[h2].l;
+      }
+    }
+    KVMM_UNROLL
+    for (int mt = 0; mt < kOt; ++mt) {
+      KVMM_UNROLL
+      for (int i = 0; i < 4; ++i) {
+        const int row = 2 * tig + (i & 1), col = 16 * mt + gid + ((i & 2) ? 8 : 0);
+        ow[(warp * kTcRows + row) * D + col] = o[mt][i];
+      }
+    }
+  } else {
+    if (tig == 0) {
+      mw[warp * kTcRows + gid] = st[0].m;
+      mw[warp * kTcRows + gid + 8] = st[1].m;
+      lw[warp * kTcRows + gid] = st[0].l;
+      lw[warp * kTcRows + gid + 8] = st[1].l;
+    }
+    KVMM_UNROLL
+    for (int n = 0; n < kOt; ++n) {
+      KVMM_UNROLL
+      for (int i = 0; i < 4; ++i) {
+        const int row = gid + ((i & 2) ? 8 : 0), col = 8 * n + 2 * tig + (i & 1);
+        ow[(warp * kTcRows + row) * D + col] = o[n][i];
+      }
+    }
+  }
+  __syncthreads();
+  const int ng = static_cast<int>(hg);
+  for (int idx = static_cast<int>(threadIdx.x); idx < ng * D; idx += kTcThreads) {
+    const int row = idx / D, d = idx % D;
+    float big_m = -INFINITY;
+    KVMM_UNROLL
+    for (int w = 0; w < kTcWarps; ++w) big_m = fmaxf(big_m, mw[w * kTcRows + row]);
+    float big_l = 0.0f, out = 0.0f;
+    if (big_m != -INFINITY) {
+      KVMM_UNROLL
+      for (int w = 0; w < kTcWarps; ++w) {
+        const SoftmaxState<float> sw{mw[w * kTcRows + row], lw[w * kTcRows + row]};
+        const float wt = softmax_weight(sw, big_m, Exp2{});
+        big_l = fmaf(sw.l, wt, big_l);
+        out = fmaf(ow[(w * kTcRows + row) * D + d], wt, out);
+      }
+    }
+    const float value = big_l > 0.0f ? out / big_l : 0.0f;
+    const std::uint64_t head = std::uint64_t{b} * a.q_heads + qh0 + static_cast<std::uint32_t>(row);
+    if (a.num_splits == 1) {
+      a.o[head * D + d] = T::from_float(value);
+    } else {
+      stg(a.ws_o + (head * a.num_splits + blockIdx.z) * D + d, value);
+      if (d == 0) stg(a.ws_lse + head * a.num_splits + blockIdx.z, big_l > 0.0f ? big_m + log2f(big_l) : -INFINITY);
+    }
   }
 }
 

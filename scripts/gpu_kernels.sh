@@ -15,9 +15,9 @@
 # bench_kernels only, budget KVMM_GPU_BUDGET or 300 s, about 90 s of it the build):
 #   source .device-kit/setup.sh && KVMM_GPU_BUDGET=280 bash scripts/gpu_kernels.sh limiter
 #       the decode rows with the probes of TcDecodeShape::probe (load-only, math-only, the
-#       sector lane map) beside the default and contiguous tc rows, then ncu (stall reasons,
+#       old plain lane map) beside the default and contiguous tc rows, then ncu (stall reasons,
 #       scheduler, memory tables, occupancy) on the default tc kernel, the contiguous one, the
-#       load-only and sector-map probes and the old kernel, one launch each
+#       load-only and plain-map probes and the old kernel, one launch each
 # The census needs cuobjdump + nvdisasm: the GPU machine's toolkit on PATH, or the pinned
 # PyPI ones prepared here and carried in the kit:
 #   KVMM_CUDA_TOOLS_VENV=$PWD/.device-kit/cuobjdump scripts/kernel_tools.sh
@@ -124,16 +124,16 @@ build_bench() { # limiter: bench_kernels alone (an existing build-gpu/ is brough
 }
 
 # The tensor-core decode's limiter (issue 36): the probes (decode_paged_tc_loadonly: the same
-# cp.async ring without math; _mathonly: the same loop without K/V loads; _sect: the copy lane
-# map whose half-warps touch whole sectors) beside the default and contiguous tc rows and
+# cp.async ring without math; _mathonly: the same loop without K/V loads; _plain: the copy lane
+# map shipped before the sector map, 24 L1 sectors per K/V request) beside the default and contiguous tc rows and
 # 16-token tiles at full waves (batch 256), then ncu with stall reasons on five kernels.
 limiter() {
-  local filter='copy_d2d|decode_paged_tc_(loadonly|mathonly|sect)/batch:(16|64|256)/ctx:(4096|32768)/tpp:16/|decode_paged_tc/batch:(16|64|256)/ctx:(4096|32768)/tpp:16/|decode_contiguous_tc/batch:(16|64|256)/ctx:(4096|32768)/|decode_paged_tc_t16/batch:256/ctx:(4096|32768)/tpp:16/|decode_paged/batch:64/ctx:4096/tpp:16/'
+  local filter='copy_d2d|decode_paged_tc_(loadonly|mathonly|plain)/batch:(16|64|256)/ctx:(4096|32768)/tpp:16/|decode_paged_tc/batch:(16|64|256)/ctx:(4096|32768)/tpp:16/|decode_contiguous_tc/batch:(16|64|256)/ctx:(4096|32768)/|decode_paged_tc_t16/batch:256/ctx:(4096|32768)/tpp:16/|decode_paged/batch:64/ctx:4096/tpp:16/'
   step bench 120 "$out/bench.txt" "$B/bench/kernels/bench_kernels" --benchmark_filter="$filter" --benchmark_min_time=0.2
   python3 bench/kernels/bench_table.py "$out/bench.txt" | tee -a "$sum"
   local metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,smsp__inst_executed.sum,smsp__warps_eligible.avg.per_cycle_active,sm__warps_active.avg.pct_of_peak_sustained_active,l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum,l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum,lts__t_sectors_srcunit_tex_op_read.sum,lts__t_requests_srcunit_tex_op_read.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active
   local kernels='attention_kernel|tc_decode_kernel|tc_decode_probe_kernel' f
-  for f in 'decode_paged_tc/batch:64/ctx:4096/tpp:16/' 'decode_paged_tc_sect/batch:64/ctx:4096/tpp:16/' \
+  for f in 'decode_paged_tc/batch:64/ctx:4096/tpp:16/' 'decode_paged_tc_plain/batch:64/ctx:4096/tpp:16/' \
     'decode_paged_tc_loadonly/batch:64/ctx:4096/tpp:16/' 'decode_contiguous_tc/batch:64/ctx:4096/' \
     'decode_paged/batch:64/ctx:4096/tpp:16/'; do
     step "ncu $f" 40 "$out/ncu.txt" ncu --clock-control none --section WarpStateStats --section SchedulerStats \

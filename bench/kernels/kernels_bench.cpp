@@ -419,10 +419,10 @@ int main(int argc, char** argv) {
   // Its limiter probes (issue 36, TcDecodeShape::probe, the default shape otherwise):
   // _loadonly the same cp.async ring with no math (the memory pipeline's ceiling; outputs
   // wrong), _mathonly the same loop with no K/V loads (the math chain's ceiling; outputs
-  // wrong; "of copy" as if it had read the K/V), _sect the copy lane map whose half-warps
-  // touch whole sectors (the same bits as decode_paged_tc).
+  // wrong; "of copy" as if it had read the K/V), _plain the copy lane map shipped before the
+  // sector map (24 L1 sectors per K/V request, not 16; the same bits as decode_paged_tc).
   for (const auto& [name, probe] : {std::pair{"decode_paged_tc_loadonly", 1u},
-                                    std::pair{"decode_paged_tc_mathonly", 2u}, std::pair{"decode_paged_tc_sect", 3u}})
+                                    std::pair{"decode_paged_tc_mathonly", 2u}, std::pair{"decode_paged_tc_plain", 3u}})
     for (std::int64_t batch : {16, 64, 256})
       for (std::int64_t ctx : {4096, 32768})
         benchmark::RegisterBenchmark(name, decode_paged, 2, false, experimental::TcDecodeShape{0, false, probe})

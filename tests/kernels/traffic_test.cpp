@@ -12,6 +12,7 @@
 #else
 #define KVMM_SIMT_HOST 1
 #include "../../kernels/attention_dispatch.cuh"
+#include "../../kernels/tc_decode_probe.cuh"
 #include "../../kernels/tensor_core.cuh"
 
 #include <catch2/catch.hpp>
@@ -276,7 +277,7 @@ TcTraffic tc_traffic(bool paged, std::uint32_t splits, std::uint32_t null_every,
         if constexpr (D == 128) {
           if (probe == dev::kTcProbeLoadOnly) return dev::tc_decode_probe_kernel<dev::kTcProbeLoadOnly>(a, kv);
           if (probe == dev::kTcProbeMathOnly) return dev::tc_decode_probe_kernel<dev::kTcProbeMathOnly>(a, kv);
-          if (probe == dev::kTcProbeSectors) return dev::tc_decode_probe_kernel<dev::kTcProbeSectors>(a, kv);
+          if (probe == dev::kTcProbePlainMap) return dev::tc_decode_probe_kernel<dev::kTcProbePlainMap>(a, kv);
         }
         if (swap)
           dev::tc_decode_kernel<dev::BFloat, D, dev::TcPagedAddr, true, 2, true, kSub>(a, kv);
@@ -312,9 +313,9 @@ TcTraffic tc_traffic(bool paged, std::uint32_t splits, std::uint32_t null_every,
 }
 
 // A tensor-core decode instance (its template arguments but the addressing) with the copy
-// lane map of kProbe: dev::kTcProbeNone, what the kernels ship (the plain layout copied by
-// the stage map: lanes l and l + 16 the two halves of row l), or dev::kTcProbeSectors (both
-// layouts copied by the exchanged map).
+// lane map of kProbe: dev::kTcProbeNone, what the kernels ship (both layouts copied by the
+// exchanged map), or dev::kTcProbePlainMap (the old map: the plain layout copied by the
+// stage map, lanes l and l + 16 the two halves of row l).
 template <typename T, int D, int kStages, bool kSwap, int kSub, int kProbe>
 struct TcBody {
   template <typename Addr, bool kTileInPage>
@@ -343,6 +344,11 @@ TEST_CASE("tensor-core decode: K/V at the minimum, ideal sectors and wavefronts,
         // sector is read in part: sectors x 32 = bytes.
         CHECK(kv.sectors * 32 == kv.bytes_requested);
         if (splits == 1) CHECK(kv.sectors_per_request() == 16.0);
+        // Ideal sectors per request as the L1 counts them too (per half-warp of a 16-byte
+        // request: simt::GlobalStats::half_warp_sectors): both layouts copied by the
+        // exchanged lane map, each half-warp whole sectors of 8 rows.
+        CHECK(kv.half_warp_sectors == kv.sectors);
+        if (splits == 1) CHECK(kv.half_warp_sectors_per_request() == 16.0);
         CHECK(t.rep.ldmatrix.wavefronts == t.rep.ldmatrix.ideal);
         CHECK(t.rep.ldmatrix.requests > 0);
         if (paged) {
@@ -375,6 +381,8 @@ TEST_CASE("tensor-core decode at head dim 64 (64-token warp tiles): K/V at the m
       CHECK(kv.unique_bytes == t.kv_min);
       CHECK(kv.sectors * 32 == kv.bytes_requested);
       if (splits == 1) CHECK(kv.sectors_per_request() == 16.0);
+      CHECK(kv.half_warp_sectors == kv.sectors);
+      if (splits == 1) CHECK(kv.half_warp_sectors_per_request() == 16.0);
       CHECK(t.rep.ldmatrix.wavefronts == t.rep.ldmatrix.ideal);
       CHECK(t.rep.ldmatrix.requests > 0);
       if (paged) {
@@ -415,6 +423,7 @@ TEST_CASE("tensor-core decode, pages of 17 tokens (each row finds its page): K/V
       CHECK(kv.bytes_requested == t.kv_min);
       CHECK(kv.unique_bytes == t.kv_min);
       CHECK(kv.sectors * 32 == kv.bytes_requested);  // a row's 32 bytes per request: one sector
+      CHECK(kv.half_warp_sectors == kv.sectors);     // and its half-warp copies all of them
       CHECK(t.rep.ldmatrix.wavefronts == t.rep.ldmatrix.ideal);
       // One warp request of page ids per 16-token tile a CTA copies (its lanes' rows): 256
       // keys in 16 tiles per (request, kv head), plus one per tile a split boundary cuts.
@@ -436,17 +445,19 @@ TEST_CASE("tensor-core decode, pages of 17 tokens (each row finds its page): K/V
 }
 
 // Every instance's copies under the half-warp count (the rule the H200's L1 counters fit:
-// simt::GlobalStats::half_warp_sectors), the sector map against the shipped one: both
-// layouts copied by the exchanged map (lanes 0-15 rows 0-7, lanes 16-31 rows 8-15) put whole
-// sectors in each half-warp, so a request's half-warps touch disjoint sectors (half-warp
-// sectors = sectors, 16 per request unsplit); the shipped plain map (lanes l and l + 16 the
-// two halves of row l) counts the plain layout's twice (24). Same bytes, same shared
-// contents: the same output bits. (Not yet shipped: with it the 128-register instances
-// spill, docs/kernels.md.)
+// simt::GlobalStats::half_warp_sectors), the shipped sector map against the old plain map
+// (dev::kTcProbePlainMap, the switch that keeps it): both layouts copied by the exchanged
+// map (lanes 0-15 rows 0-7, lanes 16-31 rows 8-15) put whole sectors in each half-warp, so
+// a request's half-warps touch disjoint sectors (half-warp sectors = sectors, 16 per request
+// unsplit); the plain map (lanes l and l + 16 the two halves of row l) counts the plain
+// layout's twice (24). Same bytes, same shared contents: the same output bits. The 16-row
+// form at 3 stages ships the plain map (dev::tc_sector_map: the sector map spills it on
+// sm_80): its shipped instance must then equal the plain map, traffic and bits.
 template <typename T, int D, int kStages, bool kSwap, int kSub>
 void check_copy_map(const char* what) {
-  using New = TcBody<T, D, kStages, kSwap, kSub, dev::kTcProbeSectors>;
-  using Old = TcBody<T, D, kStages, kSwap, kSub, dev::kTcProbeNone>;
+  constexpr bool kSect = dev::tc_sector_map<kStages, kSwap>();
+  using New = TcBody<T, D, kStages, kSwap, kSub, dev::kTcProbeNone>;
+  using Old = TcBody<T, D, kStages, kSwap, kSub, dev::kTcProbePlainMap>;
   // 16-token pages (`tile`, or kSpread), 17 (`row`, or kRowSpread), contiguous (tpp 0).
   for (std::uint32_t tpp : {16u, 17u, 0u})
     for (std::uint32_t splits : {1u, 3u})
@@ -464,11 +475,14 @@ void check_copy_map(const char* what) {
         CHECK(nk.requests == ok.requests);
         CHECK(nk.sectors == ok.sectors);
         CHECK(nk.sectors * 32 == nk.bytes_requested);
-        CHECK(nk.half_warp_sectors == nk.sectors);
+        if (kSect)
+          CHECK(nk.half_warp_sectors == nk.sectors);
+        else
+          CHECK(nk.half_warp_sectors == ok.half_warp_sectors);
         CHECK(ok.half_warp_sectors > ok.sectors);
         if (null_every == 0) CHECK(nk.bytes_requested == n.kv_min);
         if (splits == 1 && null_every == 0) {
-          CHECK(nk.half_warp_sectors_per_request() == 16.0);
+          CHECK(nk.half_warp_sectors_per_request() == (kSect ? 16.0 : 24.0));
           CHECK(ok.half_warp_sectors_per_request() == 24.0);  // 32 for the plain layout, 16 the other
         }
         CHECK(n.rep.ldmatrix.wavefronts == n.rep.ldmatrix.ideal);
@@ -481,13 +495,14 @@ void check_copy_map(const char* what) {
       }
 }
 
-TEST_CASE("tensor-core decode: the sector lane map in every instance, the shipped map's bits",
+TEST_CASE("tensor-core decode: the sector lane map in every instance, the old plain map's bits",
           "[kernels][simt][traffic][tc_decode]") {
   using B = dev::BFloat;
   using H = dev::Half;
   // The 16-row form (issue1) at 2, 3 and 4 stages, head dims 64, 128, 256.
   check_copy_map<B, 128, 2, false, 1>("16-row D 128");
-  check_copy_map<B, 128, 3, false, 1>("16-row D 128, 3 stages");
+  check_copy_map<B, 128, 3, false, 1>("16-row D 128, 3 stages (the plain map)");
+  static_assert(!dev::tc_sector_map<3, false>() && dev::tc_sector_map<3, true>() && dev::tc_sector_map<4, false>());
   check_copy_map<B, 128, 4, false, 1>("16-row D 128, 4 stages");
   check_copy_map<B, 64, 2, false, 1>("16-row D 64");
   check_copy_map<B, 256, 2, false, 1>("16-row D 256");
@@ -502,34 +517,35 @@ TEST_CASE("tensor-core decode: the sector lane map in every instance, the shippe
   check_copy_map<H, 64, 2, true, 4>("swapped D 64, 64-token tiles, fp16");
 }
 
-TEST_CASE("tensor-core decode limiter probes: the sector lane map, load-only and math-only traffic",
+TEST_CASE("tensor-core decode limiter probes: the old plain lane map, load-only and math-only traffic",
           "[kernels][simt][traffic][tc_decode]") {
-  // The default swapped 32-token form (what decode_paged_tc runs): 16 sectors per K/V request,
-  // but counted per half-warp (simt::GlobalStats::half_warp_sectors, the rule the H200's
-  // 24.0 L1 sectors per request fit) K's plain lane map gives lanes l and l + 16 the two
-  // 16-byte halves of row l: 32, V's exchanged map 16; 24 on average.
+  // The default swapped 32-token form (what decode_paged_tc runs): 16 sectors per K/V
+  // request, counted per half-warp too (simt::GlobalStats::half_warp_sectors, the rule the
+  // H200's L1 counters fit): both layouts copied by the exchanged lane map.
   const TcTraffic def = tc_traffic(true, 1, 0, 16, true);
   const simt::GlobalStats& d = def.rep.global.at("kv");
   CHECK(d.sectors_per_request() == 16.0);
-  CHECK(d.half_warp_sectors_per_request() == 24.0);
-  // The sector probe copies K by the exchanged map too: 16 either way, the same bytes and
-  // shared contents, so the same output bits.
-  const TcTraffic sect = tc_traffic(true, 1, 0, 16, true, dev::kTcProbeSectors);
-  const simt::GlobalStats& s = sect.rep.global.at("kv");
-  CHECK(sect.rep.misaligned == 0);
-  CHECK(s.bytes_requested == sect.kv_min);
-  CHECK(s.unique_bytes == sect.kv_min);
+  CHECK(d.half_warp_sectors_per_request() == 16.0);
+  // The plain-map probe (decode_paged_tc_plain, the map shipped before): K's plain lane map
+  // gives lanes l and l + 16 the two 16-byte halves of row l: 32 per half-warp count, V's
+  // exchanged map 16; 24 on average (the H200 run of 2026-11-28 measured 24.0 L1 sectors
+  // per request). The same bytes and shared contents, so the same output bits.
+  const TcTraffic plain = tc_traffic(true, 1, 0, 16, true, dev::kTcProbePlainMap);
+  const simt::GlobalStats& s = plain.rep.global.at("kv");
+  CHECK(plain.rep.misaligned == 0);
+  CHECK(s.bytes_requested == plain.kv_min);
+  CHECK(s.unique_bytes == plain.kv_min);
   CHECK(s.sectors_per_request() == 16.0);
-  CHECK(s.half_warp_sectors_per_request() == 16.0);
-  CHECK(sect.rep.ldmatrix.wavefronts == sect.rep.ldmatrix.ideal);
-  CHECK(sect.o == def.o);
+  CHECK(s.half_warp_sectors_per_request() == 24.0);
+  CHECK(plain.rep.ldmatrix.wavefronts == plain.rep.ldmatrix.ideal);
+  CHECK(plain.o == def.o);
   CHECK(std::any_of(def.o.begin(), def.o.end(), [](std::uint16_t v) { return (v & 0x7fffu) != 0; }));
   // Load-only: the default's K/V requests exactly (the same map), no ldmatrix.
   const TcTraffic load = tc_traffic(true, 1, 0, 16, true, dev::kTcProbeLoadOnly);
   const simt::GlobalStats& l = load.rep.global.at("kv");
   CHECK(l.bytes_requested == load.kv_min);
   CHECK(l.requests == d.requests);
-  CHECK(l.half_warp_sectors_per_request() == 24.0);
+  CHECK(l.half_warp_sectors_per_request() == 16.0);
   CHECK(load.rep.ldmatrix.requests == 0);
   // Math-only: no K/V byte read, the default's ldmatrix work.
   const TcTraffic math = tc_traffic(true, 1, 0, 16, true, dev::kTcProbeMathOnly);

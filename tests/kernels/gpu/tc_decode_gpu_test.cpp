@@ -148,7 +148,7 @@ TEST_CASE("tensor-core decode matches the CPU references on the GPU", "[gpu][att
         CHECK(max_rel_error(c.dtype, t16, widen(c.dtype, ref), 1e-2) <= 4.0 * unit_roundoff(c.dtype));
         if (group > 8) CHECK(t16 == got);
         CHECK(d.run_paged(splits, index % 2 == 0, nullptr, 2, splits > 1, {16, true}) == t16);
-        // The sector lane map probe (TcDecodeShape::probe 3, issue 36): the default's bits where
+        // The old plain lane map probe (TcDecodeShape::probe 3, issue 36): the default's bits where
         // it runs (bf16, head dim 128, groups of at most 8, pages of 16-token multiples).
         if (c.dtype == DType::kBF16 && c.head_dim == 128 && group <= 8 && tpp % 16 == 0)
           CHECK(d.run_paged(splits, index % 2 == 0, nullptr, 2, false, {0, false, 3}) == got);
