@@ -25,14 +25,6 @@ namespace {
 // Slots of the manager's miss-reason key tables (2 x 32 B each: 4 MB).
 constexpr std::uint32_t kMissReasonSlots = 1u << 16;
 
-// The width PolicyOptions::slice_layers cuts the model's layout (planned unsliced,
-// model_config.cpp) at: kSliceLibraryDefault is the library planner's rule on it (taken
-// before vllm-eagle strips the draft roles, which would make a draft group sliceable).
-std::uint32_t slice_width(const KVLayout& layout, std::uint32_t slice) {
-  return slice == kSliceLibraryDefault ? dense_slice_layers(layout, LayoutOptions{}.slice_above_pages_per_large_page)
-                                       : slice;
-}
-
 class KvmmPolicy final : public Policy {
  public:
   // vllm_eagle: vLLM's rules for speculative decoding (make_vllm_eagle_policy).

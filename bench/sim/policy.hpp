@@ -117,6 +117,14 @@ inline constexpr std::uint32_t kTunedRetentionInterval = 4096;
 // PolicyOptions::slice_layers: the library's default rule (kvmm::dense_slice_layers at
 // LayoutOptions' default threshold).
 inline constexpr std::uint32_t kSliceLibraryDefault = 0xfffffffdu;
+// The width PolicyOptions::slice_layers cuts the model's layout (planned unsliced,
+// model_config.cpp) at: kSliceLibraryDefault is the library planner's rule on it (the kvmm
+// policy takes it before vllm-eagle strips the draft roles, which would make a draft group
+// sliceable).
+inline std::uint32_t slice_width(const KVLayout& layout, std::uint32_t slice) {
+  return slice == kSliceLibraryDefault ? dense_slice_layers(layout, LayoutOptions{}.slice_above_pages_per_large_page)
+                                       : slice;
+}
 
 struct PolicyOptions {
   std::uint64_t memory_bytes = std::uint64_t{40} << 30;

@@ -17,6 +17,7 @@
 
 using namespace kvmm;
 using spectest::divided;
+using spectest::fit_divisor;
 using spectest::lcm_of;
 
 TEST_CASE("fit: Qwen3-Next at the default limit plans 8-token attention pages, one state page per large page",
@@ -108,21 +109,8 @@ TEST_CASE("fit: random hybrids take the smallest fitting divisor, else the padde
                             .max_state_pages_per_large_page = 0,
                             .slice_layers = SliceLayers::kOff};
 
-    // Brute force: the smallest d > 1 dividing every token group's tokens_per_page, with
-    // the smallest one / d >= floor, whose natural LCM fits.
-    std::uint32_t common = 0, smallest = ~0u;
-    for (const LayerGroup& g : gs)
-      if (!g.is_state()) {
-        common = std::gcd(common, g.tokens_per_page);
-        smallest = std::min(smallest, g.tokens_per_page);
-      }
-    std::uint32_t want = 1;
-    if (lcm_of(gs) > limit)
-      for (std::uint32_t d = 2; d <= common && smallest / d >= floor; ++d)
-        if (common % d == 0 && lcm_of(divided(gs, d)) <= limit) {
-          want = d;
-          break;
-        }
+    // Brute force (layout_test_util.hpp).
+    const std::uint32_t want = fit_divisor(gs, limit, floor);
     INFO("iter " << iter << " limit " << limit << " floor " << floor << " want d " << want);
 
     if (want > 1) {

@@ -17,6 +17,7 @@
 
 using namespace kvmm;
 using spectest::divided;
+using spectest::fit_divisor;
 using spectest::lcm_of;
 
 TEST_CASE("state pages: Jamba-1.5-Mini at 2 states per large page plans 8-token attention pages",
@@ -97,19 +98,7 @@ TEST_CASE("state pages: random hybrids take the smallest divisor that bounds the
                               .slice_layers = SliceLayers::kOff};
     const std::uint64_t bound = k * gs.back().natural_page_bytes();
 
-    std::uint32_t common = 0, smallest = ~0u;
-    for (const LayerGroup& g : gs)
-      if (!g.is_state()) {
-        common = std::gcd(common, g.tokens_per_page);
-        smallest = std::min(smallest, g.tokens_per_page);
-      }
-    std::uint32_t want = 1;
-    if (lcm_of(gs) > bound)
-      for (std::uint32_t d = 2; d <= common && smallest / d >= floor; ++d)
-        if (common % d == 0 && lcm_of(divided(gs, d)) <= bound) {
-          want = d;
-          break;
-        }
+    const std::uint32_t want = fit_divisor(gs, bound, floor);
     INFO("iter " << iter << " k " << k << " floor " << floor << " want d " << want);
     const KVLayout l = KVLayout::plan(gs, on);
     if (want > 1) {
