@@ -43,9 +43,15 @@ inline RedisTierOptions fault_options(const std::string& endpoint) {
 
 // Group 0: full attention of `layers` layers (8 heads x 128 x 2 bytes, 16 tokens: 64 KiB a
 // layer); group 1: a one-layer sliding window (64 KiB pages).
+// Planned unsliced (LayoutOptions::slice_layers = kOff): the fault tests want group 0's
+// pages as large as `layers` makes them (16 layers: 1 MiB), which the planner's default
+// would cut into one-layer groups (16 pages per large page is above its threshold of 8).
 inline KVLayout tier_layout(std::uint32_t layers = 2) {
+  LayoutOptions unsliced;
+  unsliced.slice_layers = SliceLayers::kOff;
   return KVLayout::plan({LayerGroup::full_attention("full", layers, 8, 128, 2, 16),
-                         LayerGroup::sliding_window("swa", 1, 8, 128, 2, 16, 64)});
+                         LayerGroup::sliding_window("swa", 1, 8, 128, 2, 16, 64)},
+                        unsliced);
 }
 
 inline TierScope tier_scope(std::uint32_t tp_rank = 0) {
