@@ -12,7 +12,7 @@ build=${1:-build/release}
 census=$build/kernels_census.json
 [[ -f $census ]] || { echo "kernels_predicted: no $census (run: ctest --test-dir $build -R kernels_static)" >&2; exit 1; }
 out=docs/results/kernels-predicted.md
-cmd="python3 bench/kernels/model.py --table --census $census --measured docs/results/kernels-h100.md --measured-tc docs/results/kernels-h200.md"
+cmd="python3 bench/kernels/model.py --table --census $census --measured docs/results/kernels-h100.md --measured-tc docs/results/kernels-h200.md docs/results/kernels-h200-shapes.md docs/results/kernels-h200-a0cd4c2.md"
 # From the tensor-core decode's caption through the end of its table.
 model=$($cmd)  # once: awk leaving early must not break the pipe under pipefail
 table=$(echo "$model" | awk '/^Predicted H100 times of the tensor-core decode/ {on = 1} on && /^\|/ {seen = 1}

@@ -54,7 +54,8 @@ set_tests_properties(kernels_static PROPERTIES FIXTURES_SETUP kernels_census)
 add_test(NAME kernels_model
   COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/bench/kernels/model.py --check
     --census ${census_json} --measured ${PROJECT_SOURCE_DIR}/docs/results/kernels-h100.md
-    --measured-tc ${PROJECT_SOURCE_DIR}/docs/results/kernels-h200.md)
+    --measured-tc ${PROJECT_SOURCE_DIR}/docs/results/kernels-h200.md ${PROJECT_SOURCE_DIR}/docs/results/kernels-h200-shapes.md
+      ${PROJECT_SOURCE_DIR}/docs/results/kernels-h200-a0cd4c2.md)
 set_tests_properties(kernels_model PROPERTIES FIXTURES_REQUIRED kernels_census)
 
 # The GPU tests of the tensor-core decode and prefill (tests/kernels/gpu) join kvmm_test_gpu.
