@@ -9,6 +9,7 @@
 #include "kernels/kernel_fixture.hpp"
 
 #include <cstring>
+#include <string>
 #include <vector>
 
 namespace kvmm::test {
@@ -36,6 +37,14 @@ struct OrderPair {
 struct HndCase {
   ScenarioConfig cfg;
   std::uint32_t splits = 1;
+  // For INFO: the axes the grid varies.
+  std::string describe() const {
+    const ScenarioConfig& c = cfg;
+    return "mask " + std::to_string(static_cast<int>(c.options.mask)) + " group " + std::to_string(c.group) + " tpp " +
+           std::to_string(c.tokens_per_page) + " d " + std::to_string(c.head_dim) + " prefill " +
+           std::to_string(c.prefill) + " nulls " + std::to_string(static_cast<int>(c.nulls)) + " csr " +
+           std::to_string(c.csr) + " splits " + std::to_string(splits);
+  }
 };
 
 // The grid: masks x page sizes x head dims (36 scenarios), the group, dtype, nulls, table

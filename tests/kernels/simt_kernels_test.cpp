@@ -138,9 +138,7 @@ TEST_CASE("emulated attention kernels on head-major caches equal token-major one
     for (const HndCase& h : hnd_cases(prefill)) {
       const ScenarioConfig& c = h.cfg;
       OrderPair s(c);
-      INFO("mask " << static_cast<int>(c.options.mask) << " group " << c.group << " tpp " << c.tokens_per_page << " d "
-                   << c.head_dim << " prefill " << prefill << " nulls " << static_cast<int>(c.nulls) << " csr " << c.csr
-                   << " splits " << h.splits);
+      INFO(h.describe());
       REQUIRE(s.arenas_differ());
       std::vector<std::uint16_t> ref(s.hnd.out_elems()), ref_nhd(s.nhd.out_elems());
       auto hp = s.hnd.paged_params(ref.data(), h.splits, true);

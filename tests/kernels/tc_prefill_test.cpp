@@ -230,8 +230,7 @@ TEST_CASE("emulated tensor-core prefill on head-major caches equals token-major"
   for (const HndCase& h : hnd_cases(true, 128)) {
     const ScenarioConfig& c = h.cfg;
     OrderPair s(c);
-    INFO("mask " << static_cast<int>(c.options.mask) << " group " << c.group << " tpp " << c.tokens_per_page << " d "
-                 << c.head_dim << " nulls " << static_cast<int>(c.nulls) << " csr " << c.csr << " splits " << h.splits);
+    INFO(h.describe());
     REQUIRE(s.arenas_differ());
     std::vector<std::uint16_t> ref(s.hnd.out_elems());
     cpu::paged_prefill_attention(s.hnd.paged_params(ref.data(), h.splits, true));

@@ -246,8 +246,7 @@ TEST_CASE("head-major caches on the GPU: write_kv's positions, the decodes' toke
   for (const HndCase& h : hnd_cases(false)) {
     const ScenarioConfig& c = h.cfg;
     OrderPair s(c);
-    INFO("mask " << static_cast<int>(c.options.mask) << " group " << c.group << " tpp " << c.tokens_per_page << " d "
-                 << c.head_dim << " nulls " << static_cast<int>(c.nulls) << " splits " << h.splits);
+    INFO(h.describe());
     TcDevice hnd(s.hnd), nhd(s.nhd);
     // The GPU's write_kv into a poisoned arena: the CPU's head-major bytes.
     {
