@@ -56,7 +56,8 @@ struct AttnArgs {
 };
 
 // Paged addressing: byte offset of (token, kv head 0) from the layer's K/V base, or -1
-// for a token in a null page.
+// for a token in a null page; kv head h lies head_stride x h further (kv_strides: row_bytes
+// is the token stride of the cache's order; both below 2^32, check_params).
 struct PagedAddr {
   const char* k;
   const char* v;
@@ -66,6 +67,7 @@ struct PagedAddr {
   const std::uint32_t* indptr;
   const std::uint32_t* pages;
   std::uint32_t dense_stride;
+  std::uint32_t head_stride;
 
   struct Row {
     const std::uint32_t* pages;
@@ -79,12 +81,14 @@ struct PagedAddr {
   }
 };
 
-// Contiguous addressing: slot base + token * row.
+// Contiguous addressing: slot base + token * row (row_bytes: the token stride of the
+// cache's order); kv head h lies head_stride x h further.
 struct ContiguousAddr {
   const char* k;
   const char* v;
   std::uint64_t slot_stride;
   std::uint32_t row_bytes;
+  std::uint32_t head_stride;
   const std::uint32_t* slot_idx;
 
   struct Row {
@@ -95,6 +99,27 @@ struct ContiguousAddr {
     return slot_row_offset(r.base, 1, tok, row_bytes);  // base: the slot's offset, formed once per CTA
   }
 };
+
+// The addressing of a launch's cache (host): its pointers, page or slot stride and the
+// two strides of its order (kv_strides).
+inline PagedAddr paged_addr(const PagedAttentionParams& p) {
+  const KVStrides st = kv_strides(p.cache);
+  return PagedAddr{static_cast<const char*>(p.cache.k),
+                   static_cast<const char*>(p.cache.v),
+                   p.cache.page_stride_bytes,
+                   p.cache.tokens_per_page,
+                   static_cast<std::uint32_t>(st.token),
+                   p.table.indptr,
+                   p.table.pages,
+                   p.table.dense_stride,
+                   static_cast<std::uint32_t>(st.head)};
+}
+inline ContiguousAddr contiguous_addr(const ContiguousAttentionParams& p) {
+  const KVStrides st = kv_strides(p.cache);
+  return ContiguousAddr{static_cast<const char*>(p.cache.k), static_cast<const char*>(p.cache.v),
+                        p.cache.slot_stride_bytes,           static_cast<std::uint32_t>(st.token),
+                        static_cast<std::uint32_t>(st.head), p.slot_idx};
+}
 
 template <typename T, int D, int kMaxGroup, typename Addr>
 __global__ void __launch_bounds__(kThreads, kMaxGroup == 4 ? 4 : 2) attention_kernel(AttnArgs a, Addr kv) {
@@ -174,7 +199,7 @@ __global__ void __launch_bounds__(kThreads, kMaxGroup == 4 ? 4 : 2) attention_ke
   }
 
   const typename Addr::Row r = kv.row(b);
-  const std::uint64_t head_off = std::uint64_t{h} * D * 2 + std::uint64_t(lane) * 16;
+  const std::uint64_t head_off = std::uint64_t{h} * kv.head_stride + std::uint64_t(lane) * 16;
   // Every team runs the same number of iterations, so the team shuffles below always
   // see a full warp.
   for (std::uint32_t base0 = piece.lo; base0 < piece.hi; base0 += kTeams * kTile) {

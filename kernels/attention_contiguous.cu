@@ -1,5 +1,6 @@
 // Launchers of the contiguous (virtual tensor) decode and prefill attention over
-// [slots, max_ctx, kv_heads, head_dim] with a slot index per request.
+// [slots, max_ctx, kv_heads, head_dim] (or [slots, kv_heads, max_ctx, head_dim]: KVOrder)
+// with a slot index per request.
 #include "attention_dispatch.cuh"
 
 namespace kvmm::kernels {
@@ -7,11 +8,8 @@ namespace {
 
 void contiguous(const ContiguousAttentionParams& p, bool prefill, Stream stream, const char* name) {
   check_params(p, prefill, true);
-  const device::ContiguousAddr kv{
-      static_cast<const char*>(p.cache.k), static_cast<const char*>(p.cache.v), p.cache.slot_stride_bytes,
-      static_cast<std::uint32_t>(token_row_bytes(p.cache.kv_heads, p.cache.head_dim, p.cache.dtype)), p.slot_idx};
-  device::launch_attention(p.query, p.options, p.split, p.cache.kv_heads, p.cache.head_dim, p.cache.dtype, kv, stream,
-                           name);
+  device::launch_attention(p.query, p.options, p.split, p.cache.kv_heads, p.cache.head_dim, p.cache.dtype,
+                           device::contiguous_addr(p), stream, name);
 }
 
 }  // namespace

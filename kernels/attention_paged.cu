@@ -7,17 +7,8 @@ namespace {
 
 void paged(const PagedAttentionParams& p, bool prefill, Stream stream, const char* name) {
   check_params(p, prefill, true);
-  const device::PagedAddr kv{
-      static_cast<const char*>(p.cache.k),
-      static_cast<const char*>(p.cache.v),
-      p.cache.page_stride_bytes,
-      p.cache.tokens_per_page,
-      static_cast<std::uint32_t>(token_row_bytes(p.cache.kv_heads, p.cache.head_dim, p.cache.dtype)),
-      p.table.indptr,
-      p.table.pages,
-      p.table.dense_stride};
-  device::launch_attention(p.query, p.options, p.split, p.cache.kv_heads, p.cache.head_dim, p.cache.dtype, kv, stream,
-                           name);
+  device::launch_attention(p.query, p.options, p.split, p.cache.kv_heads, p.cache.head_dim, p.cache.dtype,
+                           device::paged_addr(p), stream, name);
 }
 
 }  // namespace

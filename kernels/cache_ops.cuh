@@ -1,6 +1,8 @@
 // Device code of write_kv (paged and contiguous destinations) and of copy/swap pages:
 // grid-stride loops moving 16-byte vectors, kept apart from the launchers so that the
-// host emulation test can run them too.
+// host emulation test can run them too. write_kv places each head's part of a token's
+// [kv_heads][head_dim] row at its cache order's position (HeadScatter: a shift, a mask and
+// a multiply-add per 16-byte vector; token-major rows land in one piece).
 #pragma once
 
 #include "common.cuh"
@@ -11,6 +13,7 @@ namespace kvmm::kernels::device {
 
 inline constexpr int kCopyThreads = 256;
 
+// row_bytes: the token stride of the cache's order (kv_strides).
 struct PagedDst {
   const std::uint32_t* page_ids;
   const std::uint32_t* offsets;
@@ -33,10 +36,39 @@ struct ContiguousDst {
   }
 };
 
+// Where 16-byte vector `vec` of a token's [kv_heads][head_dim] source row lands, from
+// the cache position of the token's head 0: its head's stride times the head, plus its
+// place in the head (token-major: head_stride = head_vecs x 16, so vec x 16).
+struct HeadScatter {
+  std::uint32_t head_shift;   // log2 of the 16-byte vectors per head (head_dim x 2 / 16: 8, 16, 32)
+  std::uint64_t head_stride;  // kv_strides(...).head
+  __device__ __forceinline__ std::uint64_t at(std::uint32_t vec) const {
+    const std::uint32_t h = vec >> head_shift;
+    return h * head_stride + std::uint64_t{vec & ((1u << head_shift) - 1u)} * 16;
+  }
+};
+
+// The destinations of a write_kv call (host).
+inline PagedDst paged_dst(const PagedWriteParams& p) {
+  return PagedDst{p.page_ids, p.page_offsets, p.cache.page_stride_bytes,
+                  static_cast<std::uint32_t>(kv_strides(p.cache).token)};
+}
+inline ContiguousDst contiguous_dst(const ContiguousWriteParams& p) {
+  return ContiguousDst{p.slot_idx, p.positions, p.cache.slot_stride_bytes,
+                       static_cast<std::uint32_t>(kv_strides(p.cache).token)};
+}
+// (check_params allows head dims 64, 128 and 256 only: a power-of-two vector count.)
+template <typename Cache>
+HeadScatter head_scatter(const Cache& c) {
+  std::uint32_t shift = 0;
+  while ((32u << shift) <= c.head_dim * dtype_bytes(c.dtype)) ++shift;  // 16 << shift = head bytes
+  return HeadScatter{shift, kv_strides(c).head};
+}
+
 // Vector v of the flat [2][num_tokens][row_vecs] index space: K rows, then V rows.
 template <typename Dst>
 __global__ void write_kv_kernel(char* k, char* v, const uint4* k_new, const uint4* v_new, std::uint32_t num_tokens,
-                                std::uint32_t row_vecs, Dst dst) {
+                                std::uint32_t row_vecs, Dst dst, HeadScatter heads) {
   const std::uint64_t per_side = std::uint64_t{num_tokens} * row_vecs;
   const std::uint64_t stride = std::uint64_t{gridDim.x} * blockDim.x;
   for (std::uint64_t idx = std::uint64_t{blockIdx.x} * blockDim.x + threadIdx.x; idx < 2 * per_side; idx += stride) {
@@ -47,7 +79,7 @@ __global__ void write_kv_kernel(char* k, char* v, const uint4* k_new, const uint
     const long long off = dst.offset(token);
     if (off < 0) continue;
     const uint4 x = __ldg((is_v ? v_new : k_new) + rel);
-    *reinterpret_cast<uint4*>((is_v ? v : k) + off + std::uint64_t{vec} * 16) = x;
+    *reinterpret_cast<uint4*>((is_v ? v : k) + off + heads.at(vec)) = x;
   }
 }
 

@@ -445,6 +445,9 @@ inline HpLaunch hp_plan(const PagedAttentionParams& p, std::uint64_t num_pages =
   auto refuse = [&](const std::string& what) { kvmm::kernels::detail::launch_failed(kName, what.c_str()); };
   const PagedKVCache& c = p.cache;
   if (c.dtype != DType::kBF16) refuse("dtype: only bf16 is built");
+  if (c.order != KVOrder::kTokenMajor)
+    refuse("cache.order = " + std::to_string(static_cast<int>(c.order)) +
+           " (head-major): the sm_90a prefill's TMA map reads token-major pages only");
   if (c.head_dim != 128) refuse("head_dim = " + std::to_string(c.head_dim) + ": only 128 is built");
   if (p.query.q_indptr == nullptr) refuse("query.q_indptr = nullptr: a prefill kernel");
   if (p.options.mask != MaskKind::kCausal) refuse("options.mask: only the causal mask is built");

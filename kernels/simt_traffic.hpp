@@ -4,7 +4,8 @@
 // site). Lanes of a warp run the same code between collectives, so the k-th record of
 // every lane of a warp is one warp-wide instruction: analyse() groups the log by
 // (CTA, warp, k) and derives, per named address region, bytes requested and unique,
-// 32-byte sectors per warp request, and shared-memory wavefronts per warp access
+// 32-byte sectors per warp request, each CTA's contiguous byte runs (the read pattern a
+// DRAM row sees of one CTA), and shared-memory wavefronts per warp access
 // (32 banks of 4 bytes; 4-byte accesses form one phase of 32 lanes, 8-byte two of 16,
 // 16-byte four of 8; each 8x8 ldmatrix matrix is one phase of 8 rows of 16 bytes; a
 // phase costs the largest number of distinct words one bank serves). A predicated-off
@@ -57,6 +58,11 @@ struct GlobalStats {
   // request, exactly 16 + 8) match this rule, not `sectors` (16): a hypothesis the
   // `decode_paged_tc_sect` bench row tests on a device.
   long long half_warp_sectors = 0;
+  // Each CTA's bytes of the region merged into maximal contiguous runs: their number summed
+  // over CTAs, the shortest and the longest (KVOrder's test: a CTA of one kv head reads
+  // head_dim x 2-byte runs of token-major pages, whole page tiles of head-major ones).
+  long long cta_runs = 0;
+  long long cta_run_min = 0, cta_run_max = 0;
   double sectors_per_request() const { return requests ? double(sectors) / double(requests) : 0.0; }
   double half_warp_sectors_per_request() const { return requests ? double(half_warp_sectors) / double(requests) : 0.0; }
 };
@@ -118,6 +124,7 @@ class TrafficLog {
     std::map<std::tuple<std::uint32_t, std::uint32_t, std::uint32_t>, std::vector<const Access*>> groups;
     for (const Access& a : log_) groups[{a.cta, a.thread / 32, a.seq}].push_back(&a);
     std::map<std::string, std::vector<std::pair<std::uintptr_t, std::uintptr_t>>> spans;
+    std::map<std::pair<std::string, std::uint32_t>, std::vector<std::pair<std::uintptr_t, std::uintptr_t>>> cta_spans;
     for (const auto& [key, lanes] : groups) {
       const Access& first = *lanes.front();
       bool same = true;
@@ -135,6 +142,7 @@ class TrafficLog {
           GlobalStats& s = rep.global[name];
           s.bytes_requested += a->bytes;
           spans[name].emplace_back(a->addr, a->addr + a->bytes);
+          cta_spans[{name, a->cta}].emplace_back(a->addr, a->addr + a->bytes);
           wide = wide && a->bytes == 16;
           for (std::uintptr_t sec = a->addr / 32; sec <= (a->addr + a->bytes - 1) / 32; ++sec) {
             sectors[name].push_back(sec);
@@ -176,6 +184,25 @@ class TrafficLog {
         if (s_hi > s_lo) s.unique_sectors += static_cast<long long>(s_hi - s_lo);
         sec_end = std::max(sec_end, s_hi);
       }
+    }
+    for (auto& [key, v] : cta_spans) {
+      std::sort(v.begin(), v.end());
+      GlobalStats& s = rep.global[key.first];
+      auto run_done = [&s](std::uintptr_t lo, std::uintptr_t hi) {
+        const auto n = static_cast<long long>(hi - lo);
+        s.cta_run_min = s.cta_runs == 0 ? n : std::min(s.cta_run_min, n);
+        s.cta_run_max = std::max(s.cta_run_max, n);
+        ++s.cta_runs;
+      };
+      std::uintptr_t lo = v.front().first, hi = v.front().second;
+      for (const auto& [a, b] : v) {
+        if (a > hi) {
+          run_done(lo, hi);
+          lo = a;
+        }
+        hi = std::max(hi, b);
+      }
+      run_done(lo, hi);
     }
     return rep;
   }

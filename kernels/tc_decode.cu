@@ -142,27 +142,15 @@ void launch(const QueryBatch& q, const AttentionOptions& opt, const SplitKV& spl
 void paged_decode_attention_tc(const PagedAttentionParams& p, Stream stream, std::uint32_t stages,
                                std::uint32_t* merge_counters, TcDecodeShape shape) {
   check_params(p, false, true);
-  const device::TcPagedAddr kv{
-      static_cast<const char*>(p.cache.k),
-      static_cast<const char*>(p.cache.v),
-      p.cache.page_stride_bytes,
-      static_cast<std::uint32_t>(token_row_bytes(p.cache.kv_heads, p.cache.head_dim, p.cache.dtype)),
-      p.table.indptr,
-      p.table.pages,
-      p.table.dense_stride,
-      device::FastDiv::make(p.cache.tokens_per_page)};
-  launch(p.query, p.options, p.split, p.cache.kv_heads, p.cache.head_dim, p.cache.dtype, kv, stages, merge_counters,
-         shape, stream, "paged_decode_attention_tc");
+  launch(p.query, p.options, p.split, p.cache.kv_heads, p.cache.head_dim, p.cache.dtype, device::tc_paged_addr(p),
+         stages, merge_counters, shape, stream, "paged_decode_attention_tc");
 }
 
 void contiguous_decode_attention_tc(const ContiguousAttentionParams& p, Stream stream, std::uint32_t stages,
                                     std::uint32_t* merge_counters, TcDecodeShape shape) {
   check_params(p, false, true);
-  const device::ContiguousAddr kv{
-      static_cast<const char*>(p.cache.k), static_cast<const char*>(p.cache.v), p.cache.slot_stride_bytes,
-      static_cast<std::uint32_t>(token_row_bytes(p.cache.kv_heads, p.cache.head_dim, p.cache.dtype)), p.slot_idx};
-  launch(p.query, p.options, p.split, p.cache.kv_heads, p.cache.head_dim, p.cache.dtype, kv, stages, merge_counters,
-         shape, stream, "contiguous_decode_attention_tc");
+  launch(p.query, p.options, p.split, p.cache.kv_heads, p.cache.head_dim, p.cache.dtype, device::contiguous_addr(p),
+         stages, merge_counters, shape, stream, "contiguous_decode_attention_tc");
 }
 
 }  // namespace kvmm::kernels::experimental

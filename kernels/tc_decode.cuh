@@ -142,7 +142,7 @@ __device__ __forceinline__ void tc_decode_body(const AttnArgs& a, const Addr& kv
   }
 
   const typename Addr::Row r = kv.row(b);
-  const std::uint64_t head_off = std::uint64_t{h} * D * 2;
+  const std::uint64_t head_off = std::uint64_t{h} * kv.head_stride;  // kv_strides
   // Tiles start at multiples of 16 from below piece.lo; rows outside the piece are copied
   // with source size 0 (no bytes read) and masked.
   const std::uint32_t first = piece.lo / kStep * kStep;

@@ -42,12 +42,14 @@ struct FastDiv {
 };
 
 // Paged addressing for the tensor-core kernel: as PagedAddr, the page entry by
-// FastDiv.
+// FastDiv; row_bytes is the token stride of the cache's order, kv head h head_stride x h
+// further (kv_strides; the kernels form h x head_stride once per CTA).
 struct TcPagedAddr {
   const char* k;
   const char* v;
   std::uint64_t page_stride;
   std::uint32_t row_bytes;
+  std::uint32_t head_stride;
   const std::uint32_t* indptr;
   const std::uint32_t* pages;
   std::uint32_t dense_stride;
@@ -65,6 +67,21 @@ struct TcPagedAddr {
     return page_row_offset(page, tok - entry * tpp.d, page_stride, row_bytes);
   }
 };
+
+// The tensor-core addressing of a launch's paged cache (host; contiguous caches take
+// contiguous_addr, attention.cuh).
+inline TcPagedAddr tc_paged_addr(const PagedAttentionParams& p) {
+  const KVStrides st = kv_strides(p.cache);
+  return TcPagedAddr{static_cast<const char*>(p.cache.k),
+                     static_cast<const char*>(p.cache.v),
+                     p.cache.page_stride_bytes,
+                     static_cast<std::uint32_t>(st.token),
+                     static_cast<std::uint32_t>(st.head),
+                     p.table.indptr,
+                     p.table.pages,
+                     p.table.dense_stride,
+                     FastDiv::make(p.cache.tokens_per_page)};
+}
 
 // Whether every 16-token tile of `kv` lies in one page (picks kTileInPage).
 inline bool tc_tile_in_page(const TcPagedAddr& kv) { return kv.tpp.d % kTcTile == 0; }

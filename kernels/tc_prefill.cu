@@ -91,27 +91,15 @@ void launch(const QueryBatch& q, const AttentionOptions& opt, const SplitKV& spl
 
 void paged_prefill_attention_tc(const PagedAttentionParams& p, Stream stream, bool round_p_once, TcPrefillRows rows) {
   check_params(p, true, true);
-  const device::TcPagedAddr kv{
-      static_cast<const char*>(p.cache.k),
-      static_cast<const char*>(p.cache.v),
-      p.cache.page_stride_bytes,
-      static_cast<std::uint32_t>(token_row_bytes(p.cache.kv_heads, p.cache.head_dim, p.cache.dtype)),
-      p.table.indptr,
-      p.table.pages,
-      p.table.dense_stride,
-      device::FastDiv::make(p.cache.tokens_per_page)};
-  launch(p.query, p.options, p.split, p.cache.kv_heads, p.cache.head_dim, p.cache.dtype, kv, stream,
-         "paged_prefill_attention_tc", round_p_once, rows);
+  launch(p.query, p.options, p.split, p.cache.kv_heads, p.cache.head_dim, p.cache.dtype, device::tc_paged_addr(p),
+         stream, "paged_prefill_attention_tc", round_p_once, rows);
 }
 
 void contiguous_prefill_attention_tc(const ContiguousAttentionParams& p, Stream stream, bool round_p_once,
                                      TcPrefillRows rows) {
   check_params(p, true, true);
-  const device::ContiguousAddr kv{
-      static_cast<const char*>(p.cache.k), static_cast<const char*>(p.cache.v), p.cache.slot_stride_bytes,
-      static_cast<std::uint32_t>(token_row_bytes(p.cache.kv_heads, p.cache.head_dim, p.cache.dtype)), p.slot_idx};
-  launch(p.query, p.options, p.split, p.cache.kv_heads, p.cache.head_dim, p.cache.dtype, kv, stream,
-         "contiguous_prefill_attention_tc", round_p_once, rows);
+  launch(p.query, p.options, p.split, p.cache.kv_heads, p.cache.head_dim, p.cache.dtype, device::contiguous_addr(p),
+         stream, "contiguous_prefill_attention_tc", round_p_once, rows);
 }
 
 }  // namespace kvmm::kernels::experimental

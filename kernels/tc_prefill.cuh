@@ -170,8 +170,8 @@ __global__ void __launch_bounds__(kPfThreads, 2) tc_prefill_kernel(AttnArgs a, A
     }
   }
   const typename Addr::Row r = kv.row(b);
-  const std::uint64_t head_off = std::uint64_t{h} * D * 2;
-  const std::uint32_t c16 = (threadIdx.x % kChunks) * 16;  // this thread's chunk in a K/V row, bytes
+  const std::uint64_t head_off = std::uint64_t{h} * kv.head_stride;  // kv_strides
+  const std::uint32_t c16 = (threadIdx.x % kChunks) * 16;            // this thread's chunk in a K/V row, bytes
   const std::uint32_t first = piece.lo / kPfTile * kPfTile;
   const std::uint32_t tiles = piece.hi > first ? (piece.hi - first + kPfTile - 1) / kPfTile : 0u;
   if (threadIdx.x == 0) *lk = Lookup{r, head_off, piece.lo, piece.hi, first};

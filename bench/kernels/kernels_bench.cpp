@@ -26,6 +26,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 using namespace kvmm;
@@ -98,25 +99,29 @@ void BM_copy_d2d(benchmark::State& state) {
                                               benchmark::Counter::kIsRate);  // read + written
 }
 
-// A decode batch with every request at context `ctx`.
+// A decode batch with every request at context `ctx`; Llama-3-8B's heads, or `kv_heads` kv
+// heads with its group of 4 (the _kv1 rows: one kv head, 256-byte token rows).
 struct DecodeSetup {
-  std::uint32_t batch, ctx, splits;
+  std::uint32_t batch, ctx, kv_heads, q_heads, splits;
   Device q, o, lens, ws, counters;
-  DecodeSetup(std::uint32_t b, std::uint32_t c)
+  DecodeSetup(std::uint32_t b, std::uint32_t c, std::uint32_t kvh = kKvHeads)
       : batch(b),
         ctx(c),
-        splits(choose_num_splits(b, kQHeads, kKvHeads, c, static_cast<std::uint32_t>(g_sms))),
-        q(std::size_t{b} * kQHeads * kDim * 2),
-        o(std::size_t{b} * kQHeads * kDim * 2),
+        kv_heads(kvh),
+        q_heads(kvh * (kQHeads / kKvHeads)),
+        splits(choose_num_splits(b, q_heads, kv_heads, c, static_cast<std::uint32_t>(g_sms))),
+        q(std::size_t{b} * q_heads * kDim * 2),
+        o(std::size_t{b} * q_heads * kDim * 2),
         lens(b * 4),
-        ws(attention_workspace_bytes(b, kQHeads, kDim, splits)),
-        counters(experimental::tc_merge_counters(b, kQHeads) * 4) {
-    if (counters.p != nullptr) cudaMemset(counters.p, 0, experimental::tc_merge_counters(b, kQHeads) * 4);
-    bench::fill_random_bf16(q.p, std::size_t{b} * kQHeads * kDim * 2, 11);
+        ws(attention_workspace_bytes(b, q_heads, kDim, splits)),
+        counters(experimental::tc_merge_counters(b, q_heads) * 4) {
+    if (counters.p != nullptr) cudaMemset(counters.p, 0, experimental::tc_merge_counters(b, q_heads) * 4);
+    bench::fill_random_bf16(q.p, std::size_t{b} * q_heads * kDim * 2, 11);
     upload(lens, std::vector<std::uint32_t>(b, c));
   }
-  QueryBatch query() const { return QueryBatch{q.p, o.p, batch, batch, kQHeads, lens.as<std::uint32_t>(), nullptr}; }
-  double kv_bytes() const { return double(batch) * ctx * kRowBytes * 2; }
+  QueryBatch query() const { return QueryBatch{q.p, o.p, batch, batch, q_heads, lens.as<std::uint32_t>(), nullptr}; }
+  std::uint64_t row_bytes() const { return std::uint64_t{kv_heads} * kDim * 2; }
+  double kv_bytes() const { return double(batch) * ctx * double(row_bytes()) * 2; }
 };
 
 void report(benchmark::State& state, double bytes, std::uint32_t splits) {
@@ -130,17 +135,24 @@ void report(benchmark::State& state, double bytes, std::uint32_t splits) {
 
 // tc: 0 the default kernel, else the tensor-core kernel with a ring of `tc` stages per warp;
 // in_kernel: its split pieces merged by the last CTA of each (request, kv head), one launch;
-// shape: its warp tiles and grid order (TcDecodeShape; {} the default).
-void decode_paged(benchmark::State& state, int tc, bool in_kernel, experimental::TcDecodeShape shape) {
-  const auto batch = static_cast<std::uint32_t>(state.range(0));
+// shape: its warp tiles and grid order (TcDecodeShape; {} the default); order: inside the
+// pages (KVOrder; head-major: the _hnd rows); kv1: ONE kv head (group 4) at 8x the batch
+// (the _kv1 rows: the same K/V bytes and CTAs as 8 kv heads, token rows of 256 contiguous
+// bytes, no new layout: issue 36's read-pattern hypothesis tested by the default order).
+void decode_paged_at(benchmark::State& state, int tc, bool in_kernel, experimental::TcDecodeShape shape, KVOrder order,
+                     bool kv1) {
+  const auto batch = static_cast<std::uint32_t>(state.range(0)) * (kv1 ? kKvHeads : 1u);
   const auto ctx = static_cast<std::uint32_t>(state.range(1));
   const auto tpp = static_cast<std::uint32_t>(state.range(2));
-  if (std::uint64_t{batch} * ctx > kMaxTokens) return state.SkipWithError("over the memory budget");
-  DecodeSetup d(batch, ctx);
+  if (std::uint64_t{batch} * ctx > kMaxTokens * (kv1 ? kKvHeads : 1u))
+    return state.SkipWithError("over the memory budget");
+  DecodeSetup d(batch, ctx, kv1 ? 1u : kKvHeads);
   const std::uint32_t per_req = (ctx + tpp - 1) / tpp;
   const std::uint32_t pages = batch * per_req;
-  // Page-layer layout of a kLayers-layer group: per layer K then V, each [tpp][8][128].
-  const std::uint64_t stride = std::uint64_t{kLayers} * 2 * tpp * kRowBytes;
+  // Page-layer layout of a kLayers-layer group: per layer K then V, each [tpp][8][128]
+  // (head-major: [8][tpp][128]).
+  const std::uint64_t row_bytes = d.row_bytes();
+  const std::uint64_t stride = std::uint64_t{kLayers} * 2 * tpp * row_bytes;
   Device arena(pages * stride), table(std::size_t{pages} * 4);
   if (arena.p == nullptr) return state.SkipWithError("cudaMalloc failed");
   bench::fill_random_bf16(arena.p, pages * stride, 1);
@@ -151,13 +163,14 @@ void decode_paged(benchmark::State& state, int tc, bool in_kernel, experimental:
   PagedAttentionParams p;
   p.query = d.query();
   // Layer 1 of the group: its K and V sit behind layer 0's inside every page.
-  p.cache = PagedKVCache{arena.as<char>() + 2 * tpp * kRowBytes,
-                         arena.as<char>() + 3 * tpp * kRowBytes,
+  p.cache = PagedKVCache{arena.as<char>() + 2 * tpp * row_bytes,
+                         arena.as<char>() + 3 * tpp * row_bytes,
                          stride,
                          tpp,
-                         kKvHeads,
+                         d.kv_heads,
                          kDim,
-                         DType::kBF16};
+                         DType::kBF16,
+                         order};
   p.table = PageTableView{nullptr, table.as<PageId>(), per_req};
   p.split = SplitKV{d.splits, d.ws.p};
   time_loop(state, [&] {
@@ -169,8 +182,12 @@ void decode_paged(benchmark::State& state, int tc, bool in_kernel, experimental:
   });
   report(state, d.kv_bytes(), d.splits);
 }
+void decode_paged(benchmark::State& state, int tc, bool in_kernel, experimental::TcDecodeShape shape) {
+  decode_paged_at(state, tc, in_kernel, shape, KVOrder::kTokenMajor, false);
+}
 
-void decode_contiguous(benchmark::State& state, bool tc) {
+// order: head-major slots [kv_heads][ctx][128] for the _hnd rows.
+void decode_contiguous_at(benchmark::State& state, bool tc, KVOrder order) {
   const auto batch = static_cast<std::uint32_t>(state.range(0));
   const auto ctx = static_cast<std::uint32_t>(state.range(1));
   if (std::uint64_t{batch} * ctx > kMaxTokens) return state.SkipWithError("over the memory budget");
@@ -186,7 +203,7 @@ void decode_contiguous(benchmark::State& state, bool tc) {
   upload(slots, idx);
   ContiguousAttentionParams p;
   p.query = d.query();
-  p.cache = ContiguousKVCache{k.p, v.p, slot, ctx, kKvHeads, kDim, DType::kBF16};
+  p.cache = ContiguousKVCache{k.p, v.p, slot, ctx, kKvHeads, kDim, DType::kBF16, order};
   p.slot_idx = slots.as<std::uint32_t>();
   p.split = SplitKV{d.splits, d.ws.p};
   time_loop(state, [&] {
@@ -197,6 +214,7 @@ void decode_contiguous(benchmark::State& state, bool tc) {
   });
   report(state, d.kv_bytes(), d.splits);
 }
+void decode_contiguous(benchmark::State& state, bool tc) { decode_contiguous_at(state, tc, KVOrder::kTokenMajor); }
 
 // One request: a chunk of `chunk` new tokens at the end of a `ctx`-token context, 16-token pages.
 // tc: the tensor-core prefill (issue 37) instead of the default kernel; round_p_once: its
@@ -437,6 +455,26 @@ int main(int argc, char** argv) {
           ->ArgNames({"batch", "ctx"})
           ->UseManualTime()
           ->Unit(benchmark::kMicrosecond);
+  // Issue 36's read-pattern hypothesis (H2): head-major pages and slots (KVOrder::kHeadMajor,
+  // a CTA's 16-token page tile one 4 KiB run) for the tensor-core decode (_tc_hnd, paged and
+  // contiguous) and the default kernel (decode_paged_hnd); and without any new layout, one kv
+  // head at 8x the batch (_kv1: the same bytes and CTAs, 256-byte token rows).
+  for (std::int64_t batch : {16, 64, 256})
+    for (std::int64_t ctx : {1024, 4096, 32768}) {
+      for (const auto& [name, tc, order, kv1] : {std::tuple{"decode_paged_tc_hnd", 2, KVOrder::kHeadMajor, false},
+                                                 std::tuple{"decode_paged_hnd", 0, KVOrder::kHeadMajor, false},
+                                                 std::tuple{"decode_paged_tc_kv1", 2, KVOrder::kTokenMajor, true}})
+        benchmark::RegisterBenchmark(name, decode_paged_at, tc, false, experimental::TcDecodeShape{}, order, kv1)
+            ->Args({batch, ctx, 16})
+            ->ArgNames({"batch", "ctx", "tpp"})
+            ->UseManualTime()
+            ->Unit(benchmark::kMicrosecond);
+      benchmark::RegisterBenchmark("decode_contiguous_tc_hnd", decode_contiguous_at, true, KVOrder::kHeadMajor)
+          ->Args({batch, ctx})
+          ->ArgNames({"batch", "ctx"})
+          ->UseManualTime()
+          ->Unit(benchmark::kMicrosecond);
+    }
   for (std::int64_t chunk : {512, 2048})
     for (std::int64_t ctx : {2048, 8192})
       // default; tensor-core (16 rows per warp) with P split / rounded once; the same at 32

@@ -32,11 +32,12 @@ std::uint16_t load16(const void* base, std::uint64_t byte_offset) {
   return v;
 }
 
-// Key addressing of the paged layout: byte offset of (token, head 0) or -1 for a null page.
+// Key addressing of the paged layout: byte offset of (token, head 0) or -1 for a null page;
+// head h lies head_stride() x h further (kv_strides of the cache's order).
 class PagedKeys {
  public:
-  PagedKeys(const PagedAttentionParams& p)
-      : p_(p), row_bytes_(token_row_bytes(p.cache.kv_heads, p.cache.head_dim, p.cache.dtype)) {}
+  PagedKeys(const PagedAttentionParams& p) : p_(p), strides_(kv_strides(p.cache)) {}
+  std::uint64_t head_stride() const { return strides_.head; }
   void select(std::uint32_t b) {
     const PageTableView& t = p_.table;
     if (t.indptr != nullptr) {
@@ -57,12 +58,12 @@ class PagedKeys {
   }
   std::int64_t offset(std::uint32_t tok) const {
     const PageId page = row_[page_of_token(tok, p_.cache.tokens_per_page)];
-    return paged_token_offset(page, tok, p_.cache.tokens_per_page, p_.cache.page_stride_bytes, row_bytes_);
+    return paged_token_offset(page, tok, p_.cache.tokens_per_page, p_.cache.page_stride_bytes, strides_.token);
   }
 
  private:
   const PagedAttentionParams& p_;
-  std::uint64_t row_bytes_;
+  KVStrides strides_;
   const PageId* row_ = nullptr;
   std::uint64_t count_ = 0;
   std::uint32_t batch_row_ = 0;
@@ -70,8 +71,8 @@ class PagedKeys {
 
 class ContiguousKeys {
  public:
-  ContiguousKeys(const ContiguousAttentionParams& p)
-      : p_(p), row_bytes_(token_row_bytes(p.cache.kv_heads, p.cache.head_dim, p.cache.dtype)) {}
+  ContiguousKeys(const ContiguousAttentionParams& p) : p_(p), strides_(kv_strides(p.cache)) {}
+  std::uint64_t head_stride() const { return strides_.head; }
   void select(std::uint32_t b) {
     base_ = p_.slot_idx[b] * p_.cache.slot_stride_bytes;
     batch_row_ = b;
@@ -80,11 +81,11 @@ class ContiguousKeys {
     if (kv_len > p_.cache.max_ctx)
       fail("query.kv_lens[{}] = {}: larger than cache.max_ctx ({})", batch_row_, kv_len, p_.cache.max_ctx);
   }
-  std::int64_t offset(std::uint32_t tok) const { return slot_row_offset(base_, 1, tok, row_bytes_); }
+  std::int64_t offset(std::uint32_t tok) const { return slot_row_offset(base_, 1, tok, strides_.token); }
 
  private:
   const ContiguousAttentionParams& p_;
-  std::uint64_t row_bytes_;
+  KVStrides strides_;
   std::uint64_t base_ = 0;
   std::uint32_t batch_row_ = 0;
 };
@@ -137,7 +138,7 @@ void attend(const QueryBatch& q, const void* k_base, const void* v_base, Shape s
           for (std::uint32_t tok = piece.lo; tok < piece.hi; ++tok) {
             const std::int64_t off = keys.offset(tok);
             if (off < 0) continue;
-            const std::uint64_t head_off = static_cast<std::uint64_t>(off) + std::uint64_t{h} * d * elt;
+            const std::uint64_t head_off = static_cast<std::uint64_t>(off) + std::uint64_t{h} * keys.head_stride();
             double logit = 0.0;
             for (std::uint32_t j = 0; j < d; ++j)
               logit += qv[j] * to_float(s.dtype, load16(k_base, head_off + j * elt));

@@ -1,6 +1,7 @@
 // Host-side parameter validation shared by the CUDA launchers and the CPU references,
 // plus the split-KV sizing helpers.
 #include "kvmm/error.hpp"
+#include "kvmm/kernels/addressing.hpp"
 #include "kvmm/kernels/attention.hpp"
 #include "kvmm/kernels/cache_ops.hpp"
 
@@ -29,8 +30,22 @@ void check_heads(std::uint32_t kv_heads, std::uint32_t head_dim, const char* pre
     fail("{}.head_dim = {}: kernels support 64, 128 and 256", prefix, head_dim);
 }
 
+void check_order(KVOrder o, const char* prefix) {
+  if (o != KVOrder::kTokenMajor && o != KVOrder::kHeadMajor)
+    fail("{}.order = {}: not a KVOrder (0 token-major, 1 head-major)", prefix, static_cast<int>(o));
+}
+
+// The kernels hold a head's offset stride in 32 bits (h x stride in 64): head-major pages
+// or slots of 2^32 bytes per head and more are refused.
+void check_head_stride(KVStrides s, const char* prefix, const char* tokens, std::uint32_t n) {
+  if (s.head >= (std::uint64_t{1} << 32))
+    fail("{}.{} = {}: a head-major head of {} bytes; the kernels take < 2^32", prefix, tokens, n, s.head);
+}
+
 void check_cache(const PagedKVCache& c, const char* prefix) {
   check_dtype(c.dtype, "cache.dtype");
+  check_order(c.order, prefix);
+  check_head_stride(kv_strides(c), prefix, "tokens_per_page", c.tokens_per_page);
   check_heads(c.kv_heads, c.head_dim, prefix);
   if (c.tokens_per_page == 0) fail("{}.tokens_per_page = 0: must be >= 1", prefix);
   check_pointer(c.k, "cache.k", true);
@@ -45,6 +60,8 @@ void check_cache(const PagedKVCache& c, const char* prefix) {
 void check_cache(const ContiguousKVCache& c, const char* prefix) {
   check_dtype(c.dtype, "cache.dtype");
   check_heads(c.kv_heads, c.head_dim, prefix);
+  check_order(c.order, prefix);
+  check_head_stride(kv_strides(c), prefix, "max_ctx", c.max_ctx);
   if (c.max_ctx == 0) fail("{}.max_ctx = 0: must be >= 1", prefix);
   check_pointer(c.k, "cache.k", true);
   check_pointer(c.v, "cache.v", true);

@@ -1,6 +1,7 @@
 // The CPU attention references against a naive dense attention: every mask, GQA ratios
 // 1/4/8, page sizes 1/16/17, permuted and over-allocated tables (CSR and dense), null
-// pages, split-KV, soft-capping, both dtypes and head dims; and paged == contiguous.
+// pages, split-KV, soft-capping, both dtypes and head dims, token- and head-major caches;
+// and paged == contiguous.
 #include "kernels/kernel_fixture.hpp"
 
 #include <catch2/catch.hpp>
@@ -56,13 +57,15 @@ TEST_CASE("attention references match naive dense attention", "[kernels][attenti
           c.kv_heads = group == 8 ? 1 : 2;
           c.max_kv_len = c.head_dim == 256 ? 50 : 75;
           c.seed = index;
+          c.order = (index / 3) % 2 == 0 ? KVOrder::kTokenMajor : KVOrder::kHeadMajor;
           Scenario s(c);
           s.fill_host_caches();
           const std::vector<double> want = s.naive();
           INFO("scenario " << index << " mask " << mask_name(mask) << " window " << c.options.window << " chunk "
                            << c.options.chunk << " group " << group << " tpp " << tpp << " prefill " << prefill << " d "
                            << c.head_dim << " bf16 " << (c.dtype == DType::kBF16) << " cap " << c.options.soft_cap
-                           << " csr " << c.csr << " nulls " << static_cast<int>(c.nulls));
+                           << " csr " << c.csr << " nulls " << static_cast<int>(c.nulls) << " head-major "
+                           << (c.order == KVOrder::kHeadMajor));
           const double bound = unit_roundoff(c.dtype) * 1.01;
           std::vector<std::uint16_t> paged_out, cont_out;
           for (std::uint32_t splits : {1u, 3u, 8u}) {
@@ -285,4 +288,21 @@ TEST_CASE("launch-only and cache-op checks name the field", "[kernels][attention
   CHECK_THROWS_WITH(check_params(cpy), Catch::Contains("page_bytes = 128"));
   cpy.src_pages = nullptr;
   CHECK_THROWS_WITH(check_params(cpy), Catch::Contains("src_pages = nullptr"));
+  // An order outside KVOrder, in every cache a check reads.
+  p = s.paged_params(o.data(), 1, true);
+  p.cache.order = static_cast<KVOrder>(7);
+  CHECK_THROWS_WITH(check_params(p, false, false), Catch::Contains("cache.order = 7"));
+  cp = s.contiguous_params(o.data(), 1);
+  cp.cache.order = static_cast<KVOrder>(2);
+  CHECK_THROWS_WITH(check_params(cp, false, false), Catch::Contains("cache.order = 2"));
+  w.cache.order = static_cast<KVOrder>(255);
+  CHECK_THROWS_WITH(check_params(w), Catch::Contains("cache.order = 255"));
+  // A head-major head of 2^32 bytes or more (the kernels' 32-bit head stride).
+  cp = s.contiguous_params(o.data(), 1);
+  cp.cache.order = KVOrder::kHeadMajor;
+  cp.cache.max_ctx = 1u << 25;  // x 64 dims x 2 bytes = 2^32
+  cp.cache.slot_stride_bytes = std::uint64_t{cp.cache.max_ctx} * s.row_bytes();
+  CHECK_THROWS_WITH(check_params(cp, false, false), Catch::Contains("cache.max_ctx = 33554432"));
+  cp.cache.order = KVOrder::kTokenMajor;  // token-major: a head's stride is head_dim x 2
+  CHECK_NOTHROW(check_params(cp, false, false));
 }

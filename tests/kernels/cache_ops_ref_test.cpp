@@ -98,6 +98,60 @@ TEST_CASE("contiguous write_kv places tokens at slot and position", "[kernels][w
   CHECK_THROWS_WITH(cpu::write_kv(p), Catch::Contains("positions[5] = 33"));
 }
 
+TEST_CASE("head-major write_kv puts each head's row at (h x tokens + t) x head_dim", "[kernels][write_kv]") {
+  // Stated here independently of kv_strides: K(page p, token t, head h, dim j) at
+  // p x stride + ((h x tokens_per_page + t) x d + j) x 2; contiguous (h x max_ctx + pos).
+  const std::uint32_t kv_heads = 3, d = 64, tpp = 5, pages = 4, n = 11;
+  const std::uint64_t head_row = d * 2, stride = tpp * kv_heads * head_row + 32;
+  Buffer kb, vb;
+  kb.resize(pages * stride);
+  vb.resize(pages * stride);
+  std::vector<std::uint16_t> k(n * kv_heads * d), v(k.size());
+  for (std::size_t e = 0; e < k.size(); ++e) {
+    k[e] = static_cast<std::uint16_t>(e);
+    v[e] = static_cast<std::uint16_t>(e + 40000);
+  }
+  std::vector<PageId> ids(n);
+  std::vector<std::uint32_t> offs(n);
+  for (std::uint32_t i = 0; i < n; ++i) {
+    ids[i] = (i * 3 + 1) % pages;
+    offs[i] = (i * 2) % tpp;  // distinct (page, offset) for these 11 tokens
+  }
+  PagedKVCache cache{kb.data(), vb.data(), stride, tpp, kv_heads, d, DType::kBF16, KVOrder::kHeadMajor};
+  cpu::write_kv(PagedWriteParams{cache, k.data(), v.data(), ids.data(), offs.data(), n});
+  auto at = [](const Buffer& b, std::uint64_t byte) {
+    std::uint16_t x;
+    std::memcpy(&x, reinterpret_cast<const char*>(b.blocks.data()) + byte, 2);
+    return x;
+  };
+  for (std::uint32_t i = 0; i < n; ++i)
+    for (std::uint32_t h = 0; h < kv_heads; ++h)
+      for (std::uint32_t j = 0; j < d; j += 7) {
+        const std::uint64_t byte = ids[i] * stride + ((h * tpp + offs[i]) * d + j) * 2;
+        CHECK(at(kb, byte) == k[(i * kv_heads + h) * d + j]);
+        CHECK(at(vb, byte) == v[(i * kv_heads + h) * d + j]);
+      }
+  const std::uint32_t max_ctx = 7, slots = 2;
+  const std::uint64_t slot_stride = max_ctx * kv_heads * head_row + 16;
+  kb.resize(slots * slot_stride);
+  vb.resize(slots * slot_stride);
+  std::vector<std::uint32_t> slot(n), pos(n);
+  for (std::uint32_t i = 0; i < n; ++i) {
+    slot[i] = i % slots;
+    pos[i] = i / slots;
+  }
+  const ContiguousKVCache cc{kb.data(), vb.data(), slot_stride,  max_ctx,
+                             kv_heads,  d,         DType::kBF16, KVOrder::kHeadMajor};
+  cpu::write_kv(ContiguousWriteParams{cc, k.data(), v.data(), slot.data(), pos.data(), n});
+  for (std::uint32_t i = 0; i < n; ++i)
+    for (std::uint32_t h = 0; h < kv_heads; ++h)
+      for (std::uint32_t j = 0; j < d; j += 5) {
+        const std::uint64_t byte = slot[i] * slot_stride + ((h * max_ctx + pos[i]) * d + j) * 2;
+        CHECK(at(kb, byte) == k[(i * kv_heads + h) * d + j]);
+        CHECK(at(vb, byte) == v[(i * kv_heads + h) * d + j]);
+      }
+}
+
 TEST_CASE("copy_pages and swap_pages move whole pages", "[kernels][copy]") {
   std::mt19937_64 rng(6);
   const std::uint64_t page_bytes = 4096 + 48, stride = 4096 + 64;

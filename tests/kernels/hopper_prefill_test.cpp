@@ -229,6 +229,11 @@ TEST_CASE("sm_90a prefill refuses what it does not build", "[kernels][hopper_pre
   bad([](PagedAttentionParams& p) { p.query.q_indptr = nullptr; }, "q_indptr");
   bad([](PagedAttentionParams& p) { std::swap(p.cache.k, p.cache.v); }, "cache.v - cache.k");
   bad([](PagedAttentionParams& p) { p.cache.page_stride_bytes += 8; }, "page_stride_bytes");
+  // Head-major pages: the TMA map's strides are token-major (the message names the kernel).
+  PagedAttentionParams hnd = ok;
+  hnd.cache.order = KVOrder::kHeadMajor;
+  CHECK_THROWS_WITH(dev::hp_plan(hnd), Catch::Contains("paged_prefill_attention_hopper") &&
+                                           Catch::Contains("cache.order = 1 (head-major)"));
 }
 
 #endif

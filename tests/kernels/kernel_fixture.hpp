@@ -48,6 +48,7 @@ struct ScenarioConfig {
   bool csr = true;
   NullMode nulls = NullMode::kNone;
   std::uint64_t seed = 1;
+  KVOrder order = KVOrder::kTokenMajor;  // of both caches (the values and pages do not depend on it)
 };
 
 // Independent statement of the masks (not kvmm's key_range): may query q_pos see key k?
@@ -251,10 +252,11 @@ struct Scenario {
                         cfg.tokens_per_page,
                         cfg.kv_heads,
                         cfg.head_dim,
-                        cfg.dtype};
+                        cfg.dtype,
+                        cfg.order};
   }
   ContiguousKVCache contiguous_cache(void* k, void* v) const {
-    return ContiguousKVCache{k, v, slot_stride, max_ctx, cfg.kv_heads, cfg.head_dim, cfg.dtype};
+    return ContiguousKVCache{k, v, slot_stride, max_ctx, cfg.kv_heads, cfg.head_dim, cfg.dtype, cfg.order};
   }
 
   // Flattened new-token arrays of every request's whole context (what write_kv stores).

@@ -2,7 +2,8 @@
 // kernels/simt_host.hpp (CTAs as fibers, barriers and warp shuffles emulated), against
 // the CPU references: attention (paged/contiguous, decode/prefill, every mask, GQA
 // 1/4/8/16, page sizes 1/16/17, split-KV with the merge kernel, soft cap, both dtypes,
-// all head dims, prefill row tiles), write_kv and copy_pages. It checks index arithmetic, masks, the online
+// all head dims, prefill row tiles; head-major caches equal to token-major ones bit for
+// bit), write_kv (both orders) and copy_pages. It checks index arithmetic, masks, the online
 // softmax, the team and split merges, and that every barrier and shuffle is reached by
 // all threads of a CTA. It cannot check speed or the CUDA compiler.
 #if defined(__SANITIZE_ADDRESS__)
@@ -13,6 +14,7 @@
 #define KVMM_SIMT_HOST 1
 #include "../../kernels/attention_dispatch.cuh"
 #include "../../kernels/cache_ops.cuh"
+#include "kernels/hnd_util.hpp"
 #include "kernels/kernel_fixture.hpp"
 
 #include <catch2/catch.hpp>
@@ -66,14 +68,7 @@ std::vector<std::uint16_t> run_paged(Scenario& s, std::uint32_t splits, bool csr
   std::vector<float> ws(attention_workspace_bytes(s.rows, s.q_heads, s.cfg.head_dim, splits) / 4 + 4);
   p.split.workspace = ws.data();
   check_params(p, s.cfg.prefill, true);
-  const dev::PagedAddr kv{static_cast<const char*>(p.cache.k),
-                          static_cast<const char*>(p.cache.v),
-                          p.cache.page_stride_bytes,
-                          p.cache.tokens_per_page,
-                          static_cast<std::uint32_t>(s.row_bytes()),
-                          p.table.indptr,
-                          p.table.pages,
-                          p.table.dense_stride};
+  const dev::PagedAddr kv = dev::paged_addr(p);
   REQUIRE(emulate_attention(p.query, p.options, p.split, s.cfg.kv_heads, s.cfg.head_dim, s.cfg.dtype, kv));
   return o;
 }
@@ -84,8 +79,7 @@ std::vector<std::uint16_t> run_contiguous(Scenario& s, std::uint32_t splits) {
   std::vector<float> ws(attention_workspace_bytes(s.rows, s.q_heads, s.cfg.head_dim, splits) / 4 + 4);
   p.split.workspace = ws.data();
   check_params(p, s.cfg.prefill, true);
-  const dev::ContiguousAddr kv{static_cast<const char*>(p.cache.k), static_cast<const char*>(p.cache.v),
-                               p.cache.slot_stride_bytes, static_cast<std::uint32_t>(s.row_bytes()), p.slot_idx};
+  const dev::ContiguousAddr kv = dev::contiguous_addr(p);
   REQUIRE(emulate_attention(p.query, p.options, p.split, s.cfg.kv_heads, s.cfg.head_dim, s.cfg.dtype, kv));
   return o;
 }
@@ -138,6 +132,36 @@ TEST_CASE("emulated attention kernels match the CPU references", "[kernels][simt
       }
 }
 
+TEST_CASE("emulated attention kernels on head-major caches equal token-major ones", "[kernels][simt][hnd]") {
+  std::uint32_t compared = 0;
+  for (bool prefill : {false, true})
+    for (const HndCase& h : hnd_cases(prefill)) {
+      const ScenarioConfig& c = h.cfg;
+      OrderPair s(c);
+      INFO(h.describe());
+      REQUIRE(s.arenas_differ());
+      std::vector<std::uint16_t> ref(s.hnd.out_elems()), ref_nhd(s.nhd.out_elems());
+      auto hp = s.hnd.paged_params(ref.data(), h.splits, true);
+      auto np = s.nhd.paged_params(ref_nhd.data(), h.splits, true);
+      if (prefill) {
+        cpu::paged_prefill_attention(hp);
+        cpu::paged_prefill_attention(np);
+      } else {
+        cpu::paged_decode_attention(hp);
+        cpu::paged_decode_attention(np);
+      }
+      CHECK(ref == ref_nhd);  // the reference reads the same values in the same order
+      const auto got = run_paged(s.hnd, h.splits, c.csr);
+      CHECK(got == run_paged(s.nhd, h.splits, c.csr));
+      CHECK(max_rel_error(c.dtype, got, widen(c.dtype, ref), 1e-2) <= 4.0 * unit_roundoff(c.dtype));
+      if (!s.hnd.any_null) {
+        CHECK(run_contiguous(s.hnd, h.splits) == got);
+        ++compared;
+      }
+    }
+  CHECK(compared >= 20);
+}
+
 TEST_CASE("emulated prefill row tiles with groups that do not divide 8", "[kernels][simt]") {
   // Group 2 packs 4 rows per CTA, group 3 packs 2 (6 of 8 slots); the rows of one CTA
   // see different key ranges (causal end, window start, chunk start).
@@ -171,41 +195,51 @@ TEST_CASE("emulated prefill row tiles with groups that do not divide 8", "[kerne
 }
 
 TEST_CASE("emulated write_kv and copy_pages kernels match the references", "[kernels][simt]") {
-  ScenarioConfig c;
-  c.tokens_per_page = 17;
-  c.head_dim = 128;
-  c.nulls = NullMode::kRandom;
-  c.seed = 12;
-  Scenario s(c);
-  s.fill_host_caches();  // reference result in s.arena
-  Buffer arena;
-  arena.resize(s.arena.size());
-  std::memset(arena.data(), 0x7b, arena.size());
-  const Scenario::Writes w = s.writes();
-  const auto n = static_cast<std::uint32_t>(w.page_ids.size());
-  const std::uint32_t row = static_cast<std::uint32_t>(s.row_bytes());
-  const PagedKVCache cache = s.paged_cache(arena.data());
-  const dev::PagedDst dst{w.page_ids.data(), w.offsets.data(), cache.page_stride_bytes, row};
-  // Few CTAs so that the grid-stride loop wraps.
-  REQUIRE(simt::launch(dim3(3), dev::kCopyThreads, [&] {
-    dev::write_kv_kernel<dev::PagedDst>(static_cast<char*>(cache.k), static_cast<char*>(cache.v),
-                                        reinterpret_cast<const uint4*>(w.k.data()),
-                                        reinterpret_cast<const uint4*>(w.v.data()), n, row / 16, dst);
-  }));
-  CHECK(std::memcmp(arena.data(), s.arena.data(), arena.size()) == 0);
+  // write_kv in both orders (head-major: each head's head_dim x 2 bytes to its own run of the page).
+  for (KVOrder order : {KVOrder::kTokenMajor, KVOrder::kHeadMajor})
+    for (std::uint32_t d : {64u, 128u, 256u}) {
+      INFO("order " << static_cast<int>(order) << " head_dim " << d);
+      ScenarioConfig c;
+      c.tokens_per_page = 17;
+      c.head_dim = d;
+      c.nulls = NullMode::kRandom;
+      c.seed = 12;
+      c.order = order;
+      Scenario s(c);
+      s.fill_host_caches();  // reference result in s.arena
+      Buffer arena;
+      arena.resize(s.arena.size());
+      std::memset(arena.data(), 0x7b, arena.size());
+      const Scenario::Writes w = s.writes();
+      const auto n = static_cast<std::uint32_t>(w.page_ids.size());
+      const std::uint32_t row = static_cast<std::uint32_t>(s.row_bytes());
+      const PagedKVCache cache = s.paged_cache(arena.data());
+      const dev::PagedDst dst =
+          dev::paged_dst(PagedWriteParams{cache, w.k.data(), w.v.data(), w.page_ids.data(), w.offsets.data(), n});
+      // Few CTAs so that the grid-stride loop wraps.
+      REQUIRE(simt::launch(dim3(3), dev::kCopyThreads, [&] {
+        dev::write_kv_kernel<dev::PagedDst>(
+            static_cast<char*>(cache.k), static_cast<char*>(cache.v), reinterpret_cast<const uint4*>(w.k.data()),
+            reinterpret_cast<const uint4*>(w.v.data()), n, row / 16, dst, dev::head_scatter(cache));
+      }));
+      CHECK(std::memcmp(arena.data(), s.arena.data(), arena.size()) == 0);
 
-  Buffer cont;
-  cont.resize(s.cont_k.size());
-  const dev::ContiguousDst cdst{w.slots.data(), w.positions.data(), s.slot_stride, row};
-  Buffer cont_v;
-  cont_v.resize(s.cont_v.size());
-  REQUIRE(simt::launch(dim3(2), dev::kCopyThreads, [&] {
-    dev::write_kv_kernel<dev::ContiguousDst>(static_cast<char*>(cont.data()), static_cast<char*>(cont_v.data()),
-                                             reinterpret_cast<const uint4*>(w.k.data()),
-                                             reinterpret_cast<const uint4*>(w.v.data()), n, row / 16, cdst);
-  }));
-  CHECK(std::memcmp(cont.data(), s.cont_k.data(), cont.size()) == 0);
-  CHECK(std::memcmp(cont_v.data(), s.cont_v.data(), cont_v.size()) == 0);
+      Buffer cont;
+      cont.resize(s.cont_k.size());
+      Buffer cont_v;
+      cont_v.resize(s.cont_v.size());
+      const ContiguousKVCache ccache = s.contiguous_cache(cont.data(), cont_v.data());
+      const dev::ContiguousDst cdst = dev::contiguous_dst(
+          ContiguousWriteParams{ccache, w.k.data(), w.v.data(), w.slots.data(), w.positions.data(), n});
+      REQUIRE(simt::launch(dim3(2), dev::kCopyThreads, [&] {
+        dev::write_kv_kernel<dev::ContiguousDst>(static_cast<char*>(cont.data()), static_cast<char*>(cont_v.data()),
+                                                 reinterpret_cast<const uint4*>(w.k.data()),
+                                                 reinterpret_cast<const uint4*>(w.v.data()), n, row / 16, cdst,
+                                                 dev::head_scatter(ccache));
+      }));
+      CHECK(std::memcmp(cont.data(), s.cont_k.data(), cont.size()) == 0);
+      CHECK(std::memcmp(cont_v.data(), s.cont_v.data(), cont_v.size()) == 0);
+    }
 
   // copy_pages: vector and byte paths, several CTAs per page.
   for (bool vectors : {true, false}) {

@@ -3,8 +3,9 @@
 // dims 64/128/256, page sizes 1-512 (17 and 48 included), null pages, CSR and dense
 // tables, variable lengths, splits with the merge kernel or merged by the last CTA inside
 // the kernel (several CTA orders, a replay on the counters a launch left), soft cap, both
-// dtypes, under two lane schedules; its contiguous form bit-equal to the paged one; the multiply-shift
-// division; the lane map against the swizzle. Its traffic: tests/kernels/traffic_test.cpp.
+// dtypes, under two lane schedules; its contiguous form bit-equal to the paged one; head-major
+// caches bit-equal to token-major ones; the multiply-shift division; the lane map against the swizzle. Its traffic:
+// tests/kernels/traffic_test.cpp.
 #if defined(__SANITIZE_ADDRESS__)
 // Fiber stacks switched with longjmp confuse AddressSanitizer: release CI job only.
 #else
@@ -12,6 +13,7 @@
 #define KVMM_SIMT_HOST 1
 #include "../../kernels/attention_dispatch.cuh"
 #include "../../kernels/tc_decode_api.hpp"
+#include "kernels/hnd_util.hpp"
 #include "kernels/kernel_fixture.hpp"
 
 #include <algorithm>
@@ -99,14 +101,7 @@ std::vector<std::uint16_t> tc_paged(Scenario& s, std::uint32_t splits, bool csr,
   std::vector<float> ws(attention_workspace_bytes(s.rows, s.q_heads, s.cfg.head_dim, splits) / 4 + 4);
   p.split.workspace = ws.data();
   check_params(p, false, true);
-  const dev::TcPagedAddr kv{static_cast<const char*>(p.cache.k),
-                            static_cast<const char*>(p.cache.v),
-                            p.cache.page_stride_bytes,
-                            static_cast<std::uint32_t>(s.row_bytes()),
-                            p.table.indptr,
-                            p.table.pages,
-                            p.table.dense_stride,
-                            dev::FastDiv::make(p.cache.tokens_per_page)};
+  const dev::TcPagedAddr kv = dev::tc_paged_addr(p);
   REQUIRE(emulate_tc(p.query, p.options, p.split, s.cfg.kv_heads, s.cfg.head_dim, s.cfg.dtype, kv, stages, swap, tile32,
                      counters, heads_first));
   return o;
@@ -119,8 +114,7 @@ std::vector<std::uint16_t> tc_contiguous(Scenario& s, std::uint32_t splits, std:
   std::vector<float> ws(attention_workspace_bytes(s.rows, s.q_heads, s.cfg.head_dim, splits) / 4 + 4);
   p.split.workspace = ws.data();
   check_params(p, false, true);
-  const dev::ContiguousAddr kv{static_cast<const char*>(p.cache.k), static_cast<const char*>(p.cache.v),
-                               p.cache.slot_stride_bytes, static_cast<std::uint32_t>(s.row_bytes()), p.slot_idx};
+  const dev::ContiguousAddr kv = dev::contiguous_addr(p);
   REQUIRE(emulate_tc(p.query, p.options, p.split, s.cfg.kv_heads, s.cfg.head_dim, s.cfg.dtype, kv, 2, true, true,
                      counters, heads_first));
   return o;
@@ -482,6 +476,24 @@ TEST_CASE("emulated tensor-core decode: a replay with new lengths on the same co
   std::vector<std::uint16_t> ref(s.out_elems());
   cpu::paged_decode_attention(s.paged_params(ref.data(), splits, true));
   CHECK(max_rel_error(c.dtype, replay, widen(c.dtype, ref), 1e-2) <= 4.0 * unit_roundoff(c.dtype));
+}
+
+TEST_CASE("emulated tensor-core decode on head-major caches equals token-major", "[kernels][simt][tc_decode][hnd]") {
+  for (const HndCase& h : hnd_cases(false)) {
+    const ScenarioConfig& c = h.cfg;
+    OrderPair s(c);
+    INFO(h.describe());
+    REQUIRE(s.arenas_differ());
+    std::vector<std::uint16_t> ref(s.hnd.out_elems());
+    cpu::paged_decode_attention(s.hnd.paged_params(ref.data(), h.splits, true));
+    const auto got = tc_paged(s.hnd, h.splits, c.csr);  // the launcher's instance (swapped where it runs)
+    CHECK(got == tc_paged(s.nhd, h.splits, c.csr));
+    CHECK(max_rel_error(c.dtype, got, widen(c.dtype, ref), 1e-2) <= 4.0 * unit_roundoff(c.dtype));
+    if (!s.hnd.any_null) CHECK(tc_contiguous(s.hnd, h.splits) == got);
+    if (c.group <= 8 && c.head_dim <= 128)  // the 16-row form and 16-token swapped tiles too
+      for (auto [swap, tile32] : {std::pair{false, true}, std::pair{true, false}})
+        CHECK(tc_paged(s.hnd, h.splits, c.csr, 2, swap, tile32) == tc_paged(s.nhd, h.splits, c.csr, 2, swap, tile32));
+  }
 }
 
 TEST_CASE("the tensor-core decode's launchers reject shapes they do not build", "[kernels][tc_decode]") {

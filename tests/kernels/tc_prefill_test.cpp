@@ -13,6 +13,7 @@
 #define KVMM_SIMT_HOST 1
 #include "../../kernels/tc_prefill.cuh"
 #include "../../kernels/attention_dispatch.cuh"
+#include "kernels/hnd_util.hpp"
 #include "kernels/kernel_fixture.hpp"
 
 #include <catch2/catch.hpp>
@@ -73,14 +74,7 @@ std::vector<std::uint16_t> pf_paged(Scenario& s, std::uint32_t splits, bool csr)
   std::vector<float> ws(attention_workspace_bytes(s.rows, s.q_heads, s.cfg.head_dim, splits) / 4 + 4);
   p.split.workspace = ws.data();
   check_params(p, true, true);
-  const dev::TcPagedAddr kv{static_cast<const char*>(p.cache.k),
-                            static_cast<const char*>(p.cache.v),
-                            p.cache.page_stride_bytes,
-                            static_cast<std::uint32_t>(s.row_bytes()),
-                            p.table.indptr,
-                            p.table.pages,
-                            p.table.dense_stride,
-                            dev::FastDiv::make(p.cache.tokens_per_page)};
+  const dev::TcPagedAddr kv = dev::tc_paged_addr(p);
   const bool ok = emulate_pf<dev::TcPagedAddr, kSplitP, kMt>(p.query, p.options, p.split, s.cfg.kv_heads,
                                                              s.cfg.head_dim, s.cfg.dtype, kv);
   REQUIRE(ok);
@@ -94,8 +88,7 @@ std::vector<std::uint16_t> pf_contiguous(Scenario& s, std::uint32_t splits) {
   std::vector<float> ws(attention_workspace_bytes(s.rows, s.q_heads, s.cfg.head_dim, splits) / 4 + 4);
   p.split.workspace = ws.data();
   check_params(p, true, true);
-  const dev::ContiguousAddr kv{static_cast<const char*>(p.cache.k), static_cast<const char*>(p.cache.v),
-                               p.cache.slot_stride_bytes, static_cast<std::uint32_t>(s.row_bytes()), p.slot_idx};
+  const dev::ContiguousAddr kv = dev::contiguous_addr(p);
   REQUIRE(emulate_pf<dev::ContiguousAddr, true, kMt>(p.query, p.options, p.split, s.cfg.kv_heads, s.cfg.head_dim,
                                                      s.cfg.dtype, kv));
   return o;
@@ -230,6 +223,21 @@ TEST_CASE("emulated tensor-core prefill matches the CPU references", "[kernels][
     if (!s.any_null && index % 2 == 1) CHECK(pf_contiguous(s, splits) == got);
     if (!s.any_null && index % 4 == 1) CHECK(pf_contiguous<1>(s, splits) == got16);
     simt::Emulator::get().set_schedule_seed(0);
+  }
+}
+
+TEST_CASE("emulated tensor-core prefill on head-major caches equals token-major", "[kernels][simt][tc_prefill][hnd]") {
+  for (const HndCase& h : hnd_cases(true, 128)) {
+    const ScenarioConfig& c = h.cfg;
+    OrderPair s(c);
+    INFO(h.describe());
+    REQUIRE(s.arenas_differ());
+    std::vector<std::uint16_t> ref(s.hnd.out_elems());
+    cpu::paged_prefill_attention(s.hnd.paged_params(ref.data(), h.splits, true));
+    const auto got = pf_paged(s.hnd, h.splits, c.csr);
+    CHECK(got == pf_paged(s.nhd, h.splits, c.csr));
+    CHECK(max_rel_error(c.dtype, got, widen(c.dtype, ref), 1e-2) <= 4.0 * unit_roundoff(c.dtype));
+    if (!s.hnd.any_null) CHECK(pf_contiguous(s.hnd, h.splits) == got);
   }
 }
 

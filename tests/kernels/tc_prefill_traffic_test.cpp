@@ -76,7 +76,7 @@ PfTraffic pf_traffic(std::uint32_t tpp, MaskKind mask, const std::vector<std::ui
     simt::TrafficLog log;
     if (paged) {
       const dev::TcPagedAddr kv{
-          base, base + page_tokens * row_bytes, page_stride, row_bytes, indptr.data(), pages.data(),
+          base, base + page_tokens * row_bytes, page_stride, row_bytes, D * 2, indptr.data(), pages.data(),
           0,    dev::FastDiv::make(tpp)};
       if (dev::pf_tile_in_page(kv))
         ok = simt::launch(grid, dev::kPfThreads,
@@ -88,7 +88,7 @@ PfTraffic pf_traffic(std::uint32_t tpp, MaskKind mask, const std::vector<std::ui
       // Slots 1 .. batch of K, then V's after K's last.
       const std::uint64_t slot_stride = std::uint64_t{kv_len} * row_bytes;
       REQUIRE(2 * (batch + 1) * slot_stride <= arena.size() - 512);
-      const dev::ContiguousAddr kv{base, base + (batch + 1) * slot_stride, slot_stride, row_bytes, slots.data()};
+      const dev::ContiguousAddr kv{base, base + (batch + 1) * slot_stride, slot_stride, row_bytes, D * 2, slots.data()};
       ok = simt::launch(grid, dev::kPfThreads,
                         [&] { dev::tc_prefill_kernel<dev::BFloat, D, dev::ContiguousAddr, true, true, kMt>(a, kv); });
     }

@@ -167,12 +167,13 @@ DecodeTraffic decode_traffic(bool paged, std::uint32_t misalign) {
   simt::TrafficLog log;
   bool ok;
   if (paged) {
-    const dev::PagedAddr kv{base, base + tpp * row_bytes, page_stride, tpp, row_bytes, indptr.data(), pages.data(), 0};
+    const dev::PagedAddr kv{base,          base + tpp * row_bytes, page_stride, tpp,  row_bytes,
+                            indptr.data(), pages.data(),           0,           D * 2};
     ok = simt::launch(grid, dev::kThreads, [&] { dev::attention_kernel<dev::BFloat, 128, 4, dev::PagedAddr>(a, kv); });
   } else {
     // Two slots of kv_len tokens each, K and V in separate halves of the arena.
     const std::uint64_t slot_stride = std::uint64_t{kv_len} * row_bytes;
-    const dev::ContiguousAddr kv{base, base + batch * slot_stride, slot_stride, row_bytes, slots.data()};
+    const dev::ContiguousAddr kv{base, base + batch * slot_stride, slot_stride, row_bytes, D * 2, slots.data()};
     ok = simt::launch(grid, dev::kThreads,
                       [&] { dev::attention_kernel<dev::BFloat, 128, 4, dev::ContiguousAddr>(a, kv); });
   }
@@ -263,8 +264,8 @@ TcTraffic tc_traffic(bool paged, std::uint32_t splits, std::uint32_t null_every,
   simt::TrafficLog log;
   bool ok;
   if (paged) {
-    const dev::TcPagedAddr kv{base,          base + tpp * row_bytes, page_stride, row_bytes,
-                              indptr.data(), pages.data(),           0,           dev::FastDiv::make(tpp)};
+    const dev::TcPagedAddr kv{base, base + tpp * row_bytes, page_stride, row_bytes, D * 2, indptr.data(), pages.data(),
+                              0,    dev::FastDiv::make(tpp)};
     if constexpr (!std::is_void_v<Body>)
       ok = simt::launch(grid, dev::kTcThreads, [&] {
         if (dev::tc_tile_in_page(kv))
@@ -293,7 +294,7 @@ TcTraffic tc_traffic(bool paged, std::uint32_t splits, std::uint32_t null_every,
       });
   } else {
     const std::uint64_t slot_stride = std::uint64_t{kv_len} * row_bytes;
-    const dev::ContiguousAddr kv{base, base + batch * slot_stride, slot_stride, row_bytes, slots.data()};
+    const dev::ContiguousAddr kv{base, base + batch * slot_stride, slot_stride, row_bytes, D * 2, slots.data()};
     ok = simt::launch(grid, dev::kTcThreads, [&] {
       if constexpr (!std::is_void_v<Body>)
         Body::template run<dev::ContiguousAddr, true>(a, kv);

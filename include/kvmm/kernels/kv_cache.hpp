@@ -1,7 +1,8 @@
 // Descriptors of one layer's KV cache as the kernels read it: the paged page-layer
 // layout (K and V base pointers, explicit 64-bit page stride, page tables as CSR or
 // dense) and the contiguous [slots, max_ctx, kv_heads, head_dim] layout with a slot
-// index per batch row. Plain structs of pointers and sizes; building one costs nothing.
+// index per batch row, each with the order of tokens and heads inside a page or slot
+// (KVOrder). Plain structs of pointers and sizes; building one costs nothing.
 #pragma once
 
 #include "kvmm/kernels/dtype.hpp"
@@ -15,9 +16,25 @@ namespace kvmm::kernels {
 // stream), so that these headers compile without CUDA.
 using Stream = void*;
 
+// The order of (token, kv head) inside a page or a contiguous slot; the page and slot sizes
+// are the same in both, only the order inside differs (kvmm/kernels/addressing.hpp computes
+// the two strides).
+//   kTokenMajor (NHD, the default): [tokens][kv_heads][head_dim]. A token's K row for all
+//     heads is contiguous (what write_kv appends in one piece); a kernel working on one kv
+//     head reads head_dim x 2 bytes out of every kv_heads x head_dim x 2 byte row (256 B of
+//     2 KiB at 8 kv heads, D 128): many DRAM rows opened for a little each.
+//   kHeadMajor (HND, TensorRT-LLM's and FlashInfer's kv_layout="HND"): [kv_heads][tokens]
+//     [head_dim]. One head's tokens of a page are one contiguous run (a 16-token page tile
+//     at D 128 is 4 KiB), as torch SDPA reads [batch, head, token, dim]; write_kv scatters a
+//     token's heads to kv_heads places instead of one. Read by the default decode and
+//     prefill, the tensor-core decode and mma.sync prefill, and the CPU references; the
+//     sm_90a (TMA) prefill refuses it.
+enum class KVOrder : std::uint8_t { kTokenMajor, kHeadMajor };
+
 // One layer of one layer group in the page-layer layout (Jenga Fig. 7b). Token t of
 // small page p, kv head h starts at
-//   k + p * page_stride_bytes + (t * kv_heads + h) * head_dim * dtype_bytes
+//   k + p * page_stride_bytes + (t * kv_heads + h) * head_dim * dtype_bytes     (kTokenMajor)
+//   k + p * page_stride_bytes + (h * tokens_per_page + t) * head_dim * dtype_bytes (kHeadMajor)
 // (v likewise). With a KVLayout: k = arena + layout.k_offset(g, layer),
 // v = arena + layout.v_offset(g, layer), page_stride_bytes = layout.small_page_bytes(g).
 // The kernels need k, v and page_stride_bytes to be multiples of 16 bytes.
@@ -29,6 +46,7 @@ struct PagedKVCache {
   std::uint32_t kv_heads = 0;
   std::uint32_t head_dim = 0;
   DType dtype = DType::kF16;
+  KVOrder order = KVOrder::kTokenMajor;
 };
 
 // Page tables of a batch. CSR (indptr != nullptr): the pages of row b are
@@ -41,8 +59,10 @@ struct PageTableView {
   std::uint32_t dense_stride = 0;
 };
 
-// Virtual-tensor (non-paged) cache: K and V are [slots, max_ctx, kv_heads, head_dim];
-// slot s starts at k + s * slot_stride_bytes. Tokens of a slot are contiguous.
+// Virtual-tensor (non-paged) cache: K and V are [slots, max_ctx, kv_heads, head_dim]
+// (kTokenMajor: the tokens of a slot are contiguous) or [slots, kv_heads, max_ctx,
+// head_dim] (kHeadMajor: each head's tokens of a slot are contiguous); slot s starts at
+// k + s * slot_stride_bytes.
 struct ContiguousKVCache {
   void* k = nullptr;
   void* v = nullptr;
@@ -51,6 +71,7 @@ struct ContiguousKVCache {
   std::uint32_t kv_heads = 0;
   std::uint32_t head_dim = 0;
   DType dtype = DType::kF16;
+  KVOrder order = KVOrder::kTokenMajor;
 };
 
 // Bytes of one token's K (or V) row across all kv heads.

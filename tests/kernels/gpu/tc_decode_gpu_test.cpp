@@ -4,10 +4,13 @@
 // contiguous form equal to the paged one bit for bit, split pieces merged by the last CTA
 // inside the kernel equal to the separate merge bit for bit, and a launch captured in a
 // CUDA graph (both merges) replayed with new context lengths equal to an eager launch bit
-// for bit, the in-kernel merge's counters left zero. Part of
+// for bit, the in-kernel merge's counters left zero; head-major caches (KVOrder) filled by
+// the GPU's write_kv equal to the CPU's, and read by the tensor-core and default decode with
+// the token-major bits. Part of
 // kvmm_test_gpu (skipped without a device); the same checks run through the emulator in
 // tests/kernels/tc_decode_test.cpp.
 #include "../../../kernels/tc_decode_api.hpp"
+#include "kernels/hnd_util.hpp"
 #include "kernels/kernel_fixture.hpp"
 
 #include <catch2/catch.hpp>
@@ -235,5 +238,39 @@ TEST_CASE("a captured tensor-core decode replays with new lengths as an eager la
     cudaGraphExecDestroy(exec);
     cudaGraphDestroy(graph);
     cudaStreamDestroy(st);
+  }
+}
+
+TEST_CASE("head-major caches on the GPU: write_kv's positions, the decodes' token-major bits",
+          "[gpu][attention][tc_decode][hnd]") {
+  for (const HndCase& h : hnd_cases(false)) {
+    const ScenarioConfig& c = h.cfg;
+    OrderPair s(c);
+    INFO(h.describe());
+    TcDevice hnd(s.hnd), nhd(s.nhd);
+    // The GPU's write_kv into a poisoned arena: the CPU's head-major bytes.
+    {
+      const Scenario::Writes w = s.hnd.writes();
+      const auto n = static_cast<std::uint32_t>(w.page_ids.size());
+      Dev arena(s.hnd.arena.size()), kn(w.k), vn(w.v), ids(w.page_ids), offs(w.offsets);
+      TC_CUDA_OK(cudaMemset(arena.p, 0x7b, arena.n));
+      write_kv(PagedWriteParams{s.hnd.paged_cache(arena.p), kn.p, vn.p, ids.as<PageId>(), offs.as<std::uint32_t>(), n},
+               nullptr);
+      const auto bytes = arena.get<unsigned char>(s.hnd.arena.size());
+      CHECK(std::memcmp(bytes.data(), s.hnd.arena.blocks.data(), bytes.size()) == 0);
+    }
+    std::vector<std::uint16_t> ref(s.hnd.out_elems());
+    cpu::paged_decode_attention(s.hnd.paged_params(ref.data(), h.splits, true));
+    const auto got = hnd.run_paged(h.splits, c.csr);
+    CHECK(got == nhd.run_paged(h.splits, c.csr));
+    CHECK(max_rel_error(c.dtype, got, widen(c.dtype, ref), 1e-2) <= 4.0 * unit_roundoff(c.dtype));
+    if (!s.hnd.any_null) CHECK(hnd.run_contiguous(h.splits) == got);
+    // The default decode kernel on the same caches.
+    auto old = [&](TcDevice& d) {
+      TC_CUDA_OK(cudaMemset(d.out.p, 0xff, d.out.n));
+      paged_decode_attention(d.paged(h.splits, c.csr), nullptr);
+      return d.out.get<std::uint16_t>(d.s.out_elems());
+    };
+    CHECK(old(hnd) == old(nhd));
   }
 }
