@@ -1,8 +1,9 @@
 // The tensor-core decode's merges (tc_decode.cuh, issue 36): of a CTA's warps at its end
-// (tc_merge_warps), and of the split pieces inside the kernel (tc_merge_last: the last CTA
-// of each (request, kv head x head chunk) to arrive merges the pieces, as merge_kernel
-// would). Device code only; per launch one fence, one barrier pair and one atomic per CTA,
-// and hg x D x num_splits partial reads by the last CTA.
+// (tc_merge_warps; with heads across warps each warp writes its own rows, tc_warp_out),
+// and of the split pieces inside the kernel (tc_merge_last: the last CTA of each (request,
+// kv head x head chunk) to arrive merges the pieces, as merge_kernel would). Device code
+// only; per launch one fence, one barrier pair and one atomic per CTA, and hg x D x
+// num_splits partial reads by the last CTA.
 #pragma once
 
 #include "tc_decode_common.cuh"
@@ -140,6 +141,41 @@ __device__ __forceinline__ void tc_merge_warps(const AttnArgs& a, unsigned char*
       stg(a.ws_o + (head * a.num_splits + blockIdx.z) * D + d, value);
       if (d == 0) stg(a.ws_lse + head * a.num_splits + blockIdx.z, big_l > 0.0f ? big_m + log2f(big_l) : -INFINITY);
     }
+  }
+}
+
+// The output of one warp that walked every tile of its kv head's piece (heads across warps:
+// tc_decode_hw.cuh, tc_decode_body's kHw), so that its softmax state is the piece's and no
+// merge of warps is needed: each lane writes its O^T elements (dims 16 mt + gid + 8 (i / 2)
+// of q heads 2 tig + i % 2) divided by l (one piece), or the piece's partial (O row and the
+// log2-LSE m + log2 l, the layout merge_kernel and tc_merge_last read; split pieces). hg: the
+// warp's q heads (the group; 0 for a warp past the last kv head: nothing is written). The
+// same values tc_merge_warps writes for a CTA whose other warps saw no key (weight 1 each).
+// Costs D / 4 stores per lane.
+template <typename T, int D>
+__device__ __forceinline__ void tc_warp_out(const AttnArgs& a, const float (&o)[D / 16][4],
+                                            const SoftmaxState<float> (&st)[2], int gid, int tig, std::uint32_t b,
+                                            std::uint32_t qh0, std::uint32_t hg) {
+  KVMM_UNROLL
+  for (int i2 = 0; i2 < 2; ++i2) {
+    const std::uint32_t row = static_cast<std::uint32_t>(2 * tig + i2);
+    if (row >= hg) continue;
+    const std::uint64_t head = std::uint64_t{b} * a.q_heads + qh0 + row;
+    const float l = st[i2].l;
+    KVMM_UNROLL
+    for (int mt = 0; mt < D / 16; ++mt) {
+      KVMM_UNROLL
+      for (int i = i2; i < 4; i += 2) {
+        const std::uint32_t d = static_cast<std::uint32_t>(16 * mt + gid + ((i & 2) ? 8 : 0));
+        const float value = l > 0.0f ? o[mt][i] / l : 0.0f;
+        if (a.num_splits == 1)
+          a.o[head * D + d] = T::from_float(value);
+        else
+          stg(a.ws_o + (head * a.num_splits + blockIdx.z) * D + d, value);
+      }
+    }
+    if (a.num_splits > 1 && gid == 0)
+      stg(a.ws_lse + head * a.num_splits + blockIdx.z, l > 0.0f ? st[i2].m + log2f(l) : -INFINITY);
   }
 }
 

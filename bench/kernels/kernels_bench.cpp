@@ -98,14 +98,15 @@ void BM_copy_d2d(benchmark::State& state) {
                                               benchmark::Counter::kIsRate);  // read + written
 }
 
-// A decode batch with every request at context `ctx`.
+// A decode batch with every request at context `ctx`; the split count fills the GPU with the
+// CTAs `shape` launches (heads across warps: one CTA per 4 kv heads).
 struct DecodeSetup {
   std::uint32_t batch, ctx, splits;
   Device q, o, lens, ws, counters;
-  DecodeSetup(std::uint32_t b, std::uint32_t c)
+  DecodeSetup(std::uint32_t b, std::uint32_t c, const experimental::TcDecodeShape& shape = {})
       : batch(b),
         ctx(c),
-        splits(choose_num_splits(b, kQHeads, kKvHeads, c, static_cast<std::uint32_t>(g_sms))),
+        splits(experimental::tc_choose_num_splits(b, kQHeads, kKvHeads, c, static_cast<std::uint32_t>(g_sms), shape)),
         q(std::size_t{b} * kQHeads * kDim * 2),
         o(std::size_t{b} * kQHeads * kDim * 2),
         lens(b * 4),
@@ -136,7 +137,7 @@ void decode_paged(benchmark::State& state, int tc, bool in_kernel, experimental:
   const auto ctx = static_cast<std::uint32_t>(state.range(1));
   const auto tpp = static_cast<std::uint32_t>(state.range(2));
   if (std::uint64_t{batch} * ctx > kMaxTokens) return state.SkipWithError("over the memory budget");
-  DecodeSetup d(batch, ctx);
+  DecodeSetup d(batch, ctx, shape);
   const std::uint32_t per_req = (ctx + tpp - 1) / tpp;
   const std::uint32_t pages = batch * per_req;
   // Page-layer layout of a kLayers-layer group: per layer K then V, each [tpp][8][128].
@@ -170,11 +171,11 @@ void decode_paged(benchmark::State& state, int tc, bool in_kernel, experimental:
   report(state, d.kv_bytes(), d.splits);
 }
 
-void decode_contiguous(benchmark::State& state, bool tc) {
+void decode_contiguous(benchmark::State& state, bool tc, experimental::TcDecodeShape shape) {
   const auto batch = static_cast<std::uint32_t>(state.range(0));
   const auto ctx = static_cast<std::uint32_t>(state.range(1));
   if (std::uint64_t{batch} * ctx > kMaxTokens) return state.SkipWithError("over the memory budget");
-  DecodeSetup d(batch, ctx);
+  DecodeSetup d(batch, ctx, shape);
   const std::uint64_t slot = ctx * kRowBytes;
   Device k(batch * slot), v(batch * slot), slots(batch * 4);
   if (k.p == nullptr || v.p == nullptr) return state.SkipWithError("cudaMalloc failed");
@@ -191,7 +192,7 @@ void decode_contiguous(benchmark::State& state, bool tc) {
   p.split = SplitKV{d.splits, d.ws.p};
   time_loop(state, [&] {
     if (tc)
-      experimental::contiguous_decode_attention_tc(p, nullptr);
+      experimental::contiguous_decode_attention_tc(p, nullptr, 2, nullptr, shape);
     else
       contiguous_decode_attention(p, nullptr);
   });
@@ -369,7 +370,7 @@ int main(int argc, char** argv) {
             ->Unit(benchmark::kMicrosecond);
   for (std::int64_t batch : {1, 16, 64, 256})
     for (std::int64_t ctx : {1024, 4096, 32768})
-      benchmark::RegisterBenchmark("decode_contiguous", decode_contiguous, false)
+      benchmark::RegisterBenchmark("decode_contiguous", decode_contiguous, false, experimental::TcDecodeShape{})
           ->Args({batch, ctx})
           ->ArgNames({"batch", "ctx"})
           ->UseManualTime()
@@ -432,11 +433,31 @@ int main(int argc, char** argv) {
             ->Unit(benchmark::kMicrosecond);
   for (std::int64_t batch : {1, 16, 64, 256})
     for (std::int64_t ctx : {1024, 4096, 32768})
-      benchmark::RegisterBenchmark("decode_contiguous_tc", decode_contiguous, true)
+      benchmark::RegisterBenchmark("decode_contiguous_tc", decode_contiguous, true, experimental::TcDecodeShape{})
           ->Args({batch, ctx})
           ->ArgNames({"batch", "ctx"})
           ->UseManualTime()
           ->Unit(benchmark::kMicrosecond);
+  // Heads across warps (TcDecodeShape::warp_heads, issue 36's read-pattern hypothesis): one CTA
+  // per (request, 4 kv heads, split), the warps on adjacent heads of the same tokens (1 KiB of
+  // each 2 KiB token row), on the heads-first grid (a request's two CTAs side by side, the
+  // whole row between them); the split count for its 4x fewer CTAs (tc_choose_num_splits).
+  experimental::TcDecodeShape hw;
+  hw.heads_first = true;
+  hw.warp_heads = true;
+  for (std::int64_t batch : {1, 16, 64, 256})
+    for (std::int64_t ctx : {1024, 4096, 32768}) {
+      benchmark::RegisterBenchmark("decode_paged_tc_hw", decode_paged, 2, false, hw)
+          ->Args({batch, ctx, 16})
+          ->ArgNames({"batch", "ctx", "tpp"})
+          ->UseManualTime()
+          ->Unit(benchmark::kMicrosecond);
+      benchmark::RegisterBenchmark("decode_contiguous_tc_hw", decode_contiguous, true, hw)
+          ->Args({batch, ctx})
+          ->ArgNames({"batch", "ctx"})
+          ->UseManualTime()
+          ->Unit(benchmark::kMicrosecond);
+    }
   for (std::int64_t chunk : {512, 2048})
     for (std::int64_t ctx : {2048, 8192})
       // default; tensor-core (16 rows per warp) with P split / rounded once; the same at 32
