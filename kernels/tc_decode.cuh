@@ -581,10 +581,8 @@ __device__ __forceinline__ void tc_decode_body(const AttnArgs& a, const Addr& kv
   if constexpr (kProbe == kTcProbeLoadOnly) o[0][0] += sink == 0x7fc00001u ? 1.0f : 0.0f;  // keeps the reads live
   __syncthreads();
 
-  if constexpr (kHw) {  // each warp its head's rows; the last CTA merges the CTA's kv heads' q heads
-    tc_warp_out<T, D>(a, o, st, gid, tig, b, qh0, idle ? 0u : hg);
-    const std::uint32_t c0 = hy * kTcWarps, hgc = (min(kvh, c0 + kTcWarps) - c0) * a.group;
-    if (a.num_splits > 1 && a.merge_counters != nullptr) tc_merge_last<T, D>(a, smem, b, heads_x, c0 * a.group, hgc);
+  if constexpr (kHw) {  // each warp its head's rows, then the split merge over the CTA's kv heads
+    tc_warp_out<T, D>(a, smem, o, st);
   } else {
     tc_merge_warps<T, D, kSwap>(a, smem, o, st, warp, gid, tig, b, qh0, hg);
     if (a.num_splits > 1 && a.merge_counters != nullptr) tc_merge_last<T, D>(a, smem, b, heads_x, qh0, hg);

@@ -11,10 +11,11 @@
 #else
 #pragma GCC diagnostic ignored "-Wunknown-pragmas"
 #define KVMM_SIMT_HOST 1
+#include "../../kernels/tc_decode_hw.cuh"
 #include "../../kernels/attention_dispatch.cuh"
 #include "../../kernels/tc_decode_api.hpp"
-#include "../../kernels/tc_decode_hw.cuh"
 #include "kernels/kernel_fixture.hpp"
+#include "kernels/tc_decode_fixture.hpp"
 
 #include <algorithm>
 #include <catch2/catch.hpp>
@@ -68,36 +69,18 @@ bool emulate_hw(const QueryBatch& q, const AttentionOptions& opt, const SplitKV&
 
 std::vector<std::uint16_t> hw_paged(Scenario& s, std::uint32_t splits, bool csr, std::uint32_t* counters = nullptr,
                                     bool heads_first = false) {
-  std::vector<std::uint16_t> o(s.out_elems(), 0xffff);
-  PagedAttentionParams p = s.paged_params(o.data(), splits, csr);
-  std::vector<float> ws(attention_workspace_bytes(s.rows, s.q_heads, s.cfg.head_dim, splits) / 4 + 4);
-  p.split.workspace = ws.data();
-  check_params(p, false, true);
-  const dev::TcPagedAddr kv{static_cast<const char*>(p.cache.k),
-                            static_cast<const char*>(p.cache.v),
-                            p.cache.page_stride_bytes,
-                            static_cast<std::uint32_t>(s.row_bytes()),
-                            p.table.indptr,
-                            p.table.pages,
-                            p.table.dense_stride,
-                            dev::FastDiv::make(p.cache.tokens_per_page)};
-  REQUIRE(emulate_hw(p.query, p.options, p.split, s.cfg.kv_heads, s.cfg.head_dim, s.cfg.dtype, kv, counters,
-                     heads_first));
-  return o;
+  return tc_paged_run(s, splits, csr, [&](const PagedAttentionParams& p, const dev::TcPagedAddr& kv) {
+    REQUIRE(emulate_hw(p.query, p.options, p.split, s.cfg.kv_heads, s.cfg.head_dim, s.cfg.dtype, kv, counters,
+                       heads_first));
+  });
 }
 
 std::vector<std::uint16_t> hw_contiguous(Scenario& s, std::uint32_t splits, std::uint32_t* counters = nullptr,
                                          bool heads_first = false) {
-  std::vector<std::uint16_t> o(s.out_elems(), 0xffff);
-  ContiguousAttentionParams p = s.contiguous_params(o.data(), splits);
-  std::vector<float> ws(attention_workspace_bytes(s.rows, s.q_heads, s.cfg.head_dim, splits) / 4 + 4);
-  p.split.workspace = ws.data();
-  check_params(p, false, true);
-  const dev::ContiguousAddr kv{static_cast<const char*>(p.cache.k), static_cast<const char*>(p.cache.v),
-                               p.cache.slot_stride_bytes, static_cast<std::uint32_t>(s.row_bytes()), p.slot_idx};
-  REQUIRE(emulate_hw(p.query, p.options, p.split, s.cfg.kv_heads, s.cfg.head_dim, s.cfg.dtype, kv, counters,
-                     heads_first));
-  return o;
+  return tc_contiguous_run(s, splits, [&](const ContiguousAttentionParams& p, const dev::ContiguousAddr& kv) {
+    REQUIRE(emulate_hw(p.query, p.options, p.split, s.cfg.kv_heads, s.cfg.head_dim, s.cfg.dtype, kv, counters,
+                       heads_first));
+  });
 }
 
 bool all_zero(const std::vector<std::uint32_t>& v) {
@@ -106,8 +89,7 @@ bool all_zero(const std::vector<std::uint32_t>& v) {
 
 }  // namespace
 
-TEST_CASE("emulated tensor-core decode, heads across warps, matches the CPU references",
-          "[kernels][simt][tc_decode]") {
+TEST_CASE("emulated tensor-core decode, heads across warps, matches the CPU references", "[kernels][simt][tc_decode]") {
   // 12 scenarios over the grid: every mask, page size and group of the swapped form, kv heads
   // 4/8/12/6 (6: the second CTA's warps 2 and 3 idle), splits 1-7 with the merge kernel,
   // CSR and dense tables, null pages, soft cap on some, lengths up to 330 (several 32- and
@@ -241,7 +223,8 @@ TEST_CASE("heads across warps: the launchers' checks and split counts", "[kernel
   CHECK(experimental::tc_choose_num_splits(16, 32, 8, 32768, 132, {}) == choose_num_splits(16, 32, 8, 32768, 132));
   CHECK(experimental::tc_choose_num_splits(16, 32, 8, 32768, 132, hw) == choose_num_splits(16, 2, 2, 32768, 132));
   CHECK(experimental::tc_choose_num_splits(16, 32, 8, 32768, 132, hw) == 9);  // 32 CTAs -> 264 / 32
-  CHECK(experimental::tc_choose_num_splits(1, 6, 6, 32768, 132, hw) == 128);  // 2 CTAs: 132, capped by 256 keys per split
+  // 2 CTAs: 132 splits to fill the GPU, capped by 256 keys per split.
+  CHECK(experimental::tc_choose_num_splits(1, 6, 6, 32768, 132, hw) == 128);
   CHECK(experimental::tc_choose_num_splits(256, 32, 8, 4096, 132, hw) == 1);  // 512 CTAs already
   // Groups over 8 run the 16-row form, which warp_heads refuses: the default's count.
   CHECK(experimental::tc_choose_num_splits(2, 64, 4, 100000, 100, hw) == choose_num_splits(2, 64, 4, 100000, 100));

@@ -99,10 +99,11 @@ HwTraffic hw_traffic(bool paged, std::uint32_t splits, std::uint32_t null_every,
   // The read pattern. Every K and V plane starts at a multiple of row_bytes from `base`
   // (page strides, plane offsets and slot strides are multiples of it): (address - base) /
   // row_bytes numbers the token row, the remainder is the byte in the row.
-  const auto lo = reinterpret_cast<std::uintptr_t>(base), hi = reinterpret_cast<std::uintptr_t>(arena.data()) +
-                                                                 arena.size();
-  std::map<std::pair<std::uint32_t, std::uint64_t>, std::vector<std::pair<std::uint32_t, std::uint32_t>>> by_row;
-  std::map<std::tuple<std::uint32_t, std::uint32_t, std::uint32_t>, std::vector<std::pair<std::uint64_t, std::uint32_t>>>
+  const auto lo = reinterpret_cast<std::uintptr_t>(base),
+             hi = reinterpret_cast<std::uintptr_t>(arena.data()) + arena.size();
+  std::map<std::pair<std::uint32_t, std::uint64_t>, std::vector<std::pair<std::uint32_t, std::uint32_t> > > by_row;
+  std::map<std::tuple<std::uint32_t, std::uint32_t, std::uint32_t>,
+           std::vector<std::pair<std::uint64_t, std::uint32_t> > >
       by_step;  // (cta, lane, access index) -> (row, byte in row) of each warp
   for (const simt::Access& r : log.records()) {
     if (r.space != simt::Space::kGlobal || r.bytes == 0 || r.addr < lo || r.addr >= hi) continue;
@@ -190,7 +191,8 @@ TEST_CASE("tensor-core decode, heads across warps: K/V at the minimum, whole 4-h
   CHECK(n.lockstep_mismatch == 0);
 }
 
-TEST_CASE("tensor-core decode, heads across warps: head dim 64 and pages of 17 tokens", "[kernels][simt][traffic][tc_decode]") {
+TEST_CASE("tensor-core decode, heads across warps: head dim 64 and pages of 17 tokens",
+          "[kernels][simt][traffic][tc_decode]") {
   // Head dim 64 (64-token warp tiles, their page ids spread over the lanes): 512-byte runs
   // (4 heads x 128 bytes). Pages of 17 tokens (each row finds its page, the `row` instance)
   // at both head dims: K/V at the minimum, whole sectors, the same runs and lockstep.
