@@ -4,9 +4,11 @@
 // groups of at most 8 at head dims 64 and 128 (64-token ones at 64), or 16-token ones when
 // TcDecodeShape::tile_tokens is 16; the 16-row form otherwise), the grid in either order
 // (TcDecodeShape::heads_first), then the split merge: a merge_kernel launch, or none when
-// the last CTA merges (merge_counters).
+// the last CTA merges (merge_counters). Heads across warps (TcDecodeShape::warp_heads):
+// tc_decode_hw.cu's instances on a grid of 4 kv heads per CTA.
 #include "attention_dispatch.cuh"
 #include "tc_decode_api.hpp"
+#include "tc_decode_hw.cuh"
 #include "tc_decode_probe.cuh"
 
 #include <type_traits>
@@ -112,6 +114,21 @@ void launch(const QueryBatch& q, const AttentionOptions& opt, const SplitKV& spl
   if (q.rows == 0) return;
   device::AttnArgs a = device::make_tc_args(q, opt, split, kv_heads, d);
   if (a.num_splits > 1) a.merge_counters = counters;
+  check_tc_warp_heads(name, shape, stages == 2 && shape.tile_tokens == 0 && shape.probe == 0 && device::tc_swap(a, d));
+  if (shape.warp_heads) {  // one CTA per (request, 4 kv heads, piece); groups <= 8: one head chunk
+    a.heads_first = shape.heads_first;
+    const std::uint32_t c = device::tc_hw_chunks(kv_heads);
+    const dim3 grid = a.heads_first ? dim3(c, q.batch, a.num_splits) : dim3(q.batch, c, a.num_splits);
+    detail::launch_tc_hw(a, kv, grid, d, dtype == DType::kF16, device::to_cuda(stream));
+    if (a.num_splits > 1 && a.merge_counters == nullptr) {
+      if (dtype == DType::kF16)
+        device::merge_kernel<device::Half><<<dim3(a.batch, a.q_heads), d, 0, device::to_cuda(stream)>>>(a, d);
+      else
+        device::merge_kernel<device::BFloat><<<dim3(a.batch, a.q_heads), d, 0, device::to_cuda(stream)>>>(a, d);
+    }
+    device::check_launch(name);
+    return;
+  }
   // kv heads along x for the swapped form only (tc_decode.cuh); the 16-row form and D 256
   // keep the request-major grid.
   a.heads_first = shape.heads_first && d <= 128 && device::tc_swap(a, d);

@@ -57,7 +57,9 @@ enum : int { kTcProbeNone = 0, kTcProbeLoadOnly = 1, kTcProbeMathOnly = 2, kTcPr
 // The kernel's body (tc_decode_kernel below, and tc_decode_probe_kernel in tc_decode_probe.cuh
 // for the probes: their own kernels, so the shipped instances' names, which the census
 // matches, stay as they were).
-template <typename T, int D, typename Addr, bool kTileInPage, int kStages, bool kSwap, int kSub, int kProbe>
+// kHw (heads across warps, tc_decode_hw.cuh): warp w takes kv head kTcWarps y + w and every tile.
+template <typename T, int D, typename Addr, bool kTileInPage, int kStages, bool kSwap, int kSub, int kProbe,
+          bool kHw = false>
 __device__ __forceinline__ void tc_decode_body(const AttnArgs& a, const Addr& kv) {
   static_assert(D == 64 || D == 128 || D == 256);
   static_assert(!kSwap || D <= 128, "swapped operands: head dims 64 and 128");
@@ -68,6 +70,7 @@ __device__ __forceinline__ void tc_decode_body(const AttnArgs& a, const Addr& kv
   static_assert(kProbe == kTcProbeNone || kProbe == kTcProbePlainMap || (kSwap && kSub == 2 && kTileInPage),
                 "probes: the swapped form with 32-token warp tiles in pages of whole sub-tiles (the sector "
                 "map: any instance, which the emulator's traffic test compares with the shipped map)");
+  static_assert(!kHw || (kSwap && kSub > 1 && kStages == 2 && kProbe == kTcProbeNone), "heads across warps");
   constexpr int kNd = D / 8;  // n-tiles of O
   constexpr std::uint32_t kTileBytes = kTcTile * D * 2;
   constexpr std::uint32_t kStageBytes = 2 * kSub * kTileBytes;  // kSub x (K tile, V tile)
@@ -94,18 +97,20 @@ __device__ __forceinline__ void tc_decode_body(const AttnArgs& a, const Addr& kv
   // (request, kv head x head chunk) from the grid: the swapped form takes either order
   // (a.heads_first), the 16-row form, at the 128-register edge, only request-major (the
   // launchers never ask it for another).
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const bool heads_x = kSwap && a.heads_first;
   const std::uint32_t b = heads_x ? blockIdx.y : blockIdx.x;
   const std::uint32_t hy = heads_x ? blockIdx.x : blockIdx.y;
-  const std::uint32_t h = hy / a.head_chunks;
+  const std::uint32_t kvh = kHw ? a.q_heads / a.group : 0u, hw_h = hy * kTcWarps + static_cast<std::uint32_t>(warp);
+  const bool idle = kHw && hw_h >= kvh;  // kHw: a warp past the last kv head (no tiles, no output)
+  const std::uint32_t h = kHw ? (idle ? 0u : hw_h) : hy / a.head_chunks;
   const std::uint32_t g0 = (hy % a.head_chunks) * kTcRows;
   const std::uint32_t hg = min(static_cast<std::uint32_t>(kTcRows), a.group - g0);
   const std::uint32_t qh0 = h * a.group + g0;
   const std::uint32_t kv_len = __ldg(a.kv_lens + b);
   const KeyRange all = kv_len > 0 ? key_range(a.mask, a.window, a.chunk, kv_len - 1) : KeyRange{0, 0};
-  const KeyRange piece = all.lo < all.hi ? split_range(all, blockIdx.z, a.num_splits) : KeyRange{0, 0};
+  const KeyRange piece = !idle && all.lo < all.hi ? split_range(all, blockIdx.z, a.num_splits) : KeyRange{0, 0};
 
-  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int gid = lane / 4, tig = lane % 4;
 
   // Q (16 rows: the group's q heads, zero past the group) into shared memory once, in the
@@ -148,6 +153,9 @@ __device__ __forceinline__ void tc_decode_body(const AttnArgs& a, const Addr& kv
   const std::uint32_t first = piece.lo / kStep * kStep;
   const std::uint32_t tiles = piece.hi > first ? (piece.hi - first + kStep - 1) / kStep : 0u;
   unsigned char* ring = smem + warp * kStages * kStageBytes;
+  // This warp's tiles: every kTcWarps-th from its index, or (kHw: a warp per kv head) every one.
+  constexpr std::uint32_t kTs = kHw ? 1u : kTcWarps;
+  const std::uint32_t t0 = kHw ? 0u : static_cast<std::uint32_t>(warp);
 
   // One lane map for every read of a stage: lane l serves row l % 16 and chunk 2 j + l /
   // 16 for j = 0 .. D / 16 - 1, in the K ldmatrix.x4 of k-step j (both n-tiles) and in the
@@ -317,12 +325,12 @@ __device__ __forceinline__ void tc_decode_body(const AttnArgs& a, const Addr& kv
     }
     return out;
   };
-  [[maybe_unused]] Ahead aheadN = kSub > 1 ? lookupN(static_cast<std::uint32_t>(warp)) : Ahead{};
+  [[maybe_unused]] Ahead aheadN = kSub > 1 ? lookupN(t0) : Ahead{};
   // kSpread: this warp's kSub slots of sub-tile offsets, after the ring (16-byte aligned).
   [[maybe_unused]] uint4* sub_off = reinterpret_cast<uint4*>(smem + kTcWarps * kStages * kStageBytes) + warp * kSub;
   auto issueN = [&](std::uint32_t t, int st) {
     const Ahead pre = aheadN;
-    aheadN = lookupN(t + kTcWarps);  // this warp's next tile: in flight while this one computes
+    aheadN = lookupN(t + kTs);  // this warp's next tile: in flight while this one computes
     if (kSpread || t < tiles) {
       // Offsets and row masks of every sub-tile first, then the copies: once any row of the
       // tile is valid, every sub-tile is copied (an all-masked one zero-filled by source size
@@ -345,6 +353,7 @@ __device__ __forceinline__ void tc_decode_body(const AttnArgs& a, const Addr& kv
         // this warp's 64 row slots, after the ring
         std::uint64_t* slots = reinterpret_cast<std::uint64_t*>(smem + kTcWarps * kStages * kStageBytes) + warp * 64;
         const std::uint32_t rel0 = first + t * kStep + static_cast<std::uint32_t>(lane) - piece.lo;
+        __syncwarp();  // every lane read the previous tile's slots (no collective since) before they change
         std::uint64_t m64 = 0;
         KVMM_UNROLL
         for (int hf = 0; hf < 2; ++hf) {
@@ -440,9 +449,7 @@ __device__ __forceinline__ void tc_decode_body(const AttnArgs& a, const Addr& kv
   // rows gid, gid + 8; with kSwap q heads 2 tig, 2 tig + 1
   SoftmaxState<float> st[2] = {{-INFINITY, 0.0f}, {-INFINITY, 0.0f}};
 
-  const std::uint32_t my_tiles = tiles > static_cast<std::uint32_t>(warp)
-                                     ? (tiles - static_cast<std::uint32_t>(warp) + kTcWarps - 1) / kTcWarps
-                                     : 0u;
+  const std::uint32_t my_tiles = tiles > t0 ? (tiles - t0 + kTs - 1) / kTs : 0u;
 #if defined(KVMM_CENSUS_NO_SOFT_CAP)
   constexpr bool soft_cap = false;  // census builds: the benchmarks' path, without the tanh branch
 #else
@@ -453,13 +460,13 @@ __device__ __forceinline__ void tc_decode_body(const AttnArgs& a, const Addr& kv
   const float f = soft_cap ? 1.0f : a.scale_log2;
   [[maybe_unused]] std::uint32_t sink = 0;  // kTcProbeLoadOnly: one word of every stage
   KVMM_UNROLL
-  for (int p = 0; p < kStages - 1; ++p) issue(static_cast<std::uint32_t>(warp + p * kTcWarps), p);
+  for (int p = 0; p < kStages - 1; ++p) issue(t0 + static_cast<std::uint32_t>(p) * kTs, p);
   // Iteration `it` of this warp's tiles, in stage `stage` (= it % kStages). With kSub 2 the
   // loop below is unrolled kStages times, so `stage` is a constant after inlining: every
   // shared-memory address is a per-lane register plus an immediate.
   auto step = [&](std::uint32_t it, int stage, int next_stage) {
-    const std::uint32_t t = static_cast<std::uint32_t>(warp) + it * kTcWarps;
-    issue(t + (kStages - 1) * kTcWarps, next_stage);
+    const std::uint32_t t = t0 + it * kTs;
+    issue(t + (kStages - 1) * kTs, next_stage);
     cp_async_wait<kStages - 1>();
     __syncwarp();
     Mask tm;
@@ -574,8 +581,12 @@ __device__ __forceinline__ void tc_decode_body(const AttnArgs& a, const Addr& kv
   if constexpr (kProbe == kTcProbeLoadOnly) o[0][0] += sink == 0x7fc00001u ? 1.0f : 0.0f;  // keeps the reads live
   __syncthreads();
 
-  tc_merge_warps<T, D, kSwap>(a, smem, o, st, warp, gid, tig, b, qh0, hg);
-  if (a.num_splits > 1 && a.merge_counters != nullptr) tc_merge_last<T, D>(a, smem, b, heads_x, qh0, hg);
+  if constexpr (kHw) {  // each warp its head's rows, then the split merge over the CTA's kv heads
+    tc_warp_out<T, D>(a, smem, o, st);
+  } else {
+    tc_merge_warps<T, D, kSwap>(a, smem, o, st, warp, gid, tig, b, qh0, hg);
+    if (a.num_splits > 1 && a.merge_counters != nullptr) tc_merge_last<T, D>(a, smem, b, heads_x, qh0, hg);
+  }
 }
 
 template <typename T, int D, typename Addr, bool kTileInPage, int kStages = kTcStages, bool kSwap = false, int kSub = 1>

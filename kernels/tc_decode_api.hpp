@@ -37,6 +37,16 @@ struct TcDecodeShape {
   // tile_tokens 0, groups of at most 8 and paged caches whose pages hold whole 16-token
   // tiles; anything else with probe != 0 raises kvmm::Error (check_tc_probe).
   std::uint32_t probe = 0;
+  // Heads across warps (kernels/tc_decode_hw.cuh): false, today's CTA (one kv head, its
+  // tiles dealt to the 4 warps in turn); true, one CTA per (request, 4 consecutive kv heads,
+  // split piece), warp w on kv head 4 y + w walking every tile, so the CTA's warps copy the
+  // same tokens of 4 adjacent heads together (1 KiB runs of each token row at head dim 128);
+  // the same results within roundoff (another summation order). Only the swapped form at 2
+  // stages (groups of at most 8, head dims 64 and 128, tile_tokens 0, probe 0); anything
+  // else with warp_heads raises kvmm::Error (check_tc_warp_heads). kv_heads need not be a
+  // multiple of 4 (the last CTA's extra warps idle). Its CTAs are 4x fewer: pick the split
+  // count with tc_choose_num_splits.
+  bool warp_heads = false;
 };
 void paged_decode_attention_tc(const PagedAttentionParams& p, Stream stream, std::uint32_t stages = 2,
                                std::uint32_t* merge_counters = nullptr, TcDecodeShape shape = {});
@@ -58,5 +68,15 @@ void check_tc_shape(const char* kernel, const TcDecodeShape& shape, std::uint32_
 // Raises kvmm::Error naming `kernel` and shape.probe unless it is 0, or 1-3 where `runs` (the
 // launch is one the probes are built for: TcDecodeShape::probe).
 void check_tc_probe(const char* kernel, const TcDecodeShape& shape, bool runs);
+
+// Raises kvmm::Error naming `kernel` and shape.warp_heads when it is set and `runs` is false
+// (the launch is not one heads across warps is built for: TcDecodeShape::warp_heads).
+void check_tc_warp_heads(const char* kernel, const TcDecodeShape& shape, bool runs);
+
+// choose_num_splits (kvmm/kernels/attention.hpp) for the CTAs `shape` launches: with
+// warp_heads one CTA per 4 kv heads (groups of at most 8), so about 4x the splits of the
+// default shape to fill the same SMs; the default's count otherwise.
+std::uint32_t tc_choose_num_splits(std::uint32_t rows, std::uint32_t q_heads, std::uint32_t kv_heads,
+                                   std::uint32_t max_kv_len, std::uint32_t num_sms, const TcDecodeShape& shape);
 
 }  // namespace kvmm::kernels::experimental

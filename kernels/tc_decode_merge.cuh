@@ -1,8 +1,9 @@
 // The tensor-core decode's merges (tc_decode.cuh, issue 36): of a CTA's warps at its end
-// (tc_merge_warps), and of the split pieces inside the kernel (tc_merge_last: the last CTA
-// of each (request, kv head x head chunk) to arrive merges the pieces, as merge_kernel
-// would). Device code only; per launch one fence, one barrier pair and one atomic per CTA,
-// and hg x D x num_splits partial reads by the last CTA.
+// (tc_merge_warps; with heads across warps each warp writes its own rows, tc_warp_out),
+// and of the split pieces inside the kernel (tc_merge_last: the last CTA of each (request,
+// kv head x head chunk) to arrive merges the pieces, as merge_kernel would). Device code
+// only; per launch one fence, one barrier pair and one atomic per CTA, and hg x D x
+// num_splits partial reads by the last CTA.
 #pragma once
 
 #include "tc_decode_common.cuh"
@@ -141,6 +142,49 @@ __device__ __forceinline__ void tc_merge_warps(const AttnArgs& a, unsigned char*
       if (d == 0) stg(a.ws_lse + head * a.num_splits + blockIdx.z, big_l > 0.0f ? big_m + log2f(big_l) : -INFINITY);
     }
   }
+}
+
+// The end of a CTA whose warps each walked every tile of one kv head's piece (heads across
+// warps: tc_decode_hw.cuh, tc_decode_body's kHw), so that a warp's softmax state is its
+// head's piece's and no merge of warps is needed: each lane writes its O^T elements (dims 16
+// mt + gid + 8 (i / 2) of q heads 2 tig + i % 2) divided by l (one piece), or the piece's
+// partial (O row and log2-LSE m + log2 l, the layout merge_kernel and tc_merge_last read);
+// a warp past the last kv head writes nothing. Then, with the in-kernel split merge, the
+// last CTA of each (request, 4-kv-head chunk) merges its chunk's q heads (contiguous: kv
+// head h holds q heads h group ..). The same values tc_merge_warps writes for a CTA whose
+// other warps saw no key. Everything but o and st is recomputed here from the special
+// registers and the kernel's parameters, so none of it is held across the main loop.
+// Costs D / 4 stores per lane.
+template <typename T, int D>
+__device__ __forceinline__ void tc_warp_out(const AttnArgs& a, unsigned char* smem, const float (&o)[D / 16][4],
+                                            const SoftmaxState<float> (&st)[2]) {
+  const std::uint32_t warp = threadIdx.x / 32, gid = (threadIdx.x % 32) / 4, tig = threadIdx.x % 4;
+  const std::uint32_t b = a.heads_first ? blockIdx.y : blockIdx.x;
+  const std::uint32_t c0 = (a.heads_first ? blockIdx.x : blockIdx.y) * kTcWarps, kvh = a.q_heads / a.group;
+  const std::uint32_t hg = c0 + warp < kvh ? a.group : 0u, qh0 = (c0 + warp) * a.group;
+  KVMM_UNROLL
+  for (std::uint32_t i2 = 0; i2 < 2; ++i2) {
+    const std::uint32_t row = 2 * tig + i2;
+    if (row >= hg) continue;
+    const std::uint64_t head = std::uint64_t{b} * a.q_heads + qh0 + row;
+    const float l = st[i2].l;
+    KVMM_UNROLL
+    for (int mt = 0; mt < D / 16; ++mt) {
+      KVMM_UNROLL
+      for (int i = static_cast<int>(i2); i < 4; i += 2) {
+        const std::uint32_t d = static_cast<std::uint32_t>(16 * mt + ((i & 2) ? 8 : 0)) + gid;
+        const float value = l > 0.0f ? o[mt][i] / l : 0.0f;
+        if (a.num_splits == 1)
+          a.o[head * D + d] = T::from_float(value);
+        else
+          stg(a.ws_o + (head * a.num_splits + blockIdx.z) * D + d, value);
+      }
+    }
+    if (a.num_splits > 1 && gid == 0)
+      stg(a.ws_lse + head * a.num_splits + blockIdx.z, l > 0.0f ? st[i2].m + log2f(l) : -INFINITY);
+  }
+  if (a.num_splits > 1 && a.merge_counters != nullptr)
+    tc_merge_last<T, D>(a, smem, b, a.heads_first, c0 * a.group, (min(kvh, c0 + kTcWarps) - c0) * a.group);
 }
 
 }  // namespace kvmm::kernels::device

@@ -16,10 +16,11 @@
 #   source .device-kit/setup.sh && KVMM_GPU_BUDGET=280 bash scripts/gpu_kernels.sh limiter
 #       the decode rows with the probes of TcDecodeShape::probe (load-only, math-only, the
 #       old plain lane map) and the read-pattern rows (head-major pages and slots, _hnd; one kv
-#       head at 8x the batch, _kv1) beside the default and contiguous tc rows, then ncu (stall
-#       reasons, scheduler, memory tables, occupancy) on the default tc kernel, the contiguous
-#       one, the load-only and plain-map probes, the old kernel and the head-major tc kernel,
-#       one launch each
+#       head at 8x the batch, _kv1; heads across warps, _hw) beside the default and contiguous
+#       tc rows, then ncu (stall reasons, scheduler, memory tables, occupancy) on the default tc
+#       kernel, heads across warps, the head-major tc kernel, the load-only and plain-map
+#       probes, the contiguous one and the old kernel, one launch each (in that order: what the
+#       budget cuts is the last)
 # The census needs cuobjdump + nvdisasm: the GPU machine's toolkit on PATH, or the pinned
 # PyPI ones prepared here and carried in the kit:
 #   KVMM_CUDA_TOOLS_VENV=$PWD/.device-kit/cuobjdump scripts/kernel_tools.sh
@@ -55,7 +56,7 @@ if [[ $mode == --dry-run ]]; then
   echo "plan: core (budget 330 s): configure+build sm_90 | census | kvmm_test_gpu | bench_kernels (filtered) | model"
   echo "plan: profile (budget 300 s): sdpa_bench.py | ncu x3 | compute-sanitizer racecheck, synccheck [sanitize]"
   echo "plan: cudnn (budget 280 s): configure+build kvmm_test_gpu_cudnn bench_kernels | kvmm_test_gpu_cudnn | prefill cudnn + tc rows"
-  echo "plan: limiter (budget KVMM_GPU_BUDGET or 300 s): configure+build bench_kernels | decode probe + hnd/kv1 rows | ncu x6 (sections) + stall metrics x2"
+  echo "plan: limiter (budget KVMM_GPU_BUDGET or 300 s): configure+build bench_kernels | decode probe + hnd/kv1/hw rows | ncu x7 (sections) + stall metrics x2"
   echo "limiter filter: $(sed -n 's/^ *local filter=.\(copy_d2d|decode_paged_tc_(loadonly.*\).$/\1/p' "$0")"
   exit 0
 fi
@@ -113,7 +114,7 @@ census() { # the real disassembly of this machine's build, against the limits; J
 }
 
 bench() {
-  local filter='copy_d2d|decode_paged/batch:(1|16|64|256)/ctx:(1024|4096|32768)/tpp:16/|decode_paged/batch:64/ctx:4096/tpp:(1|256)/|decode_contiguous/batch:(1|16|64|256)/ctx:(1024|4096|32768)/|decode_paged_tc/batch:(1|16|64|256)/ctx:(1024|4096|32768)/tpp:16/|decode_paged_tc/batch:64/ctx:4096/tpp:1/|decode_contiguous_tc/batch:(1|16|64|256)/ctx:(1024|4096|32768)/|decode_paged_tc(3|4)/batch:(16|64)/ctx:(4096|32768)/tpp:16/|decode_paged_tcm/batch:(1|16|64)/ctx:(4096|32768)/tpp:16/|decode_paged_tc_(t16|hf|t16hf)/batch:(16|64|256)/ctx:(4096|32768)/tpp:16/|decode_paged_tc_t16/batch:(1|64|256)/ctx:(1024|32768)/tpp:16/|decode_paged_(tc_hnd|hnd|tc_kv1)/batch:(16|64|256)/ctx:(1024|4096|32768)/tpp:16/|decode_contiguous_tc_hnd/batch:(16|64|256)/ctx:(1024|4096|32768)/|prefill_paged(_tc|_tc1|_tc32|_tc32_1|_h90|_h90_1)?/chunk:(512|2048)/ctx:(2048|8192)/'
+  local filter='copy_d2d|decode_paged/batch:(1|16|64|256)/ctx:(1024|4096|32768)/tpp:16/|decode_paged/batch:64/ctx:4096/tpp:(1|256)/|decode_contiguous/batch:(1|16|64|256)/ctx:(1024|4096|32768)/|decode_paged_tc/batch:(1|16|64|256)/ctx:(1024|4096|32768)/tpp:16/|decode_paged_tc/batch:64/ctx:4096/tpp:1/|decode_contiguous_tc/batch:(1|16|64|256)/ctx:(1024|4096|32768)/|decode_paged_tc(3|4)/batch:(16|64)/ctx:(4096|32768)/tpp:16/|decode_paged_tcm/batch:(1|16|64)/ctx:(4096|32768)/tpp:16/|decode_paged_tc_(t16|hf|t16hf)/batch:(16|64|256)/ctx:(4096|32768)/tpp:16/|decode_paged_tc_t16/batch:(1|64|256)/ctx:(1024|32768)/tpp:16/|decode_paged_(tc_hnd|hnd|tc_kv1)/batch:(16|64|256)/ctx:(1024|4096|32768)/tpp:16/|decode_contiguous_tc_hnd/batch:(16|64|256)/ctx:(1024|4096|32768)/|decode_paged_tc_hw/batch:(1|16|64|256)/ctx:(4096|32768)/tpp:16/|decode_contiguous_tc_hw/batch:(16|64|256)/ctx:(4096|32768)/|prefill_paged(_tc|_tc1|_tc32|_tc32_1|_h90|_h90_1)?/chunk:(512|2048)/ctx:(2048|8192)/'
   step bench 150 "$out/bench.txt" "$B/bench/kernels/bench_kernels" --benchmark_filter="$filter" --benchmark_min_time=0.2
   python3 bench/kernels/bench_table.py "$out/bench.txt" | tee -a "$sum"
 }
@@ -128,16 +129,19 @@ build_bench() { # limiter: bench_kernels alone (an existing build-gpu/ is brough
 # The tensor-core decode's limiter (issue 36): the probes (decode_paged_tc_loadonly: the same
 # cp.async ring without math; _mathonly: the same loop without K/V loads; _plain: the copy lane
 # map shipped before the sector map, 24 L1 sectors per K/V request) beside the default and contiguous tc rows and
-# 16-token tiles at full waves (batch 256), then ncu with stall reasons on five kernels.
+# 16-token tiles at full waves (batch 256) and the read-pattern rows (issue 36's H2: head-major
+# pages _hnd, one kv head _kv1, heads across warps _hw), then ncu on seven kernels (the
+# read-pattern ones second and third) and every stall reason of two.
 limiter() {
-  local filter='copy_d2d|decode_paged_tc_(loadonly|mathonly|plain)/batch:(16|64|256)/ctx:(4096|32768)/tpp:16/|decode_paged_tc/batch:(16|64|256)/ctx:(4096|32768)/tpp:16/|decode_contiguous_tc/batch:(16|64|256)/ctx:(4096|32768)/|decode_paged_tc_t16/batch:256/ctx:(4096|32768)/tpp:16/|decode_paged/batch:64/ctx:4096/tpp:16/|decode_paged_tc_(hnd|kv1)/batch:(16|64|256)/ctx:(4096|32768)/tpp:16/|decode_contiguous_tc_hnd/batch:(16|64|256)/ctx:(4096|32768)/|decode_paged_hnd/batch:64/ctx:4096/tpp:16/'
-  step bench 120 "$out/bench.txt" "$B/bench/kernels/bench_kernels" --benchmark_filter="$filter" --benchmark_min_time=0.2
+  local filter='copy_d2d|decode_paged_tc_(loadonly|mathonly|plain)/batch:(16|64|256)/ctx:(4096|32768)/tpp:16/|decode_paged_tc/batch:(16|64|256)/ctx:(4096|32768)/tpp:16/|decode_contiguous_tc/batch:(16|64|256)/ctx:(4096|32768)/|decode_paged_tc_t16/batch:256/ctx:(4096|32768)/tpp:16/|decode_paged/batch:64/ctx:4096/tpp:16/|decode_paged_tc_(hnd|kv1)/batch:(16|64|256)/ctx:(4096|32768)/tpp:16/|decode_contiguous_tc_hnd/batch:(16|64|256)/ctx:(4096|32768)/|decode_paged_hnd/batch:64/ctx:4096/tpp:16/|decode_(paged|contiguous)_tc_hw/batch:(16|64|256)/ctx:(4096|32768)/(tpp:16/)?'
+  step bench 150 "$out/bench.txt" "$B/bench/kernels/bench_kernels" --benchmark_filter="$filter" --benchmark_min_time=0.2
   python3 bench/kernels/bench_table.py "$out/bench.txt" | tee -a "$sum"
   local metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,smsp__inst_executed.sum,smsp__warps_eligible.avg.per_cycle_active,sm__warps_active.avg.pct_of_peak_sustained_active,l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum,l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum,lts__t_sectors_srcunit_tex_op_read.sum,lts__t_requests_srcunit_tex_op_read.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active
-  local kernels='attention_kernel|tc_decode_kernel|tc_decode_probe_kernel' f
-  for f in 'decode_paged_tc/batch:64/ctx:4096/tpp:16/' 'decode_paged_tc_plain/batch:64/ctx:4096/tpp:16/' \
-    'decode_paged_tc_loadonly/batch:64/ctx:4096/tpp:16/' 'decode_contiguous_tc/batch:64/ctx:4096/' \
-    'decode_paged/batch:64/ctx:4096/tpp:16/' 'decode_paged_tc_hnd/batch:64/ctx:4096/tpp:16/'; do
+  local kernels='attention_kernel|tc_decode_kernel|tc_decode_probe_kernel|tc_decode_hw_kernel' f
+  for f in 'decode_paged_tc/batch:64/ctx:4096/tpp:16/' 'decode_paged_tc_hw/batch:64/ctx:4096/tpp:16/' \
+    'decode_paged_tc_hnd/batch:64/ctx:4096/tpp:16/' 'decode_paged_tc_loadonly/batch:64/ctx:4096/tpp:16/' \
+    'decode_paged_tc_plain/batch:64/ctx:4096/tpp:16/' 'decode_contiguous_tc/batch:64/ctx:4096/' \
+    'decode_paged/batch:64/ctx:4096/tpp:16/'; do
     step "ncu $f" 40 "$out/ncu.txt" ncu --clock-control none --section WarpStateStats --section SchedulerStats \
       --section MemoryWorkloadAnalysis_Tables --section Occupancy --metrics "$metrics" -k regex:"$kernels" \
       --launch-skip 2 --launch-count 1 "$B/bench/kernels/bench_kernels" --benchmark_filter="$f" \

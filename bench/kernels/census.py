@@ -73,7 +73,8 @@ LIMITS = [
     # HMMA, 64 LDSM and 64 LDGSTS.128 (per 16 tokens 12, 8 and 8) and at most 0.03 instructions
     # per K/V byte where pages hold whole sub-tiles (16-token multiples) or the cache is
     # contiguous; pages of other sizes (each row finds its page; lane l looks up rows l and
-    # l + 32 of the tile) at most 0.033 (0.0315 with nvcc 13.0 and the sector map; the issue asks 0.03).
+    # l + 32 of the tile) at most 0.033 (0.0318 on sm_80 with nvcc 13.0, the sector map and the
+    # slot-race __syncwarp; the issue asks 0.03; heads across warps' is under 0.03, below).
     (r"^nocap:.*tc_decode_kernel.*Li64E.*ELb1ELi2ELb1ELi4EEEv", r"sm_",
      dict(regs=128, stack=0, local=0, local_in_loop=0, smem=2048, loop_per_byte=0.03,
           need=["HMMA", "LDSM.x4", "LDSM.x4.T", "LDGSTS.128", "MOVM"], cp_async_only=True,
@@ -90,6 +91,19 @@ LIMITS = [
                                                         cp_async_only=True)),
     (r"tc_decode_kernel", r"sm_", dict(regs=128, stack=0, local=0, local_in_loop=0, smem=2048,
                                        need=["HMMA", "LDSM", "LDGSTS.128"], cp_async_only=True)),
+    # Heads across warps (tc_decode_hw_kernel, tc_decode_hw.cuh: one kv head per warp, every
+    # tile; the swapped form's loop, the same per-64-token work): the census variants at most
+    # 0.03 main-loop instructions per K/V byte in every instance, pages that do not hold whole
+    # sub-tiles at D 64 included (0.0298 there with nvcc 13.0; the default's is 0.0318); no
+    # stack or local memory in any instance, the shipped ones with the soft-cap branch too
+    # (the per-warp output recomputes its indices after the loop instead of holding them).
+    (r"^nocap:.*tc_decode_hw_kernel", r"sm_",
+     dict(regs=128, stack=0, local=0, local_in_loop=0, smem=2048, loop_per_byte=0.03,
+          need=["HMMA", "LDSM.x4", "LDSM.x4.T", "LDGSTS.128", "MOVM"], cp_async_only=True,
+          loop_exact={"HMMA": 96, "LDSM": 64, "LDGSTS.128": 64})),
+    (r"tc_decode_hw_kernel", r"sm_", dict(regs=128, stack=0, local=0, local_in_loop=0, smem=2048,
+                                         need=["HMMA", "LDSM.x4", "LDSM.x4.T", "LDGSTS.128", "MOVM"],
+                                         cp_async_only=True)),
     # The tensor-core decode's limiter probes (tc_decode_probe_kernel<kProbe>, issue 36; bf16 D
     # 128, the swapped 32-token form): load-only (1) keeps the 16-byte cp.async and drops the
     # tensor-core work; math-only (2) keeps the tensor-core loop without K/V loads (on sm_90
@@ -315,6 +329,10 @@ def short(fn):
         sub = f",T{16 * int(m.group(8))}" if m.group(8) and m.group(8) != "1" else ""
         return (f"tc_decode<{m.group(2)},D{m.group(3)},{m.group(4)},{'tile' if m.group(5) == '1' else 'row'}"
                 f"{stages}{swap}{sub}>")
+    m = re.search(r"tc_decode_hw_kernelINS1_(\d+)(\w+?)ELi(\d+)ENS1_\d+(\w+?)ELb([01])EEEv", fn)
+    if m:  # heads across warps: the swapped form at 2 stages, 32-token tiles at D 128, 64 at D 64
+        return (f"tc_decode_hw<{m.group(2)},D{m.group(3)},{m.group(4)},{'tile' if m.group(5) == '1' else 'row'},"
+                f"T{32 if m.group(3) == '128' else 64}>")
     m = re.search(r"tc_prefill_kernelINS1_(\d+)(\w+?)ELi(\d+)ENS1_\d+(\w+?)ELb([01])ELb([01])ELi(\d+)EEEv", fn)
     if m:  # kTileInPage ("tile": one page entry per 64-token tile, "row"), kSplitP ("splitP" or "P"), kMt (M2: 32 rows per warp)
         return (f"tc_prefill<{m.group(2)},D{m.group(3)},{m.group(4)},{'tile' if m.group(5) == '1' else 'row'},"

@@ -100,16 +100,19 @@ void BM_copy_d2d(benchmark::State& state) {
 }
 
 // A decode batch with every request at context `ctx`; Llama-3-8B's heads, or `kv_heads` kv
-// heads with its group of 4 (the _kv1 rows: one kv head, 256-byte token rows).
+// heads with its group of 4 (the _kv1 rows: one kv head, 256-byte token rows); the split
+// count fills the GPU with the CTAs `shape` launches (heads across warps: one CTA per 4 kv
+// heads).
 struct DecodeSetup {
   std::uint32_t batch, ctx, kv_heads, q_heads, splits;
   Device q, o, lens, ws, counters;
-  DecodeSetup(std::uint32_t b, std::uint32_t c, std::uint32_t kvh = kKvHeads)
+  DecodeSetup(std::uint32_t b, std::uint32_t c, std::uint32_t kvh = kKvHeads,
+              const experimental::TcDecodeShape& shape = {})
       : batch(b),
         ctx(c),
         kv_heads(kvh),
         q_heads(kvh * (kQHeads / kKvHeads)),
-        splits(choose_num_splits(b, q_heads, kv_heads, c, static_cast<std::uint32_t>(g_sms))),
+        splits(experimental::tc_choose_num_splits(b, q_heads, kv_heads, c, static_cast<std::uint32_t>(g_sms), shape)),
         q(std::size_t{b} * q_heads * kDim * 2),
         o(std::size_t{b} * q_heads * kDim * 2),
         lens(b * 4),
@@ -146,7 +149,7 @@ void decode_paged_at(benchmark::State& state, int tc, bool in_kernel, experiment
   const auto tpp = static_cast<std::uint32_t>(state.range(2));
   if (std::uint64_t{batch} * ctx > kMaxTokens * (kv1 ? kKvHeads : 1u))
     return state.SkipWithError("over the memory budget");
-  DecodeSetup d(batch, ctx, kv1 ? 1u : kKvHeads);
+  DecodeSetup d(batch, ctx, kv1 ? 1u : kKvHeads, shape);
   const std::uint32_t per_req = (ctx + tpp - 1) / tpp;
   const std::uint32_t pages = batch * per_req;
   // Page-layer layout of a kLayers-layer group: per layer K then V, each [tpp][8][128]
@@ -186,12 +189,13 @@ void decode_paged(benchmark::State& state, int tc, bool in_kernel, experimental:
   decode_paged_at(state, tc, in_kernel, shape, KVOrder::kTokenMajor, false);
 }
 
-// order: head-major slots [kv_heads][ctx][128] for the _hnd rows.
-void decode_contiguous_at(benchmark::State& state, bool tc, KVOrder order) {
+// order: head-major slots [kv_heads][ctx][128] for the _hnd rows; shape: the tensor-core
+// kernel's (TcDecodeShape; {} the default).
+void decode_contiguous_at(benchmark::State& state, bool tc, KVOrder order, experimental::TcDecodeShape shape) {
   const auto batch = static_cast<std::uint32_t>(state.range(0));
   const auto ctx = static_cast<std::uint32_t>(state.range(1));
   if (std::uint64_t{batch} * ctx > kMaxTokens) return state.SkipWithError("over the memory budget");
-  DecodeSetup d(batch, ctx);
+  DecodeSetup d(batch, ctx, kKvHeads, shape);
   const std::uint64_t slot = ctx * kRowBytes;
   Device k(batch * slot), v(batch * slot), slots(batch * 4);
   if (k.p == nullptr || v.p == nullptr) return state.SkipWithError("cudaMalloc failed");
@@ -208,13 +212,15 @@ void decode_contiguous_at(benchmark::State& state, bool tc, KVOrder order) {
   p.split = SplitKV{d.splits, d.ws.p};
   time_loop(state, [&] {
     if (tc)
-      experimental::contiguous_decode_attention_tc(p, nullptr);
+      experimental::contiguous_decode_attention_tc(p, nullptr, 2, nullptr, shape);
     else
       contiguous_decode_attention(p, nullptr);
   });
   report(state, d.kv_bytes(), d.splits);
 }
-void decode_contiguous(benchmark::State& state, bool tc) { decode_contiguous_at(state, tc, KVOrder::kTokenMajor); }
+void decode_contiguous(benchmark::State& state, bool tc, experimental::TcDecodeShape shape) {
+  decode_contiguous_at(state, tc, KVOrder::kTokenMajor, shape);
+}
 
 // One request: a chunk of `chunk` new tokens at the end of a `ctx`-token context, 16-token pages.
 // tc: the tensor-core prefill (issue 37) instead of the default kernel; round_p_once: its
@@ -387,7 +393,7 @@ int main(int argc, char** argv) {
             ->Unit(benchmark::kMicrosecond);
   for (std::int64_t batch : {1, 16, 64, 256})
     for (std::int64_t ctx : {1024, 4096, 32768})
-      benchmark::RegisterBenchmark("decode_contiguous", decode_contiguous, false)
+      benchmark::RegisterBenchmark("decode_contiguous", decode_contiguous, false, experimental::TcDecodeShape{})
           ->Args({batch, ctx})
           ->ArgNames({"batch", "ctx"})
           ->UseManualTime()
@@ -450,7 +456,7 @@ int main(int argc, char** argv) {
             ->Unit(benchmark::kMicrosecond);
   for (std::int64_t batch : {1, 16, 64, 256})
     for (std::int64_t ctx : {1024, 4096, 32768})
-      benchmark::RegisterBenchmark("decode_contiguous_tc", decode_contiguous, true)
+      benchmark::RegisterBenchmark("decode_contiguous_tc", decode_contiguous, true, experimental::TcDecodeShape{})
           ->Args({batch, ctx})
           ->ArgNames({"batch", "ctx"})
           ->UseManualTime()
@@ -469,7 +475,28 @@ int main(int argc, char** argv) {
             ->ArgNames({"batch", "ctx", "tpp"})
             ->UseManualTime()
             ->Unit(benchmark::kMicrosecond);
-      benchmark::RegisterBenchmark("decode_contiguous_tc_hnd", decode_contiguous_at, true, KVOrder::kHeadMajor)
+      benchmark::RegisterBenchmark("decode_contiguous_tc_hnd", decode_contiguous_at, true, KVOrder::kHeadMajor,
+                                   experimental::TcDecodeShape{})
+          ->Args({batch, ctx})
+          ->ArgNames({"batch", "ctx"})
+          ->UseManualTime()
+          ->Unit(benchmark::kMicrosecond);
+    }
+  // Heads across warps (TcDecodeShape::warp_heads, issue 36's read-pattern hypothesis): one CTA
+  // per (request, 4 kv heads, split), the warps on adjacent heads of the same tokens (1 KiB of
+  // each 2 KiB token row), on the heads-first grid (a request's two CTAs side by side, the
+  // whole row between them); the split count for its 4x fewer CTAs (tc_choose_num_splits).
+  experimental::TcDecodeShape hw;
+  hw.heads_first = true;
+  hw.warp_heads = true;
+  for (std::int64_t batch : {1, 16, 64, 256})
+    for (std::int64_t ctx : {1024, 4096, 32768}) {
+      benchmark::RegisterBenchmark("decode_paged_tc_hw", decode_paged, 2, false, hw)
+          ->Args({batch, ctx, 16})
+          ->ArgNames({"batch", "ctx", "tpp"})
+          ->UseManualTime()
+          ->Unit(benchmark::kMicrosecond);
+      benchmark::RegisterBenchmark("decode_contiguous_tc_hw", decode_contiguous, true, hw)
           ->Args({batch, ctx})
           ->ArgNames({"batch", "ctx"})
           ->UseManualTime()

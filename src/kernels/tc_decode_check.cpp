@@ -31,4 +31,22 @@ void check_tc_probe(const char* kernel, const TcDecodeShape& shape, bool runs) {
         kernel, shape.probe);
 }
 
+void check_tc_warp_heads(const char* kernel, const TcDecodeShape& shape, bool runs) {
+  if (shape.warp_heads && !runs)
+    fail(
+        "{}: shape.warp_heads = true runs only the swapped form at 2 stages: groups of at most 8, head_dim 64 or "
+        "128, tile_tokens 0, probe 0",
+        kernel);
+}
+
+std::uint32_t tc_choose_num_splits(std::uint32_t rows, std::uint32_t q_heads, std::uint32_t kv_heads,
+                                   std::uint32_t max_kv_len, std::uint32_t num_sms, const TcDecodeShape& shape) {
+  if (!shape.warp_heads || kv_heads == 0 || q_heads % kv_heads != 0 || q_heads / kv_heads > 8)
+    return choose_num_splits(rows, q_heads, kv_heads, max_kv_len, num_sms);
+  // One CTA per 4 kv heads: as many CTAs as a cache of ceil(kv_heads / 4) kv heads with
+  // groups of at most 4 (one head chunk) would launch.
+  const std::uint32_t chunks = (kv_heads + 3) / 4;
+  return choose_num_splits(rows, chunks, chunks, max_kv_len, num_sms);
+}
+
 }  // namespace kvmm::kernels::experimental

@@ -15,6 +15,7 @@
 #include "../../kernels/tc_decode_api.hpp"
 #include "kernels/hnd_util.hpp"
 #include "kernels/kernel_fixture.hpp"
+#include "kernels/tc_decode_fixture.hpp"
 
 #include <algorithm>
 #include <catch2/catch.hpp>
@@ -96,28 +97,18 @@ bool emulate_tc(const QueryBatch& q, const AttentionOptions& opt, const SplitKV&
 
 std::vector<std::uint16_t> tc_paged(Scenario& s, std::uint32_t splits, bool csr, int stages = 2, bool swap = true,
                                     bool tile32 = true, std::uint32_t* counters = nullptr, bool heads_first = false) {
-  std::vector<std::uint16_t> o(s.out_elems(), 0xffff);
-  PagedAttentionParams p = s.paged_params(o.data(), splits, csr);
-  std::vector<float> ws(attention_workspace_bytes(s.rows, s.q_heads, s.cfg.head_dim, splits) / 4 + 4);
-  p.split.workspace = ws.data();
-  check_params(p, false, true);
-  const dev::TcPagedAddr kv = dev::tc_paged_addr(p);
-  REQUIRE(emulate_tc(p.query, p.options, p.split, s.cfg.kv_heads, s.cfg.head_dim, s.cfg.dtype, kv, stages, swap, tile32,
-                     counters, heads_first));
-  return o;
+  return tc_paged_run(s, splits, csr, [&](const PagedAttentionParams& p, const dev::TcPagedAddr& kv) {
+    REQUIRE(emulate_tc(p.query, p.options, p.split, s.cfg.kv_heads, s.cfg.head_dim, s.cfg.dtype, kv, stages, swap,
+                       tile32, counters, heads_first));
+  });
 }
 
 std::vector<std::uint16_t> tc_contiguous(Scenario& s, std::uint32_t splits, std::uint32_t* counters = nullptr,
                                          bool heads_first = false) {
-  std::vector<std::uint16_t> o(s.out_elems(), 0xffff);
-  ContiguousAttentionParams p = s.contiguous_params(o.data(), splits);
-  std::vector<float> ws(attention_workspace_bytes(s.rows, s.q_heads, s.cfg.head_dim, splits) / 4 + 4);
-  p.split.workspace = ws.data();
-  check_params(p, false, true);
-  const dev::ContiguousAddr kv = dev::contiguous_addr(p);
-  REQUIRE(emulate_tc(p.query, p.options, p.split, s.cfg.kv_heads, s.cfg.head_dim, s.cfg.dtype, kv, 2, true, true,
-                     counters, heads_first));
-  return o;
+  return tc_contiguous_run(s, splits, [&](const ContiguousAttentionParams& p, const dev::ContiguousAddr& kv) {
+    REQUIRE(emulate_tc(p.query, p.options, p.split, s.cfg.kv_heads, s.cfg.head_dim, s.cfg.dtype, kv, 2, true, true,
+                       counters, heads_first));
+  });
 }
 
 }  // namespace

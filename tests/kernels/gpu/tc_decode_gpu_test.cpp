@@ -6,7 +6,9 @@
 // CUDA graph (both merges) replayed with new context lengths equal to an eager launch bit
 // for bit, the in-kernel merge's counters left zero; head-major caches (KVOrder) filled by
 // the GPU's write_kv equal to the CPU's, and read by the tensor-core and default decode with
-// the token-major bits. Part of
+// the token-major bits; heads across warps (TcDecodeShape::warp_heads) against the same
+// references, both merges and grid orders, kv heads not a multiple of 4, and the shapes it
+// refuses. Part of
 // kvmm_test_gpu (skipped without a device); the same checks run through the emulator in
 // tests/kernels/tc_decode_test.cpp.
 #include "../../../kernels/tc_decode_api.hpp"
@@ -91,7 +93,8 @@ struct TcDevice {
                                             in_kernel ? counters.as<std::uint32_t>() : nullptr, shape);
     return out.get<std::uint16_t>(s.out_elems());
   }
-  std::vector<std::uint16_t> run_contiguous(std::uint32_t splits) {
+  std::vector<std::uint16_t> run_contiguous(std::uint32_t splits, experimental::TcDecodeShape shape = {},
+                                            bool in_kernel = false) {
     TC_CUDA_OK(cudaMemset(out.p, 0xff, out.n));
     ContiguousAttentionParams p;
     p.query = s.query(q.p, out.p, lens.as<std::uint32_t>(), nullptr);
@@ -99,7 +102,8 @@ struct TcDevice {
     p.slot_idx = slots.as<std::uint32_t>();
     p.options = s.cfg.options;
     p.split = SplitKV{splits, ws.p};
-    experimental::contiguous_decode_attention_tc(p, nullptr);
+    experimental::contiguous_decode_attention_tc(p, nullptr, 2, in_kernel ? counters.as<std::uint32_t>() : nullptr,
+                                                 shape);
     return out.get<std::uint16_t>(s.out_elems());
   }
 };
@@ -273,4 +277,73 @@ TEST_CASE("head-major caches on the GPU: write_kv's positions, the decodes' toke
     };
     CHECK(old(hnd) == old(nhd));
   }
+}
+
+TEST_CASE("tensor-core decode with heads across warps on the GPU", "[gpu][attention][tc_decode]") {
+  // TcDecodeShape::warp_heads: one CTA per (request, 4 kv heads, piece). Against the CPU
+  // reference with NaN-poisoned outputs over kv heads 4/8/6/12 (6: the second CTA's last two
+  // warps idle), groups 1-8, D 64/128, pages of 1/16/17/64 tokens, null pages, splits 1/4/7;
+  // the in-kernel merge equal to the separate one bit for bit (counters zero after), both
+  // grid orders the same bits, contiguous = paged; shapes it does not build raise.
+  const std::uint32_t kv_heads[] = {4, 8, 6, 12};
+  const std::uint32_t groups[] = {1, 4, 8, 3, 5, 2, 7, 4};
+  const std::uint32_t page_sizes[] = {16, 17, 1, 64};
+  const std::uint32_t split_counts[] = {1, 4, 7};
+  const MaskKind masks[] = {MaskKind::kCausal, MaskKind::kSlidingWindow, MaskKind::kChunkedLocal};
+  for (std::uint32_t index = 0; index < 8; ++index) {
+    std::mt19937_64 rng(8700 + index);
+    ScenarioConfig c;
+    c.options.mask = masks[index % 3];
+    c.options.window = std::uniform_int_distribution<std::uint32_t>(30, 400)(rng);
+    c.options.chunk = std::uniform_int_distribution<std::uint32_t>(30, 400)(rng);
+    c.options.soft_cap = index == 5 ? 1.5f : 0.0f;
+    c.group = groups[index];
+    c.tokens_per_page = page_sizes[index % 4];
+    c.head_dim = index % 2 == 0 ? 128 : 64;
+    c.dtype = index % 4 < 2 ? DType::kBF16 : DType::kF16;
+    c.kv_heads = kv_heads[index % 4];
+    c.batch = 5;
+    c.max_kv_len = 700;
+    c.nulls = static_cast<NullMode>(index % 3);
+    c.seed = 8800 + index;
+    Scenario s(c);
+    s.fill_host_caches();
+    TcDevice d(s);
+    const std::uint32_t splits = split_counts[index % 3];
+    INFO("scenario " << index << " kv_heads " << c.kv_heads << " group " << c.group << " tpp " << c.tokens_per_page
+                     << " d " << c.head_dim << " splits " << splits);
+    std::vector<std::uint16_t> ref(s.out_elems());
+    cpu::paged_decode_attention(s.paged_params(ref.data(), splits, true));
+    experimental::TcDecodeShape hw;
+    hw.warp_heads = true;
+    const auto got = d.run_paged(splits, index % 2 == 0, nullptr, 2, false, hw);
+    CHECK(max_rel_error(c.dtype, got, widen(c.dtype, ref), 1e-2) <= 4.0 * unit_roundoff(c.dtype));
+    if (!s.any_null) CHECK(d.run_contiguous(splits, hw) == got);
+    experimental::TcDecodeShape hf = hw;
+    hf.heads_first = true;
+    CHECK(d.run_paged(splits, index % 2 != 0, nullptr, 2, false, hf) == got);
+    if (splits > 1) {
+      CHECK(d.run_paged(splits, index % 2 == 0, nullptr, 2, true, hw) == got);
+      CHECK(d.run_paged(splits, index % 2 == 0, nullptr, 2, true, hf) == got);
+      if (!s.any_null) CHECK(d.run_contiguous(splits, hf, true) == got);
+      const auto counters = d.counters.get<std::uint32_t>(experimental::tc_merge_counters(s.rows, s.q_heads));
+      CHECK(std::all_of(counters.begin(), counters.end(), [](std::uint32_t x) { return x == 0; }));
+    }
+    // Shapes heads across warps does not build: 3 stages, 16-token tiles, a probe.
+    CHECK_THROWS_AS(d.run_paged(splits, true, nullptr, 3, false, hw), Error);
+    experimental::TcDecodeShape t16 = hw;
+    t16.tile_tokens = 16;
+    CHECK_THROWS_AS(d.run_paged(splits, true, nullptr, 2, false, t16), Error);
+  }
+  // Groups over 8 (the 16-row form) are refused too.
+  ScenarioConfig c;
+  c.group = 16;
+  c.kv_heads = 1;
+  c.head_dim = 128;
+  Scenario s(c);
+  s.fill_host_caches();
+  TcDevice d(s);
+  experimental::TcDecodeShape hw;
+  hw.warp_heads = true;
+  CHECK_THROWS_AS(d.run_paged(1, true, nullptr, 2, false, hw), Error);
 }

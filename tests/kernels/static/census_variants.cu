@@ -5,6 +5,7 @@
 // as a static library for the SASS census only; nothing links it.
 #include "../../../kernels/attention.cuh"
 #include "../../../kernels/tc_decode.cuh"
+#include "../../../kernels/tc_decode_hw.cuh"
 #include "../../../kernels/tc_prefill.cuh"
 
 namespace kvmm::kernels::device {
@@ -25,6 +26,14 @@ template __global__ void tc_decode_kernel<BFloat, 128, ContiguousAddr, true, 2, 
 template __global__ void tc_decode_kernel<BFloat, 64, TcPagedAddr, true, 2, true, 4>(AttnArgs, TcPagedAddr);
 template __global__ void tc_decode_kernel<BFloat, 64, TcPagedAddr, false, 2, true, 4>(AttnArgs, TcPagedAddr);
 template __global__ void tc_decode_kernel<BFloat, 64, ContiguousAddr, true, 2, true, 4>(AttnArgs, ContiguousAddr);
+// Heads across warps (tc_decode_hw.cuh, TcDecodeShape::warp_heads): the same swapped form, one
+// kv head per warp, every tile; paged `tile` and `row`, contiguous, D 128 and 64.
+template __global__ void tc_decode_hw_kernel<BFloat, 128, TcPagedAddr, true>(AttnArgs, TcPagedAddr);
+template __global__ void tc_decode_hw_kernel<BFloat, 128, TcPagedAddr, false>(AttnArgs, TcPagedAddr);
+template __global__ void tc_decode_hw_kernel<BFloat, 128, ContiguousAddr, true>(AttnArgs, ContiguousAddr);
+template __global__ void tc_decode_hw_kernel<BFloat, 64, TcPagedAddr, true>(AttnArgs, TcPagedAddr);
+template __global__ void tc_decode_hw_kernel<BFloat, 64, TcPagedAddr, false>(AttnArgs, TcPagedAddr);
+template __global__ void tc_decode_hw_kernel<BFloat, 64, ContiguousAddr, true>(AttnArgs, ContiguousAddr);
 // The tensor-core prefill (issue 37): 16-token pages (row lookups), both P numerics, 16
 // rows per warp (32: census_variants_m2.cu, built with ptxas -O1 as the launched ones).
 template __global__ void tc_prefill_kernel<BFloat, 128, TcPagedAddr, false, true, 1>(AttnArgs, TcPagedAddr);
