@@ -346,7 +346,8 @@ TC_L_PHYS = 0.8e-6  # loaded K/V read latency under H2: assumed (H200 ~4.8 TB/s 
 TC_RUN_FULL = 1024  # H2: runs of at least this many bytes read by one SM reach e = 1 (assumed)
 TC_ROW = KV_HEADS * HEAD_DIM * ELEM  # bytes of one token row of one layer's K (all kv heads)
 TC_HEAD_ROW = HEAD_DIM * ELEM  # one kv head's part of it
-# bench row -> (census instance, stages, tokens per warp tile, run bytes, kv heads, heads per CTA)
+# bench row -> (census instance (hw: of tc_decode_hw, heads across warps), stages, tokens per
+# warp tile, run bytes, kv heads, heads per CTA)
 TC_BENCH = {
     "decode_paged_tc": ("TcPagedAddr,tile,swap,T32", 2, 32, TC_HEAD_ROW, KV_HEADS, 1),
     "decode_paged_tcm": ("TcPagedAddr,tile,swap,T32", 2, 32, TC_HEAD_ROW, KV_HEADS, 1),
@@ -359,8 +360,8 @@ TC_BENCH = {
     "decode_paged_tc_hnd": ("TcPagedAddr,tile,swap,T32", 2, 32, 16 * TC_HEAD_ROW, KV_HEADS, 1),
     "decode_contiguous_tc_hnd": ("ContiguousAddr,tile,swap,T32", 2, 32, 32 * TC_HEAD_ROW, KV_HEADS, 1),
     "decode_paged_tc_kv1": ("TcPagedAddr,tile,swap,T32", 2, 32, 16 * TC_HEAD_ROW, 1, 1),
-    "decode_paged_tc_hw": ("TcPagedAddr,tile,swap,T32,HW", 2, 32, 4 * TC_HEAD_ROW, KV_HEADS, 4),
-    "decode_contiguous_tc_hw": ("ContiguousAddr,tile,swap,T32,HW", 2, 32, 4 * TC_HEAD_ROW, KV_HEADS, 4),
+    "decode_paged_tc_hw": ("hw:TcPagedAddr,tile,T32", 2, 32, 4 * TC_HEAD_ROW, KV_HEADS, 4),
+    "decode_contiguous_tc_hw": ("hw:ContiguousAddr,tile,T32", 2, 32, 4 * TC_HEAD_ROW, KV_HEADS, 4),
 }
 TC_FIT = ("decode_paged_tc", "decode_contiguous_tc")
 TC_NEW = ("decode_paged_tc_t16", "decode_paged_tc_hf", "decode_paged_tc_t16hf", "decode_paged_tc_hnd",
@@ -371,7 +372,8 @@ def tc_shape_facts(census, name):
     """Per bench row: loop instructions per K/V byte (the no-soft-cap census where it exists,
     else the shipped instance), CTAs per SM, bytes in flight per warp."""
     inst, stages, tile, run, kv_heads, heads = TC_BENCH[name]
-    key = f"sm_90 tc_decode<BFloat,D128,{inst}>"
+    key = (f"sm_90 tc_decode_hw<BFloat,D128,{inst[3:]}>" if inst.startswith("hw:")
+           else f"sm_90 tc_decode<BFloat,D128,{inst}>")
     k = census.get(key + " nocap") or census.get(key)
     if k is None:
         return None
@@ -402,6 +404,15 @@ def tc_rows(paths):
                 rows[(name, int(b), int(ctx))] = dict(name=name, batch=int(b), ctx=int(ctx), us=float(us),
                                                       splits=int(splits), run=i)
     return list(rows.values()), copy
+
+
+def tc_splits(batch, ctx, cta_heads, sms=SMS, waves=2, min_keys=256):
+    """The launchers' split count (choose_num_splits, src/kernels/check.cpp; heads across warps
+    through tc_choose_num_splits: one CTA per 4 kv heads) at the bench's group of 4."""
+    ctas, target = batch * cta_heads, sms * waves
+    if ctas >= target:
+        return 1
+    return max(1, min(-(-target // ctas), max(1, ctx // min_keys), 1024))
 
 
 def tc_kv_bytes(row, f):
@@ -478,9 +489,8 @@ def tc_gpu_table(census, paths, tolerance):
         scale = KV_HEADS // facts[n]["kv_heads"]  # one kv head: the batch x 8 (same bytes, same CTAs)
         for b, c in sorted(CHECKED):
             if (n, b * scale, c) not in have:
-                ref = next((r for r in rows if r["name"] == "decode_paged_tc" and r["batch"] == b and r["ctx"] == c), None)
-                if ref is not None:
-                    pred_rows.append(dict(name=n, batch=b * scale, ctx=c, us=None, splits=ref["splits"]))
+                pred_rows.append(dict(name=n, batch=b * scale, ctx=c, us=None,
+                                      splits=tc_splits(b * scale, c, facts[n]["kv_heads"] // facts[n]["heads"] or 1)))
     order = list(TC_BENCH)
     for r in sorted(pred_rows, key=lambda r: (order.index(r["name"]), r["batch"], r["ctx"])):
         f = facts[r["name"]]
