@@ -29,8 +29,7 @@ TEST_CASE("kv_order: head-major pages have the token-major sizes and offsets; th
   const LayerGroup plain = LayerGroup::full_attention("full", 3, 8, 128, 2, 16);
   CHECK(plain.kv_order == KVOrder::kTokenMajor);
   const KVLayout nhd = KVLayout::plan({plain, LayerGroup::sliding_window("swa", 1, 2, 64, 2, 16, 128)});
-  const KVLayout hnd =
-      KVLayout::plan({head_major(plain), LayerGroup::sliding_window("swa", 1, 2, 64, 2, 16, 128)});
+  const KVLayout hnd = KVLayout::plan({head_major(plain), LayerGroup::sliding_window("swa", 1, 2, 64, 2, 16, 128)});
   REQUIRE(hnd.num_groups() == nhd.num_groups());
   CHECK(hnd.group(0).kv_order == KVOrder::kHeadMajor);
   CHECK(hnd.group(1).kv_order == KVOrder::kTokenMajor);
