@@ -1,7 +1,7 @@
 # LayerGroup.kv_order from Python (kvmm/spec/kv_order.hpp): token-major by default; a
 # head-major group plans to the same sizes and offsets, keeps its order in the layout and
 # changes KVLayout.fingerprint(); an out-of-range order and a head-major group of a
-# quantized format raise kvmm.Error naming kv_order; a plain int is refused (TypeError).
+# latent (MLA) format raise kvmm.Error naming kv_order; a plain int is refused (TypeError).
 import pytest
 
 import kvmm
@@ -37,8 +37,9 @@ def test_kv_order_bad_values():
     g.kv_order = kvmm.KVOrder(7)  # pybind11 enums take any int: the planner refuses it
     with pytest.raises(kvmm.Error, match=r"'full': kv_order = 7"):
         kvmm.KVLayout.plan([g])
-    fp8 = kvmm.presets.by_name("llama-3.1-8b", kv_cache_dtype="fp8_e4m3_per_token_head").group(0)
-    assert not fp8.is_plain()
-    fp8.kv_order = kvmm.KVOrder.HEAD_MAJOR
+    mla = kvmm.presets.by_name("deepseek-v3").group(0)
+    assert mla.storage == kvmm.KvStorage.LATENT
+    kvmm.KVLayout.plan([mla])
+    mla.kv_order = kvmm.KVOrder.HEAD_MAJOR
     with pytest.raises(kvmm.Error, match="kv_order = head_major"):
-        kvmm.KVLayout.plan([fp8])
+        kvmm.KVLayout.plan([mla])
