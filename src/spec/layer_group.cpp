@@ -381,12 +381,13 @@ void validate_order(const LayerGroup& g) {
          static_cast<unsigned>(g.kv_order));
   if (g.kv_order == KVOrder::kTokenMajor) return;
   if (g.is_state() || g.kind == LayerKind::kVisionEmbedding)
-    fail("LayerGroup '{}': kv_order = head_major: a {} group has no K/V heads to order", n, to_string(g.kind));
+    fail("LayerGroup '{}': kv_order = {}: a {} group has no K/V heads to order", n, to_string(g.kv_order),
+         to_string(g.kind));
   if (!g.is_plain())
     fail(
-        "LayerGroup '{}': kv_order = head_major: only a plain K/V group (no k/v/rope formats, storage key_value) "
+        "LayerGroup '{}': kv_order = {}: only a plain K/V group (no k/v/rope formats, storage key_value) "
         "may be head-major; this one is {} with K {} (the formatted-page reference reads token-major pages)",
-        n, to_string(g.storage), g.k_element().describe());
+        n, to_string(g.kv_order), to_string(g.storage), g.k_element().describe());
 }
 
 // A draft group's role and a target group's successor keys (docs/speculative.md).
