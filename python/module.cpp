@@ -5,6 +5,7 @@
 #include "bindings.hpp"
 
 #include "kvmm/checked.hpp"
+#include "kvmm/distributed/page_descriptors.hpp"
 #include "kvmm/error.hpp"
 #include "kvmm/memory/arena_page_pool.hpp"
 #include "kvmm/memory/chunk_pool.hpp"
@@ -209,6 +210,9 @@ void bind_layer_group(py::module_& m) {
       .value("KEY_VALUE", KvStorage::kKeyValue)
       .value("LATENT", KvStorage::kLatent)
       .value("KEY_ONLY", KvStorage::kKeyOnly);
+  py::enum_<KVOrder>(m, "KVOrder", "Order of (token, kv head) inside a page's K and V regions (kv_order.hpp)")
+      .value("TOKEN_MAJOR", KVOrder::kTokenMajor)
+      .value("HEAD_MAJOR", KVOrder::kHeadMajor);
   py::class_<DraftRole>(m, "DraftRole",
                         "A draft group's role: its target group, the ids after a position its KV depends on, and how "
                         "many steps sooner its pages are evicted (docs/speculative.md)")
@@ -256,6 +260,7 @@ void bind_layer_group(py::module_& m) {
           [](LayerGroup& g, std::optional<DraftRole> d) { g.draft = std::move(d); },
           "A draft group's DraftRole, None for other groups (docs/speculative.md)")
       .def_readwrite("tagged_checkpoints", &LayerGroup::tagged_checkpoints)
+      .def_readwrite("kv_order", &LayerGroup::kv_order)
       .def_readwrite("layers", &LayerGroup::layers,
                      "The model layer index of each page slot; empty: KVLayout.plan numbers them")
       .def_readwrite("successor_tokens", &LayerGroup::successor_tokens,
@@ -353,6 +358,7 @@ void bind_layout(py::module_& m) {
       .def("layer_stride_bytes", &KVLayout::layer_stride_bytes, py::arg("g"))
       .def("alignment_bytes", &KVLayout::alignment_bytes, py::arg("g"))
       .def("describe", &KVLayout::describe)
+      .def("fingerprint", &layout_fingerprint, "layout_fingerprint: 64 bits over what a page's bytes mean")
       .def("__str__", &KVLayout::describe)
       .def("__repr__", [](const KVLayout& l) {
         return fmt::format("KVLayout({} groups, large_page_bytes={})", l.num_groups(), l.large_page_bytes());

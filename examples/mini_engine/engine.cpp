@@ -4,6 +4,7 @@
 
 #include "kvmm/checked.hpp"
 #include "kvmm/error.hpp"
+#include "kvmm/kernels/layout_cache.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -68,14 +69,9 @@ class Engine::PagedStore final : public KVStore {
     const std::uint32_t li = model_.index_in_group(layer);
     const kvmm::LayerGroup& spec = layout_.group(g);
     const Tables& t = groups_[g];
-    // One layer of the group: its K and V slices, the whole small page as the stride.
-    const kk::PagedKVCache cache{arena_ + layout_.k_offset(g, li),
-                                 arena_ + layout_.v_offset(g, li),
-                                 layout_.small_page_bytes(g),
-                                 spec.tokens_per_page,
-                                 spec.kv_heads,
-                                 spec.head_dim,
-                                 kk::DType::kF16};
+    // One layer of the group: its K and V slices, the whole small page as the stride, the
+    // group's kv_order.
+    const kk::PagedKVCache cache = kk::paged_cache(layout_, arena_, g, li, kk::DType::kF16);
     ops_.write_kv(kk::PagedWriteParams{cache, k, v, t.page_ids.data(), t.offsets.data(), tokens});
     kk::PagedAttentionParams p;
     p.query = kk::QueryBatch{q,

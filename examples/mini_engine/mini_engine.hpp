@@ -45,6 +45,9 @@ struct ModelConfig {
   std::uint32_t state_dim = 4;        // recurrent state: hidden x state_dim floats per request
   std::uint32_t window = 8;           // sliding-window layers
   std::uint32_t tokens_per_page = 4;  // also the recurrent group's checkpoint interval
+  // The order inside the attention groups' pages (LayerGroup::kv_order): the paged engine
+  // passes it to the kernels through kernels::paged_cache.
+  kvmm::KVOrder kv_order = kvmm::KVOrder::kTokenMajor;
   std::vector<LayerType> layers = {LayerType::kFull, LayerType::kSliding, LayerType::kRecurrent, LayerType::kFull,
                                    LayerType::kSliding};
   std::uint64_t seed = 42;

@@ -118,10 +118,12 @@ kvmm::KVLayout Model::layout() const {
   if (count[2] > 0)
     groups.push_back(
         kvmm::LayerGroup::mamba_state("recurrent", count[2], std::uint64_t{state_floats()} * sizeof(float), P));
-  for (kvmm::LayerGroup& g : groups)
+  for (kvmm::LayerGroup& g : groups) {
+    if (!g.is_state()) g.kv_order = cfg_.kv_order;
     g.layers = members[g.kind == kvmm::LayerKind::kFullAttention   ? 0
                        : g.kind == kvmm::LayerKind::kSlidingWindow ? 1
                                                                    : 2];
+  }
   return kvmm::KVLayout::plan(std::move(groups));
 }
 

@@ -57,6 +57,9 @@ std::uint64_t layout_fingerprint(const KVLayout& layout) {
     f.u64(grp.dtype_bytes).u64(grp.tokens_per_page).u64(grp.window).u64(grp.chunk);
     f.u64(grp.state_bytes_per_layer).u64(grp.embedding_bytes_per_token);
     f.u64(layout.natural_page_bytes(g)).u64(layout.small_page_bytes(g));
+    // Only a head-major order is hashed, so every token-major layout keeps the fingerprint
+    // it had before LayerGroup::kv_order existed.
+    if (grp.kv_order != KVOrder::kTokenMajor) f.str("kv_order").u64(static_cast<std::uint64_t>(grp.kv_order));
     for (std::uint32_t l = 0; l < grp.num_layers; ++l) {
       if (l < grp.layers.size()) f.u64(grp.layers[l]);  // which model layer the slot holds
       if (grp.is_state())

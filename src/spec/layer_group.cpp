@@ -372,6 +372,24 @@ void validate_storage(const LayerGroup& g) {
     g.rope_element().validate(fmt::format("LayerGroup '{}': rope_format", n), g.rope_dim);
 }
 
+// The order inside a page (kv_order.hpp): a KVOrder, head-major only where a kernel or
+// reference reads it (a plain K/V attention group).
+void validate_order(const LayerGroup& g) {
+  const auto& n = g.name;
+  if (g.kv_order != KVOrder::kTokenMajor && g.kv_order != KVOrder::kHeadMajor)
+    fail("LayerGroup '{}': kv_order = {}: not a KVOrder (0 token_major, 1 head_major)", n,
+         static_cast<unsigned>(g.kv_order));
+  if (g.kv_order == KVOrder::kTokenMajor) return;
+  if (g.is_state() || g.kind == LayerKind::kVisionEmbedding)
+    fail("LayerGroup '{}': kv_order = {}: a {} group has no K/V heads to order", n, to_string(g.kv_order),
+         to_string(g.kind));
+  if (!g.is_plain())
+    fail(
+        "LayerGroup '{}': kv_order = {}: only a plain K/V group (no k/v/rope formats, storage key_value) "
+        "may be head-major; this one is {} with K {} (the formatted-page reference reads token-major pages)",
+        n, to_string(g.kv_order), to_string(g.storage), g.k_element().describe());
+}
+
 // A draft group's role and a target group's successor keys (docs/speculative.md).
 void validate_speculative(const LayerGroup& g) {
   const auto& n = g.name;
@@ -435,6 +453,7 @@ void LayerGroup::validate() const {
   if (tagged_checkpoints && !is_state())
     fail("LayerGroup '{}': tagged_checkpoints: a {} group has no checkpoints (recurrent-state groups only)", n,
          to_string(kind));
+  validate_order(*this);
   if (is_plain() || is_state() || kind == LayerKind::kVisionEmbedding) {
     validate_state_tensors(*this);
     if (!try_page_bytes(*this)) page_overflow(*this);

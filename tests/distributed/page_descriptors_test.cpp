@@ -7,6 +7,7 @@
 #include "kvmm/memory/chunk_pool.hpp"
 #include "kvmm/memory/host_memory.hpp"
 #include "kvmm/memory/kv_arena.hpp"
+#include "kvmm/spec/presets.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -169,5 +170,25 @@ TEST_CASE("page descriptors: the layout fingerprint changes with everything that
   for (std::size_t i = 0; i < others.size(); ++i) {
     INFO("variant " << i);
     CHECK(layout_fingerprint(others[i]) != base);
+  }
+}
+
+// LayerGroup::kv_order: the values below were computed at commit 84b7dce, before kv_order
+// existed (XXH3-64 over a fixed little-endian serialization: the same on every machine), so
+// a token-major layout must still give them; a head-major group changes the fingerprint.
+TEST_CASE("page descriptors: token-major fingerprints are those from before kv_order; head-major differs") {
+  CHECK(layout_fingerprint(layout_a()) == 0x20465400d4f0f4e1ULL);
+  CHECK(layout_fingerprint(presets::llama3_1_8b()) == 0x269612abf61610e5ULL);
+  CHECK(layout_fingerprint(presets::jamba1_5_mini()) == 0xbcdb6cddb2592f84ULL);
+  CHECK(layout_fingerprint(presets::deepseek_v3()) == 0x30d008f60793de36ULL);
+  std::vector<LayerGroup> groups{LayerGroup::full_attention("full", 2, 1, 64, 2, 16),
+                                 LayerGroup::sliding_window("swa", 1, 1, 32, 2, 16, 64)};
+  std::vector<std::uint64_t> seen{layout_fingerprint(KVLayout::plan(groups))};
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    groups[g].kv_order = KVOrder::kHeadMajor;
+    const KVLayout hnd = KVLayout::plan(groups);
+    CHECK(layout_fingerprint(hnd) == layout_fingerprint(KVLayout::plan(groups)));  // deterministic
+    for (const std::uint64_t s : seen) CHECK(layout_fingerprint(hnd) != s);
+    seen.push_back(layout_fingerprint(hnd));
   }
 }

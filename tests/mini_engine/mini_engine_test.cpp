@@ -3,6 +3,7 @@
 // generated tokens are bit-identical to a run with caching off and memory to spare.
 #include "mini_engine.hpp"
 
+#include "kvmm/distributed/page_descriptors.hpp"
 #include "kvmm/error.hpp"
 #include "support/cached_blocks.hpp"
 
@@ -133,6 +134,55 @@ TEST_CASE("memory pressure: evictions, recompute and swap preemptions, same toke
   CHECK(count.attentions == count.writes);
   check_complete(w, c);
   CHECK(c == a);
+}
+
+// Records the order of every cache the engine hands the kernels, then runs the CPU kernels.
+struct OrderOps final : mini::DeviceOps {
+  mini::CpuOps cpu;
+  std::set<kvmm::KVOrder> writes, attentions;
+  std::uint32_t swaps = 0;
+  void write_kv(const kvmm::kernels::PagedWriteParams& p) override { writes.insert(p.cache.order), cpu.write_kv(p); }
+  void attention(const kvmm::kernels::PagedAttentionParams& p, bool prefill) override {
+    attentions.insert(p.cache.order), cpu.attention(p, prefill);
+  }
+  void copy_pages(const kvmm::kernels::PageCopyParams& p) override { cpu.copy_pages(p); }
+  void swap_pages(const kvmm::kernels::PageCopyParams& p) override { ++swaps, cpu.swap_pages(p); }
+};
+
+TEST_CASE("head-major attention pages (ModelConfig::kv_order) give the same tokens, under pressure too",
+          "[mini_engine]") {
+  mini::ModelConfig cfg;
+  cfg.kv_heads = 2;  // with one kv head both orders are the same bytes
+  mini::Model nhd(cfg);
+  cfg.kv_order = kvmm::KVOrder::kHeadMajor;
+  mini::Model hnd(cfg);
+  const kvmm::KVLayout ln = nhd.layout(), lh = hnd.layout();
+  REQUIRE(lh.num_groups() == ln.num_groups());
+  for (kvmm::GroupId g = 0; g < lh.num_groups(); ++g) {
+    CHECK(lh.group(g).kv_order == (lh.group(g).is_state() ? kvmm::KVOrder::kTokenMajor : kvmm::KVOrder::kHeadMajor));
+    CHECK(lh.small_page_bytes(g) == ln.small_page_bytes(g));
+  }
+  CHECK(kvmm::layout_fingerprint(lh) != kvmm::layout_fingerprint(ln));
+  const std::vector<Request> w = mini::shared_prefix_workload(24, cfg.vocab, 3);
+  for (const std::uint32_t pages : {512u, 40u}) {
+    INFO(pages << " large pages");
+    std::vector<Output> out[2];
+    std::uint32_t swaps[2] = {0, 0};
+    for (int i = 0; i < 2; ++i) {
+      const kvmm::KVOrder order = i == 0 ? kvmm::KVOrder::kTokenMajor : kvmm::KVOrder::kHeadMajor;
+      auto ops = std::make_unique<OrderOps>();
+      OrderOps& seen = *ops;
+      mini::Engine e(i == 0 ? nhd : hnd, {.num_large_pages = pages, .num_host_large_pages = 8}, std::move(ops));
+      for (const Request& r : w) e.submit(r);
+      out[i] = run_checked(e);
+      CHECK(seen.writes == std::set<kvmm::KVOrder>{order});
+      CHECK(seen.attentions == std::set<kvmm::KVOrder>{order});
+      swaps[i] = seen.swaps;
+    }
+    check_complete(w, out[1]);
+    CHECK(out[1] == out[0]);
+    if (pages == 40) CHECK(swaps[1] > 0);  // swapped pages came back in the same order
+  }
 }
 
 TEST_CASE("KV events: after every step the engine's batches describe its cached set; same tokens",

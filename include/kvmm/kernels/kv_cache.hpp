@@ -6,6 +6,7 @@
 #pragma once
 
 #include "kvmm/kernels/dtype.hpp"
+#include "kvmm/spec/kv_order.hpp"
 #include "kvmm/types.hpp"
 
 #include <cstdint>
@@ -16,20 +17,10 @@ namespace kvmm::kernels {
 // stream), so that these headers compile without CUDA.
 using Stream = void*;
 
-// The order of (token, kv head) inside a page or a contiguous slot; the page and slot sizes
-// are the same in both, only the order inside differs (kvmm/kernels/addressing.hpp computes
-// the two strides).
-//   kTokenMajor (NHD, the default): [tokens][kv_heads][head_dim]. A token's K row for all
-//     heads is contiguous (what write_kv appends in one piece); a kernel working on one kv
-//     head reads head_dim x 2 bytes out of every kv_heads x head_dim x 2 byte row (256 B of
-//     2 KiB at 8 kv heads, D 128): many DRAM rows opened for a little each.
-//   kHeadMajor (HND, TensorRT-LLM's and FlashInfer's kv_layout="HND"): [kv_heads][tokens]
-//     [head_dim]. One head's tokens of a page are one contiguous run (a 16-token page tile
-//     at D 128 is 4 KiB), as torch SDPA reads [batch, head, token, dim]; write_kv scatters a
-//     token's heads to kv_heads places instead of one. Read by the default decode and
-//     prefill, the tensor-core decode and mma.sync prefill, and the CPU references; the
-//     sm_90a (TMA) prefill refuses it.
-enum class KVOrder : std::uint8_t { kTokenMajor, kHeadMajor };
+// The order of (token, kv head) inside a page or a contiguous slot: the spec layer's
+// kvmm::KVOrder (kvmm/spec/kv_order.hpp says what each order costs), so a LayerGroup's
+// kv_order goes into a cache descriptor as it is.
+using kvmm::KVOrder;
 
 // One layer of one layer group in the page-layer layout (Jenga Fig. 7b). Token t of
 // small page p, kv head h starts at

@@ -7,6 +7,7 @@
 #pragma once
 
 #include "kvmm/spec/element_format.hpp"
+#include "kvmm/spec/kv_order.hpp"
 
 #include <array>
 #include <cstdint>
@@ -123,6 +124,14 @@ struct LayerGroup {
   // never merely because the verified tokens passed it (a state written in a step with
   // drafts may hold rejected tokens).
   bool tagged_checkpoints = false;
+  // The order of (token, kv head) inside each layer's K and V region of the group's pages
+  // (kv_order.hpp): kTokenMajor [tokens][kv_heads][head_dim] (the default, every layout
+  // before it) or kHeadMajor [kv_heads][tokens][head_dim]. Page sizes and offsets are the
+  // same; the bytes inside mean something else, so layout_fingerprint covers a head-major
+  // order (and leaves token-major fingerprints as they were). Head-major only on a plain
+  // attention group (no element formats, K and V): the formatted-page reference reads
+  // token-major pages. kernels::paged_cache(layout, ...) puts it into a PagedKVCache.
+  KVOrder kv_order = KVOrder::kTokenMajor;
   // Which model layers the group's page slots hold: layers[k] is the model layer index of
   // slot k (the `layer` of KVLayout::k_offset / state_offset). Empty: KVLayout::plan numbers
   // them (after the largest index any group gives, in group order; an indexer takes its
