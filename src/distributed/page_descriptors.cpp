@@ -60,6 +60,26 @@ std::uint64_t layout_fingerprint(const KVLayout& layout) {
     // Only a head-major order is hashed, so every token-major layout keeps the fingerprint
     // it had before LayerGroup::kv_order existed.
     if (grp.kv_order != KVOrder::kTokenMajor) f.str("kv_order").u64(static_cast<std::uint64_t>(grp.kv_order));
+    // What the bytes of equal-sized pages mean: the storage (K and V, key only, an MLA
+    // latent), the rope part, the element formats with their scales (fp8 e4m3 against e5m2,
+    // scales inline or apart) and the state tensors' formats. Each only when the group sets
+    // it, so a plain group keeps the fingerprint it had before these were hashed.
+    if (grp.storage != KvStorage::kKeyValue) f.str("storage").u64(static_cast<std::uint64_t>(grp.storage));
+    if (grp.rope_dim != 0) f.str("rope_dim").u64(grp.rope_dim);
+    auto format = [&f](const char* what, const ElementFormat& e) {
+      f.str(what).u64(static_cast<std::uint64_t>(e.type)).u64(static_cast<std::uint64_t>(e.scale.granularity));
+      f.u64(e.scale.block)
+          .u64(static_cast<std::uint64_t>(e.scale.type))
+          .u64(static_cast<std::uint64_t>(e.scale.placement));
+    };
+    if (grp.k_format) format("k_format", *grp.k_format);
+    if (grp.v_format) format("v_format", *grp.v_format);
+    if (grp.rope_format) format("rope_format", *grp.rope_format);
+    for (const StateTensor& t : grp.state_tensors) {
+      f.str("state_tensor").u64(t.shape.size());
+      for (const std::uint64_t d : t.shape) f.u64(d);
+      format("state_format", t.format);
+    }
     for (std::uint32_t l = 0; l < grp.num_layers; ++l) {
       if (l < grp.layers.size()) f.u64(grp.layers[l]);  // which model layer the slot holds
       if (grp.is_state())

@@ -173,14 +173,16 @@ TEST_CASE("page descriptors: the layout fingerprint changes with everything that
   }
 }
 
-// LayerGroup::kv_order: the values below were computed at commit 84b7dce, before kv_order
-// existed (XXH3-64 over a fixed little-endian serialization: the same on every machine), so
+// LayerGroup::kv_order: the values below (but DeepSeek-V3's) were computed at commit 84b7dce,
+// before kv_order existed (XXH3-64 over a fixed little-endian serialization: the same on every machine), so
 // a token-major layout must still give them; a head-major group changes the fingerprint.
 TEST_CASE("page descriptors: token-major fingerprints are those from before kv_order; head-major differs") {
   CHECK(layout_fingerprint(layout_a()) == 0x20465400d4f0f4e1ULL);
   CHECK(layout_fingerprint(presets::llama3_1_8b()) == 0x269612abf61610e5ULL);
   CHECK(layout_fingerprint(presets::jamba1_5_mini()) == 0xbcdb6cddb2592f84ULL);
-  CHECK(layout_fingerprint(presets::deepseek_v3()) == 0x30d008f60793de36ULL);
+  // DeepSeek-V3's MLA latent and indexer groups set their storage and element formats, which
+  // the fingerprint has covered since (the test below): 0x30d008f60793de36 before.
+  CHECK(layout_fingerprint(presets::deepseek_v3()) == 0xc1d344e35b0d54a8ULL);
   std::vector<LayerGroup> groups{LayerGroup::full_attention("full", 2, 1, 64, 2, 16),
                                  LayerGroup::sliding_window("swa", 1, 1, 32, 2, 16, 64)};
   std::vector<std::uint64_t> seen{layout_fingerprint(KVLayout::plan(groups))};
@@ -191,4 +193,43 @@ TEST_CASE("page descriptors: token-major fingerprints are those from before kv_o
     for (const std::uint64_t s : seen) CHECK(layout_fingerprint(hnd) != s);
     seen.push_back(layout_fingerprint(hnd));
   }
+}
+
+// Pages of equal size whose bytes mean other things: fp8 e4m3 against e5m2 (1 byte each),
+// scales inline against apart, an MLA latent's rope part in another format, a state tensor's
+// element type. Each pair would share every size and offset, so only the formats tell them
+// apart; a tier must never serve one for the other. Plain groups keep their pinned values
+// (the test above).
+TEST_CASE("page descriptors: element formats, storage and state tensors change the fingerprint") {
+  auto quantized = [](const char* dtype) {
+    LayerGroup g = LayerGroup::full_attention("full", 2, 2, 128, 1, 16);
+    g.k_format = parse_kv_cache_dtype(dtype);
+    g.v_format = g.k_format;
+    return KVLayout::plan({g});
+  };
+  const KVLayout e4m3 = quantized("fp8_e4m3"), e5m2 = quantized("fp8_e5m2");
+  REQUIRE(e4m3.small_page_bytes(0) == e5m2.small_page_bytes(0));
+  CHECK(layout_fingerprint(e4m3) != layout_fingerprint(e5m2));
+  CHECK(layout_fingerprint(e4m3) == layout_fingerprint(quantized("fp8_e4m3")));
+  const KVLayout inline_scales = quantized("fp8_e4m3_per_token_head"),
+                 apart = quantized("fp8_e4m3_per_token_head:separate");
+  REQUIRE(inline_scales.small_page_bytes(0) == apart.small_page_bytes(0));
+  CHECK(layout_fingerprint(inline_scales) != layout_fingerprint(apart));
+  // A plain 1-byte group against the same sizes in e4m3: the format alone differs.
+  CHECK(layout_fingerprint(KVLayout::plan({LayerGroup::full_attention("full", 2, 2, 128, 1, 16)})) !=
+        layout_fingerprint(e4m3));
+  auto mla = [](std::optional<ElementFormat> rope) {
+    return KVLayout::plan({LayerGroup::mla("mla", 2, 512, 64, parse_kv_cache_dtype("fp8_e4m3"), rope, 16)});
+  };
+  const KVLayout rope_e4m3 = mla(parse_kv_cache_dtype("fp8_e4m3")), rope_e5m2 = mla(parse_kv_cache_dtype("fp8_e5m2"));
+  REQUIRE(rope_e4m3.small_page_bytes(0) == rope_e5m2.small_page_bytes(0));
+  CHECK(layout_fingerprint(rope_e4m3) != layout_fingerprint(rope_e5m2));
+  auto state = [](ElementType type) {
+    return KVLayout::plan(
+        {LayerGroup::full_attention("full", 2, 2, 128, 2, 16),
+         LayerGroup::recurrent_state("ssm", 2, {StateTensor{"ssm", {64, 32}, ElementFormat::of(type)}})});
+  };
+  const KVLayout bf16 = state(ElementType::kBf16), fp16 = state(ElementType::kFp16);
+  REQUIRE(bf16.small_page_bytes(1) == fp16.small_page_bytes(1));
+  CHECK(layout_fingerprint(bf16) != layout_fingerprint(fp16));
 }

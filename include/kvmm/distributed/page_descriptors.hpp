@@ -48,8 +48,10 @@ std::size_t pair_runs(std::span<const PageRun> src, std::span<const PageRun> dst
 
 // A 64-bit fingerprint of everything in a layout that decides what a page's bytes mean:
 // per group its kind, layers, KV heads, head size, dtype bytes, tokens per page, window,
-// chunk, state and embedding sizes, natural and padded page sizes, a head-major kv_order
-// (token-major adds nothing, so fingerprints from before kv_order stay valid) and every
+// chunk, state and embedding sizes, natural and padded page sizes, a head-major kv_order,
+// a storage other than K and V, the rope part, the element formats with their scales and
+// the state tensors' shapes and formats (each only where the group sets it, so a plain
+// token-major group's fingerprint is the one it had before these were hashed) and every
 // layer's K/V (or state) offset; plus a format version. Group names and the large page size are not
 // in it (they do not change a small page's bytes). Equal layouts give equal fingerprints
 // on every machine (a fixed little-endian serialization hashed with XXH3-64).
